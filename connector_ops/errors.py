@@ -1,0 +1,67 @@
+"""The one error type every entry point understands, and the precise errors resources raise.
+
+Resources and actions raise the precise exceptions below; the action runner in
+:mod:`connector_ops.registry` turns them into a :class:`ConnectorError` whose ``status`` and ``body``
+are exactly what the spec shows for that action (404 ``{"message": "not found"}`` where the spec lists
+it, ``null`` for Clean, 400 for invalid input).  Entry points only ever see ``ConnectorError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ConnectorError(Exception):
+    """An action failed: ``status`` is the HTTP-style status, ``body`` the spec's error body."""
+
+    def __init__(self, status: int, body: Any, *, action: str | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.action = action
+        super().__init__(self.summary())
+
+    @property
+    def message(self) -> str:
+        if isinstance(self.body, dict) and "message" in self.body:
+            return str(self.body["message"])
+        return "failed" if self.body is None else str(self.body)
+
+    def summary(self) -> str:
+        """One line: ``etl.push failed (404): not found``."""
+        prefix = f"{self.action} failed" if self.action else "failed"
+        return f"{prefix} ({self.status}): {self.message}"
+
+
+class ConnectorOpsError(Exception):
+    """Base of the precise errors raised below the action layer."""
+
+    status = 500
+
+
+class InvalidInput(ConnectorOpsError):
+    """The caller's input is wrong; the message names the field and the problem."""
+
+    status = 400
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}" if field else problem)
+
+
+class NotFound(ConnectorOpsError):
+    """A virtual file, platform file, drive item … does not exist."""
+
+    status = 404
+
+
+class ActionFailed(ConnectorOpsError):
+    """The action could not complete for a reason that is not the caller's input (status 500)."""
+
+
+class UpstreamError(ConnectorOpsError):
+    """A remote service answered with an error; ``status`` is the status to report."""
+
+    def __init__(self, message: str, status: int = 500) -> None:
+        self.status = status
+        super().__init__(message)

@@ -1,0 +1,103 @@
+"""The ETL actions (spec 4.C): the one implementation each entry point calls.
+
+Each function takes its input model and the resources it names and returns its output model (or the
+spec's bare value). No printing, no Dagster: the entry points own presentation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from connector_ops.errors import InvalidInput
+from connector_ops.etl import models as m
+from connector_ops.etl.readers import as_text, is_json, read_csv, read_json
+from connector_ops.etl.writers import csv_chunks, json_chunks
+from connector_ops.progress import reading_with_progress, track
+from connector_ops.registry import action
+from resources.platform_files import PlatformFileStore
+from resources.virtual_files import VirtualFileStore
+
+ETL = ("virtual_files",)
+ETL_FILES = ("virtual_files", "platform_files")
+
+
+@action("etl.push", m.PushInput, m.VirtualFileOutput, resources=ETL_FILES, not_found_status=404)
+def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> m.VirtualFileOutput:
+    """Load a CSV or JSON platform file into a new virtual file."""
+    pf, params = inp.platform_file, inp.parameters
+    if not params.use_first_row_as_schema and params.schema_ is None:
+        raise InvalidInput("parameters.schema", "is required when useFirstRowAsSchema is false")
+    size = platform_files.size_of(pf)
+    with platform_files.open(pf) as raw, track(f"push {pf.name}", size, "B") as reporter:
+        stream = reading_with_progress(raw, reporter)
+        if is_json(pf.name, pf.content_type):
+            with virtual_files.create(params.schema_ or ()) as writer:
+                for batch in read_json(stream, lines_to_ignore=params.lines_to_ignore, encoding=params.encoding):
+                    writer.write_dicts(batch)
+        else:
+            columns, batches = read_csv(
+                stream,
+                delimiter=params.csv_delimiter,
+                lines_to_ignore=params.lines_to_ignore,
+                header=bool(params.use_first_row_as_schema),
+                schema=params.schema_,
+                encoding=params.encoding,
+            )
+            with virtual_files.create(columns) as writer:
+                for batch in batches:
+                    writer.write_tuples(columns, batch)
+    return m.VirtualFileOutput(virtual_file_id=writer.vf_id)
+
+
+@action("etl.pull", m.PullInput, m.PlatformFileOutput, resources=ETL_FILES)
+def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> m.PlatformFileOutput:
+    """Export a virtual file to a new platform file (CSV or JSON), streamed."""
+    params = inp.parameters
+    names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
+    chunks: Iterator[bytes]
+    if inp.export_type == "csv":
+        chunks = csv_chunks(names, pages, delimiter=params.csv_delimiter, header=params.add_first_row_as_schema,
+                            encoding=params.encoding)
+        content_type = "text/csv"
+    else:
+        chunks = json_chunks(names, pages, encoding=params.encoding)
+        content_type = "application/json"
+    with platform_files.create(inp.export_name, content_type) as sink, track(f"pull {inp.export_name}") as reporter:
+        for chunk in chunks:
+            sink.write(chunk)
+            reporter.update(len(chunk))
+    assert sink.descriptor is not None
+    return m.PlatformFileOutput(platform_file=sink.descriptor)
+
+
+@action("etl.iterate", m.IterateInput, m.IterateOutput, resources=ETL, not_found_status=404,
+        extra_inputs={"virtual_file_id": "content", "content": "content"})
+def iterate(inp: m.IterateInput, virtual_files: VirtualFileStore) -> m.IterateOutput:
+    """The next batch of at most maxBatchSize rows (or array items), and whether more remain."""
+    if isinstance(inp.content, str):
+        rows, has_next = virtual_files.next_batch(inp.content, inp.max_batch_size)
+    else:
+        rows, has_next = virtual_files.next_array_batch(inp.content, inp.max_batch_size)
+    return m.IterateOutput(content=rows, has_next=has_next)
+
+
+@action("etl.query", m.QueryInput, m.QueryOutput, resources=ETL)
+def query(inp: m.QueryInput, virtual_files: VirtualFileStore) -> m.QueryOutput:
+    """The rows whose columns equal the given values, in row order."""
+    limit = 1 if inp.extract_only_one_result else None
+    return m.QueryOutput(result=virtual_files.find(inp.virtual_file_id, inp.query, limit=limit))
+
+
+@action("etl.append_rows", m.AppendRowsInput, None, resources=ETL)
+def append_rows(inp: m.AppendRowsInput, virtual_files: VirtualFileStore) -> str:
+    """Append rows to one or several virtual files in one transaction; new columns extend the schema."""
+    grouped: dict[str, list[dict[str, str | None]]] = {}
+    for row in inp.rows:
+        grouped.setdefault(row.virtual_file_id, []).append({k: as_text(v) for k, v in row.content.items()})
+    virtual_files.append(grouped)
+    return "ok"
+
+
+@action("etl.clean", m.CleanInput, None, resources=ETL, null_error_body=True)
+def clean(inp: m.CleanInput, virtual_files: VirtualFileStore) -> None:
+    """Remove a virtual file and free its storage."""
+    virtual_files.drop(inp.virtual_file_id)

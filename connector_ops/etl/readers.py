@@ -1,0 +1,178 @@
+"""Streaming readers that turn a platform file's bytes into rows for Push.
+
+CSV follows research/etl.md §3.3: Python's ``csv`` module with ``strict=True`` and ``newline=""``
+(RFC 4180 quoting, embedded newlines, CRLF), BOM tolerated, ``linesToIgnore`` physical lines skipped
+before parsing, completely empty records skipped, whitespace kept, and a ragged row is an error naming
+its line. JSON is an array of objects (streamed with ijson) or NDJSON (one object per line). Both
+yield batches so memory stays bounded whatever the file size.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import IO, Any
+
+import ijson
+
+from connector_ops.errors import InvalidInput
+
+BATCH = 10_000
+FIELD = "platformFile"
+
+csv.field_size_limit(1 << 30)
+
+
+def as_text(value: Any) -> str | None:
+    """Store every value as text: strings as they are, other JSON values as their JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | Decimal):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=float)
+
+
+def is_json(name: str, content_type: str) -> bool:
+    lowered = name.lower()
+    return "json" in content_type.lower() or lowered.endswith((".json", ".ndjson", ".jsonl"))
+
+
+def _text(stream: IO[bytes], encoding: str) -> io.TextIOWrapper:
+    return io.TextIOWrapper(stream, encoding=encoding, errors="strict", newline="")
+
+
+def _skip_lines(text: io.TextIOWrapper, count: int) -> int:
+    skipped = 0
+    while skipped < count and text.readline():
+        skipped += 1
+    return skipped
+
+
+def _decode_error(exc: UnicodeDecodeError, line: int, encoding: str) -> InvalidInput:
+    return InvalidInput(FIELD, f"line {line}: the file is not valid {encoding} ({exc.reason}); "
+                               "set parameters.encoding to the file's encoding")
+
+
+def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header: bool,
+             schema: list[str] | None, encoding: str) -> tuple[list[str], Iterator[list[tuple[str, ...]]]]:
+    """Return the column names and an iterator of row batches (tuples aligned with the names)."""
+    text = _text(stream, encoding)
+    reader = csv.reader(text, delimiter=delimiter, strict=True)
+    offset = 0
+    try:
+        offset = _skip_lines(text, lines_to_ignore)
+        columns: list[str] | None = None
+        if header:
+            first = next((r for r in reader if r), None)
+            columns = first or []
+            if offset == 0 and columns and columns[0].startswith("\ufeff"):
+                columns[0] = columns[0][1:]
+    except UnicodeDecodeError as exc:
+        raise _decode_error(exc, offset + reader.line_num + 1, encoding) from None
+    except csv.Error as exc:
+        raise InvalidInput(FIELD, f"line {offset + reader.line_num}: malformed CSV ({exc})") from None
+    if schema is not None:
+        columns = list(schema)
+    assert columns is not None
+    _check_names(columns, "parameters.schema" if schema is not None else FIELD)
+
+    def batches() -> Iterator[list[tuple[str, ...]]]:
+        width = len(columns)
+        batch: list[tuple[str, ...]] = []
+        append = batch.append
+        try:
+            for record in reader:
+                if len(record) != width:
+                    if not record:  # an empty line
+                        continue
+                    raise InvalidInput(
+                        FIELD,
+                        f"line {offset + reader.line_num}: expected {width} fields, found {len(record)} "
+                        "(a ragged row; check the delimiter and the quoting)",
+                    )
+                append(tuple(record))
+                if len(batch) >= BATCH:
+                    yield batch
+                    batch = []
+                    append = batch.append
+        except UnicodeDecodeError as exc:
+            raise _decode_error(exc, offset + reader.line_num + 1, encoding) from None
+        except csv.Error as exc:
+            raise InvalidInput(FIELD, f"line {offset + reader.line_num}: malformed CSV ({exc})") from None
+        if batch:
+            yield batch
+
+    return columns, batches()
+
+
+def _check_names(columns: list[str], field: str) -> None:
+    seen: set[str] = set()
+    for position, name in enumerate(columns, 1):
+        if name == "":
+            raise InvalidInput(field, f"column {position} has an empty name")
+        if name in seen:
+            raise InvalidInput(field, f"duplicate column name {name!r}")
+        seen.add(name)
+
+
+def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str) -> Iterator[list[dict[str, str | None]]]:
+    """Batches of rows from a JSON array of objects or from NDJSON (one object per line)."""
+    buffered = stream if hasattr(stream, "peek") else io.BufferedReader(stream)  # type: ignore[arg-type]
+    head = buffered.peek(64).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"[") and lines_to_ignore == 0:
+        yield from _json_array(buffered)
+    else:
+        yield from _ndjson(buffered, lines_to_ignore, encoding)
+
+
+def _row(value: Any, where: str) -> dict[str, str | None]:
+    if not isinstance(value, dict):
+        raise InvalidInput(FIELD, f"{where}: expected a JSON object (a row), found {type(value).__name__}")
+    return {str(k): as_text(v) for k, v in value.items()}
+
+
+def _json_array(stream: IO[bytes]) -> Iterator[list[dict[str, str | None]]]:
+    batch: list[dict[str, str | None]] = []
+    index = 0
+    try:
+        for index, item in enumerate(ijson.items(stream, "item"), 1):  # noqa: B007
+            batch.append(_row(item, f"item {index}"))
+            if len(batch) >= BATCH:
+                yield batch
+                batch = []
+    except ijson.JSONError as exc:
+        raise InvalidInput(FIELD, f"malformed JSON after item {index}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(FIELD, f"the file is not valid UTF-8 ({exc.reason})") from None
+    if batch:
+        yield batch
+
+
+def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str) -> Iterator[list[dict[str, str | None]]]:
+    text = _text(stream, encoding)
+    batch: list[dict[str, str | None]] = []
+    number = 0
+    try:
+        number = _skip_lines(text, lines_to_ignore)
+        for line in text:
+            number += 1
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line, parse_float=Decimal)
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(FIELD, f"line {number}: malformed JSON ({exc.msg}, column {exc.colno}); "
+                                          "expected a JSON array of objects or one object per line") from None
+            batch.append(_row(value, f"line {number}"))
+            if len(batch) >= BATCH:
+                yield batch
+                batch = []
+    except UnicodeDecodeError as exc:
+        raise _decode_error(exc, number + 1, encoding) from None
+    if batch:
+        yield batch

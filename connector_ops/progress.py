@@ -1,0 +1,108 @@
+"""Progress reporting for long work, decoupled from where it is shown.
+
+Actions call :func:`track` without knowing their caller; the entry point decides how progress looks by
+installing a reporter factory with :func:`reporting_to`: a ``tqdm.auto`` bar in notebooks, throttled
+log lines in Dagster ops, nothing by default (library use, tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import io
+import time
+from collections.abc import Callable, Iterator
+from typing import IO, Protocol
+
+
+class Reporter(Protocol):
+    def update(self, n: int) -> None: ...
+    def close(self) -> None: ...
+
+
+ReporterFactory = Callable[[str, int | None, str], Reporter]
+
+
+class _Silent:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_factory: contextvars.ContextVar[ReporterFactory | None] = contextvars.ContextVar("progress", default=None)
+
+
+@contextlib.contextmanager
+def reporting_to(factory: ReporterFactory | None) -> Iterator[None]:
+    """Within this block, :func:`track` reports through ``factory(description, total, unit)``."""
+    token = _factory.set(factory)
+    try:
+        yield
+    finally:
+        _factory.reset(token)
+
+
+@contextlib.contextmanager
+def track(description: str, total: int | None = None, unit: str = "B") -> Iterator[Reporter]:
+    """A progress reporter for one piece of work; ``update(n)`` adds ``n`` units done."""
+    factory = _factory.get()
+    reporter: Reporter = factory(description, total, unit) if factory else _Silent()
+    try:
+        yield reporter
+    finally:
+        reporter.close()
+
+
+def tqdm_reporter(description: str, total: int | None, unit: str) -> Reporter:
+    """A ``tqdm.auto`` bar that disappears when done (notebooks, terminals)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total, desc=description, unit=unit, unit_scale=True, leave=False, mininterval=0.3, delay=0.5
+    )
+
+
+class LogReporter:
+    """Writes ``description: 42% (12.0 MB of 28.6 MB)`` at most every ``interval`` seconds."""
+
+    def __init__(self, log: Callable[[str], None], description: str, total: int | None, unit: str,
+                 interval: float = 5.0) -> None:
+        self.log, self.description, self.total, self.unit = log, description, total, unit
+        self.interval, self.done = interval, 0
+        self.started = self.last = time.monotonic()
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.log(self._line())
+
+    def _line(self) -> str:
+        if self.total:
+            return f"{self.description}: {100 * self.done // self.total}% ({self.done:,} of {self.total:,} {self.unit})"
+        return f"{self.description}: {self.done:,} {self.unit}"
+
+    def close(self) -> None:
+        if time.monotonic() - self.started >= self.interval:
+            self.log(self._line() + f" in {time.monotonic() - self.started:.1f}s")
+
+
+class _CountingRaw(io.RawIOBase):
+    def __init__(self, stream: IO[bytes], reporter: Reporter) -> None:
+        self._stream, self._reporter = stream, reporter
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = self._stream.readinto(buffer)  # type: ignore[attr-defined]
+        self._reporter.update(n or 0)
+        return n or 0
+
+
+def reading_with_progress(stream: IO[bytes], reporter: Reporter, buffer_size: int = 1 << 20) -> io.BufferedReader:
+    """A buffered view of ``stream`` that reports each byte read to ``reporter``."""
+    return io.BufferedReader(_CountingRaw(stream, reporter), buffer_size)

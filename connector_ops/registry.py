@@ -1,0 +1,204 @@
+"""The action registry: ``"etl.push"`` -> input model, action function, output shape, error style.
+
+Every entry point (Dagster op, :func:`invoke`, CLI, IPython magic, YAML pipeline step) goes through
+:func:`run_action`, so input validation, error mapping and output serialisation happen in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from connector_ops.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound
+
+log = logging.getLogger("connector_ops")
+
+#: Fields that other actions produce; an op exposes each of them as an optional Dagster input.
+WIRABLE_FIELDS = {
+    "platformFile": "platform_file",
+    "virtualFileId": "virtual_file_id",
+    "fileId": "file_id",
+    "folderId": "folder_id",
+    "id": "id",
+}
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """Everything the entry points need to know about one action."""
+
+    name: str  # "etl.push"
+    input_model: type[BaseModel]
+    output_model: type[BaseModel] | None  # None: a bare output ("ok", null)
+    fn: Callable[..., Any]
+    resource_keys: tuple[str, ...]
+    summary: str
+    not_found_status: int = 500  # the spec's status for "not found" (404 where the spec lists it)
+    null_error_body: bool = False  # Clean answers errors with the body null
+    extra_inputs: Mapping[str, str] = field(default_factory=dict)  # op input name -> input field
+
+    @property
+    def connector(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def short_name(self) -> str:
+        return self.name.split(".", 1)[1]
+
+    @property
+    def op_name(self) -> str:
+        return self.name.replace(".", "_")
+
+    @property
+    def output_fields(self) -> list[str]:
+        """Spec names of the output fields; empty for a bare output (op output ``result``)."""
+        if self.output_model is None:
+            return []
+        return [f.alias or n for n, f in self.output_model.model_fields.items()]
+
+    @property
+    def wirable_inputs(self) -> dict[str, str]:
+        """Op input name -> spec field name for the fields other actions can feed."""
+        names = {f.alias or n for n, f in self.input_model.model_fields.items()}
+        wired = {py: spec for spec, py in WIRABLE_FIELDS.items() if spec in names}
+        wired.update(self.extra_inputs)
+        return wired
+
+
+ACTIONS: dict[str, ActionSpec] = {}
+
+
+def action(
+    name: str,
+    input_model: type[BaseModel],
+    output_model: type[BaseModel] | None,
+    *,
+    resources: tuple[str, ...],
+    not_found_status: int = 500,
+    null_error_body: bool = False,
+    extra_inputs: Mapping[str, str] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register ``fn(inp, **resources)`` as the one implementation of the action ``name``."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        doc = (fn.__doc__ or "").strip().splitlines()
+        ACTIONS[name] = ActionSpec(
+            name=name,
+            input_model=input_model,
+            output_model=output_model,
+            fn=fn,
+            resource_keys=resources,
+            summary=doc[0] if doc else name,
+            not_found_status=not_found_status,
+            null_error_body=null_error_body,
+            extra_inputs=dict(extra_inputs or {}),
+        )
+        return fn
+
+    return register
+
+
+def load_all() -> None:
+    """Import every connector so that its actions register themselves."""
+    import importlib
+
+    for module in ("connector_ops.etl.actions", "connector_ops.drive.actions", "connector_ops.mail.actions"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:  # a connector not built yet
+            if not module.startswith(exc.name or "-"):
+                raise
+
+
+def get_action(name: str) -> ActionSpec:
+    load_all()
+    try:
+        return ACTIONS[name]
+    except KeyError:
+        known = ", ".join(sorted(ACTIONS))
+        raise ConnectorError(400, {"message": f"unknown action {name!r}; known actions: {known}"}) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """Turn pydantic's report into ``field.path: problem; …`` with spec (camelCase) field names."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        msg = err["msg"]
+        if err["type"] == "missing":
+            msg = "is required"
+        elif err["type"] == "extra_forbidden":
+            msg = "is not a known field"
+        elif msg.startswith("Value error, "):
+            msg = msg.removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(dict.fromkeys(parts))
+
+
+def parse_input(spec: ActionSpec, payload: Any) -> BaseModel:
+    if isinstance(payload, spec.input_model):
+        return payload
+    if not isinstance(payload, Mapping):
+        raise ConnectorError(
+            400, {"message": f"input must be a JSON object, got {type(payload).__name__}"}, action=spec.name
+        )
+    try:
+        return spec.input_model.model_validate(dict(payload))
+    except ValidationError as exc:
+        raise ConnectorError(400, {"message": describe_validation_error(exc)}, action=spec.name) from None
+
+
+def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:
+    """Map a precise error to the spec's status and body for this action."""
+    if isinstance(exc, ConnectorError):
+        exc.action = exc.action or spec.name
+        return exc
+    if isinstance(exc, InvalidInput):
+        status, message = 400, str(exc)
+    elif isinstance(exc, NotFound):
+        status = spec.not_found_status
+        message = "not found" if status == 404 and spec.connector == "etl" else str(exc)
+    elif isinstance(exc, ConnectorOpsError):
+        status, message = exc.status, str(exc)
+    else:
+        log.debug("unexpected error in %s", spec.name, exc_info=exc)
+        status, message = 500, f"{type(exc).__name__}: {exc}"
+    body = None if spec.null_error_body and status >= 500 else {"message": message}
+    return ConnectorError(status, body, action=spec.name)
+
+
+def serialise_output(spec: ActionSpec, out: Any) -> Any:
+    if isinstance(out, BaseModel):
+        return out.model_dump(by_alias=True, mode="json")
+    return out
+
+
+def run_action(spec: ActionSpec, payload: Any, resources: Mapping[str, Any]) -> Any:
+    """Validate ``payload``, run the action with its resources and return the spec's JSON output."""
+    inp = parse_input(spec, payload)
+    missing = [k for k in spec.resource_keys if k not in resources]
+    if missing:
+        raise ConnectorError(500, {"message": f"resources not configured: {', '.join(missing)}"}, action=spec.name)
+    try:
+        out = spec.fn(inp, **{k: resources[k] for k in spec.resource_keys})
+    except Exception as exc:  # every failure leaves as a ConnectorError with the spec's status
+        raise error_for(spec, exc) from exc
+    return serialise_output(spec, out)
+
+
+def invoke(name: str, payload: Any, resources: Mapping[str, Any] | None = None) -> Any:
+    """Run the action ``name`` (``"etl.push"``) on ``payload`` (the spec's JSON input).
+
+    Returns the spec's output (a dict, ``"ok"``, ``None`` …); raises :class:`ConnectorError` with
+    ``.status`` and ``.body``.  Without ``resources`` they are built from the environment as it is now.
+    """
+    spec = get_action(name)
+    if resources is None:
+        from connector_ops.environment import resources_from_env
+
+        resources = resources_from_env()
+    return run_action(spec, payload, resources)

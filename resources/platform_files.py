@@ -1,0 +1,252 @@
+"""PlatformFileStore: bytes on disk <-> ``platformFile`` descriptors (spec 2.1), and link resolution.
+
+Layout under ``files_dir``: ``<id>`` holds the bytes and ``<id>.json`` the descriptor. Ids are random
+hex generated here; a user-supplied name is metadata only and never becomes part of a path. Every file
+is written to a temporary name and renamed into place, so a failed write leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import mimetypes
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import dagster as dg
+import httpx
+from pydantic import PrivateAttr
+
+from connector_ops.environment import DEFAULT_FILE_SERVER_URL, Env, resource_builder
+from connector_ops.errors import InvalidInput, NotFound, UpstreamError
+from connector_ops.models import PlatformFile
+
+_ID = re.compile(r"^[0-9a-f]{32}$")
+CHUNK = 1 << 20
+
+
+def utc_timestamp(ts: float | None = None) -> str:
+    """ISO 8601 with milliseconds and ``Z``, as spec 2.1 shows ``lastModified``."""
+    moment = datetime.now(UTC) if ts is None else datetime.fromtimestamp(ts, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def guess_content_type(name: str) -> str:
+    guessed, _ = mimetypes.guess_type(name, strict=False)
+    if name.lower().endswith((".ndjson", ".jsonl")):
+        return "application/x-ndjson"
+    return guessed or "application/octet-stream"
+
+
+def clean_name(name: str) -> str:
+    """Names are metadata; refuse only what would break headers and listings (control characters)."""
+    if not name or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidInput("name", "must be a non-empty file name without control characters")
+    return name
+
+
+class PendingFile:
+    """A platform file being written; it exists only once the ``with`` block of ``create`` succeeds."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+        self.size = 0
+        self.descriptor: PlatformFile | None = None
+
+    def write(self, data: bytes) -> int:
+        self._handle.write(data)
+        self.size += len(data)
+        return len(data)
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+
+class _HttpStream(io.RawIOBase):
+    """A readable binary stream over an httpx streamed response (bounded memory)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._chunks = response.iter_bytes(CHUNK)
+        self._buffer = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while not self._buffer:
+            try:
+                self._buffer = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(target), len(self._buffer))
+        target[:n] = self._buffer[:n]
+        self._buffer = self._buffer[n:]
+        return n
+
+
+class PlatformFileStore(dg.ConfigurableResource):
+    """Keeps platform files under ``files_dir`` and serves them at ``{file_server_url}/files/<id>``."""
+
+    files_dir: str
+    file_server_url: str = DEFAULT_FILE_SERVER_URL
+    http_timeout_s: float = 60.0
+
+    _http: httpx.Client | None = PrivateAttr(default=None)
+
+    # -- paths -----------------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        root = Path(self.files_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    @property
+    def _prefix(self) -> str:
+        return self.file_server_url.rstrip("/") + "/files/"
+
+    def link_for(self, file_id: str) -> str:
+        return self._prefix + file_id
+
+    def _paths(self, file_id: str) -> tuple[Path, Path]:
+        if not _ID.match(file_id or ""):
+            raise NotFound(f"platform file {file_id!r} not found")
+        return self.root / file_id, self.root / f"{file_id}.json"
+
+    # -- writing ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def create(self, name: str, content_type: str | None = None) -> Iterator[PendingFile]:
+        """Write a new platform file; on any error inside the block nothing is kept."""
+        name = clean_name(name)
+        file_id = uuid.uuid4().hex
+        data_path, meta_path = self._paths(file_id)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                pending = PendingFile(handle)
+                yield pending
+            descriptor = PlatformFile(
+                id=file_id,
+                name=name,
+                content_type=content_type or guess_content_type(name),
+                link=self.link_for(file_id),
+                size=pending.size,
+                last_modified=utc_timestamp(),
+            )
+            os.replace(tmp, data_path)
+            self._write_meta(meta_path, descriptor)
+            pending.descriptor = descriptor
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(data_path)
+            raise
+
+    def _write_meta(self, meta_path: Path, descriptor: PlatformFile) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-meta-")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(descriptor.to_json(), handle)
+        os.replace(tmp, meta_path)
+
+    def add_file(self, path: str | os.PathLike[str], name: str | None = None,
+                 content_type: str | None = None) -> PlatformFile:
+        """Copy a local file into the store (``connector-ops files add``)."""
+        source = Path(path)
+        if not source.is_file():
+            raise InvalidInput("path", f"{source} is not a readable file")
+        with source.open("rb") as src, self.create(name or source.name, content_type) as sink:
+            shutil.copyfileobj(src, sink, CHUNK)
+        assert sink.descriptor is not None
+        return sink.descriptor
+
+    def add_bytes(self, data: bytes, name: str, content_type: str | None = None) -> PlatformFile:
+        with self.create(name, content_type) as sink:
+            sink.write(data)
+        assert sink.descriptor is not None
+        return sink.descriptor
+
+    # -- reading ---------------------------------------------------------------------------------
+    def describe(self, file_id: str) -> PlatformFile:
+        """The stored descriptor of one of our files (``NotFound`` if unknown)."""
+        _, meta_path = self._paths(file_id)
+        try:
+            return PlatformFile.model_validate_json(meta_path.read_bytes())
+        except FileNotFoundError:
+            raise NotFound(f"platform file {file_id!r} not found") from None
+
+    def local_id(self, descriptor: PlatformFile | dict) -> str | None:
+        """The id of the file if ``descriptor.link`` points at our own file server, else ``None``."""
+        pf = PlatformFile.model_validate(descriptor)
+        if pf.link and pf.link.startswith(self._prefix):
+            return pf.link[len(self._prefix):].split("?", 1)[0]
+        return None
+
+    def data_path(self, file_id: str) -> Path:
+        data_path, _ = self._paths(file_id)
+        if not data_path.is_file():
+            raise NotFound(f"platform file {file_id!r} not found")
+        return data_path
+
+    @contextlib.contextmanager
+    def open(self, descriptor: PlatformFile | dict, field: str = "platformFile") -> Iterator[IO[bytes]]:
+        """A binary stream of the file's bytes: read from storage for our links, else over HTTP."""
+        pf = PlatformFile.model_validate(descriptor)
+        local = self.local_id(pf)
+        if local is not None:
+            with self.data_path(local).open("rb") as handle:
+                yield handle
+            return
+        link = pf.link or ""
+        if not link.startswith(("http://", "https://")):
+            raise InvalidInput(f"{field}.link", f"must be an http(s) URL or a link of this file server, got {link!r}")
+        with self._client().stream("GET", link) as response:
+            if response.status_code == 404:
+                raise NotFound(f"platform file at {link} not found")
+            if response.status_code >= 400:
+                raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}")
+            yield io.BufferedReader(_HttpStream(response), CHUNK)
+
+    def size_of(self, descriptor: PlatformFile | dict) -> int | None:
+        pf = PlatformFile.model_validate(descriptor)
+        local = self.local_id(pf)
+        if local is not None:
+            with contextlib.suppress(NotFound):
+                return self.data_path(local).stat().st_size
+        return pf.size
+
+    def read_bytes(self, descriptor: PlatformFile | dict) -> bytes:
+        with self.open(descriptor) as handle:
+            return handle.read()
+
+    def _client(self) -> httpx.Client:
+        if self._http is None:
+            self._http = httpx.Client(
+                timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
+                follow_redirects=True,
+                transport=httpx.HTTPTransport(retries=2),
+            )
+        return self._http
+
+    def delete(self, file_id: str) -> None:
+        for path in self._paths(file_id):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+@resource_builder("platform_files")
+def platform_files_from_env(env: Env) -> PlatformFileStore:
+    return PlatformFileStore(
+        files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
+        file_server_url=env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL),
+    )

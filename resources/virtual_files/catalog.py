@@ -1,0 +1,93 @@
+"""The catalog tables and the shape of one virtual file's row table.
+
+Design (research/etl.md §2, measured fastest): one table per virtual file, ``seq`` (row order) plus one
+TEXT column per user column, internal names ``c0, c1, …``. User column names are data in
+``cop_vf_column``; they never appear in SQL text, so quotes, dots, ``$``, keywords and any Unicode are
+safe, and PostgreSQL's 63-byte identifier limit does not apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+virtual_file = sa.Table(
+    "cop_virtual_file",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("table_name", sa.String(64), nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False, default=1),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+
+vf_column = sa.Table(
+    "cop_vf_column",
+    metadata,
+    sa.Column("vf_id", sa.String(64), sa.ForeignKey("cop_virtual_file.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("ordinal", sa.Integer, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("indexed", sa.Boolean, nullable=False, default=False),
+)
+
+vf_cursor = sa.Table(
+    "cop_vf_cursor",
+    metadata,
+    sa.Column("vf_id", sa.String(64), sa.ForeignKey("cop_virtual_file.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("cursor_name", sa.String(200), primary_key=True),
+    sa.Column("last_seq", sa.BigInteger, nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+)
+
+array_cursor = sa.Table(
+    "cop_array_cursor",
+    metadata,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("position", sa.BigInteger, nullable=False),
+)
+
+SEQ_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY = rowid
+
+
+def internal_name(ordinal: int) -> str:
+    return f"c{ordinal}"
+
+
+def row_table(table_name: str, ordinals: list[int]) -> sa.Table:
+    """The SQLAlchemy description of a row table (built from the catalog, never reflected)."""
+    return sa.Table(
+        table_name,
+        sa.MetaData(),
+        sa.Column("seq", SEQ_TYPE, primary_key=True, autoincrement=True),
+        *(sa.Column(internal_name(o), sa.Text) for o in ordinals),
+    )
+
+
+@dataclass(frozen=True)
+class VirtualFileInfo:
+    """One virtual file as the catalog describes it."""
+
+    id: str
+    table_name: str
+    generation: int
+    names: tuple[str, ...]  # user column names, in order
+    ordinals: tuple[int, ...]
+    indexed: frozenset[int]
+
+    @cached_property
+    def table(self) -> sa.Table:
+        return row_table(self.table_name, list(self.ordinals))
+
+    def column_map(self, table: sa.Table | None = None) -> dict[str, sa.ColumnElement]:
+        """User column name -> SQL column (what the filter compiler and joins work with)."""
+        table = self.table if table is None else table
+        return {n: table.c[internal_name(o)] for n, o in zip(self.names, self.ordinals, strict=True)}
+
+    def ordinal_of(self, name: str) -> int | None:
+        try:
+            return self.ordinals[self.names.index(name)]
+        except ValueError:
+            return None

@@ -1,0 +1,80 @@
+"""One SQLAlchemy Engine per database URL per process, with each dialect set up for our workload.
+
+SQLite: WAL, ``synchronous=NORMAL``, a busy timeout (parallel Dagster steps share the file), and real
+transactions around DDL (pysqlite's legacy mode would auto-commit ``CREATE TABLE``), with
+``BEGIN IMMEDIATE`` for writers so two writers never deadlock on a lock upgrade.
+PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from resources.virtual_files.catalog import metadata
+
+_ENGINES: dict[str, sa.Engine] = {}
+_LOCK = threading.Lock()
+
+#: name -> (nargs, fn) registered on every SQLite connection (e.g. the ``$regex`` matcher).
+SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
+
+WRITE = {"cop_write": True}
+
+
+def normalise_url(url: str) -> str:
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _setup_sqlite(engine: sa.Engine) -> None:
+    @sa.event.listens_for(engine, "connect")
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see "begin" below)
+        cur = dbapi_conn.cursor()
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=60000", "foreign_keys=ON",
+                       "cache_size=-65536", "temp_store=MEMORY"):
+            cur.execute(f"PRAGMA {pragma}")
+        cur.close()
+        for name, (nargs, fn) in SQLITE_FUNCTIONS.items():
+            dbapi_conn.create_function(name, nargs, fn, deterministic=True)
+
+    @sa.event.listens_for(engine, "begin")
+    def on_begin(conn: sa.Connection) -> None:
+        immediate = conn.get_execution_options().get("cop_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def get_engine(url: str) -> sa.Engine:
+    """The process-wide engine for ``url``, with the catalog tables created."""
+    key = normalise_url(url)
+    with _LOCK:
+        engine = _ENGINES.get(key)
+        if engine is not None:
+            return engine
+        parsed = make_url(key)
+        if parsed.get_backend_name() == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(key, connect_args={"timeout": 60, "check_same_thread": False})
+            _setup_sqlite(engine)
+        else:
+            engine = sa.create_engine(key, pool_pre_ping=True)
+        with engine.execution_options(**WRITE).begin() as conn:
+            metadata.create_all(conn, checkfirst=True)
+        _ENGINES[key] = engine
+        return engine
+
+
+def dispose_all() -> None:
+    with _LOCK:
+        for engine in _ENGINES.values():
+            engine.dispose()
+        _ENGINES.clear()
