@@ -1,0 +1,73 @@
+"""Fan a virtual file out as Dagster ``DynamicOutput`` batches for ``.map()`` / ``.collect()``.
+
+Each dynamic value is a small descriptor ``{virtualFileId, generation, afterSeq, uptoSeq, index}``,
+not rows (research/etl.md §6): descriptors go through the IO manager cheaply, and each mapped step
+re-reads exactly its range, so a retried step gets the same rows and no cursor state is shared.
+"""
+
+
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from connector_ops.errors import ConnectorError, NotFound
+from connector_ops.op_factory import failure, markdown_table
+from connector_ops.registry import error_for, get_action
+from resources.virtual_files import VirtualFileStore
+
+
+class BatchesConfig(dg.Config):
+    virtualFileId: str | None = None  # noqa: N815 - the spec's field name
+    maxBatchSize: int = 10_000  # noqa: N815
+
+
+def plan_batches(store: VirtualFileStore, vf_id: str, batch_size: int) -> list[dict[str, Any]]:
+    generation, bounds = store.batch_bounds(vf_id, batch_size)
+    return [
+        {"virtualFileId": vf_id, "generation": generation, "afterSeq": a, "uptoSeq": b, "index": i}
+        for i, (a, b) in enumerate(bounds)
+    ]
+
+
+def read_batch(store: VirtualFileStore, batch: dict[str, Any]) -> list[dict[str, str]]:
+    """The rows of one planned batch (the file must not have been replaced since planning)."""
+    with store.reading() as conn:
+        generation = store.info(conn, batch["virtualFileId"]).generation
+    if generation != batch["generation"]:
+        raise NotFound(f"virtual file {batch['virtualFileId']!r} was replaced after the batches were planned")
+    return store.read_range(batch["virtualFileId"], batch["afterSeq"], batch["uptoSeq"])
+
+
+@dg.op(
+    out=dg.DynamicOut(dict),
+    ins={"virtual_file_id": dg.In(dg.Any, default_value=None), "after": dg.In(dg.Nothing)},
+    tags={"connector": "etl", "action": "etl.iterate"},
+)
+def etl_iterate_batches(
+    context: dg.OpExecutionContext, config: BatchesConfig, virtual_files: VirtualFileStore, virtual_file_id: Any
+) -> Iterator[dg.DynamicOutput]:
+    """Split a virtual file into batches of at most maxBatchSize rows, one dynamic output each."""
+    vf_id = virtual_file_id or config.virtualFileId
+    spec = get_action("etl.iterate")
+    if not vf_id:
+        raise failure(ConnectorError(400, {"message": "virtualFileId: is required"}, action=spec.name))
+    if config.maxBatchSize < 1:
+        raise failure(ConnectorError(400, {"message": "maxBatchSize: must be at least 1"}, action=spec.name))
+    try:
+        batches = plan_batches(virtual_files, vf_id, config.maxBatchSize)
+    except Exception as exc:
+        raise failure(error_for(spec, exc)) from exc
+    for batch in batches:
+        yield dg.DynamicOutput(batch, mapping_key=f"b{batch['index']:05d}")
+
+
+@dg.op(tags={"connector": "etl", "action": "etl.iterate"})
+def etl_batch_rows(context: dg.OpExecutionContext, virtual_files: VirtualFileStore, batch: dict) -> list:
+    """The rows of one batch planned by ``etl_iterate_batches`` (a list of row objects)."""
+    try:
+        rows = read_batch(virtual_files, batch)
+    except Exception as exc:
+        raise failure(error_for(get_action("etl.iterate"), exc)) from exc
+    context.add_output_metadata({"rows": len(rows), "preview": dg.MetadataValue.md(markdown_table(rows))})
+    return rows

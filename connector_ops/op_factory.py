@@ -1,0 +1,160 @@
+"""Build the Dagster op of an action from its registry entry, so every op behaves the same way.
+
+* config: the action's JSON input (spec field names); fields other actions produce are optional;
+* inputs: ``platform_file``, ``virtual_file_id``, ``file_id``, ``folder_id``, ``id`` (where the action
+  has the field) override the config when wired, plus ``after`` (Nothing) for ordering-only edges;
+* outputs: one per output field, snake_case; a bare output (``"ok"``, ``null``, ``{}``) is ``result``;
+* metadata: row counts, a Markdown preview of the first rows, links;
+* failure: ``dagster.Failure`` whose metadata carries the spec's status and body.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel
+from pydantic.alias_generators import to_snake
+
+from connector_ops.errors import ConnectorError
+from connector_ops.progress import LogReporter, reporting_to
+from connector_ops.registry import ActionSpec, get_action, run_action
+
+PREVIEW_ROWS = 5
+_SCALARS = {str: str, int: int, float: float, bool: bool}
+
+
+def _config_type(annotation: Any) -> Any:
+    """A Dagster config type for a pydantic annotation (structure shown in the launchpad)."""
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType):
+        if len(args) == 1:
+            return dg.Noneable(_config_type(args[0]))
+        return dg.Any
+    if annotation in _SCALARS:
+        return _SCALARS[annotation]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return dg.Shape(config_fields(annotation, required_ok=False))
+    if origin is list and args and (args[0] in _SCALARS or _is_model(args[0])):
+        return [_config_type(args[0])]
+    if origin is dict:
+        return dg.Permissive()
+    return dg.Any
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def config_fields(model: type[BaseModel], *, required_ok: bool = True,
+                  wirable: frozenset[str] = frozenset()) -> dict[str, dg.Field]:
+    fields = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        required = required_ok and info.is_required() and key not in wirable
+        fields[key] = dg.Field(_config_type(info.annotation), is_required=required,
+                               description=info.description or None)
+    return fields
+
+
+def output_names(spec: ActionSpec) -> dict[str, str]:
+    """Spec output field -> op output name."""
+    return {f: to_snake(f) for f in spec.output_fields} or {"": "result"}
+
+
+def markdown_table(rows: list[Mapping[str, Any]], limit: int = PREVIEW_ROWS) -> str:
+    rows = [r for r in rows[:limit] if isinstance(r, Mapping)]
+    if not rows:
+        return "_no rows_"
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(value: Any) -> str:
+        text = "" if value is None else str(value)
+        text = text.replace("|", "\\|").replace("\n", " ")
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def output_metadata(field: str, value: Any, resources: Mapping[str, Any]) -> dict[str, Any]:
+    """What the UI shows next to an output: counts, previews, links."""
+    meta: dict[str, Any] = {}
+    if field in ("virtualFileId", "rejectionFileId") and isinstance(value, str):
+        store = resources.get("virtual_files")
+        if store is not None:
+            meta["rows"] = dg.MetadataValue.int(store.count(value))
+            meta["columns"] = dg.MetadataValue.text(", ".join(store.columns(value)))
+            meta["preview"] = dg.MetadataValue.md(markdown_table(store.head(value, PREVIEW_ROWS)))
+    elif isinstance(value, dict) and "link" in value:
+        meta["name"] = dg.MetadataValue.text(str(value.get("name")))
+        meta["size"] = dg.MetadataValue.int(int(value.get("size") or 0))
+        meta["link"] = dg.MetadataValue.url(str(value["link"]))
+    elif isinstance(value, list):
+        meta["count"] = dg.MetadataValue.int(len(value))
+        if value and isinstance(value[0], Mapping):
+            meta["preview"] = dg.MetadataValue.md(markdown_table(value))
+    elif isinstance(value, str) and value.startswith(("http://", "https://", "file://")):
+        meta["link"] = dg.MetadataValue.url(value)
+    return meta
+
+
+def failure(exc: ConnectorError) -> dg.Failure:
+    return dg.Failure(
+        description=exc.summary(),
+        metadata={"status": dg.MetadataValue.int(exc.status), "body": dg.MetadataValue.json(exc.body)},
+        allow_retries=exc.status >= 500,
+    )
+
+
+def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The action input: the op config, with wired inputs taking precedence."""
+    payload = {k: v for k, v in config.items() if v is not None}
+    for input_name, field in spec.wirable_inputs.items():
+        value = inputs.get(input_name)
+        if value is not None:
+            payload[field] = value
+    return payload
+
+
+def build_op(name: str) -> dg.OpDefinition:
+    spec = get_action(name)
+    wirable = spec.wirable_inputs
+    outs = output_names(spec)
+
+    def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:  # noqa: ANN001 - Dagster inspects it
+        resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
+        payload = op_payload(spec, context.op_config or {}, inputs)
+        try:
+            with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)):
+                result = run_action(spec, payload, resources)
+        except ConnectorError as exc:
+            raise failure(exc) from None
+        if "" in outs:
+            yield dg.Output(result, "result", metadata=output_metadata("", result, resources))
+            return
+        for field, out_name in outs.items():
+            value = result[field]
+            yield dg.Output(value, out_name, metadata=output_metadata(field, value, resources))
+
+    ins = {
+        input_name: dg.In(dg.Any, default_value=None, description=f"wired value for `{field}` (overrides config)")
+        for input_name, field in wirable.items()
+    }
+    ins["after"] = dg.In(dg.Nothing, description="run after these steps (ordering only)")
+    return dg.OpDefinition(
+        name=spec.op_name,
+        compute_fn=compute,
+        ins=ins,
+        outs={out_name: dg.Out(dg.Any, description=f"`{field}` of the output" if field else "the output")
+              for field, out_name in outs.items()},
+        config_schema=config_fields(spec.input_model, wirable=frozenset(wirable.values())),
+        required_resource_keys=set(spec.resource_keys),
+        description=f"{spec.summary}\n\nAction `{spec.name}`; config is its JSON input (spec field names).",
+        tags={"connector": spec.connector, "action": spec.name},
+    )
