@@ -127,7 +127,7 @@ def build_op(name: str) -> dg.OpDefinition:
     wirable = spec.wirable_inputs
     outs = output_names(spec)
 
-    def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:  # noqa: ANN001 - Dagster inspects it
+    def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
         payload = op_payload(spec, context.op_config or {}, inputs)
         try:

@@ -7,6 +7,7 @@ spec's bare value). No printing, no Dagster: the entry points own presentation.
 from __future__ import annotations
 
 from collections.abc import Iterator
+
 from connector_ops.errors import InvalidInput
 from connector_ops.etl import models as m
 from connector_ops.etl.readers import as_text, is_json, read_csv, read_json

@@ -18,8 +18,8 @@ from resources.virtual_files import VirtualFileStore
 
 
 class BatchesConfig(dg.Config):
-    virtualFileId: str | None = None  # noqa: N815 - the spec's field name
-    maxBatchSize: int = 10_000  # noqa: N815
+    virtualFileId: str | None = None
+    maxBatchSize: int = 10_000
 
 
 def plan_batches(store: VirtualFileStore, vf_id: str, batch_size: int) -> list[dict[str, Any]]:

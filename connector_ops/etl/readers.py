@@ -140,7 +140,7 @@ def _json_array(stream: IO[bytes]) -> Iterator[list[dict[str, str | None]]]:
     batch: list[dict[str, str | None]] = []
     index = 0
     try:
-        for index, item in enumerate(ijson.items(stream, "item"), 1):  # noqa: B007
+        for index, item in enumerate(ijson.items(stream, "item"), 1):
             batch.append(_row(item, f"item {index}"))
             if len(batch) >= BATCH:
                 yield batch

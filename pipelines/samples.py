@@ -1,0 +1,27 @@
+"""Sample data shipped with the package, stored as platform files for the demo jobs."""
+
+from importlib import resources as importlib_resources
+
+import dagster as dg
+
+from resources.platform_files import PlatformFileStore
+
+SAMPLES = ("sales.csv", "customers.csv")
+
+
+def sample_path(name: str) -> str:
+    if name not in SAMPLES:
+        raise ValueError(f"unknown sample {name!r}; samples are {SAMPLES}")
+    return str(importlib_resources.files("pipelines") / "data" / name)
+
+
+class SampleConfig(dg.Config):
+    name: str = "sales.csv"
+
+
+@dg.op(tags={"connector": "etl"})
+def sample_file(context: dg.OpExecutionContext, config: SampleConfig, platform_files: PlatformFileStore) -> dict:
+    """Store a bundled sample CSV as a platform file and return its descriptor."""
+    descriptor = platform_files.add_file(sample_path(config.name)).to_json()
+    context.add_output_metadata({"link": dg.MetadataValue.url(descriptor["link"]), "size": descriptor["size"]})
+    return descriptor
