@@ -7,6 +7,8 @@ spec's bare value). No printing, no Dagster: the entry points own presentation.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import IO
 
 from connector_ops.errors import InvalidInput
 from connector_ops.etl import models as m
@@ -28,11 +30,16 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
     if not params.use_first_row_as_schema and params.schema_ is None:
         raise InvalidInput("parameters.schema", "is required when useFirstRowAsSchema is false")
     size = platform_files.size_of(pf)
+
+    def reopen() -> AbstractContextManager[IO[bytes]]:  # to locate a decoding error exactly
+        return platform_files.open(pf)
+
     with platform_files.open(pf) as raw, track(f"push {pf.name}", size, "B") as reporter:
         stream = reading_with_progress(raw, reporter)
         if is_json(pf.name, pf.content_type):
             with virtual_files.create(params.schema_ or ()) as writer:
-                for batch in read_json(stream, lines_to_ignore=params.lines_to_ignore, encoding=params.encoding):
+                for batch in read_json(stream, lines_to_ignore=params.lines_to_ignore, encoding=params.encoding,
+                                       reopen=reopen):
                     writer.write_dicts(batch)
         else:
             columns, batches = read_csv(
@@ -42,6 +49,7 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
                 header=bool(params.use_first_row_as_schema),
                 schema=params.schema_,
                 encoding=params.encoding,
+                reopen=reopen,
             )
             with virtual_files.create(columns) as writer:
                 for batch in batches:

@@ -9,10 +9,12 @@ yield batches so memory stays bounded whatever the file size.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from decimal import Decimal
 from typing import IO, Any
 
@@ -53,13 +55,31 @@ def _skip_lines(text: io.TextIOWrapper, count: int) -> int:
     return skipped
 
 
-def _decode_error(exc: UnicodeDecodeError, line: int, encoding: str) -> InvalidInput:
-    return InvalidInput(FIELD, f"line {line}: the file is not valid {encoding} ({exc.reason}); "
+Reopen = Callable[[], AbstractContextManager[IO[bytes]]]
+
+
+def _decode_error(exc: UnicodeDecodeError, encoding: str, reopen: Reopen | None) -> InvalidInput:
+    """The decoder works on 8 KiB chunks, so the parser's line is only near the bad byte: find the exact one."""
+    where = f"line {_line_of_bad_byte(reopen, encoding)}: " if reopen is not None else ""
+    return InvalidInput(FIELD, f"{where}the file is not valid {encoding} ({exc.reason}); "
                                "set parameters.encoding to the file's encoding")
 
 
+def _line_of_bad_byte(reopen: Reopen, encoding: str) -> int:
+    decoder = codecs.getincrementaldecoder(encoding)("strict")
+    line = 1
+    with reopen() as stream:
+        while chunk := stream.read(1 << 16):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                return line + chunk[: max(exc.start, 0)].count(b"\n")
+            line += chunk.count(b"\n")
+    return line
+
+
 def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header: bool,
-             schema: list[str] | None, encoding: str) -> tuple[list[str], Iterator[list[tuple[str, ...]]]]:
+             schema: list[str] | None, encoding: str, reopen: Reopen | None = None) -> tuple[list[str], Iterator[list[tuple[str, ...]]]]:
     """Return the column names and an iterator of row batches (tuples aligned with the names)."""
     text = _text(stream, encoding)
     reader = csv.reader(text, delimiter=delimiter, strict=True)
@@ -73,7 +93,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
             if offset == 0 and columns and columns[0].startswith("\ufeff"):
                 columns[0] = columns[0][1:]
     except UnicodeDecodeError as exc:
-        raise _decode_error(exc, offset + reader.line_num + 1, encoding) from None
+        raise _decode_error(exc, encoding, reopen) from None
     except csv.Error as exc:
         raise InvalidInput(FIELD, f"line {offset + reader.line_num}: malformed CSV ({exc})") from None
     if schema is not None:
@@ -101,7 +121,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
                     batch = []
                     append = batch.append
         except UnicodeDecodeError as exc:
-            raise _decode_error(exc, offset + reader.line_num + 1, encoding) from None
+            raise _decode_error(exc, encoding, reopen) from None
         except csv.Error as exc:
             raise InvalidInput(FIELD, f"line {offset + reader.line_num}: malformed CSV ({exc})") from None
         if batch:
@@ -120,14 +140,14 @@ def _check_names(columns: list[str], field: str) -> None:
         seen.add(name)
 
 
-def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str) -> Iterator[list[dict[str, str | None]]]:
+def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str, reopen: Reopen | None = None) -> Iterator[list[dict[str, str | None]]]:
     """Batches of rows from a JSON array of objects or from NDJSON (one object per line)."""
     buffered = stream if hasattr(stream, "peek") else io.BufferedReader(stream)  # type: ignore[arg-type]
     head = buffered.peek(64).lstrip(b"\xef\xbb\xbf \t\r\n")
     if head.startswith(b"[") and lines_to_ignore == 0:
         yield from _json_array(buffered)
     else:
-        yield from _ndjson(buffered, lines_to_ignore, encoding)
+        yield from _ndjson(buffered, lines_to_ignore, encoding, reopen)
 
 
 def _row(value: Any, where: str) -> dict[str, str | None]:
@@ -153,7 +173,7 @@ def _json_array(stream: IO[bytes]) -> Iterator[list[dict[str, str | None]]]:
         yield batch
 
 
-def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str) -> Iterator[list[dict[str, str | None]]]:
+def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None) -> Iterator[list[dict[str, str | None]]]:
     text = _text(stream, encoding)
     batch: list[dict[str, str | None]] = []
     number = 0
@@ -173,6 +193,6 @@ def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str) -> Iterator[
                 yield batch
                 batch = []
     except UnicodeDecodeError as exc:
-        raise _decode_error(exc, number + 1, encoding) from None
+        raise _decode_error(exc, encoding, reopen) from None
     if batch:
         yield batch

@@ -1,31 +1,368 @@
-"""Query filters over a virtual file's columns, compiled to SQLAlchemy expressions.
+"""MongoDB query-filter documents compiled to SQL over a virtual file's TEXT columns.
 
-The Query action gives ``{column: value}`` (equality on every given column). Column names are looked
-up in the catalog's column map, so a name is only ever data.
+Shared by Delete Rows and Query (research/etl.md §1). A filter is first *parsed* into a small tree
+(every malformed or unsupported construct is an ``InvalidInput`` naming the operator, before any SQL
+runs), then *compiled* to one SQLAlchemy expression, so matching happens in the database.
+
+The rules that make the SQL agree with MongoDB (differentially tested against mongomock):
+
+* Stored values are strings or NULL, and NULL means "missing" (Push/Append store a JSON ``null`` as
+  NULL too). Type bracketing therefore reduces to: a number or boolean operand matches no stored value
+  (so ``$ne: 5`` matches every row), a string operand only compares with strings.
+* ``$ne $nin $not $nor`` match rows where the column is missing. SQL's three-valued logic would drop
+  them (``NOT (NULL = 'x')`` is NULL), so under a negation every leaf is emitted in a two-valued form
+  (``c IS NOT NULL AND c = 'x'``). In positive context the plain form is kept, because NULL and FALSE
+  select the same rows there and the plain form lets the planner use an index.
+* String order is code-point order: SQLite's BINARY collation, ``COLLATE "C"`` on PostgreSQL.
+* ``$regex`` is Python's ``re.search`` on both databases (flags ``i m s x``): a UDF on SQLite; on
+  PostgreSQL, whose regular expressions are not Python's, the matching ``seq`` values are computed in
+  Python in keyset batches into a temporary table the SQL then refers to.
+* A key is a literal column name (rows are flat; ``"customer.id"`` is the column ``customer.id``); a
+  column the virtual file does not have is missing in every row. Names are looked up in the catalog's
+  column map and never reach SQL text; values are always bound parameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from connector_ops.errors import InvalidInput
+from resources.virtual_files.engines import SQLITE_FUNCTIONS
+from resources.virtual_files.loaders import insert_rows
+
+COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+FIELD_OPERATORS = {"$eq", "$ne", "$in", "$nin", "$exists", "$regex", "$options", "$not", *COMPARISONS}
+LOGICAL_OPERATORS = {"$and", "$or", "$nor"}
+#: MongoDB operators we know and refuse (a clearer message than "unknown operator").
+UNSUPPORTED = {
+    "$where", "$expr", "$function", "$accumulator", "$jsonSchema", "$text", "$comment", "$elemMatch", "$size",
+    "$all", "$type", "$mod", "$bitsAllSet", "$bitsAnySet", "$bitsAllClear", "$bitsAnyClear", "$geoWithin",
+    "$geoIntersects", "$near", "$nearSphere", "$sampleRate", "$getField",
+}
+REGEX_OPTIONS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+REGEX_BATCH = 10_000
+
+
+# -- the parsed filter ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Match:
+    """The column's value is one of ``values`` (strings), or the column is missing when ``missing``."""
+
+    column: str
+    values: tuple[str, ...]
+    missing: bool = False
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``column <op> value`` for a string ``value`` (code-point order); missing never compares."""
+
+    column: str
+    op: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Regex:
+    """``re.search(pattern, value)`` with MongoDB's ``$options`` letters; only strings match."""
+
+    column: str
+    pattern: str
+    options: str
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        return _compile_regex(self.pattern, self.options)
+
+
+@dataclass(frozen=True)
+class Const:
+    value: bool
+
+
+@dataclass(frozen=True)
+class Op:
+    """``and`` / ``or`` over children, or ``not`` of its single child."""
+
+    kind: str
+    children: tuple[Node, ...]
+
+
+Node = Match | Compare | Regex | Const | Op
+TRUE, FALSE = Const(True), Const(False)
+
+
+def _and(children: Sequence[Node]) -> Node:
+    return children[0] if len(children) == 1 else Op("and", tuple(children))
+
+
+def _not(child: Node) -> Node:
+    return Op("not", (child,))
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_regex(pattern: str, options: str) -> re.Pattern[str]:
+    flags = 0
+    for letter in options:
+        flags |= REGEX_OPTIONS[letter]
+    return re.compile(pattern, flags)
+
+
+# -- parsing (all validation happens here) -------------------------------------------------------
+def parse_filter(flt: Any, field: str = "request") -> Node:
+    """Validate a filter document and turn it into a tree; ``InvalidInput`` names the offending part."""
+    if not isinstance(flt, Mapping):
+        raise InvalidInput(field, f"a filter must be an object, got {_kind(flt)}")
+    clauses: list[Node] = []
+    for key, value in flt.items():
+        path = f"{field}.{key}"
+        if not isinstance(key, str):
+            raise InvalidInput(field, f"keys must be strings, got {key!r}")
+        if key in LOGICAL_OPERATORS:
+            clauses.append(_parse_logical(key, value, path))
+        elif key.startswith("$"):
+            raise InvalidInput(path, _operator_problem(key, top_level=True))
+        else:
+            clauses.append(_parse_field(key, value, path))
+    return _and(clauses) if clauses else TRUE
+
+
+def _parse_logical(op: str, value: Any, path: str) -> Node:
+    if not isinstance(value, list) or not value:
+        raise InvalidInput(path, f"{op} must be a non-empty array of filter documents")
+    children = [parse_filter(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if op == "$and":
+        return _and(children)
+    either = children[0] if len(children) == 1 else Op("or", tuple(children))
+    return either if op == "$or" else _not(either)
+
+
+def _parse_field(column: str, value: Any, path: str) -> Node:
+    if isinstance(value, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in value):
+        return _parse_operators(column, value, path)
+    return _equals(column, value, path)
+
+
+def _parse_operators(column: str, ops: Mapping[str, Any], path: str) -> Node:
+    """``{"$gt": "a", "$lt": "m"}``: every operator must hold (an implicit AND)."""
+    names = [k for k in ops if not (isinstance(k, str) and k.startswith("$"))]
+    if names:
+        raise InvalidInput(path, f"cannot mix operators and field names ({names[0]!r}) in one document")
+    if "$options" in ops and "$regex" not in ops:
+        raise InvalidInput(f"{path}.$options", "$options needs $regex")
+    clauses: list[Node] = []
+    for op, operand in ops.items():
+        where = f"{path}.{op}"
+        if op not in FIELD_OPERATORS:
+            raise InvalidInput(where, _operator_problem(op, top_level=False))
+        if op == "$options":
+            continue  # read together with $regex
+        if op == "$eq":
+            clauses.append(_equals(column, operand, where))
+        elif op == "$ne":
+            clauses.append(_not(_equals(column, operand, where)))
+        elif op in COMPARISONS:
+            clauses.append(_compare(column, op, operand, where))
+        elif op in ("$in", "$nin"):
+            member = _member(column, op, operand, where)
+            clauses.append(member if op == "$in" else _not(member))
+        elif op == "$exists":
+            if not isinstance(operand, bool | int | float):
+                raise InvalidInput(where, f"$exists needs a boolean, got {_kind(operand)}")
+            missing = Match(column, (), missing=True)
+            clauses.append(_not(missing) if operand else missing)
+        elif op == "$regex":
+            clauses.append(_regex(column, operand, ops.get("$options", ""), where))
+        else:  # $not
+            if not isinstance(operand, Mapping) or not operand:
+                raise InvalidInput(where, "$not needs a non-empty document of operators (or a $regex)")
+            if not all(isinstance(k, str) and k.startswith("$") for k in operand):
+                raise InvalidInput(where, "$not needs a document of operators, not field names")
+            clauses.append(_not(_parse_operators(column, operand, where)))
+    return _and(clauses)
+
+
+def _scalar(operand: Any, where: str, op: str) -> None:
+    if isinstance(operand, Mapping):
+        raise InvalidInput(where, f"{op} does not accept an embedded document (rows are flat)")
+    if isinstance(operand, list | tuple):
+        raise InvalidInput(where, f"{op} does not accept an array (rows are flat)")
+    if not (operand is None or isinstance(operand, str | bool | int | float)):
+        raise InvalidInput(where, f"{op} does not accept {_kind(operand)}")
+
+
+def _equals(column: str, operand: Any, where: str) -> Node:
+    _scalar(operand, where, "equality")
+    if operand is None:
+        return Match(column, (), missing=True)
+    if isinstance(operand, str):
+        return Match(column, (operand,))
+    return FALSE  # a number or boolean never equals a stored string (type bracketing)
+
+
+def _compare(column: str, op: str, operand: Any, where: str) -> Node:
+    _scalar(operand, where, op)
+    if operand is None:
+        raise InvalidInput(where, f"{op} does not accept null (MongoDB engines disagree on its meaning)")
+    if isinstance(operand, str):
+        return Compare(column, COMPARISONS[op], operand)
+    return FALSE  # numbers and booleans only compare with their own type, and stored values are strings
+
+
+def _member(column: str, op: str, operand: Any, where: str) -> Node:
+    if not isinstance(operand, list):
+        raise InvalidInput(where, f"{op} needs an array")
+    for i, item in enumerate(operand):
+        if isinstance(item, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in item):
+            raise InvalidInput(f"{where}[{i}]", f"cannot nest operators under {op}")
+        _scalar(item, f"{where}[{i}]", op)
+    strings = tuple(dict.fromkeys(v for v in operand if isinstance(v, str)))
+    missing = any(v is None for v in operand)
+    return Match(column, strings, missing) if strings or missing else FALSE
+
+
+def _regex(column: str, pattern: Any, options: Any, where: str) -> Node:
+    if not isinstance(pattern, str):
+        raise InvalidInput(where, f"$regex needs a string pattern, got {_kind(pattern)}")
+    if not isinstance(options, str) or any(c not in REGEX_OPTIONS for c in options):
+        raise InvalidInput(where.rsplit(".", 1)[0] + ".$options",
+                           f"$options must be letters from 'imsx', got {options!r}")
+    node = Regex(column, pattern, "".join(sorted(set(options))))
+    try:
+        node.compiled  # noqa: B018  (validate now, before any SQL runs)
+    except re.error as exc:
+        raise InvalidInput(where, f"invalid regular expression: {exc}") from None
+    return node
+
+
+def _operator_problem(op: str, *, top_level: bool) -> str:
+    if op in UNSUPPORTED or (top_level and op in FIELD_OPERATORS) or (not top_level and op in LOGICAL_OPERATORS):
+        where = "at the top level" if top_level else "on a field"
+        return f"operator {op} is not supported {where}"
+    return f"unknown {'top level ' if top_level else ''}operator {op}"
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "an array",
+            dict: "an object"}.get(type(value), type(value).__name__)
+
+
+# -- compiling -----------------------------------------------------------------------------------
+RegexMatcher = Callable[[sa.ColumnElement, Regex], sa.ColumnElement[bool]]
 
 
 def compile_filter(flt: Mapping[str, Any], columns: Mapping[str, sa.ColumnElement], *, field: str = "query",
-                   dialect: str = "sqlite") -> sa.ColumnElement[bool]:
-    """Equality on every key of ``flt``; a column the virtual file does not have matches nothing."""
-    clauses: list[sa.ColumnElement[bool]] = []
-    for name, value in flt.items():
-        if not isinstance(value, str):
-            raise InvalidInput(f"{field}.{name}", f"must be a string, got {type(value).__name__}")
-        column = columns.get(name)
-        clauses.append(sa.false() if column is None else column == value)
-    return sa.and_(sa.true(), *clauses)
+                   dialect: str = "sqlite", conn: sa.Connection | None = None) -> sa.ColumnElement[bool]:
+    """One SQL boolean expression selecting the rows that match the MongoDB filter ``flt``.
+
+    ``columns`` maps user column names to SQL columns (``VirtualFileInfo.column_map``). On PostgreSQL a
+    filter with ``$regex`` needs ``conn`` (the transaction the expression will run in).
+    """
+    tree = parse_filter(flt, field)
+    regex = _regex_matcher(dialect, conn)
+    return _to_sql(tree, columns, exact=False, dialect=dialect, regex=regex)
 
 
 def equality_columns(flt: Mapping[str, Any]) -> list[str]:
-    """The columns an index would serve (top-level equality), in the filter's order."""
-    return [name for name, value in flt.items() if isinstance(value, str)]
+    """The columns an index would serve (top-level positive equality / ``$in``), in the filter's order."""
+    tree = parse_filter(flt, "query")
+    top = tree.children if isinstance(tree, Op) and tree.kind == "and" else (tree,)
+    names = [n.column for n in top if isinstance(n, Match) and n.values and not n.missing]
+    return list(dict.fromkeys(names))
+
+
+def _to_sql(node: Node, columns: Mapping[str, sa.ColumnElement], *, exact: bool, dialect: str,
+            regex: RegexMatcher) -> sa.ColumnElement[bool]:
+    """``exact``: the result must be TRUE/FALSE, never NULL (we are under a NOT)."""
+    if isinstance(node, Const):
+        return sa.true() if node.value else sa.false()
+    if isinstance(node, Op):
+        if node.kind == "not":
+            return sa.not_(_to_sql(node.children[0], columns, exact=True, dialect=dialect, regex=regex))
+        parts = [_to_sql(c, columns, exact=exact, dialect=dialect, regex=regex) for c in node.children]
+        return sa.and_(*parts) if node.kind == "and" else sa.or_(*parts)
+    column = columns.get(node.column)
+    if column is None:  # the virtual file has no such column: it is missing in every row
+        return sa.true() if isinstance(node, Match) and node.missing else sa.false()
+    if isinstance(node, Regex):
+        return regex(column, node)
+    if isinstance(node, Compare):
+        left = sa.collate(column, "C") if dialect == "postgresql" else column
+        leaf = left.op(node.op, is_comparison=True)(sa.bindparam(None, node.value, type_=sa.Text))
+        return sa.and_(column.is_not(None), leaf) if exact else leaf
+    clauses: list[sa.ColumnElement[bool]] = []
+    if node.values:
+        leaf = column == node.values[0] if len(node.values) == 1 else column.in_(node.values)
+        clauses.append(sa.and_(column.is_not(None), leaf) if exact else leaf)
+    if node.missing:
+        clauses.append(column.is_(None))
+    return sa.or_(*clauses)
+
+
+# -- $regex on each database ---------------------------------------------------------------------
+def _sqlite_regexp(pattern: str, options: str, value: str | None) -> int:
+    """The SQLite UDF: 1 when ``value`` is a string the pattern finds, else 0 (never NULL)."""
+    return 1 if isinstance(value, str) and _compile_regex(pattern, options).search(value) else 0
+
+
+SQLITE_FUNCTIONS["cop_regexp"] = (3, _sqlite_regexp)
+
+
+def _regex_matcher(dialect: str, conn: sa.Connection | None) -> RegexMatcher:
+    if dialect == "sqlite":
+        return lambda column, node: sa.func.cop_regexp(node.pattern, node.options, column) == 1
+    return _PythonRegexSeqs(conn)
+
+
+class _PythonRegexSeqs:
+    """PostgreSQL: evaluate a ``$regex`` leaf with Python's ``re`` and refer to the matches by ``seq``.
+
+    PostgreSQL's regular expressions (ARE) differ from Python's and MongoDB's (``.`` matches a newline,
+    ``^``/``$`` ignore lines, ``\\b`` is a backspace), so translating patterns would change results. The
+    column is read in keyset batches and the matching ``seq`` values are COPYed into a temporary table
+    (dropped at commit); the leaf becomes ``seq IN (SELECT seq FROM that table)``, two-valued by nature.
+    """
+
+    def __init__(self, conn: sa.Connection | None) -> None:
+        self.conn = conn
+        self.done: dict[tuple[str, str, str], sa.Table] = {}
+
+    def __call__(self, column: sa.ColumnElement, node: Regex) -> sa.ColumnElement[bool]:
+        if self.conn is None:
+            raise ValueError("a $regex filter on PostgreSQL needs the connection it will run in")
+        table = column.table  # type: ignore[attr-defined]
+        key = (column.key, node.pattern, node.options)
+        if key not in self.done:
+            self.done[key] = self._materialise(table, column, node.compiled)
+        return table.c.seq.in_(sa.select(self.done[key].c.seq))
+
+    def _materialise(self, table: sa.FromClause, column: sa.ColumnElement, pattern: re.Pattern[str]) -> sa.Table:
+        conn = self.conn
+        assert conn is not None
+        matches = sa.Table(f"cop_rx_{uuid.uuid4().hex}", sa.MetaData(),
+                           sa.Column("seq", sa.BigInteger, primary_key=True),
+                           prefixes=["TEMPORARY"], postgresql_on_commit="DROP")
+        matches.create(conn)
+        seq = table.c.seq
+        query = sa.select(seq, column).where(column.is_not(None)).order_by(seq).limit(REGEX_BATCH)
+        last = None
+        while True:
+            rows = conn.execute(query if last is None else query.where(seq > last)).all()
+            if not rows:
+                break
+            last = rows[-1][0]
+            hits = [(s,) for s, value in rows if pattern.search(value)]
+            if hits:
+                insert_rows(conn, matches.name, ["seq"], hits)
+            if len(rows) < REGEX_BATCH:
+                break
+        return matches

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
+from connector_ops.errors import InvalidInput
+
 
 def insert_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
     """Insert ``rows`` (tuples aligned with ``columns``, internal names) into ``table_name``."""
@@ -41,6 +43,7 @@ def _executemany_rows(conn: sa.Connection, table_name: str, columns: Sequence[st
 
 
 def _copy_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
+    import psycopg
     from psycopg import sql
 
     dbapi = conn.connection.driver_connection
@@ -54,8 +57,13 @@ def _copy_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], row
                 cursor.execute(sql.SQL("INSERT INTO {} DEFAULT VALUES").format(sql.Identifier(table_name)))
                 n += 1
             return n
-        with cursor.copy(statement) as copy:
-            for row in rows:
-                copy.write_row(row)
-                n += 1
+        try:
+            with cursor.copy(statement) as copy:
+                for row in rows:
+                    copy.write_row(row)
+                    n += 1
+        except psycopg.errors.DataError as exc:
+            if "0x00" in str(exc):
+                raise InvalidInput("", "a value holds a NUL character (\\x00), which PostgreSQL cannot store") from None
+            raise
     return n

@@ -40,6 +40,7 @@ class RowWriter:
         self.names: list[str] = list(info.names)
         self.ordinals: list[int] = list(info.ordinals)
         self.rows_written = 0
+        self.replaced: VirtualFileInfo | None = None  # create(replace=…): the old rows, still readable here
 
     def ensure_columns(self, names: Iterable[str]) -> None:
         """Add the columns in ``names`` that the virtual file does not have yet (in that order)."""
@@ -172,9 +173,21 @@ class VirtualFileStore(dg.ConfigurableResource):
                     .values(table_name=info.table_name, generation=old.generation + 1)
                 )
             writer = RowWriter(self, conn, info)
+            writer.replaced = old
             yield writer
             if old is not None:
                 old.table.drop(conn)
+
+    def new_file(self, conn: sa.Connection, columns: Sequence[str] = ()) -> RowWriter:
+        """A new virtual file inside the caller's ``writing()`` transaction (several files, one commit).
+
+        Nesting ``create()`` instead would open a second writer, which on SQLite waits for the first.
+        """
+        if len(set(columns)) != len(columns):
+            raise InvalidInput("schema", "column names must be unique")
+        info = self._new_table(conn, uuid.uuid4().hex, columns)
+        self._register(conn, info)
+        return RowWriter(self, conn, info)
 
     def create_from_rows(self, rows: Iterable[Mapping[str, Any]], *, batch_size: int = SCAN_BATCH) -> str:
         """A new virtual file holding ``rows`` (dicts of strings); returns its id."""
@@ -229,18 +242,7 @@ class VirtualFileStore(dg.ConfigurableResource):
             if unknown:
                 raise InvalidInput(field, f"unknown column(s) {unknown}; the virtual file has {list(info.names)}")
             yield names
-            colmap = info.column_map()
-            seq = info.table.c.seq
-            query = sa.select(seq, *(colmap[n] for n in names)).order_by(seq).limit(batch_size)
-            last = None
-            while True:
-                rows = conn.execute(query if last is None else query.where(seq > last)).all()
-                if not rows:
-                    return
-                last = rows[-1][0]
-                yield [tuple(r)[1:] for r in rows]
-                if len(rows) < batch_size:
-                    return
+            yield from keyset_pages(conn, info, names, batch_size)
 
     def scan(self, vf_id: str, *, batch_size: int = SCAN_BATCH) -> Iterator[list[Row]]:
         """Yield batches of rows as dicts (missing values left out), in row order."""
@@ -350,7 +352,7 @@ class VirtualFileStore(dg.ConfigurableResource):
         with self.reading() as conn:
             info = self.info(conn, vf_id)
             table = info.table
-            where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name)
+            where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name, conn=conn)
             query = sa.select(table).where(where).order_by(table.c.seq)
             if limit is not None:
                 query = query.limit(limit)
@@ -361,7 +363,7 @@ class VirtualFileStore(dg.ConfigurableResource):
         with self.writing() as conn:
             info = self.info(conn, vf_id, lock=True)
             table = info.table
-            where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name)
+            where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name, conn=conn)
             return conn.execute(sa.delete(table).where(where)).rowcount
 
     # -- removing --------------------------------------------------------------------------------
@@ -373,6 +375,23 @@ class VirtualFileStore(dg.ConfigurableResource):
             conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == vf_id))
             conn.execute(sa.delete(cat.virtual_file).where(cat.virtual_file.c.id == vf_id))
             info.table.drop(conn)
+
+
+def keyset_pages(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str],
+                 batch_size: int = SCAN_BATCH) -> Iterator[list[tuple]]:
+    """Batches of value tuples (aligned with ``names``) in row order, read by keyset on ``seq``."""
+    colmap = info.column_map()
+    seq = info.table.c.seq
+    query = sa.select(seq, *(colmap[n] for n in names)).order_by(seq).limit(batch_size)
+    last = None
+    while True:
+        rows = conn.execute(query if last is None else query.where(seq > last)).all()
+        if not rows:
+            return
+        last = rows[-1][0]
+        yield [tuple(r)[1:] for r in rows]
+        if len(rows) < batch_size:
+            return
 
 
 def _as_dict(names: Sequence[str], values: Sequence[str | None]) -> Row:

@@ -1,0 +1,129 @@
+"""The ETL actions as Dagster ops: wiring, outputs, metadata, failures, Iterate fan-out, the first job."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from connector_ops.ops import (
+    etl_append_rows,
+    etl_batch_rows,
+    etl_clean,
+    etl_iterate,
+    etl_iterate_batches,
+    etl_pull,
+    etl_push,
+    etl_query,
+)
+
+
+@dg.op
+def count_rows(rows: list) -> int:
+    return len(rows)
+
+
+@dg.op
+def total(counts: list) -> int:
+    return sum(counts)
+
+
+@dg.job
+def wired():
+    vf = etl_push()
+    queried = etl_query(virtual_file_id=vf)
+    appended = etl_append_rows(after=[queried])
+    etl_iterate(virtual_file_id=vf, after=[appended])
+    exported = etl_pull(virtual_file_id=vf, after=[appended])
+    counted = total(etl_iterate_batches(virtual_file_id=vf, after=[appended]).map(
+        lambda batch: count_rows(etl_batch_rows(batch))).collect())
+    etl_clean(virtual_file_id=vf, after=[exported, counted])
+
+
+def test_op_shapes():
+    assert etl_push.name == "etl_push" and set(etl_push.outs) == {"virtual_file_id"}
+    assert set(etl_push.ins) == {"platform_file", "fields", "after"}
+    assert set(etl_iterate.outs) == {"content", "has_next"}
+    assert set(etl_iterate.ins) == {"virtual_file_id", "content", "fields", "after"}
+    assert set(etl_append_rows.outs) == {"result"} and set(etl_clean.outs) == {"result"}
+    assert set(etl_pull.outs) == {"platform_file"}
+    assert set(etl_query.config_schema.config_type.fields) == {"virtualFileId", "query", "extractOnlyOneResult"}
+
+
+def test_wired_job_runs_on_both_databases(resources, files):
+    pf = files.add_bytes(b"city,n\nParis,1\nRome,2\nParis,3\n", "cities.csv").to_json()
+    result = wired.execute_in_process(resources=resources, run_config={"ops": {
+        "etl_push": {"config": {"platformFile": pf}},
+        "etl_query": {"config": {"query": {"city": "Paris"}}},
+        "etl_append_rows": {"config": {"rows": []}},
+        "etl_iterate": {"config": {"maxBatchSize": 2}},
+        "etl_pull": {"config": {"exportType": "json", "exportName": "cities.json"}},
+        "etl_iterate_batches": {"config": {"maxBatchSize": 2}},
+    }})
+    assert result.success
+    assert result.output_for_node("etl_query", "result") == [{"city": "Paris", "n": "1"}, {"city": "Paris", "n": "3"}]
+    assert result.output_for_node("etl_iterate", "has_next") is True
+    assert result.output_for_node("etl_iterate", "content") == [{"city": "Paris", "n": "1"}, {"city": "Rome", "n": "2"}]
+    assert result.output_for_node("total") == 3
+    assert result.output_for_node("count_rows") == {"b00000": 2, "b00001": 1}
+    pulled = result.output_for_node("etl_pull", "platform_file")
+    assert files.read_bytes(pulled).startswith(b'[\n{"city":"Paris","n":"1"}')
+    assert result.output_for_node("etl_clean", "result") is None
+
+    push_meta = _output_metadata(result, "etl_push")
+    assert push_meta["rows"].value == 3 and "| city | n |" in push_meta["preview"].value
+    query_meta = _output_metadata(result, "etl_query")
+    assert query_meta["count"].value == 2
+    assert _output_metadata(result, "etl_pull")["link"].value == pulled["link"]
+
+
+def test_wired_input_overrides_config(resources, files):
+    pf = files.add_bytes(b"a\n1\n", "a.csv").to_json()
+
+    @dg.job
+    def override():
+        etl_query(virtual_file_id=etl_push())
+
+    result = override.execute_in_process(resources=resources, run_config={"ops": {
+        "etl_push": {"config": {"platformFile": pf}},
+        "etl_query": {"config": {"virtualFileId": "ignored-because-wired", "query": {"a": "1"}}},
+    }})
+    assert result.output_for_node("etl_query", "result") == [{"a": "1"}]
+
+
+def test_failure_carries_status_and_body(resources):
+    @dg.job
+    def failing():
+        etl_iterate()
+
+    result = failing.execute_in_process(resources=resources, raise_on_error=False,
+                                        run_config={"ops": {"etl_iterate": {"config": {"content": "nope",
+                                                                                       "maxBatchSize": 5}}}})
+    assert not result.success
+    (event,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    failure = event.step_failure_data.user_failure_data
+    assert failure.description == "etl.iterate failed (404): not found"
+    assert failure.metadata["status"].value == 404
+    assert failure.metadata["body"].value == {"message": "not found"}
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_first_etl_job_runs_on_embedded_defaults(env):
+    from pipelines import defs
+
+    result = defs.resolve_job_def("first_etl").execute_in_process()
+    assert result.success
+    pulled = result.output_for_node("etl_pull", "platform_file")
+    from connector_ops.environment import resources_from_env
+
+    text = resources_from_env()["platform_files"].read_bytes(pulled).decode()
+    lines = text.splitlines()
+    assert lines[0].startswith("order_id,date,customer_id,region")
+    assert len(lines) == 201  # the sample's 200 rows and the header
+    north = result.output_for_node("etl_query", "result")
+    assert north and all(row["region"] == "North" for row in north)
+    assert len(north) == sum(",North," in line for line in lines)
+
+
+def _output_metadata(result: dg.ExecuteInProcessResult, node: str) -> dict:
+    events = [e for e in result.events_for_node(node) if e.event_type_value == "STEP_OUTPUT"]
+    return events[0].step_output_data.metadata

@@ -1,0 +1,168 @@
+"""Iterate, Query, Append Rows and Clean on both databases: values, batching rules, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from connector_ops import ConnectorError, invoke
+
+
+def push(files, text: str) -> str:
+    pf = files.add_bytes(text.encode(), "data.csv").to_json()
+    return invoke("etl.push", {"platformFile": pf})["virtualFileId"]
+
+
+def numbers(files, n: int) -> str:
+    return push(files, "n,parity\n" + "".join(f"{i},{'even' if i % 2 == 0 else 'odd'}\n" for i in range(n)))
+
+
+def error(name: str, payload: dict) -> ConnectorError:
+    with pytest.raises(ConnectorError) as info:
+        invoke(name, payload)
+    return info.value
+
+
+def test_iterate_batches_continue_and_restart_after_the_end(files, env):
+    vf = numbers(files, 7)
+    seen = []
+    for expected_next in (True, True, False):
+        page = invoke("etl.iterate", {"content": vf, "maxBatchSize": 3})
+        seen.append([r["n"] for r in page["content"]])
+        assert page["hasNext"] is expected_next
+    assert seen == [["0", "1", "2"], ["3", "4", "5"], ["6"]]
+    again = invoke("etl.iterate", {"content": vf, "maxBatchSize": 3})  # after hasNext=false it starts over
+    assert [r["n"] for r in again["content"]] == ["0", "1", "2"]
+
+
+def test_iterate_exact_multiple_reports_no_next_on_the_last_full_batch(files, env):
+    vf = numbers(files, 4)
+    first = invoke("etl.iterate", {"content": vf, "maxBatchSize": 2})
+    second = invoke("etl.iterate", {"content": vf, "maxBatchSize": 2})
+    assert first["hasNext"] is True and second["hasNext"] is False
+    assert [r["n"] for r in second["content"]] == ["2", "3"]
+
+
+def test_iterate_sees_appended_rows_and_skips_deleted(files, env, store):
+    vf = numbers(files, 3)
+    assert [r["n"] for r in invoke("etl.iterate", {"content": vf, "maxBatchSize": 2})["content"]] == ["0", "1"]
+    invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"n": "3", "extra": "x"}}]})
+    page = invoke("etl.iterate", {"content": vf, "maxBatchSize": 5})
+    assert page == {"content": [{"n": "2", "parity": "even"}, {"n": "3", "extra": "x"}], "hasNext": False}
+
+
+def test_iterate_empty_file_and_array_content(files, env):
+    vf = push(files, "a\n")
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 10}) == {"content": [], "hasNext": False}
+    items = [1, "two", {"three": 3}, [4], None]
+    first = invoke("etl.iterate", {"content": items, "maxBatchSize": 2})
+    second = invoke("etl.iterate", {"content": items, "maxBatchSize": 2})
+    third = invoke("etl.iterate", {"content": items, "maxBatchSize": 2})
+    assert (first, second, third) == (
+        {"content": [1, "two"], "hasNext": True},
+        {"content": [{"three": 3}, [4]], "hasNext": True},
+        {"content": [None], "hasNext": False},
+    )
+    assert invoke("etl.iterate", {"content": items, "maxBatchSize": 10}) == {"content": items, "hasNext": False}
+    assert invoke("etl.iterate", {"content": [], "maxBatchSize": 1}) == {"content": [], "hasNext": False}
+
+
+def test_iterate_across_many_batches_returns_every_row_once(files, env):
+    vf = numbers(files, 2_345)
+    seen, has_next = [], True
+    while has_next:
+        page = invoke("etl.iterate", {"content": vf, "maxBatchSize": 1_000})
+        assert len(page["content"]) <= 1_000
+        seen += [int(r["n"]) for r in page["content"]]
+        has_next = page["hasNext"]
+    assert seen == list(range(2_345))
+
+
+def test_iterate_errors(env):
+    assert (error("etl.iterate", {"content": "nope", "maxBatchSize": 1}).status,
+            error("etl.iterate", {"content": "nope", "maxBatchSize": 1}).body) == (404, {"message": "not found"})
+    assert error("etl.iterate", {"content": "x", "maxBatchSize": 0}).body["message"].startswith("maxBatchSize")
+    assert error("etl.iterate", {"maxBatchSize": 3}).body["message"].startswith("content")
+    assert error("etl.iterate", {"content": 5, "maxBatchSize": 3}).status == 400
+
+
+def test_query_equality_order_and_only_one(files, env, store):
+    vf = push(files, "city,name\nParis,a\nRome,b\nParis,c\nparis,d\n")
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"city": "Paris"}}) == {
+        "result": [{"city": "Paris", "name": "a"}, {"city": "Paris", "name": "c"}]
+    }
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"city": "Paris"}, "extractOnlyOneResult": True}) == {
+        "result": [{"city": "Paris", "name": "a"}]
+    }
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"city": "Paris", "name": "c"}})["result"] == [
+        {"city": "Paris", "name": "c"}
+    ]
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"nope": "x"}}) == {"result": []}
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"city": "x' OR '1'='1"}}) == {"result": []}
+    assert len(invoke("etl.query", {"virtualFileId": vf, "query": {}})["result"]) == 4
+
+
+def test_query_creates_an_index_once(files, env, store):
+    vf = push(files, "city\nParis\n")
+    invoke("etl.query", {"virtualFileId": vf, "query": {"city": "Paris"}})
+    with store.reading() as conn:
+        info = store.info(conn, vf)
+        assert info.indexed == {0}
+        import sqlalchemy as sa
+
+        names = {ix["name"] for ix in sa.inspect(conn).get_indexes(info.table_name)}
+    assert any(name.endswith("_c0") for name in names)
+
+
+def test_query_errors(env):
+    exc = error("etl.query", {"virtualFileId": "nope", "query": {}})
+    assert exc.status == 500 and "not found" in exc.body["message"]
+    assert error("etl.query", {"query": {}}).body["message"].startswith("virtualFileId")
+    assert error("etl.query", {"virtualFileId": "x"}).body["message"].startswith("query")
+
+
+def test_append_rows_to_several_files_in_one_transaction(files, env):
+    a, b = push(files, "x\n1\n"), push(files, "y\n1\n")
+    assert invoke("etl.append_rows", {"rows": [
+        {"virtualFileId": a, "content": {"x": "2"}},
+        {"virtualFileId": b, "content": {"y": "2", "z": "new"}},
+        {"virtualFileId": a, "content": {"x": 3, "flag": True}},
+    ]}) == "ok"
+    assert invoke("etl.iterate", {"content": a, "maxBatchSize": 10})["content"] == [
+        {"x": "1"}, {"x": "2"}, {"x": "3", "flag": "true"}]
+    assert invoke("etl.iterate", {"content": b, "maxBatchSize": 10})["content"] == [{"y": "1"}, {"y": "2", "z": "new"}]
+
+
+def test_append_rows_failure_changes_nothing(files, env):
+    a = push(files, "x\n1\n")
+    exc = error("etl.append_rows", {"rows": [
+        {"virtualFileId": a, "content": {"x": "2", "new": "col"}},
+        {"virtualFileId": "missing", "content": {"x": "3"}},
+    ]})
+    assert exc.status == 500 and "not found" in exc.body["message"]
+    assert invoke("etl.iterate", {"content": a, "maxBatchSize": 10})["content"] == [{"x": "1"}]
+    assert invoke("etl.pull", {"virtualFileId": a, "exportType": "csv", "exportName": "a.csv"})  # columns unchanged
+    assert files.read_bytes(
+        invoke("etl.pull", {"virtualFileId": a, "exportType": "csv", "exportName": "a.csv"})["platformFile"]
+    ) == b"x\r\n1\r\n"
+
+
+def test_append_rows_bad_input(env):
+    assert error("etl.append_rows", {}).body["message"].startswith("rows")
+    msg = error("etl.append_rows", {"rows": [{"virtualFileId": "a"}]}).body["message"]
+    assert msg.startswith("rows.0.content")
+    assert invoke("etl.append_rows", {"rows": []}) == "ok"
+
+
+def test_clean_frees_storage_and_errors_are_null(files, env, store):
+    vf = push(files, "a\n1\n")
+    with store.reading() as conn:
+        table = store.info(conn, vf).table_name
+    assert invoke("etl.clean", {"virtualFileId": vf}) is None
+    import sqlalchemy as sa
+
+    with store.reading() as conn:
+        assert table not in sa.inspect(conn).get_table_names()
+    exc = error("etl.clean", {"virtualFileId": vf})
+    assert (exc.status, exc.body) == (500, None)
+    assert error("etl.iterate", {"content": vf, "maxBatchSize": 1}).status == 404
+    assert error("etl.clean", {}).status == 400

@@ -1,0 +1,143 @@
+"""Platform files: descriptors, atomic writes, the file server over real HTTP, links of other servers, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from connector_ops import invoke
+from resources.file_server import create_app
+from resources.platform_files import PlatformFileStore
+from tests.servers import free_port, serving
+
+ISO_MS_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> PlatformFileStore:
+    return PlatformFileStore(files_dir=str(tmp_path / "files"), file_server_url="http://127.0.0.1:9/")
+
+
+def test_descriptor_has_every_field(store):
+    pf = store.add_bytes(b"hello", "greeting.txt")
+    data = pf.to_json()
+    assert set(data) == {"id", "name", "contentType", "link", "size", "lastModified"}
+    assert data["name"] == "greeting.txt" and data["contentType"] == "text/plain" and data["size"] == 5
+    assert data["link"] == f"http://127.0.0.1:9/files/{data['id']}"
+    assert ISO_MS_Z.match(data["lastModified"])
+    assert store.describe(data["id"]) == pf
+    assert store.read_bytes(data) == b"hello"
+
+
+def test_names_never_become_paths(store, tmp_path):
+    pf = store.add_bytes(b"x", "../../etc/passwd")
+    assert pf.name == "../../etc/passwd"
+    files = sorted(p.name for p in Path(store.files_dir).iterdir())
+    assert files == sorted([pf.id, f"{pf.id}.json"])
+    assert not (tmp_path / "etc").exists()
+    for bad in ("../x", "..", "%2e%2e", "abc", "../../etc/passwd"):
+        with pytest.raises(Exception, match="not found"):
+            store.describe(bad)
+
+
+def test_failed_write_leaves_nothing(store):
+    with pytest.raises(RuntimeError), store.create("x.csv") as sink:
+        sink.write(b"partial")
+        raise RuntimeError("boom")
+    assert list(Path(store.files_dir).iterdir()) == []
+
+
+def test_file_server_serves_bytes_type_and_length(store):
+    pf = store.add_bytes("a,b\n1,ʤ\n".encode(), "résumé.csv")
+    with serving(create_app(store)) as base:
+        response = httpx.get(f"{base}/files/{pf.id}")
+        assert response.status_code == 200
+        assert response.content == "a,b\n1,ʤ\n".encode()
+        assert response.headers["content-type"].startswith("text/csv")
+        assert response.headers["content-length"] == str(pf.size)
+        assert "filename*=UTF-8''r%C3%A9sum%C3%A9.csv" in response.headers["content-disposition"]
+        assert httpx.get(f"{base}/files/{'0' * 32}").status_code == 404
+        assert httpx.get(f"{base}/files/..%2F..%2Fetc%2Fpasswd").status_code == 404
+        assert httpx.get(f"{base}/files/../../etc/passwd").status_code == 404
+
+
+def test_push_streams_a_link_of_another_server(files, env, tmp_path):
+    """A link that is not ours is fetched over HTTP (here: another file server on loopback)."""
+    remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
+    with serving(create_app(remote)) as base:
+        remote = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base)
+        pf = remote.add_bytes(b"a,b\n" + b"1,2\n" * 50_000, "remote.csv").to_json()
+        vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
+        missing = {**pf, "link": f"{base}/files/{'f' * 32}"}
+        with pytest.raises(Exception) as info:
+            invoke("etl.push", {"platformFile": missing})
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"a": "1"}, "extractOnlyOneResult": True}) == {
+        "result": [{"a": "1", "b": "2"}]
+    }
+    assert info.value.status == 404
+
+
+def _cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "connector_ops.cli", *args], input=stdin, capture_output=True, text=True,
+        env={**os.environ, **env}, timeout=60,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_cli_files_add_invoke_and_errors(env, tmp_path):
+    source = tmp_path / "in.csv"
+    source.write_text("city\nParis\nRome\n")
+    added = _cli("files", "add", str(source), "--name", "cities.csv", env=env)
+    assert added.returncode == 0, added.stderr
+    pf = json.loads(added.stdout)
+    assert pf["name"] == "cities.csv" and pf["size"] == 16
+    pushed = _cli("invoke", "etl.push", "-", env=env, stdin=json.dumps({"platformFile": pf}))
+    assert pushed.returncode == 0, pushed.stderr
+    vf = json.loads(pushed.stdout)["virtualFileId"]
+    queried = _cli("invoke", "etl.query", json.dumps({"virtualFileId": vf, "query": {"city": "Rome"}}), env=env)
+    assert json.loads(queried.stdout) == {"result": [{"city": "Rome"}]}
+    cleaned = _cli("invoke", "etl.clean", json.dumps({"virtualFileId": vf}), env=env)
+    assert cleaned.returncode == 0 and json.loads(cleaned.stdout) is None
+    failed = _cli("invoke", "etl.iterate", json.dumps({"content": vf, "maxBatchSize": 1}), env=env)
+    assert failed.returncode == 1
+    assert json.loads(failed.stdout) == {"message": "not found"}
+    assert failed.stderr.startswith("404")
+    bad = _cli("invoke", "etl.query", "{not json", env=env)
+    assert bad.returncode == 1 and "not valid JSON" in json.loads(bad.stdout)["message"]
+    unknown = _cli("invoke", "etl.nope", "{}", env=env)
+    assert unknown.returncode == 1 and "unknown action" in json.loads(unknown.stdout)["message"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_cli_files_serve(env, tmp_path):
+    port = free_port()
+    source = tmp_path / "a.json"
+    source.write_text('[{"a": 1}]')
+    pf = json.loads(_cli("files", "add", str(source), env=env).stdout)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "connector_ops.cli", "files", "serve", "--port", str(port)],
+        env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/files/{pf['id']}")
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "file server did not start"
+                time.sleep(0.1)
+        assert response.status_code == 200 and response.json() == [{"a": 1}]
+        assert response.headers["content-type"] == "application/json"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
