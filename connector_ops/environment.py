@@ -70,7 +70,13 @@ def resource_builder(key: str) -> Callable[[Callable[[Env], Any]], Callable[[Env
     return register
 
 
+_builders_loaded = False
+
+
 def _load_builders() -> None:
+    global _builders_loaded
+    if _builders_loaded:
+        return
     import importlib
 
     for module in ("resources.platform_files", "resources.virtual_files", "resources.drive", "resources.mail"):
@@ -79,6 +85,7 @@ def _load_builders() -> None:
         except ModuleNotFoundError as exc:  # a connector not built yet
             if not module.startswith(exc.name or "-"):
                 raise
+    _builders_loaded = True
 
 
 def resources_from_env(environ: Mapping[str, str] | None = None, *, deferred: bool = False) -> dict[str, Any]:

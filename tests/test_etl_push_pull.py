@@ -261,6 +261,9 @@ def test_hostile_column_names_are_data(files, env):
     expected = {n: str(i) for i, n in enumerate(HOSTILE)}
     assert rows(vf) == [expected]
     for i, name in enumerate(HOSTILE):
+        if name.startswith("$"):  # the filter language reserves top-level `$` keys for operators
+            assert error("etl.query", {"virtualFileId": vf, "query": {name: str(i)}}).status == 400
+            continue
         assert invoke("etl.query", {"virtualFileId": vf, "query": {name: str(i)}})["result"] == [expected]
     again = push(files, pull_bytes(files, vf))
     assert rows(again) == [expected]

@@ -79,7 +79,7 @@ def _line_of_bad_byte(reopen: Reopen, encoding: str) -> int:
 
 
 def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header: bool,
-             schema: list[str] | None, encoding: str, reopen: Reopen | None = None) -> tuple[list[str], Iterator[list[tuple[str, ...]]]]:
+             schema: list[str] | None, encoding: str, reopen: Reopen | None = None) -> tuple[list[str], Iterator[list[list[str]]]]:
     """Return the column names and an iterator of row batches (tuples aligned with the names)."""
     text = _text(stream, encoding)
     reader = csv.reader(text, delimiter=delimiter, strict=True)
@@ -101,9 +101,9 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
     assert columns is not None
     _check_names(columns, "parameters.schema" if schema is not None else FIELD)
 
-    def batches() -> Iterator[list[tuple[str, ...]]]:
+    def batches() -> Iterator[list[list[str]]]:
         width = len(columns)
-        batch: list[tuple[str, ...]] = []
+        batch: list[list[str]] = []
         append = batch.append
         try:
             for record in reader:
@@ -115,7 +115,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
                         f"line {offset + reader.line_num}: expected {width} fields, found {len(record)} "
                         "(a ragged row; check the delimiter and the quoting)",
                     )
-                append(tuple(record))
+                append(record)
                 if len(batch) >= BATCH:
                     yield batch
                     batch = []

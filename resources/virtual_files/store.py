@@ -23,6 +23,7 @@ from connector_ops.errors import InvalidInput, NotFound
 from resources.virtual_files import catalog as cat
 from resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from resources.virtual_files.engines import WRITE, get_engine
+from resources.virtual_files.fetching import fetch_all, stream
 from resources.virtual_files.filters import compile_filter, equality_columns
 from resources.virtual_files.loaders import insert_rows
 
@@ -267,7 +268,7 @@ class VirtualFileStore(dg.ConfigurableResource):
             query = sa.select(table).where(table.c.seq > after_seq).order_by(table.c.seq)
             if upto_seq is not None:
                 query = query.where(table.c.seq <= upto_seq)
-            return [_as_dict(info.names, tuple(r)[1:]) for r in conn.execute(query)]
+            return _dicts(info.names, fetch_all(conn, query))
 
     def batch_bounds(self, vf_id: str, batch_size: int) -> tuple[int, list[tuple[int, int]]]:
         """``(generation, [(after_seq, upto_seq), …])`` splitting the file into batches of ``batch_size``."""
@@ -298,15 +299,13 @@ class VirtualFileStore(dg.ConfigurableResource):
             state = conn.execute(sa.select(cat.vf_cursor.c.last_seq, cat.vf_cursor.c.generation).where(key)).first()
             last = state.last_seq if state is not None and state.generation == info.generation else 0
             table = info.table
-            rows = conn.execute(
-                sa.select(table).where(table.c.seq > last).order_by(table.c.seq).limit(limit + 1)
-            ).all()
+            rows = fetch_all(conn, sa.select(table).where(table.c.seq > last).order_by(table.c.seq).limit(limit + 1))
             has_next = len(rows) > limit
             rows = rows[:limit]
             position = rows[-1][0] if has_next else 0
             _upsert(conn, cat.vf_cursor, {"vf_id": vf_id, "cursor_name": cursor},
                     {"last_seq": position, "generation": info.generation})
-            return [_as_dict(info.names, tuple(r)[1:]) for r in rows], has_next
+            return _dicts(info.names, rows), has_next
 
     def next_array_batch(self, items: list[Any], limit: int) -> tuple[list[Any], bool]:
         """Iterate over an inline array: the same array continues where its last call stopped."""
@@ -327,11 +326,15 @@ class VirtualFileStore(dg.ConfigurableResource):
         """Index the given columns once, so repeated queries on them are fast."""
         with self.reading() as conn:
             info = self.info(conn, vf_id)
+        self._create_indexes(info, names)
+
+    def _create_indexes(self, info: VirtualFileInfo, names: Iterable[str]) -> bool:
+        """Create the missing indexes on ``names``; ``False`` when there was nothing to do."""
         wanted = [o for n in names if (o := info.ordinal_of(n)) is not None and o not in info.indexed]
         if not wanted:
-            return
+            return False
         with self.writing() as conn:
-            info = self.info(conn, vf_id, lock=True)
+            info = self.info(conn, info.id, lock=True)
             table = info.table
             for ordinal in wanted:
                 if ordinal in info.indexed:
@@ -341,22 +344,33 @@ class VirtualFileStore(dg.ConfigurableResource):
                 )
                 conn.execute(
                     sa.update(cat.vf_column)
-                    .where((cat.vf_column.c.vf_id == vf_id) & (cat.vf_column.c.ordinal == ordinal))
+                    .where((cat.vf_column.c.vf_id == info.id) & (cat.vf_column.c.ordinal == ordinal))
                     .values(indexed=True)
                 )
+        return True
 
     def find(self, vf_id: str, flt: Mapping[str, Any], *, limit: int | None = None,
              field: str = "query") -> list[Row]:
-        """Rows matching the filter, in row order (an index is created on queried columns first)."""
-        self.ensure_indexes(vf_id, equality_columns(flt))
-        with self.reading() as conn:
-            info = self.info(conn, vf_id)
-            table = info.table
-            where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name, conn=conn)
-            query = sa.select(table).where(where).order_by(table.c.seq)
-            if limit is not None:
-                query = query.limit(limit)
-            return [_as_dict(info.names, tuple(r)[1:]) for r in conn.execute(query)]
+        """Rows matching the filter, in row order.
+
+        The first query on a column indexes it (once); later queries are one read transaction.
+        """
+        while True:
+            with self.reading() as conn:
+                info = self.info(conn, vf_id)
+                if not self._needs_index(info, flt):
+                    table = info.table
+                    where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name,
+                                           conn=conn)
+                    query = sa.select(table).where(where).order_by(table.c.seq)
+                    if limit is not None:
+                        query = query.limit(limit)
+                    return _dicts(info.names, fetch_all(conn, query))
+            self._create_indexes(info, equality_columns(flt))
+
+    @staticmethod
+    def _needs_index(info: VirtualFileInfo, flt: Mapping[str, Any]) -> bool:
+        return any((o := info.ordinal_of(n)) is not None and o not in info.indexed for n in equality_columns(flt))
 
     def delete_where(self, vf_id: str, flt: Mapping[str, Any], *, field: str = "request") -> int:
         """Delete the rows matching the filter; returns how many were deleted."""
@@ -379,23 +393,20 @@ class VirtualFileStore(dg.ConfigurableResource):
 
 def keyset_pages(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str],
                  batch_size: int = SCAN_BATCH) -> Iterator[list[tuple]]:
-    """Batches of value tuples (aligned with ``names``) in row order, read by keyset on ``seq``."""
+    """Batches of value tuples (aligned with ``names``) in row order, streamed in bounded memory."""
     colmap = info.column_map()
-    seq = info.table.c.seq
-    query = sa.select(seq, *(colmap[n] for n in names)).order_by(seq).limit(batch_size)
-    last = None
-    while True:
-        rows = conn.execute(query if last is None else query.where(seq > last)).all()
-        if not rows:
-            return
-        last = rows[-1][0]
-        yield [tuple(r)[1:] for r in rows]
-        if len(rows) < batch_size:
-            return
+    query = sa.select(*(colmap[n] for n in names)).order_by(info.table.c.seq)
+    yield from stream(conn, query, batch_size)
 
 
 def _as_dict(names: Sequence[str], values: Sequence[str | None]) -> Row:
     return {n: v for n, v in zip(names, values, strict=True) if v is not None}
+
+
+def _dicts(names: Sequence[str], rows: list[tuple]) -> list[Row]:
+    """Rows fetched with their ``seq`` first -> dicts without it (missing values left out)."""
+    keyed = list(enumerate(names, 1))
+    return [{n: r[i] for i, n in keyed if r[i] is not None} for r in rows]
 
 
 def _batched(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:

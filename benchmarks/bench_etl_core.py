@@ -1,0 +1,247 @@
+"""ETL core benchmark: Push / Iterate / Query / Pull against raw baselines on SQLite and PostgreSQL.
+
+    .venv/bin/python benchmarks/bench_etl_core.py                 # 1,000,000 rows on both databases
+    .venv/bin/python benchmarks/bench_etl_core.py --rows 4000000 --databases sqlite
+
+Baselines run in the same process on the same data and database server:
+- Push: SQLite ``csv.reader`` + ``sqlite3.executemany`` in one transaction (WAL, synchronous=NORMAL), and
+  the ``sqlite3`` CLI ``.import`` when installed; PostgreSQL raw ``COPY … FROM STDIN (FORMAT csv)`` of the
+  file's bytes. Both raw tables have an ordered row key like ours (SQLite rowid, PostgreSQL bigserial).
+- Iterate: a raw keyset scan (``WHERE rowid > ? ORDER BY rowid LIMIT 10000``) building dict rows.
+- Query: the same equality SELECT on a raw table with an index on the column (20 different values).
+- Pull: raw SELECT streamed into ``csv.writer``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import (  # noqa: E402
+    CITIES,
+    COLUMNS,
+    TABLE_HEADER,
+    Measurement,
+    measure,
+    postgres_url,
+    ratio_row,
+    sample_csv,
+)
+from connector_ops import invoke  # noqa: E402
+from connector_ops.environment import resources_from_env  # noqa: E402
+
+BATCH = 10_000
+QUERY_VALUES = CITIES[:20]
+
+
+# -- connector-ops -------------------------------------------------------------------------------
+def ours(resources: dict[str, Any], csv_path: Path) -> dict[str, Measurement]:
+    pf = resources["platform_files"].add_file(csv_path).to_json()
+    out: dict[str, Measurement] = {}
+    out["push"] = measure("connector-ops push", lambda: invoke("etl.push", {"platformFile": pf}, resources))
+    vf = out["push"].value["virtualFileId"]
+
+    def iterate_all() -> int:
+        total, has_next = 0, True
+        while has_next:
+            page = invoke("etl.iterate", {"content": vf, "maxBatchSize": BATCH}, resources)
+            total += len(page["content"])
+            has_next = page["hasNext"]
+        return total
+
+    out["iterate"] = measure("connector-ops iterate (10k batches)", iterate_all)
+    out["first_query"] = measure("connector-ops first query (builds the index)",
+                                 lambda: invoke("etl.query", {"virtualFileId": vf, "query": {"city": "none"}},
+                                                resources))
+    out["query"] = measure("connector-ops query ×20", lambda: sum(
+        len(invoke("etl.query", {"virtualFileId": vf, "query": {"city": c}}, resources)["result"])
+        for c in QUERY_VALUES))
+    out["pull"] = measure("connector-ops pull csv", lambda: invoke(
+        "etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "out.csv"}, resources))
+    invoke("etl.clean", {"virtualFileId": vf}, resources)
+    return out
+
+
+# -- raw SQLite ----------------------------------------------------------------------------------
+def raw_sqlite(db_path: Path, csv_path: Path, work: Path) -> dict[str, Measurement]:
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-65536"):
+        conn.execute(f"PRAGMA {pragma}")
+    cols = ", ".join(f"c{i} TEXT" for i in range(8))
+    marks = ", ".join("?" * 8)
+    out: dict[str, Measurement] = {}
+
+    def push() -> int:
+        conn.execute(f"CREATE TABLE raw ({cols})")
+        conn.execute("BEGIN")
+        with csv_path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            next(reader)
+            batch: list[list[str]] = []
+            for row in reader:
+                batch.append(row)
+                if len(batch) == BATCH:
+                    conn.executemany(f"INSERT INTO raw VALUES ({marks})", batch)
+                    batch = []
+            conn.executemany(f"INSERT INTO raw VALUES ({marks})", batch)
+        conn.execute("COMMIT")
+        return 0
+
+    out["push"] = measure("raw sqlite3 executemany", push)
+    if shutil.which("sqlite3"):
+        cli_db = work / "cli.db"
+
+        def cli_import() -> None:
+            script = (f"PRAGMA journal_mode=WAL;\nPRAGMA synchronous=NORMAL;\nCREATE TABLE raw ({cols});\n"
+                      f".import --csv --skip 1 {csv_path} raw\n")
+            subprocess.run(["sqlite3", str(cli_db)], input=script, text=True, check=True, capture_output=True)
+
+        out["push_cli"] = measure("sqlite3 CLI .import (separate process)", cli_import)
+    names = [f"c{i}" for i in range(8)]
+
+    def scan() -> int:
+        total, last = 0, 0
+        while True:
+            rows = conn.execute(f"SELECT rowid, {', '.join(names)} FROM raw WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                                (last, BATCH)).fetchall()
+            if not rows:
+                return total
+            batch = [dict(zip(COLUMNS, r[1:], strict=True)) for r in rows]
+            total += len(batch)
+            last = rows[-1][0]
+
+    out["iterate"] = measure("raw keyset scan", scan)
+    conn.execute("CREATE INDEX raw_city ON raw (c2)")
+    out["query"] = measure("raw indexed SELECT ×20", lambda: sum(
+        len([dict(zip(COLUMNS, r, strict=True)) for r in
+             conn.execute(f"SELECT {', '.join(names)} FROM raw WHERE c2 = ? ORDER BY rowid", (c,))])
+        for c in QUERY_VALUES))
+
+    def export() -> None:
+        with (work / "raw.csv").open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, lineterminator="\r\n")
+            writer.writerow(COLUMNS)
+            cursor = conn.execute(f"SELECT {', '.join(names)} FROM raw ORDER BY rowid")
+            while rows := cursor.fetchmany(BATCH):
+                writer.writerows(rows)
+
+    out["pull"] = measure("raw SELECT + csv.writer", export)
+    conn.close()
+    return out
+
+
+# -- raw PostgreSQL ------------------------------------------------------------------------------
+def raw_postgres(url: str, csv_path: Path, work: Path) -> dict[str, Measurement]:
+    import psycopg
+
+    conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True)
+    names = [f"c{i}" for i in range(8)]
+    conn.execute("DROP TABLE IF EXISTS raw")
+    conn.execute(f"CREATE TABLE raw (seq bigserial PRIMARY KEY, {', '.join(n + ' text' for n in names)})")
+    out: dict[str, Measurement] = {}
+
+    def push() -> None:
+        with conn.cursor() as cur, cur.copy(
+            f"COPY raw ({', '.join(names)}) FROM STDIN (FORMAT csv, HEADER true)"
+        ) as copy, csv_path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                copy.write(chunk)
+
+    out["push"] = measure("raw COPY FROM STDIN (csv bytes)", push)
+
+    def scan() -> int:
+        total, last = 0, 0
+        with conn.cursor() as cur:
+            while True:
+                cur.execute(f"SELECT seq, {', '.join(names)} FROM raw WHERE seq > %s ORDER BY seq LIMIT %s",
+                            (last, BATCH))
+                rows = cur.fetchall()
+                if not rows:
+                    return total
+                batch = [dict(zip(COLUMNS, r[1:], strict=True)) for r in rows]
+                total += len(batch)
+                last = rows[-1][0]
+
+    out["iterate"] = measure("raw keyset scan", scan)
+    conn.execute("CREATE INDEX raw_city ON raw (c2)")
+
+    def query() -> int:
+        total = 0
+        with conn.cursor() as cur:
+            for c in QUERY_VALUES:
+                cur.execute(f"SELECT {', '.join(names)} FROM raw WHERE c2 = %s ORDER BY seq", (c,))
+                total += len([dict(zip(COLUMNS, r, strict=True)) for r in cur.fetchall()])
+        return total
+
+    out["query"] = measure("raw indexed SELECT ×20", query)
+
+    def export() -> None:
+        with (work / "raw.csv").open("w", newline="", encoding="utf-8") as handle, conn.cursor("export") as cur:
+            writer = csv.writer(handle, lineterminator="\r\n")
+            writer.writerow(COLUMNS)
+            cur.itersize = BATCH
+            conn.autocommit = False
+            cur.execute(f"SELECT {', '.join(names)} FROM raw ORDER BY seq")
+            while rows := cur.fetchmany(BATCH):
+                writer.writerows(rows)
+        conn.commit()
+        conn.autocommit = True
+
+    out["pull"] = measure("raw SELECT + csv.writer", export)
+    conn.execute("DROP TABLE raw")
+    conn.close()
+    return out
+
+
+TARGETS = {"push": 2.0, "iterate": 1.5, "query": 1.5, "pull": 1.5}
+
+
+def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Measurement]) -> list[str]:
+    lines = [f"\n### {db}, {rows:,} rows × 8 columns\n", TABLE_HEADER]
+    for step, target in TARGETS.items():
+        lines.append(ratio_row(step.capitalize(), mine[step], raw[step], target))
+    if "push_cli" in raw:
+        lines.append(ratio_row("Push vs the sqlite3 CLI", mine["push"], raw["push_cli"], 2.0)
+                     + " (CLI peak is of another process: not measured here)")
+    lines.append(f"\nFirst query on a column (builds its index once): {mine['first_query'].seconds:.2f} s, "
+                 f"peak Δ {mine['first_query'].peak_mib:.0f} MiB.")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    args = parser.parse_args()
+    csv_path = sample_csv(args.rows)
+    print(f"data: {csv_path} ({csv_path.stat().st_size / 2**20:.0f} MiB)")
+    lines: list[str] = []
+    for db in args.databases.split(","):
+        with tempfile.TemporaryDirectory(prefix="bench-etl-") as tmp:
+            work = Path(tmp)
+            print(f"\n{db}:")
+            if db == "sqlite":
+                env = {"CONNECTOR_OPS_HOME": str(work / "home"),
+                       "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{work / 'ours.db'}"}
+                mine = ours(resources_from_env(env), csv_path)
+                raw = raw_sqlite(work / "raw.db", csv_path, work)
+            else:
+                with postgres_url() as url:
+                    env = {"CONNECTOR_OPS_HOME": str(work / "home"), "CONNECTOR_OPS_DATABASE_URL": url}
+                    mine = ours(resources_from_env(env), csv_path)
+                    raw = raw_postgres(url, csv_path, work)
+            lines += report(db, args.rows, mine, raw)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
