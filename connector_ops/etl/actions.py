@@ -86,14 +86,15 @@ def iterate(inp: m.IterateInput, virtual_files: VirtualFileStore) -> m.IterateOu
         rows, has_next = virtual_files.next_batch(inp.content, inp.max_batch_size)
     else:
         rows, has_next = virtual_files.next_array_batch(inp.content, inp.max_batch_size)
-    return m.IterateOutput(content=rows, has_next=has_next)
+    return m.IterateOutput.model_construct(content=rows, has_next=has_next)  # rows built by the store: no re-validation
 
 
 @action("etl.query", m.QueryInput, m.QueryOutput, resources=ETL)
 def query(inp: m.QueryInput, virtual_files: VirtualFileStore) -> m.QueryOutput:
     """The rows whose columns equal the given values, in row order."""
     limit = 1 if inp.extract_only_one_result else None
-    return m.QueryOutput(result=virtual_files.find(inp.virtual_file_id, inp.query, limit=limit))
+    rows = virtual_files.find(inp.virtual_file_id, inp.query, limit=limit)
+    return m.QueryOutput.model_construct(result=rows)  # rows built by the store: no re-validation
 
 
 @action("etl.append_rows", m.AppendRowsInput, None, resources=ETL)
@@ -110,3 +111,5 @@ def append_rows(inp: m.AppendRowsInput, virtual_files: VirtualFileStore) -> str:
 def clean(inp: m.CleanInput, virtual_files: VirtualFileStore) -> None:
     """Remove a virtual file and free its storage."""
     virtual_files.drop(inp.virtual_file_id)
+
+from connector_ops.etl import delete_rows, joins, mapping, validation  # noqa: E402,F401  (register the transform actions)

@@ -9,7 +9,8 @@ safe, and PostgreSQL's 63-byte identifier limit does not apply.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Sequence
+from functools import cached_property, lru_cache
 
 import sqlalchemy as sa
 
@@ -56,8 +57,17 @@ def internal_name(ordinal: int) -> str:
     return f"c{ordinal}"
 
 
-def row_table(table_name: str, ordinals: list[int]) -> sa.Table:
-    """The SQLAlchemy description of a row table (built from the catalog, never reflected)."""
+def row_table(table_name: str, ordinals: Sequence[int]) -> sa.Table:
+    """The SQLAlchemy description of a row table (built from the catalog, never reflected).
+
+    Cached: a table name is never reused and its columns are fixed by the ordinals, and building a
+    ``Table`` costs more than an indexed query (it also lets compiled statements be reused).
+    """
+    return _row_table(table_name, tuple(ordinals))
+
+
+@lru_cache(maxsize=1024)
+def _row_table(table_name: str, ordinals: tuple[int, ...]) -> sa.Table:
     return sa.Table(
         table_name,
         sa.MetaData(),
@@ -79,7 +89,7 @@ class VirtualFileInfo:
 
     @cached_property
     def table(self) -> sa.Table:
-        return row_table(self.table_name, list(self.ordinals))
+        return row_table(self.table_name, self.ordinals)
 
     def column_map(self, table: sa.Table | None = None) -> dict[str, sa.ColumnElement]:
         """User column name -> SQL column (what the filter compiler and joins work with)."""

@@ -108,19 +108,20 @@ class VirtualFileStore(dg.ConfigurableResource):
         """The catalog entry of ``vf_id`` (``NotFound`` if there is none)."""
         if not isinstance(vf_id, str) or not vf_id:
             raise NotFound(f"virtual file {vf_id!r} not found")
-        query = sa.select(cat.virtual_file.c.table_name, cat.virtual_file.c.generation).where(
-            cat.virtual_file.c.id == vf_id
+        vf, col = cat.virtual_file, cat.vf_column
+        query = (
+            sa.select(vf.c.table_name, vf.c.generation, col.c.ordinal, col.c.name, col.c.indexed)
+            .select_from(vf.outerjoin(col, col.c.vf_id == vf.c.id))
+            .where(vf.c.id == vf_id)
+            .order_by(col.c.ordinal)
         )
         if lock and conn.dialect.name == "postgresql":
-            query = query.with_for_update()
-        head = conn.execute(query).first()
-        if head is None:
+            query = query.with_for_update(of=vf)
+        rows = conn.execute(query).all()  # one round trip: the file and its columns
+        if not rows:
             raise NotFound(f"virtual file {vf_id!r} not found")
-        cols = conn.execute(
-            sa.select(cat.vf_column.c.ordinal, cat.vf_column.c.name, cat.vf_column.c.indexed)
-            .where(cat.vf_column.c.vf_id == vf_id)
-            .order_by(cat.vf_column.c.ordinal)
-        ).all()
+        head = rows[0]
+        cols = [r for r in rows if r.ordinal is not None]
         return VirtualFileInfo(
             id=vf_id,
             table_name=head.table_name,
@@ -265,7 +266,7 @@ class VirtualFileStore(dg.ConfigurableResource):
         with self.reading() as conn:
             info = self.info(conn, vf_id)
             table = info.table
-            query = sa.select(table).where(table.c.seq > after_seq).order_by(table.c.seq)
+            query = _select_rows(info).where(table.c.seq > after_seq).order_by(table.c.seq)
             if upto_seq is not None:
                 query = query.where(table.c.seq <= upto_seq)
             return _dicts(info.names, fetch_all(conn, query))
@@ -299,10 +300,10 @@ class VirtualFileStore(dg.ConfigurableResource):
             state = conn.execute(sa.select(cat.vf_cursor.c.last_seq, cat.vf_cursor.c.generation).where(key)).first()
             last = state.last_seq if state is not None and state.generation == info.generation else 0
             table = info.table
-            rows = fetch_all(conn, sa.select(table).where(table.c.seq > last).order_by(table.c.seq).limit(limit + 1))
+            rows = fetch_all(conn, _select_rows(info).where(table.c.seq > last).order_by(table.c.seq).limit(limit + 1))
             has_next = len(rows) > limit
             rows = rows[:limit]
-            position = rows[-1][0] if has_next else 0
+            position = rows[-1][-1] if has_next else 0
             _upsert(conn, cat.vf_cursor, {"vf_id": vf_id, "cursor_name": cursor},
                     {"last_seq": position, "generation": info.generation})
             return _dicts(info.names, rows), has_next
@@ -362,7 +363,7 @@ class VirtualFileStore(dg.ConfigurableResource):
                     table = info.table
                     where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name,
                                            conn=conn)
-                    query = sa.select(table).where(where).order_by(table.c.seq)
+                    query = _select_rows(info).where(where).order_by(table.c.seq)
                     if limit is not None:
                         query = query.limit(limit)
                     return _dicts(info.names, fetch_all(conn, query))
@@ -403,10 +404,22 @@ def _as_dict(names: Sequence[str], values: Sequence[str | None]) -> Row:
     return {n: v for n, v in zip(names, values, strict=True) if v is not None}
 
 
+def _select_rows(info: VirtualFileInfo) -> sa.Select:
+    """The value columns in catalog order, then ``seq`` last (see :func:`_dicts`)."""
+    table = info.table
+    return sa.select(*(table.c[internal_name(o)] for o in info.ordinals), table.c.seq)
+
+
 def _dicts(names: Sequence[str], rows: list[tuple]) -> list[Row]:
-    """Rows fetched with their ``seq`` first -> dicts without it (missing values left out)."""
-    keyed = list(enumerate(names, 1))
-    return [{n: r[i] for i, n in keyed if r[i] is not None} for r in rows]
+    """Rows of :func:`_select_rows` -> dicts; ``zip`` stops before the trailing ``seq``. Missing
+    values are left out (only rows that have any are filtered: the common case stays one C call)."""
+    out = []
+    for r in rows:
+        row = dict(zip(names, r))  # noqa: B905 - r is one longer (seq)
+        if None in r:
+            row = {k: v for k, v in row.items() if v is not None}
+        out.append(row)
+    return out
 
 
 def _batched(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
