@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     CITIES,
     COLUMNS,
     TABLE_HEADER,
@@ -36,8 +36,8 @@ from benchmarks.common import (  # noqa: E402
     ratio_row,
     sample_csv,
 )
-from connector_ops import invoke  # noqa: E402
-from connector_ops.environment import resources_from_env  # noqa: E402
+from connector_ops import invoke
+from connector_ops.environment import resources_from_env
 
 BATCH = 10_000
 QUERY_VALUES = CITIES[:20]

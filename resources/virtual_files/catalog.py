@@ -8,8 +8,8 @@ safe, and PostgreSQL's 63-byte identifier limit does not apply.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import sqlalchemy as sa

@@ -1,0 +1,284 @@
+"""ETL transforms benchmark: Delete Rows, Join, Validate and Map against baselines, SQLite and PostgreSQL.
+
+    .venv/bin/python benchmarks/bench_etl_transforms.py                  # 1,000,000 rows, both databases
+    .venv/bin/python benchmarks/bench_etl_transforms.py --rows 100000 --databases sqlite
+
+Data: benchmarks/common.py ``sample_csv`` (8 short string columns); the right side of the join is
+``sample_csv(rows // 10)``, joined on ``id`` (every right id exists on the left: 10 % of the left rows
+match, 90 % go to the rejection file). Baselines run in the same process, on copies of the same rows in
+the same database:
+
+- Delete Rows: the hand-written SQL ``DELETE`` with the same meaning as the 3-clause filter.
+- Join: the same two ``INSERT … SELECT`` statements (output ordered by left/right row, rejection by
+  ``NOT EXISTS``) written by hand on raw tables; and ``pandas.merge`` end to end (``read_csv`` of both
+  files, the inner merge, and the left-only rows through ``indicator=True``), compared with our Push of
+  both files + Join.
+- Validate: a pandera ``DataFrameSchema`` doing the same checks with ``lazy=True`` on a DataFrame
+  already in memory (and, separately, including ``read_csv``).
+- Map: a raw loop that reads the rows by keyset, builds the same dicts, calls the same function and
+  writes a new table (executemany on SQLite, COPY on PostgreSQL), in one transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import (
+    CITIES,
+    COLUMNS,
+    TABLE_HEADER,
+    Measurement,
+    measure,
+    postgres_url,
+    ratio_row,
+    sample_csv,
+)
+from connector_ops import invoke
+from connector_ops.environment import resources_from_env
+from connector_ops.etl import map_action
+
+BATCH = 10_000
+DELETE_FILTER = {"city": {"$in": CITIES[:300]}, "category": {"$ne": "alpha"}, "amount": {"$gt": "500"}}
+SCHEMA = {
+    "id": {"type": "integer", "required": True, "maxLength": 7},
+    "amount": {"type": "float", "maxLength": "6,2", "required": {"value": True}},
+    "city": {"type": "string", "maxLength": 12},
+    "category": {"type": "string", "minLength": 5},  # beta, zeta, eta fail: 3/8 of the rows
+    "email": {"type": "string", "maxLength": 30},
+}
+INDEX = {name: i for i, name in enumerate(COLUMNS)}  # raw tables: c0…c7 in COLUMNS order
+
+
+@map_action("bench_upper_name")
+def upper_name(row: dict[str, str]) -> dict[str, str]:
+    """The trivial row function both Map and the raw loop call."""
+    row["name"] = row["name"].upper()
+    return row
+
+
+# -- baselines that need a DB-API connection -----------------------------------------------------
+class Raw:
+    """A raw DB-API connection to the same database, with ``?``/``%s`` placeholders papered over."""
+
+    def __init__(self, url: str) -> None:
+        self.postgres = url.startswith("postgresql")
+        if self.postgres:
+            import psycopg
+
+            self.conn: Any = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1),
+                                             autocommit=True)
+        else:
+            self.conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+            for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-65536"):
+                self.conn.execute(f"PRAGMA {pragma}")
+        self.mark = "%s" if self.postgres else "?"
+        self.seq = "seq" if self.postgres else "rowid"
+
+    def execute(self, sql: str, params: tuple | list = ()) -> Any:
+        return self.conn.execute(sql.replace("?", self.mark), params)
+
+    def copy_of(self, vf_table: str, name: str) -> None:
+        """A raw table with the rows of one of our tables (same values, an ordered row key)."""
+        self.execute(f"DROP TABLE IF EXISTS {name}")
+        cols = ", ".join(f"c{i} text" for i in range(8))
+        key = "seq bigserial PRIMARY KEY, " if self.postgres else ""
+        self.execute(f"CREATE TABLE {name} ({key}{cols})")
+        select = ", ".join(f"c{i}" for i in range(8))
+        self.execute(f'INSERT INTO {name} ({select}) SELECT {select} FROM "{vf_table}" ORDER BY seq')
+
+    def begin(self) -> None:
+        self.execute("BEGIN")
+
+    def commit(self) -> None:
+        self.execute("COMMIT")
+
+
+def vf_table(store: Any, vf_id: str) -> str:
+    with store.reading() as conn:
+        return store.info(conn, vf_id).table_name
+
+
+def raw_delete(raw: Raw) -> int:
+    cities = CITIES[:300]
+    collate = ' COLLATE "C"' if raw.postgres else ""
+    sql = (f"DELETE FROM raw_left WHERE c{INDEX['city']} IN ({', '.join('?' * len(cities))}) "
+           f"AND (c{INDEX['category']} IS NULL OR c{INDEX['category']} <> ?) AND c{INDEX['amount']}{collate} > ?")
+    return raw.execute(sql, [*cities, "alpha", "500"]).rowcount
+
+
+def raw_join(raw: Raw) -> None:
+    cols = ", ".join(f"c{i}" for i in range(16))
+    left_cols = ", ".join(f"l.c{i}" for i in range(8))
+    right_cols = ", ".join(f"r.c{i}" for i in range(8))
+    key = f"c{INDEX['id']}"
+    key_def = "seq bigserial PRIMARY KEY, " if raw.postgres else ""
+    raw.begin()
+    if not raw.postgres:
+        raw.execute(f"CREATE INDEX IF NOT EXISTS raw_right_key ON raw_right ({key})")
+    raw.execute(f"CREATE TABLE raw_out ({key_def}{', '.join(f'c{i} text' for i in range(16))})")
+    raw.execute(f"INSERT INTO raw_out ({cols}) SELECT {left_cols}, {right_cols} FROM raw_left l "
+                f"JOIN raw_right r ON l.{key} = r.{key} AND l.{key} <> '' ORDER BY l.{raw.seq}, r.{raw.seq}")
+    raw.execute(f"CREATE TABLE raw_rej ({key_def}{', '.join(f'c{i} text' for i in range(8))})")
+    raw.execute(f"INSERT INTO raw_rej ({', '.join(f'c{i}' for i in range(8))}) SELECT {left_cols} FROM raw_left l "
+                f"WHERE NOT (l.{key} IS NOT NULL AND l.{key} <> '' AND EXISTS "
+                f"(SELECT 1 FROM raw_right r WHERE r.{key} = l.{key})) ORDER BY l.{raw.seq}")
+    raw.commit()
+
+
+def raw_map(raw: Raw) -> int:
+    names = ", ".join(f"c{i}" for i in range(8))
+    key_def = "seq bigserial PRIMARY KEY, " if raw.postgres else ""
+    raw.begin()
+    raw.execute(f"CREATE TABLE raw_mapped ({key_def}{', '.join(f'c{i} text' for i in range(8))})")
+    last, total = 0, 0
+    while True:
+        rows = raw.execute(f"SELECT {raw.seq}, {names} FROM raw_left WHERE {raw.seq} > ? ORDER BY {raw.seq} "
+                           f"LIMIT {BATCH}", (last,)).fetchall()
+        if not rows:
+            break
+        last = rows[-1][0]
+        out = []
+        for r in rows:
+            row = upper_name({n: v for n, v in zip(COLUMNS, r[1:], strict=True) if v is not None})
+            out.append(tuple(row.get(n) for n in COLUMNS))
+        if raw.postgres:
+            with raw.conn.cursor() as cur, cur.copy(f"COPY raw_mapped ({names}) FROM STDIN") as copy:
+                for values in out:
+                    copy.write_row(values)
+        else:
+            raw.conn.executemany(f"INSERT INTO raw_mapped ({names}) VALUES ({', '.join('?' * 8)})", out)
+        total += len(out)
+    raw.commit()
+    return total
+
+
+# -- pandas / pandera ----------------------------------------------------------------------------
+def pandas_join(left_csv: Path, right_csv: Path) -> tuple[int, int]:
+    import pandas as pd
+
+    left = pd.read_csv(left_csv, dtype=str, keep_default_na=False)
+    right = pd.read_csv(right_csv, dtype=str, keep_default_na=False)
+    right = right[right["id"] != ""]
+    output = pd.merge(left[left["id"] != ""], right, on="id", how="inner", suffixes=("_L", "_R"))
+    flagged = pd.merge(left, right[["id"]].drop_duplicates(), on="id", how="left", indicator=True)
+    rejected = flagged[flagged["_merge"] == "left_only"]
+    return len(output), len(rejected)
+
+
+def pandera_schema() -> Any:
+    import pandera.pandas as pa
+
+    def digits(pattern: str) -> Any:
+        return pa.Check.str_matches(pattern)
+
+    return pa.DataFrameSchema({
+        "id": pa.Column(str, [digits(r"^[+-]?0*\d{1,7}$")], nullable=False),
+        "amount": pa.Column(str, [pa.Check.str_length(min_value=1),
+                                  digits(r"^[+-]?0*\d{0,4}(?:\.\d{0,2}0*)?$")], nullable=False),
+        "city": pa.Column(str, [pa.Check.str_length(max_value=12)], nullable=True),
+        "category": pa.Column(str, [pa.Check.str_length(min_value=5)], nullable=True),
+        "email": pa.Column(str, [pa.Check.str_length(max_value=30)], nullable=True),
+    })
+
+
+def pandera_validate(frame: Any) -> int:
+    import pandera.errors
+
+    try:
+        pandera_schema().validate(frame, lazy=True)
+    except pandera.errors.SchemaErrors as exc:
+        return exc.failure_cases["index"].nunique()
+    return 0
+
+
+# -- the run -------------------------------------------------------------------------------------
+def run(db: str, url: str, work: Path, rows: int) -> list[str]:
+    import pandas as pd
+
+    resources = resources_from_env({"CONNECTOR_OPS_HOME": str(work / "home"), "CONNECTOR_OPS_DATABASE_URL": url})
+    store, files = resources["virtual_files"], resources["platform_files"]
+    left_csv, right_csv = sample_csv(rows), sample_csv(max(rows // 10, 1))
+    raw = Raw(url)
+
+    def push(path: Path) -> str:
+        return invoke("etl.push", {"platformFile": files.add_file(path).to_json()}, resources)["virtualFileId"]
+
+    m: dict[str, Measurement] = {}
+    m["push_both"] = measure("connector-ops push left + right", lambda: (push(left_csv), push(right_csv)))
+    left, right = m["push_both"].value
+    raw.copy_of(vf_table(store, left), "raw_left")
+    raw.copy_of(vf_table(store, right), "raw_right")
+
+    join = {"join": {"left": {"virtualFileId": left, "customId": "L", "key": "id"},
+                     "right": {"virtualFileId": right, "customId": "R", "key": "id"}}}
+    m["join"] = measure("connector-ops join (INNER, + rejection file)", lambda: invoke("etl.join", join, resources))
+    m["raw_join"] = measure("raw INSERT … SELECT … JOIN (+ rejection)", lambda: raw_join(raw))
+    m["pandas_join"] = measure("pandas read_csv ×2 + merge (+ indicator)", lambda: pandas_join(left_csv, right_csv))
+
+    m["validate"] = measure("connector-ops validate (virtual file form)",
+                            lambda: invoke("etl.validate", {"content": left, "schema": SCHEMA}, resources))
+    frames = [pd.read_csv(left_csv, dtype=str, keep_default_na=False)]
+    m["pandera"] = measure("pandera lazy validate (DataFrame in memory)", lambda: pandera_validate(frames[0]))
+    frames.clear()
+    m["pandera_load"] = measure("pandas read_csv + pandera lazy validate", lambda: pandera_validate(
+        pd.read_csv(left_csv, dtype=str, keep_default_na=False)))
+
+    m["map"] = measure("connector-ops map (Python row function)", lambda: invoke(
+        "etl.map", {"virtualFileId": left, "action": "bench_upper_name"}, resources))
+    m["raw_map"] = measure("raw loop: keyset read, same function, rewrite", lambda: raw_map(raw))
+
+    m["delete"] = measure("connector-ops delete rows (3-clause filter)", lambda: invoke(
+        "etl.delete_rows", {"virtualFileId": left, "request": DELETE_FILTER}, resources))
+    m["raw_delete"] = measure("raw SQL DELETE (same meaning)", lambda: raw_delete(raw))
+    assert m["delete"].value["deletedCount"] == m["raw_delete"].value, (m["delete"].value, m["raw_delete"].value)
+
+    validated, rejected = (store.count(m["validate"].value[k]) for k in ("validated", "rejected"))
+    out_rows, rej_rows = (store.count(m["join"].value[k]) for k in ("virtualFileId", "rejectionFileId"))
+    assert (out_rows, rej_rows) == m["pandas_join"].value, ((out_rows, rej_rows), m["pandas_join"].value)
+    assert rejected == m["pandera"].value, (rejected, m["pandera"].value)
+    for table in ("raw_left", "raw_right", "raw_out", "raw_rej", "raw_mapped"):
+        raw.execute(f"DROP TABLE IF EXISTS {table}")
+    raw.conn.close()
+
+    push_join = Measurement("push both + join", m["push_both"].seconds + m["join"].seconds,
+                            max(m["push_both"].peak_mib, m["join"].peak_mib))
+    return [
+        f"\n### {db}, {rows:,} left rows × 8 columns, {max(rows // 10, 1):,} right rows\n", TABLE_HEADER,
+        ratio_row("Delete Rows, 3 clauses", m["delete"], m["raw_delete"], 1.5)
+        + f" ({m['delete'].value['deletedCount']:,} rows deleted)",
+        ratio_row("Join vs raw SQL", m["join"], m["raw_join"], 1.5) + f" ({out_rows:,} out, {rej_rows:,} rejected)",
+        ratio_row("Join: push both + join vs pandas end to end", push_join, m["pandas_join"], 1.0),
+        ratio_row("Join (files already loaded) vs pandas end to end", m["join"], m["pandas_join"], 1.0),
+        ratio_row("Validate vs pandera (in memory)", m["validate"], m["pandera"], 1.5)
+        + f" ({validated:,} valid, {rejected:,} rejected)",
+        ratio_row("Validate vs read_csv + pandera", m["validate"], m["pandera_load"], 1.5),
+        ratio_row("Map vs raw loop", m["map"], m["raw_map"], 1.5),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    args = parser.parse_args()
+    lines: list[str] = []
+    for db in args.databases.split(","):
+        with tempfile.TemporaryDirectory(prefix="bench-etl-tx-") as tmp:
+            print(f"\n{db}:")
+            if db == "sqlite":
+                lines += run(db, f"sqlite:///{Path(tmp) / 'ours.db'}", Path(tmp), args.rows)
+            else:
+                with postgres_url() as url:
+                    lines += run(db, url, Path(tmp), args.rows)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
