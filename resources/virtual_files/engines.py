@@ -9,6 +9,7 @@ PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loade
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,10 +69,23 @@ def get_engine(url: str) -> sa.Engine:
             _setup_sqlite(engine)
         else:
             engine = sa.create_engine(key, pool_pre_ping=True)
-        with engine.execution_options(**WRITE).begin() as conn:
-            metadata.create_all(conn, checkfirst=True)
+        _create_catalog(engine)
         _ENGINES[key] = engine
         return engine
+
+
+def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:
+    """Create the catalog tables if missing. Two processes starting together on a new PostgreSQL
+    database can both see them missing; the loser's CREATE fails, and a retry then finds them."""
+    for attempt in range(attempts):
+        try:
+            with engine.execution_options(**WRITE).begin() as conn:
+                metadata.create_all(conn, checkfirst=True)
+            return
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 def dispose_all() -> None:
