@@ -1,0 +1,43 @@
+"""What every mail backend shares: one ``send`` that checks the attachment budget, then delivers.
+
+Interchangeable backends behind one interface (the idea of Django's e-mail backends): the action sends a
+validated :class:`~resources.mail.message.MailMessage` and never knows whether it went to Mailjet, an
+SMTP server or the outbox folder.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+
+import dagster as dg
+
+from resources.mail.attachments import AttachmentReader
+from resources.mail.message import MailMessage
+from resources.platform_files import PlatformFileStore
+
+log = logging.getLogger("connector_ops.mail")
+
+
+class MailResource(dg.ConfigurableResource, ABC):
+    """Base of the ``mail`` resources. Subclasses implement :meth:`deliver`."""
+
+    def send(self, message: MailMessage, files: PlatformFileStore) -> str:
+        """Send ``message``; returns a reference for logs (a message id or a file name, no personal data)."""
+        reader = AttachmentReader(files, message.attachments)
+        reader.precheck()  # before any byte is read or any connection is opened
+        reference = self.deliver(message, reader)
+        log.info(
+            "mail sent with %s: template %s, %d recipient(s), %d attachment(s), reference %s",
+            type(self).__name__, message.template_id, len(message.envelope_recipients),
+            len(message.attachments), reference,
+        )
+        return reference
+
+    @abstractmethod
+    def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
+        """Deliver the message, reading attachment bytes only through ``attachments`` (it owns the budget).
+
+        Raise ``InvalidInput`` for input problems found late (an attachment over the budget) and
+        ``UpstreamError``/``ActionFailed`` (status 500) when the provider fails; leave nothing half-written.
+        """

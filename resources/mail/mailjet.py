@@ -1,0 +1,121 @@
+"""MailjetResource: the Send API v3.1 over httpx with HTTP basic auth (research mail.md §1–2).
+
+The request body is built completely (in a spooled temporary file, attachments streamed in as base64)
+before the first connection, so every local check, the 15 MB budget included, is done before anything
+is sent. Retries follow research §2.4: connection failures (the request never left), 429 and 5xx, at
+most ``max_attempts`` in all; never a 4xx, and never a read timeout, since Mailjet has no idempotency key
+and a retried POST could send the mail twice.
+
+The keys travel only in the ``Authorization`` header built by httpx (never in a URL, a log line or an
+error message); in Definitions they are ``EnvVar`` so Dagster never stores them.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import IO
+
+import httpx
+from pydantic import PrivateAttr
+
+from connector_ops.errors import ActionFailed, UpstreamError
+from resources.mail.attachments import AttachmentReader
+from resources.mail.base import MailResource
+from resources.mail.mailjet_errors import Outcome, interpret
+from resources.mail.message import MailMessage
+from resources.mail.payload import write_payload
+
+DEFAULT_API_URL = "https://api.mailjet.com"
+_SPOOL_IN_MEMORY = 1 << 20  # bodies above 1 MiB (attachments) go to a temporary file
+
+
+def _body_chunks(body: IO[bytes], chunk_size: int = 1 << 16) -> Iterator[bytes]:
+    body.seek(0)
+    while chunk := body.read(chunk_size):
+        yield chunk
+
+
+class MailjetResource(MailResource):
+    """Sends through ``POST <api_url>/v3.1/send``; ``sandbox`` validates without delivering."""
+
+    api_key: str | None = None
+    api_secret: str | None = None
+    api_url: str = DEFAULT_API_URL
+    sandbox: bool = False
+    timeout_s: float = 60.0
+    connect_retries: int = 2
+    max_attempts: int = 3
+    backoff_s: float = 1.0
+    max_wait_s: float = 30.0
+
+    _client: httpx.Client | None = PrivateAttr(default=None)
+
+    def __repr__(self) -> str:  # never show the keys, even by accident in a debugger or a log line
+        return f"MailjetResource(api_url={self.api_url!r}, sandbox={self.sandbox})"
+
+    __str__ = __repr__
+
+    def _http(self) -> httpx.Client:
+        if not self.api_key or not self.api_secret:
+            raise ActionFailed("Mailjet is not configured: set MAILJET_API_KEY and MAILJET_API_SECRET")
+        url = httpx.URL(self.api_url)
+        if url.userinfo or url.scheme not in ("http", "https"):
+            raise ActionFailed("MAILJET_API_URL must be an http(s) URL without credentials in it")
+        if self._client is None:
+            self._client = httpx.Client(
+                base_url=self.api_url.rstrip("/"),
+                auth=httpx.BasicAuth(self.api_key, self.api_secret),
+                timeout=httpx.Timeout(self.timeout_s, connect=10.0),
+                transport=httpx.HTTPTransport(retries=self.connect_retries),  # connect failures only
+                follow_redirects=False,
+            )
+        return self._client
+
+    def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
+        client = self._http()
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as body:
+            write_payload(body, message, attachments, sandbox=self.sandbox)
+            length = body.tell()
+            outcome = self._post(client, body, length)
+        return ",".join(outcome.references) or "sandbox"
+
+    def _post(self, client: httpx.Client, body: IO[bytes], length: int) -> Outcome:
+        headers = {"Content-Type": "application/json", "Content-Length": str(length)}
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                response = client.post("/v3.1/send", content=_body_chunks(body), headers=headers)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                raise UpstreamError(f"cannot reach Mailjet at {self.api_url}: {type(exc).__name__}: {exc}") from None
+            except httpx.TimeoutException:
+                raise UpstreamError(
+                    f"Mailjet did not answer within {self.timeout_s:g} s; the message may have been sent, "
+                    "so it was not retried (Mailjet has no idempotency key)"
+                ) from None
+            except httpx.TransportError as exc:
+                raise UpstreamError(
+                    f"the connection to Mailjet failed after the request was sent ({type(exc).__name__}); "
+                    "the message may have been sent, so it was not retried"
+                ) from None
+            outcome = interpret(response)
+            if outcome.ok:
+                return outcome
+            if not outcome.retryable or attempt == self.max_attempts:
+                suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
+                raise UpstreamError(outcome.message + suffix)
+            time.sleep(self._wait(attempt, response))
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def _wait(self, attempt: int, response: httpx.Response) -> float:
+        """``Retry-After`` when Mailjet sends one (not documented), else jittered exponential backoff."""
+        retry_after = response.headers.get("Retry-After", "")
+        if retry_after.strip().isdigit():
+            return min(float(retry_after), self.max_wait_s)
+        return min(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random() / 2), self.max_wait_s)
+
+    def teardown_after_execution(self, context: object) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

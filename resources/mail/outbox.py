@@ -1,0 +1,44 @@
+"""OutboxMailResource: the offline default; each message becomes one JSON file in a folder.
+
+The file holds exactly the Mailjet v3.1 request body the Mailjet backend would post (attachments
+included as base64), so a pipeline can be developed and checked without an account. It is written to a
+temporary name and renamed into place: a reader of the folder never sees half a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from resources.mail.attachments import AttachmentReader
+from resources.mail.base import MailResource
+from resources.mail.message import MailMessage
+from resources.mail.payload import write_payload
+
+
+class OutboxMailResource(MailResource):
+    """Writes ``<outbox_dir>/<UTC timestamp>-<random>.json``; names sort in sending order."""
+
+    outbox_dir: str
+
+    def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
+        root = Path(self.outbox_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        final = root / f"{stamp}-{uuid.uuid4().hex[:12]}.json"
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "wb") as sink:
+                write_payload(sink, message, attachments, sandbox=False)
+                sink.flush()
+                os.fsync(sink.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        return final.name

@@ -1,0 +1,121 @@
+"""SmtpMailResource: for users without Mailjet; any SMTP server, templates from a local folder.
+
+The MIME message is built with the standard library's modern policy (which itself refuses line breaks
+in headers), rendered from :mod:`resources.mail.templates`, and sent with ``smtplib``. Bcc recipients are
+only in the envelope (``RCPT TO``), never in a header, so no recipient can see them. The template is
+rendered and the attachments read (within the 15 MB budget) before the connection is opened.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+from email.headerregistry import Address as HeaderAddress
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+from typing import Literal
+
+from connector_ops.errors import ActionFailed, UpstreamError
+from resources.mail.attachments import AttachmentReader
+from resources.mail.base import MailResource
+from resources.mail.message import Address, MailMessage
+from resources.mail.templates import LocalTemplates
+
+Security = Literal["starttls", "tls", "none"]
+DEFAULT_PORTS = {"starttls": 587, "tls": 465, "none": 25}
+
+
+def _text(reply: bytes | str) -> str:
+    return reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply)
+
+
+def _header_address(address: Address) -> HeaderAddress:
+    return HeaderAddress(display_name=address.name or "", addr_spec=address.email)
+
+
+class SmtpMailResource(MailResource):
+    """SMTP with ``security`` = ``starttls`` (default, port 587), ``tls`` (465) or ``none`` (25)."""
+
+    host: str | None = None
+    port: int | None = None
+    username: str | None = None
+    password: str | None = None
+    security: Security = "starttls"
+    ca_file: str | None = None  # a private CA for the server's certificate (default: the system's)
+    templates_dir: str
+    timeout_s: float = 30.0
+
+    def __repr__(self) -> str:
+        return f"SmtpMailResource(host={self.host!r}, port={self.port!r}, security={self.security!r})"
+
+    __str__ = __repr__
+
+    def build(self, message: MailMessage, attachments: AttachmentReader) -> EmailMessage:
+        """The MIME message (no Bcc header): rendered template, then attachments as MIME parts."""
+        rendered = LocalTemplates(self.templates_dir).render(message.template_id, message.variables)
+        mime = EmailMessage()
+        mime["From"] = _header_address(message.sender)
+        mime["To"] = [_header_address(a) for a in message.to]
+        if message.cc:
+            mime["Cc"] = [_header_address(a) for a in message.cc]
+        subject = message.subject or rendered.subject
+        if subject:
+            mime["Subject"] = subject
+        mime["Date"] = formatdate(localtime=True)
+        mime["Message-ID"] = make_msgid(domain=message.sender.email.rpartition("@")[2])
+        if rendered.text is not None:
+            mime.set_content(rendered.text)
+            if rendered.html is not None:
+                mime.add_alternative(rendered.html, subtype="html")
+        else:
+            mime.set_content(rendered.html or "", subtype="html")
+        for attachment in message.attachments:
+            maintype, subtype = attachment.content_type.split("/", 1)
+            mime.add_attachment(attachments.read(attachment), maintype=maintype, subtype=subtype,
+                                filename=attachment.filename)
+        return mime
+
+    def _connect(self) -> smtplib.SMTP:
+        if not self.host:
+            raise ActionFailed("SMTP is not configured: set SMTP_HOST")
+        port = self.port or DEFAULT_PORTS[self.security]
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.security == "tls":
+            return smtplib.SMTP_SSL(self.host, port, timeout=self.timeout_s, context=context)
+        smtp = smtplib.SMTP(self.host, port, timeout=self.timeout_s)
+        if self.security == "starttls":
+            try:
+                smtp.starttls(context=context)
+            except BaseException:
+                smtp.close()
+                raise
+        return smtp
+
+    def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
+        mime = self.build(message, attachments)
+        where = f"{self.host}:{self.port or DEFAULT_PORTS[self.security]}"
+        try:
+            with self._connect() as smtp:
+                if self.username:
+                    smtp.login(self.username, self.password or "")
+                refused = smtp.send_message(mime, from_addr=message.sender.email,
+                                            to_addrs=message.envelope_recipients)
+        except smtplib.SMTPAuthenticationError as exc:
+            raise UpstreamError(f"SMTP authentication failed at {where} ({exc.smtp_code}): "
+                                "check SMTP_USERNAME and SMTP_PASSWORD") from None
+        except smtplib.SMTPRecipientsRefused as exc:
+            refused_all = ", ".join(f"{addr} ({code})" for addr, (code, _) in exc.recipients.items())
+            raise UpstreamError(f"the SMTP server refused every recipient: {refused_all}") from None
+        except smtplib.SMTPSenderRefused as exc:
+            raise UpstreamError(f"the SMTP server refused the sender {exc.sender} ({exc.smtp_code}: "
+                                f"{_text(exc.smtp_error)})") from None
+        except smtplib.SMTPResponseException as exc:
+            raise UpstreamError(f"the SMTP server at {where} answered {exc.smtp_code}: "
+                                f"{_text(exc.smtp_error)}") from None
+        except (smtplib.SMTPException, OSError) as exc:
+            raise UpstreamError(f"sending through the SMTP server at {where} failed: "
+                                f"{type(exc).__name__}: {exc}") from None
+        if refused:
+            listed = ", ".join(f"{addr} ({code})" for addr, (code, _) in refused.items())
+            raise UpstreamError(f"the message was sent, but the SMTP server refused some recipients: {listed}")
+        return str(mime["Message-ID"])

@@ -1,0 +1,1 @@
+"""Tests of the transactional e-mail connector (issue 5)."""

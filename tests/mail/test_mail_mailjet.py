@@ -1,0 +1,267 @@
+"""The Mailjet backend against the loopback fake Mailjet v3.1: payload, auth, errors, retries, attachments."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from connector_ops.environment import resources_from_env
+from connector_ops.errors import ConnectorError
+from resources.mail import MailjetResource
+from tests.mail.conftest import API_KEY, API_SECRET, message, send
+from tests.servers import free_port, serving
+from tests.servers.fake_mailjet import Canned, FakeMailjet
+
+Fake = tuple[FakeMailjet, str]
+
+
+def fast_resources(**changes: Any) -> dict[str, Any]:
+    """Resources from the environment, with a Mailjet backend that waits milliseconds between retries."""
+    resources = resources_from_env()
+    mail = resources["mail"]
+    assert isinstance(mail, MailjetResource)
+    resources["mail"] = mail.model_copy(update={"backoff_s": 0.01, **changes})
+    return resources
+
+
+def failure(payload: dict[str, Any], **changes: Any) -> ConnectorError:
+    with pytest.raises(ConnectorError) as caught:
+        send(payload, fast_resources(**changes))
+    return caught.value
+
+
+def test_sends_the_documented_v31_payload_with_basic_auth(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    assert send(message()) == {}
+    [request] = fake.requests
+    expected_auth = "Basic " + base64.b64encode(f"{API_KEY}:{API_SECRET}".encode()).decode()
+    assert request["headers"]["authorization"] == expected_auth
+    assert request["headers"]["content-type"] == "application/json"
+    assert fake.payloads == [{
+        "SandboxMode": False,
+        "AdvanceErrorHandling": True,
+        "Messages": [{
+            "From": {"Email": "noreply@example.com", "Name": "Example Shop"},
+            "To": [{"Email": "alice@example.org", "Name": "Alice"}],
+            "Cc": [{"Email": "bob@example.org"}],
+            "Bcc": [{"Email": "audit@example.com"}],
+            "Subject": "Your order 12345",
+            "TemplateID": 4242,
+            "TemplateLanguage": True,
+            "Variables": {"first_name": "Alice", "order_id": "12345", "items": [{"name": "Pen", "qty": 2}]},
+        }],
+    }]
+    assert len(fake.accepted) == 1
+
+
+def test_empty_subject_and_variables_are_left_out(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    send(message(subject="", templateVariables="{}"))
+    sent = fake.payloads[0]["Messages"][0]
+    assert "Subject" not in sent and "Variables" not in sent
+
+
+def test_sandbox_mode(mailjet_env: dict[str, str], fake_mailjet: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, _ = fake_mailjet
+    monkeypatch.setenv("MAILJET_SANDBOX", "true")
+    assert send(message()) == {}
+    assert fake.payloads[0]["SandboxMode"] is True
+    assert fake.accepted == []
+
+
+def test_attachments_are_base64_of_the_platform_files(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    files = resources_from_env()["platform_files"]
+    pdf = files.add_bytes(b"%PDF-1.4\n" + os.urandom(300_001), "invoice-12345.pdf")
+    csv = files.add_bytes("région;total\nNord;12\n".encode(), "north.csv", "text/csv; charset=utf-8")
+    send(message(attachments=[{"platformFile": pdf.to_json()}, {"platformFile": csv.to_json()}]))
+    attachments = fake.payloads[0]["Messages"][0]["Attachments"]
+    assert [(a["ContentType"], a["Filename"]) for a in attachments] == [
+        ("application/pdf", "invoice-12345.pdf"), ("text/csv", "north.csv")]
+    assert base64.b64decode(attachments[0]["Base64Content"]) == files.read_bytes(pdf)
+    assert base64.b64decode(attachments[1]["Base64Content"]) == files.read_bytes(csv)
+
+
+def test_over_15_mb_of_attachments_is_refused_before_anything_is_sent(
+        mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    files = resources_from_env()["platform_files"]
+    big = files.add_bytes(b"\0" * 8_000_000, "a.bin")
+    also_big = files.add_bytes(b"\1" * 7_000_001, "b.bin")
+    # the declared sizes are wrong on purpose: the store's real sizes are what counts
+    attachments = [{"platformFile": {**f.to_json(), "size": 1}} for f in (big, also_big)]
+    error = failure(message(attachments=attachments))
+    assert error.status == 400
+    assert "attachments: total size 15,000,001 bytes is over the limit" in error.body["message"]
+    assert fake.requests == []
+
+
+def test_a_remote_file_larger_than_declared_is_stopped_while_streaming(
+        mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+
+    async def endless(_request: Any) -> StreamingResponse:
+        async def chunks() -> Any:
+            for _ in range(40):  # 40 MiB offered, 1 byte declared
+                yield b"x" * (1 << 20)
+        return StreamingResponse(chunks(), media_type="application/octet-stream")
+
+    with serving(Starlette(routes=[Route("/big.bin", endless)])) as url:
+        error = failure(message(attachments=[{"platformFile": {"name": "big.bin", "link": f"{url}/big.bin",
+                                                               "size": 1}}]))
+    assert error.status == 400 and "over the limit of 15,000,000 bytes" in error.body["message"]
+    assert fake.requests == []
+
+
+def test_unreadable_attachment_is_500_naming_it(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    files = resources_from_env()["platform_files"]
+    gone = {**files.add_bytes(b"x", "gone.txt").to_json()}
+    files.delete(gone["id"])
+    error = failure(message(attachments=[{"platformFile": gone}]))
+    assert error.status == 500
+    assert error.body["message"].startswith("attachments[0].platformFile: cannot read 'gone.txt'")
+    assert fake.requests == []
+
+
+# -- every error shape of research §2.1 becomes 500 {"message"} in words ----------------------------------
+def test_per_message_error_names_code_message_and_field(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    error = failure(message(templateId=777))
+    assert error.status == 500
+    text = error.body["message"]
+    assert text.startswith("Mailjet refused the message (HTTP 400): error send-0010: "
+                           'Template id "777" doesn\'t exist for your account. (field TemplateID; Mailjet error id ')
+    assert len(fake.requests) == 1  # a 4xx is never retried
+
+
+def test_unauthorised_sender_403(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    error = failure(message(**{"from": "someone@example.net"}))
+    assert error.status == 500
+    assert "(HTTP 403): error send-0008: \"someone@example.net\" is not an authorized sender" in error.body["message"]
+
+
+def test_wrong_keys_401(mailjet_env: dict[str, str], fake_mailjet: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAILJET_API_SECRET", "sk-wrong-secret-value")
+    error = failure(message())
+    assert error.status == 500
+    text = error.body["message"]
+    assert text.startswith("Mailjet authentication failed (HTTP 401): API key authentication/authorization failure")
+    assert "MAILJET_API_KEY" in text and "sk-wrong-secret-value" not in text and API_KEY not in text
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (Canned(400, {"ErrorIdentifier": "06df1144", "ErrorCode": "mj-0002", "StatusCode": 400,
+                  "ErrorMessage": "Malformed JSON, please review the syntax and properties types."}),
+     "Mailjet refused the message (HTTP 400): error mj-0002: Malformed JSON, please review the syntax and "
+     "properties types. (Mailjet error id 06df1144)"),
+    (Canned(400, {"Errors": [
+        {"ErrorIdentifier": "e1", "ErrorCode": "mj-0004", "ErrorRelatedTo": ["Messages"], "StatusCode": 400,
+         "ErrorMessage": 'Type mismatch. Expected type "Messages".'},
+        {"ErrorIdentifier": "e2", "ErrorCode": "mj-0003", "ErrorRelatedTo": ["Messages"], "StatusCode": 400,
+         "ErrorMessage": "Missing mandatory property."}], "Messages": []}),
+     "Mailjet refused the message (HTTP 400): error mj-0004: Type mismatch. Expected type \"Messages\". "
+     "(field Messages; Mailjet error id e1); error mj-0003: Missing mandatory property. (field Messages; "
+     "Mailjet error id e2)"),
+    (Canned(400, {"Messages": [{"Status": "error", "Errors": [
+        {"ErrorIdentifier": "f98", "ErrorCode": "send-0015", "StatusCode": 400, "ErrorMessage": "Too many recipients.",
+         "ErrorRelatedTo": ["To", "Cc", "Bcc"]}]}]}),
+     "error send-0015: Too many recipients. (fields To, Cc, Bcc; Mailjet error id f98)"),
+    (Canned(401, {"ErrorIdentifier": "ac93", "StatusCode": 401, "ErrorCode": "mj-0001",
+                  "ErrorMessage": "Your account has been suspended."}),
+     "Mailjet authentication failed (HTTP 401): error mj-0001: Your account has been suspended. "
+     "(Mailjet error id ac93). Check MAILJET_API_KEY"),
+    (Canned(404, text=""), "Mailjet answered HTTP 404 with an empty body"),
+    (Canned(200, {"Messages": []}), "Mailjet answered HTTP 200 without a success status"),
+])
+def test_error_shapes(mailjet_env: dict[str, str], fake_mailjet: Fake, answer: Canned, expected: str) -> None:
+    fake, _ = fake_mailjet
+    fake.queue(answer)
+    error = failure(message())
+    assert error.status == 500 and expected in error.body["message"]
+    assert len(fake.requests) == 1  # not retryable
+
+
+# -- retries (research §2.4) ---------------------------------------------------------------------------------
+def test_429_then_success_is_retried(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    fake.queue(Canned(429, {"ErrorMessage": "Too many requests", "StatusCode": 429}, headers={"Retry-After": "0"}))
+    assert send(message(), fast_resources()) == {}
+    assert len(fake.requests) == 2 and len(fake.accepted) == 1
+    assert fake.requests[0]["body"] == fake.requests[1]["body"]  # the same body, rebuilt from the spool
+
+
+@pytest.mark.parametrize(("answers", "expected"), [
+    ([Canned(503, text="<html><body><h1>503</h1>No server is available to handle this request.</body></html>")] * 3,
+     "Mailjet service error (HTTP 503): 503 No server is available to handle this request. (after 3 attempts)"),
+    ([Canned(500, {"ErrorIdentifier": "x1", "StatusCode": 500, "ErrorMessage": "Ouch! Something went wrong"})] * 3,
+     "Mailjet service error (HTTP 500): Ouch! Something went wrong (Mailjet error id x1) (after 3 attempts)"),
+    ([Canned(502, text="")] * 3, "Mailjet service error (HTTP 502), empty answer (after 3 attempts)"),
+    ([Canned(429, {"StatusCode": 429, "ErrorMessage": "Too many requests"})] * 3,
+     "Mailjet rate limit (HTTP 429): too many requests: Too many requests (after 3 attempts)"),
+    ([Canned(400, {"Messages": [{"Status": "error", "Errors": [
+        {"ErrorCode": "mj-0000", "StatusCode": 503, "ErrorMessage": "Temporarily unavailable"}]}]})] * 3,
+     "Mailjet refused the message (HTTP 400): error mj-0000: Temporarily unavailable (after 3 attempts)"),
+])
+def test_5xx_and_429_are_retried_at_most_three_times(mailjet_env: dict[str, str], fake_mailjet: Fake,
+                                                      answers: list[Canned], expected: str) -> None:
+    fake, _ = fake_mailjet
+    fake.queue(*answers)
+    error = failure(message())
+    assert error.status == 500 and error.body["message"] == expected
+    assert len(fake.requests) == 3 and fake.accepted == []
+
+
+def test_503_then_success(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    fake.queue(Canned(503, text="busy"), Canned(502, text=""))
+    assert send(message(), fast_resources()) == {}
+    assert len(fake.requests) == 3 and len(fake.accepted) == 1
+
+
+def test_read_timeout_is_not_retried(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    fake.queue(Canned(200, {"Messages": [{"Status": "success"}]}, delay_s=1.0))
+    error = failure(message(), timeout_s=0.3)
+    assert error.status == 500
+    assert "did not answer within 0.3 s; the message may have been sent, so it was not retried" in error.body["message"]
+    assert len(fake.requests) == 1
+
+
+def test_unreachable_mailjet(mailjet_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MAILJET_API_URL", url)
+    error = failure(message())
+    assert error.status == 500 and error.body["message"].startswith(f"cannot reach Mailjet at {url}: ConnectError")
+
+
+def test_missing_keys_and_credentials_in_the_url_are_refused(mailjet_env: dict[str, str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MAILJET_API_SECRET")
+    assert failure(message()).body["message"] == (
+        "Mailjet is not configured: set MAILJET_API_KEY and MAILJET_API_SECRET")
+    monkeypatch.setenv("MAILJET_API_SECRET", API_SECRET)
+    monkeypatch.setenv("MAILJET_API_URL", f"http://user:{API_SECRET}@127.0.0.1:9")
+    text = failure(message()).body["message"]
+    assert text == "MAILJET_API_URL must be an http(s) URL without credentials in it"
+
+
+def test_repr_hides_the_keys(mailjet_env: dict[str, str]) -> None:
+    mail = resources_from_env()["mail"]
+    for text in (repr(mail), str(mail), f"{mail}"):
+        assert API_KEY not in text and API_SECRET not in text
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """httpx honours proxy variables; the loopback servers must be reached directly."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    yield

@@ -1,0 +1,76 @@
+"""The outbox backend (the offline default): one JSON file per message, atomically, Mailjet-shaped."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from connector_ops.environment import resources_from_env
+from connector_ops.errors import ConnectorError
+from resources.mail import OutboxMailResource
+from tests.mail.conftest import message, send
+
+
+def outbox(env: dict[str, str]) -> Path:
+    return Path(env["CONNECTOR_OPS_HOME"]) / "outbox"
+
+
+def test_default_backend_writes_one_file_per_message(mail_env: dict[str, str]) -> None:
+    assert isinstance(resources_from_env()["mail"], OutboxMailResource)
+    files = resources_from_env()["platform_files"]
+    report = files.add_bytes(b"region,total\nNorth,12\n", "north_sales.csv")
+    assert send(message(attachments=[{"platformFile": report.to_json()}])) == {}
+    assert send(message(subject="second")) == {}
+    names = sorted(p.name for p in outbox(mail_env).iterdir())
+    assert len(names) == 2 and all(re.fullmatch(r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{12}\.json", n) for n in names)
+    first, second = (json.loads((outbox(mail_env) / n).read_text()) for n in names)
+    assert second["Messages"][0]["Subject"] == "second"  # names sort in sending order
+    assert first["SandboxMode"] is False and first["AdvanceErrorHandling"] is True
+    sent = first["Messages"][0]
+    assert sent["From"] == {"Email": "noreply@example.com", "Name": "Example Shop"}
+    assert sent["To"] == [{"Email": "alice@example.org", "Name": "Alice"}]
+    assert sent["Bcc"] == [{"Email": "audit@example.com"}]
+    assert sent["TemplateID"] == 4242 and sent["TemplateLanguage"] is True
+    assert sent["Variables"]["items"] == [{"name": "Pen", "qty": 2}]
+    [attachment] = sent["Attachments"]
+    assert attachment["ContentType"] == "text/csv" and attachment["Filename"] == "north_sales.csv"
+    assert base64.b64decode(attachment["Base64Content"]) == b"region,total\nNorth,12\n"
+
+
+def test_outbox_dir_variable_and_no_credentials(mail_env: dict[str, str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONNECTOR_OPS_OUTBOX_DIR", str(tmp_path / "sent"))
+    monkeypatch.setenv("MAILJET_API_KEY", "pk-must-not-appear")
+    send(message())
+    [written] = (tmp_path / "sent").iterdir()
+    assert "pk-must-not-appear" not in written.read_text()
+
+
+def test_a_failed_message_leaves_nothing_behind(mail_env: dict[str, str]) -> None:
+    files = resources_from_env()["platform_files"]
+    ok = files.add_bytes(b"a" * 1000, "ok.txt")
+    gone = files.add_bytes(b"b", "gone.txt")
+    files.delete(gone.id or "")
+    with pytest.raises(ConnectorError) as caught:  # fails while the second attachment is being written
+        send(message(attachments=[{"platformFile": ok.to_json()}, {"platformFile": gone.to_json()}]))
+    assert caught.value.status == 500 and "attachments[1].platformFile: cannot read 'gone.txt'" in caught.value.message
+    assert list(outbox(mail_env).iterdir()) == []  # no message, no temporary file
+
+
+def test_empty_attachment_is_refused(mail_env: dict[str, str]) -> None:
+    empty = resources_from_env()["platform_files"].add_bytes(b"", "empty.txt")
+    with pytest.raises(ConnectorError) as caught:
+        send(message(attachments=[{"platformFile": empty.to_json()}]))
+    assert caught.value.status == 400
+    assert caught.value.message == "attachments[0].platformFile: 'empty.txt' is empty; empty attachments are refused"
+    assert list(outbox(mail_env).iterdir()) == []
+
+
+def test_unknown_backend_is_reported(mail_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "sendgrid")
+    with pytest.raises(ValueError, match="CONNECTOR_OPS_MAIL_BACKEND must be one of outbox, mailjet, smtp"):
+        resources_from_env()

@@ -1,0 +1,209 @@
+"""The SMTP backend against a real SMTP server on loopback (aiosmtpd), plain, STARTTLS and TLS.
+
+Asserts the received MIME message: headers, Bcc absent (but in the envelope), the rendered template
+parts, and attachments byte-identical to the platform files.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import os
+import ssl
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from connector_ops.environment import resources_from_env
+from connector_ops.errors import ConnectorError
+from tests.mail.conftest import message, send
+from tests.servers import free_port
+from tests.servers.smtp_server import Recorder, password_authenticator, smtp_server
+
+USER, PASSWORD = "relay-user", "smtp-pw-7c1e9a52d4b3f608"
+VARIABLES = '{"first_name": "Alice <b>", "order_id": "12345", "items": [{"name": "Pen", "qty": 2}]}'
+
+
+_authenticator = password_authenticator(USER, PASSWORD)
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def server_tls(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context
+
+
+@pytest.fixture
+def smtp_env(mail_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
+    templates = tmp_path / "templates"
+    (templates / "4242").mkdir(parents=True)
+    (templates / "4242" / "subject.j2").write_text("Order {{ order_id }} confirmed\n")
+    (templates / "4242" / "body.txt.j2").write_text(
+        "Hello {{ first_name }},\n{% for i in items %}- {{ i.qty }} x {{ i.name }}\n{% endfor %}")
+    (templates / "4242" / "body.html.j2").write_text("<p>Hello {{ first_name }}</p>")
+    (templates / "7").mkdir()
+    (templates / "7" / "body.html.j2").write_text("<p>Only HTML for {{ first_name }}</p>")
+    values = {
+        "CONNECTOR_OPS_MAIL_BACKEND": "smtp",
+        "SMTP_HOST": "127.0.0.1",
+        "SMTP_SECURITY": "none",
+        "CONNECTOR_OPS_TEMPLATES_DIR": str(templates),
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    return {**mail_env, **values}
+
+
+def use(monkeypatch: pytest.MonkeyPatch, port: int, **variables: str) -> None:
+    monkeypatch.setenv("SMTP_PORT", str(port))
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+
+
+def received(recorder: Recorder) -> tuple[Any, EmailMessage]:
+    [envelope] = recorder.envelopes
+    parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+    assert isinstance(parsed, EmailMessage)
+    return envelope, parsed
+
+
+def test_message_headers_parts_bcc_and_attachments(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    files = resources_from_env()["platform_files"]
+    pdf_bytes = b"%PDF-1.4\n" + os.urandom(200_000)
+    pdf = files.add_bytes(pdf_bytes, "invoice-12345.pdf")
+    csv = files.add_bytes("région;total\r\nNord;12\r\n".encode("latin-1"), "north.csv")
+    with smtp_server(authenticator=_authenticator, auth_require_tls=False) as (recorder, port):
+        use(monkeypatch, port, SMTP_USERNAME=USER, SMTP_PASSWORD=PASSWORD)
+        assert send(message(templateVariables=VARIABLES, attachments=[
+            {"platformFile": pdf.to_json()}, {"platformFile": csv.to_json()}])) == {}
+    envelope, mime = received(recorder)
+    assert envelope.mail_from == "noreply@example.com"
+    assert sorted(envelope.rcpt_tos) == ["alice@example.org", "audit@example.com", "bob@example.org"]
+    assert mime["From"] == "Example Shop <noreply@example.com>"
+    assert mime["To"] == "Alice <alice@example.org>"
+    assert mime["Cc"] == "bob@example.org"
+    assert mime["Bcc"] is None and b"audit@example.com" not in envelope.content
+    assert mime["Subject"] == "Your order 12345"  # the input's subject wins over the template's
+    assert mime["Message-ID"].endswith("@example.com>") and mime["Date"]
+    text = mime.get_body(("plain",)).get_content().replace("\r\n", "\n")
+    assert text == "Hello Alice <b>,\n- 2 x Pen\n"
+    assert mime.get_body(("html",)).get_content().strip() == "<p>Hello Alice &lt;b&gt;</p>"  # autoescaped
+    parts = {part.get_filename(): part for part in mime.iter_attachments()}
+    assert set(parts) == {"invoice-12345.pdf", "north.csv"}
+    assert parts["invoice-12345.pdf"].get_content_type() == "application/pdf"
+    assert parts["invoice-12345.pdf"].get_payload(decode=True) == pdf_bytes
+    assert parts["north.csv"].get_content_type() == "text/csv"
+    assert parts["north.csv"].get_payload(decode=True) == files.read_bytes(csv)
+
+
+def test_template_subject_and_html_only_template(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    with smtp_server() as (recorder, port):
+        use(monkeypatch, port)
+        send(message(subject=None, templateVariables=VARIABLES))
+        send(message(subject=None, templateId=7, templateVariables='{"first_name": "Bo"}'))
+    first, second = (email.message_from_bytes(e.content, policy=email.policy.default) for e in recorder.envelopes)
+    assert first["Subject"] == "Order 12345 confirmed"
+    assert second["Subject"] is None and second.get_content_type() == "text/html"
+    assert second.get_content().strip() == "<p>Only HTML for Bo</p>"
+
+
+def test_starttls_with_authentication(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                      ca: trustme.CA, server_tls: ssl.SSLContext, tmp_path: Path) -> None:
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    with smtp_server(tls_context=server_tls, require_starttls=True, authenticator=_authenticator) as (recorder, port):
+        use(monkeypatch, port, SMTP_SECURITY="starttls", SMTP_CA_FILE=str(ca_file),
+            SMTP_USERNAME=USER, SMTP_PASSWORD=PASSWORD)
+        assert send(message(templateVariables=VARIABLES)) == {}
+    assert len(recorder.envelopes) == 1
+
+
+def test_starttls_refuses_an_untrusted_certificate(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                                    server_tls: ssl.SSLContext) -> None:
+    with smtp_server(tls_context=server_tls, require_starttls=True) as (recorder, port):
+        use(monkeypatch, port, SMTP_SECURITY="starttls")
+        with pytest.raises(ConnectorError) as caught:
+            send(message(templateVariables=VARIABLES))
+    assert caught.value.status == 500 and "CERTIFICATE_VERIFY_FAILED" in caught.value.body["message"]
+    assert recorder.envelopes == []
+
+
+def test_implicit_tls(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, ca: trustme.CA,
+                      server_tls: ssl.SSLContext, tmp_path: Path) -> None:
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    with smtp_server(ssl_context=server_tls) as (recorder, port):
+        use(monkeypatch, port, SMTP_SECURITY="tls", SMTP_CA_FILE=str(ca_file))
+        assert send(message(templateVariables=VARIABLES)) == {}
+    assert len(recorder.envelopes) == 1
+
+
+def failure(payload: dict[str, Any]) -> str:
+    with pytest.raises(ConnectorError) as caught:
+        send(payload)
+    assert caught.value.status == 500
+    return caught.value.body["message"]
+
+
+def test_wrong_password(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    with smtp_server(authenticator=_authenticator, auth_require_tls=False) as (recorder, port):
+        use(monkeypatch, port, SMTP_USERNAME=USER, SMTP_PASSWORD="smtp-wrong-pw-93b1")
+        text = failure(message(templateVariables=VARIABLES))
+    assert text.startswith("SMTP authentication failed at 127.0.0.1:")
+    assert text.endswith("check SMTP_USERNAME and SMTP_PASSWORD")
+    assert "smtp-wrong-pw-93b1" not in text and recorder.envelopes == []
+
+
+def test_template_problems_are_500_before_connecting(smtp_env: dict[str, str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    with smtp_server() as (recorder, port):
+        use(monkeypatch, port)
+        assert failure(message(templateId=99, templateVariables="{}")).startswith(
+            "templateId: no template 99 in ")
+        assert failure(message(templateVariables='{"order_id": 1}')) == (
+            "template 4242, body.txt.j2: UndefinedError: 'first_name' is undefined")
+        assert failure(message(subject=None, templateVariables=VARIABLES.replace('"12345"', '"1\\n2"'))) == (
+            "template 4242, subject.j2: the rendered subject must not contain line breaks or control characters "
+            "(found '\\n')")
+    assert recorder.envelopes == []
+
+
+def test_refused_recipients(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    with smtp_server(Recorder(refuse=frozenset({"bob@example.org"}))) as (recorder, port):
+        use(monkeypatch, port)
+        assert failure(message(templateVariables=VARIABLES)) == (
+            "the message was sent, but the SMTP server refused some recipients: bob@example.org (550)")
+    assert len(recorder.envelopes) == 1
+    with smtp_server(Recorder(refuse=frozenset({"alice@example.org"}))) as (recorder, port):
+        use(monkeypatch, port)
+        assert failure(message(recipients=[{"to": "alice@example.org"}], templateVariables=VARIABLES)) == (
+            "the SMTP server refused every recipient: alice@example.org (550)")
+    assert recorder.envelopes == []
+
+
+def test_unreachable_server_and_missing_host(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    port = free_port()
+    use(monkeypatch, port)
+    assert failure(message(templateVariables=VARIABLES)).startswith(
+        f"sending through the SMTP server at 127.0.0.1:{port} failed: ConnectionRefusedError")
+    monkeypatch.delenv("SMTP_HOST")
+    assert failure(message(templateVariables=VARIABLES)) == "SMTP is not configured: set SMTP_HOST"
+
+
+def test_bad_smtp_settings_are_reported(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SMTP_SECURITY", "ssl3")
+    with pytest.raises(ValueError, match="SMTP_SECURITY must be one of starttls, tls, none, got 'ssl3'"):
+        resources_from_env()
+    monkeypatch.setenv("SMTP_SECURITY", "tls")
+    monkeypatch.setenv("SMTP_PORT", "smtp")
+    with pytest.raises(ValueError, match="SMTP_PORT must be a port number"):
+        resources_from_env()
