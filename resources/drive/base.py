@@ -1,0 +1,130 @@
+"""What every drive backend offers the drive actions, and the vocabulary they share.
+
+The actions in :mod:`connector_ops.drive.actions` are written once against :class:`DriveBackend`; the
+Google Drive resource and the local-folder drive implement it, so a workflow behaves the same on both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import IO, Literal, Protocol, runtime_checkable
+
+from connector_ops.errors import InvalidInput
+
+#: Spec 2.2: the drive root is called "my-drive"; Google calls it "root". Both are accepted as ids.
+ROOT_ALIASES = frozenset({"root", "my-drive"})
+
+GOOGLE_APPS = "application/vnd.google-apps."
+FOLDER_MIME = GOOGLE_APPS + "folder"
+SHORTCUT_MIME = GOOGLE_APPS + "shortcut"
+
+#: Spec 2.4 ``EType`` -> Google MIME type. ``drive-sd`` is Google's ``drive-sdk`` (research §0).
+ETYPE_MIME = {
+    etype: GOOGLE_APPS + ("drive-sdk" if etype == "drive-sd" else etype)
+    for etype in (
+        "audio", "document", "drive-sd", "drawing", "file", "form", "fusiontable", "jam", "map", "photo",
+        "presentation", "script", "shortcut", "site", "spreadsheet", "unknown", "video",
+    )
+}
+
+#: Kinds Create File refuses before calling any drive, with the reason (research §1.2).
+UNCREATABLE_TYPES = {
+    "shortcut": "a shortcut needs a target file, which Create File has no field for",
+    "fusiontable": "Google Fusion Tables were shut down in 2019",
+    "jam": "Google Jamboard was retired in 2024",
+}
+
+#: Google-native kind -> (export MIME type, file extension) used by Download File (research §1.11).
+EXPORT_DEFAULTS = {
+    GOOGLE_APPS + "document": (
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document", ".docx"),
+    GOOGLE_APPS + "spreadsheet": (
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", ".xlsx"),
+    GOOGLE_APPS + "presentation": (
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation", ".pptx"),
+    GOOGLE_APPS + "drawing": ("image/png", ".png"),
+    GOOGLE_APPS + "script": ("application/vnd.google-apps.script+json", ".json"),
+}
+
+RecipientType = Literal["user", "group", "domain", "anyone"]
+Role = Literal["owner", "fileOrganizer", "writer", "commenter", "reader"]
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DriveItem:
+    """One entry of a listing (spec 4.A List: ``{name, id, type}``)."""
+
+    id: str
+    name: str
+    type: Literal["folder", "file"]
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A validated shared-link recipient (spec 2.3): who gets which role."""
+
+    type: RecipientType
+    role: Role
+    email: str | None = None
+    domain: str | None = None
+
+    @classmethod
+    def checked(cls, type: str, role: str, email: str | None, domain: str | None, where: str) -> Grant:
+        """Apply spec 2.3's conditional rules; ``where`` names the recipient in the error (``recipients[0]``)."""
+        if type in ("user", "group"):
+            if not email or not _EMAIL.match(email):
+                raise InvalidInput(f"{where}.email", f"must be a valid e-mail address when type is {type!r}")
+            return cls(type, role, email=email)  # type: ignore[arg-type]
+        if type == "domain":
+            if not domain or not _DOMAIN.match(domain):
+                raise InvalidInput(f"{where}.domain", "must be a domain name such as example.com when type is 'domain'")
+            return cls(type, role, domain=domain.lower())  # type: ignore[arg-type]
+        if role == "owner":
+            raise InvalidInput(f"{where}.role", "'owner' can only be given to a user")
+        return cls(type, role)  # type: ignore[arg-type]
+
+
+@dataclass
+class Download:
+    """An open download: what to call the platform file and the bytes, streamed."""
+
+    name: str
+    content_type: str
+    size: int | None
+    chunks: Iterator[bytes] = field(repr=False)
+
+
+@runtime_checkable
+class DriveBackend(Protocol):
+    """The operations the 11 drive actions need. Ids are strings; ``None`` folder means the root."""
+
+    def rename(self, item_id: str, name: str) -> None: ...
+    def create_file(self, name: str, folder_id: str | None, mime_type: str) -> str: ...
+    def create_folder(self, name: str, parent_id: str | None) -> str: ...
+    def move(self, item_id: str, folder_id: str) -> None: ...
+    def delete_file(self, file_id: str) -> None: ...
+    def delete_folder(self, folder_id: str) -> None: ...
+    def share(self, item_id: str, grants: list[Grant]) -> str: ...
+    def copy_file(self, file_id: str, folder_id: str | None, name: str | None,
+                  keep_permissions: bool) -> tuple[str, str]: ...
+    def upload(self, stream: IO[bytes], name: str, content_type: str, size: int | None,
+               folder_id: str | None) -> str: ...
+    def download(self, file_id: str) -> AbstractContextManager[Download]: ...
+    def list_folder(self, folder_id: str | None) -> list[DriveItem]: ...
+    def check_token(self) -> dict[str, object]: ...
+
+
+def copy_name(source_name: str, name: str | None) -> str:
+    """Spec 4.A rule 2: an empty name gives ``<source name>-copy``."""
+    return name if name else f"{source_name}-copy"
+
+
+def export_name(name: str, extension: str) -> str:
+    """The platform-file name of an exported document: the target extension added once."""
+    return name if name.lower().endswith(extension) else name + extension

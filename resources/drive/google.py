@@ -1,0 +1,424 @@
+"""GoogleDriveResource: the drive actions against the Google Drive REST API v3 (research §1).
+
+Every call sends ``supportsAllDrives=true`` and an explicit ``fields`` selector; listings follow
+``nextPageToken`` to the end. Creates (files, folders, copies, multipart uploads) carry an id reserved
+with ``files.generateIds``, so a retried POST can only meet its own earlier success (409), never make a
+duplicate. Sharing and copying with permissions undo what they added if a later step fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+from urllib.parse import quote
+
+import dagster as dg
+import httpx
+from pydantic import PrivateAttr
+
+from connector_ops.errors import ActionFailed, InvalidInput, UpstreamError
+from connector_ops.progress import track
+from resources.drive.base import (
+    EXPORT_DEFAULTS,
+    FOLDER_MIME,
+    GOOGLE_APPS,
+    ROOT_ALIASES,
+    SHORTCUT_MIME,
+    Download,
+    DriveItem,
+    Grant,
+    copy_name,
+    export_name,
+)
+from resources.drive.google_auth import (
+    DEFAULT_TOKEN_URL,
+    TokenSource,
+    service_account_token_source,
+    user_token_source,
+)
+from resources.drive.google_http import Backoff, DriveApiError, DriveHttp
+from resources.drive.uploads import QUANTUM, ResumableSender, SessionLost, check_md5, multipart_related, read_up_to
+
+DEFAULT_API_URL = "https://www.googleapis.com"
+SAD = {"supportsAllDrives": "true"}
+STREAM_CHUNK = 1 << 20
+#: Permission fields read when copying sharing (research §1.8).
+PERMISSION_FIELDS = "id,type,role,emailAddress,domain,allowFileDiscovery,deleted,pendingOwner,view,permissionDetails"
+
+
+def q_literal(value: str) -> str:
+    """A Drive query string literal: ``\\`` and ``'`` escaped (research §1.10)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _grant_body(grant: Grant) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": grant.type, "role": grant.role}
+    if grant.email:
+        body["emailAddress"] = grant.email
+    if grant.domain:
+        body["domain"] = grant.domain
+    if grant.type in ("domain", "anyone"):
+        body["allowFileDiscovery"] = False
+    return body
+
+
+class GoogleDriveResource(dg.ConfigurableResource):
+    """Google Drive v3 over one httpx client, signed in with a refresh token or a service account."""
+
+    api_url: str = DEFAULT_API_URL
+    token_url: str = DEFAULT_TOKEN_URL
+    client_id: str | None = None
+    client_secret: str | None = None
+    refresh_token: str | None = None
+    service_account_file: str | None = None
+    subject: str | None = None
+    timeout_s: float = 120.0
+    max_attempts: int = 7
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 32.0
+    multipart_max_bytes: int = 5 * 1024 * 1024
+    chunk_bytes: int = 16 * 1024 * 1024
+    page_size: int = 1000
+
+    _http: DriveHttp | None = PrivateAttr(default=None)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _ids: list[str] = PrivateAttr(default_factory=list)
+    _root_id: str | None = PrivateAttr(default=None)
+
+    # -- plumbing -------------------------------------------------------------------------------
+    @property
+    def http(self) -> DriveHttp:
+        with self._lock:
+            if self._http is None:
+                client = httpx.Client(timeout=httpx.Timeout(self.timeout_s, connect=15.0), follow_redirects=False)
+                backoff = Backoff(self.backoff_base_s, self.backoff_max_s, self.max_attempts)
+                self._http = DriveHttp(client, self._token_source(client), backoff)
+            return self._http
+
+    def _token_source(self, client: httpx.Client) -> TokenSource:
+        if self.refresh_token:
+            pairs = (("GOOGLE_CLIENT_ID", self.client_id), ("GOOGLE_CLIENT_SECRET", self.client_secret))
+            missing = [name for name, value in pairs if not value]
+            if missing:
+                raise InvalidInput(", ".join(missing), "is required with GOOGLE_REFRESH_TOKEN")
+            return user_token_source(client, client_id=str(self.client_id), client_secret=str(self.client_secret),
+                                     refresh_token=self.refresh_token, token_url=self.token_url)
+        if self.service_account_file:
+            return service_account_token_source(client, key_file=self.service_account_file,
+                                                token_url=self.token_url, subject=self.subject)
+        raise InvalidInput("GOOGLE_REFRESH_TOKEN",
+                           "no Google credentials: set GOOGLE_CLIENT_ID, GOOGLE_CLIENT_SECRET and GOOGLE_REFRESH_TOKEN "
+                           "(see `connector-ops drive login`) or GOOGLE_APPLICATION_CREDENTIALS")
+
+    def _url(self, *segments: str, upload: bool = False) -> str:
+        base = self.api_url.rstrip("/") + ("/upload/drive/v3" if upload else "/drive/v3")
+        return "/".join([base, *(quote(s, safe="") for s in segments)])
+
+    def _get(self, item_id: str, fields: str, action: str) -> dict[str, Any]:
+        return self.http.call("GET", self._url("files", self._id(item_id)), action=action,
+                              params={**SAD, "fields": fields})
+
+    def _id(self, item_id: str) -> str:
+        return "root" if item_id in ROOT_ALIASES else item_id
+
+    def _parent(self, folder_id: str | None) -> str:
+        return "root" if not folder_id else self._id(folder_id)
+
+    def _root(self) -> str:
+        if self._root_id is None:
+            self._root_id = self._get("root", "id", "read the root folder")["id"]
+        return self._root_id
+
+    def _new_id(self) -> str:
+        """An id reserved with ``files.generateIds``: it makes the create that uses it repeatable."""
+        with self._lock:
+            if self._ids:
+                return self._ids.pop()
+        ids = self.http.call("GET", self._url("files", "generateIds"), action="reserve a file id",
+                             params={"count": "10", "space": "drive", "type": "files"})["ids"]
+        with self._lock:
+            self._ids.extend(ids[1:])
+        return ids[0]
+
+    def _create(self, url: str, body: dict[str, Any], action: str, fields: str = "id,name",
+                **kwargs: Any) -> dict[str, Any]:
+        """POST a create/copy with a reserved id; a 409 on a retry means our first attempt succeeded."""
+        new_id = self._new_id()
+        with self.http.open("POST", url, action=action, params={**SAD, "fields": fields},
+                            json={**body, "id": new_id},
+                            ok=lambda r: r.status_code < 400 or r.status_code == 409, **kwargs) as response:
+            response.read()
+        if response.status_code == 409:
+            return self._get(new_id, fields, action)
+        return response.json()
+
+    def _kind(self, item_id: str, action: str) -> dict[str, Any]:
+        return self._get(item_id, "id,name,mimeType,driveId", action)
+
+    # -- actions ----------------------------------------------------------------------------------
+    def rename(self, item_id: str, name: str) -> None:
+        self.http.call("PATCH", self._url("files", self._id(item_id)), action="rename the item",
+                       params={**SAD, "fields": "id,name"}, json={"name": name})
+
+    def create_file(self, name: str, folder_id: str | None, mime_type: str) -> str:
+        body = {"name": name, "mimeType": mime_type, "parents": [self._parent(folder_id)]}
+        return self._create(self._url("files"), body, "create the file")["id"]
+
+    def create_folder(self, name: str, parent_id: str | None) -> str:
+        body = {"name": name, "mimeType": FOLDER_MIME, "parents": [self._parent(parent_id)]}
+        return self._create(self._url("files"), body, "create the folder")["id"]
+
+    def move(self, item_id: str, folder_id: str) -> None:
+        target = self._root() if folder_id in ROOT_ALIASES else folder_id
+        current = self._get(item_id, "id,parents", "read the item to move").get("parents") or []
+        if current == [target]:
+            return
+        params = {**SAD, "fields": "id,parents", "addParents": target}
+        removed = [p for p in current if p != target]
+        if removed:
+            params["removeParents"] = ",".join(removed)
+        self.http.call("PATCH", self._url("files", self._id(item_id)), action="move the item", params=params, json={})
+
+    def _delete(self, item_id: str, action: str) -> None:
+        # a 404 here means an earlier attempt (whose answer was lost) or someone else already deleted it
+        with self.http.open("DELETE", self._url("files", item_id), action=action, params=SAD,
+                            ok=lambda r: r.status_code < 400 or r.status_code == 404) as response:
+            response.read()
+
+    def delete_file(self, file_id: str) -> None:
+        meta = self._kind(file_id, "read the file to delete")
+        if meta.get("mimeType") == FOLDER_MIME:
+            raise InvalidInput("fileId", "is a folder; use Delete Folder to delete a folder and its contents")
+        self._delete(meta["id"], "delete the file")
+
+    def delete_folder(self, folder_id: str) -> None:
+        meta = self._kind(folder_id, "read the folder to delete")
+        if meta.get("mimeType") != FOLDER_MIME:
+            raise InvalidInput("folderId", "is not a folder; use Delete File to delete a file")
+        if folder_id in ROOT_ALIASES or meta["id"] == self._root():
+            raise InvalidInput("folderId", "the drive root cannot be deleted")
+        self._delete(meta["id"], "delete the folder")
+
+    def _permission_ids(self, file_id: str, fields: str = "id") -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            params = {**SAD, "fields": f"nextPageToken,permissions({fields})", "pageSize": "100"}
+            if token:
+                params["pageToken"] = token
+            page = self.http.call("GET", self._url("files", file_id, "permissions"), action="list the sharing",
+                                  params=params)
+            out.extend(page.get("permissions") or [])
+            token = page.get("nextPageToken")
+            if not token:
+                return out
+
+    def _grant_all(self, file_id: str, bodies: list[tuple[str, dict[str, Any], bool]]) -> None:
+        """Create permissions one after the other (Drive does not support concurrent permission writes);
+        if one fails, remove the ones this call added and report which recipient failed."""
+        before = {p["id"] for p in self._permission_ids(file_id)}
+        added: list[str] = []
+        for label, body, notify_param in bodies:
+            params = dict(SAD)
+            if body["role"] == "owner":
+                params["transferOwnership"] = "true"
+            elif notify_param:
+                params["sendNotificationEmail"] = "false"
+            try:
+                created = self.http.call("POST", self._url("files", file_id, "permissions"),
+                                         action=f"share with {label}", params={**params, "fields": "id"}, json=body)
+            except UpstreamError:
+                for permission_id in added:
+                    with contextlib.suppress(UpstreamError):
+                        self.http.call("DELETE", self._url("files", file_id, "permissions", permission_id),
+                                       action="undo sharing", params=SAD)
+                raise
+            if created["id"] not in before:
+                added.append(created["id"])
+
+    def share(self, item_id: str, grants: list[Grant]) -> str:
+        file_id = self._get(item_id, "id", "read the item to share")["id"]
+        labels = [g.email or g.domain or "anyone" for g in grants]
+        self._grant_all(file_id, [(label, _grant_body(g), False) for label, g in zip(labels, grants, strict=True)])
+        link = self._get(file_id, "id,webViewLink", "read the shared link").get("webViewLink")
+        if not link:
+            raise ActionFailed("Google Drive returned no link for the shared item")
+        return link
+
+    def copy_file(self, file_id: str, folder_id: str | None, name: str | None,
+                  keep_permissions: bool) -> tuple[str, str]:
+        source = self._kind(file_id, "read the file to copy")
+        if source.get("mimeType") == FOLDER_MIME:
+            raise InvalidInput("fileId", "is a folder; Drive copies files only")
+        body = {"name": copy_name(source["name"], name), "parents": [self._parent(folder_id)]}
+        copy = self._create(self._url("files", source["id"], "copy"), body, "copy the file", fields="id,name,driveId")
+        if keep_permissions:
+            try:
+                self._copy_permissions(source["id"], copy)
+            except BaseException:
+                with contextlib.suppress(UpstreamError):
+                    self._delete(copy["id"], "remove the incomplete copy")
+                raise
+        return copy["id"], copy["name"]
+
+    def _copy_permissions(self, source_id: str, copy: dict[str, Any]) -> None:
+        """Share the copy with the source's people (research §1.8): skip inherited, deleted and view-only
+        entries; the source owner becomes a writer (the signed-in user owns the copy)."""
+        me: str | None = None
+        bodies = []
+        for p in self._permission_ids(source_id, PERMISSION_FIELDS):
+            details = p.get("permissionDetails") or []
+            if p.get("deleted") or p.get("view") or (details and all(d.get("inherited") for d in details)):
+                continue
+            role = p["role"]
+            if role == "owner":
+                if me is None:
+                    about = self.http.call("GET", self._url("about"), action="read the signed-in user",
+                                           params={"fields": "user(emailAddress)"})
+                    me = (about.get("user") or {}).get("emailAddress", "")
+                if p.get("emailAddress") == me:
+                    continue
+                role = "writer"
+            if role in ("organizer", "fileOrganizer") and not copy.get("driveId"):
+                role = "writer"  # organizer roles exist only in shared drives
+            body = {"type": p["type"], "role": role}
+            for key in ("emailAddress", "domain", "allowFileDiscovery"):
+                if key in p:
+                    body[key] = p[key]
+            label = p.get("emailAddress") or p.get("domain") or p["type"]
+            bodies.append((label, body, p["type"] in ("user", "group")))
+        if bodies:
+            self._grant_all(copy["id"], bodies)
+
+    def upload(self, stream: IO[bytes], name: str, content_type: str, size: int | None,
+               folder_id: str | None) -> str:
+        metadata = {"name": name, "parents": [self._parent(folder_id)]}
+        with track(f"upload {name}", size, "B") as reporter:
+            first = read_up_to(stream, self.multipart_max_bytes + 1)
+            if len(first) <= self.multipart_max_bytes:
+                file = self._post_multipart(metadata, first, content_type)
+                reporter.update(len(first))
+                expected = hashlib.md5(first, usedforsecurity=False).hexdigest()
+            else:
+                file, expected = self._resumable(stream, first, metadata, content_type, size, reporter)
+        try:
+            check_md5(file, expected)
+        except ActionFailed:
+            with contextlib.suppress(UpstreamError):
+                self._delete(file["id"], "remove the corrupted upload")
+            raise
+        return file["id"]
+
+    def _post_multipart(self, metadata: dict[str, Any], data: bytes, content_type: str) -> dict[str, Any]:
+        new_id = self._new_id()
+        body, multipart_type = multipart_related({**metadata, "id": new_id}, data, content_type)
+        params = {**SAD, "uploadType": "multipart", "fields": "id,name,md5Checksum"}
+        with self.http.open("POST", self._url("files", upload=True), action="upload the file", params=params,
+                            content=body, headers={"Content-Type": multipart_type},
+                            ok=lambda r: r.status_code < 400 or r.status_code == 409) as response:
+            response.read()
+        if response.status_code == 409:  # a retry met the file our lost first attempt created
+            return self._get(new_id, "id,name,md5Checksum", "upload the file")
+        return response.json()
+
+    def _resumable(self, stream: IO[bytes], first: bytes, metadata: dict[str, Any], content_type: str,
+                   size: int | None, reporter: Any) -> tuple[dict[str, Any], str]:
+        chunk = max(QUANTUM, self.chunk_bytes // QUANTUM * QUANTUM)
+        for attempt in range(2):
+            headers = {"X-Upload-Content-Type": content_type}
+            if size is not None:
+                headers["X-Upload-Content-Length"] = str(size)
+            params = {**SAD, "uploadType": "resumable", "fields": "id,name,md5Checksum"}
+            # starting a session creates nothing, so repeating it is safe
+            with self.http.open("POST", self._url("files", upload=True), action="start the upload", params=params,
+                                json=metadata, headers=headers) as response:
+                response.read()
+            location = response.headers.get("location")
+            if not location:
+                raise UpstreamError("Google Drive did not return an upload session", status=502)
+            sender = ResumableSender(self.http, location, chunk, content_type, reporter)
+            try:
+                return sender.send(stream, first), sender.hexdigest()
+            except SessionLost:
+                if attempt or not stream.seekable():
+                    raise ActionFailed("the upload session was lost and the file cannot be re-read; "
+                                       "nothing was created, try again") from None
+                stream.seek(0)
+                first = read_up_to(stream, self.multipart_max_bytes + 1)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextlib.contextmanager
+    def download(self, file_id: str) -> Iterator[Download]:
+        meta = self._get(file_id, "id,name,mimeType,size,shortcutDetails", "read the file to download")
+        if meta.get("mimeType") == SHORTCUT_MIME:
+            target = (meta.get("shortcutDetails") or {}).get("targetId")
+            meta = self._get(target, "id,name,mimeType,size", "read the shortcut's target")
+        mime = meta.get("mimeType") or "application/octet-stream"
+        if mime == FOLDER_MIME:
+            raise InvalidInput("fileId", "is a folder; folders cannot be downloaded")
+        if mime.startswith(GOOGLE_APPS):
+            if mime not in EXPORT_DEFAULTS:
+                kind = mime.removeprefix(GOOGLE_APPS)
+                raise InvalidInput("fileId", f"Google {kind} files cannot be downloaded (Drive has no export for them)")
+            export_mime, extension = EXPORT_DEFAULTS[mime]
+            url, params = self._url("files", meta["id"], "export"), {"mimeType": export_mime}
+            yield Download(export_name(meta["name"], extension), export_mime, None,
+                           self._stream(url, params, resumable=False))
+            return
+        url, params = self._url("files", meta["id"]), {**SAD, "alt": "media"}
+        size = int(meta["size"]) if meta.get("size") is not None else None
+        yield Download(meta["name"], mime, size, self._stream(url, params, resumable=True))
+
+    def _stream(self, url: str, params: dict[str, str], *, resumable: bool) -> Iterator[bytes]:
+        """The body of a GET, streamed; a blob download broken mid-way continues with ``Range``."""
+        received, failures = 0, 0
+        while True:
+            headers = {"Range": f"bytes={received}-"} if received else None
+            accept: Callable[[httpx.Response], bool] = (
+                (lambda r: r.status_code == 206) if received else (lambda r: r.status_code == 200))
+            try:
+                with self.http.open("GET", url, action="download the file", params=params, headers=headers,
+                                    ok=accept, preload=False) as response:
+                    for chunk in response.iter_raw(STREAM_CHUNK):
+                        received += len(chunk)
+                        yield chunk
+                return
+            except DriveApiError as exc:
+                if received and exc.status in (200, 416):
+                    raise ActionFailed("the download was interrupted and Drive could not resume it") from None
+                raise
+            except httpx.TransportError:
+                failures += 1
+                if not resumable or failures >= self.http.backoff.attempts:
+                    raise UpstreamError("the download was interrupted; try again", status=503) from None
+                self.http.backoff.wait(failures)
+
+    def list_folder(self, folder_id: str | None) -> list[DriveItem]:
+        params = {**SAD, "includeItemsFromAllDrives": "true", "pageSize": str(self.page_size),
+                  "fields": "nextPageToken,files(id,name,mimeType)"}
+        parent = "root"
+        if folder_id and folder_id not in ROOT_ALIASES:
+            meta = self._get(folder_id, "id,mimeType,driveId", "read the folder to list")
+            if meta.get("mimeType") != FOLDER_MIME:
+                raise InvalidInput("folderId", "is not a folder")
+            parent = meta["id"]
+            if meta.get("driveId"):
+                params.update(corpora="drive", driveId=meta["driveId"])
+        params["q"] = f"{q_literal(parent)} in parents and trashed = false"
+        items: list[DriveItem] = []
+        token: str | None = None
+        while True:
+            page_params = {**params, "pageToken": token} if token else params
+            page = self.http.call("GET", self._url("files"), action="list the folder", params=page_params)
+            for f in page.get("files") or []:
+                items.append(DriveItem(f["id"], f["name"], "folder" if f.get("mimeType") == FOLDER_MIME else "file"))
+            token = page.get("nextPageToken")
+            if not token:
+                return items
+
+    def check_token(self) -> dict[str, object]:
+        """Spec 6 "Check refresh token": can the stored credentials obtain an access token right now?"""
+        return self.http.tokens.check()

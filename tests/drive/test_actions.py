@@ -1,0 +1,191 @@
+"""Every drive action (spec 4.A) against both backends: the local-folder drive and Google Drive (a
+loopback fake that follows research/drive.md and checks each request against the discovery document)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from connector_ops.errors import ConnectorError
+from tests.drive.support import Drive
+
+
+def names(result: dict) -> dict[str, str]:
+    return {item["name"]: item["type"] for item in result["content"]}
+
+
+def test_create_folder_returns_the_new_folder_and_list_defaults_to_the_root(drive: Drive) -> None:
+    reports = drive.run("drive.create_folder", {"name": "Reports"})["folderId"]
+    sub = drive.run("drive.create_folder", {"name": "2024", "folderId": reports})["folderId"]
+    assert sub != reports
+    assert names(drive.run("drive.list", {})) == {"Reports": "folder"}
+    assert drive.run("drive.list", {"folderId": "my-drive"}) == drive.run("drive.list", {"folderId": ""})
+    assert drive.run("drive.list", {"folderId": reports})["content"] == [{"name": "2024", "id": sub, "type": "folder"}]
+    assert drive.run("drive.list", {"folderId": sub}) == {"content": []}
+
+
+def test_create_file_maps_the_type(drive: Drive) -> None:
+    folder = drive.run("drive.create_folder", {"name": "Docs"})["folderId"]
+    file_id = drive.run("drive.create_file", {"name": "Budget", "type": "spreadsheet", "folderId": folder})["fileId"]
+    listed = drive.run("drive.list", {"folderId": folder})["content"]
+    assert listed == [{"name": "Budget", "id": file_id, "type": "file"}]
+    if drive.fake:
+        assert drive.fake.files[file_id]["mimeType"] == "application/vnd.google-apps.spreadsheet"
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.create_file", {"name": "x", "type": "shortcut"})
+    assert err.value.status == 400 and "type" in err.value.message
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.create_file", {"name": "x", "type": "spreadsheet", "folderId": "nope"})
+    assert err.value.status == 404
+
+
+def test_rename_move_and_no_content_outputs(drive: Drive) -> None:
+    a = drive.run("drive.create_folder", {"name": "A"})["folderId"]
+    b = drive.run("drive.create_folder", {"name": "B", "folderId": a})["folderId"]
+    doc = drive.run("drive.create_file", {"name": "Notes", "type": "document"})["fileId"]
+    assert drive.run("drive.rename", {"id": doc, "name": "Notes v2"}) is None
+    assert drive.run("drive.move", {"id": doc, "folderId": b}) is None
+    assert names(drive.run("drive.list", {"folderId": b})) == {"Notes v2": "file"}
+    assert "Notes v2" not in names(drive.run("drive.list", {}))
+    drive.run("drive.move", {"id": doc, "folderId": "my-drive"})
+    assert names(drive.run("drive.list", {})) == {"A": "folder", "Notes v2": "file"}
+    with pytest.raises(ConnectorError) as err:  # a folder cannot go inside itself
+        drive.run("drive.move", {"id": a, "folderId": b})
+    assert err.value.status == 400
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.rename", {"id": "missing-id", "name": "x"})
+    assert err.value.status == 404
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.rename", {"id": doc, "name": ""})
+    assert err.value.status == 400 and err.value.message.startswith("name")
+
+
+def test_delete_file_and_delete_folder_with_its_contents(drive: Drive) -> None:
+    top = drive.run("drive.create_folder", {"name": "Top"})["folderId"]
+    inner = drive.run("drive.create_folder", {"name": "Inner", "folderId": top})["folderId"]
+    deep = drive.run("drive.create_file", {"name": "Deep", "type": "document", "folderId": inner})["fileId"]
+    loose = drive.run("drive.create_file", {"name": "Loose", "type": "document"})["fileId"]
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.delete_file", {"fileId": top})
+    assert err.value.status == 400 and "Delete Folder" in err.value.message
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.delete_folder", {"folderId": loose})
+    assert err.value.status == 400
+    assert drive.run("drive.delete_file", {"fileId": loose}) is None
+    assert drive.run("drive.delete_folder", {"folderId": top}) is None
+    assert drive.run("drive.list", {}) == {"content": []}
+    for gone in (top, inner, deep, loose):
+        with pytest.raises(ConnectorError) as err:
+            drive.run("drive.rename", {"id": gone, "name": "x"})
+        assert err.value.status == 404
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.delete_folder", {"folderId": "my-drive"})
+    assert err.value.status == 400
+
+
+def _grants(drive: Drive, item_id: str) -> set[tuple[str, str, str]]:
+    if drive.fake:
+        return {(p["type"], p["role"], p.get("emailAddress") or p.get("domain") or "")
+                for p in drive.fake.permissions[item_id] if p["role"] != "owner"}
+    return {(g.type, g.role, g.email or g.domain or "") for g in drive.drive.grants(item_id)}
+
+
+def test_create_shared_link_validates_recipients_and_shares(drive: Drive) -> None:
+    doc = drive.run("drive.create_file", {"name": "Plan", "type": "document"})["fileId"]
+    for bad, field in (({"type": "user", "role": "reader"}, "recipients[0].email"),
+                       ({"type": "group", "role": "reader", "email": "not-an-email"}, "recipients[0].email"),
+                       ({"type": "domain", "role": "reader", "domain": "no spaces.com"}, "recipients[0].domain"),
+                       ({"type": "anyone", "role": "owner"}, "recipients[0].role"),
+                       ({"type": "robot", "role": "reader"}, "recipients.0.type")):
+        with pytest.raises(ConnectorError) as err:
+            drive.run("drive.create_shared_link", {"id": doc, "recipients": [bad]})
+        assert err.value.status == 400 and err.value.message.startswith(field), err.value.message
+    assert _grants(drive, doc) == set()
+    out = drive.run("drive.create_shared_link", {"id": doc, "recipients": [
+        {"type": "user", "role": "writer", "email": "ann@example.com"},
+        {"type": "domain", "role": "reader", "domain": "example.org"},
+        {"type": "anyone", "role": "reader"},
+    ]})
+    link = out["sharedLink"]
+    assert link.startswith("https://drive.google.com/" if drive.fake else "file://")
+    assert doc in link
+    assert _grants(drive, doc) == {("user", "writer", "ann@example.com"), ("domain", "reader", "example.org"),
+                                   ("anyone", "reader", "")}
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.create_shared_link", {"id": "missing", "recipients": [{"type": "anyone", "role": "reader"}]})
+    assert err.value.status == 404
+
+
+def test_copy_file_rules(drive: Drive) -> None:
+    folder = drive.run("drive.create_folder", {"name": "Src"})["folderId"]
+    dest = drive.run("drive.create_folder", {"name": "Dest"})["folderId"]
+    doc = drive.run("drive.create_file", {"name": "Plan", "type": "document", "folderId": folder})["fileId"]
+    drive.run("drive.create_shared_link", {"id": doc, "recipients": [
+        {"type": "user", "role": "commenter", "email": "bob@example.com"}]})
+    plain = drive.run("drive.copy_file", {"fileId": doc, "keepSamePermissions": False})
+    assert plain["name"] == "Plan-copy" and plain["fileId"] != doc
+    assert names(drive.run("drive.list", {}))["Plan-copy"] == "file"  # rule 1: the root, not the source's folder
+    assert _grants(drive, plain["fileId"]) == set()
+    shared = drive.run("drive.copy_file", {"fileId": doc, "folderId": dest, "name": "Plan 2",
+                                           "keepSamePermissions": True})
+    assert shared["name"] == "Plan 2"
+    assert drive.run("drive.list", {"folderId": dest})["content"] == [
+        {"name": "Plan 2", "id": shared["fileId"], "type": "file"}]
+    assert _grants(drive, shared["fileId"]) == {("user", "commenter", "bob@example.com")}
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.copy_file", {"fileId": folder, "keepSamePermissions": False})
+    assert err.value.status == 400
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.copy_file", {"fileId": doc})
+    assert err.value.status == 400 and "keepSamePermissions" in err.value.message
+
+
+@pytest.mark.parametrize("size", [0, 1000, 1_300_000], ids=["empty", "multipart", "resumable"])
+def test_upload_then_download_round_trip(drive: Drive, size: int) -> None:
+    data = os.urandom(size)
+    files = drive.resources["platform_files"]
+    pf = files.add_bytes(data, "report.bin", "application/x-test")
+    folder = drive.run("drive.create_folder", {"name": "Uploads"})["folderId"]
+    file_id = drive.run("drive.upload_file", {"folderId": folder, "platformFile": pf.to_json()})["fileId"]
+    assert drive.run("drive.list", {"folderId": folder})["content"] == [{"name": "report.bin", "id": file_id,
+                                                                          "type": "file"}]
+    if drive.fake:
+        assert drive.fake.blob(file_id) == data
+        assert len(drive.fake.named("report.bin")) == 1
+    out = drive.run("drive.download_file", {"fileId": file_id})["platformFile"]
+    assert set(out) == {"id", "name", "contentType", "link", "size", "lastModified"}
+    assert (out["name"], out["contentType"], out["size"]) == ("report.bin", "application/x-test", size)
+    assert hashlib.sha256(files.read_bytes(out)).digest() == hashlib.sha256(data).digest()
+
+
+def test_upload_to_the_root_and_missing_platform_file(drive: Drive) -> None:
+    pf = drive.resources["platform_files"].add_bytes(b"a,b\n1,2\n", "data.csv")
+    drive.run("drive.upload_file", {"platformFile": pf.to_json()})
+    assert names(drive.run("drive.list", {})) == {"data.csv": "file"}
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.upload_file", {})
+    assert err.value.status == 400 and "platformFile" in err.value.message
+    gone = {**pf.to_json(), "link": pf.link[:-4] + "0000"}
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.upload_file", {"platformFile": gone})
+    assert err.value.status == 404
+
+
+def test_download_native_document_and_folders(drive: Drive) -> None:
+    doc = drive.run("drive.create_file", {"name": "Budget", "type": "spreadsheet"})["fileId"]
+    out = drive.run("drive.download_file", {"fileId": doc})["platformFile"]
+    if drive.fake:  # exported to the default format (docs/drive.md)
+        assert out["name"] == "Budget.xlsx"
+        assert out["contentType"] == "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+        assert drive.resources["platform_files"].read_bytes(out).startswith(b"exported Budget")
+    else:  # the local drive keeps no document content: an empty file of the recorded kind
+        assert (out["name"], out["size"]) == ("Budget", 0)
+    folder = drive.run("drive.create_folder", {"name": "F"})["folderId"]
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.download_file", {"fileId": folder})
+    assert err.value.status == 400 and "folder" in err.value.message
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.download_file", {"fileId": "missing"})
+    assert err.value.status == 404

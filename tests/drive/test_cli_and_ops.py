@@ -1,0 +1,120 @@
+"""The drive connector's other entry points: the discovery oracle itself, `connector-ops drive …`
+(check-token, login), the generated Dagster ops, and the resource builder."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+
+from connector_ops.cli import main
+from connector_ops.environment import resources_from_env
+from connector_ops.ops import drive_create_folder, drive_list, drive_upload_file
+from resources.drive import GoogleDriveResource, LocalDriveResource
+from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, google_env
+from tests.servers import drive_discovery
+from tests.servers.fake_drive import FakeDrive
+
+
+@pytest.mark.parametrize("method,path,query,body,problem", [
+    ("GET", "/drive/v3/files/abc", [("supportsTeamDrives", "true")], None, "deprecated"),
+    ("GET", "/drive/v3/files/abc", [("bogus", "1")], None, "unknown parameter bogus"),
+    ("GET", "/drive/v3/files", [("pageSize", "5000")], None, "above 1000"),
+    ("GET", "/drive/v3/files/abc/export", [], None, "required parameter mimeType"),
+    ("POST", "/drive/v3/files", [], {"name": "x", "webViewLink": "y"}, "output only"),
+    ("POST", "/drive/v3/files/abc/permissions", [], {"type": "user"}, "role is required"),
+    ("GET", "/drive/v3/files/abc/permissions", [("alt", "media")], None, "alt=media"),
+    ("POST", "/drive/v3/files", [("uploadType", "multipart")], {"name": "x"}, "uploadType on a metadata path"),
+    ("PUT", "/drive/v3/files/abc", [], None, "unknown endpoint"),
+])
+def test_the_oracle_rejects_what_the_discovery_document_does_not_allow(method: str, path: str, query: list,
+                                                                      body: dict | None, problem: str) -> None:
+    _, problems = drive_discovery.check(method, path, query, body)
+    assert any(problem in p for p in problems), problems
+
+
+def test_the_oracle_accepts_documented_requests() -> None:
+    assert drive_discovery.check("GET", "/drive/v3/files/generateIds", [("count", "10")]) == \
+        ("drive.files.generateIds", [])
+    assert drive_discovery.check("POST", "/upload/drive/v3/files", [("uploadType", "resumable")], {"name": "a"}) == \
+        ("drive.files.create", [])
+    assert drive_discovery.check("POST", "/drive/v3/files/a/permissions", [("sendNotificationEmail", "false")],
+                                 {"type": "user", "role": "reader", "emailAddress": "a@b.co"}) == \
+        ("drive.permissions.create", [])
+
+
+def test_check_token_cli(clean_env: dict, fake: FakeDrive, monkeypatch: pytest.MonkeyPatch,
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    google_env(fake, monkeypatch)
+    assert main(["drive", "check-token"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+    fake.revoke_refresh_tokens()
+    assert main(["drive", "check-token"]) == 1
+    out, err = capsys.readouterr()
+    assert "invalid_grant" in json.loads(out)["message"] and "401" in err
+    assert REFRESH_TOKEN not in out + err and CLIENT_SECRET not in out + err
+
+
+def test_login_runs_the_loopback_flow_and_saves_the_refresh_token(clean_env: dict, fake: FakeDrive,
+                                                                  monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    google_env(fake, monkeypatch)
+    monkeypatch.delenv("GOOGLE_REFRESH_TOKEN")
+    monkeypatch.setenv("GOOGLE_OAUTH_AUTH_URL", fake.base_url + "/auth")
+    visited: list[int] = []
+
+    def browser(url: str) -> None:  # the user's browser: consent page, then Google's redirect to our loopback
+        def visit() -> None:
+            visited.append(httpx.get(url, follow_redirects=True, timeout=10).status_code)
+        threading.Thread(target=visit).start()
+
+    monkeypatch.setattr("webbrowser.open", browser)
+    env_file = tmp_path / ".env"
+    env_file.write_text("OTHER=1\nGOOGLE_REFRESH_TOKEN=old\n")
+    assert main(["drive", "login", "--save", str(env_file), "--timeout", "20"]) == 0
+    lines = env_file.read_text().splitlines()
+    assert lines[0] == "OTHER=1" and len(lines) == 2
+    token = lines[1].split("=", 1)[1]
+    assert token in fake.refresh_tokens and token.startswith("1//new-refresh-")
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    out, err = capsys.readouterr()
+    assert token not in out + err and visited == [200]
+    monkeypatch.setenv("GOOGLE_REFRESH_TOKEN", token)
+    assert main(["drive", "check-token"]) == 0
+
+
+def test_drive_ops_in_a_job_on_the_local_drive(clean_env: dict) -> None:
+    resources = resources_from_env()
+    pf = resources["platform_files"].add_bytes(b"x,y\n1,2\n", "points.csv")
+
+    @dg.job(resource_defs=resources)
+    def backup() -> None:
+        folder = drive_create_folder()
+        uploaded = drive_upload_file(folder_id=folder)
+        drive_list(folder_id=folder, after=[uploaded])
+
+    result = backup.execute_in_process(run_config={"ops": {
+        "drive_create_folder": {"config": {"name": "Backups"}},
+        "drive_upload_file": {"config": {"platformFile": pf.to_json()}},
+    }})
+    assert result.success
+    content = result.output_for_node("drive_list", "content")
+    assert [(c["name"], c["type"]) for c in content] == [("points.csv", "file")]
+
+
+def test_builder_picks_the_backend_and_defers_secrets(clean_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(resources_from_env()["drive"], LocalDriveResource)
+    monkeypatch.setenv("CONNECTOR_OPS_DRIVE_BACKEND", "google")
+    monkeypatch.setenv("GOOGLE_CLIENT_SECRET", "top-secret-value")
+    monkeypatch.setenv("GOOGLE_REFRESH_TOKEN", "1//top-secret-refresh")
+    assert isinstance(resources_from_env()["drive"], GoogleDriveResource)
+    deferred = resources_from_env(deferred=True)["drive"]
+    dg.Definitions(resources={"drive": deferred})
+    assert "top-secret" not in repr(deferred)
+    monkeypatch.setenv("CONNECTOR_OPS_DRIVE_BACKEND", "dropbox")
+    with pytest.raises(Exception, match="CONNECTOR_OPS_DRIVE_BACKEND"):
+        resources_from_env()

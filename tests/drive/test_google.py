@@ -1,0 +1,230 @@
+"""Google Drive specifics against the loopback fake: pagination, query escaping, retries exactly where
+research §3 allows them, dropped connections, token refresh and revocation, service accounts, secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from connector_ops.errors import ConnectorError
+from connector_ops.registry import invoke
+from resources.drive import GoogleDriveResource
+from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, Drive, fast_google
+from tests.servers.fake_drive import FakeDrive
+
+
+def drive_calls(fake: FakeDrive, method: str, fragment: str = "") -> int:
+    return sum(1 for m, p, _ in fake.requests if m == method and fragment in p)
+
+
+def test_list_follows_every_page_and_escapes_the_folder_id(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    odd = fake.add_file("Odd", mime="application/vnd.google-apps.folder", file_id="it's\\odd")
+    for i in range(5):
+        fake.add_file(f"f{i}.txt", b"x", parent=odd)
+    fake.max_page = 2  # Drive may return short pages before the end
+    listed = google.run("drive.list", {"folderId": odd})["content"]
+    assert sorted(i["name"] for i in listed) == [f"f{i}.txt" for i in range(5)]
+    lists = [p for m, path, p in fake.requests if path == "/drive/v3/files" and m == "GET"]
+    assert len(lists) == 3
+    assert lists[0]["q"] == "'it\\'s\\\\odd' in parents and trashed = false"
+    assert all(p["pageSize"] == "1000" for p in lists)
+
+
+def test_429_with_retry_after_is_retried_after_waiting(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    fake.fail("GET", "/drive/v3/files", status=429, reason="rateLimitExceeded", retry_after="1")
+    started = time.monotonic()
+    assert google.run("drive.list", {}) == {"content": []}
+    assert time.monotonic() - started >= 1.0
+    assert drive_calls(fake, "GET", "/drive/v3/files") == 2
+
+
+@pytest.mark.parametrize("status,reason", [(503, "backendError"), (500, "internalError"),
+                                           (403, "userRateLimitExceeded"), (403, "rateLimitExceeded")])
+def test_transient_errors_on_create_leave_exactly_one_folder(google: Drive, status: int, reason: str) -> None:
+    fake = google.fake
+    assert fake is not None
+    fake.fail("POST", "/drive/v3/files", status=status, reason=reason, times=2)
+    folder = google.run("drive.create_folder", {"name": "Once"})["folderId"]
+    assert [f["id"] for f in fake.named("Once")] == [folder]
+
+
+@pytest.mark.parametrize("status,reason", [(403, "insufficientFilePermissions"), (400, "badRequest"),
+                                           (403, "storageQuotaExceeded")])
+def test_other_4xx_are_not_retried(google: Drive, status: int, reason: str) -> None:
+    fake = google.fake
+    assert fake is not None
+    fake.fail("POST", "/drive/v3/files", status=status, reason=reason)
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.create_folder", {"name": "Denied"})
+    assert err.value.status == status
+    assert reason in err.value.message and "Google Drive refused to create the folder" in err.value.message
+    assert drive_calls(fake, "POST", "/drive/v3/files") == 1 and not fake.named("Denied")
+
+
+def test_not_found_keeps_drives_404_and_message(google: Drive) -> None:
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.move", {"id": "nope", "folderId": "my-drive"})
+    assert err.value.status == 404
+    assert err.value.body == {"message": err.value.message} and "File not found: nope." in err.value.message
+
+
+@pytest.mark.parametrize("action,payload,path,name", [
+    ("drive.create_folder", {"name": "Lost"}, "/drive/v3/files", "Lost"),
+    ("drive.create_file", {"name": "Lost", "type": "document"}, "/drive/v3/files", "Lost"),
+    ("drive.copy_file", {"keepSamePermissions": False}, "/copy", "Source-copy"),
+])
+def test_a_lost_answer_never_creates_a_duplicate(google: Drive, action: str, payload: dict, path: str,
+                                                 name: str) -> None:
+    fake = google.fake
+    assert fake is not None
+    source = fake.add_file("Source", b"abc")
+    if action == "drive.copy_file":
+        payload = {**payload, "fileId": source}
+    fake.fail("POST", path, mode="lost_answer")  # the work is done, then the connection drops
+    out = google.run(action, payload)
+    assert len(fake.named(name)) == 1
+    assert fake.named(name)[0]["id"] in out.values()
+    assert drive_calls(fake, "POST", path) == 2
+
+
+def test_a_lost_answer_to_a_multipart_upload_makes_one_file(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    pf = google.resources["platform_files"].add_bytes(b"hello", "hello.txt")
+    fake.fail("POST", "/upload/drive/v3/files", mode="lost_answer")
+    file_id = google.run("drive.upload_file", {"platformFile": pf.to_json()})["fileId"]
+    assert [f["id"] for f in fake.named("hello.txt")] == [file_id]
+
+
+def test_resumable_upload_survives_dropped_connections_and_5xx(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    data = os.urandom(5 * 256 * 1024 + 123)
+    pf = google.resources["platform_files"].add_bytes(data, "big.bin")
+    fake.fail("PUT", "/upload/drive/v3/files", mode="drop_mid_body", times=2)
+    fake.fail("PUT", "/upload/drive/v3/files", status=503, times=1)
+    fake.fail("POST", "/upload/drive/v3/files", status=503, times=1)  # starting the session
+    file_id = google.run("drive.upload_file", {"platformFile": pf.to_json()})["fileId"]
+    assert fake.blob(file_id) == data
+    assert [f["id"] for f in fake.named("big.bin")] == [file_id]
+    puts = [r for r in fake.requests if r[0] == "PUT"]
+    assert len(puts) > 6  # chunks, plus status queries after each interruption
+
+
+def test_resumable_upload_of_a_remote_file_of_unknown_size(google: Drive, tmp_path: Path) -> None:
+    """A platform file on another server is streamed without knowing its size (``bytes 0-N/*``)."""
+    from starlette.responses import Response
+
+    from tests.servers import serving
+
+    data = os.urandom(3 * 256 * 1024 + 7)
+
+    async def other_server(scope, receive, send):  # type: ignore[no-untyped-def]
+        await Response(data, media_type="application/octet-stream")(scope, receive, send)
+
+    with serving(other_server) as url:
+        pf = {"name": "remote.bin", "link": f"{url}/remote.bin", "size": 1}  # a wrong size is not trusted
+        file_id = google.run("drive.upload_file", {"platformFile": pf})["fileId"]
+    assert google.fake is not None and google.fake.blob(file_id) == data
+
+
+def test_interrupted_download_resumes_with_range(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    data = os.urandom(3 << 20)
+    file_id = fake.add_file("movie.bin", data)
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="drop_mid_body")
+    out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
+    assert google.resources["platform_files"].read_bytes(out) == data and out["size"] == len(data)
+
+
+def test_expired_access_token_is_refreshed_once(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    google.run("drive.list", {})
+    fake.expire_access_tokens()
+    google.run("drive.create_folder", {"name": "After expiry"})
+    assert len(fake.token_requests) == 2
+    assert all(r["grant_type"] == "refresh_token" for r in fake.token_requests)
+
+
+def test_revoked_refresh_token_says_sign_in_again_and_leaks_nothing(google: Drive, caplog: pytest.LogCaptureFixture,
+                                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    fake = google.fake
+    assert fake is not None
+    caplog.set_level(logging.DEBUG)
+    pf = google.resources["platform_files"].add_bytes(os.urandom(400 * 1024), "x.bin")
+    fake.fail("PUT", "/upload/drive/v3/files", mode="drop_mid_body")
+    google.run("drive.upload_file", {"platformFile": pf.to_json()})  # session URIs went through logs
+    access_tokens = list(fake.access_tokens)
+    upload_ids = list(fake.sessions)
+    fake.revoke_refresh_tokens()
+    fake.expire_access_tokens()
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.list", {})
+    assert err.value.status == 401
+    assert "sign in again" in err.value.message or "connector-ops drive login" in err.value.message
+    assert "invalid_grant" in err.value.message
+    out, errs = capfd.readouterr()
+    seen = caplog.text + out + errs + err.value.message + json.dumps(err.value.body)
+    for secret in [CLIENT_SECRET, REFRESH_TOKEN, *access_tokens, *upload_ids]:
+        assert secret not in seen
+
+
+def test_check_token(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    result = google.drive.check_token()
+    assert result["valid"] is True and result["credentials"] == "refresh_token"
+    assert 3000 < result["expiresInSeconds"] <= 3599
+    fake.revoke_refresh_tokens()
+    with pytest.raises(Exception) as err:
+        google.drive.check_token()
+    assert getattr(err.value, "status", None) == 401
+
+
+def test_wrong_client_secret_is_a_clear_configuration_error(google: Drive) -> None:
+    drive = fast_google(google.resources, client_secret="wrong")
+    with pytest.raises(ConnectorError) as err:
+        invoke("drive.list", {}, {**google.resources, "drive": drive})
+    assert err.value.status == 401 and "GOOGLE_CLIENT_SECRET" in err.value.message and "wrong" not in err.value.message
+
+
+def test_service_account_with_domain_wide_delegation(google: Drive, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    fake = google.fake
+    assert fake is not None
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    email = "robot@project.iam.gserviceaccount.com"
+    fake.service_account = {"email": email, "public_key_pem": public}
+    key_file = tmp_path / "sa.json"
+    key_file.write_text(json.dumps({"type": "service_account", "client_email": email, "private_key": pem,
+                                    "private_key_id": "k1", "token_uri": "https://oauth2.googleapis.com/token"}))
+    drive = GoogleDriveResource(api_url=fake.base_url, token_url=fake.base_url + "/token",
+                                service_account_file=str(key_file), subject="ann@example.com")
+    assert invoke("drive.create_folder", {"name": "SA"}, {**google.resources, "drive": drive})["folderId"]
+    grant = fake.token_requests[-1]
+    assert grant["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer" and grant["sub"] == "ann@example.com"
+    assert drive.check_token()["credentials"] == "service_account"
+
+
+def test_no_credentials_is_a_400_naming_the_variables(google: Drive) -> None:
+    drive = GoogleDriveResource(api_url="http://127.0.0.1:9")
+    with pytest.raises(ConnectorError) as err:
+        invoke("drive.list", {}, {**google.resources, "drive": drive})
+    assert err.value.status == 400 and "GOOGLE_REFRESH_TOKEN" in err.value.message
