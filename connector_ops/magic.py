@@ -1,0 +1,274 @@
+"""IPython magics: ``%load_ext connector_ops`` gives ``%etl``, ``%drive``, ``%mail``, ``%connectors``, ``%pipeline``.
+
+    %etl ACTION [-o NAME] {JSON or YAML flow input}        one action, input on the line
+    %%etl ACTION [-o NAME]                                  the cell body holds the input (JSON or YAML)
+    %etl push --df FRAME / %etl pull --df {…}               pandas DataFrames in and out of virtual files
+    %etl                                                    the connector's actions and their input fields
+    %connectors [use MODULE:DEFS | use env | set NAME=VALUE … | reset | add-file PATH [-o NAME]]
+    %pipeline [run NAME_OR_FILE [-o NAME]]
+
+A magic is a thin entry point (JupySQL is the model): it reads the input (``connector_ops.magic_input``),
+takes the session's resources (``connector_ops.magic_session``) and calls the registry's
+:func:`~connector_ops.registry.run_action` — the same code the Dagster ops run — with a ``tqdm.auto``
+progress bar. It returns the output as an :class:`~connector_ops.display.ActionOutput` (equal to the
+spec's JSON, displayed as tables and file links). A failure prints one line,
+``etl.push failed (404): not found``, and stops "Run all" without a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, needs_local_scope, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from connector_ops.display import ActionOutput, StatusTable
+from connector_ops.errors import ConnectorError
+from connector_ops.magic_frames import file_preview, pull_frame, push_frame
+from connector_ops.magic_input import InputError, read_input
+from connector_ops.magic_session import Session, SessionError
+from connector_ops.progress import reporting_to, tqdm_reporter
+from connector_ops.registry import ACTIONS, ActionSpec, load_all, run_action
+
+CONNECTORS = ("etl", "drive", "mail")
+#: the line's input starts at the first token opening a JSON/YAML flow object or array
+_INPUT_START = re.compile(r"(?:^|\s)([{\[])")
+
+
+class NotebookError(ConnectorError):
+    """A failed magic: IPython shows only its one-line summary, and "Run all" stops at the cell."""
+
+    @classmethod
+    def from_error(cls, exc: ConnectorError) -> NotebookError:
+        return cls(exc.status, exc.body, action=exc.action)
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for custom tracebacks
+        return [self.summary()]
+
+
+def split_line(line: str) -> tuple[str, str]:
+    """``'query -o r {"a": 1}'`` -> ``('query -o r', '{"a": 1}')``: options, then the input."""
+    match = _INPUT_START.search(line)
+    if match is None:
+        return line.strip(), ""
+    return line[:match.start(1)].strip(), line[match.start(1):].strip()
+
+
+def connector_actions(connector: str) -> dict[str, ActionSpec]:
+    load_all()
+    return {spec.short_name: spec for name, spec in sorted(ACTIONS.items()) if spec.connector == connector}
+
+
+def find_action(connector: str, action: str) -> ActionSpec:
+    actions = connector_actions(connector)
+    short = action.replace("-", "_")
+    if short in actions:
+        return actions[short]
+    known = ", ".join(actions) or "none registered"
+    raise InputError(f"unknown action {action!r}; {connector} actions: {known}", action=f"{connector}.{short}")
+
+
+def actions_table(connector: str) -> StatusTable:
+    rows = []
+    for short, spec in connector_actions(connector).items():
+        fields = [
+            (info.alias or name) + ("" if info.is_required() else "?")
+            for name, info in spec.input_model.model_fields.items()
+        ]
+        rows.append({"action": short, "does": spec.summary, "input (? = optional)": ", ".join(fields)})
+    return StatusTable(f"%{connector} actions", rows, [f"usage: %{connector} ACTION {{JSON or YAML input}}"])
+
+
+def present(action: str, output: Any, resources: Mapping[str, Any]) -> Any:
+    """Dict outputs get notebook displays; ``"ok"``, ``None`` … are returned as they are."""
+    if not isinstance(output, Mapping):
+        return output
+    store = resources.get("platform_files")
+    return ActionOutput(action, output, file_preview(store) if store is not None else None)
+
+
+def _connector_magic(connector: str) -> Callable[..., Any]:
+    """The ``%connector`` / ``%%connector`` magic (one definition for every connector)."""
+
+    def magic(self: ConnectorMagics, line: str = "", cell: str | None = None,
+              local_ns: dict[str, Any] | None = None) -> Any:
+        return self.run_connector(connector, magic, line, cell, local_ns)
+
+    magic.__name__ = connector
+    magic.__doc__ = f"""Run a {connector} action: ``%{connector} ACTION {{input}}`` or ``%%{connector} ACTION`` + input.
+
+    The input is the action's JSON input (YAML accepted). ``{{{{name}}}}`` inserts a Python value: as
+    text inside a quoted string, as its JSON value elsewhere. ``%{connector}`` alone lists the actions.
+    """
+    magic = argument("--df", nargs="?", const=True, default=None, metavar="NAME",
+                     help="etl push: the DataFrame variable to push; etl pull: return a DataFrame "
+                          "(stored in NAME when given)")(magic)
+    magic = argument("-o", "--out", metavar="NAME", help="store the output in this variable")(magic)
+    magic = argument("action", nargs="?", help="the action, snake_case (push, query, create_shared_link…)")(magic)
+    magic = magic_arguments()(magic)
+    return no_var_expand(needs_local_scope(line_cell_magic(magic)))
+
+
+@magics_class
+class ConnectorMagics(Magics):
+    """The magics of one IPython session, holding the session's resources."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.session = Session()
+
+    etl = _connector_magic("etl")
+    drive = _connector_magic("drive")
+    mail = _connector_magic("mail")
+
+    # -- running actions -----------------------------------------------------------------------------
+    def namespace(self, local_ns: Mapping[str, Any] | None) -> Mapping[str, Any]:
+        user_ns = self.shell.user_ns
+        return user_ns if not local_ns or local_ns is user_ns else {**user_ns, **local_ns}
+
+    def run_connector(self, connector: str, magic: Any, line: str, cell: str | None,
+                      local_ns: Mapping[str, Any] | None) -> Any:
+        args_action = None
+        try:
+            options, inline = split_line(line)
+            try:
+                args = parse_argstring(magic, options)
+            except Exception as exc:  # argparse's UsageError: one line like any other input error
+                raise InputError(str(exc), action=connector) from None
+            args_action = args.action
+            body = cell if cell is not None and cell.strip() else None
+            if args.action is None:
+                if body or inline or args.out or args.df:
+                    raise InputError(f"name the action: %{connector} ACTION …", action=connector)
+                return actions_table(connector)
+            spec = find_action(connector, args.action)
+            if body is not None and inline:
+                raise InputError("give the input on the magic's line or in the cell body, not both", action=spec.name)
+            namespace = self.namespace(local_ns)
+            payload = read_input(body if body is not None else inline, namespace)
+            resources = self.session.resources()
+            with reporting_to(tqdm_reporter):
+                output = self._call(spec, args, payload, resources, namespace)
+        except ConnectorError as exc:
+            if exc.action is None and args_action:
+                exc.action = f"{connector}.{args_action}"
+            raise NotebookError.from_error(exc) from None
+        result = output if args.df and spec.name == "etl.pull" else present(spec.name, output, resources)
+        for name in (args.out, args.df if isinstance(args.df, str) and spec.name == "etl.pull" else None):
+            if name:
+                self.shell.user_ns[name] = result
+        return result
+
+    def _call(self, spec: ActionSpec, args: Any, payload: Any, resources: Mapping[str, Any],
+              namespace: Mapping[str, Any]) -> Any:
+        if not args.df:
+            return run_action(spec, payload, resources)
+        if not isinstance(payload, Mapping):
+            raise InputError(f"input must be a JSON object, got {type(payload).__name__}", action=spec.name)
+
+        def run(name: str, action_payload: dict[str, Any]) -> Any:
+            return run_action(ACTIONS[name], action_payload, resources)
+
+        platform_files = resources.get("platform_files")
+        if platform_files is None:
+            raise ConnectorError(500, {"message": "resources not configured: platform_files"}, action=spec.name)
+        if spec.name == "etl.push":
+            if not isinstance(args.df, str):
+                raise InputError("--df needs the DataFrame's variable name: %etl push --df NAME", action=spec.name)
+            if args.df not in namespace:
+                raise InputError(f"--df: no variable named {args.df!r}", action=spec.name)
+            return push_frame(namespace[args.df], f"{args.df}.csv", platform_files, run, payload)
+        if spec.name == "etl.pull":
+            return pull_frame(payload, platform_files, run)
+        raise InputError("--df works with %etl push and %etl pull only", action=spec.name)
+
+    # -- %connectors ---------------------------------------------------------------------------------
+    @line_magic
+    def connectors(self, line: str = "") -> Any:
+        """Show or change the resources the magics use.
+
+        %connectors                        what is in use (secrets masked)
+        %connectors use pipelines:defs     the resources of a dagster Definitions (``use env``: environment)
+        %connectors set database_url=…     session settings: resource fields or environment variables
+        %connectors reset                  back to the environment, no session settings
+        %connectors add-file PATH [--name NAME] [-o VAR]   store a local file as a platform file
+        """
+        try:
+            words = shlex.split(line)
+            command, rest = (words[0], words[1:]) if words else ("", [])
+            if command == "":
+                return self.session.status()
+            if command == "use" and len(rest) == 1:
+                self.session.use(rest[0])
+                return self.session.status()
+            if command == "set":
+                self.session.set(rest)
+                return self.session.status()
+            if command == "reset" and not rest:
+                self.session.reset()
+                return self.session.status()
+            if command == "add-file":
+                return self._add_file(rest)
+            raise SessionError(f"unknown %connectors command {line.strip()!r}; "
+                               "use: (nothing), use TARGET, set NAME=VALUE…, reset, add-file PATH")
+        except ConnectorError as exc:
+            raise NotebookError.from_error(exc) from None
+
+    def _add_file(self, words: list[str]) -> Any:
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="%connectors add-file", add_help=False, exit_on_error=False)
+        parser.add_argument("path")
+        parser.add_argument("--name")
+        parser.add_argument("--content-type")
+        parser.add_argument("-o", "--out")
+        try:
+            args = parser.parse_args(words)
+        except (argparse.ArgumentError, SystemExit) as exc:
+            raise SessionError(f"usage: %connectors add-file PATH [--name NAME] [-o VAR] ({exc})") from None
+        resources = self.session.resources()
+        try:
+            descriptor = resources["platform_files"].add_file(args.path, name=args.name,
+                                                              content_type=args.content_type)
+        except Exception as exc:
+            from connector_ops.errors import ConnectorOpsError
+
+            status = exc.status if isinstance(exc, ConnectorOpsError) else 500
+            raise ConnectorError(status, {"message": str(exc)}, action="files.add") from None
+        result = present("files.add", descriptor.to_json(), resources)
+        if args.out:
+            self.shell.user_ns[args.out] = result
+        return result
+
+    # -- %pipeline -----------------------------------------------------------------------------------
+    @line_magic
+    def pipeline(self, line: str = "") -> Any:
+        """Run a Dagster job or a YAML pipeline in process and show each step's result.
+
+        %pipeline                          the jobs you can run by name
+        %pipeline run NAME_OR_FILE [-o VAR]
+        """
+        from connector_ops.magic_pipeline import pipeline_command
+
+        try:
+            return pipeline_command(self, shlex.split(line))
+        except ConnectorError as exc:
+            raise NotebookError.from_error(exc) from None
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext connector_ops``."""
+    import atexit
+
+    magics = ConnectorMagics(ipython)
+    ipython.register_magics(magics)
+    atexit.register(magics.session.close)  # tear resources down before the interpreter does
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    for instance in list(ipython.magics_manager.registry.values()):
+        if isinstance(instance, ConnectorMagics):
+            instance.session.close()

@@ -1,0 +1,186 @@
+"""The input side of the notebook magics: ``{{name}}`` substitution and JSON / YAML parsing.
+
+A magic's input is the spec's JSON input, written as JSON or YAML (flow ``{a: 1}`` on a line, flow or
+block style in a cell body). ``{{expr}}`` inserts a Python value from the notebook:
+
+* inside a quoted string it is inserted as *text* (escaped for that kind of quote), so
+  ``"{{vf}}"`` or ``"report-{{day}}.csv"`` build strings;
+* anywhere else it is inserted as the value's *JSON*, so ``{"platformFile": {{pf}}}`` passes a whole
+  descriptor and ``{"maxBatchSize": {{n}}}`` a number.
+
+``expr`` is a Jinja expression evaluated in the notebook's namespace (``vf``, ``out.virtualFileId``,
+``rows[0]["city"]``, ``name | upper``); an undefined name is an error, never an empty string. Parsing
+errors and substitution errors are reported as :class:`ConnectorError` (400) like any other bad input.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import re
+from collections.abc import Callable, Mapping
+from pathlib import PurePath
+from typing import Any
+
+import jinja2
+import yaml
+from pydantic import BaseModel
+
+from connector_ops.errors import ConnectorError
+
+_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+#: characters after which a quote opens a string (JSON always; YAML at the start of a scalar)
+_QUOTE_OPENERS = frozenset("{[,:-?")
+_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class InputError(ConnectorError):
+    """The magic's input could not be read (status 400, like invalid input to the action)."""
+
+    def __init__(self, message: str, action: str | None = None) -> None:
+        super().__init__(400, {"message": message}, action=action)
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(expression: str) -> Callable[..., Any]:
+    try:
+        return _JINJA.compile_expression(expression, undefined_to_none=False)
+    except jinja2.TemplateSyntaxError as exc:
+        raise InputError(f"{{{{{expression}}}}}: {exc.message}") from None
+
+
+def evaluate(expression: str, namespace: Mapping[str, Any]) -> Any:
+    """The value of ``{{expression}}`` in ``namespace``; undefined names are errors."""
+    expression = expression.strip()
+    if not expression:
+        raise InputError("{{}}: an empty placeholder; write {{name}} with a variable name")
+    try:
+        value = _compiled(expression)(**namespace)
+    except jinja2.UndefinedError as exc:
+        raise InputError(f"{{{{{expression}}}}}: {exc.message}") from None
+    except InputError:
+        raise
+    except Exception as exc:  # the expression itself failed (user code)
+        raise InputError(f"{{{{{expression}}}}}: {type(exc).__name__}: {exc}") from None
+    if isinstance(value, jinja2.Undefined):
+        raise InputError(f"{{{{{expression}}}}}: {value._undefined_message}")
+    return value
+
+
+def jsonable(value: Any) -> Any:
+    """``json.dumps`` fallback: models, DataFrames, numpy scalars, paths and dates become JSON values."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, mode="json")
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, _dt.date | _dt.datetime | _dt.time):
+        return value.isoformat()
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    to_json = getattr(value, "to_json", None)
+    if to_json is not None and type(value).__module__.startswith("pandas"):
+        orient = "records" if hasattr(value, "columns") else "values"
+        return json.loads(to_json(orient=orient, date_format="iso"))
+    if type(value).__module__.startswith("numpy") and hasattr(value, "tolist"):
+        return value.tolist()  # arrays become lists, numpy scalars Python numbers
+    raise TypeError(f"a {type(value).__name__} is not a JSON value")
+
+
+def to_json_text(value: Any) -> str:
+    return json.dumps(value, default=jsonable, ensure_ascii=False)
+
+
+def _as_text(value: Any) -> str:
+    """How a value reads inside a string: strings as they are, everything else as JSON."""
+    return value if isinstance(value, str) else to_json_text(value)
+
+
+def _quote_opens(text: str, index: int) -> bool:
+    """Whether the quote at ``index`` starts a string (not an apostrophe inside a plain word)."""
+    j = index - 1
+    while j >= 0 and text[j] in " \t":
+        j -= 1
+    return j < 0 or text[j] == "\n" or text[j] in _QUOTE_OPENERS
+
+
+def substitute(text: str, namespace: Mapping[str, Any]) -> str:
+    """Replace every ``{{expr}}`` in ``text``: as escaped text inside quotes, as JSON elsewhere."""
+    if "{{" not in text:
+        return text
+    out: list[str] = []
+    quote = ""  # the open quote character, "" outside strings
+    i, n = 0, len(text)
+    while i < n:
+        if text.startswith("{{", i):
+            match = _PLACEHOLDER.match(text, i)
+            if match is None:
+                raise InputError("an opening {{ has no closing }}")
+            value = evaluate(match.group(1), namespace)
+            try:
+                if quote == '"':
+                    out.append(json.dumps(_as_text(value), ensure_ascii=False)[1:-1])
+                elif quote == "'":
+                    out.append(_as_text(value).replace("'", "''"))
+                else:
+                    out.append(to_json_text(value))
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"{{{{{match.group(1).strip()}}}}}: {exc}") from None
+            i = match.end()
+            continue
+        char = text[i]
+        if quote == '"':
+            if char == "\\":
+                out.append(text[i:i + 2])
+                i += 2
+                continue
+            if char == '"':
+                quote = ""
+        elif quote == "'":
+            if char == "'":
+                if text.startswith("''", i):  # YAML's escaped quote
+                    out.append("''")
+                    i += 2
+                    continue
+                quote = ""
+        elif char in "\"'" and _quote_opens(text, i):
+            quote = char
+        elif char == "#" and (i == 0 or text[i - 1] in " \t\n"):  # a YAML comment: copy it as it is
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            out.append(text[i:end])
+            i = end
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
+
+
+def parse(text: str) -> Any:
+    """The input as a Python value: JSON first (fast, exact), else YAML (flow or block style)."""
+    text = text.strip()
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as json_error:
+        try:
+            return yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (C speed when available)
+        except yaml.YAMLError as yaml_error:
+            if text.startswith(("{", "[")) and '"' in text:
+                problem = f"{json_error.msg} (line {json_error.lineno}, column {json_error.colno})"
+            else:
+                problem = _yaml_problem(yaml_error)
+            raise InputError(f"input is not valid JSON or YAML: {problem}") from None
+
+
+def read_input(text: str, namespace: Mapping[str, Any]) -> Any:
+    """Substitute ``{{expr}}`` placeholders, then parse; the value given to the action."""
+    return parse(substitute(text, namespace))

@@ -1,0 +1,246 @@
+"""``%pipeline run NAME_OR_FILE``: a YAML pipeline or a Dagster job, run in process from a notebook.
+
+The job runs through Dagster's engine (``execute_in_process``) — the same ops, wiring and config a
+deployment runs — with the session's resources (``%connectors``), so what a pipeline produced can be
+inspected with the ``%etl``/``%drive`` magics in the next cell. Dagster's console log is silenced;
+instead every step's status and outputs are shown in one table and kept in a :class:`PipelineRun`,
+also when a step fails — which is what debugging a pipeline cell by cell needs: run it, look at the
+step that failed, re-run that action with ``%etl``, fix the file, run again.
+
+For a YAML pipeline (a file, or the name of one in the pipeline catalog) steps are the file's step ids
+and outputs carry the spec's field names, exactly as ``${step.field}`` references see them
+(``run["load"]["virtualFileId"]``); ``--set step.field=value`` edits the file's input for this run.
+For any other job, steps are Dagster step keys and outputs the op output names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from connector_ops.display import StatusTable
+from connector_ops.errors import ConnectorError
+from connector_ops.magic_session import one_line
+
+if TYPE_CHECKING:
+    from connector_ops.magic import ConnectorMagics
+
+QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}
+SHOWN_CHARS = 160
+USAGE = "%pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]"
+
+
+class PipelineUsageError(ConnectorError):
+    def __init__(self, message: str, action: str = "pipeline") -> None:
+        super().__init__(400, {"message": message}, action=action)
+
+
+def _short(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
+
+
+def _step_error(event: dg.DagsterEvent) -> ConnectorError:
+    """The step's ConnectorError (status and body are the op's Failure metadata), or its error text."""
+    data = event.step_failure_data
+    user = data.user_failure_data if data else None
+    if user is not None:
+        meta = user.metadata or {}
+        status = getattr(meta.get("status"), "value", None)
+        body = getattr(meta.get("body"), "data", None)
+        error = ConnectorError(int(status) if status else 500,
+                               body if body is not None else {"message": user.description or "failed"})
+        if user.description and " failed (" in user.description:
+            error.action = user.description.split(" failed (", 1)[0]
+        return error
+    message = data.error.message.strip().splitlines()[0] if data and data.error else "failed"
+    return ConnectorError(500, {"message": message})
+
+
+class PipelineRun:
+    """The result of ``%pipeline run``: success, each step's status and outputs, the Dagster result."""
+
+    def __init__(self, name: str, result: dg.ExecuteInProcessResult, compiled: Any = None) -> None:
+        self.name, self.result, self.compiled = name, result, compiled
+        self.success: bool = result.success
+        self.run_id: str = result.run_id
+        self.status: dict[str, str] = {}
+        self.steps: dict[str, Any] = {}
+        self.errors: dict[str, ConnectorError] = {}
+        if compiled is not None:
+            from pipelines.runner import step_outputs
+
+            self.status = {step.id: "not run" for step in compiled.pipeline.steps}
+            self.steps = step_outputs(compiled, result)
+        for event in result.all_events:
+            if event.step_key is None:
+                continue
+            step = self._step_of(event.step_key)
+            if event.event_type == dg.DagsterEventType.STEP_FAILURE:
+                self.status[step] = "failed"
+                self.errors.setdefault(step, _step_error(event))
+            elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and self.status.get(step) != "failed":
+                self.status[step] = "success"
+            elif event.event_type == dg.DagsterEventType.STEP_SKIPPED and step not in self.errors:
+                self.status[step] = "skipped"
+            elif event.is_successful_output and compiled is None:
+                handle = event.event_specific_data.step_output_handle
+                self.steps.setdefault(step, {})[handle.output_name] = self._output(event, handle)
+
+    def _step_of(self, step_key: str) -> str:
+        """A YAML step owns its helper steps (``<id>__input``, ``<id>__batches``, ``<id>[batch_3]``)."""
+        if self.compiled is None:
+            return step_key
+        base = step_key.split("[", 1)[0].split("__", 1)[0]
+        return base if base in self.status else step_key
+
+    def _output(self, event: dg.DagsterEvent, handle: Any) -> Any:
+        node = str(event.node_handle) if event.node_handle else handle.step_key.split("[", 1)[0]
+        try:
+            value = self.result.output_for_node(node, handle.output_name)
+        except Exception:  # an output that cannot be loaded back is shown as missing, not fatal
+            return None
+        if isinstance(value, Mapping):
+            key = handle.mapping_key or (handle.step_key.split("[", 1)[1].rstrip("]") if "[" in handle.step_key
+                                         else None)
+            if key is not None:
+                return value.get(key)
+        return value
+
+    def __getitem__(self, step: str) -> Any:
+        """The outputs of one step (YAML: by spec field, ``run["load"]["virtualFileId"]``)."""
+        return self.steps[step]
+
+    def table(self) -> StatusTable:
+        actions = {s.id: s.action.name for s in self.compiled.pipeline.steps} if self.compiled else {}
+        rows = []
+        for step in dict.fromkeys([*self.status, *self.steps]):
+            shown = self.errors[step].summary() if step in self.errors else _short(self.steps[step]) \
+                if step in self.steps else ""
+            row = {"step": step, "action": actions.get(step), "status": self.status.get(step, "?"), "output": shown}
+            if not actions:
+                row.pop("action")
+            rows.append(row)
+        verdict = "succeeded" if self.success else "FAILED"
+        return StatusTable(f"pipeline {self.name} {verdict} (run {self.run_id[:8]})", rows)
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        self.table()._repr_pretty_(printer, cycle)
+
+    def failure(self) -> ConnectorError | None:
+        """The first failed step's error as one line, or ``None`` after a successful run."""
+        if self.success:
+            return None
+        for step, error in self.errors.items():
+            return ConnectorError(error.status, {"message": f"step {step}: {error.summary()}"},
+                                  action=f"pipeline {self.name}")
+        return ConnectorError(500, {"message": "the run failed before any step ran"}, action=f"pipeline {self.name}")
+
+
+def _definitions(magics: ConnectorMagics) -> dg.Definitions:
+    if magics.session.definitions is not None:
+        return magics.session.definitions
+    from connector_ops.magic_session import load_object
+
+    return load_object("pipelines:defs")
+
+
+def _jobs(defs: dg.Definitions) -> dict[str, dg.JobDefinition]:
+    return {job.name: job for job in (defs.jobs or []) if isinstance(job, dg.JobDefinition)}
+
+
+def compile_file(path: Path, overrides: list[str]) -> Any:
+    """The YAML pipeline compiled (all of its problems on one line when it does not validate)."""
+    from pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+
+    try:
+        return compile_pipeline(load_pipeline(path, overrides=overrides))
+    except PipelineError as exc:
+        raise PipelineUsageError("; ".join(str(p) for p in exc.problems), action=f"pipeline {path.name}") from None
+
+
+def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple[dg.JobDefinition, Any]:
+    """(job, compiled YAML pipeline or None): a YAML file, a pipeline of the catalog, or a job name."""
+    path = Path(target).expanduser()
+    if target.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise PipelineUsageError(f"no pipeline file {target!r}")
+        compiled = compile_file(path, overrides)
+        return compiled.job, compiled
+    from pipelines.catalog import find_pipeline
+
+    found = find_pipeline(target)
+    if found is not None:
+        compiled = compile_file(found, overrides)
+        return compiled.job, compiled
+    if overrides:
+        raise PipelineUsageError("--set works with YAML pipelines only")
+    jobs = _jobs(_definitions(magics))
+    if target not in jobs:
+        raise PipelineUsageError(f"no pipeline or job named {target!r}; jobs: {', '.join(sorted(jobs)) or 'none'}")
+    return jobs[target], None
+
+
+def run_job(job: dg.JobDefinition, resources: Mapping[str, Any]) -> dg.ExecuteInProcessResult:
+    """Run in process without Dagster's console log, keeping the job's own default config.
+
+    Like ``connector-ops pipeline run``, the run is recorded in the instance when ``DAGSTER_HOME`` is
+    set (it then shows in the UI), else in an ephemeral one.
+    """
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else None
+    options: dict[str, Any] = {"resources": dict(resources), "raise_on_error": False, "instance": instance}
+    try:
+        try:
+            return job.execute_in_process(run_config={**(job.run_config or {}), "loggers": QUIET_LOGGERS}, **options)
+        except dg.DagsterInvalidConfigError:  # a job whose config mapping has no place for loggers
+            return job.execute_in_process(**options)
+    except dg.DagsterError as exc:  # e.g. a resource the job needs is missing from the session
+        raise PipelineUsageError(one_line(exc), action=f"pipeline {job.name}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="%pipeline run", add_help=False, exit_on_error=False)
+    parser.add_argument("target")
+    parser.add_argument("--set", action="append", default=[], dest="overrides")
+    parser.add_argument("-o", "--out")
+    return parser
+
+
+def list_jobs(magics: ConnectorMagics) -> StatusTable:
+    rows = [{"job": name, "description": (job.description or "").strip().splitlines()[0] if job.description else ""}
+            for name, job in sorted(_jobs(_definitions(magics)).items())]
+    return StatusTable("jobs", rows, [f"usage: {USAGE}"])
+
+
+def pipeline_command(magics: ConnectorMagics, words: list[str]) -> Any:
+    """``%pipeline`` (list the jobs) and ``%pipeline run NAME_OR_FILE [--set …] [-o VAR]``."""
+    if not words:
+        return list_jobs(magics)
+    if words[0] != "run":
+        raise PipelineUsageError(f"unknown %pipeline command {words[0]!r}; use: {USAGE}")
+    try:
+        args = _parser().parse_args(words[1:])
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise PipelineUsageError(f"usage: {USAGE} ({exc})") from None
+    job, compiled = resolve(magics, args.target, args.overrides)
+    run = PipelineRun(job.name, run_job(job, magics.session.resources()), compiled)
+    if args.out:
+        magics.shell.user_ns[args.out] = run
+    error = run.failure()
+    if error is not None:
+        data, metadata = magics.shell.display_formatter.format(run)  # what ran and what failed, shown
+        magics.shell.display_pub.publish(data=data, metadata=metadata)  # before the one-line error
+        raise error
+    return run

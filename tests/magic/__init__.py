@@ -1,0 +1,1 @@
+"""Tests of the notebook magics and the example notebooks."""

@@ -1,0 +1,200 @@
+"""The ``%etl``/``%drive``/``%mail`` magics in a real IPython shell, on SQLite and PostgreSQL.
+
+Every magic call here runs the registered action with real resources on a temporary home; results are
+compared with :func:`connector_ops.invoke`, the Python API over the same action code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.display import ActionOutput
+from connector_ops.magic import NotebookError
+from tests.magic.conftest import SALES, html_of, make_shell
+
+
+def test_extension_registers_every_magic(ip: Any) -> None:
+    line = ip.magics_manager.magics["line"]
+    cell = ip.magics_manager.magics["cell"]
+    assert {"etl", "drive", "mail", "connectors", "pipeline"} <= set(line)
+    assert {"etl", "drive", "mail"} <= set(cell)
+
+
+def test_etl_line_magic_equals_invoke(ip: Any, sales: dict[str, Any]) -> None:
+    out = ip.run_line_magic("etl", 'push {"platformFile": {{sales}}}')
+    assert isinstance(out, ActionOutput) and set(out) == {"virtualFileId"}
+    ip.user_ns["vf"] = out["virtualFileId"]
+    rows = ip.run_line_magic("etl", 'query -o north {"virtualFileId": "{{vf}}", "query": {"region": "North"}}')
+    expected = invoke("etl.query", {"virtualFileId": out["virtualFileId"], "query": {"region": "North"}})
+    assert rows == expected and ip.user_ns["north"] == expected
+    assert json.loads(json.dumps(rows)) == expected  # serialises as the plain output
+    html = html_of(ip, rows)
+    assert "<table" in html and "SO-1001" in html and f"{len(expected['result'])} item(s)" in html
+
+
+def test_cell_magic_takes_yaml_or_json_and_var_inside_and_outside_strings(ip: Any, sales: dict[str, Any]) -> None:
+    ip.run_cell("%etl push -o pushed {platformFile: {{sales}}, parameters: {csvDelimiter: ','}}")
+    ip.user_ns["size"] = 2
+    ip.run_cell_magic("etl", "iterate -o batch", "content: '{{pushed.virtualFileId}}'\nmaxBatchSize: {{size}}\n")
+    batch = ip.user_ns["batch"]
+    assert batch["hasNext"] is True and [r["order_id"] for r in batch["content"]] == ["SO-1001", "SO-1002"]
+    ip.run_cell_magic("etl", "iterate -o arr", '{"content": {{batch.content}}, "maxBatchSize": 5}')
+    assert ip.user_ns["arr"] == {"content": batch["content"], "hasNext": False}
+
+
+def test_append_query_delete_clean(ip: Any, sales: dict[str, Any]) -> None:
+    vf = ip.run_line_magic("etl", 'push {"platformFile": {{sales}}}')["virtualFileId"]
+    ip.user_ns.update(vf=vf, row={"order_id": "SO-9999", "region": "Mars"})
+    assert ip.run_line_magic("etl", 'append_rows {"rows": [{"virtualFileId": "{{vf}}", "content": {{row}}}]}') == "ok"
+    found = ip.run_line_magic("etl", 'query {virtualFileId: "{{vf}}", query: {region: Mars}, '
+                                     'extractOnlyOneResult: true}')
+    assert found["result"][0]["order_id"] == "SO-9999"
+    assert ip.run_line_magic("etl", 'delete_rows {"virtualFileId": "{{vf}}", "request": {"region": "Mars"}}') == {
+        "deletedCount": 1}
+    assert ip.run_line_magic("etl", 'clean {"virtualFileId": "{{vf}}"}') is None
+    with pytest.raises(NotebookError, match=r"^etl.iterate failed \(404\): not found$"):
+        ip.run_line_magic("etl", 'iterate {"content": "{{vf}}", "maxBatchSize": 1}')
+
+
+def test_pull_shows_the_file_with_a_preview(ip: Any, sales: dict[str, Any]) -> None:
+    vf = ip.run_line_magic("etl", 'push {"platformFile": {{sales}}}')["virtualFileId"]
+    ip.user_ns["vf"] = vf
+    out = ip.run_line_magic("etl", 'pull {"virtualFileId": "{{vf}}", "exportType": "csv", "exportName": "s.csv"}')
+    pf = out["platformFile"]
+    assert pf["name"] == "s.csv" and pf["contentType"] == "text/csv" and pf["size"] == SALES.stat().st_size
+    html = html_of(ip, out)
+    assert f'href="{pf["link"]}"' in html and "10.6 kB" in html and "first rows of the file" in html
+    assert "SO-1020" in html and "SO-1021" not in html  # the preview stops at 20 rows
+    text = ip.display_formatter.format(out)[0]["text/plain"]
+    assert text.startswith("platformFile: s.csv (10.6 kB, text/csv) http://")
+
+
+def test_dataframe_round_trip_and_no_leftover_files(ip: Any, env: dict[str, str]) -> None:
+    frame = pd.DataFrame({"city": ["Paris", "Lyon", 'Saint-"Quoted"'], "note": ["a,b", "line\nbreak", None],
+                          "n": [1, 2, 3]})
+    ip.user_ns["frame"] = frame
+    files_dir = Path(env["CONNECTOR_OPS_HOME"]) / "files"
+    pushed = ip.run_line_magic("etl", "push --df frame")
+    assert list(files_dir.iterdir()) == []  # the CSV in between is gone
+    ip.user_ns["vf"] = pushed["virtualFileId"]
+    assert invoke("etl.query", {"virtualFileId": pushed["virtualFileId"], "query": {"city": "Lyon"}})["result"] == [
+        {"city": "Lyon", "note": "line\nbreak", "n": "2"}]
+    back = ip.run_line_magic("etl", 'pull --df back {"virtualFileId": "{{vf}}"}')
+    assert list(files_dir.iterdir()) == []
+    expected = frame.fillna("")  # CSV has no null: a missing value is an empty field (read back as NaN)
+    pd.testing.assert_frame_equal(back.fillna(""), expected, check_dtype=False)
+    assert back["n"].dtype.kind == "i"  # pandas infers the types as for any CSV
+    assert ip.user_ns["back"] is back
+    ip.run_cell('%etl pull --df -o as_json {"virtualFileId": "{{vf}}", "exportType": "json", "exportName": "x.json"}')
+    assert ip.user_ns["as_json"].fillna("").to_dict(orient="records") == expected.to_dict(orient="records")
+
+
+def test_dataframe_with_named_index_keeps_it(ip: Any) -> None:
+    ip.user_ns["frame"] = pd.DataFrame({"v": [1, 2]}, index=pd.Index(["a", "b"], name="key"))
+    ip.run_cell("%etl push --df frame -o pushed")
+    ip.run_cell('back = %etl pull --df {"virtualFileId": "{{pushed.virtualFileId}}"}')
+    assert ip.user_ns["back"].to_dict(orient="records") == [{"key": "a", "v": 1}, {"key": "b", "v": 2}]
+
+
+@pytest.mark.parametrize(
+    ("line", "summary"),
+    [
+        ('push {"platformFile": {"name": "x.csv", "link": "http://127.0.0.1:8765/files/0123456789abcdef0123456789abcdef"}}',
+         "etl.push failed (400): platformFile.contentType: is required"),
+        ('push {"platformFile": {"name": "x.csv", "contentType": "text/csv", '
+         '"link": "http://127.0.0.1:8765/files/0123456789abcdef0123456789abcdef"}}',
+         "etl.push failed (404): not found"),
+        ('query {"virtualFileId": "{{nope}}", "query": {}}', "etl.query failed (400): {{nope}}: 'nope' is undefined"),
+        ('query {"virtualFileId": [1, }', "etl.query failed (400): input is not valid JSON or YAML"),
+        ("frobnicate {}", "etl.frobnicate failed (400): unknown action 'frobnicate'; etl actions: append_rows"),
+        ("query --bogus {}", "etl failed (400): unrecognized arguments: --bogus"),
+        ("query --df {}", "etl.query failed (400): --df works with %etl push and %etl pull only"),
+        ("push --df", "etl.push failed (400): --df needs the DataFrame's variable name"),
+        ("push --df missing", "etl.push failed (400): --df: no variable named 'missing'"),
+        ("push --df sales_text", "etl.push failed (400): --df: expected a pandas DataFrame, got str"),
+        ('iterate {"content": "x", "maxBatchSize": 0}', "etl.iterate failed (400): maxBatchSize: Input should be"),
+    ],
+)
+def test_errors_are_one_line(ip: Any, line: str, summary: str) -> None:
+    ip.user_ns["sales_text"] = "not a frame"
+    with pytest.raises(ConnectorError) as caught:
+        ip.run_line_magic("etl", line)
+    assert caught.value.summary().startswith(summary)
+    assert "\n" not in caught.value.summary()
+
+
+def test_error_prints_one_line_and_fails_the_cell(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    shell = make_shell(InteractiveShell)
+    try:
+        result = shell.run_cell('%etl iterate {"content": "missing-vf", "maxBatchSize": 1}')
+    finally:
+        shell.clear_instance()
+    assert isinstance(result.error_in_exec, NotebookError)  # the kernel reports an error: "Run all" stops
+    printed = capsys.readouterr()
+    assert printed.out.strip() == "etl.iterate failed (404): not found"
+    assert "Traceback" not in printed.out + printed.err
+
+
+def test_input_on_line_and_in_cell_is_refused(ip: Any) -> None:
+    with pytest.raises(NotebookError, match="not both"):
+        ip.run_cell_magic("etl", 'query {"a": 1}', '{"b": 2}')
+
+
+def test_magic_without_action_lists_the_actions(ip: Any) -> None:
+    table = ip.run_line_magic("etl", "")
+    text = ip.display_formatter.format(table)[0]["text/plain"]
+    assert "push" in text and "platformFile, parameters?" in text and "Load a CSV or JSON" in text
+    assert "create_shared_link" in ip.display_formatter.format(ip.run_line_magic("drive", ""))[0]["text/plain"]
+
+
+def test_local_variables_inside_a_function(ip: Any, sales: dict[str, Any]) -> None:
+    ip.run_cell('def first_rows(pf, n):\n    out = %etl push {"platformFile": {{pf}}}\n    return out\n')
+    ip.run_cell("pushed = first_rows(sales, 2)")
+    assert invoke("etl.iterate", {"content": ip.user_ns["pushed"]["virtualFileId"], "maxBatchSize": 1})["hasNext"]
+
+
+def test_drive_magics_on_the_local_backend(ip: Any, sales: dict[str, Any]) -> None:
+    folder = ip.run_line_magic("drive", "create_folder -o reports {name: reports}")
+    up = ip.run_line_magic("drive", 'upload_file -o up {"folderId": "{{reports.folderId}}", "platformFile": {{sales}}}')
+    listing = ip.run_line_magic("drive", 'list {"folderId": "{{reports.folderId}}"}')
+    assert listing == {"content": [{"name": "sales.csv", "id": up["fileId"], "type": "file"}]}
+    assert "<table" in html_of(ip, listing)
+    assert ip.run_line_magic("drive", 'rename {"id": "{{up.fileId}}", "name": "renamed.csv"}') is None
+    link = ip.run_line_magic("drive", 'create_shared_link {"id": "{{up.fileId}}", '
+                                      '"recipients": [{"type": "anyone", "role": "reader"}]}')
+    assert link["sharedLink"]
+    down = ip.run_line_magic("drive", 'download_file {"fileId": "{{up.fileId}}"}')
+    assert down["platformFile"]["name"] == "renamed.csv"
+    assert invoke("drive.list", {"folderId": folder["folderId"]})["content"][0]["name"] == "renamed.csv"
+    assert ip.run_line_magic("drive", 'delete_folder {"folderId": "{{reports.folderId}}"}') is None
+    with pytest.raises(NotebookError, match=r"^drive.list failed \(404\)"):
+        ip.run_line_magic("drive", 'list {"folderId": "{{reports.folderId}}"}')
+
+
+def test_mail_cell_magic_writes_to_the_outbox(ip: Any, env: dict[str, str], sales: dict[str, Any]) -> None:
+    ip.user_ns["who"] = "Ada"
+    out = ip.run_cell_magic("mail", "send_transactional_message -o sent", """
+from: reports@example.com
+recipients:
+  - {to: ada@example.com, name: "{{who}}"}
+subject: "Sales for {{who}}"
+templateId: 7
+templateVariables: '{"name": "{{who}}"}'
+attachments: [{platformFile: {{sales}}}]
+""")
+    assert out == {} and ip.user_ns["sent"] == {}
+    [message] = (Path(env["CONNECTOR_OPS_HOME"]) / "outbox").glob("*.json")
+    body = json.loads(message.read_text())["Messages"][0]
+    assert body["To"] == [{"Email": "ada@example.com", "Name": "Ada"}]
+    assert body["Subject"] == "Sales for Ada" and body["Variables"] == {"name": "Ada"}
+    assert body["Attachments"][0]["Filename"] == "sales.csv"
+    with pytest.raises(NotebookError, match=r"^mail.send_transactional_message failed \(400\): recipients.0.to"):
+        ip.run_line_magic("mail", 'send_transactional_message {"from": "a@example.com", "recipients": [{"to": "nope"}],'
+                                  ' "templateId": 1, "templateVariables": "{}"}')

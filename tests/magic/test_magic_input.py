@@ -1,0 +1,120 @@
+"""The magics' input language: ``{{expr}}`` substitution in and out of strings, JSON and YAML parsing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from connector_ops.magic import split_line
+from connector_ops.magic_input import InputError, parse, read_input, substitute
+from connector_ops.models import PlatformFile
+
+NS = {
+    "vf": "abc123",
+    "n": 5,
+    "quote": 'say "hi" \\ bye',
+    "apostrophe": "O'Brien",
+    "pf": {"name": "a.csv", "link": "http://127.0.0.1:1/files/x", "size": 3},
+    "out": {"virtualFileId": "vf-9", "rows": [{"city": "Paris"}]},
+    "nothing": None,
+    "flag": True,
+}
+
+
+def test_placeholder_inside_a_string_is_text_and_outside_is_json() -> None:
+    text = '{"virtualFileId": "{{vf}}", "maxBatchSize": {{n}}, "platformFile": {{pf}}, "x": {{nothing}}}'
+    assert read_input(text, NS) == {"virtualFileId": "abc123", "maxBatchSize": 5, "platformFile": NS["pf"], "x": None}
+
+
+def test_text_inside_strings_is_escaped_for_each_quote_kind() -> None:
+    assert read_input('{"a": "<{{quote}}>"}', NS) == {"a": '<say "hi" \\ bye>'}
+    assert read_input("{a: '<{{apostrophe}}>'}", NS) == {"a": "<O'Brien>"}
+    assert read_input('{"a": "n={{n}}", "b": "{{flag}}"}', NS) == {"a": "n=5", "b": "true"}
+    assert read_input('{"a": "{{pf}}"}', NS) == {"a": json.dumps(NS["pf"])}  # a dict inside a string: its JSON
+
+
+def test_expressions_reach_into_values() -> None:
+    text = '{"id": "{{out.virtualFileId}}", "city": "{{ out.rows[0][\'city\'] }}", "up": "{{ vf | upper }}"}'
+    assert read_input(text, NS) == {"id": "vf-9", "city": "Paris", "up": "ABC123"}
+
+
+def test_yaml_block_with_placeholders_comments_and_apostrophes() -> None:
+    body = """
+    # the customer's file (an apostrophe in a comment)
+    content: {{out.rows}}
+    name: O'Brien's report {{n}}
+    id: '{{vf}}'
+    maxBatchSize: {{n}}
+    """
+    assert read_input(body, NS) == {
+        "content": [{"city": "Paris"}], "name": "O'Brien's report 5", "id": "abc123", "maxBatchSize": 5,
+    }
+
+
+def test_yaml_flow_and_empty_input() -> None:
+    assert parse("{virtualFileId: abc, query: {city: Paris}}") == {"virtualFileId": "abc", "query": {"city": "Paris"}}
+    assert parse("   ") == {}
+
+
+def test_python_values_become_json() -> None:
+    ns = {
+        "model": PlatformFile(name="a.csv", link="http://h/x", content_type="text/csv"),
+        "frame": pd.DataFrame({"a": [1, 2], "b": ["x", None]}),
+        "series": pd.Series([1.5, 2.5]),
+        "scalar": np.int64(7),
+        "array": np.array([1, 2]),
+        "path": Path("/tmp/x"),
+        "day": dt.date(2026, 1, 2),
+    }
+    text = ('{"m": {{model}}, "f": {{frame}}, "s": {{series}}, "i": {{scalar}}, "a": {{array}}, '
+            '"p": {{path}}, "d": {{day}}}')
+    assert read_input(text, ns) == {
+        "m": {"id": None, "name": "a.csv", "contentType": "text/csv", "link": "http://h/x", "size": None,
+              "lastModified": None},
+        "f": [{"a": 1, "b": "x"}, {"a": 2, "b": None}],
+        "s": [1.5, 2.5], "i": 7, "a": [1, 2], "p": "/tmp/x", "d": "2026-01-02",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": "{{missing}}"}', "{{missing}}: 'missing' is undefined"),
+        ('{"a": {{out.nope}}}', "{{out.nope}}: 'dict object' has no attribute 'nope'"),
+        ('{"a": {{ 1 + }}}', "{{1 +}}: "),
+        ('{"a": {{vf}', "an opening {{ has no closing }}"),
+        ('{"a": {{}}}', "an empty placeholder"),
+        ('{"a": {{obj}}}', "{{obj}}: a object is not a JSON value"),
+        ('{"a": 1,, }', "input is not valid JSON or YAML: Expecting property name"),
+        ("a: [1, 2", "input is not valid JSON or YAML: did not find expected ',' or ']'"),
+    ],
+)
+def test_bad_input_is_a_400_with_a_clear_message(text: str, message: str) -> None:
+    with pytest.raises(InputError) as caught:
+        read_input(text, {**NS, "obj": object()})
+    assert caught.value.status == 400
+    assert message in caught.value.message
+
+
+def test_no_placeholder_means_no_work() -> None:
+    text = '{"a": {"b": [1, {"c": "}}"}]}}'
+    assert substitute(text, {}) is text
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('query -o rows {"a": 1}', ("query -o rows", '{"a": 1}')),
+        ("push --df sales", ("push --df sales", "")),
+        ("iterate {{payload}}", ("iterate", "{{payload}}")),
+        ("  ", ("", "")),
+        ('query {"a": "x -o y"}', ("query", '{"a": "x -o y"}')),
+    ],
+)
+def test_split_line_separates_options_from_the_input(line: str, expected: tuple[str, str]) -> None:
+    assert split_line(line) == expected
