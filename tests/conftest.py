@@ -17,7 +17,7 @@ import pytest
 
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # pgserver's platformdirs wants one
 
-from connector_ops.environment import resources_from_env  # noqa: E402
+from connector_ops.environment import resources_from_env
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CSV_SPECTRUM = Path(__file__).parent / "data" / "csv-spectrum"

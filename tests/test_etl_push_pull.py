@@ -221,15 +221,16 @@ def test_pull_errors(files, env, store):
     assert exc.status == 400 and "parameters.encoding" in exc.body["message"]
 
 
+CSV_FILE = {"name": "a.csv", "link": "x", "contentType": "text/csv"}
+
+
 @pytest.mark.parametrize(
     "payload,field",
     [
         ({}, "platformFile"),
         ({"platformFile": {"name": "a.csv", "contentType": "text/csv"}}, "platformFile.link"),
-        ({"platformFile": {"name": "a.csv", "link": "x", "contentType": "text/csv"}, "parameters": {"linesToIgnore": -1}},
-         "parameters.linesToIgnore"),
-        ({"platformFile": {"name": "a.csv", "link": "x", "contentType": "text/csv"}, "parameters": {"csvDelimiter": ";;"}},
-         "parameters.csvDelimiter"),
+        ({"platformFile": CSV_FILE, "parameters": {"linesToIgnore": -1}}, "parameters.linesToIgnore"),
+        ({"platformFile": CSV_FILE, "parameters": {"csvDelimiter": ";;"}}, "parameters.csvDelimiter"),
         ({"platformFile": {"name": "a.csv", "link": "x", "contentType": "text/csv"}, "parameters": {"schema": "a,b"}},
          "parameters.schema"),
         ({"platformFile": {"name": "a.csv", "link": "x", "contentType": "text/csv"}, "parameters": {"bogus": 1}},

@@ -78,9 +78,13 @@ def _line_of_bad_byte(reopen: Reopen, encoding: str) -> int:
     return line
 
 
+RowBatches = Iterator[list[list[str]]]
+RecordBatches = Iterator[list[dict[str, str | None]]]
+
+
 def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header: bool,
-             schema: list[str] | None, encoding: str, reopen: Reopen | None = None) -> tuple[list[str], Iterator[list[list[str]]]]:
-    """Return the column names and an iterator of row batches (tuples aligned with the names)."""
+             schema: list[str] | None, encoding: str, reopen: Reopen | None = None) -> tuple[list[str], RowBatches]:
+    """Return the column names and an iterator of row batches (lists aligned with the names)."""
     text = _text(stream, encoding)
     reader = csv.reader(text, delimiter=delimiter, strict=True)
     offset = 0
@@ -101,7 +105,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
     assert columns is not None
     _check_names(columns, "parameters.schema" if schema is not None else FIELD)
 
-    def batches() -> Iterator[list[list[str]]]:
+    def batches() -> RowBatches:
         width = len(columns)
         batch: list[list[str]] = []
         append = batch.append
@@ -140,7 +144,8 @@ def _check_names(columns: list[str], field: str) -> None:
         seen.add(name)
 
 
-def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str, reopen: Reopen | None = None) -> Iterator[list[dict[str, str | None]]]:
+def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
+              reopen: Reopen | None = None) -> RecordBatches:
     """Batches of rows from a JSON array of objects or from NDJSON (one object per line)."""
     buffered = stream if hasattr(stream, "peek") else io.BufferedReader(stream)  # type: ignore[arg-type]
     head = buffered.peek(64).lstrip(b"\xef\xbb\xbf \t\r\n")
@@ -156,7 +161,7 @@ def _row(value: Any, where: str) -> dict[str, str | None]:
     return {str(k): as_text(v) for k, v in value.items()}
 
 
-def _json_array(stream: IO[bytes]) -> Iterator[list[dict[str, str | None]]]:
+def _json_array(stream: IO[bytes]) -> RecordBatches:
     batch: list[dict[str, str | None]] = []
     index = 0
     try:
@@ -173,7 +178,7 @@ def _json_array(stream: IO[bytes]) -> Iterator[list[dict[str, str | None]]]:
         yield batch
 
 
-def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None) -> Iterator[list[dict[str, str | None]]]:
+def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None) -> RecordBatches:
     text = _text(stream, encoding)
     batch: list[dict[str, str | None]] = []
     number = 0
