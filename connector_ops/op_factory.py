@@ -2,7 +2,8 @@
 
 * config: the action's JSON input (spec field names); fields other actions produce are optional;
 * inputs: ``platform_file``, ``virtual_file_id``, ``file_id``, ``folder_id``, ``id`` (where the action
-  has the field) override the config when wired, plus ``after`` (Nothing) for ordering-only edges;
+  has the field) override the config when wired; ``fields`` (a dict of input fields computed upstream,
+  e.g. by a pipeline step's reference resolver) overrides the config; ``after`` (Nothing) orders steps;
 * outputs: one per output field, snake_case; a bare output (``"ok"``, ``null``, ``{}``) is ``result``;
 * metadata: row counts, a Markdown preview of the first rows, links;
 * failure: ``dagster.Failure`` whose metadata carries the spec's status and body.
@@ -115,6 +116,7 @@ def failure(exc: ConnectorError) -> dg.Failure:
 def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """The action input: the op config, with wired inputs taking precedence."""
     payload = {k: v for k, v in config.items() if v is not None}
+    payload.update(inputs.get("fields") or {})
     for input_name, field in spec.wirable_inputs.items():
         value = inputs.get(input_name)
         if value is not None:
@@ -146,6 +148,10 @@ def build_op(name: str) -> dg.OpDefinition:
         input_name: dg.In(dg.Any, default_value=None, description=f"wired value for `{field}` (overrides config)")
         for input_name, field in wirable.items()
     }
+    ins["fields"] = dg.In(
+        dg.Any, default_value=None,
+        description="input fields computed at run time (pipeline `${…}` references); they override config",
+    )
     ins["after"] = dg.In(dg.Nothing, description="run after these steps (ordering only)")
     return dg.OpDefinition(
         name=spec.op_name,
@@ -153,7 +159,9 @@ def build_op(name: str) -> dg.OpDefinition:
         ins=ins,
         outs={out_name: dg.Out(dg.Any, description=f"`{field}` of the output" if field else "the output")
               for field, out_name in outs.items()},
-        config_schema=config_fields(spec.input_model, wirable=frozenset(wirable.values())),
+        # nothing is required at launch: any field may arrive through `fields` or a wired input, and the
+        # action's input model (run_action) is the one place that reports a missing field (400, named)
+        config_schema=config_fields(spec.input_model, required_ok=False),
         required_resource_keys=set(spec.resource_keys),
         description=f"{spec.summary}\n\nAction `{spec.name}`; config is its JSON input (spec field names).",
         tags={"connector": spec.connector, "action": spec.name},

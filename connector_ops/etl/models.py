@@ -114,3 +114,74 @@ class AppendRowsInput(SpecModel):
 
 class CleanInput(SpecModel):
     virtual_file_id: str = Field(min_length=1)
+
+
+# -- transforms: Delete Rows, Map, Validate, Join ------------------------------------------------------
+class DeleteRowsInput(SpecModel):
+    virtual_file_id: str = Field(min_length=1)
+    request: dict[str, Any] = Field(description="a MongoDB query filter; keys are (literal) column names")
+
+
+class DeleteRowsOutput(SpecModel):
+    deleted_count: int
+
+
+class MapInput(SpecModel):
+    virtual_file_id: str = Field(min_length=1)
+    overwrite_virtual_file: bool = Field(False, description="replace the rows of the same virtual file")
+    action: str = Field(min_length=1, description="built-in steps joined by |, a map_action name, or pkg.mod:fn")
+
+
+class ValidateInput(SpecModel):
+    content: list[dict[str, Any]] | str = Field(description="rows, or a virtual file id (then the outputs are ids)")
+    schema_: dict[str, Any] = Field(alias="schema", description="column name -> rule (spec 2.7)")
+
+
+class RejectedRow(SpecModel):
+    error: str
+    content: str
+
+
+class ValidateOutput(SpecModel):
+    validated: list[dict[str, Any]] | str
+    rejected: list[RejectedRow] | str
+
+
+class JoinSide(SpecModel):
+    virtual_file_id: str = Field(min_length=1)
+    custom_id: str = Field(min_length=1, description="short name used in outputSchema (no dot)")
+    key: str = Field(description="the column to match on")
+
+    @field_validator("custom_id")
+    @classmethod
+    def _no_dot(cls, value: str) -> str:
+        if "." in value:
+            raise ValueError("must not contain a dot (outputSchema references are '<customId>.<column>')")
+        return value
+
+
+class JoinSpec(SpecModel):
+    left: JoinSide
+    right: JoinSide
+    type: Literal["INNER", "LEFT"] = "INNER"
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _distinct_ids(self) -> JoinSpec:
+        if self.left.custom_id == self.right.custom_id:
+            raise ValueError("left.customId and right.customId must differ")
+        return self
+
+
+class JoinInput(SpecModel):
+    join: JoinSpec
+    output_schema: dict[str, str] | None = Field(None, description="output column -> '<customId>.<column>'")
+
+
+class JoinOutput(SpecModel):
+    rejection_file_id: str
+    virtual_file_id: str

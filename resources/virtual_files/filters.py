@@ -35,7 +35,6 @@ import sqlalchemy as sa
 
 from connector_ops.errors import InvalidInput
 from resources.virtual_files.engines import SQLITE_FUNCTIONS
-from resources.virtual_files.loaders import insert_rows
 
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 FIELD_OPERATORS = {"$eq", "$ne", "$in", "$nin", "$exists", "$regex", "$options", "$not", *COMPARISONS}
@@ -328,7 +327,7 @@ class _PythonRegexSeqs:
 
     PostgreSQL's regular expressions (ARE) differ from Python's and MongoDB's (``.`` matches a newline,
     ``^``/``$`` ignore lines, ``\\b`` is a backspace), so translating patterns would change results. The
-    column is read in keyset batches and the matching ``seq`` values are COPYed into a temporary table
+    column is read in keyset batches and the matching ``seq`` values are inserted into a temporary table
     (dropped at commit); the leaf becomes ``seq IN (SELECT seq FROM that table)``, two-valued by nature.
     """
 
@@ -360,9 +359,9 @@ class _PythonRegexSeqs:
             if not rows:
                 break
             last = rows[-1][0]
-            hits = [(s,) for s, value in rows if pattern.search(value)]
+            hits = [{"seq": s} for s, value in rows if pattern.search(value)]
             if hits:
-                insert_rows(conn, matches.name, ["seq"], hits)
+                conn.execute(sa.insert(matches), hits)
             if len(rows) < REGEX_BATCH:
                 break
         return matches

@@ -395,6 +395,10 @@ class VirtualFileStore(dg.ConfigurableResource):
 def keyset_pages(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str],
                  batch_size: int = SCAN_BATCH) -> Iterator[list[tuple]]:
     """Batches of value tuples (aligned with ``names``) in row order, streamed in bounded memory."""
+    if not names:  # a file without columns: SELECT needs one, the rows are empty tuples
+        for page in stream(conn, sa.select(info.table.c.seq).order_by(info.table.c.seq), batch_size):
+            yield [() for _ in page]
+        return
     colmap = info.column_map()
     query = sa.select(*(colmap[n] for n in names)).order_by(info.table.c.seq)
     yield from stream(conn, query, batch_size)

@@ -1,0 +1,17 @@
+"""Delete Rows (spec 4.C): remove the rows matching a MongoDB query filter, in one SQL statement.
+
+The filter language (resources/virtual_files/filters.py, docs/etl-transforms.md) is shared with Query.
+A malformed or unsupported filter is refused before anything runs, so nothing is deleted.
+"""
+
+from __future__ import annotations
+
+from connector_ops.etl import models as m
+from connector_ops.registry import action
+from resources.virtual_files import VirtualFileStore
+
+
+@action("etl.delete_rows", m.DeleteRowsInput, m.DeleteRowsOutput, resources=("virtual_files",))
+def delete_rows(inp: m.DeleteRowsInput, virtual_files: VirtualFileStore) -> m.DeleteRowsOutput:
+    """Delete the rows matching a MongoDB-style filter; returns how many were deleted."""
+    return m.DeleteRowsOutput(deleted_count=virtual_files.delete_where(inp.virtual_file_id, inp.request))

@@ -1,0 +1,24 @@
+"""Join (spec 4.C): two virtual files joined in SQL into an output and a rejection virtual file.
+
+The semantics and the SQL are in resources/virtual_files/joins.py; this module maps the spec's input
+(``join.left/right`` with ``customId`` and ``key``, ``type``, ``outputSchema``) onto it.
+"""
+
+from __future__ import annotations
+
+from connector_ops.etl import models as m
+from connector_ops.registry import action
+from resources.virtual_files import VirtualFileStore
+from resources.virtual_files.joins import Side, join_files
+
+
+def _side(side: m.JoinSide) -> Side:
+    return Side(side.virtual_file_id, side.custom_id, side.key)
+
+
+@action("etl.join", m.JoinInput, m.JoinOutput, resources=("virtual_files",), not_found_status=404)
+def join(inp: m.JoinInput, virtual_files: VirtualFileStore) -> m.JoinOutput:
+    """Join two virtual files on a key (INNER or LEFT); left rows without a partner go to the rejection file."""
+    output, rejection = join_files(virtual_files, _side(inp.join.left), _side(inp.join.right), inp.join.type,
+                                   inp.output_schema)
+    return m.JoinOutput(rejection_file_id=rejection, virtual_file_id=output)

@@ -1,0 +1,69 @@
+"""Map (spec 4.C): apply a row function to every row of a virtual file, streamed in batches.
+
+The source is read by keyset pages inside the same transaction that writes the result, so an
+overwrite never loses rows appended meanwhile, and a function that raises (or returns something that
+is not a row) rolls everything back: the virtual files are exactly as they were, and the error names
+the row (1-based position in the file) and the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from connector_ops.errors import ActionFailed
+from connector_ops.etl import models as m
+from connector_ops.etl.map_functions import RowFunction, resolve
+from connector_ops.etl.readers import as_text
+from connector_ops.progress import track
+from connector_ops.registry import action
+from resources.virtual_files import VirtualFileStore
+from resources.virtual_files.store import SCAN_BATCH, keyset_pages
+
+BATCH = SCAN_BATCH
+
+
+@action("etl.map", m.MapInput, m.VirtualFileOutput, resources=("virtual_files",))
+def map_rows(inp: m.MapInput, virtual_files: VirtualFileStore) -> m.VirtualFileOutput:
+    """Apply a row function (built-in steps, @map_action or package.module:function) to every row."""
+    fn = resolve(inp.action)
+    return m.VirtualFileOutput(
+        virtual_file_id=apply_map(virtual_files, inp.virtual_file_id, fn, inp.action, inp.overwrite_virtual_file)
+    )
+
+
+def apply_map(store: VirtualFileStore, vf_id: str, fn: RowFunction, label: str, overwrite: bool) -> str:
+    """Write ``fn(row)`` for every row into a new virtual file (or in place of ``vf_id``); returns its id."""
+    with store.create(replace=vf_id if overwrite else None) as writer:
+        source = writer.replaced if overwrite else store.info(writer.conn, vf_id)
+        assert source is not None
+        names = source.names
+        position = 0
+        with track(f"map {label}", None, "rows") as reporter:
+            for page in keyset_pages(writer.conn, source, names, BATCH):
+                out: list[dict[str, str | None]] = []
+                for values in page:
+                    position += 1
+                    row = {n: v for n, v in zip(names, values, strict=True) if v is not None}
+                    try:
+                        result = fn(row)
+                    except Exception as exc:
+                        raise ActionFailed(f"row {position}: {label} failed: {type(exc).__name__}: {exc}") from exc
+                    if result is not None:
+                        out.append(_as_row(result, position, label))
+                writer.write_dicts(out)
+                reporter.update(len(page))
+    return writer.vf_id
+
+
+def _as_row(result: Any, position: int, label: str) -> dict[str, str | None]:
+    """Values back to text (numbers and booleans as their JSON text, like Push); ``None`` is missing."""
+    if not isinstance(result, Mapping):
+        raise ActionFailed(f"row {position}: {label} returned {type(result).__name__}; "
+                           "a row function returns the row (an object) or None to drop it")
+    row: dict[str, str | None] = {}
+    for key, value in result.items():
+        if not isinstance(key, str):
+            raise ActionFailed(f"row {position}: {label} returned a non-string column name {key!r}")
+        row[key] = value if value is None or type(value) is str else as_text(value)
+    return row

@@ -1,0 +1,106 @@
+"""Join two virtual files in SQL (``INSERT … SELECT … JOIN``) into an output and a rejection file.
+
+Semantics (research/etl.md §5): a row matches when the key values are equal strings; a missing or
+empty key never matches; duplicate keys fan out like SQL (m × n rows). Output rows are ordered by the
+left row, then the right row. The rejection file holds every left row without a partner exactly once,
+with the left columns unchanged, for INNER and LEFT alike (for LEFT those rows are also in the output,
+with the right columns missing). Both files are written in one transaction: all or nothing.
+
+Right rows without a partner are not reported. SQLite has no hash join, so the right key is indexed
+first (once per virtual file, kept for later joins and queries); PostgreSQL hash-joins without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import sqlalchemy as sa
+
+from connector_ops.errors import InvalidInput
+from resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
+
+if TYPE_CHECKING:
+    from resources.virtual_files.store import RowWriter, VirtualFileStore
+
+
+@dataclass(frozen=True)
+class Side:
+    virtual_file_id: str
+    custom_id: str
+    key: str
+
+
+def join_files(store: VirtualFileStore, left: Side, right: Side, kind: Literal["INNER", "LEFT"] = "INNER",
+               output_schema: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Join ``left`` with ``right``; returns ``(output virtual file id, rejection virtual file id)``."""
+    if store.dialect == "sqlite":
+        store.ensure_indexes(right.virtual_file_id, [right.key])
+    with store.writing() as conn:
+        left_info = store.info(conn, left.virtual_file_id)
+        right_info = store.info(conn, right.virtual_file_id)
+        l_table, r_table = left_info.table.alias("l"), right_info.table.alias("r")
+        l_cols, r_cols = left_info.column_map(l_table), right_info.column_map(r_table)
+        l_key = _key(l_cols, left, "join.left.key", left_info)
+        r_key = _key(r_cols, right, "join.right.key", right_info)
+        if output_schema:
+            columns = _schema_columns(output_schema, {left.custom_id: l_cols, right.custom_id: r_cols})
+        else:
+            columns = _default_columns(left, l_cols, right, r_cols)
+
+        matches = sa.and_(l_key == r_key, l_key != "")
+        joined = l_table.join(r_table, matches, isouter=kind == "LEFT")
+        output = store.new_file(conn, [name for name, _ in columns])
+        select = (sa.select(*(expr for _, expr in columns)).select_from(joined)
+                  .order_by(l_table.c.seq, r_table.c.seq))
+        _insert(conn, output, select)
+
+        partner = sa.exists().where(r_key == l_key)
+        rejection = store.new_file(conn, list(left_info.names))
+        unmatched = (sa.select(*l_cols.values()).where(sa.not_(sa.and_(l_key.is_not(None), l_key != "", partner)))
+                     .order_by(l_table.c.seq))
+        _insert(conn, rejection, unmatched)
+    return output.vf_id, rejection.vf_id
+
+
+def _key(columns: Mapping[str, sa.ColumnElement], side: Side, field: str,
+         info: VirtualFileInfo) -> sa.ColumnElement:
+    if side.key not in columns:
+        raise InvalidInput(field, f"unknown column {side.key!r}; {side.custom_id} has {list(info.names)}")
+    return columns[side.key]
+
+
+def _schema_columns(schema: Mapping[str, str], sides: Mapping[str, Mapping[str, sa.ColumnElement]]
+                    ) -> list[tuple[str, sa.ColumnElement]]:
+    """``{"out": "customId.column"}`` resolved in order; the customId ends at the first dot."""
+    columns = []
+    for name, reference in schema.items():
+        custom_id, dot, column = reference.partition(".")
+        if not dot or custom_id not in sides:
+            raise InvalidInput(f"outputSchema.{name}", f"{reference!r} must be '<customId>.<column>' with customId "
+                                                       f"{' or '.join(repr(s) for s in sides)}")
+        if column not in sides[custom_id]:
+            raise InvalidInput(f"outputSchema.{name}", f"unknown column {column!r} in {custom_id!r}")
+        columns.append((name, sides[custom_id][column]))
+    return columns
+
+
+def _default_columns(left: Side, l_cols: Mapping[str, sa.ColumnElement], right: Side,
+                     r_cols: Mapping[str, sa.ColumnElement]) -> list[tuple[str, sa.ColumnElement]]:
+    """Every left column, then every right column; a name on both sides gets ``_<customId>`` on each."""
+    common = set(l_cols) & set(r_cols)
+    columns = [(f"{n}_{left.custom_id}" if n in common else n, c) for n, c in l_cols.items()]
+    columns += [(f"{n}_{right.custom_id}" if n in common else n, c) for n, c in r_cols.items()]
+    names = [n for n, _ in columns]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise InvalidInput("outputSchema", f"the default output names collide ({clashes}); give an outputSchema")
+    return columns
+
+
+def _insert(conn: sa.Connection, writer: RowWriter, select: sa.Select) -> None:
+    """``INSERT INTO <new file> (c0, …) SELECT …``: ``seq`` numbers rows in the SELECT's order."""
+    table = row_table(writer.table_name, writer.ordinals)
+    target = [table.c[internal_name(o)] for o in writer.ordinals]  # never empty: a key column exists
+    conn.execute(sa.insert(table).from_select(target, select))

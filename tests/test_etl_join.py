@@ -1,0 +1,119 @@
+"""Join on both databases, compared with pandas.merge on random data with duplicate, missing and empty keys."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+
+from connector_ops import ConnectorError, invoke
+
+KEYS = ["1", "2", "3", "4", "", None, "01", "A", "a"]
+
+
+def random_rows(rng: random.Random, n: int, key: str, value: str) -> list[dict[str, str]]:
+    rows = []
+    for i in range(n):
+        row = {key: rng.choice(KEYS), value: f"{value}{i}", "name": rng.choice(["x", "y", None])}
+        rows.append({k: v for k, v in row.items() if v is not None})
+    return rows
+
+
+def expected(left: list[dict], right: list[dict], how: str) -> tuple[list[dict], list[dict]]:
+    """pandas.merge with missing/empty keys made unique (pandas would match None with None and "" with "")."""
+    lf = pd.DataFrame([{**r, "_l": i} for i, r in enumerate(left)], columns=["k", "a", "name", "_l"])
+    rf = pd.DataFrame([{**r, "_r": i} for i, r in enumerate(right)], columns=["key", "b", "name", "_r"])
+    lf["_k"] = [k if isinstance(k, str) and k else f"\0left{i}" for i, k in enumerate(lf["k"])]
+    rf["_k"] = [k if isinstance(k, str) and k else f"\0right{i}" for i, k in enumerate(rf["key"])]
+    merged = pd.merge(lf, rf, on="_k", how=how, suffixes=("_L", "_R"), indicator=True)
+    merged = merged.sort_values(["_l", "_r"], na_position="last")
+    out = [{c: v for c, v in row.items() if isinstance(v, str)}
+           for row in merged[["k", "a", "name_L", "key", "b", "name_R"]].to_dict("records")]
+    flagged = pd.merge(lf, rf[["_k"]].drop_duplicates(), on="_k", how="left", indicator=True)
+    rejected_index = flagged.loc[flagged["_merge"] == "left_only", "_l"].tolist()
+    return out, [left[i] for i in rejected_index]
+
+
+def join(resources, left_vf: str, right_vf: str, kind: str | None = None, schema: dict | None = None) -> dict:
+    spec: dict = {"left": {"virtualFileId": left_vf, "customId": "L", "key": "k"},
+                  "right": {"virtualFileId": right_vf, "customId": "R", "key": "key"}}
+    if kind:
+        spec["type"] = kind
+    payload: dict = {"join": spec}
+    if schema is not None:
+        payload["outputSchema"] = schema
+    return invoke("etl.join", payload, resources)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["INNER", "LEFT"])
+def test_join_matches_pandas_merge(store, resources, seed, kind):
+    rng = random.Random(seed)
+    left = random_rows(rng, 60, "k", "a")
+    right = random_rows(rng, 25, "key", "b")
+    default = seed == 1 and kind == "INNER"  # INNER is the default type
+    out = join(resources, store.create_from_rows(left), store.create_from_rows(right), None if default else kind)
+    want_rows, want_rejected = expected(left, right, kind.lower())
+    assert store.rows(out["virtualFileId"]) == want_rows
+    assert store.rows(out["rejectionFileId"]) == want_rejected
+    assert store.columns(out["virtualFileId"]) == ["k", "a", "name_L", "key", "b", "name_R"]
+    matched = sum(1 for r in left if r.get("k") and any(x.get("key") == r["k"] for x in right))
+    assert matched + len(want_rejected) == len(left)  # every left row: matched, or rejected once
+
+
+def test_output_schema_selects_orders_and_renames(store, resources):
+    left = store.create_from_rows([{"k": "1", "a": "x", "name": "n1"}, {"k": "2", "a": "y"}, {"a": "z"}])
+    right = store.create_from_rows([{"key": "1", "b": "p"}, {"key": "1", "b": "q"}, {"key": "3", "b": "r"}])
+    out = join(resources, left, right, "left", {"B": "R.b", "id": "L.k", "A": "L.a"})
+    assert store.columns(out["virtualFileId"]) == ["B", "id", "A"]
+    assert store.rows(out["virtualFileId"]) == [
+        {"B": "p", "id": "1", "A": "x"}, {"B": "q", "id": "1", "A": "x"}, {"id": "2", "A": "y"}, {"A": "z"}]
+    assert store.rows(out["rejectionFileId"]) == [{"k": "2", "a": "y"}, {"a": "z"}]
+
+
+def test_self_join_with_two_custom_ids_and_dotted_columns(store, resources):
+    people = store.create_from_rows([{"id": "1", "boss.id": "2", "n": "ann"}, {"id": "2", "n": "bob"}])
+    payload = {"join": {"left": {"virtualFileId": people, "customId": "emp", "key": "boss.id"},
+                        "right": {"virtualFileId": people, "customId": "boss", "key": "id"}},
+               "outputSchema": {"employee": "emp.n", "boss": "boss.n", "boss id": "emp.boss.id"}}
+    out = invoke("etl.join", payload, resources)
+    assert store.rows(out["virtualFileId"]) == [{"employee": "ann", "boss": "bob", "boss id": "2"}]
+    assert store.rows(out["rejectionFileId"]) == [{"id": "2", "n": "bob"}]
+    default = invoke("etl.join", {"join": payload["join"]}, resources)
+    assert store.columns(default["virtualFileId"]) == ["id_emp", "boss.id_emp", "n_emp", "id_boss", "boss.id_boss",
+                                                       "n_boss"]
+
+
+@pytest.mark.parametrize(("change", "status", "message"), [
+    ({"left": {"virtualFileId": "nope"}}, 404, "not found"),
+    ({"right": {"virtualFileId": "nope"}}, 404, "not found"),
+    ({"left": {"key": "missing"}}, 400, "join.left.key: unknown column 'missing'"),
+    ({"right": {"key": "zzz"}}, 400, "join.right.key: unknown column 'zzz'"),
+    ({"schema": {"x": "R.nope"}}, 400, "outputSchema.x: unknown column 'nope' in 'R'"),
+    ({"schema": {"x": "Q.b"}}, 400, "outputSchema.x: 'Q.b' must be '<customId>.<column>'"),
+    ({"schema": {"x": "b"}}, 400, "outputSchema.x: 'b' must be '<customId>.<column>'"),
+    ({"type": "OUTER"}, 400, "join.type: Input should be 'INNER' or 'LEFT'"),
+    ({"right": {"customId": "L"}}, 400, "join: left.customId and right.customId must differ"),
+    ({"left": {"customId": "a.b"}}, 400, "join.left.customId: must not contain a dot"),
+])
+def test_errors_create_nothing(store, resources, change, status, message):
+    left = store.create_from_rows([{"k": "1", "a": "x"}])
+    right = store.create_from_rows([{"key": "1", "b": "y"}])
+    spec: dict = {"left": {"virtualFileId": left, "customId": "L", "key": "k"},
+                  "right": {"virtualFileId": right, "customId": "R", "key": "key"}}
+    for side in ("left", "right"):
+        spec[side].update(change.get(side, {}))
+    if "type" in change:
+        spec["type"] = change["type"]
+    payload: dict = {"join": spec}
+    if "schema" in change:
+        payload["outputSchema"] = change["schema"]
+    with store.reading() as conn:
+        before = conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.join", payload, resources)
+    assert info.value.status == status
+    assert info.value.message.startswith(message), info.value.message
+    with store.reading() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar() == before

@@ -1,0 +1,154 @@
+"""Map on both databases: built-ins and their syntax, @map_action, package.module:function, failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.etl import map_action
+
+ROWS = [
+    {"first": " Ann ", "last": "Lee", "email": "ANN@X.ORG", "age": " 007", "vip": "Yes"},
+    {"first": "Bob", "email": "bob@x.org", "age": "", "vip": "0"},
+    {"first": "Cy", "last": "Do", "price": "1.50"},
+]
+
+
+@map_action("test_add_initial")
+def add_initial(row, column="first", target="initial"):
+    if row.get(column):
+        row[target] = row[column][0]
+    return row
+
+
+def shout(row, *columns):
+    """Used as tests.test_etl_map:shout(…)."""
+    return {k: (v + "!" if k in columns else v) for k, v in row.items()}
+
+
+def drop_without_last(row):
+    return row if "last" in row else None
+
+
+def explode_on_bob(row):
+    if row.get("first") == "Bob":
+        raise ValueError("no Bobs")
+    return {**row, "seen": 1}
+
+
+def not_a_row(row):
+    return ["a"]
+
+
+def run(store, resources, action: str, overwrite: bool = False, rows=ROWS) -> tuple[str, str, list]:
+    vf = store.create_from_rows(rows)
+    out = invoke("etl.map", {"virtualFileId": vf, "action": action, "overwriteVirtualFile": overwrite}, resources)
+    return vf, out["virtualFileId"], store.rows(out["virtualFileId"])
+
+
+@pytest.mark.parametrize(("action", "expected"), [
+    ("trim(first, age) | keep(first, age)",
+     [{"first": "Ann", "age": "007"}, {"first": "Bob", "age": ""}, {"first": "Cy"}]),
+    ("lower(email) | keep(email)", [{"email": "ann@x.org"}, {"email": "bob@x.org"}, {}]),
+    ("upper | keep(first, last)", [{"first": " ANN ", "last": "LEE"}, {"first": "BOB"}, {"first": "CY", "last": "DO"}]),
+    ("rename(first=given, last=family) | keep(given, family)",
+     [{"given": " Ann ", "family": "Lee"}, {"given": "Bob"}, {"given": "Cy", "family": "Do"}]),
+    ("drop(email, age, vip, price)",
+     [{"first": " Ann ", "last": "Lee"}, {"first": "Bob"}, {"first": "Cy", "last": "Do"}]),
+    ('default(last="n/a", age=0) | keep(last, age)',
+     [{"last": "Lee", "age": " 007"}, {"last": "n/a", "age": "0"}, {"last": "Do", "age": "0"}]),
+    ("cast(age=integer, vip=boolean, price=float) | keep(age, vip, price)",
+     [{"age": "7", "vip": "true"}, {"age": "", "vip": "false"}, {"price": "1.5"}]),
+    ('trim | concat(name, first, last, sep=" ") | keep(name)',
+     [{"name": "Ann Lee"}, {"name": "Bob"}, {"name": "Cy Do"}]),
+    ('set("a, b"=x) | keep("a, b")', [{"a, b": "x"}] * 3),
+    ("test_add_initial(target=i) | keep(i)", [{"i": " "}, {"i": "B"}, {"i": "C"}]),
+    ("tests.test_etl_map:shout(last) | keep(last)", [{"last": "Lee!"}, {}, {"last": "Do!"}]),
+    ("tests.test_etl_map:drop_without_last | keep(first)", [{"first": " Ann "}, {"first": "Cy"}]),
+])
+def test_builtins_registered_and_imported_functions(store, resources, action, expected):
+    source, target, rows = run(store, resources, action)
+    assert target != source
+    assert rows == expected
+    assert store.rows(source) == ROWS  # overwrite off: the source is untouched
+
+
+def test_rename_keeps_the_column_position(store, resources):
+    _, _, rows = run(store, resources, "rename(last=family)")
+    assert list(rows[0]) == ["first", "family", "email", "age", "vip"]
+
+
+def test_overwrite_replaces_rows_in_place_and_restarts_iteration(store, resources):
+    source, target, rows = run(store, resources, "keep(first) | upper", overwrite=True)
+    assert target == source
+    assert rows == [{"first": " ANN "}, {"first": "BOB"}, {"first": "CY"}]
+    assert store.columns(source) == ["first"]
+
+
+def test_map_streams_across_batches_and_converts_values(store, resources, monkeypatch):
+    from connector_ops.etl import mapping
+
+    monkeypatch.setattr(mapping, "BATCH", 4)
+    rows = [{"n": str(i)} for i in range(10)]
+    _, _, out = run(store, resources, "tests.test_etl_map:explode_on_bob", rows=rows)
+    assert out == [{"n": str(i), "seen": "1"} for i in range(10)]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_failing_function_names_the_row_and_changes_nothing(store, resources, overwrite, monkeypatch):
+    from connector_ops.etl import mapping
+
+    monkeypatch.setattr(mapping, "BATCH", 1)  # the failure comes after earlier batches were written
+    vf = store.create_from_rows(ROWS)
+    with store.reading() as conn:
+        files_before = conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": "tests.test_etl_map:explode_on_bob",
+                           "overwriteVirtualFile": overwrite}, resources)
+    assert info.value.status == 500
+    assert info.value.message == "row 2: tests.test_etl_map:explode_on_bob failed: ValueError: no Bobs"
+    assert store.rows(vf) == ROWS
+    with store.reading() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar() == files_before
+
+
+def test_a_function_returning_a_non_row_and_a_failing_cast(store, resources):
+    vf = store.create_from_rows(ROWS)
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": "tests.test_etl_map:not_a_row"}, resources)
+    assert info.value.status == 500
+    assert info.value.message.startswith("row 1: ") and "returned list" in info.value.message
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": "cast(first=integer)"}, resources)
+    assert info.value.message == "row 1: cast(first=integer) failed: ValueError: cast: first=' Ann ' is not an integer"
+
+
+@pytest.mark.parametrize(("action", "problem"), [
+    ("nope", "unknown map action 'nope'"),
+    ("trim |", "expected a step name"),
+    ("trim(a", "expected ',' or ')'"),
+    ("rename(a)", "rename: takes old=new pairs"),
+    ("cast(a=date)", "cast: unknown type(s)"),
+    ("keep", "keep: name the columns to keep"),
+    ("concat(a)", "concat: concat(target"),
+    ("rename(a=b, a=c)", "'a' is given twice"),
+    ('set(a="x)', "unterminated or invalid quoted string"),
+    ("no_such_module_xyz:fn", "cannot import 'no_such_module_xyz'"),
+    ("tests.test_etl_map:missing", "has no attribute 'missing'"),
+    ("tests.test_etl_map:ROWS", "is not callable"),
+    ("tests.test_etl_map:drop_without_last(x)", "arguments do not fit"),
+    ("test_add_initial(a, b, c)", "arguments do not fit"),
+])
+def test_bad_actions_are_400_before_anything_changes(store, resources, action, problem):
+    vf = store.create_from_rows(ROWS)
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": action, "overwriteVirtualFile": True}, resources)
+    assert info.value.status == 400
+    assert info.value.message.startswith("action: ") and problem in info.value.message, info.value.message
+    assert store.rows(vf) == ROWS
+
+
+def test_unknown_virtual_file_is_500(store, resources):
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": "nope", "action": "trim"}, resources)
+    assert info.value.status == 500 and "not found" in info.value.message

@@ -1,0 +1,175 @@
+"""Validate: every rule, the float "p,s" form at its edges, required's object form, the virtual-file form."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from connector_ops import ConnectorError, invoke
+from resources.virtual_files import VirtualFileStore
+
+INLINE: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def _inline_resources(tmp_path):
+    """Inline content never touches the database; one SQLite store is enough for those tests."""
+    INLINE["virtual_files"] = VirtualFileStore(database_url=f"sqlite:///{tmp_path / 'inline.db'}")
+    yield
+    INLINE.clear()
+
+
+def check(schema: dict, rows: list[dict]) -> dict:
+    return invoke("etl.validate", {"content": rows, "schema": schema}, INLINE)
+
+
+def errors(schema: dict, values: list) -> list[str | None]:
+    """The error text for each value of column ``v`` (None when accepted)."""
+    rows = [{"v": value} for value in values]
+    out = check(schema, rows)
+    by_content = {r["content"]: r["error"] for r in out["rejected"]}
+    assert len(out["validated"]) + len(out["rejected"]) == len(rows)
+    return [by_content.get(json.dumps(row, ensure_ascii=False)) for row in rows]
+
+
+@pytest.mark.parametrize(("rule", "value", "error"), [
+    ({"type": "string"}, "abc", None),
+    ({"type": "string"}, 5, 'v: 5 is not a string'),
+    ({"type": "string", "minLength": 3}, "ab", "v: length 2 is less than minLength 3"),
+    ({"type": "string", "minLength": 3}, "abc", None),
+    ({"type": "string", "maxLength": 3}, "abcd", "v: length 4 is more than maxLength 3"),
+    ({"type": "string", "maxLength": 3}, "été", None),                    # code points, not bytes
+    ({"type": "integer"}, "42", None),
+    ({"type": "integer"}, "-42", None),
+    ({"type": "integer"}, "+7", None),
+    ({"type": "integer"}, 42, None),
+    ({"type": "integer"}, "4.2", 'v: "4.2" is not an integer'),
+    ({"type": "integer"}, "1e3", 'v: "1e3" is not an integer'),
+    ({"type": "integer"}, " 4", 'v: " 4" is not an integer'),
+    ({"type": "integer"}, True, "v: true is not an integer"),
+    ({"type": "integer", "maxLength": 3}, "-999", None),
+    ({"type": "integer", "maxLength": 3}, "0001", None),                  # leading zeros not counted
+    ({"type": "integer", "maxLength": 3}, "1000", "v: digits 4 is more than maxLength 3"),
+    ({"type": "integer", "minLength": 2}, "7", "v: digits 1 is less than minLength 2"),
+    ({"type": "float"}, "1.5", None),
+    ({"type": "float"}, ".5", None),
+    ({"type": "float"}, "-3", None),
+    ({"type": "float"}, 2.25, None),
+    ({"type": "float"}, "1,5", 'v: "1,5" is not a number'),
+    ({"type": "float"}, "NaN", 'v: "NaN" is not a number'),
+    ({"type": "float"}, "1e2", 'v: "1e2" is not a number'),
+    ({"type": "float"}, "1_0", 'v: "1_0" is not a number'),
+    ({"type": "boolean"}, "true", None),
+    ({"type": "boolean"}, "FALSE", None),
+    ({"type": "boolean"}, False, None),
+    ({"type": "boolean"}, "yes", 'v: "yes" is not a boolean (true or false)'),
+    ({"type": "boolean"}, 1, "v: 1 is not a boolean (true or false)"),
+])
+def test_rules(rule, value, error):
+    assert errors({"v": rule}, [value]) == [error]
+
+
+P52 = {"v": {"type": "float", "maxLength": "5,2"}}
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    ("123.45", None), ("-123.45", None), ("0.12", None), ("123", None), ("00012.30", None), ("123.450", None),
+    ("999.99", None), (".5", None), ("+1.5", None), (123.45, None),
+    ("1234.5", 'v: 4 digits before the decimal point, at most 3 allowed (maxLength "5,2")'),
+    ("12345", 'v: 5 digits before the decimal point, at most 3 allowed (maxLength "5,2")'),
+    ("123.456", 'v: 3 digits after the decimal point, at most 2 allowed (maxLength "5,2")'),   # no rounding
+    ("1234.567", 'v: 4 digits before the decimal point, at most 3 allowed (maxLength "5,2"); '
+                 'v: 3 digits after the decimal point, at most 2 allowed (maxLength "5,2")'),
+    (" 1.5", 'v: " 1.5" is not a number'),
+])
+def test_float_precision_scale_like_sql_decimal(value, error):
+    assert errors(P52, [value]) == [error]
+
+
+def test_precision_edges_zero_scale_and_all_decimals():
+    assert errors({"v": {"type": "float", "maxLength": "3,0"}}, ["999", "1000", "1.0", "1.5"]) == [
+        None, 'v: 4 digits before the decimal point, at most 3 allowed (maxLength "3,0")', None,
+        'v: 1 digits after the decimal point, at most 0 allowed (maxLength "3,0")']
+    assert errors({"v": {"type": "float", "maxLength": " 2 , 2 "}}, ["0.99", "1.0", "0.999"]) == [
+        None, 'v: 1 digits before the decimal point, at most 0 allowed (maxLength " 2 , 2 ")',
+        'v: 3 digits after the decimal point, at most 2 allowed (maxLength " 2 , 2 ")']
+    assert errors({"v": {"type": "float", "maxLength": 4, "minLength": 2}}, ["12.34", "123.45", "5"]) == [
+        None, "v: digits 5 is more than maxLength 4", "v: digits 1 is less than minLength 2"]
+
+
+def test_required_boolean_and_object_forms():
+    schema = {"v": {"type": "string", "required": True}}
+    assert errors(schema, ["x", "", None]) == [None, "v: required value is empty", "v: required value is missing"]
+    out = check(schema, [{"other": "1"}])
+    assert out["rejected"] == [{"error": "v: required value is missing", "content": '{"other": "1"}'}]
+    assert errors({"v": {"type": "integer", "required": {"value": True}}}, ["1", "", None]) == [
+        None, "v: required value is empty", "v: required value is missing"]
+    assert errors({"v": {"type": "string", "required": {"value": True, "allowEmpty": True}}}, ["", None]) == [
+        None, "v: required value is missing"]
+    assert errors({"v": {"type": "integer", "required": {"value": False}}}, ["", None, "x"]) == [
+        None, None, 'v: "x" is not an integer']
+    assert errors({"v": {"type": "integer"}}, ["", None]) == [None, None]  # optional: no value, no checks
+
+
+def test_every_failing_column_is_named_and_valid_rows_pass_unchanged():
+    schema = {"id": {"type": "integer", "required": True}, "name": {"type": "string", "maxLength": 3},
+              "ok": {"type": "boolean"}}
+    rows = [{"id": "1", "name": "Ann", "ok": "true", "extra": [1, {"x": None}]},
+            {"id": "x", "name": "Anne-Marie", "ok": "maybe"}]
+    out = check(schema, rows)
+    assert out["validated"] == [rows[0]]
+    assert out["rejected"] == [{
+        "error": 'id: "x" is not an integer; name: length 10 is more than maxLength 3; '
+                 'ok: "maybe" is not a boolean (true or false)',
+        "content": json.dumps(rows[1], ensure_ascii=False),
+    }]
+
+
+@pytest.mark.parametrize(("schema", "message"), [
+    ({"age": {"type": "int"}}, 'schema.age.type: unknown type "int"'),
+    ({"age": {"maxLength": 3}}, "schema.age.type: is required"),
+    ({"age": {"type": "integer", "maxLen": 3}}, "schema.age: unknown rule 'maxLen'"),
+    ({"age": "integer"}, "schema.age: a rule must be an object"),
+    ({"age": {"type": "integer", "maxLength": "5,2"}}, 'schema.age.maxLength: must be a non-negative whole number (th'),
+    ({"age": {"type": "integer", "maxLength": -1}}, "schema.age.maxLength: must be a non-negative whole number"),
+    ({"age": {"type": "string", "minLength": True}}, "schema.age.minLength: must be a non-negative whole number"),
+    ({"age": {"type": "string", "minLength": 5, "maxLength": 2}}, "schema.age: minLength 5 is more than maxLength 2"),
+    ({"p": {"type": "float", "maxLength": "5;2"}}, 'schema.p.maxLength: must be "<digits>,<decimals>"'),
+    ({"p": {"type": "float", "maxLength": "2,3"}}, "schema.p.maxLength: \"2,3\": digits must be at least 1"),
+    ({"b": {"type": "boolean", "maxLength": 1}}, "schema.b: minLength/maxLength do not apply to a boolean"),
+    ({"r": {"type": "string", "required": "yes"}}, "schema.r.required: must be a boolean"),
+    ({"r": {"type": "string", "required": {"value": 1}}}, "schema.r.required: the object form"),
+    ({"r": {"type": "string", "required": {"on": True}}}, "schema.r.required: unknown key 'on'"),
+])
+def test_malformed_schemas_are_400_naming_the_column(schema, message):
+    with pytest.raises(ConnectorError) as info:
+        check(schema, [{"age": "1"}])
+    assert info.value.status == 400
+    assert info.value.message.startswith(message), info.value.message
+
+
+def test_virtual_file_content_writes_two_files(store, resources, monkeypatch):
+    from connector_ops.etl import validation
+
+    rows = [{"id": str(i), "price": p} for i, p in enumerate(["1.5", "x", "12.345", "", "7"])]
+    vf = store.create_from_rows(rows)
+    monkeypatch.setattr(validation, "SCAN_BATCH", 2)
+    schema = {"price": {"type": "float", "maxLength": "4,2", "required": True}}
+    out = invoke("etl.validate", {"content": vf, "schema": schema}, resources)
+    assert store.rows(out["validated"]) == [rows[0], rows[4]]
+    assert store.rows(out["rejected"]) == [
+        {"error": 'price: "x" is not a number', "content": '{"id": "1", "price": "x"}'},
+        {"error": 'price: 3 digits after the decimal point, at most 2 allowed (maxLength "4,2")',
+         "content": '{"id": "2", "price": "12.345"}'},
+        {"error": "price: required value is empty", "content": '{"id": "3", "price": ""}'},
+    ]
+    assert store.rows(vf) == rows
+    inline = invoke("etl.validate", {"content": rows, "schema": schema}, resources)
+    assert store.rows(out["rejected"]) == inline["rejected"]
+
+
+def test_unknown_virtual_file_is_404(store, resources):
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.validate", {"content": "nope", "schema": {}}, resources)
+    assert (info.value.status, info.value.body) == (404, {"message": "not found"})
