@@ -166,3 +166,13 @@ def test_clean_frees_storage_and_errors_are_null(files, env, store):
     assert (exc.status, exc.body) == (500, None)
     assert error("etl.iterate", {"content": vf, "maxBatchSize": 1}).status == 404
     assert error("etl.clean", {}).status == 400
+
+
+@pytest.mark.parametrize("value", ["plain", "", "a\\b", "\\N", "x\ty", "two\nlines", "cr\rhere", "ünï 🙂"])
+def test_values_survive_every_bulk_load_path(files, env, value):
+    """PostgreSQL loads plain batches as COPY text and the rest as binary rows; both must be exact."""
+    vf = push(files, "a,b\nfirst,1\n")
+    invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"a": value, "b": "2"}},
+                                        {"virtualFileId": vf, "content": {"a": "third"}}]})
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 10})["content"] == [
+        {"a": "first", "b": "1"}, {"a": value, "b": "2"}, {"a": "third"}]

@@ -2,8 +2,8 @@
 
 SQLite: the driver's ``executemany`` inside the surrounding transaction (SQLAlchemy's per-row parameter
 processing costs more than the insert itself). PostgreSQL: psycopg 3 ``COPY … FROM STDIN`` with
-``write_row`` in binary format — 10× faster than executemany (research/etl.md §2), and binary
-spares the server the text parsing (measured 20 % faster than text COPY).
+plain text batches (tab-joined in C) or ``write_row`` in binary format — 10× faster than executemany
+(research/etl.md §2).
 """
 
 from __future__ import annotations
@@ -47,25 +47,44 @@ def _copy_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], row
     import psycopg
     from psycopg import sql
 
-    dbapi = conn.connection.driver_connection
-    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+    rows = rows if isinstance(rows, list) else list(rows)
+    target = sql.SQL("{} ({})").format(
         sql.Identifier(table_name), sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     )
-    n = 0
-    with dbapi.cursor() as cursor:
+    with conn.connection.driver_connection.cursor() as cursor:
         if not columns:  # a row without any column: nothing to COPY, insert defaults
             for _ in rows:
                 cursor.execute(sql.SQL("INSERT INTO {} DEFAULT VALUES").format(sql.Identifier(table_name)))
-                n += 1
-            return n
+            return len(rows)
         try:
-            with cursor.copy(statement) as copy:
-                copy.set_types(["text"] * len(columns))  # binary COPY: no server-side text parsing
-                for row in rows:
-                    copy.write_row(row)
-                    n += 1
+            text = _as_copy_text(rows, len(columns))
+            if text is not None:
+                with cursor.copy(sql.SQL("COPY {} FROM STDIN").format(target)) as copy:
+                    copy.write(text)
+            else:
+                with cursor.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(target)) as copy:
+                    copy.set_types(["text"] * len(columns))
+                    for row in rows:
+                        copy.write_row(row)
         except psycopg.errors.DataError as exc:
             if "0x00" in str(exc):
                 raise InvalidInput("", "a value holds a NUL character (\\x00), which PostgreSQL cannot store") from None
             raise
-    return n
+    return len(rows)
+
+
+def _as_copy_text(rows: list[Sequence], width: int) -> bytes | None:
+    """The batch in COPY's text format when no value needs escaping, else ``None``.
+
+    Joining with tabs and newlines runs in C; a count of the separators proves no value held one, so
+    the server parses plain text (measured 1.2× raw ``COPY`` of the CSV bytes, against 1.8× for
+    ``write_row``). Batches with NULLs, tabs, newlines or backslashes take the binary ``write_row`` path.
+    """
+    try:
+        text = "\n".join(map("\t".join, rows))
+    except TypeError:  # a None (NULL) value
+        return None
+    if (text.count("\t") != len(rows) * (width - 1) or text.count("\n") != len(rows) - 1
+            or "\\" in text or "\r" in text):
+        return None
+    return (text + "\n").encode()
