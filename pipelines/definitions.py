@@ -1,4 +1,10 @@
-"""The Definitions object: jobs, schedules, sensors and resources from the environment."""
+"""The Definitions object: jobs, schedules, sensors and resources from the environment.
+
+Jobs: ``first_etl`` (a hand-written graph of generated ops) and one job per pipeline file
+(``pipelines/*.yaml`` and ``$CONNECTOR_OPS_PIPELINES_DIR``, see :mod:`pipelines.catalog`), among them
+the demo ``sales_report``. A pipeline's ``schedule:`` becomes a schedule and its ``on_new_file:`` a
+drive-folder sensor (both stopped until turned on in the UI or with ``dagster schedule/sensor start``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import dagster as dg
 
 from connector_ops.environment import resources_from_env
 from connector_ops.ops import etl_pull, etl_push, etl_query
+from pipelines.catalog import load_catalog
 from pipelines.samples import sample_file
 
 
@@ -25,4 +32,15 @@ def first_etl():
     etl_pull(virtual_file_id=vf, after=[etl_query(virtual_file_id=vf)])
 
 
-defs = dg.Definitions(jobs=[first_etl], resources=resources_from_env(deferred=True))
+def build_definitions() -> dg.Definitions:
+    """Compile the pipeline files now (each load re-reads them, so ``dagster dev`` reloads pick up edits)."""
+    pipelines = load_catalog()
+    return dg.Definitions(
+        jobs=[first_etl, *(p.job for p in pipelines)],
+        schedules=[p.schedule for p in pipelines if p.schedule is not None],
+        sensors=[p.sensor for p in pipelines if p.sensor is not None],
+        resources=resources_from_env(deferred=True),
+    )
+
+
+defs = build_definitions()

@@ -108,9 +108,11 @@ def test_failure_carries_status_and_body(resources):
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_first_etl_job_runs_on_embedded_defaults(env):
-    from pipelines import defs
+    from pipelines.definitions import build_definitions
 
-    result = defs.resolve_job_def("first_etl").execute_in_process()
+    # built here, not `pipelines.defs`: Definitions read the environment when built, and another test
+    # may have built the module's `defs` for its own temporary home already
+    result = build_definitions().resolve_job_def("first_etl").execute_in_process()
     assert result.success
     pulled = result.output_for_node("etl_pull", "platform_file")
     from connector_ops.environment import resources_from_env

@@ -1,0 +1,160 @@
+"""``connector-ops pipeline …``: validate, list and run YAML pipelines.
+
+    connector-ops pipeline validate FILE [FILE …]   every problem with file:line and step, exit 1 if any
+    connector-ops pipeline list                      the pipelines the Definitions load
+    connector-ops pipeline run FILE|NAME [--set step.field=value …] [-v]
+                                                     run in process, print each step's output and
+                                                     where the outputs went (files, drive, outbox)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from connector_ops.environment import resources_from_env
+from pipelines.catalog import find_pipeline, load_catalog, pipeline_files
+from pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
+from pipelines.runner import run_compiled
+
+
+def _print_problems(exc: PipelineError) -> None:
+    for problem in exc.problems:
+        print(problem)
+
+
+def cmd_validate(args: argparse.Namespace) -> None:
+    failed = False
+    for file in args.files:
+        try:
+            pipeline = load_pipeline(file)
+            compile_pipeline(pipeline)  # also proves the job builds
+        except PipelineError as exc:
+            _print_problems(exc)
+            failed = True
+            continue
+        extra = f", schedule {pipeline.schedule!r}" if pipeline.schedule else ""
+        print(f"{file}: ok — job {pipeline.name}, {len(pipeline.steps)} steps{extra}")
+    if failed:
+        raise SystemExit(1)
+
+
+def cmd_list(_args: argparse.Namespace) -> None:
+    try:
+        compiled = load_catalog()
+    except PipelineError as exc:
+        _print_problems(exc)
+        raise SystemExit(1) from None
+    for item in compiled:
+        p = item.pipeline
+        when = f"  [schedule {p.schedule}]" if p.schedule else ""
+        print(f"{p.name:28s} {len(p.steps):3d} steps  {p.file}{when}")
+
+
+def resolve_target(target: str) -> Path:
+    path = Path(target)
+    if path.is_file():
+        return path
+    found = find_pipeline(target)
+    if found is None:
+        names = ", ".join(sorted(p.stem for p in pipeline_files()))
+        print(f"no pipeline file or pipeline named {target!r} (shipped files: {names})", file=sys.stderr)
+        raise SystemExit(2)
+    return found
+
+
+PREVIEW_ITEMS = 3
+
+
+def abbreviate(value: Any, limit: int = PREVIEW_ITEMS) -> Any:
+    """Long lists cut to their first items plus a note, so a step's output stays readable."""
+    if isinstance(value, dict):
+        return {k: abbreviate(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        head = [abbreviate(v, limit) for v in value[:limit]]
+        return [*head, f"… {len(value) - limit} more"] if len(value) > limit else head
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def where_outputs_went(compiled: CompiledPipeline, outputs: dict[str, Any], resources: dict[str, Any]) -> list[str]:
+    """Human lines pointing at every artefact: platform files on disk, drive items, links, mail."""
+    files = resources.get("platform_files")
+    drive = resources.get("drive")
+    mail = resources.get("mail")
+    lines: list[str] = []
+    for step in compiled.pipeline.steps:
+        value = outputs.get(step.id)
+        if value is None and step.id not in outputs:
+            continue
+        connector = step.action.connector
+        if isinstance(value, dict) and isinstance(value.get("platformFile"), dict):
+            pf = value["platformFile"]
+            local = files.local_id(pf) if files is not None else None
+            on_disk = f" (stored at {Path(files.files_dir) / local})" if local else ""
+            lines.append(f"{step.id}: platform file {pf.get('name')} → {pf.get('link')}{on_disk}")
+        if isinstance(value, dict) and value.get("sharedLink"):
+            lines.append(f"{step.id}: shared link → {value['sharedLink']}")
+        if connector == "drive" and isinstance(value, dict):
+            for key in ("fileId", "folderId"):
+                if value.get(key):
+                    where = f" in the local drive {drive.drive_dir}" if hasattr(drive, "drive_dir") else ""
+                    lines.append(f"{step.id}: drive {key} {value[key]}{where}")
+        if connector == "mail":
+            outbox = getattr(mail, "outbox_dir", None)
+            if outbox:
+                newest = sorted(Path(outbox).glob("*.json"))
+                lines.append(f"{step.id}: message written to {newest[-1] if newest else outbox}")
+            else:
+                lines.append(f"{step.id}: message sent through the {type(mail).__name__} backend")
+    return lines
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    path = resolve_target(args.target)
+    try:
+        compiled = compile_pipeline(load_pipeline(path, overrides=args.set))
+    except PipelineError as exc:
+        _print_problems(exc)
+        raise SystemExit(1) from None
+    resources = resources_from_env()
+    print(f"running {compiled.pipeline.name} ({path}) in process …", file=sys.stderr)
+    outcome = run_compiled(compiled, resources, verbose=args.verbose)
+    for step in compiled.pipeline.steps:
+        if step.id in outcome.outputs:
+            value = outcome.outputs[step.id]
+            print(f"{step.id} ({step.action.name}): {_json(value if args.full else abbreviate(value))}")
+    lines = where_outputs_went(compiled, outcome.outputs, resources)
+    if lines:
+        print("\nwhere the outputs went:")
+        for line in lines:
+            print(f"  {line}")
+    if not outcome.success:
+        error = outcome.error
+        print(f"\nstep {outcome.failed_step} failed: {error.summary() if error else 'see the log'}", file=sys.stderr)
+        if error is not None:
+            print(_json(error.body))
+        raise SystemExit(1)
+    print(f"\nrun {outcome.run_id} succeeded", file=sys.stderr)
+
+
+def add_commands(subparsers: Any) -> None:
+    group = subparsers.add_parser("pipeline", help="YAML pipelines: validate, list, run")
+    sub = group.add_subparsers(dest="pipeline_command", required=True)
+    p = sub.add_parser("validate", help="check pipeline files without running them")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=cmd_validate)
+    sub.add_parser("list", help="list the pipelines the Definitions load").set_defaults(func=cmd_list)
+    p = sub.add_parser("run", help="run a pipeline in process and print each step's output")
+    p.add_argument("target", metavar="FILE|NAME", help="a pipeline file, or the name of a shipped pipeline")
+    p.add_argument("--set", action="append", default=[], metavar="STEP.FIELD=VALUE",
+                   help="override a step input field (VALUE parsed as JSON when it is JSON); repeatable")
+    p.add_argument("-v", "--verbose", action="store_true", help="show Dagster's step log")
+    p.add_argument("--full", action="store_true", help=f"print whole outputs (default: lists cut to {PREVIEW_ITEMS})")
+    p.set_defaults(func=cmd_run)

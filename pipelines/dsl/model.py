@@ -1,0 +1,73 @@
+"""The validated form of a pipeline file, and the problems found while validating it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector_ops.registry import ActionSpec
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation error, located: ``file:line: step <id>: message``."""
+
+    file: str
+    line: int
+    message: str
+    step: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}"
+        return f"{where}: step {self.step}: {self.message}" if self.step else f"{where}: {self.message}"
+
+
+class PipelineError(Exception):
+    """A pipeline file has problems; ``problems`` lists every one of them."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+@dataclass(frozen=True)
+class Foreach:
+    """Fan a step out over the Iterate batches of a virtual file."""
+
+    virtual_file_id: Any  # a literal id or a template with references
+    max_batch_size: int
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """``on_new_file``: a sensor starts the pipeline for each new file in a drive folder."""
+
+    folder_id: Any  # a literal id or ``${env.NAME}``
+    minimum_interval_seconds: int = 30
+
+
+@dataclass
+class Step:
+    id: str
+    action: ActionSpec
+    input: dict[str, Any]
+    line: int
+    after: list[str] = field(default_factory=list)
+    foreach: Foreach | None = None
+    description: str | None = None
+
+
+@dataclass
+class Pipeline:
+    name: str
+    steps: list[Step]  # in dependency order
+    file: str
+    description: str | None = None
+    schedule: str | None = None
+    timezone: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    on_new_file: Trigger | None = None
+    base_dir: str = "."
+
+    def step(self, step_id: str) -> Step:
+        return next(s for s in self.steps if s.id == step_id)

@@ -1,0 +1,207 @@
+"""``${…}`` references inside step inputs: parsing, finding and resolving them.
+
+Forms (docs/pipelines.md): ``${step.field[.sub…]}`` (an earlier step's output; ``${step}`` is the
+whole output), ``${env.NAME}`` / ``${env.NAME:-default}`` (environment, parsed as JSON when it is
+JSON), ``${batch.rows}`` /
+``${batch.index}`` / ``${batch.virtualFileId}`` (inside a ``foreach`` step), ``${trigger.fileId}`` /
+``${trigger.name}`` / ``${trigger.folderId}`` (the drive file that started the run) and
+``${file:path}`` (a local file, relative to the pipeline file, stored as a platform file when the step
+runs). A string that is exactly one reference takes the referenced value with its JSON type; inside
+a longer string the value is interpolated (strings as is, other values as compact JSON). ``$${``
+writes a literal ``${``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector_ops.errors import InvalidInput
+
+_TOKEN = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
+_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
+
+ENV, BATCH, TRIGGER, FILE = "env", "batch", "trigger", "file"
+#: roots that are not step ids
+RESERVED_ROOTS = frozenset({ENV, BATCH, TRIGGER, FILE})
+BATCH_FIELDS = ("rows", "index", "virtualFileId")
+TRIGGER_FIELDS = ("fileId", "name", "folderId")
+
+Location = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One ``${…}``: ``root`` is a step id or a reserved root, ``path`` the fields below it."""
+
+    root: str
+    path: tuple[str, ...] = ()
+    text: str = ""
+    default: str | None = None  # ``${env.NAME:-default}``
+
+    @property
+    def is_file(self) -> bool:
+        return self.root == FILE
+
+
+class ReferenceSyntaxError(ValueError):
+    pass
+
+
+def _parse_ref(inner: str) -> Ref:
+    body = inner.strip()
+    text = "${" + inner + "}"
+    if body.startswith(FILE + ":"):
+        path = body[len(FILE) + 1:].strip()
+        if not path:
+            raise ReferenceSyntaxError(f"{text}: the file path is empty")
+        return Ref(FILE, (path,), text)
+    default = None
+    if body.startswith(ENV + ".") and ":-" in body:
+        body, default = body.split(":-", 1)
+    parts = body.split(".")
+    bad = [p for p in parts if not _SEGMENT.match(p)]
+    if not body or bad:
+        raise ReferenceSyntaxError(f"{text} is not a reference; write ${{step.field}}, ${{env.NAME}} or ${{file:path}}")
+    return Ref(parts[0], tuple(parts[1:]), text, default)
+
+
+def parse_template(text: str) -> list[str | Ref]:
+    """Split a string into literal parts and references (raises :class:`ReferenceSyntaxError`)."""
+    parts: list[str | Ref] = []
+    pos = 0
+    literal = ""
+    for match in _TOKEN.finditer(text):
+        literal += text[pos:match.start()]
+        pos = match.end()
+        if match.group(0) == "$${":
+            literal += "${"
+            continue
+        if literal:
+            parts.append(literal)
+            literal = ""
+        parts.append(_parse_ref(match.group(1)))
+    literal += text[pos:]
+    if literal:
+        parts.append(literal)
+    return parts
+
+
+def exact_ref(value: Any) -> Ref | None:
+    """The reference if ``value`` is a string that is exactly one reference."""
+    if not isinstance(value, str):
+        return None
+    parts = parse_template(value)
+    return parts[0] if len(parts) == 1 and isinstance(parts[0], Ref) else None
+
+
+def walk_strings(value: Any, location: Location = ()) -> Iterator[tuple[Location, str]]:
+    """Every string inside ``value`` (dict values and list items, recursively) with its location."""
+    if isinstance(value, str):
+        yield location, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from walk_strings(item, (*location, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from walk_strings(item, (*location, i))
+
+
+def find_refs(value: Any, location: Location = ()) -> Iterator[tuple[Location, Ref, bool]]:
+    """``(location, ref, exact)`` for every reference inside ``value``."""
+    for loc, text in walk_strings(value, location):
+        parts = parse_template(text)
+        exact = len(parts) == 1
+        for part in parts:
+            if isinstance(part, Ref):
+                yield loc, part, exact
+
+
+def has_refs(value: Any) -> bool:
+    return any(True for _ in find_refs(value))
+
+
+def unescape(value: Any) -> Any:
+    """``value`` with ``$${`` turned into ``${`` (for values without references)."""
+    if isinstance(value, str):
+        return value.replace("$${", "${")
+    if isinstance(value, Mapping):
+        return {k: unescape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unescape(v) for v in value]
+    return value
+
+
+@dataclass
+class Scope:
+    """What references resolve against when a step runs."""
+
+    steps: Mapping[str, Any] = field(default_factory=dict)  # step id -> {output field: value} or bare value
+    environ: Mapping[str, str] = field(default_factory=dict)
+    batch: Mapping[str, Any] | None = None
+    trigger: Mapping[str, Any] | None = None
+    add_file: Callable[[str], Any] | None = None  # absolute path -> platform file descriptor
+
+
+def _env_value(environ: Mapping[str, str], name: str, ref: Ref, exact: bool) -> Any:
+    raw = environ.get(name, ref.default)
+    if raw is None:
+        raise InvalidInput(ref.text, f"environment variable {name} is not set")
+    if not exact:
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _descend(value: Any, path: tuple[str, ...], ref: Ref) -> Any:
+    for i, key in enumerate(path):
+        if isinstance(value, Mapping) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            where = ".".join((ref.root, *path[:i])) or ref.root
+            raise InvalidInput(ref.text, f"{where} has no {key!r}")
+    return value
+
+
+def lookup(ref: Ref, scope: Scope, *, exact: bool = True) -> Any:
+    """The value a reference stands for in ``scope``."""
+    if ref.root == ENV:
+        return _descend(_env_value(scope.environ, ref.path[0], ref, exact), ref.path[1:], ref)
+    if ref.root == FILE:
+        if scope.add_file is None:
+            raise InvalidInput(ref.text, "files cannot be added here")
+        return scope.add_file(ref.path[0])
+    if ref.root == BATCH:
+        if scope.batch is None:
+            raise InvalidInput(ref.text, "${batch…} is only available inside a foreach step")
+        return _descend(scope.batch, ref.path, ref)
+    if ref.root == TRIGGER:
+        return _descend(scope.trigger or {}, ref.path, ref)
+    if ref.root not in scope.steps:
+        raise InvalidInput(ref.text, f"step {ref.root!r} has no output here")
+    return _descend(scope.steps[ref.root], ref.path, ref)
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def resolve(value: Any, scope: Scope) -> Any:
+    """``value`` with every reference replaced (exact ones keep their JSON type)."""
+    if isinstance(value, str):
+        parts = parse_template(value)
+        if len(parts) == 1 and isinstance(parts[0], Ref):
+            return lookup(parts[0], scope)
+        return "".join(p if isinstance(p, str) else _as_text(lookup(p, scope, exact=False)) for p in parts)
+    if isinstance(value, Mapping):
+        return {k: resolve(v, scope) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v, scope) for v in value]
+    return value

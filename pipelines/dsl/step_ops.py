@@ -1,0 +1,115 @@
+"""The few ops the compiler adds around the action ops: reference resolvers, fan-in, the trigger.
+
+* resolver (``<step>__input``): receives exactly the upstream outputs a step's ``${…}`` references
+  need, resolves its input template at run time (environment read inside the run, so values never
+  enter run config) and hands the finished fields to the action op's ``fields`` input;
+* gather (``<step>__gather``): collects the per-batch outputs of a ``foreach`` step into lists;
+* trigger (``trigger``): the drive file that started the run (run config, set by the sensor).
+"""
+
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from connector_ops.errors import ConnectorError, InvalidInput, NotFound
+from connector_ops.op_factory import failure, output_metadata
+from pipelines.dsl import references as r
+
+BATCH_INPUT, ROWS_INPUT, TRIGGER_INPUT = "batch", "batch_rows", "trigger"
+
+
+def upstream_input(step_id: str, out_name: str) -> str:
+    return f"{step_id}__{out_name}"
+
+
+def resolver_op(
+    name: str,
+    template: Any,
+    steps: Mapping[str, Mapping[str, str]],
+    *,
+    action: str,
+    base_dir: str,
+    batch: bool = False,
+    rows: bool = False,
+    trigger: bool = False,
+) -> dg.OpDefinition:
+    """An op resolving ``template`` from the outputs of ``steps`` (step id -> {spec field: op output})."""
+    inputs: dict[str, tuple[str, str]] = {}
+    for step_id, fields in steps.items():
+        for field, out_name in fields.items():
+            inputs[upstream_input(step_id, out_name)] = (step_id, field)
+    needs_files = any(ref.is_file for _loc, ref, _exact in r.find_refs(template))
+
+    def compute(context: dg.OpExecutionContext, values: dict[str, Any]) -> Iterator[dg.Output]:
+        outputs: dict[str, Any] = {}
+        for input_name, (step_id, field) in inputs.items():
+            if field:
+                outputs.setdefault(step_id, {})[field] = values[input_name]
+            else:
+                outputs[step_id] = values[input_name]  # a bare output ("ok", null, {})
+        scope = r.Scope(steps=outputs, environ=os.environ, trigger=values.get(TRIGGER_INPUT))
+        if batch:
+            descriptor = values[BATCH_INPUT]
+            scope.batch = {"index": descriptor["index"], "virtualFileId": descriptor["virtualFileId"],
+                           "rows": values.get(ROWS_INPUT)}
+        if needs_files:
+            store = context.resources.platform_files
+            scope.add_file = lambda rel: store.add_file(Path(base_dir) / rel).to_json()
+        try:
+            value = r.resolve(template, scope)
+        except (InvalidInput, NotFound) as exc:
+            raise failure(ConnectorError(exc.status, {"message": str(exc)}, action=action)) from None
+        yield dg.Output(value, "result")
+
+    ins = {input_name: dg.In(dg.Any) for input_name in inputs}
+    if batch:
+        ins[BATCH_INPUT] = dg.In(dg.Any)
+    if rows:
+        ins[ROWS_INPUT] = dg.In(dg.Any)
+    if trigger:
+        ins[TRIGGER_INPUT] = dg.In(dg.Any)
+    return dg.OpDefinition(
+        name=name,
+        compute_fn=compute,
+        ins=ins,
+        outs={"result": dg.Out(dg.Any, description="the resolved input fields")},
+        required_resource_keys={"platform_files"} if needs_files else set(),
+        description=f"Resolve the `${{…}}` references of a `{action}` step's input.",
+        tags={"kind": "pipeline-resolver"},
+    )
+
+
+def gather_op(name: str, out_names: list[str]) -> dg.OpDefinition:
+    """Fan-in of a foreach step: each output becomes the list of its per-batch values (batch order)."""
+
+    def compute(context: dg.OpExecutionContext, values: dict[str, Any]) -> Iterator[dg.Output]:
+        for out_name in out_names:
+            value = list(values[out_name])
+            yield dg.Output(value, out_name, metadata=output_metadata("", value, {}))
+
+    return dg.OpDefinition(
+        name=name,
+        compute_fn=compute,
+        ins={n: dg.In(dg.Any) for n in out_names},
+        outs={n: dg.Out(dg.Any, description="one value per batch") for n in out_names},
+        description="Collect the per-batch outputs of a foreach step.",
+        tags={"kind": "pipeline-gather"},
+    )
+
+
+class TriggerConfig(dg.Config):
+    """The drive file that started the run (set by the pipeline's sensor; editable in the launchpad)."""
+
+    fileId: str = ""
+    name: str = ""
+    folderId: str = ""
+
+
+@dg.op(tags={"kind": "pipeline-trigger"})
+def pipeline_trigger(config: TriggerConfig) -> dict:
+    """The new drive file the run is about: ``${trigger.fileId}``, ``${trigger.name}``, ``${trigger.folderId}``."""
+    return {"fileId": config.fileId, "name": config.name, "folderId": config.folderId}

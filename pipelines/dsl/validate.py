@@ -1,0 +1,439 @@
+"""Check a pipeline file completely before anything runs, reporting every problem with its line.
+
+Checked: the file's keys, step ids, actions (known, with suggestions), each step's ``input`` against
+the action's input model (unknown fields, missing required fields, wrong types of literal values;
+parts holding references are checked when the step runs), every reference (step and output field
+exist, env names, ``batch``/``trigger`` only where they exist, ``file:`` paths exist), ``after``,
+``foreach``, cycles, the cron schedule and its time zone. The result lists steps in dependency order.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import zoneinfo
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel, ValidationError
+
+from connector_ops.registry import ACTIONS, ActionSpec, load_all
+from pipelines.dsl import references as r
+from pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
+from pipelines.dsl.source import Document, SourceError, parse_yaml
+
+TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "steps")
+STEP_KEYS = ("id", "action", "input", "after", "foreach", "description")
+FOREACH_KEYS = ("virtualFileId", "maxBatchSize")
+TRIGGER_KEYS = ("folderId", "minimumIntervalSeconds")
+DEFAULT_BATCH_SIZE = 1000
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def valid_cron(cron: str) -> bool:
+    """Dagster's own check (it refuses the same strings when a schedule is defined)."""
+    try:
+        dg.ScheduleDefinition(name="cron_check", cron_schedule=cron, job_name="cron_check")
+    except Exception:
+        return False
+    return True
+
+
+def _fields_of(model: Any) -> list[str] | None:
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [f.alias or n for n, f in model.model_fields.items()]
+    return None
+
+
+def _field_annotation(model: type[BaseModel], name: str) -> Any:
+    for n, f in model.model_fields.items():
+        if (f.alias or n) == name:
+            return f.annotation
+    return None
+
+
+class _Checker:
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self.problems: list[Problem] = []
+        self.base_dir = Path(doc.file).resolve().parent if doc.file != "<string>" else Path.cwd()
+        self.broken_ids: set[str] = set()  # steps with errors of their own: references to them are not reported
+
+    def add(self, path: Sequence[str | int], message: str, step: str | None = None) -> None:
+        self.problems.append(Problem(self.doc.file, self.doc.line(tuple(path)), message, step))
+
+    # -- top level -------------------------------------------------------------------------------
+    def pipeline(self) -> Pipeline | None:
+        data = self.doc.data
+        if not isinstance(data, Mapping):
+            self.add((), "a pipeline file is a mapping with `name` and `steps`")
+            return None
+        for key in data:
+            if key not in TOP_KEYS:
+                self.add((key,), f"unknown key {key!r}; allowed: {', '.join(TOP_KEYS)}")
+        name = data.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            self.add(("name",), "`name` is required: letters, digits and _ (it becomes the job name)")
+        description = data.get("description")
+        if description is not None and not isinstance(description, str):
+            self.add(("description",), "`description` must be a string")
+        schedule, timezone = data.get("schedule"), data.get("timezone")
+        if schedule is not None and (not isinstance(schedule, str) or not valid_cron(schedule)):
+            self.add(("schedule",), f"`schedule` {schedule!r} is not a valid cron string (e.g. \"0 6 * * *\")")
+        if timezone is not None:
+            try:
+                zoneinfo.ZoneInfo(str(timezone))
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+                self.add(("timezone",), f"unknown time zone {timezone!r} (e.g. Europe/Berlin)")
+        tags = data.get("tags") or {}
+        if not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values()):
+            self.add(("tags",), "`tags` must map names to strings")
+            tags = {}
+        trigger = self.trigger(data.get("on_new_file"))
+        steps = self.steps(data.get("steps"), trigger is not None)
+        if self.problems:
+            return None
+        return Pipeline(
+            name=name, steps=steps, file=self.doc.file, description=description, schedule=schedule,
+            timezone=timezone, tags=dict(tags), on_new_file=trigger, base_dir=str(self.base_dir),
+        )
+
+    def trigger(self, raw: Any) -> Trigger | None:
+        if raw is None:
+            return None
+        path = ("on_new_file",)
+        if not isinstance(raw, Mapping) or "folderId" not in raw:
+            self.add(path, "`on_new_file` needs `folderId` (the drive folder to watch)")
+            return None
+        for key in raw:
+            if key not in TRIGGER_KEYS:
+                self.add((*path, key), f"unknown key {key!r} in on_new_file; allowed: {', '.join(TRIGGER_KEYS)}")
+        folder = raw["folderId"]
+        for loc, ref, _exact in self.refs(folder, (*path, "folderId"), None):
+            if ref.root != r.ENV:
+                self.add(loc, f"{ref.text}: on_new_file.folderId may only use ${{env.NAME}}")
+        interval = raw.get("minimumIntervalSeconds", 30)
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            self.add((*path, "minimumIntervalSeconds"), "must be a whole number of seconds, at least 1")
+            interval = 30
+        return Trigger(folder_id=folder, minimum_interval_seconds=interval)
+
+    # -- steps -----------------------------------------------------------------------------------
+    def steps(self, raw: Any, has_trigger: bool) -> list[Step]:
+        if not isinstance(raw, list) or not raw:
+            self.add(("steps",), "`steps` must be a non-empty list of steps")
+            return []
+        load_all()
+        steps: list[Step] = []
+        seen: set[str] = set()
+        for i, item in enumerate(raw):
+            step = self.step(item, ("steps", i), seen)
+            if step is not None:
+                steps.append(step)
+        by_id = {s.id: s for s in steps}
+        deps = {s.id: self.step_refs(s, i_path(raw, s.id), by_id, has_trigger) for s in steps}
+        return self.ordered(steps, deps, raw)
+
+    def step(self, item: Any, path: tuple[str | int, ...], seen: set[str]) -> Step | None:
+        if not isinstance(item, Mapping):
+            self.add(path, "a step is a mapping with `id`, `action` and `input`")
+            return None
+        step_id = item.get("id")
+        label = step_id if isinstance(step_id, str) else None
+        for key in item:
+            if key not in STEP_KEYS:
+                self.add((*path, key), f"unknown key {key!r}; allowed: {', '.join(STEP_KEYS)}", label)
+        ok = True
+        if not isinstance(step_id, str) or not _NAME.match(step_id) or "__" in step_id:
+            self.add((*path, "id"), "`id` is required: letters, digits and single _ (it becomes the op name)", label)
+            ok = False
+        elif step_id in r.RESERVED_ROOTS:
+            self.add((*path, "id"), f"`{step_id}` is reserved for ${{{step_id}…}} references", label)
+            ok = False
+        elif step_id in seen:
+            self.add((*path, "id"), f"duplicate step id {step_id!r}", label)
+            ok = False
+        else:
+            seen.add(step_id)
+        spec = self.action(item.get("action"), (*path, "action"), label)
+        inp = item.get("input", {})
+        if inp is None:
+            inp = {}
+        if not isinstance(inp, Mapping):
+            self.add((*path, "input"), "`input` must be a mapping of the action's input fields", label)
+            inp = {}
+        after = item.get("after", [])
+        if isinstance(after, str):
+            after = [after]
+        if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+            self.add((*path, "after"), "`after` must be a list of step ids", label)
+            after = []
+        foreach = self.foreach(item.get("foreach"), (*path, "foreach"), label)
+        description = item.get("description")
+        if spec is not None:
+            self.check_input(spec, dict(inp), (*path, "input"), label)
+        if not ok or spec is None:
+            if ok:
+                self.broken_ids.add(step_id)
+            return None
+        return Step(id=step_id, action=spec, input=dict(inp), line=self.doc.line(path), after=list(after),
+                    foreach=foreach, description=description if isinstance(description, str) else None)
+
+    def action(self, name: Any, path: tuple[str | int, ...], label: str | None) -> ActionSpec | None:
+        if not isinstance(name, str) or not name:
+            self.add(path, "`action` is required (e.g. etl.push; `connector-ops actions` lists them)", label)
+            return None
+        if name in ACTIONS:
+            return ACTIONS[name]
+        close = difflib.get_close_matches(name, list(ACTIONS), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `connector-ops actions` lists them"
+        self.add(path, f"unknown action {name!r}{hint}", label)
+        return None
+
+    def foreach(self, raw: Any, path: tuple[str | int, ...], label: str | None) -> Foreach | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            raw = {}
+        if "virtualFileId" not in raw:
+            self.add(path, "`foreach` needs `virtualFileId` (the virtual file whose rows are batched)", label)
+        for key in raw:
+            if key not in FOREACH_KEYS:
+                self.add((*path, key), f"unknown key {key!r} in foreach; allowed: {', '.join(FOREACH_KEYS)}", label)
+        size = raw.get("maxBatchSize", DEFAULT_BATCH_SIZE)
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            self.add((*path, "maxBatchSize"), "`maxBatchSize` must be a whole number, at least 1", label)
+            size = DEFAULT_BATCH_SIZE
+        if "virtualFileId" not in raw:
+            return None
+        return Foreach(virtual_file_id=raw["virtualFileId"], max_batch_size=size)
+
+    def check_input(self, spec: ActionSpec, inp: dict[str, Any], path: tuple[str | int, ...],
+                    label: str | None) -> None:
+        """Validate the literal parts of ``inp`` with the action's input model."""
+        templated = {loc for loc, _text in r.walk_strings(inp) if "${" in _text.replace("$${", "")}
+        try:
+            spec.input_model.model_validate(r.unescape(inp))
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False):
+                loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+                if any(loc[:n] in templated for n in range(1, len(loc) + 1)):
+                    continue
+                where = ".".join(str(p) for p in loc)
+                if err["type"] == "extra_forbidden":
+                    known = _fields_of(_owner_model(spec.input_model, loc[:-1])) or []
+                    msg = f"unknown field {where!r} in {spec.name} input"
+                    msg += f" (fields: {', '.join(known)})" if known else ""
+                elif err["type"] == "missing":
+                    msg = f"{where}: is required by {spec.name}"
+                else:
+                    msg = f"{where}: {err['msg'].removeprefix('Value error, ')}"
+                self.add((*path, *loc), msg, label)
+
+    # -- references ------------------------------------------------------------------------------
+    def refs(self, value: Any, path: tuple[str | int, ...], label: str | None
+             ) -> Iterable[tuple[tuple[str | int, ...], r.Ref, bool]]:
+        found = []
+        for loc, text in r.walk_strings(value):
+            try:
+                parts = r.parse_template(text)
+            except r.ReferenceSyntaxError as exc:
+                self.add((*path, *loc), str(exc), label)
+                continue
+            exact = len(parts) == 1
+            found += [((*path, *loc), p, exact) for p in parts if isinstance(p, r.Ref)]
+        return found
+
+    def step_refs(self, step: Step, index: int, by_id: Mapping[str, Step], has_trigger: bool) -> set[str]:
+        """Check every reference and ``after`` of ``step``; return the steps it depends on."""
+        path: tuple[str | int, ...] = ("steps", index)
+        deps: set[str] = set()
+        sources = [(step.input, (*path, "input"), True)]
+        if step.foreach is not None:
+            sources.append((step.foreach.virtual_file_id, (*path, "foreach", "virtualFileId"), False))
+        for value, base, batch_ok in sources:
+            for loc, ref, exact in self.refs(value, base, step.id):
+                dep = self.ref(ref, exact, loc, step, by_id, has_trigger, batch_ok)
+                if dep:
+                    deps.add(dep)
+        for j, other in enumerate(step.after):
+            if other == step.id:
+                self.add((*path, "after", j), "a step cannot run after itself", step.id)
+            elif other in self.broken_ids:
+                continue
+            elif other not in by_id:
+                self.add((*path, "after", j), f"`after` names {other!r}, which is not a step of this pipeline", step.id)
+            else:
+                deps.add(other)
+        return deps
+
+    def ref(self, ref: r.Ref, exact: bool, loc: tuple[str | int, ...], step: Step, by_id: Mapping[str, Step],
+            has_trigger: bool, batch_ok: bool) -> str | None:
+        if ref.root == r.ENV:
+            if len(ref.path) < 1 or not _ENV_NAME.match(ref.path[0]):
+                self.add(loc, f"{ref.text}: write ${{env.NAME}} with a variable name", step.id)
+        elif ref.root == r.FILE:
+            if not exact:
+                self.add(loc, f"{ref.text}: a file reference must be the whole value", step.id)
+            elif not (Path(self.base_dir) / ref.path[0]).is_file():
+                self.add(loc, f"{ref.text}: no file {ref.path[0]!r} next to the pipeline file", step.id)
+        elif ref.root == r.BATCH:
+            if step.foreach is None or not batch_ok:
+                self.add(loc, f"{ref.text}: ${{batch…}} is only available in the input of a foreach step", step.id)
+            elif not ref.path or ref.path[0] not in r.BATCH_FIELDS:
+                self.add(loc, f"{ref.text}: a batch has {', '.join(r.BATCH_FIELDS)}", step.id)
+        elif ref.root == r.TRIGGER:
+            if not has_trigger:
+                self.add(loc, f"{ref.text}: ${{trigger…}} needs `on_new_file` in the pipeline", step.id)
+            elif not ref.path or ref.path[0] not in r.TRIGGER_FIELDS:
+                self.add(loc, f"{ref.text}: the trigger has {', '.join(r.TRIGGER_FIELDS)}", step.id)
+        elif ref.root == step.id:
+            self.add(loc, f"{ref.text}: a step cannot refer to its own output", step.id)
+        elif ref.root in self.broken_ids:
+            return None
+        elif ref.root not in by_id:
+            close = difflib.get_close_matches(ref.root, list(by_id), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            self.add(loc, f"{ref.text}: there is no step {ref.root!r}{hint}", step.id)
+        else:
+            self.output_path(ref, loc, step, by_id[ref.root])
+            return ref.root
+        return None
+
+    def output_path(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
+        spec = target.action
+        if not ref.path:
+            return
+        fields = spec.output_fields
+        if not fields:
+            self.add(loc, f"{ref.text}: {spec.name} has a bare output; refer to it as ${{{target.id}}}", step.id)
+            return
+        if ref.path[0] not in fields:
+            self.add(loc, f"{ref.text}: {spec.name} has no output field {ref.path[0]!r} "
+                          f"(outputs: {', '.join(fields)})", step.id)
+            return
+        if target.foreach is not None:
+            return  # a list, one value per batch
+        annotation: Any = _field_annotation(spec.output_model, ref.path[0])
+        for depth, key in enumerate(ref.path[1:], start=1):
+            known = _fields_of(annotation)
+            if known is None:
+                return
+            if key not in known:
+                where = ".".join(ref.path[:depth])
+                self.add(loc, f"{ref.text}: {where} has no field {key!r} (fields: {', '.join(known)})", step.id)
+                return
+            annotation = _field_annotation(annotation, key)
+
+    # -- order -----------------------------------------------------------------------------------
+    def ordered(self, steps: list[Step], deps: Mapping[str, set[str]], raw: list[Any]) -> list[Step]:
+        """Steps in dependency order (file order among independent steps); reports cycles."""
+        done: list[Step] = []
+        placed: set[str] = set()
+        pending = list(steps)
+        while pending:
+            ready = [s for s in pending if deps[s.id] <= placed]
+            if not ready:
+                for cycle in _cycles(pending, deps):
+                    first = cycle[0]
+                    self.add(("steps", i_path(raw, first)),
+                             f"steps {' -> '.join([*cycle, first])} form a cycle", first)
+                return steps
+            for s in ready:
+                done.append(s)
+                placed.add(s.id)
+            pending = [s for s in pending if s.id not in placed]
+        return done
+
+
+def _cycles(pending: list[Step], deps: Mapping[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected group among the steps that could not be ordered."""
+    ids = {s.id for s in pending}
+    found: list[list[str]] = []
+    covered: set[str] = set()
+    for start in (s.id for s in pending):
+        if start in covered:
+            continue
+        path, node = [start], start
+        while True:
+            node = min(d for d in deps[node] if d in ids)
+            if node in path:
+                cycle = path[path.index(node):]
+                if not covered & set(cycle):
+                    found.append(cycle)
+                covered.update(cycle)
+                break
+            path.append(node)
+        covered.update(path)
+    return found
+
+
+def _owner_model(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
+    current: Any = model
+    for key in loc:
+        if _fields_of(current) is None:
+            return None
+        current = _field_annotation(current, str(key))
+    return current
+
+
+def i_path(raw: list[Any], step_id: str) -> int:
+    """The index of the step with ``step_id`` in the raw step list."""
+    return next(i for i, item in enumerate(raw) if isinstance(item, Mapping) and item.get("id") == step_id)
+
+
+def apply_overrides(data: Any, overrides: Iterable[str]) -> Any:
+    """``--set step.field[.sub]=value`` edits of the raw file (value parsed as JSON when it is JSON)."""
+    problems = []
+    for item in overrides:
+        target, sep, text = item.partition("=")
+        parts = target.strip().split(".")
+        if not sep or len(parts) < 2:
+            problems.append(Problem("--set", 1, f"{item!r}: write --set step.field=value"))
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        steps = data.get("steps") if isinstance(data, Mapping) else None
+        step = next((s for s in steps or [] if isinstance(s, dict) and s.get("id") == parts[0]), None)
+        if step is None:
+            problems.append(Problem("--set", 1, f"{item!r}: there is no step {parts[0]!r}"))
+            continue
+        node = step.setdefault("input", {})
+        for key in parts[1:-1]:
+            node = node.setdefault(key, {})
+        node[parts[-1]] = value
+    if problems:
+        raise PipelineError(problems)
+    return data
+
+
+def parse_pipeline(doc: Document) -> Pipeline:
+    """The validated pipeline of a parsed document; raises :class:`PipelineError` listing every problem."""
+    checker = _Checker(doc)
+    pipeline = checker.pipeline()
+    if checker.problems or pipeline is None:
+        raise PipelineError(sorted(checker.problems, key=lambda p: p.line))
+    return pipeline
+
+
+def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> Pipeline:
+    """Read, (optionally) edit with ``--set`` overrides, and validate a pipeline file."""
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PipelineError([Problem(file, 1, f"cannot read the file: {exc.strerror or exc}")]) from None
+    try:
+        doc = parse_yaml(text, file)
+    except SourceError as exc:
+        raise PipelineError([Problem(file, exc.line, str(exc))]) from None
+    overrides = list(overrides)
+    if overrides:
+        doc.data = apply_overrides(doc.data, overrides)
+    return parse_pipeline(doc)

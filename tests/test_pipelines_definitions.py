@@ -1,0 +1,118 @@
+"""The ``pipelines`` Definitions: loading, default configs, extra pipeline folders, schedules, the sensor."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from connector_ops.environment import resources_from_env
+from connector_ops.registry import invoke
+from pipelines.definitions import build_definitions
+from pipelines.dsl import PipelineError
+
+SHIPPED_JOBS = {"first_etl", "sales_report", "retail_customers", "drive_inbox", "sales_batches"}
+
+
+def test_definitions_load_and_every_default_config_validates() -> None:
+    import pipelines
+
+    defs = pipelines.defs
+    dg.Definitions.validate_loadable(defs)
+    jobs = {job.name: job for job in defs.jobs}
+    assert set(jobs) >= SHIPPED_JOBS
+    for name in jobs:
+        job = defs.resolve_job_def(name)
+        dg.validate_run_config(job, {})  # the launchpad's defaults start a run without typing
+    assert {s.name for s in defs.schedules} >= {"sales_report_schedule", "retail_customers_schedule"}
+    assert {s.name for s in defs.sensors} >= {"drive_inbox_on_new_file"}
+    schedule = next(s for s in defs.schedules if s.name == "sales_report_schedule")
+    assert schedule.cron_schedule == "0 7 * * 1" and schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    tick = schedule.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=None))
+    dg.validate_run_config(defs.resolve_job_def("sales_report"), tick.run_requests[0].run_config)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_secrets_stay_environment_references(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secret resources are bound as EnvVar: neither the stored run nor its events hold the value."""
+    monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "mailjet")
+    monkeypatch.setenv("MAILJET_API_KEY", "key-value-123")
+    monkeypatch.setenv("MAILJET_API_SECRET", "secret-value-456")
+    defs = build_definitions()
+    assert defs.resources["mail"].api_secret == dg.EnvVar("MAILJET_API_SECRET")
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("retail_customers").execute_in_process(instance=instance)
+        assert result.success
+        stored = repr(instance.get_run_by_id(result.run_id)) + repr(instance.all_logs(result.run_id))
+    assert "secret-value-456" not in stored and "key-value-123" not in stored
+
+
+def test_pipelines_dir_adds_jobs_and_broken_files_fail_loudly(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    folder = tmp_path / "more"
+    folder.mkdir()
+    (folder / "extra.yaml").write_text(textwrap.dedent("""
+        name: extra_job
+        schedule: "*/10 * * * *"
+        steps:
+          - id: q
+            action: etl.query
+            input: {virtualFileId: abc, query: {a: "1"}}
+        """))
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    defs = build_definitions()
+    assert "extra_job" in {j.name for j in defs.jobs}
+    assert "extra_job_schedule" in {s.name for s in defs.schedules}
+
+    (folder / "zz_broken.yaml").write_text("name: broken\nsteps:\n  - id: x\n    action: etl.nope\n")
+    (folder / "zz_twice.yaml").write_text((folder / "extra.yaml").read_text())
+    with pytest.raises(PipelineError) as caught:
+        build_definitions()
+    text = str(caught.value)
+    assert f"{folder / 'zz_broken.yaml'}:4: step x: unknown action 'etl.nope'" in text
+    assert "job name 'extra_job' is already used by" in text
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tmp_path: Path) -> None:
+    resources = resources_from_env(env)
+    defs = build_definitions()
+    sensor = defs.resolve_sensor_def("drive_inbox_on_new_file")
+    job = defs.resolve_job_def("drive_inbox")
+
+    def upload(name: str, text: str) -> str:
+        pf = resources["platform_files"].add_bytes(text.encode(), name, "text/csv").to_json()
+        return invoke("drive.upload_file", {"platformFile": pf}, resources)["fileId"]
+
+    def tick(cursor: str | None) -> dg.SensorExecutionData:
+        with dg.build_sensor_context(cursor=cursor, resources={"drive": resources["drive"]}) as ctx:
+            return sensor.evaluate_tick(ctx)
+
+    empty = tick(None)
+    assert not empty.run_requests and "no new file" in (empty.skip_message or "")
+
+    first = upload("a.csv", "x,y\n1,2\n3,4\n")
+    result = tick(None)
+    (request,) = result.run_requests
+    assert request.run_key == f"root/{first}"
+    assert request.run_config["ops"]["trigger"]["config"] == {"fileId": first, "name": "a.csv", "folderId": "root"}
+    dg.validate_run_config(job, request.run_config)  # the job's defaults are kept next to the trigger
+    assert request.run_config["ops"]["to_json"]["config"]["exportType"] == "json"
+
+    again = tick(result.cursor)  # the cursor remembers the file: no duplicate run
+    assert not again.run_requests
+
+    second = upload("b.csv", "x,y\n5,6\n")
+    newer = tick(result.cursor)
+    assert [r.run_key for r in newer.run_requests] == [f"root/{second}"]
+
+    run = job.execute_in_process(run_config=request.run_config, resources=resources)
+    assert run.success
+    stored = run.output_for_node("to_json", "platform_file")
+    assert stored["name"] == "a.csv.json"
+    assert json.loads(resources["platform_files"].read_bytes(stored)) == [{"x": "1", "y": "2"}, {"x": "3", "y": "4"}]
+    listing = invoke("drive.list", {"folderId": run.output_for_node("converted", "folder_id")}, resources)
+    assert [item["name"] for item in listing["content"]] == ["a.csv.json"]

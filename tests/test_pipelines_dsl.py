@@ -1,0 +1,289 @@
+"""The YAML pipeline DSL: references, validation errors (with lines), compilation, foreach, schedules, CLI."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from connector_ops.cli import main
+from connector_ops.environment import resources_from_env
+from connector_ops.errors import InvalidInput
+from pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+from pipelines.dsl import references as r
+from pipelines.runner import run_compiled
+
+DATA = Path(__file__).resolve().parents[1] / "pipelines" / "data"
+
+
+def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+# -- references ------------------------------------------------------------------------------------
+def test_every_reference_form_resolves() -> None:
+    scope = r.Scope(
+        steps={"load": {"virtualFileId": "vf1", "platformFile": {"name": "a.csv", "size": 3}},
+               "q": {"result": [{"region": "North"}, {"region": "South"}]}, "done": "ok"},
+        environ={"N": "42", "OBJ": '{"a": [1, 2]}', "WORD": "plain"},
+        batch={"index": 2, "rows": [{"x": "1"}], "virtualFileId": "vf1"},
+        trigger={"fileId": "f9", "name": "in.csv", "folderId": "root"},
+    )
+    assert r.resolve("${load.virtualFileId}", scope) == "vf1"
+    assert r.resolve("${load.platformFile}", scope) == {"name": "a.csv", "size": 3}  # exact: JSON type kept
+    assert r.resolve("${load.platformFile.size}", scope) == 3
+    assert r.resolve("${q.result.1.region}", scope) == "South"  # list index
+    assert r.resolve("${done}", scope) == "ok"  # a bare output / the whole output
+    assert r.resolve("${load}", scope)["virtualFileId"] == "vf1"
+    assert r.resolve("${env.N}", scope) == 42  # environment parsed as JSON when it is JSON
+    assert r.resolve("${env.OBJ}", scope) == {"a": [1, 2]}
+    assert r.resolve("${env.WORD}", scope) == "plain"
+    assert r.resolve("${env.MISSING:-root}", scope) == "root"
+    assert r.resolve("n=${env.N} f=${load.platformFile.name}", scope) == "n=42 f=a.csv"  # interpolation
+    assert r.resolve("obj=${env.OBJ}", scope) == 'obj={"a": [1, 2]}'  # raw env text inside a string
+    assert r.resolve("size ${load.platformFile}", scope) == 'size {"name":"a.csv","size":3}'
+    assert r.resolve("$${load.virtualFileId} stays", scope) == "${load.virtualFileId} stays"  # escape
+    assert r.resolve({"k": ["${batch.index}", "${trigger.name}"]}, scope) == {"k": [2, "in.csv"]}
+    assert r.resolve("${batch.rows}", scope) == [{"x": "1"}]
+    with pytest.raises(InvalidInput, match="environment variable NOPE is not set"):
+        r.resolve("${env.NOPE}", scope)
+    with pytest.raises(InvalidInput, match=r"q\.result has no '7'"):
+        r.resolve("${q.result.7}", scope)
+    with pytest.raises(r.ReferenceSyntaxError):
+        r.parse_template("${not a ref}")
+
+
+# -- validation ------------------------------------------------------------------------------------
+BAD = """
+name: bad pipeline
+schedule: "61 * * * *"
+timezone: Mars/Olympus
+colour: blue
+steps:
+  - id: load
+    action: etl.pushh
+    input:
+      platformFile: "${file:nope.csv}"
+  - id: q
+    action: etl.query
+    input:
+      virtualFileId: "${load.virtualFileId}"
+      query: {region: North}
+      bogus: 1
+  - id: a
+    action: etl.pull
+    input:
+      virtualFileId: "${b.virtualFileId}"
+      exportType: xml
+      exportName: a.csv
+  - id: b
+    action: etl.push
+    after: [a, zzz]
+    input:
+      platformFile: "${a.platformFile.lnk}"
+  - id: c
+    action: etl.query
+    input:
+      virtualFileId: "${q.rows}"
+      query: "${batch.rows}"
+  - id: d
+    action: etl.pull
+    input: {exportType: csv, exportName: "${trigger.name}", virtualFileId: "${nowhere.x}"}
+  - id: d
+    action: etl.clean
+    foreach: {maxBatchSize: 0}
+    input: {virtualFileId: "${f.missing}"}
+  - id: f
+    action: etl.push
+    input: {platformFile: "${file:missing.csv}", parameters: {csvDelimiter: ";;"}}
+"""
+
+
+def test_validation_reports_every_error_with_file_line_and_step(tmp_path: Path) -> None:
+    path = write(tmp_path, BAD)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    found = [(p.line, p.step, p.message) for p in caught.value.problems]
+    text = "\n".join(str(p) for p in caught.value.problems)
+    assert all(str(p).startswith(f"{path}:{p.line}: ") for p in caught.value.problems)
+    expected = [
+        (1, None, "`name` is required"),
+        (2, None, "not a valid cron string"),
+        (3, None, "unknown time zone 'Mars/Olympus'"),
+        (4, None, "unknown key 'colour'"),
+        (7, "load", "unknown action 'etl.pushh'; did you mean etl.push"),
+        (15, "q", "unknown field 'bogus' in etl.query input"),
+        (16, "a", "steps a -> b -> a form a cycle"),
+        (20, "a", "exportType: Input should be 'json' or 'csv'"),
+        (24, "b", "`after` names 'zzz', which is not a step"),
+        (26, "b", "${a.platformFile.lnk}: platformFile has no field 'lnk'"),
+        (30, "c", "${q.rows}: etl.query has no output field 'rows' (outputs: result)"),
+        (31, "c", "${batch…} is only available in the input of a foreach step"),
+        (34, "d", "${trigger.name}: ${trigger…} needs `on_new_file`"),
+        (34, "d", "${nowhere.x}: there is no step 'nowhere'"),
+        (35, "d", "duplicate step id 'd'"),
+        (37, "d", "`maxBatchSize` must be a whole number"),
+        (37, "d", "`foreach` needs `virtualFileId`"),
+        (41, "f", "${file:missing.csv}: no file 'missing.csv' next to the pipeline file"),
+        (41, "f", "parameters.csvDelimiter: must be a single character"),
+    ]
+    for line, step, fragment in expected:
+        assert any(ln == line and st == step and fragment in msg for ln, st, msg in found), (fragment, text)
+
+
+def test_missing_required_field_and_invalid_yaml_are_located(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        name: p
+        steps:
+          - id: out
+            action: etl.pull
+            input: {exportType: csv}
+        """)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    messages = {(p.line, p.message) for p in caught.value.problems}
+    assert (5, "virtualFileId: is required by etl.pull") in messages
+    assert (5, "exportName: is required by etl.pull") in messages
+
+    broken = write(tmp_path, "name: p\nsteps:\n  - id: [unclosed\n", "broken.yaml")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(broken)
+    (problem,) = caught.value.problems
+    assert problem.line >= 3 and "invalid YAML" in problem.message
+
+
+def test_cli_validate_prints_problems_and_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    good = write(tmp_path, """
+        name: fine
+        schedule: "*/5 * * * *"
+        steps:
+          - id: only
+            action: etl.query
+            input: {virtualFileId: abc, query: {a: "1"}}
+        """, "good.yaml")
+    bad = write(tmp_path, BAD, "bad.yaml")
+    with pytest.raises(SystemExit) as exited:
+        main(["pipeline", "validate", str(good), str(bad)])
+    assert exited.value.code == 1
+    out = capsys.readouterr().out
+    assert f"{good}: ok — job fine, 1 steps, schedule '*/5 * * * *'" in out
+    assert f"{bad}:7: step load: unknown action 'etl.pushh'" in out
+    assert main(["pipeline", "validate", str(good)]) == 0
+
+
+# -- compilation -------------------------------------------------------------------------------------
+PIPELINE = """
+name: customers_demo
+description: push, query, fan out, export
+schedule: "0 6 * * *"
+timezone: Europe/Berlin
+steps:
+  - id: load
+    action: etl.push
+    input:
+      platformFile: "${file:customers.csv}"
+      parameters: {useFirstRowAsSchema: true, csvDelimiter: ","}
+  - id: region
+    action: etl.query
+    input:
+      virtualFileId: "${load.virtualFileId}"
+      query: {region: "${env.DSL_TEST_REGION}"}
+  - id: batches
+    foreach: {virtualFileId: "${load.virtualFileId}", maxBatchSize: 15}
+    action: etl.iterate
+    input:
+      content: "${batch.rows}"
+      maxBatchSize: 100
+  - id: export
+    action: etl.pull
+    after: [region, batches]
+    input:
+      virtualFileId: "${load.virtualFileId}"
+      exportType: csv
+      exportName: "customers-${env.DSL_TEST_REGION}.csv"
+"""
+
+
+@pytest.fixture
+def demo_file(tmp_path: Path) -> Path:
+    (tmp_path / "customers.csv").write_bytes((DATA / "customers.csv").read_bytes())
+    return write(tmp_path, PIPELINE)
+
+
+def test_compiled_job_wires_references_as_edges(demo_file: Path) -> None:
+    compiled = compile_pipeline(load_pipeline(demo_file))
+    job = compiled.job
+    nodes = set(job.graph.node_dict)
+    # load has a ${file:…} -> a resolver; export's virtualFileId is wired straight (no resolver for it,
+    # but its exportName interpolates the environment -> export__input)
+    assert {"load", "load__input", "region", "region__input", "export", "export__input",
+            "batches__batches", "batches__rows", "batches__input", "batches", "batches__gather"} <= nodes
+    deps = job.graph.dependency_structure
+    export_inputs = {h.input_name: [o.node_name for o in deps.get_deps_list(h)]
+                     for h in deps.inputs() if h.node_name == "export"}
+    assert export_inputs["virtual_file_id"] == ["load"]
+    assert sorted(export_inputs["after"]) == ["batches__gather", "region"]
+    assert export_inputs["fields"] == ["export__input"]
+    # literal inputs are the job's default config (editable in the launchpad) and validate
+    resolved = dg.validate_run_config(job, {})["ops"]
+    assert resolved["export"]["config"]["exportType"] == "csv"
+    assert resolved["batches__batches"]["config"]["maxBatchSize"] == 15
+    assert "exportName" not in resolved["export"]["config"]  # it holds a reference: resolved at run time
+    assert compiled.schedule is not None
+    assert compiled.schedule.cron_schedule == "0 6 * * *"
+    assert compiled.schedule.execution_timezone == "Europe/Berlin"
+    assert compiled.schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    request = compiled.schedule.evaluate_tick(dg.build_schedule_context()).run_requests[0]
+    dg.validate_run_config(job, request.run_config)
+
+
+def test_pipeline_runs_with_foreach_env_and_file_references(demo_file: Path, env: dict[str, str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSL_TEST_REGION", "North")
+    resources = resources_from_env(env)
+    compiled = compile_pipeline(load_pipeline(demo_file))
+    outcome = run_compiled(compiled, resources)
+    assert outcome.success, outcome.error
+    rows = outcome.outputs["region"]["result"]
+    assert rows and {row["region"] for row in rows} == {"North"}
+    # foreach: 40 customers in batches of 15 -> 3 batches, each step output collected in batch order
+    batches = outcome.outputs["batches"]
+    assert [len(b) for b in batches["content"]] == [15, 15, 10]
+    assert batches["hasNext"] == [False, False, False]
+    assert [row["customer_id"] for b in batches["content"] for row in b][:2] == ["C001", "C002"]
+    exported = outcome.outputs["export"]["platformFile"]
+    assert exported["name"] == "customers-North.csv"
+    text = resources["platform_files"].read_bytes(exported).decode()
+    assert len(text.splitlines()) == 41
+
+
+def test_cli_run_with_set_prints_each_step(demo_file: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("DSL_TEST_REGION", "West")
+    assert main(["pipeline", "run", str(demo_file), "--set", 'region.query={"segment": "online"}',
+                 "--set", "export.exportName=all.csv", "--full"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split(" ", 1)[0]: line for line in out.splitlines() if " (etl." in line}
+    assert set(lines) == {"load", "region", "batches", "export"}
+    region = json.loads(lines["region"].split(": ", 1)[1])
+    assert region["result"] and {row["segment"] for row in region["result"]} == {"online"}
+    assert '"name": "all.csv"' in lines["export"]
+    assert "where the outputs went:" in out and "export: platform file all.csv" in out
+
+
+def test_failed_step_reports_the_error_and_exits_non_zero(demo_file: Path, env: dict[str, str],
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.delenv("DSL_TEST_REGION", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["pipeline", "run", str(demo_file)])
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert "load (etl.push)" in captured.out  # steps before the failure still report their output
+    assert "environment variable DSL_TEST_REGION is not set" in captured.out
+    assert "step region failed" in captured.err or "step export failed" in captured.err

@@ -1,0 +1,107 @@
+"""The UI path: a real dagster-webserver on a loopback port serves ``-m pipelines``; through its GraphQL
+API (what the UI itself calls) we list the jobs, launch ``sales_report`` and wait for it to succeed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.servers import free_port
+from tests.test_pipelines_sales_report import FORKSERVER, ROOT
+
+JOBS = """{ repositoriesOrError { ... on RepositoryConnection { nodes {
+  name location { name } jobs { name } schedules { name } sensors { name } } } } }"""
+LAUNCH = """mutation($params: ExecutionParams!) { launchRun(executionParams: $params) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+  ... on RunConfigValidationInvalid { errors { message } } } }"""
+STATUS = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
+DONE = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+def graphql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    response = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
+    response.raise_for_status()
+    body = response.json()
+    assert "errors" not in body, body["errors"]
+    return body["data"]
+
+
+@pytest.fixture
+def webserver(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """``dagster-webserver -m pipelines`` with a persistent instance that launches runs directly."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+        "telemetry:\n  enabled: false\n"
+    )
+    port = free_port()
+    log = (tmp_path / "webserver.log").open("w")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dagster-webserver"), "-m", "pipelines", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT, env={**os.environ, "DAGSTER_HOME": str(home)}, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the code server it starts is stopped with it
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/server_info", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, (tmp_path / "webserver.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "dagster-webserver did not start"
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover - only if the server hangs
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+    assert proc.returncode is not None
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_launch_sales_report_through_the_webserver(webserver: str, env: dict[str, str]) -> None:
+    from connector_ops.environment import resources_from_env
+
+    (repo,) = graphql(webserver, JOBS)["repositoriesOrError"]["nodes"]
+    jobs = {j["name"] for j in repo["jobs"]}
+    assert {"sales_report", "retail_customers", "drive_inbox", "first_etl"} <= jobs
+    assert "sales_report_schedule" in {s["name"] for s in repo["schedules"]}
+    assert "drive_inbox_on_new_file" in {s["name"] for s in repo["sensors"]}
+
+    selector = {"repositoryLocationName": repo["location"]["name"], "repositoryName": repo["name"],
+                "jobName": "sales_report"}
+    launched = graphql(webserver, LAUNCH, {"params": {"selector": selector, "runConfigData": FORKSERVER}})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.monotonic() + 300
+    status = None
+    while time.monotonic() < deadline:
+        status = graphql(webserver, STATUS, {"id": run_id})["runOrError"]["status"]
+        if status in DONE:
+            break
+        time.sleep(1)
+    assert status == "SUCCESS"
+
+    resources = resources_from_env(env)
+    outbox = Path(resources["mail"].outbox_dir)
+    (message_file,) = outbox.glob("*.json")  # the run, launched through the UI's API, sent the report
+    message = json.loads(message_file.read_text())["Messages"][0]
+    assert [a["Filename"] for a in message["Attachments"]] == ["sales_report.csv", "rejected_sales.csv"]
