@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # pgserver's platformdirs wants one
+X
 
 from connector_ops.environment import resources_from_env
 
