@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-X
+os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))  # pgserver's platformdirs wants a private one
 
 from connector_ops.environment import resources_from_env
 
