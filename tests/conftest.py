@@ -19,7 +19,6 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))  # pgs
 
 from connector_ops.environment import resources_from_env
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 CSV_SPECTRUM = Path(__file__).parent / "data" / "csv-spectrum"
 
 
