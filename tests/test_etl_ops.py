@@ -120,7 +120,7 @@ def test_first_etl_job_runs_on_embedded_defaults(env):
     text = resources_from_env()["platform_files"].read_bytes(pulled).decode()
     lines = text.splitlines()
     assert lines[0].startswith("order_id,date,customer_id,region")
-    assert len(lines) == 201  # the sample's 200 rows and the header
+    assert len(lines) == 205  # the sample's 204 rows and the header
     north = result.output_for_node("etl_query", "result")
     assert north and all(row["region"] == "North" for row in north)
     assert len(north) == sum(",North," in line for line in lines)

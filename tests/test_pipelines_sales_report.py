@@ -19,7 +19,8 @@ import dagster as dg
 from connector_ops.environment import resources_from_env
 
 ROOT = Path(__file__).resolve().parents[1]
-SALES_ROWS, TEST_ROWS = 200, 35  # pipelines/data/sales.csv: 200 orders, 35 of them with status "test"
+# pipelines/data/sales.csv: 204 orders, 35 of them with status "test", 4 refused by the schema
+SALES_ROWS, TEST_ROWS, INVALID_ROWS = 204, 35, 4
 #: the multiprocess executor with forked (not spawned) step processes: same isolation, far less start-up
 #: cost per step (docs/pipelines.md, "Executors"); spawn works too but costs seconds per step
 FORKSERVER = {"execution": {"config": {"multiprocess": {
@@ -42,7 +43,7 @@ def check_outputs(output: Any, resources: dict[str, Any]) -> None:
     files = resources["platform_files"]
     report = output("report", "platform_file")
     rows = _csv_rows(files.read_bytes(report))
-    assert len(rows) == SALES_ROWS - TEST_ROWS
+    assert len(rows) == SALES_ROWS - TEST_ROWS - INVALID_ROWS
     assert not any(row["status"] == "test" for row in rows)  # deleted
     assert {row["region"] for row in rows} <= {"NORTH", "SOUTH", "EAST", "WEST"}  # mapped clean-up
     assert all(row["email"] == row["email"].lower() and row["customer"] for row in rows)  # joined
@@ -51,7 +52,10 @@ def check_outputs(output: Any, resources: dict[str, Any]) -> None:
     north = output("north", "result")
     assert north and {row["region"] for row in north} == {"North"}
     rejected = _csv_rows(files.read_bytes(output("rejects", "platform_file")))
-    assert rejected == []  # every sample row passes the schema; the rejects file is still produced
+    assert [json.loads(r["content"])["order_id"] for r in rejected] == ["SO-1201", "SO-1202", "SO-1203", "S12"]
+    errors = " | ".join(r["error"] for r in rejected)
+    for fragment in ("quantity", "customer_id", "unit_price", "order_id"):
+        assert fragment in errors
 
     link = output("share", "shared_link")
     assert link.startswith("file://")

@@ -70,10 +70,10 @@ def test_pull_shows_the_file_with_a_preview(ip: Any, sales: dict[str, Any]) -> N
     pf = out["platformFile"]
     assert pf["name"] == "s.csv" and pf["contentType"] == "text/csv" and pf["size"] == SALES.stat().st_size
     html = html_of(ip, out)
-    assert f'href="{pf["link"]}"' in html and "10.6 kB" in html and "first rows of the file" in html
+    assert f'href="{pf["link"]}"' in html and "10.8 kB" in html and "first rows of the file" in html
     assert "SO-1020" in html and "SO-1021" not in html  # the preview stops at 20 rows
     text = ip.display_formatter.format(out)[0]["text/plain"]
-    assert text.startswith("platformFile: s.csv (10.6 kB, text/csv) http://")
+    assert text.startswith("platformFile: s.csv (10.8 kB, text/csv) http://")
 
 
 def test_dataframe_round_trip_and_no_leftover_files(ip: Any, env: dict[str, str]) -> None:
