@@ -71,6 +71,16 @@ def ours(resources: dict[str, Any], csv_path: Path) -> dict[str, Measurement]:
     return out
 
 
+def keyset_scan(fetch_page: Any) -> int:
+    """The raw Iterate baseline: pages after the last key, each materialised as dict rows."""
+    total, last = 0, 0
+    while rows := fetch_page(last):
+        batch = [dict(zip(COLUMNS, r[1:], strict=True)) for r in rows]
+        total += len(batch)
+        last = rows[-1][0]
+    return total
+
+
 # -- raw SQLite ----------------------------------------------------------------------------------
 def raw_sqlite(db_path: Path, csv_path: Path, work: Path) -> dict[str, Measurement]:
     conn = sqlite3.connect(db_path, isolation_level=None)
@@ -108,18 +118,9 @@ def raw_sqlite(db_path: Path, csv_path: Path, work: Path) -> dict[str, Measureme
         out["push_cli"] = measure("sqlite3 CLI .import (separate process)", cli_import)
     names = [f"c{i}" for i in range(8)]
 
-    def scan() -> int:
-        total, last = 0, 0
-        while True:
-            rows = conn.execute(f"SELECT rowid, {', '.join(names)} FROM raw WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                                (last, BATCH)).fetchall()
-            if not rows:
-                return total
-            batch = [dict(zip(COLUMNS, r[1:], strict=True)) for r in rows]
-            total += len(batch)
-            last = rows[-1][0]
-
-    out["iterate"] = measure("raw keyset scan", scan)
+    page = f"SELECT rowid, {', '.join(names)} FROM raw WHERE rowid > ? ORDER BY rowid LIMIT ?"
+    out["iterate"] = measure("raw keyset scan",
+                             lambda: keyset_scan(lambda last: conn.execute(page, (last, BATCH)).fetchall()))
     conn.execute("CREATE INDEX raw_city ON raw (c2)")
     out["query"] = measure("raw indexed SELECT ×20", lambda: sum(
         len([dict(zip(COLUMNS, r, strict=True)) for r in
@@ -158,20 +159,9 @@ def raw_postgres(url: str, csv_path: Path, work: Path) -> dict[str, Measurement]
 
     out["push"] = measure("raw COPY FROM STDIN (csv bytes)", push)
 
-    def scan() -> int:
-        total, last = 0, 0
-        with conn.cursor() as cur:
-            while True:
-                cur.execute(f"SELECT seq, {', '.join(names)} FROM raw WHERE seq > %s ORDER BY seq LIMIT %s",
-                            (last, BATCH))
-                rows = cur.fetchall()
-                if not rows:
-                    return total
-                batch = [dict(zip(COLUMNS, r[1:], strict=True)) for r in rows]
-                total += len(batch)
-                last = rows[-1][0]
-
-    out["iterate"] = measure("raw keyset scan", scan)
+    page = f"SELECT seq, {', '.join(names)} FROM raw WHERE seq > %s ORDER BY seq LIMIT %s"
+    out["iterate"] = measure("raw keyset scan",
+                             lambda: keyset_scan(lambda last: conn.execute(page, (last, BATCH)).fetchall()))
     conn.execute("CREATE INDEX raw_city ON raw (c2)")
 
     def query() -> int:
