@@ -8,7 +8,7 @@ are read inside the run and never stored in run config or events (``resources_fr
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +88,14 @@ def _load_builders() -> None:
     _builders_loaded = True
 
 
-def resources_from_env(environ: Mapping[str, str] | None = None, *, deferred: bool = False) -> dict[str, Any]:
-    """Build every resource (``platform_files``, ``virtual_files``, ``drive``, ``mail``) from ``environ``."""
+def resources_from_env(environ: Mapping[str, str] | None = None, *, deferred: bool = False,
+                       keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """Build the resources (``platform_files``, ``virtual_files``, ``drive``, ``mail``; or only ``keys``)
+    from ``environ``. A bad setting raises ``InvalidInput`` naming the variable."""
     _load_builders()
     env = Env(environ, deferred=deferred)
-    return {key: build(env) for key, build in RESOURCE_BUILDERS.items()}
+    wanted = RESOURCE_BUILDERS.keys() if keys is None else keys
+    return {key: RESOURCE_BUILDERS[key](env) for key in wanted if key in RESOURCE_BUILDERS}
 
 
 def masked_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from connector_ops.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound
+from connector_ops.errors import ActionFailed, ConnectorError, ConnectorOpsError, InvalidInput, NotFound
 
 log = logging.getLogger("connector_ops")
 
@@ -220,5 +220,8 @@ def invoke(name: str, payload: Any, resources: Mapping[str, Any] | None = None) 
     if resources is None:
         from connector_ops.environment import resources_from_env
 
-        resources = resources_from_env()
+        try:  # only what this action uses: a bad mail setting must not break an ETL call
+            resources = resources_from_env(keys=spec.resource_keys)
+        except Exception as exc:  # a misconfiguration is the service's fault (500), named clearly
+            raise error_for(spec, ActionFailed(f"configuration error: {exc}")) from exc
     return run_action(spec, payload, resources)

@@ -287,3 +287,15 @@ def test_nul_character(files, env, database_url):
     else:
         exc = error("etl.push", {"platformFile": pf})
         assert exc.status == 400 and "NUL" in exc.body["message"]
+
+
+@pytest.mark.parametrize("encoding,bom", [("utf-8-sig", b"\xef\xbb\xbf"), ("utf-16", None)])
+def test_pull_writes_a_bom_once_across_chunks(files, env, encoding, bom):
+    vf = push(files, b"a\n" + b"x\n" * 25_000)
+    data = pull_bytes(files, vf, encoding=encoding)
+    text = data.decode(encoding)
+    assert "\ufeff" not in text and text.count("\r\n") == 25_001
+    if bom:
+        assert data.startswith(bom) and data.count(bom) == 1
+    as_json = pull_bytes(files, vf, "json", encoding=encoding)
+    assert len(json.loads(as_json.decode(encoding))) == 25_000

@@ -176,3 +176,11 @@ def test_values_survive_every_bulk_load_path(files, env, value):
                                         {"virtualFileId": vf, "content": {"a": "third"}}]})
     assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 10})["content"] == [
         {"a": "first", "b": "1"}, {"a": value, "b": "2"}, {"a": "third"}]
+
+
+def test_a_bad_setting_of_another_connector_does_not_break_etl(env, monkeypatch):
+    monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "mailjett")
+    assert invoke("etl.iterate", {"content": [1, 2], "maxBatchSize": 1}) == {"content": [1], "hasNext": True}
+    exc = error("mail.send_transactional_message", {})
+    assert exc.status == 500
+    assert exc.body["message"].startswith("configuration error: CONNECTOR_OPS_MAIL_BACKEND: must be one of")

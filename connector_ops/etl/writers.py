@@ -8,6 +8,7 @@ of a silently corrupted file.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -19,9 +20,12 @@ Rows = list[tuple]
 
 
 def _encoder(encoding: str) -> Callable[[str, int], bytes]:
+    """One incremental encoder per export: a BOM (``utf-8-sig``, ``utf-16``) is written once, at the start."""
+    encoder = codecs.getincrementalencoder(encoding)(errors="strict")
+
     def encode(text: str, first_row: int) -> bytes:
         try:
-            return text.encode(encoding, errors="strict")
+            return encoder.encode(text)
         except UnicodeEncodeError as exc:
             bad = exc.object[exc.start:exc.end]
             raise InvalidInput(

@@ -12,6 +12,7 @@ Secrets go through ``env.value`` so Definitions get ``EnvVar``s, resolved only i
 from __future__ import annotations
 
 from connector_ops.environment import Env, resource_builder
+from connector_ops.errors import InvalidInput
 from resources.mail.base import MailResource
 from resources.mail.mailjet import DEFAULT_API_URL, MailjetResource
 from resources.mail.message import Address, Attachment, MailMessage
@@ -36,7 +37,7 @@ def _port(env: Env) -> int | None:
     if value is None:
         return None
     if not value.isdigit():
-        raise ValueError(f"SMTP_PORT must be a port number, got {value!r}")
+        raise InvalidInput("SMTP_PORT", f"must be a port number, got {value!r}")
     return int(value)
 
 
@@ -55,7 +56,7 @@ def mail_from_env(env: Env) -> MailResource:
     if backend == "smtp":
         security = (env.get("SMTP_SECURITY") or "starttls").strip().lower()
         if security not in DEFAULT_PORTS:
-            raise ValueError(f"SMTP_SECURITY must be one of {', '.join(DEFAULT_PORTS)}, got {security!r}")
+            raise InvalidInput("SMTP_SECURITY", f"must be one of {', '.join(DEFAULT_PORTS)}, got {security!r}")
         return SmtpMailResource(
             host=env.get("SMTP_HOST"),
             port=_port(env),
@@ -65,4 +66,4 @@ def mail_from_env(env: Env) -> MailResource:
             ca_file=env.get("SMTP_CA_FILE"),
             templates_dir=env.path("CONNECTOR_OPS_TEMPLATES_DIR", "templates"),
         )
-    raise ValueError(f"CONNECTOR_OPS_MAIL_BACKEND must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    raise InvalidInput("CONNECTOR_OPS_MAIL_BACKEND", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from connector_ops.environment import resources_from_env
-from connector_ops.errors import ConnectorError
+from connector_ops.errors import ConnectorError, InvalidInput
 from resources.mail import OutboxMailResource
 from tests.mail.conftest import message, send
 
@@ -72,5 +72,5 @@ def test_empty_attachment_is_refused(mail_env: dict[str, str]) -> None:
 
 def test_unknown_backend_is_reported(mail_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "sendgrid")
-    with pytest.raises(ValueError, match="CONNECTOR_OPS_MAIL_BACKEND must be one of outbox, mailjet, smtp"):
+    with pytest.raises(InvalidInput, match="CONNECTOR_OPS_MAIL_BACKEND: must be one of outbox, mailjet, smtp"):
         resources_from_env()

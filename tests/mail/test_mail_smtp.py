@@ -18,7 +18,7 @@ import pytest
 import trustme
 
 from connector_ops.environment import resources_from_env
-from connector_ops.errors import ConnectorError
+from connector_ops.errors import ConnectorError, InvalidInput
 from tests.mail.conftest import message, send
 from tests.servers import free_port
 from tests.servers.smtp_server import Recorder, password_authenticator, smtp_server
@@ -201,9 +201,9 @@ def test_unreachable_server_and_missing_host(smtp_env: dict[str, str], monkeypat
 
 def test_bad_smtp_settings_are_reported(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SMTP_SECURITY", "ssl3")
-    with pytest.raises(ValueError, match="SMTP_SECURITY must be one of starttls, tls, none, got 'ssl3'"):
+    with pytest.raises(InvalidInput, match="SMTP_SECURITY: must be one of starttls, tls, none, got 'ssl3'"):
         resources_from_env()
     monkeypatch.setenv("SMTP_SECURITY", "tls")
     monkeypatch.setenv("SMTP_PORT", "smtp")
-    with pytest.raises(ValueError, match="SMTP_PORT must be a port number"):
+    with pytest.raises(InvalidInput, match="SMTP_PORT: must be a port number"):
         resources_from_env()
