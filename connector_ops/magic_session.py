@@ -23,7 +23,6 @@ import importlib
 import os
 import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import dagster as dg
 from pydantic import ValidationError
@@ -32,11 +31,11 @@ from connector_ops.display import StatusTable
 from connector_ops.environment import SECRET_VARIABLES, masked_environment, resources_from_env
 from connector_ops.errors import ConnectorError
 from connector_ops.registry import describe_validation_error
+from connector_ops.secrets import MASK
+from connector_ops.secrets import masked as mask_setting
 
 ENV_PREFIXES = ("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_")
-_SECRET_FIELD = re.compile(r"secret|password|token|api_key|private|credential", re.IGNORECASE)
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-MASK = "****"
 
 
 class SessionError(ConnectorError):
@@ -46,27 +45,13 @@ class SessionError(ConnectorError):
         super().__init__(400, {"message": message}, action="connectors")
 
 
-def mask_url(value: str) -> str:
-    """``scheme://user:****@host/…``: a URL with its password hidden."""
-    parts = urlsplit(value)
-    if parts.password is None:
-        return value
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{netloc[1]}"))
-
-
 def masked(field: str, value: Any, secrets: frozenset[str]) -> Any:
     """A setting as ``%connectors`` shows it: secrets replaced by ``****``, URL passwords hidden."""
     if isinstance(value, dg.EnvVar):
         return f"EnvVar({str(value)!r})"
-    if not isinstance(value, str) or value == "":
-        return value
-    if "://" in value:  # URLs (database, endpoints) are useful to see; only their password is secret
-        return mask_url(value)
-    if _SECRET_FIELD.search(field) or value in secrets:
+    if isinstance(value, str) and value in secrets:
         return MASK
-    return value
+    return mask_setting(field, value)
 
 
 _ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception): (.+)$")

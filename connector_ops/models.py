@@ -7,8 +7,21 @@ attributes are snake_case with the camelCase spec names as aliases, so both spel
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+
+def check_file_name(value: str) -> str:
+    """Names are metadata: refuse only what breaks headers and listings (empty, control characters)."""
+    if not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("must be a non-empty name without control characters")
+    return value
+
+
+#: A file or folder name as the user gives it (never a path: stores make their own ids)
+FileName = Annotated[str, AfterValidator(check_file_name)]
 
 
 class SpecModel(BaseModel):

@@ -23,11 +23,10 @@ from typing import IO, Any
 
 import dagster as dg
 import httpx
-from pydantic import PrivateAttr
 
 from connector_ops.environment import DEFAULT_FILE_SERVER_URL, Env, resource_builder
 from connector_ops.errors import InvalidInput, NotFound, UpstreamError
-from connector_ops.models import PlatformFile
+from connector_ops.models import PlatformFile, check_file_name
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 CHUNK = 1 << 20
@@ -46,11 +45,11 @@ def guess_content_type(name: str) -> str:
     return guessed or "application/octet-stream"
 
 
-def clean_name(name: str) -> str:
-    """Names are metadata; refuse only what would break headers and listings (control characters)."""
-    if not name or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise InvalidInput("name", "must be a non-empty file name without control characters")
-    return name
+def clean_name(name: str, field: str = "name") -> str:
+    try:
+        return check_file_name(name or "")
+    except ValueError as exc:
+        raise InvalidInput(field, str(exc)) from None
 
 
 class PendingFile:
@@ -102,7 +101,6 @@ class PlatformFileStore(dg.ConfigurableResource):
     file_server_url: str = DEFAULT_FILE_SERVER_URL
     http_timeout_s: float = 60.0
 
-    _http: httpx.Client | None = PrivateAttr(default=None)
 
     # -- paths -----------------------------------------------------------------------------------
     @property
@@ -210,7 +208,7 @@ class PlatformFileStore(dg.ConfigurableResource):
         link = pf.link or ""
         if not link.startswith(("http://", "https://")):
             raise InvalidInput(f"{field}.link", f"must be an http(s) URL or a link of this file server, got {link!r}")
-        with self._client().stream("GET", link) as response:
+        with self._client() as client, client.stream("GET", link) as response:
             if response.status_code == 404:
                 raise NotFound(f"platform file at {link} not found")
             if response.status_code >= 400:
@@ -230,13 +228,12 @@ class PlatformFileStore(dg.ConfigurableResource):
             return handle.read()
 
     def _client(self) -> httpx.Client:
-        if self._http is None:
-            self._http = httpx.Client(
-                timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
-                follow_redirects=True,
-                transport=httpx.HTTPTransport(retries=2),
-            )
-        return self._http
+        """A client per download: files are large and few, and nothing is left open afterwards."""
+        return httpx.Client(
+            timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
+            follow_redirects=True,
+            transport=httpx.HTTPTransport(retries=2),
+        )
 
     def delete(self, file_id: str) -> None:
         for path in self._paths(file_id):

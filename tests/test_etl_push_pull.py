@@ -299,3 +299,10 @@ def test_pull_writes_a_bom_once_across_chunks(files, env, encoding, bom):
         assert data.startswith(bom) and data.count(bom) == 1
     as_json = pull_bytes(files, vf, "json", encoding=encoding)
     assert len(json.loads(as_json.decode(encoding))) == 25_000
+
+
+def test_pull_bad_export_name_is_refused_before_reading(files, env, store):
+    vf = push(files, b"a\n1\n")
+    exc = error("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "bad\nname"})
+    assert exc.status == 400 and exc.body["message"].startswith("exportName:")
+    assert store.engine.pool.checkedout() == 0  # no read transaction left open

@@ -184,3 +184,17 @@ def test_a_bad_setting_of_another_connector_does_not_break_etl(env, monkeypatch)
     exc = error("mail.send_transactional_message", {})
     assert exc.status == 500
     assert exc.body["message"].startswith("configuration error: CONNECTOR_OPS_MAIL_BACKEND: must be one of")
+
+
+def test_fan_out_batches_refuse_a_replaced_file(files, env, store):
+    from connector_ops.errors import NotFound
+    from connector_ops.etl.fanout import plan_batches, read_batch
+
+    vf = numbers(files, 5)
+    batches = plan_batches(store, vf, 2)
+    assert [b["uptoSeq"] - b["afterSeq"] for b in batches] == [2, 2, 1]
+    assert [r["n"] for r in read_batch(store, batches[1])] == ["2", "3"]
+    with store.create(["n"], replace=vf) as writer:
+        writer.write_tuples(["n"], [["x"], ["y"], ["z"]])
+    with pytest.raises(NotFound, match="replaced"):
+        read_batch(store, batches[1])

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
-from connector_ops.models import PlatformFile, SpecModel
+from connector_ops.models import PlatformFile, SpecModel, check_file_name
 from resources.drive.base import ETYPE_MIME, UNCREATABLE_TYPES, Grant
 
 #: ids are opaque strings; blank ones are refused with the field's name
@@ -23,10 +23,7 @@ def _optional_id(value: str | None) -> str | None:
     return value.strip() or None if isinstance(value, str) else value
 
 
-def _name(value: str) -> str:
-    if any(ord(c) < 32 or ord(c) == 127 for c in value) or not value.strip():
-        raise ValueError("must be a non-empty name without control characters")
-    return value
+_name = check_file_name
 
 
 class RenameInput(SpecModel):

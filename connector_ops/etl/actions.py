@@ -6,6 +6,7 @@ spec's bare value). No printing, no Dagster: the entry points own presentation.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import IO
@@ -62,6 +63,13 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
     """Export a virtual file to a new platform file (CSV or JSON), streamed."""
     params = inp.parameters
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
+    with contextlib.closing(pages):  # the read snapshot ends with the export, even when it fails
+        return _export(inp, names, pages, platform_files)
+
+
+def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]],
+            platform_files: PlatformFileStore) -> m.PlatformFileOutput:
+    params = inp.parameters
     chunks: Iterator[bytes]
     if inp.export_type == "csv":
         chunks = csv_chunks(names, pages, delimiter=params.csv_delimiter, header=params.add_first_row_as_schema,

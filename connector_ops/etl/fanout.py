@@ -11,7 +11,7 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.errors import ConnectorError, NotFound
+from connector_ops.errors import ConnectorError
 from connector_ops.op_factory import failure, markdown_table
 from connector_ops.registry import error_for, get_action
 from resources.virtual_files import VirtualFileStore
@@ -32,11 +32,7 @@ def plan_batches(store: VirtualFileStore, vf_id: str, batch_size: int) -> list[d
 
 def read_batch(store: VirtualFileStore, batch: dict[str, Any]) -> list[dict[str, str]]:
     """The rows of one planned batch (the file must not have been replaced since planning)."""
-    with store.reading() as conn:
-        generation = store.info(conn, batch["virtualFileId"]).generation
-    if generation != batch["generation"]:
-        raise NotFound(f"virtual file {batch['virtualFileId']!r} was replaced after the batches were planned")
-    return store.read_range(batch["virtualFileId"], batch["afterSeq"], batch["uptoSeq"])
+    return store.read_range(batch["virtualFileId"], batch["afterSeq"], batch["uptoSeq"], batch["generation"])
 
 
 @dg.op(

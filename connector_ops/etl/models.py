@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from connector_ops.models import PlatformFile, SpecModel
+from connector_ops.models import FileName, PlatformFile, SpecModel
 
 
 def _delimiter(value: str) -> str:
@@ -75,7 +75,7 @@ class PullParameters(SpecModel):
 class PullInput(SpecModel):
     virtual_file_id: str = Field(min_length=1)
     export_type: Literal["json", "csv"]
-    export_name: str = Field(min_length=1)
+    export_name: FileName
     parameters: PullParameters = Field(default_factory=PullParameters)
 
 

@@ -21,6 +21,7 @@ from pydantic import PrivateAttr
 
 from connector_ops.errors import ActionFailed, InvalidInput, UpstreamError
 from connector_ops.progress import track
+from connector_ops.secrets import RedactedRepr
 from resources.drive.base import (
     EXPORT_DEFAULTS,
     FOLDER_MIME,
@@ -65,7 +66,7 @@ def _grant_body(grant: Grant) -> dict[str, Any]:
     return body
 
 
-class GoogleDriveResource(dg.ConfigurableResource):
+class GoogleDriveResource(RedactedRepr, dg.ConfigurableResource):
     """Google Drive v3 over one httpx client, signed in with a refresh token or a service account."""
 
     api_url: str = DEFAULT_API_URL

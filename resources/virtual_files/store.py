@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from connector_ops.errors import InvalidInput, NotFound
+from connector_ops.secrets import RedactedRepr
 from resources.virtual_files import catalog as cat
 from resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from resources.virtual_files.engines import WRITE, get_engine
@@ -80,7 +81,7 @@ class RowWriter:
         return self.write_tuples(names, ([row.get(n) for n in names] for row in rows))
 
 
-class VirtualFileStore(dg.ConfigurableResource):
+class VirtualFileStore(RedactedRepr, dg.ConfigurableResource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
     database_url: str
@@ -261,10 +262,17 @@ class VirtualFileStore(dg.ConfigurableResource):
             return batch
         return []
 
-    def read_range(self, vf_id: str, after_seq: int, upto_seq: int | None) -> list[Row]:
-        """Rows with ``after_seq < seq <= upto_seq`` (a fan-out batch; re-reading it is idempotent)."""
+    def read_range(self, vf_id: str, after_seq: int, upto_seq: int | None,
+                   generation: int | None = None) -> list[Row]:
+        """Rows with ``after_seq < seq <= upto_seq`` (a fan-out batch; re-reading it is idempotent).
+
+        With ``generation``, a file replaced since the batch was planned is refused in the same snapshot
+        as the read (its ``seq`` numbers start over, so the range would silently mean other rows).
+        """
         with self.reading() as conn:
             info = self.info(conn, vf_id)
+            if generation is not None and info.generation != generation:
+                raise NotFound(f"virtual file {vf_id!r} was replaced after the batches were planned")
             table = info.table
             query = _select_rows(info).where(table.c.seq > after_seq).order_by(table.c.seq)
             if upto_seq is not None:
@@ -402,6 +410,13 @@ def keyset_pages(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str
     colmap = info.column_map()
     query = sa.select(*(colmap[n] for n in names)).order_by(info.table.c.seq)
     yield from stream(conn, query, batch_size)
+
+
+def present(names: Sequence[str], values: Sequence[str | None]) -> Row:
+    """A stored row as a dict, missing (NULL) values left out; one C call when none is missing (hot loops)."""
+    if None not in values:
+        return dict(zip(names, values))  # type: ignore[arg-type]  # noqa: B905 - same length
+    return {n: v for n, v in zip(names, values, strict=True) if v is not None}
 
 
 def _as_dict(names: Sequence[str], values: Sequence[str | None]) -> Row:

@@ -1,0 +1,39 @@
+"""Secrets never show in reprs of resources or in masked settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from connector_ops.secrets import mask_url, masked
+from resources.drive.google import GoogleDriveResource
+from resources.virtual_files.store import VirtualFileStore
+
+
+@pytest.mark.parametrize(
+    "url,shown",
+    [
+        ("postgresql+psycopg://bob:pw@db/x", "postgresql+psycopg://bob:****@db/x"),
+        ("postgresql+psycopg://bob@db/x?password=pw&sslmode=require",
+         "postgresql+psycopg://bob@db/x?password=****&sslmode=require"),
+        ("sqlite:////abs/path/vf.db", "sqlite:////abs/path/vf.db"),
+        ("https://api.mailjet.com", "https://api.mailjet.com"),
+    ],
+)
+def test_mask_url(url, shown):
+    assert mask_url(url) == shown
+
+
+def test_masked_settings():
+    assert masked("refresh_token", "1//abc") == "****"
+    assert masked("client_secret", "s3cr3t") == "****"
+    assert masked("database_url", "postgresql://u:pw@h/d") == "postgresql://u:****@h/d"
+    assert masked("files_dir", "/tmp/files") == "/tmp/files"
+
+
+def test_resource_reprs_hide_secrets():
+    drive = GoogleDriveResource(client_id="cid", client_secret="CLIENTSECRET", refresh_token="REFRESHTOK")
+    store = VirtualFileStore(database_url="postgresql+psycopg://u:DBPASS@h/d?password=DBPASS2")
+    for text in (repr(drive), str(drive), repr(store), str(store), f"{store!r} {drive}"):
+        for secret in ("CLIENTSECRET", "REFRESHTOK", "DBPASS"):
+            assert secret not in text
+    assert "client_id='cid'" in repr(drive) and "u:****@h/d" in repr(store)
