@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import IO, Literal, Protocol, runtime_checkable
 
+from connector_ops.addresses import normalised_email
 from connector_ops.errors import InvalidInput
 
 #: Spec 2.2: the drive root is called "my-drive"; Google calls it "root". Both are accepted as ids.
@@ -52,7 +53,6 @@ EXPORT_DEFAULTS = {
 RecipientType = Literal["user", "group", "domain", "anyone"]
 Role = Literal["owner", "fileOrganizer", "writer", "commenter", "reader"]
 
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$", re.IGNORECASE)
 
 
@@ -78,9 +78,12 @@ class Grant:
     def checked(cls, type: str, role: str, email: str | None, domain: str | None, where: str) -> Grant:
         """Apply spec 2.3's conditional rules; ``where`` names the recipient in the error (``recipients[0]``)."""
         if type in ("user", "group"):
-            if not email or not _EMAIL.match(email):
-                raise InvalidInput(f"{where}.email", f"must be a valid e-mail address when type is {type!r}")
-            return cls(type, role, email=email)  # type: ignore[arg-type]
+            try:
+                address, _ = normalised_email(email or "")
+            except ValueError as exc:
+                raise InvalidInput(f"{where}.email", f"must be a valid e-mail address when type is {type!r} "
+                                                     f"({exc})") from None
+            return cls(type, role, email=address)  # type: ignore[arg-type]
         if type == "domain":
             if not domain or not _DOMAIN.match(domain):
                 raise InvalidInput(f"{where}.domain", "must be a domain name such as example.com when type is 'domain'")

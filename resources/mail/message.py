@@ -12,8 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from email_validator import EmailNotValidError, validate_email
-
+from connector_ops.addresses import normalised_email
 from connector_ops.models import PlatformFile
 
 MAX_RECIPIENTS = 50  # To + Cc + Bcc (Mailjet send-0015)
@@ -45,11 +44,7 @@ def parse_address(value: str, *, allow_display_name: bool = False) -> Address:
     ``allow_display_name`` accepts ``Shop <noreply@example.com>`` (used for ``from``).
     """
     check_header_text(value, "the address")
-    try:
-        result = validate_email(value, check_deliverability=False, allow_display_name=allow_display_name)
-    except EmailNotValidError as exc:
-        raise ValueError(f"{value!r} is not a valid e-mail address: {exc}") from None
-    return Address(result.normalized, result.display_name or None)
+    return Address(*normalised_email(value, allow_display_name=allow_display_name))
 
 
 def find_null(value: Any, path: str = "") -> str | None:

@@ -96,6 +96,7 @@ def test_create_shared_link_validates_recipients_and_shares(drive: Drive) -> Non
     doc = drive.run("drive.create_file", {"name": "Plan", "type": "document"})["fileId"]
     for bad, field in (({"type": "user", "role": "reader"}, "recipients[0].email"),
                        ({"type": "group", "role": "reader", "email": "not-an-email"}, "recipients[0].email"),
+                       ({"type": "user", "role": "reader", "email": "john..doe@example.com"}, "recipients[0].email"),
                        ({"type": "domain", "role": "reader", "domain": "no spaces.com"}, "recipients[0].domain"),
                        ({"type": "anyone", "role": "owner"}, "recipients[0].role"),
                        ({"type": "robot", "role": "reader"}, "recipients.0.type")):
