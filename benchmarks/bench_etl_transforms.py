@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_etl_transforms.py                  # 1,000,000 rows, both databases
     .venv/bin/python benchmarks/bench_etl_transforms.py --rows 100000 --databases sqlite
+    .venv/bin/python benchmarks/bench_etl_transforms.py --steps validate,map   # only those (Push always runs)
 
 Data: benchmarks/common.py ``sample_csv`` (8 short string columns); the right side of the join is
 ``sample_csv(rows // 10)``, joined on ``id`` (every right id exists on the left: 10 % of the left rows
@@ -54,6 +55,7 @@ SCHEMA = {
     "email": {"type": "string", "maxLength": 30},
 }
 INDEX = {name: i for i, name in enumerate(COLUMNS)}  # raw tables: c0…c7 in COLUMNS order
+STEPS = frozenset({"join", "validate", "map", "delete"})
 
 
 @map_action("bench_upper_name")
@@ -199,7 +201,7 @@ def pandera_validate(frame: Any) -> int:
 
 
 # -- the run -------------------------------------------------------------------------------------
-def run(db: str, url: str, work: Path, rows: int) -> list[str]:
+def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS) -> list[str]:
     import pandas as pd
 
     resources = resources_from_env({"CONNECTOR_OPS_HOME": str(work / "home"), "CONNECTOR_OPS_DATABASE_URL": url})
@@ -216,67 +218,81 @@ def run(db: str, url: str, work: Path, rows: int) -> list[str]:
     raw.copy_of(vf_table(store, left), "raw_left")
     raw.copy_of(vf_table(store, right), "raw_right")
 
-    join = {"join": {"left": {"virtualFileId": left, "customId": "L", "key": "id"},
-                     "right": {"virtualFileId": right, "customId": "R", "key": "id"}}}
-    m["join"] = measure("connector-ops join (INNER, + rejection file)", lambda: invoke("etl.join", join, resources))
-    m["raw_join"] = measure("raw INSERT … SELECT … JOIN (+ rejection)", lambda: raw_join(raw))
-    m["pandas_join"] = measure("pandas read_csv ×2 + merge (+ indicator)", lambda: pandas_join(left_csv, right_csv))
+    lines = [f"\n### {db}, {rows:,} left rows × 8 columns, {max(rows // 10, 1):,} right rows\n", TABLE_HEADER]
+    if "join" in steps:
+        join = {"join": {"left": {"virtualFileId": left, "customId": "L", "key": "id"},
+                         "right": {"virtualFileId": right, "customId": "R", "key": "id"}}}
+        m["join"] = measure("connector-ops join (INNER, + rejection file)",
+                            lambda: invoke("etl.join", join, resources))
+        m["raw_join"] = measure("raw INSERT … SELECT … JOIN (+ rejection)", lambda: raw_join(raw))
+        m["pandas_join"] = measure("pandas read_csv ×2 + merge (+ indicator)",
+                                   lambda: pandas_join(left_csv, right_csv))
+        out_rows, rej_rows = (store.count(m["join"].value[k]) for k in ("virtualFileId", "rejectionFileId"))
+        assert (out_rows, rej_rows) == m["pandas_join"].value, ((out_rows, rej_rows), m["pandas_join"].value)
+        push_join = Measurement("push both + join", m["push_both"].seconds + m["join"].seconds,
+                                max(m["push_both"].peak_mib, m["join"].peak_mib))
+        lines += [
+            ratio_row("Join vs raw SQL", m["join"], m["raw_join"], 1.5)
+            + f" ({out_rows:,} out, {rej_rows:,} rejected)",
+            ratio_row("Join: push both + join vs pandas end to end", push_join, m["pandas_join"], 1.0),
+            ratio_row("Join (files already loaded) vs pandas end to end", m["join"], m["pandas_join"], 1.0),
+        ]
 
-    m["validate"] = measure("connector-ops validate (virtual file form)",
-                            lambda: invoke("etl.validate", {"content": left, "schema": SCHEMA}, resources))
-    frames = [pd.read_csv(left_csv, dtype=str, keep_default_na=False)]
-    m["pandera"] = measure("pandera lazy validate (DataFrame in memory)", lambda: pandera_validate(frames[0]))
-    frames.clear()
-    m["pandera_load"] = measure("pandas read_csv + pandera lazy validate", lambda: pandera_validate(
-        pd.read_csv(left_csv, dtype=str, keep_default_na=False)))
+    if "validate" in steps:
+        m["validate"] = measure("connector-ops validate (virtual file form)",
+                                lambda: invoke("etl.validate", {"content": left, "schema": SCHEMA}, resources))
+        frames = [pd.read_csv(left_csv, dtype=str, keep_default_na=False)]
+        m["pandera"] = measure("pandera lazy validate (DataFrame in memory)", lambda: pandera_validate(frames[0]))
+        frames.clear()
+        m["pandera_load"] = measure("pandas read_csv + pandera lazy validate", lambda: pandera_validate(
+            pd.read_csv(left_csv, dtype=str, keep_default_na=False)))
+        validated, rejected = (store.count(m["validate"].value[k]) for k in ("validated", "rejected"))
+        assert rejected == m["pandera"].value, (rejected, m["pandera"].value)
+        lines += [
+            ratio_row("Validate vs pandera (in memory)", m["validate"], m["pandera"], 1.5)
+            + f" ({validated:,} valid, {rejected:,} rejected)",
+            ratio_row("Validate vs read_csv + pandera", m["validate"], m["pandera_load"], 1.5),
+        ]
 
-    m["map"] = measure("connector-ops map (Python row function)", lambda: invoke(
-        "etl.map", {"virtualFileId": left, "action": "bench_upper_name"}, resources))
-    m["raw_map"] = measure("raw loop: keyset read, same function, rewrite", lambda: raw_map(raw))
+    if "map" in steps:
+        m["map"] = measure("connector-ops map (Python row function)", lambda: invoke(
+            "etl.map", {"virtualFileId": left, "action": "bench_upper_name"}, resources))
+        m["raw_map"] = measure("raw loop: keyset read, same function, rewrite", lambda: raw_map(raw))
+        lines.append(ratio_row("Map vs raw loop", m["map"], m["raw_map"], 1.5))
 
-    m["delete"] = measure("connector-ops delete rows (3-clause filter)", lambda: invoke(
-        "etl.delete_rows", {"virtualFileId": left, "request": DELETE_FILTER}, resources))
-    m["raw_delete"] = measure("raw SQL DELETE (same meaning)", lambda: raw_delete(raw))
-    assert m["delete"].value["deletedCount"] == m["raw_delete"].value, (m["delete"].value, m["raw_delete"].value)
+    if "delete" in steps:
+        m["delete"] = measure("connector-ops delete rows (3-clause filter)", lambda: invoke(
+            "etl.delete_rows", {"virtualFileId": left, "request": DELETE_FILTER}, resources))
+        m["raw_delete"] = measure("raw SQL DELETE (same meaning)", lambda: raw_delete(raw))
+        assert m["delete"].value["deletedCount"] == m["raw_delete"].value, (m["delete"].value, m["raw_delete"].value)
+        lines.insert(2, ratio_row("Delete Rows, 3 clauses", m["delete"], m["raw_delete"], 1.5)
+                     + f" ({m['delete'].value['deletedCount']:,} rows deleted)")
 
-    validated, rejected = (store.count(m["validate"].value[k]) for k in ("validated", "rejected"))
-    out_rows, rej_rows = (store.count(m["join"].value[k]) for k in ("virtualFileId", "rejectionFileId"))
-    assert (out_rows, rej_rows) == m["pandas_join"].value, ((out_rows, rej_rows), m["pandas_join"].value)
-    assert rejected == m["pandera"].value, (rejected, m["pandera"].value)
     for table in ("raw_left", "raw_right", "raw_out", "raw_rej", "raw_mapped"):
         raw.execute(f"DROP TABLE IF EXISTS {table}")
     raw.conn.close()
-
-    push_join = Measurement("push both + join", m["push_both"].seconds + m["join"].seconds,
-                            max(m["push_both"].peak_mib, m["join"].peak_mib))
-    return [
-        f"\n### {db}, {rows:,} left rows × 8 columns, {max(rows // 10, 1):,} right rows\n", TABLE_HEADER,
-        ratio_row("Delete Rows, 3 clauses", m["delete"], m["raw_delete"], 1.5)
-        + f" ({m['delete'].value['deletedCount']:,} rows deleted)",
-        ratio_row("Join vs raw SQL", m["join"], m["raw_join"], 1.5) + f" ({out_rows:,} out, {rej_rows:,} rejected)",
-        ratio_row("Join: push both + join vs pandas end to end", push_join, m["pandas_join"], 1.0),
-        ratio_row("Join (files already loaded) vs pandas end to end", m["join"], m["pandas_join"], 1.0),
-        ratio_row("Validate vs pandera (in memory)", m["validate"], m["pandera"], 1.5)
-        + f" ({validated:,} valid, {rejected:,} rejected)",
-        ratio_row("Validate vs read_csv + pandera", m["validate"], m["pandera_load"], 1.5),
-        ratio_row("Map vs raw loop", m["map"], m["raw_map"], 1.5),
-    ]
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--steps", default=",".join(sorted(STEPS)),
+                        help=f"comma-separated subset of {', '.join(sorted(STEPS))} (Push always runs)")
     args = parser.parse_args()
+    steps = frozenset(args.steps.split(","))
+    if not steps <= STEPS:
+        parser.error(f"unknown step(s) {sorted(steps - STEPS)}")
     lines: list[str] = []
     for db in args.databases.split(","):
         with tempfile.TemporaryDirectory(prefix="bench-etl-tx-") as tmp:
             print(f"\n{db}:")
             if db == "sqlite":
-                lines += run(db, f"sqlite:///{Path(tmp) / 'ours.db'}", Path(tmp), args.rows)
+                lines += run(db, f"sqlite:///{Path(tmp) / 'ours.db'}", Path(tmp), args.rows, steps)
             else:
                 with postgres_url() as url:
-                    lines += run(db, url, Path(tmp), args.rows)
+                    lines += run(db, url, Path(tmp), args.rows, steps)
     print("\n".join(lines))
 
 

@@ -94,6 +94,32 @@ def test_map_streams_across_batches_and_converts_values(store, resources, monkey
     assert out == [{"n": str(i), "seen": "1"} for i in range(10)]
 
 
+def widen_sometimes(row):
+    """New columns in some rows only, values of every JSON type, sometimes a missing (None) value."""
+    n = int(row["n"])
+    if n % 3 == 1:
+        row["third"] = n // 3
+    if n % 4 == 2:
+        row["flag"], row["n"] = n > 5, None
+    return row
+
+
+def test_new_columns_mid_batch_and_non_text_values(store, resources, monkeypatch):
+    from connector_ops.etl import mapping
+
+    monkeypatch.setattr(mapping, "BATCH", 4)
+    _, _, out = run(store, resources, "tests.test_etl_map:widen_sometimes", rows=[{"n": str(i)} for i in range(11)])
+    expected = []
+    for i in range(11):
+        row = {"n": str(i)} if i % 4 != 2 else {}
+        if i % 3 == 1:
+            row["third"] = str(i // 3)
+        if i % 4 == 2:
+            row["flag"] = "true" if i > 5 else "false"
+        expected.append(row)
+    assert out == expected
+
+
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_failing_function_names_the_row_and_changes_nothing(store, resources, overwrite, monkeypatch):
     from connector_ops.etl import mapping
@@ -152,3 +178,20 @@ def test_unknown_virtual_file_is_500(store, resources):
     with pytest.raises(ConnectorError) as info:
         invoke("etl.map", {"virtualFileId": "nope", "action": "trim"}, resources)
     assert info.value.status == 500 and "not found" in info.value.message
+
+
+def test_rename_onto_an_existing_column_fails_and_changes_nothing(files, env):
+    pf = files.add_bytes(b"mail,email\na@x,b@x\n", "c.csv").to_json()
+    vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": "rename(mail=email)", "overwriteVirtualFile": True})
+    assert info.value.status == 500 and "rename: column 'email' already exists" in info.value.body["message"]
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 5})["content"] == [{"mail": "a@x", "email": "b@x"}]
+
+
+def test_a_function_calling_sys_exit_is_a_clear_failure(files, env):
+    pf = files.add_bytes(b"a\n1\n", "a.csv").to_json()
+    vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": "sys:exit"})
+    assert info.value.status == 500 and "row 1: sys:exit failed: SystemExit" in info.value.body["message"]

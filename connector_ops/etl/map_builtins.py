@@ -69,7 +69,15 @@ def rename(args: tuple[str, ...], kwargs: dict[str, str]) -> RowFunction:
     if len(set(kwargs.values())) != len(kwargs):
         raise ValueError("rename: two columns cannot get the same new name")
     mapping = dict(kwargs)
-    return lambda row: {mapping.get(k, k): v for k, v in row.items()}
+
+    def renamed(row: Row) -> Row:
+        out = {mapping.get(k, k): v for k, v in row.items()}
+        if len(out) < len(row):  # a new name that the row already had: refuse rather than lose a value
+            clash = sorted(new for old, new in mapping.items() if old in row and new in row)
+            raise ValueError(f"rename: column {clash[0]!r} already exists")
+        return out
+
+    return renamed
 
 
 @step_factory("drop")

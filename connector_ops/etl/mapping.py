@@ -18,7 +18,7 @@ from connector_ops.etl.readers import as_text
 from connector_ops.progress import track
 from connector_ops.registry import action
 from resources.virtual_files import VirtualFileStore
-from resources.virtual_files.store import SCAN_BATCH, keyset_pages
+from resources.virtual_files.store import SCAN_BATCH, RowWriter, keyset_pages, present
 
 BATCH = SCAN_BATCH
 
@@ -41,19 +41,37 @@ def apply_map(store: VirtualFileStore, vf_id: str, fn: RowFunction, label: str, 
         position = 0
         with track(f"map {label}", None, "rows") as reporter:
             for page in keyset_pages(writer.conn, source, names, BATCH):
-                out: list[dict[str, str | None]] = []
+                out: list[tuple[str | None, ...]] = []
+                known = set(writer.names)  # the hot path: a plain dict of strings with known columns
                 for values in page:
                     position += 1
-                    row = {n: v for n, v in zip(names, values, strict=True) if v is not None}
+                    row = present(names, values)
                     try:
                         result = fn(row)
-                    except Exception as exc:
+                    except (Exception, SystemExit) as exc:  # a user function calling sys.exit() is a failure too
                         raise ActionFailed(f"row {position}: {label} failed: {type(exc).__name__}: {exc}") from exc
-                    if result is not None:
-                        out.append(_as_row(result, position, label))
-                writer.write_dicts(out)
+                    if result is None:
+                        continue
+                    if type(result) is not dict or not result.keys() <= known or not _TEXT.issuperset(
+                            map(type, result.values())):
+                        result = _as_row(result, position, label)
+                        if not result.keys() <= known:  # new columns: earlier rows are written first
+                            _write(writer, out)
+                            out = []
+                            writer.ensure_columns(result)
+                            known = set(writer.names)
+                    out.append(tuple(map(result.get, writer.names)))
+                _write(writer, out)
                 reporter.update(len(page))
     return writer.vf_id
+
+
+_TEXT = frozenset({str, type(None)})
+
+
+def _write(writer: RowWriter, rows: list[tuple[str | None, ...]]) -> None:
+    if rows:
+        writer.write_tuples(writer.names, rows)
 
 
 def _as_row(result: Any, position: int, label: str) -> dict[str, str | None]:

@@ -27,7 +27,7 @@ from connector_ops.errors import InvalidInput
 from connector_ops.etl import models as m
 from connector_ops.registry import action
 from resources.virtual_files import VirtualFileStore
-from resources.virtual_files.store import SCAN_BATCH, keyset_pages
+from resources.virtual_files.store import SCAN_BATCH, keyset_pages, present
 
 RULES = ("type", "minLength", "maxLength", "required")
 TYPES = ("string", "integer", "float", "boolean")
@@ -215,8 +215,7 @@ def row_error(rules: list[ColumnRule], row: Mapping[str, Any]) -> str | None:
     return "; ".join(problems) if problems is not None else None
 
 
-def _content(row: Mapping[str, Any]) -> str:
-    return json.dumps(row, ensure_ascii=False)
+_content: Callable[[Mapping[str, Any]], str] = json.JSONEncoder(ensure_ascii=False).encode  # = json.dumps(row, …)
 
 
 # -- the action ----------------------------------------------------------------------------------
@@ -251,7 +250,7 @@ def validate_file(store: VirtualFileStore, vf_id: str, rules: list[ColumnRule],
             good: list[tuple] = []
             bad: list[tuple[str, str]] = []
             for values in page:
-                row = {n: v for n, v in zip(names, values, strict=True) if v is not None}
+                row = present(names, values)
                 error = row_error(rules, row)
                 if error is None:
                     good.append(values)
