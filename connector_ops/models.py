@@ -51,5 +51,11 @@ class PlatformFile(SpecModel):
     last_modified: str | None = None
 
 
+class PlatformFileOutput(SpecModel):
+    """``{platformFile}``: the output of every action that makes a platform file (Pull, Download File)."""
+
+    platform_file: PlatformFile
+
+
 class EmptyOutput(SpecModel):
     """The ``{}`` output (e.g. Send Transactional Message)."""

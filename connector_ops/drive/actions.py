@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from connector_ops.drive import models as m
 from connector_ops.errors import InvalidInput
+from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
 from resources.drive.base import DriveBackend
 from resources.platform_files import PlatformFileStore, guess_content_type
@@ -76,16 +77,16 @@ def upload_file(inp: m.UploadFileInput, drive: DriveBackend, platform_files: Pla
         return m.FileIdOutput(file_id=drive.upload(stream, name, content_type, size, inp.folder_id))
 
 
-@action("drive.download_file", m.DownloadFileInput, m.PlatformFileOutput, resources=DRIVE_FILES,
+@action("drive.download_file", m.DownloadFileInput, PlatformFileOutput, resources=DRIVE_FILES,
         not_found_status=404)
 def download_file(inp: m.DownloadFileInput, drive: DriveBackend,
-                  platform_files: PlatformFileStore) -> m.PlatformFileOutput:
+                  platform_files: PlatformFileStore) -> PlatformFileOutput:
     """Download a file (Google documents exported to Office/PNG formats) into a new platform file."""
     with drive.download(inp.file_id) as download, platform_files.create(download.name, download.content_type) as sink:
         for chunk in download.chunks:
             sink.write(chunk)
     assert sink.descriptor is not None
-    return m.PlatformFileOutput(platform_file=sink.descriptor)
+    return PlatformFileOutput(platform_file=sink.descriptor)
 
 
 @action("drive.list", m.ListInput, m.ListOutput, resources=DRIVE, not_found_status=404)

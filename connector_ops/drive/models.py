@@ -130,10 +130,6 @@ class DownloadFileInput(SpecModel):
     file_id: Id
 
 
-class PlatformFileOutput(SpecModel):
-    platform_file: PlatformFile
-
-
 class ListInput(SpecModel):
     folder_id: str | None = None
 

@@ -15,6 +15,7 @@ from connector_ops.errors import InvalidInput
 from connector_ops.etl import models as m
 from connector_ops.etl.readers import as_text, is_json, read_csv, read_json
 from connector_ops.etl.writers import csv_chunks, json_chunks
+from connector_ops.models import PlatformFileOutput
 from connector_ops.progress import reading_with_progress, track
 from connector_ops.registry import action
 from resources.platform_files import PlatformFileStore
@@ -58,8 +59,8 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
     return m.VirtualFileOutput(virtual_file_id=writer.vf_id)
 
 
-@action("etl.pull", m.PullInput, m.PlatformFileOutput, resources=ETL_FILES)
-def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> m.PlatformFileOutput:
+@action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)
+def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> PlatformFileOutput:
     """Export a virtual file to a new platform file (CSV or JSON), streamed."""
     params = inp.parameters
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
@@ -68,7 +69,7 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
 
 
 def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]],
-            platform_files: PlatformFileStore) -> m.PlatformFileOutput:
+            platform_files: PlatformFileStore) -> PlatformFileOutput:
     params = inp.parameters
     chunks: Iterator[bytes]
     if inp.export_type == "csv":
@@ -83,7 +84,7 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]],
             sink.write(chunk)
             reporter.update(len(chunk))
     assert sink.descriptor is not None
-    return m.PlatformFileOutput(platform_file=sink.descriptor)
+    return PlatformFileOutput(platform_file=sink.descriptor)
 
 
 @action("etl.iterate", m.IterateInput, m.IterateOutput, resources=ETL, not_found_status=404,

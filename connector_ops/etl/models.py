@@ -79,10 +79,6 @@ class PullInput(SpecModel):
     parameters: PullParameters = Field(default_factory=PullParameters)
 
 
-class PlatformFileOutput(SpecModel):
-    platform_file: PlatformFile
-
-
 class IterateInput(SpecModel):
     content: str | list[Any] = Field(description="a virtual file id, or an array to batch")
     max_batch_size: int = Field(ge=1, description="maximum elements returned by one call")
