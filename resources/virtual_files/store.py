@@ -26,7 +26,7 @@ from resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from resources.virtual_files.engines import WRITE, get_engine
 from resources.virtual_files.fetching import fetch_all, stream
 from resources.virtual_files.filters import compile_filter, equality_columns
-from resources.virtual_files.loaders import insert_rows
+from resources.virtual_files.loaders import insert_batches
 
 Row = dict[str, str]
 DEFAULT_CURSOR = "default"
@@ -63,9 +63,14 @@ class RowWriter:
 
     def write_tuples(self, names: Sequence[str], rows: Iterable[Sequence[str | None]]) -> int:
         """Rows as tuples aligned with ``names`` (user column names already in the file)."""
+        return self.write_batches(names, [rows if isinstance(rows, list) else list(rows)])
+
+    def write_batches(self, names: Sequence[str], batches: Iterable[list[Sequence[str | None]]]) -> int:
+        """A stream of row batches, loaded in one go (one ``COPY`` on PostgreSQL): the database stores
+        rows while the caller produces the next batch. Nothing else may use the connection meanwhile."""
         index = {n: o for n, o in zip(self.names, self.ordinals, strict=True)}
         internal = [internal_name(index[n]) for n in names]
-        n = insert_rows(self.conn, self.table_name, internal, rows)
+        n = insert_batches(self.conn, self.table_name, internal, batches)
         self.rows_written += n
         return n
 
