@@ -173,9 +173,19 @@ def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:
         status, message = exc.status, str(exc)
     else:
         log.debug("unexpected error in %s", spec.name, exc_info=exc)
-        status, message = 500, f"{type(exc).__name__}: {exc}"
+        status, message = 500, _describe_unexpected(exc)
     body = None if spec.null_error_body and status >= 500 else {"message": message}
     return ConnectorError(status, body, action=spec.name)
+
+
+def _describe_unexpected(exc: BaseException) -> str:
+    """One line for an error nobody anticipated. A database error shows the driver's own message, not
+    SQLAlchemy's multi-line report with the statement and its parameters (row data)."""
+    orig = getattr(exc, "orig", None)  # sqlalchemy.exc.DBAPIError wraps the driver's exception
+    if orig is not None:
+        first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+        return f"database error: {first}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def serialise_output(spec: ActionSpec, out: Any) -> Any:

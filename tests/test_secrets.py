@@ -37,3 +37,15 @@ def test_resource_reprs_hide_secrets():
         for secret in ("CLIENTSECRET", "REFRESHTOK", "DBPASS"):
             assert secret not in text
     assert "client_id='cid'" in repr(drive) and "u:****@h/d" in repr(store)
+
+
+def test_an_unreachable_database_is_one_clear_line_without_the_password(tmp_path, monkeypatch):
+    from connector_ops import ConnectorError, invoke
+
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", "postgresql+psycopg://bob:S3CRETPW@127.0.0.1:1/db")
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.query", {"virtualFileId": "x", "query": {}})
+    message = info.value.body["message"]
+    assert info.value.status == 500 and message.startswith("database error:") and "\n" not in message
+    assert "S3CRETPW" not in message and "S3CRETPW" not in str(info.value)

@@ -69,7 +69,11 @@ def get_engine(url: str) -> sa.Engine:
             _setup_sqlite(engine)
         else:
             engine = sa.create_engine(key, pool_pre_ping=True)
-        _create_catalog(engine)
+        try:
+            _create_catalog(engine)
+        except Exception:
+            engine.dispose()  # not cached: the next call tries again (the server may be back)
+            raise
         _ENGINES[key] = engine
         return engine
 
