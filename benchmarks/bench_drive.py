@@ -66,9 +66,11 @@ class PeakRss:
         return (self.peak - self.start) / 2**20
 
 
-def measure(fn: Callable[[], object], size: int, repeat: int) -> tuple[float, float, float]:
+def measure(fn: Callable[[], object], size: int, repeat: int,
+            cleanup: Callable[[], None] = lambda: None) -> tuple[float, float, float]:
     """(best MiB/s, largest RSS rise in MiB, Python heap peak in MiB): ``repeat`` timed runs, then one
-    run under tracemalloc (RSS alone can hide a peak when earlier runs left freed memory in the process)."""
+    run under tracemalloc (RSS alone can hide a peak when earlier runs left freed memory in the process).
+    ``cleanup`` runs after each run, untimed."""
     import tracemalloc
 
     best, peak = 0.0, 0.0
@@ -77,6 +79,7 @@ def measure(fn: Callable[[], object], size: int, repeat: int) -> tuple[float, fl
             started = time.perf_counter()
             fn()
             elapsed = time.perf_counter() - started
+        cleanup()
         best = max(best, size / 2**20 / elapsed)
         peak = max(peak, rss.peak_mib)
     tracemalloc.start()
@@ -85,6 +88,7 @@ def measure(fn: Callable[[], object], size: int, repeat: int) -> tuple[float, fl
         heap = tracemalloc.get_traced_memory()[1] / 2**20
     finally:
         tracemalloc.stop()
+        cleanup()
     return best, peak, heap
 
 
@@ -144,8 +148,11 @@ def main() -> None:
                                         "Content-Range": f"bytes 0-{size - 1}/{size}"})
             assert done.status_code == 200, done.text
 
+        downloaded: list[str] = []
+
         def ours_down() -> None:
-            invoke("drive.download_file", {"fileId": uploaded[0]}, resources)
+            out = invoke("drive.download_file", {"fileId": uploaded[0]}, resources)["platformFile"]
+            downloaded.append(out["id"])
 
         def raw_down() -> None:
             with raw.stream("GET", f"{base}/drive/v3/files/{uploaded[0]}", params={"alt": "media",
@@ -154,10 +161,20 @@ def main() -> None:
                 for chunk in r.iter_raw(1 << 20):
                     out.write(chunk)
 
+        def remove_downloads() -> None:
+            # Both sides write every run into page cache freed by the previous run. Before, the baseline
+            # overwrote one file (truncating it frees its pages for the rewrite) while ours kept each
+            # 256 MiB output; on this VM first-touch pages are slow (~450 MiB/s), so ours was measured
+            # writing into fresh memory and the baseline into recycled memory.
+            (work / "raw-download.bin").unlink(missing_ok=True)
+            while downloaded:
+                files.delete(downloaded.pop())
+
         results = {}
-        for label, fn in (("upload raw httpx", raw_up), ("upload drive.upload_file", ours_up),
-                          ("download raw httpx", raw_down), ("download drive.download_file", ours_down)):
-            results[label] = measure(fn, size, args.repeat)
+        for label, fn, cleanup in (("upload raw httpx", raw_up, None), ("upload drive.upload_file", ours_up, None),
+                                   ("download raw httpx", raw_down, remove_downloads),
+                                   ("download drive.download_file", ours_down, remove_downloads)):
+            results[label] = measure(fn, size, args.repeat, cleanup or (lambda: None))
         print(f"{args.mib} MiB through the loopback fake Drive, best of {args.repeat}")
         print(f"{'':32s} {'MiB/s':>8s} {'peak RSS +MiB':>14s} {'heap peak MiB':>14s}")
         for label, (speed, peak, heap) in results.items():

@@ -41,7 +41,16 @@ from resources.drive.google_auth import (
     user_token_source,
 )
 from resources.drive.google_http import Backoff, DriveApiError, DriveHttp
-from resources.drive.uploads import QUANTUM, ResumableSender, SessionLost, check_md5, multipart_related, read_up_to
+from resources.drive.uploads import (
+    QUANTUM,
+    ChunkedSender,
+    SessionLost,
+    StreamingSender,
+    check_md5,
+    multipart_related,
+    read_up_to,
+    seekable_size,
+)
 
 DEFAULT_API_URL = "https://www.googleapis.com"
 SAD = {"supportsAllDrives": "true"}
@@ -296,15 +305,21 @@ class GoogleDriveResource(RedactedRepr, dg.ConfigurableResource):
 
     def upload(self, stream: IO[bytes], name: str, content_type: str, size: int | None,
                folder_id: str | None) -> str:
+        """Multipart up to ``multipart_max_bytes``, else a resumable session: one streamed PUT for a
+        seekable source (its size read from the source itself), 256 KiB-multiple chunks otherwise."""
         metadata = {"name": name, "parents": [self._parent(folder_id)]}
         with track(f"upload {name}", size, "B") as reporter:
-            first = read_up_to(stream, self.multipart_max_bytes + 1)
-            if len(first) <= self.multipart_max_bytes:
-                file = self._post_multipart(metadata, first, content_type)
-                reporter.update(len(first))
-                expected = hashlib.md5(first, usedforsecurity=False).hexdigest()
+            total = seekable_size(stream)
+            if total is not None and total > self.multipart_max_bytes:
+                file, expected = self._resumable(stream, None, metadata, content_type, total, reporter)
             else:
-                file, expected = self._resumable(stream, first, metadata, content_type, size, reporter)
+                first = read_up_to(stream, self.multipart_max_bytes + 1)
+                if len(first) <= self.multipart_max_bytes:
+                    file = self._post_multipart(metadata, first, content_type)
+                    reporter.update(len(first))
+                    expected = hashlib.md5(first, usedforsecurity=False).hexdigest()
+                else:
+                    file, expected = self._resumable(stream, first, metadata, content_type, size, reporter)
         try:
             check_md5(file, expected)
         except ActionFailed:
@@ -325,9 +340,10 @@ class GoogleDriveResource(RedactedRepr, dg.ConfigurableResource):
             return self._get(new_id, "id,name,md5Checksum", "upload the file")
         return response.json()
 
-    def _resumable(self, stream: IO[bytes], first: bytes, metadata: dict[str, Any], content_type: str,
+    def _resumable(self, stream: IO[bytes], first: bytes | None, metadata: dict[str, Any], content_type: str,
                    size: int | None, reporter: Any) -> tuple[dict[str, Any], str]:
-        chunk = max(QUANTUM, self.chunk_bytes // QUANTUM * QUANTUM)
+        """A resumable session; ``first is None`` means the stream is seekable and ``size`` its exact size
+        (streamed in one PUT), else ``first`` holds the bytes already read from a stream sent in chunks."""
         for attempt in range(2):
             headers = {"X-Upload-Content-Type": content_type}
             if size is not None:
@@ -340,15 +356,20 @@ class GoogleDriveResource(RedactedRepr, dg.ConfigurableResource):
             location = response.headers.get("location")
             if not location:
                 raise UpstreamError("Google Drive did not return an upload session", status=502)
-            sender = ResumableSender(self.http, location, chunk, content_type, reporter)
             try:
-                return sender.send(stream, first), sender.hexdigest()
+                if first is None and size is not None:
+                    streaming = StreamingSender(self.http, location, content_type, reporter)
+                    return streaming.send(stream, size), streaming.hexdigest()
+                chunk = max(QUANTUM, self.chunk_bytes // QUANTUM * QUANTUM)
+                chunked = ChunkedSender(self.http, location, chunk, content_type, reporter)
+                return chunked.send(stream, first or b""), chunked.hexdigest()
             except SessionLost:
                 if attempt or not stream.seekable():
                     raise ActionFailed("the upload session was lost and the file cannot be re-read; "
                                        "nothing was created, try again") from None
                 stream.seek(0)
-                first = read_up_to(stream, self.multipart_max_bytes + 1)
+                if first is not None:
+                    first = read_up_to(stream, self.multipart_max_bytes + 1)
         raise AssertionError("unreachable")  # pragma: no cover
 
     @contextlib.contextmanager

@@ -3,11 +3,15 @@ research §3 allows them, dropped connections, token refresh and revocation, ser
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,36 +109,101 @@ def test_a_lost_answer_to_a_multipart_upload_makes_one_file(google: Drive) -> No
     assert [f["id"] for f in fake.named("hello.txt")] == [file_id]
 
 
-def test_resumable_upload_survives_dropped_connections_and_5xx(google: Drive) -> None:
-    fake = google.fake
-    assert fake is not None
-    data = os.urandom(5 * 256 * 1024 + 123)
-    pf = google.resources["platform_files"].add_bytes(data, "big.bin")
-    fake.fail("PUT", "/upload/drive/v3/files", mode="drop_mid_body", times=2)
-    fake.fail("PUT", "/upload/drive/v3/files", status=503, times=1)
-    fake.fail("POST", "/upload/drive/v3/files", status=503, times=1)  # starting the session
-    file_id = google.run("drive.upload_file", {"platformFile": pf.to_json()})["fileId"]
-    assert fake.blob(file_id) == data
-    assert [f["id"] for f in fake.named("big.bin")] == [file_id]
-    puts = [r for r in fake.requests if r[0] == "PUT"]
-    assert len(puts) > 6  # chunks, plus status queries after each interruption
-
-
-def test_resumable_upload_of_a_remote_file_of_unknown_size(google: Drive, tmp_path: Path) -> None:
-    """A platform file on another server is streamed without knowing its size (``bytes 0-N/*``)."""
+@contextlib.contextmanager
+def upload_source(google: Drive, data: bytes, source: str) -> Iterator[dict[str, Any]]:
+    """A platform file to upload: ``local`` (on our file server: a seekable file, streamed in one PUT) or
+    ``remote`` (a link to another server: not seekable, size unknown, sent in chunks)."""
+    if source == "local":
+        yield google.resources["platform_files"].add_bytes(data, "big.bin").to_json()
+        return
     from starlette.responses import Response
 
     from tests.servers import serving
-
-    data = os.urandom(3 * 256 * 1024 + 7)
 
     async def other_server(scope, receive, send):  # type: ignore[no-untyped-def]
         await Response(data, media_type="application/octet-stream")(scope, receive, send)
 
     with serving(other_server) as url:
-        pf = {"name": "remote.bin", "link": f"{url}/remote.bin", "size": 1}  # a wrong size is not trusted
+        yield {"name": "big.bin", "link": f"{url}/big.bin", "size": 1}  # a wrong size is not trusted
+
+
+@pytest.mark.parametrize("source", ["local", "remote"])
+def test_resumable_upload_survives_dropped_connections_and_5xx(google: Drive, source: str) -> None:
+    fake = google.fake
+    assert fake is not None
+    data = os.urandom(5 * 256 * 1024 + 123)
+    fake.fail("PUT", "/upload/drive/v3/files", mode="drop_mid_body", times=2)
+    fake.fail("PUT", "/upload/drive/v3/files", status=503, times=1)
+    fake.fail("POST", "/upload/drive/v3/files", status=503, times=1)  # starting the session
+    with upload_source(google, data, source) as pf:
         file_id = google.run("drive.upload_file", {"platformFile": pf})["fileId"]
-    assert google.fake is not None and google.fake.blob(file_id) == data
+    assert fake.blob(file_id) == data
+    assert [f["id"] for f in fake.named("big.bin")] == [file_id]
+    assert len(fake.upload_ranges) >= 5  # the PUTs, plus status queries after each interruption
+    assert len(fake.sessions) == 1
+
+
+def test_resumable_upload_of_a_remote_file_of_unknown_size_goes_in_chunks(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    data = os.urandom(3 * 256 * 1024 + 7)
+    with upload_source(google, data, "remote") as pf:
+        file_id = google.run("drive.upload_file", {"platformFile": pf})["fileId"]
+    assert fake.blob(file_id) == data
+    q = 256 * 1024
+    assert fake.upload_ranges == [f"bytes 0-{q - 1}/*", f"bytes {q}-{2 * q - 1}/*", f"bytes {2 * q}-{3 * q - 1}/*",
+                                  f"bytes {3 * q}-{3 * q + 6}/{len(data)}"]
+
+
+def test_local_file_streams_in_one_put_and_resumes_from_the_reported_offset(google: Drive) -> None:
+    """A cut mid-stream: the session keeps what arrived; we ask where it stands and send only the rest."""
+    fake = google.fake
+    assert fake is not None
+    data = os.urandom(9 * 256 * 1024 + 5)
+    n = len(data)
+    kept = (n // 2) // (256 * 1024) * (256 * 1024)  # what the fake persists of a cut PUT
+    fake.fail("PUT", "/upload/drive/v3/files", mode="drop_mid_body")
+    with upload_source(google, data, "local") as pf:
+        file_id = google.run("drive.upload_file", {"platformFile": pf})["fileId"]
+    assert fake.upload_ranges == [f"bytes 0-{n - 1}/{n}", f"bytes */{n}", f"bytes {kept}-{n - 1}/{n}"]
+    assert fake.blob(file_id) == data and fake.files[file_id]["md5Checksum"] == hashlib.md5(data).hexdigest()
+    assert [f["id"] for f in fake.named("big.bin")] == [file_id]
+
+
+def test_streamed_upload_refreshes_an_expired_token_without_resending_blindly(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    data = os.urandom(2 * 256 * 1024 + 1)
+    n = len(data)
+    fake.fail("PUT", "/upload/drive/v3/files", status=401, reason="authError")
+    with upload_source(google, data, "local") as pf:
+        file_id = google.run("drive.upload_file", {"platformFile": pf})["fileId"]
+    assert fake.upload_ranges == [f"bytes 0-{n - 1}/{n}", f"bytes */{n}", f"bytes 0-{n - 1}/{n}"]
+    assert fake.blob(file_id) == data
+    assert len(fake.token_requests) == 2
+
+
+def test_streamed_upload_with_a_lost_session_starts_one_new_session(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    data = os.urandom(2 * 256 * 1024 + 1)
+    fake.fail("PUT", "/upload/drive/v3/files", status=404, reason="notFound")
+    with upload_source(google, data, "local") as pf:
+        file_id = google.run("drive.upload_file", {"platformFile": pf})["fileId"]
+    assert fake.blob(file_id) == data
+    assert [f["id"] for f in fake.named("big.bin")] == [file_id]
+    assert len(fake.sessions) == 2
+
+
+def test_streamed_upload_gives_up_after_the_attempts_and_creates_nothing(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    fake.fail("PUT", "/upload/drive/v3/files", status=503, times=100)
+    with upload_source(google, os.urandom(2 * 256 * 1024 + 1), "local") as pf, \
+            pytest.raises(ConnectorError) as err:
+        google.run("drive.upload_file", {"platformFile": pf})
+    assert err.value.status == 503 and "kept failing" in err.value.message
+    assert fake.named("big.bin") == []
 
 
 def test_interrupted_download_resumes_with_range(google: Drive) -> None:

@@ -8,9 +8,10 @@ by-id call, explicit ``fields``); violations are recorded in ``violations`` and 
 test that sends a bad request fails.
 
 Fault injection (``fail``): an error status with an optional ``Retry-After``, a lost answer (the work is
-done, then the connection drops), or a dropped connection in the middle of an upload chunk (half of it
-kept). Tokens: ``expire_access_tokens`` makes the next call see 401, ``revoke_refresh_tokens`` makes the
-token endpoint answer ``invalid_grant``.
+done, then the connection drops), or a connection cut in the middle of an upload ``PUT`` (the first half
+of its body, in whole 256 KiB units, kept; the rest never read) or of a download. Tokens:
+``expire_access_tokens`` makes the next call see 401, ``revoke_refresh_tokens`` makes the token endpoint
+answer ``invalid_grant``.
 """
 
 from __future__ import annotations
@@ -176,6 +177,7 @@ class FakeDrive:
     faults: list[Fault] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    upload_ranges: list[str] = field(default_factory=list)  # Content-Range of every upload-session PUT
     token_requests: list[dict[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -380,6 +382,8 @@ class FakeDrive:
         if self.access_tokens.get(token, 0) < time.time():
             return envelope(401, "authError", "Invalid Credentials", locationType="header", location="Authorization")
         is_upload_put = method == "PUT" and "upload_id" in params
+        if is_upload_put:
+            self.upload_ranges.append(request.headers.get("content-range", ""))
         body_bytes = b"" if is_upload_put else await request.body()
         json_body = None
         content_type = request.headers.get("content-type", "")
@@ -682,15 +686,19 @@ class FakeDrive:
             last = session.total is not None and end + 1 == session.total
             if not last and length % QUANTUM:
                 return envelope(400, "badRequest", "Chunk size must be a multiple of 256 KiB.")
-            keep = (length // 2) // QUANTUM * QUANTUM if fault and fault.mode == "drop_mid_body" else length
+            cut = fault is not None and fault.mode == "drop_mid_body"
+            # a cut connection: half the body (in whole 256 KiB units) arrives and is persisted, the rest
+            # is never read; the client finds the connection gone while it is still sending
+            keep = (length // 2) // QUANTUM * QUANTUM if cut else length
             written = 0
             with session.blob.open("ab") as handle:
                 async for data in request.stream():
-                    if written < keep:
-                        part = data[: keep - written]
-                        handle.write(part)
-                        written += len(part)
-            if fault and fault.mode == "drop_mid_body":
+                    part = data[: keep - written]
+                    handle.write(part)
+                    written += len(part)
+                    if cut and written >= keep:
+                        break
+            if cut:
                 session.received += written
                 await self._drop(send)
                 return None
