@@ -10,6 +10,7 @@ from __future__ import annotations
 from connector_ops.drive import models as m
 from connector_ops.errors import InvalidInput
 from connector_ops.models import PlatformFileOutput
+from connector_ops.progress import track
 from connector_ops.registry import action
 from resources.drive.base import DriveBackend
 from resources.platform_files import PlatformFileStore, guess_content_type
@@ -82,9 +83,11 @@ def upload_file(inp: m.UploadFileInput, drive: DriveBackend, platform_files: Pla
 def download_file(inp: m.DownloadFileInput, drive: DriveBackend,
                   platform_files: PlatformFileStore) -> PlatformFileOutput:
     """Download a file (Google documents exported to Office/PNG formats) into a new platform file."""
-    with drive.download(inp.file_id) as download, platform_files.create(download.name, download.content_type) as sink:
+    with drive.download(inp.file_id) as download, platform_files.create(download.name, download.content_type) as sink, \
+            track(f"download {download.name}", download.size, "B") as reporter:
         for chunk in download.chunks:
             sink.write(chunk)
+            reporter.update(len(chunk))
     assert sink.descriptor is not None
     return PlatformFileOutput(platform_file=sink.descriptor)
 
