@@ -41,7 +41,6 @@ class RowWriter:
         self.vf_id, self.table_name = info.id, info.table_name
         self.names: list[str] = list(info.names)
         self.ordinals: list[int] = list(info.ordinals)
-        self.rows_written = 0
         self.replaced: VirtualFileInfo | None = None  # create(replace=…): the old rows, still readable here
 
     def ensure_columns(self, names: Iterable[str]) -> None:
@@ -70,9 +69,7 @@ class RowWriter:
         rows while the caller produces the next batch. Nothing else may use the connection meanwhile."""
         index = {n: o for n, o in zip(self.names, self.ordinals, strict=True)}
         internal = [internal_name(index[n]) for n in names]
-        n = insert_batches(self.conn, self.table_name, internal, batches)
-        self.rows_written += n
-        return n
+        return insert_batches(self.conn, self.table_name, internal, batches)
 
     def write_dicts(self, rows: Sequence[Mapping[str, str | None]]) -> int:
         """Rows as dicts; new keys become new columns first."""
@@ -138,13 +135,16 @@ class VirtualFileStore(RedactedRepr, dg.ConfigurableResource):
         )
 
     def _new_table(self, conn: sa.Connection, vf_id: str, names: Sequence[str]) -> VirtualFileInfo:
+        """A new row table with ``names`` as its columns, catalogued under ``vf_id``."""
+        if len(set(names)) != len(names):
+            raise InvalidInput("schema", "column names must be unique")
         table_name = f"vf_{uuid.uuid4().hex}"
         info = VirtualFileInfo(vf_id, table_name, 1, tuple(names), tuple(range(len(names))), frozenset())
         info.table.create(conn)
         return info
 
-    def _register(self, conn: sa.Connection, info: VirtualFileInfo) -> None:
-        conn.execute(sa.insert(cat.virtual_file).values(id=info.id, table_name=info.table_name, generation=1))
+    @staticmethod
+    def _catalogue_columns(conn: sa.Connection, info: VirtualFileInfo) -> None:
         if info.names:
             conn.execute(sa.insert(cat.vf_column), [
                 {"vf_id": info.id, "ordinal": o, "name": n, "indexed": False}
@@ -159,28 +159,21 @@ class VirtualFileStore(RedactedRepr, dg.ConfigurableResource):
         With ``replace=vf_id`` the rows of that virtual file are swapped for the new ones atomically
         (same id, new generation: running iterations start over).
         """
-        if len(set(columns)) != len(columns):
-            raise InvalidInput("schema", "column names must be unique")
         with self.writing() as conn:
-            old = self.info(conn, replace, lock=True) if replace else None
-            vf_id = replace or uuid.uuid4().hex
-            info = self._new_table(conn, vf_id, columns)
-            if old is None:
-                self._register(conn, info)
+            if replace is None:
+                old, writer = None, self.new_file(conn, columns)
             else:
-                conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == vf_id))
-                conn.execute(sa.delete(cat.vf_cursor).where(cat.vf_cursor.c.vf_id == vf_id))
-                if info.names:
-                    conn.execute(sa.insert(cat.vf_column), [
-                        {"vf_id": vf_id, "ordinal": o, "name": n, "indexed": False}
-                        for n, o in zip(info.names, info.ordinals, strict=True)
-                    ])
+                old = self.info(conn, replace, lock=True)
+                conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == replace))
+                conn.execute(sa.delete(cat.vf_cursor).where(cat.vf_cursor.c.vf_id == replace))
+                info = self._new_table(conn, replace, columns)
                 conn.execute(
                     sa.update(cat.virtual_file)
-                    .where(cat.virtual_file.c.id == vf_id)
+                    .where(cat.virtual_file.c.id == replace)
                     .values(table_name=info.table_name, generation=old.generation + 1)
                 )
-            writer = RowWriter(self, conn, info)
+                self._catalogue_columns(conn, info)
+                writer = RowWriter(self, conn, info)
             writer.replaced = old
             yield writer
             if old is not None:
@@ -191,10 +184,9 @@ class VirtualFileStore(RedactedRepr, dg.ConfigurableResource):
 
         Nesting ``create()`` instead would open a second writer, which on SQLite waits for the first.
         """
-        if len(set(columns)) != len(columns):
-            raise InvalidInput("schema", "column names must be unique")
         info = self._new_table(conn, uuid.uuid4().hex, columns)
-        self._register(conn, info)
+        conn.execute(sa.insert(cat.virtual_file).values(id=info.id, table_name=info.table_name, generation=1))
+        self._catalogue_columns(conn, info)
         return RowWriter(self, conn, info)
 
     def create_from_rows(self, rows: Iterable[Mapping[str, Any]], *, batch_size: int = SCAN_BATCH) -> str:
@@ -256,7 +248,7 @@ class VirtualFileStore(RedactedRepr, dg.ConfigurableResource):
         """Yield batches of rows as dicts (missing values left out), in row order."""
         names, pages = self.scan_tuples(vf_id, batch_size=batch_size)
         for batch in pages:
-            yield [_as_dict(names, values) for values in batch]
+            yield [present(names, values) for values in batch]
 
     def rows(self, vf_id: str) -> list[Row]:
         """All rows (for small files: tests, previews, notebooks)."""
@@ -421,10 +413,6 @@ def present(names: Sequence[str], values: Sequence[str | None]) -> Row:
     """A stored row as a dict, missing (NULL) values left out; one C call when none is missing (hot loops)."""
     if None not in values:
         return dict(zip(names, values))  # type: ignore[arg-type]  # noqa: B905 - same length
-    return {n: v for n, v in zip(names, values, strict=True) if v is not None}
-
-
-def _as_dict(names: Sequence[str], values: Sequence[str | None]) -> Row:
     return {n: v for n, v in zip(names, values, strict=True) if v is not None}
 
 
