@@ -27,6 +27,7 @@ import dagster as dg
 from connector_ops.display import StatusTable
 from connector_ops.errors import ConnectorError
 from connector_ops.magic_session import one_line
+from connector_ops.op_factory import error_of_failed_step
 
 if TYPE_CHECKING:
     from connector_ops.magic import ConnectorMagics
@@ -47,23 +48,6 @@ def _short(value: Any) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
-
-
-def _step_error(event: dg.DagsterEvent) -> ConnectorError:
-    """The step's ConnectorError (status and body are the op's Failure metadata), or its error text."""
-    data = event.step_failure_data
-    user = data.user_failure_data if data else None
-    if user is not None:
-        meta = user.metadata or {}
-        status = getattr(meta.get("status"), "value", None)
-        body = getattr(meta.get("body"), "data", None)
-        error = ConnectorError(int(status) if status else 500,
-                               body if body is not None else {"message": user.description or "failed"})
-        if user.description and " failed (" in user.description:
-            error.action = user.description.split(" failed (", 1)[0]
-        return error
-    message = data.error.message.strip().splitlines()[0] if data and data.error else "failed"
-    return ConnectorError(500, {"message": message})
 
 
 class PipelineRun:
@@ -87,7 +71,7 @@ class PipelineRun:
             step = self._step_of(event.step_key)
             if event.event_type == dg.DagsterEventType.STEP_FAILURE:
                 self.status[step] = "failed"
-                self.errors.setdefault(step, _step_error(event))
+                self.errors.setdefault(step, error_of_failed_step(event))
             elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and self.status.get(step) != "failed":
                 self.status[step] = "success"
             elif event.event_type == dg.DagsterEventType.STEP_SKIPPED and step not in self.errors:

@@ -113,6 +113,21 @@ def failure(exc: ConnectorError) -> dg.Failure:
     )
 
 
+def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
+    """The inverse of :func:`failure`: the ``ConnectorError`` a ``STEP_FAILURE`` event carries (its
+    status and body), or a 500 with the first line of the error when the step failed otherwise."""
+    data = event.step_failure_data
+    user = data.user_failure_data if data else None
+    status = user.metadata.get("status") if user and user.metadata else None
+    if status is not None:
+        body = user.metadata.get("body")
+        description = user.description or ""
+        action = description.split(" failed (", 1)[0] if " failed (" in description else None
+        return ConnectorError(int(status.value), body.value if body is not None else None, action=action)
+    text = data.error.message.strip() if data and data.error else ""
+    return ConnectorError(500, {"message": text.splitlines()[0] if text else "step failed"})
+
+
 def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """The action input: the op config, with wired inputs taking precedence."""
     payload = {k: v for k, v in config.items() if v is not None}

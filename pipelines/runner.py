@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.errors import ConnectorError
+from connector_ops.op_factory import error_of_failed_step
 from pipelines.dsl import CompiledPipeline
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -42,17 +43,8 @@ def step_outputs(compiled: CompiledPipeline, result: dg.ExecuteInProcessResult) 
 
 def _failure(result: dg.ExecuteInProcessResult) -> tuple[str | None, ConnectorError | None]:
     for event in result.all_events:
-        if event.event_type_value != "STEP_FAILURE":
-            continue
-        data = event.step_failure_data
-        meta = dict(data.user_failure_data.metadata) if data and data.user_failure_data else {}
-        status = meta.get("status")
-        body = meta.get("body")
-        step = (event.step_key or "").split("[", 1)[0]
-        if status is not None:
-            return step, ConnectorError(int(status.value), body.value if body is not None else None)
-        message = data.error.message.strip() if data and data.error else "step failed"
-        return step, ConnectorError(500, {"message": message})
+        if event.event_type_value == "STEP_FAILURE":
+            return (event.step_key or "").split("[", 1)[0], error_of_failed_step(event)
     return None, None
 
 
