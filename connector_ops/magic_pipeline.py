@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,6 @@ from connector_ops.op_factory import error_of_failed_step
 if TYPE_CHECKING:
     from connector_ops.magic import ConnectorMagics
 
-QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}
 SHOWN_CHARS = 160
 USAGE = "%pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]"
 
@@ -84,8 +82,9 @@ class PipelineRun:
         """A YAML step owns its helper steps (``<id>__input``, ``<id>__batches``, ``<id>[batch_3]``)."""
         if self.compiled is None:
             return step_key
-        base = step_key.split("[", 1)[0].split("__", 1)[0]
-        return base if base in self.status else step_key
+        from pipelines.runner import step_of
+
+        return step_of(self.compiled, step_key)
 
     def _output(self, event: dg.DagsterEvent, handle: Any) -> Any:
         node = str(event.node_handle) if event.node_handle else handle.step_key.split("[", 1)[0]
@@ -178,19 +177,13 @@ def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple
 
 
 def run_job(job: dg.JobDefinition, resources: Mapping[str, Any]) -> dg.ExecuteInProcessResult:
-    """Run in process without Dagster's console log, keeping the job's own default config.
+    """The pipeline runner's ``run_job``; a definition problem (e.g. a resource missing from the
+    session) becomes one line instead of a traceback."""
+    from pipelines.runner import run_job as run_in_process
 
-    Like ``connector-ops pipeline run``, the run is recorded in the instance when ``DAGSTER_HOME`` is
-    set (it then shows in the UI), else in an ephemeral one.
-    """
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else None
-    options: dict[str, Any] = {"resources": dict(resources), "raise_on_error": False, "instance": instance}
     try:
-        try:
-            return job.execute_in_process(run_config={**(job.run_config or {}), "loggers": QUIET_LOGGERS}, **options)
-        except dg.DagsterInvalidConfigError:  # a job whose config mapping has no place for loggers
-            return job.execute_in_process(**options)
-    except dg.DagsterError as exc:  # e.g. a resource the job needs is missing from the session
+        return run_in_process(job, resources)
+    except dg.DagsterError as exc:
         raise PipelineUsageError(one_line(exc), action=f"pipeline {job.name}") from None
 
 

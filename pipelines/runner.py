@@ -17,7 +17,7 @@ from connector_ops.errors import ConnectorError
 from connector_ops.op_factory import error_of_failed_step
 from pipelines.dsl import CompiledPipeline
 
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}  # we report failures ourselves
 
 
 @dataclass
@@ -41,21 +41,41 @@ def step_outputs(compiled: CompiledPipeline, result: dg.ExecuteInProcessResult) 
     return outputs
 
 
-def _failure(result: dg.ExecuteInProcessResult) -> tuple[str | None, ConnectorError | None]:
+def step_of(compiled: CompiledPipeline, step_key: str) -> str:
+    """The YAML step that owns a Dagster step: its helpers are ``<id>__input``, ``<id>__batches``, …,
+    and mapped copies ``<node>[key]``."""
+    base = step_key.split("[", 1)[0]
+    ids = {step.id for step in compiled.pipeline.steps}
+    owner = base if base in ids else base.rsplit("__", 1)[0]
+    return owner if owner in ids else base
+
+
+def _failure(compiled: CompiledPipeline,
+             result: dg.ExecuteInProcessResult) -> tuple[str | None, ConnectorError | None]:
     for event in result.all_events:
         if event.event_type_value == "STEP_FAILURE":
-            return (event.step_key or "").split("[", 1)[0], error_of_failed_step(event)
+            return step_of(compiled, event.step_key or ""), error_of_failed_step(event)
     return None, None
+
+
+def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: bool = False,
+            instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
+    """Run any job in this process, keeping its default config, without Dagster's console log unless
+    ``verbose``. A failed step does not raise (see ``result.success``); a definition problem does."""
+    if instance is None and os.environ.get("DAGSTER_HOME"):
+        instance = dg.DagsterInstance.get()
+    options: dict[str, Any] = {"resources": dict(resources), "raise_on_error": False, "instance": instance}
+    if verbose:
+        return job.execute_in_process(**options)
+    try:
+        return job.execute_in_process(run_config={**(job.run_config or {}), "loggers": QUIET_LOGGERS}, **options)
+    except dg.DagsterInvalidConfigError:  # a job whose config mapping has no place for loggers
+        return job.execute_in_process(**options)
 
 
 def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, verbose: bool = False,
                  instance: dg.DagsterInstance | None = None) -> RunOutcome:
     """Execute the job in this process with ``resources``; never raises for a failed step."""
-    if instance is None and os.environ.get("DAGSTER_HOME"):
-        instance = dg.DagsterInstance.get()
-    result = compiled.job.execute_in_process(
-        resources=dict(resources), instance=instance, raise_on_error=False,
-        run_config=None if verbose else QUIET_LOGS,
-    )
-    step, error = (None, None) if result.success else _failure(result)
+    result = run_job(compiled.job, resources, verbose=verbose, instance=instance)
+    step, error = (None, None) if result.success else _failure(compiled, result)
     return RunOutcome(result.success, result.run_id, step_outputs(compiled, result), error, step)
