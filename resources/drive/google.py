@@ -40,7 +40,7 @@ from resources.drive.google_auth import (
     service_account_token_source,
     user_token_source,
 )
-from resources.drive.google_http import Backoff, DriveApiError, DriveHttp
+from resources.drive.google_http import DriveApiError, DriveHttp
 from resources.drive.uploads import (
     QUANTUM,
     ChunkedSender,
@@ -51,6 +51,7 @@ from resources.drive.uploads import (
     read_up_to,
     seekable_size,
 )
+from resources.retry import Backoff
 
 DEFAULT_API_URL = "https://www.googleapis.com"
 SAD = {"supportsAllDrives": "true"}

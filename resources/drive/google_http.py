@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from connector_ops.errors import UpstreamError
 from resources.drive.google_auth import TokenSource
+from resources.retry import Backoff
 
 RATE_LIMIT_REASONS = frozenset({"userRateLimitExceeded", "rateLimitExceeded", "sharingRateLimitExceeded"})
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -74,27 +72,6 @@ def is_retryable(response: httpx.Response) -> bool:
         with contextlib.suppress(ValueError, AttributeError, TypeError, IndexError, KeyError):
             return response.json()["error"]["errors"][0]["reason"] in RATE_LIMIT_REASONS
     return False
-
-
-@dataclass
-class Backoff:
-    """Full-jitter exponential backoff with a cap, ``Retry-After`` taking precedence (research §3)."""
-
-    base_s: float = 1.0
-    max_s: float = 32.0
-    attempts: int = 7
-    max_retry_after_s: float = 120.0
-    sleep: Callable[[float], None] = time.sleep
-
-    def delay(self, attempt: int, response: httpx.Response | None) -> float:
-        if response is not None:
-            header = response.headers.get("retry-after")
-            if header and header.strip().isdigit():
-                return min(float(header), self.max_retry_after_s)
-        return random.uniform(0, min(self.max_s, self.base_s * (2 ** attempt)))
-
-    def wait(self, attempt: int, response: httpx.Response | None = None) -> None:
-        self.sleep(self.delay(attempt, response))
 
 
 class DriveHttp:

@@ -12,9 +12,7 @@ error message); in Definitions they are ``EnvVar`` so Dagster never stores them.
 
 from __future__ import annotations
 
-import random
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import IO
 
@@ -27,6 +25,7 @@ from resources.mail.base import MailResource
 from resources.mail.mailjet_errors import Outcome, interpret
 from resources.mail.message import MailMessage
 from resources.mail.payload import write_payload
+from resources.retry import Backoff
 
 DEFAULT_API_URL = "https://api.mailjet.com"
 _SPOOL_IN_MEMORY = 1 << 20  # bodies above 1 MiB (attachments) go to a temporary file
@@ -105,15 +104,8 @@ class MailjetResource(MailResource):
             if not outcome.retryable or attempt == self.max_attempts:
                 suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
                 raise UpstreamError(outcome.message + suffix)
-            time.sleep(self._wait(attempt, response))
+            Backoff(self.backoff_s, self.max_wait_s, self.max_attempts, self.max_wait_s).wait(attempt - 1, response)
         raise AssertionError("unreachable: the loop returns or raises")
-
-    def _wait(self, attempt: int, response: httpx.Response) -> float:
-        """``Retry-After`` when Mailjet sends one (not documented), else jittered exponential backoff."""
-        retry_after = response.headers.get("Retry-After", "")
-        if retry_after.strip().isdigit():
-            return min(float(retry_after), self.max_wait_s)
-        return min(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random() / 2), self.max_wait_s)
 
     def teardown_after_execution(self, context: object) -> None:
         if self._client is not None:
