@@ -89,9 +89,10 @@ def output_metadata(field: str, value: Any, resources: Mapping[str, Any]) -> dic
     if field in ("virtualFileId", "rejectionFileId") and isinstance(value, str):
         store = resources.get("virtual_files")
         if store is not None:
-            meta["rows"] = dg.MetadataValue.int(store.count(value))
-            meta["columns"] = dg.MetadataValue.text(", ".join(store.columns(value)))
-            meta["preview"] = dg.MetadataValue.md(markdown_table(store.head(value, PREVIEW_ROWS)))
+            count, columns, first = store.summary(value, PREVIEW_ROWS)
+            meta["rows"] = dg.MetadataValue.int(count)
+            meta["columns"] = dg.MetadataValue.text(", ".join(columns))
+            meta["preview"] = dg.MetadataValue.md(markdown_table(first))
     elif isinstance(value, dict) and "link" in value:
         meta["name"] = dg.MetadataValue.text(str(value.get("name")))
         meta["size"] = dg.MetadataValue.int(int(value.get("size") or 0))

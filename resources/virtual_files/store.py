@@ -217,6 +217,14 @@ class VirtualFileStore(RedactedRepr, dg.ConfigurableResource):
             table = self.info(conn, vf_id).table
             return conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
 
+    def summary(self, vf_id: str, n: int = 5) -> tuple[int, list[str], list[Row]]:
+        """``(row count, column names, first n rows)`` in one snapshot (op metadata, previews)."""
+        with self.reading() as conn:
+            info = self.info(conn, vf_id)
+            count = conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one()
+            first = fetch_all(conn, _select_rows(info).order_by(info.table.c.seq).limit(n))
+            return count, list(info.names), _dicts(info.names, first)
+
     def exists(self, vf_id: str) -> bool:
         with self.reading() as conn:
             return conn.execute(
@@ -253,11 +261,6 @@ class VirtualFileStore(RedactedRepr, dg.ConfigurableResource):
     def rows(self, vf_id: str) -> list[Row]:
         """All rows (for small files: tests, previews, notebooks)."""
         return [row for batch in self.scan(vf_id) for row in batch]
-
-    def head(self, vf_id: str, n: int = 5) -> list[Row]:
-        for batch in self.scan(vf_id, batch_size=n):
-            return batch
-        return []
 
     def read_range(self, vf_id: str, after_seq: int, upto_seq: int | None,
                    generation: int | None = None) -> list[Row]:
