@@ -99,11 +99,15 @@ def resources_from_env(environ: Mapping[str, str] | None = None, *, deferred: bo
 
 
 def masked_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The connector variables that are set, secrets masked (for ``%connectors`` and logs)."""
+    """The connector variables that are set, secrets masked by the one rule of :mod:`connector_ops.secrets`
+    (a secret URL such as the database's keeps everything but its password readable)."""
+    from connector_ops.secrets import MASK, mask_url, masked
+
+    def shown(name: str, value: str) -> str:
+        if name in SECRET_VARIABLES:
+            return mask_url(value) if "://" in value else MASK
+        return masked(name, value)
+
     env = os.environ if environ is None else environ
     prefixes = ("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_")
-    return {
-        k: ("****" if k in SECRET_VARIABLES else v)
-        for k, v in sorted(env.items())
-        if k.startswith(prefixes)
-    }
+    return {k: shown(k, v) for k, v in sorted(env.items()) if k.startswith(prefixes)}

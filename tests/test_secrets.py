@@ -49,3 +49,21 @@ def test_an_unreachable_database_is_one_clear_line_without_the_password(tmp_path
     message = info.value.body["message"]
     assert info.value.status == 500 and message.startswith("database error:") and "\n" not in message
     assert "S3CRETPW" not in message and "S3CRETPW" not in str(info.value)
+
+
+def test_masked_environment_keeps_urls_readable_without_their_passwords():
+    from connector_ops.environment import masked_environment
+
+    shown = masked_environment({
+        "CONNECTOR_OPS_DATABASE_URL": "postgresql+psycopg://bob:pw@db/x",
+        "MAILJET_API_SECRET": "shh",
+        "GOOGLE_REFRESH_TOKEN": "1//tok",
+        "CONNECTOR_OPS_HOME": "/srv/co",
+        "PATH": "/bin",
+    })
+    assert shown == {
+        "CONNECTOR_OPS_DATABASE_URL": "postgresql+psycopg://bob:****@db/x",
+        "CONNECTOR_OPS_HOME": "/srv/co",
+        "GOOGLE_REFRESH_TOKEN": "****",
+        "MAILJET_API_SECRET": "****",
+    }
