@@ -129,6 +129,18 @@ class _SessionSender:
         """MD5 of every byte read from the stream (waits for the hashing to finish)."""
         return self.md5.hexdigest()
 
+    def send(self, stream: IO[bytes], *args: Any) -> dict[str, Any]:
+        """Upload the stream (see each sender's ``_send_all``); returns the File resource. On failure
+        the hashing thread is stopped at once."""
+        try:
+            return self._send_all(stream, *args)
+        except BaseException:
+            self.md5.abandon()
+            raise
+
+    def _send_all(self, stream: IO[bytes], *args: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
     def _request(self, body: Iterable[bytes] | bytes, length: int, content_range: str,
                  content_type: bool = True) -> tuple[httpx.Response | None, str]:
         """One PUT with an explicit Content-Length (the body is streamed, never copied whole); ``None``
@@ -199,15 +211,8 @@ class StreamingSender(_SessionSender):
     """Sends a seekable stream of known size in one PUT; after an interruption, re-reads it from the offset
     the session reports. Holds at most a few 1 MiB slices in memory."""
 
-    def send(self, stream: IO[bytes], total: int) -> dict[str, Any]:
-        """Upload the ``total`` bytes of ``stream`` (from its start); returns the File resource."""
-        try:
-            return self._send_all(stream, total)
-        except BaseException:
-            self.md5.abandon()
-            raise
-
-    def _send_all(self, stream: IO[bytes], total: int) -> dict[str, Any]:
+    def _send_all(self, stream: IO[bytes], total: int) -> dict[str, Any]:  # type: ignore[override]
+        """The ``total`` bytes of ``stream``, from its start."""
         self._hashed = 0  # bytes read (and so hashed and reported) for the first time, from the start
         offset = 0
         while True:
@@ -254,15 +259,8 @@ class ChunkedSender(_SessionSender):
         super().__init__(http, session_uri, content_type, reporter)
         self.chunk_size = chunk_size
 
-    def send(self, stream: IO[bytes], first: bytes = b"") -> dict[str, Any]:
-        """Upload ``first`` followed by the rest of ``stream``; returns the File resource."""
-        try:
-            return self._send_all(stream, first)
-        except BaseException:
-            self.md5.abandon()
-            raise
-
-    def _send_all(self, stream: IO[bytes], first: bytes) -> dict[str, Any]:
+    def _send_all(self, stream: IO[bytes], first: bytes = b"") -> dict[str, Any]:  # type: ignore[override]
+        """``first`` followed by the rest of ``stream``."""
         buffer = bytearray(first)
         self.md5.add(first)
         buffer_start = 0  # stream offset of buffer[0]
