@@ -104,9 +104,9 @@ def main() -> None:
 
     import httpx
 
-    from connector_ops.registry import invoke
-    from resources.drive import GoogleDriveResource
-    from resources.platform_files import PlatformFileStore
+    from connector_ops.resources.drive.google import GoogleDriveResource
+    from connector_ops.resources.platform_files import PlatformFileStore
+    from connector_ops.session import invoke
     from tests.servers import free_port
 
     work = Path(tempfile.mkdtemp(prefix="bench-drive-"))

@@ -37,7 +37,7 @@ from benchmarks.common import (
     sample_csv,
 )
 from connector_ops import invoke
-from connector_ops.environment import resources_from_env
+from connector_ops.environment import resources_for
 
 BATCH = 10_000
 QUERY_VALUES = CITIES[:20]
@@ -222,12 +222,12 @@ def main() -> None:
             if db == "sqlite":
                 env = {"CONNECTOR_OPS_HOME": str(work / "home"),
                        "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{work / 'ours.db'}"}
-                mine = ours(resources_from_env(env), csv_path)
+                mine = ours(resources_for(environ=env), csv_path)
                 raw = raw_sqlite(work / "raw.db", csv_path, work)
             else:
                 with postgres_url() as url:
                     env = {"CONNECTOR_OPS_HOME": str(work / "home"), "CONNECTOR_OPS_DATABASE_URL": url}
-                    mine = ours(resources_from_env(env), csv_path)
+                    mine = ours(resources_for(environ=env), csv_path)
                     raw = raw_postgres(url, csv_path, work)
             lines += report(db, args.rows, mine, raw)
     print("\n".join(lines))

@@ -42,7 +42,7 @@ from benchmarks.common import (
     sample_csv,
 )
 from connector_ops import invoke
-from connector_ops.environment import resources_from_env
+from connector_ops.environment import resources_for
 from connector_ops.etl import map_action
 
 BATCH = 10_000
@@ -204,7 +204,7 @@ def pandera_validate(frame: Any) -> int:
 def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS) -> list[str]:
     import pandas as pd
 
-    resources = resources_from_env({"CONNECTOR_OPS_HOME": str(work / "home"), "CONNECTOR_OPS_DATABASE_URL": url})
+    resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(work / "home"), "CONNECTOR_OPS_DATABASE_URL": url})
     store, files = resources["virtual_files"], resources["platform_files"]
     left_csv, right_csv = sample_csv(rows), sample_csv(max(rows // 10, 1))
     raw = Raw(url)

@@ -2,15 +2,39 @@
 
 ``invoke("etl.push", {...})`` runs an action with resources from the environment; the same action code
 backs the Dagster ops (:mod:`connector_ops.ops`), the CLI and the ``%etl``/``%drive``/``%mail`` magics.
+
+Importing the package imports nothing else: names are resolved on first use (PEP 562), so
+``connector-ops --help`` or a module of the kernel never pays for pydantic, SQLAlchemy or Dagster.
 """
 
-from connector_ops.errors import ConnectorError
-from connector_ops.registry import invoke
+from __future__ import annotations
 
-__all__ = ["ConnectorError", "invoke", "load_ipython_extension"]
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from connector_ops.kernel.errors import ConnectorError
+    from connector_ops.session import Session, invoke
+
+__all__ = ["ConnectorError", "Session", "invoke", "load_ipython_extension"]
+
+_LAZY = {
+    "ConnectorError": "connector_ops.kernel.errors",
+    "invoke": "connector_ops.session",
+    "Session": "connector_ops.session",
+}
+
+#: The IPython extensions ``%load_ext connector_ops`` loads: the action magics, then ``%pipeline``.
+EXTENSIONS = ("connector_ops.magic", "connector_ops.pipelines.magic")
 
 
-def load_ipython_extension(ipython):  # pragma: no cover - exercised through %load_ext
-    from connector_ops.magic import load_ipython_extension as load
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
 
-    load(ipython)
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'connector_ops' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:  # pragma: no cover - exercised through %load_ext
+    for extension in EXTENSIONS:
+        ipython.extension_manager.load_extension(extension)

@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from connector_ops.errors import ConnectorError, ConnectorOpsError
+from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 from connector_ops.registry import ACTIONS, load_all
 
 #: modules with ``add_commands(subparsers)`` adding a command group (missing ones are skipped)
-COMMAND_GROUPS = ("connector_ops.drive.cli", "pipelines.cli")
+COMMAND_GROUPS = ("connector_ops.drive.cli", "connector_ops.pipelines.cli")
 
 
 def _print_json(value: Any) -> None:
@@ -43,8 +43,8 @@ def _read_payload(text: str | None) -> Any:
 
 
 def cmd_invoke(args: argparse.Namespace) -> None:
-    from connector_ops.progress import reporting_to, tqdm_reporter
-    from connector_ops.registry import invoke
+    from connector_ops.kernel.progress import reporting_to, tqdm_reporter
+    from connector_ops.session import invoke
 
     with reporting_to(tqdm_reporter if sys.stderr.isatty() else None):
         _print_json(invoke(args.name, _read_payload(args.input)))
@@ -57,9 +57,9 @@ def cmd_actions(_args: argparse.Namespace) -> None:
 
 
 def _files() -> Any:
-    from connector_ops.environment import resources_from_env
+    from connector_ops.environment import resources_for
 
-    return resources_from_env()["platform_files"]
+    return resources_for(["platform_files"])["platform_files"]
 
 
 def cmd_files_add(args: argparse.Namespace) -> None:
@@ -67,7 +67,7 @@ def cmd_files_add(args: argparse.Namespace) -> None:
 
 
 def cmd_files_serve(args: argparse.Namespace) -> None:
-    from resources.file_server import serve
+    from connector_ops.resources.file_server import serve
 
     store = _files()
     url = urlsplit(store.file_server_url)

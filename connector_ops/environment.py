@@ -1,18 +1,26 @@
 """Resources from the environment: the configuration contract of design.md, in one place.
 
-Two callers: :func:`connector_ops.invoke` / CLI / magic want live values read *now*
-(``resources_from_env()``), while ``pipelines.Definitions`` wants secrets as ``dagster.EnvVar`` so they
-are read inside the run and never stored in run config or events (``resources_from_env(deferred=True)``).
+The environment is read into :class:`Recipe` objects (a resource class and its settings); a secret is a
+:class:`EnvRef`, the *name* of its variable, so that whoever turns a recipe into something long-lived
+decides when the value is read: :meth:`Recipe.build` reads it now (``invoke()``, the CLI, the magics),
+the Dagster adapters pass it on as ``dagster.EnvVar`` so it is read inside the run and never stored in
+run config or events (``connector_ops.ops.resources.dagster_resources``).
+
+Builders are listed explicitly in :data:`BUILDERS`; each imports its resource module when called, so an
+action pays only for the resources it uses, and a bad setting of one connector never breaks another.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.resource import Resource
+from connector_ops.kernel.secrets import MASK, mask_url, masked
 
 #: Variables whose value is secret: passed as EnvVar in Definitions, masked by ``%connectors``.
 SECRET_VARIABLES = frozenset(
@@ -26,29 +34,40 @@ SECRET_VARIABLES = frozenset(
     }
 )
 
-DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
+#: The keys of the resources, in the order ``%connectors`` shows them.
+RESOURCE_KEYS = ("platform_files", "virtual_files", "drive", "mail")
+
+
+@dataclass(frozen=True)
+class EnvRef:
+    """A setting that is the value of the environment variable ``name``, read where the resource is built."""
+
+    name: str
 
 
 class Env:
-    """A view of the environment that knows defaults and how to hand out secrets."""
+    """A view of the environment that knows the defaults."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None, *, deferred: bool = False) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self.environ = dict(os.environ if environ is None else environ)
-        self.deferred = deferred
 
     def get(self, name: str, default: str | None = None) -> str | None:
         value = self.environ.get(name)
         return value if value not in (None, "") else default
 
-    def value(self, name: str, default: Any = None) -> Any:
-        """The variable's value, or ``EnvVar(name)`` when resolving is deferred to the run."""
-        if self.get(name) is None:
-            return default
-        return dg.EnvVar(name) if self.deferred else self.environ[name]
+    def secret(self, name: str, default: Any = None) -> EnvRef | Any:
+        """``EnvRef(name)`` when the variable is set (the value itself never enters a recipe)."""
+        return default if self.get(name) is None else EnvRef(name)
 
     def flag(self, name: str, default: bool = False) -> bool:
         value = self.get(name)
         return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+
+    def choice(self, name: str, default: str, choices: Iterable[str]) -> str:
+        value = (self.get(name) or default).strip().lower()
+        if value not in choices:
+            raise InvalidInput(name, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
 
     @property
     def home(self) -> Path:
@@ -58,50 +77,132 @@ class Env:
         return str(Path(self.get(name) or self.home / default_child).expanduser().resolve())
 
 
-#: key -> builder(Env) -> resource; connectors add theirs with :func:`resource_builder`.
-RESOURCE_BUILDERS: dict[str, Callable[[Env], Any]] = {}
+@dataclass(frozen=True)
+class Recipe:
+    """How to build one resource: its class and its settings (plain values, or :class:`EnvRef` secrets)."""
+
+    cls: type[Resource]
+    settings: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def of(cls, resource_cls: type[Resource], **settings: Any) -> Recipe:
+        return cls(resource_cls, tuple(sorted(settings.items())))
+
+    def replace(self, **changes: Any) -> Recipe:
+        return Recipe.of(self.cls, **{**dict(self.settings), **changes})
+
+    def resolved(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The settings with every ``EnvRef`` read from ``environ`` (the process environment by default)."""
+        env = os.environ if environ is None else environ
+        return {k: env.get(v.name) if isinstance(v, EnvRef) else v for k, v in self.settings}
+
+    def build(self, environ: Mapping[str, str] | None = None) -> Resource:
+        return self.cls(**self.resolved(environ))
 
 
-def resource_builder(key: str) -> Callable[[Callable[[Env], Any]], Callable[[Env], Any]]:
-    def register(fn: Callable[[Env], Any]) -> Callable[[Env], Any]:
-        RESOURCE_BUILDERS[key] = fn
-        return fn
+def _platform_files(env: Env) -> Recipe:
+    from connector_ops.resources.platform_files import DEFAULT_FILE_SERVER_URL, PlatformFileStore
 
-    return register
-
-
-_builders_loaded = False
+    return Recipe.of(PlatformFileStore, files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
+                     file_server_url=env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL))
 
 
-def _load_builders() -> None:
-    global _builders_loaded
-    if _builders_loaded:
-        return
-    import importlib
+def _virtual_files(env: Env) -> Recipe:
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
 
-    for module in ("resources.platform_files", "resources.virtual_files", "resources.drive", "resources.mail"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:  # a connector not built yet
-            if not module.startswith(exc.name or "-"):
-                raise
-    _builders_loaded = True
+    default = f"sqlite:///{env.home / 'virtual_files.db'}"
+    return Recipe.of(VirtualFileStore, database_url=env.secret("CONNECTOR_OPS_DATABASE_URL", default))
 
 
-def resources_from_env(environ: Mapping[str, str] | None = None, *, deferred: bool = False,
-                       keys: Iterable[str] | None = None) -> dict[str, Any]:
-    """Build the resources (``platform_files``, ``virtual_files``, ``drive``, ``mail``; or only ``keys``)
-    from ``environ``. A bad setting raises ``InvalidInput`` naming the variable."""
-    _load_builders()
-    env = Env(environ, deferred=deferred)
-    wanted = RESOURCE_BUILDERS.keys() if keys is None else keys
-    return {key: RESOURCE_BUILDERS[key](env) for key in wanted if key in RESOURCE_BUILDERS}
+def _drive(env: Env) -> Recipe:
+    backend = env.choice("CONNECTOR_OPS_DRIVE_BACKEND", "local", ("local", "google"))
+    if backend == "local":
+        from connector_ops.resources.drive.local import LocalDriveResource
+
+        return Recipe.of(LocalDriveResource, drive_dir=env.path("CONNECTOR_OPS_DRIVE_DIR", "drive"),
+                         link_base=env.get("CONNECTOR_OPS_DRIVE_LINK_BASE"))
+    from connector_ops.resources.drive.google import DEFAULT_API_URL, GoogleDriveResource
+    from connector_ops.resources.drive.google_auth import DEFAULT_TOKEN_URL
+
+    return Recipe.of(
+        GoogleDriveResource,
+        api_url=env.get("GOOGLE_DRIVE_API_URL", DEFAULT_API_URL),
+        token_url=env.get("GOOGLE_OAUTH_TOKEN_URL", DEFAULT_TOKEN_URL),
+        client_id=env.secret("GOOGLE_CLIENT_ID"),
+        client_secret=env.secret("GOOGLE_CLIENT_SECRET"),
+        refresh_token=env.secret("GOOGLE_REFRESH_TOKEN"),
+        service_account_file=env.get("GOOGLE_APPLICATION_CREDENTIALS"),
+        subject=env.get("GOOGLE_IMPERSONATE_SUBJECT"),
+    )
+
+
+def _smtp_port(env: Env) -> int | None:
+    value = env.get("SMTP_PORT")
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise InvalidInput("SMTP_PORT", f"must be a port number, got {value!r}")
+    return int(value)
+
+
+def _mail(env: Env) -> Recipe:
+    backend = env.choice("CONNECTOR_OPS_MAIL_BACKEND", "outbox", ("outbox", "mailjet", "smtp"))
+    if backend == "outbox":
+        from connector_ops.resources.mail.outbox import OutboxMailResource
+
+        return Recipe.of(OutboxMailResource, outbox_dir=env.path("CONNECTOR_OPS_OUTBOX_DIR", "outbox"))
+    if backend == "mailjet":
+        from connector_ops.resources.mail.mailjet import DEFAULT_API_URL, MailjetResource
+
+        return Recipe.of(
+            MailjetResource,
+            api_key=env.secret("MAILJET_API_KEY"),
+            api_secret=env.secret("MAILJET_API_SECRET"),
+            api_url=env.get("MAILJET_API_URL", DEFAULT_API_URL),
+            sandbox=env.flag("MAILJET_SANDBOX"),
+        )
+    from connector_ops.resources.mail.smtp import DEFAULT_PORTS, SmtpMailResource
+
+    return Recipe.of(
+        SmtpMailResource,
+        host=env.get("SMTP_HOST"),
+        port=_smtp_port(env),
+        username=env.get("SMTP_USERNAME"),
+        password=env.secret("SMTP_PASSWORD"),
+        security=env.choice("SMTP_SECURITY", "starttls", DEFAULT_PORTS),
+        ca_file=env.get("SMTP_CA_FILE"),
+        templates_dir=env.path("CONNECTOR_OPS_TEMPLATES_DIR", "templates"),
+    )
+
+
+#: resource key -> builder of its recipe. A key missing here is a KeyError, never silently skipped.
+BUILDERS: dict[str, Callable[[Env], Recipe]] = {
+    "platform_files": _platform_files,
+    "virtual_files": _virtual_files,
+    "drive": _drive,
+    "mail": _mail,
+}
+assert tuple(BUILDERS) == RESOURCE_KEYS
+
+
+def recipes_for(keys: Iterable[str] = RESOURCE_KEYS, environ: Mapping[str, str] | None = None) -> dict[str, Recipe]:
+    """The recipes of ``keys`` from ``environ``. A bad setting raises ``InvalidInput`` naming the variable."""
+    env = Env(environ)
+    return {key: BUILDERS[key](env) for key in keys}
+
+
+def resources_for(keys: Iterable[str] = RESOURCE_KEYS, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """New resources for ``keys``, built from ``environ`` now; the caller closes them.
+
+    Entry points that make many calls use a :class:`connector_ops.session.Session`, which reuses them.
+    """
+    env = dict(os.environ if environ is None else environ)
+    return {key: recipe.build(env) for key, recipe in recipes_for(keys, env).items()}
 
 
 def masked_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The connector variables that are set, secrets masked by the one rule of :mod:`connector_ops.secrets`
+    """The connector variables that are set, secrets masked by the one rule of :mod:`connector_ops.kernel.secrets`
     (a secret URL such as the database's keeps everything but its password readable)."""
-    from connector_ops.secrets import MASK, mask_url, masked
 
     def shown(name: str, value: str) -> str:
         if name in SECRET_VARIABLES:

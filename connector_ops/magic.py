@@ -26,11 +26,11 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from connector_ops.display import ActionOutput, StatusTable
-from connector_ops.errors import ConnectorError
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.progress import reporting_to, tqdm_reporter
 from connector_ops.magic_frames import file_preview, pull_frame, push_frame
 from connector_ops.magic_input import InputError, read_input
 from connector_ops.magic_session import Session, SessionError
-from connector_ops.progress import reporting_to, tqdm_reporter
 from connector_ops.registry import ACTIONS, ActionSpec, load_all, run_action
 
 CONNECTORS = ("etl", "drive", "mail")
@@ -120,6 +120,11 @@ class ConnectorMagics(Magics):
         super().__init__(shell)
         self.session = Session()
 
+    @classmethod
+    def instance_in(cls, ipython: Any) -> ConnectorMagics | None:
+        """The instance registered in ``ipython`` (``%pipeline`` runs with its session), if any."""
+        return next((m for m in ipython.magics_manager.registry.values() if isinstance(m, cls)), None)
+
     etl = _connector_magic("etl")
     drive = _connector_magic("drive")
     mail = _connector_magic("mail")
@@ -190,10 +195,11 @@ class ConnectorMagics(Magics):
     def connectors(self, line: str = "") -> Any:
         """Show or change the resources the magics use.
 
-        %connectors                        what is in use (secrets masked)
-        %connectors use pipelines:defs     the resources of a dagster Definitions (``use env``: environment)
-        %connectors set database_url=…     session settings: resource fields or environment variables
-        %connectors reset                  back to the environment, no session settings
+        %connectors                         what is in use (secrets masked)
+        %connectors use MODULE:defs         the resources of a dagster Definitions (``use env``: environment),
+                                            e.g. ``connector_ops.pipelines:defs``
+        %connectors set database_url=…      session settings: resource fields or environment variables
+        %connectors reset                   back to the environment, no session settings
         %connectors add-file PATH [--name NAME] [-o VAR]   store a local file as a platform file
         """
         try:
@@ -234,7 +240,7 @@ class ConnectorMagics(Magics):
             descriptor = resources["platform_files"].add_file(args.path, name=args.name,
                                                               content_type=args.content_type)
         except Exception as exc:
-            from connector_ops.errors import ConnectorOpsError
+            from connector_ops.kernel.errors import ConnectorOpsError
 
             status = exc.status if isinstance(exc, ConnectorOpsError) else 500
             raise ConnectorError(status, {"message": str(exc)}, action="files.add") from None
@@ -243,24 +249,9 @@ class ConnectorMagics(Magics):
             self.shell.user_ns[args.out] = result
         return result
 
-    # -- %pipeline -----------------------------------------------------------------------------------
-    @line_magic
-    def pipeline(self, line: str = "") -> Any:
-        """Run a Dagster job or a YAML pipeline in process and show each step's result.
-
-        %pipeline                          the jobs you can run by name
-        %pipeline run NAME_OR_FILE [-o VAR]
-        """
-        from connector_ops.magic_pipeline import pipeline_command
-
-        try:
-            return pipeline_command(self, shlex.split(line))
-        except ConnectorError as exc:
-            raise NotebookError.from_error(exc) from None
-
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext connector_ops``."""
+    """The action magics (``%load_ext connector_ops`` loads these and ``%pipeline``)."""
     import atexit
 
     magics = ConnectorMagics(ipython)
@@ -269,6 +260,6 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    for instance in list(ipython.magics_manager.registry.values()):
-        if isinstance(instance, ConnectorMagics):
-            instance.session.close()
+    instance = ConnectorMagics.instance_in(ipython)
+    if instance is not None:
+        instance.session.close()

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from connector_ops.display import MAX_ROWS, PREVIEW_BYTES
+from connector_ops.kernel.progress import track
 from connector_ops.magic_input import InputError
-from connector_ops.progress import track
-from resources.platform_files import PlatformFileStore
+from connector_ops.resources.platform_files import PlatformFileStore
 
 SLICE_ROWS = 50_000
 

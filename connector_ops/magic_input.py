@@ -27,7 +27,7 @@ import jinja2
 import yaml
 from pydantic import BaseModel
 
-from connector_ops.errors import ConnectorError
+from connector_ops.kernel.errors import ConnectorError
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 #: characters after which a quote opens a string (JSON always; YAML at the start of a scalar)

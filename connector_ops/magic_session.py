@@ -1,9 +1,9 @@
 """Which resources the notebook magics use: the environment, a ``Definitions`` object, session settings.
 
-``%connectors use pipelines:defs`` takes the resources bound in a Dagster ``Definitions`` (so a notebook
+``%connectors use connector_ops.pipelines:defs`` takes the resources bound in a Dagster ``Definitions`` (so a notebook
 runs against exactly what the deployment runs against); their ``EnvVar`` fields are resolved, and the
 resources set up, with ``dagster.build_resources`` — the same path a run takes. ``%connectors use env``
-goes back to :func:`connector_ops.environment.resources_from_env`, the default.
+goes back to :func:`connector_ops.environment.resources_for`, the default.
 
 ``%connectors set`` changes settings for this session only, on top of either source:
 
@@ -24,15 +24,14 @@ import os
 import re
 from typing import Any
 
-import dagster as dg
 from pydantic import ValidationError
 
 from connector_ops.display import StatusTable
-from connector_ops.environment import SECRET_VARIABLES, masked_environment, resources_from_env
-from connector_ops.errors import ConnectorError
+from connector_ops.environment import RESOURCE_KEYS, SECRET_VARIABLES, masked_environment, resources_for
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.secrets import MASK
+from connector_ops.kernel.secrets import masked as mask_setting
 from connector_ops.registry import describe_validation_error
-from connector_ops.secrets import MASK
-from connector_ops.secrets import masked as mask_setting
 
 ENV_PREFIXES = ("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_")
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -47,8 +46,9 @@ class SessionError(ConnectorError):
 
 def masked(field: str, value: Any, secrets: frozenset[str]) -> Any:
     """A setting as ``%connectors`` shows it: secrets replaced by ``****``, URL passwords hidden."""
-    if isinstance(value, dg.EnvVar):
-        return f"EnvVar({str(value)!r})"
+    env_var_name = getattr(value, "env_var_name", None)  # a dagster.EnvVar of a Definitions' resource
+    if env_var_name is not None:
+        return f"EnvVar({env_var_name!r})"
     if isinstance(value, str) and value in secrets:
         return MASK
     return mask_setting(field, value)
@@ -104,8 +104,10 @@ class Session:
         if target in ("env", "environment"):
             self.definitions, self.definitions_target = None, None
         else:
+            from connector_ops.ops.resources import is_definitions
+
             defs = load_object(target)
-            if not isinstance(defs, dg.Definitions):
+            if not is_definitions(defs):
                 raise SessionError(f"{target} is a {type(defs).__name__}, not a dagster Definitions")
             self.definitions, self.definitions_target = defs, target
         self._invalidate()
@@ -182,7 +184,7 @@ class Session:
         if self.definitions is not None:
             resources = dict(self.definitions.resources or {})
         else:
-            resources = resources_from_env(self.environ())
+            resources = resources_for(RESOURCE_KEYS, self.environ())
         by_key: dict[str, dict[str, str]] = {}
         for (key, field), value in self.field_overrides.items():
             by_key.setdefault(key, {})[field] = value
@@ -207,9 +209,11 @@ class Session:
         if self.definitions is None:
             resources = unresolved
         else:
+            from connector_ops.ops.resources import build_resources
+
             with self._environment_overrides():
                 try:
-                    built = self._stack.enter_context(dg.build_resources(unresolved))
+                    built = self._stack.enter_context(build_resources(unresolved))
                 except Exception as exc:  # e.g. an EnvVar whose variable is not set
                     raise SessionError(f"resources of {self.definitions_target} cannot be built: "
                                        f"{one_line(exc)}") from None

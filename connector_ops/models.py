@@ -1,54 +1,8 @@
-"""Shared pieces of the input/output models: the base class and the platform-file descriptor (spec 2.1).
-
-Every action has one input and one output model whose field names are the spec's JSON names; Python
-attributes are snake_case with the camelCase spec names as aliases, so both spellings validate and
-``model_dump(by_alias=True)`` gives back exactly the spec's JSON.
-"""
+"""Output models several connectors share (the platform-file descriptor itself is in the kernel)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
-
-
-def check_file_name(value: str) -> str:
-    """Names are metadata: refuse only what breaks headers and listings (empty, control characters)."""
-    if not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError("must be a non-empty name without control characters")
-    return value
-
-
-#: A file or folder name as the user gives it (never a path: stores make their own ids)
-FileName = Annotated[str, AfterValidator(check_file_name)]
-
-
-class SpecModel(BaseModel):
-    """Base of every input/output model: spec (camelCase) names, unknown fields refused."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        str_strip_whitespace=False,
-    )
-
-    def to_json(self) -> dict:
-        return self.model_dump(by_alias=True, mode="json", exclude_none=False)
-
-
-class PlatformFile(SpecModel):
-    """The platform's file descriptor (spec 2.1). Which fields are required depends on the action."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-    id: str | None = None
-    name: str | None = None
-    content_type: str | None = None
-    link: str | None = None
-    size: int | None = Field(default=None, ge=0)
-    last_modified: str | None = None
+from connector_ops.kernel.platform_file import PlatformFile, SpecModel
 
 
 class PlatformFileOutput(SpecModel):

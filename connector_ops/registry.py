@@ -6,6 +6,8 @@ Every entry point (Dagster op, :func:`invoke`, CLI, IPython magic, YAML pipeline
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -13,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from connector_ops.errors import ActionFailed, ConnectorError, ConnectorOpsError, InvalidInput, NotFound
+from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound
 
 log = logging.getLogger("connector_ops")
 
@@ -102,32 +104,54 @@ def action(
     return register
 
 
-_loaded = False
+#: connector -> the module whose import registers its actions. Explicit, so a missing module fails loudly.
+CONNECTOR_MODULES = {
+    "etl": "connector_ops.etl.actions",
+    "drive": "connector_ops.drive.actions",
+    "mail": "connector_ops.mail.actions",
+}
 
 
 def load_all() -> None:
-    """Import every connector so that its actions register themselves (once per process)."""
-    global _loaded
-    if _loaded:
-        return
-    import importlib
+    """Import every connector so that its actions register themselves."""
+    for connector in CONNECTOR_MODULES:
+        _load(connector)
 
-    for module in ("connector_ops.etl.actions", "connector_ops.drive.actions", "connector_ops.mail.actions"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:  # a connector not built yet
-            if not module.startswith(exc.name or "-"):
-                raise
-    _loaded = True
+
+def _load(connector: str) -> None:
+    importlib.import_module(CONNECTOR_MODULES[connector])
 
 
 def get_action(name: str) -> ActionSpec:
-    load_all()
-    try:
-        return ACTIONS[name]
-    except KeyError:
-        known = ", ".join(sorted(ACTIONS))
-        raise ConnectorError(400, {"message": f"unknown action {name!r}; known actions: {known}"}) from None
+    """The action ``name`` (``etl.push``; ``etl-push`` and ``etl_push`` are accepted too). Only its own
+    connector is imported, so one action never pays for the others' libraries."""
+    name = canonical_name(name)
+    connector = name.split(".", 1)[0]
+    if connector in CONNECTOR_MODULES:
+        _load(connector)
+    spec = ACTIONS.get(name)
+    if spec is None:
+        load_all()
+        raise ConnectorError(400, {"message": unknown_action_message(name)}) from None
+    return spec
+
+
+def canonical_name(name: str) -> str:
+    """``etl-query`` / ``etl_query`` / ``etl.query`` -> ``etl.query`` (the magics' and ops' spellings)."""
+    text = str(name).strip()
+    for sep in ("-", "_"):
+        connector, found, rest = text.partition(sep)
+        if found and "." not in text and connector in CONNECTOR_MODULES:
+            return f"{connector}.{rest.replace('-', '_')}"
+    return text
+
+
+def unknown_action_message(name: str) -> str:
+    """``unknown action 'etl.qury'; did you mean 'etl.query'?`` (else the list of actions)."""
+    close = difflib.get_close_matches(name, ACTIONS, n=3, cutoff=0.6)
+    if close:
+        return f"unknown action {name!r}; did you mean {' or '.join(repr(c) for c in close)}?"
+    return f"unknown action {name!r}; known actions: {', '.join(sorted(ACTIONS))}"
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -218,20 +242,3 @@ def run_action(spec: ActionSpec, payload: Any, resources: Mapping[str, Any]) -> 
     except Exception as exc:  # every failure leaves as a ConnectorError with the spec's status
         raise error_for(spec, exc) from exc
     return serialise_output(spec, out)
-
-
-def invoke(name: str, payload: Any, resources: Mapping[str, Any] | None = None) -> Any:
-    """Run the action ``name`` (``"etl.push"``) on ``payload`` (the spec's JSON input).
-
-    Returns the spec's output (a dict, ``"ok"``, ``None`` …); raises :class:`ConnectorError` with
-    ``.status`` and ``.body``.  Without ``resources`` they are built from the environment as it is now.
-    """
-    spec = get_action(name)
-    if resources is None:
-        from connector_ops.environment import resources_from_env
-
-        try:  # only what this action uses: a bad mail setting must not break an ETL call
-            resources = resources_from_env(keys=spec.resource_keys)
-        except Exception as exc:  # a misconfiguration is the service's fault (500), named clearly
-            raise error_for(spec, ActionFailed(f"configuration error: {exc}")) from exc
-    return run_action(spec, payload, resources)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipelines.dsl import CompiledPipeline, PipelineError, Problem, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, Problem, compile_pipeline, load_pipeline
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PIPELINES_DIR_VARIABLE = "CONNECTOR_OPS_PIPELINES_DIR"

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from connector_ops.environment import resources_from_env
-from pipelines.catalog import find_pipeline, load_catalog, pipeline_files
-from pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
-from pipelines.runner import run_compiled
+from connector_ops.environment import RESOURCE_KEYS
+from connector_ops.pipelines.catalog import find_pipeline, load_catalog, pipeline_files
+from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
+from connector_ops.pipelines.runner import run_compiled
+from connector_ops.session import Session
 
 
 def _print_problems(exc: PipelineError) -> None:
@@ -123,7 +124,11 @@ def cmd_run(args: argparse.Namespace) -> None:
     except PipelineError as exc:
         _print_problems(exc)
         raise SystemExit(1) from None
-    resources = resources_from_env()
+    with Session() as session:
+        _run(args, path, compiled, session.resources_for(RESOURCE_KEYS))
+
+
+def _run(args: argparse.Namespace, path: Path, compiled: CompiledPipeline, resources: dict[str, Any]) -> None:
     print(f"running {compiled.pipeline.name} ({path}) in process …", file=sys.stderr)
     outcome = run_compiled(compiled, resources, verbose=args.verbose)
     for step in compiled.pipeline.steps:

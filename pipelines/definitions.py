@@ -1,7 +1,7 @@
 """The Definitions object: jobs, schedules, sensors and resources from the environment.
 
 Jobs: ``first_etl`` (a hand-written graph of generated ops) and one job per pipeline file
-(``pipelines/*.yaml`` and ``$CONNECTOR_OPS_PIPELINES_DIR``, see :mod:`pipelines.catalog`), among them
+(``pipelines/*.yaml`` and ``$CONNECTOR_OPS_PIPELINES_DIR``, see :mod:`connector_ops.pipelines.catalog`), among them
 the demo ``sales_report``. A pipeline's ``schedule:`` becomes a schedule and its ``on_new_file:`` a
 drive-folder sensor (both stopped until turned on in the UI or with ``dagster schedule/sensor start``).
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dagster as dg
 
-from connector_ops.environment import resources_from_env
 from connector_ops.ops import etl_pull, etl_push, etl_query
-from pipelines.catalog import load_catalog
-from pipelines.samples import sample_file
+from connector_ops.ops.resources import dagster_resources
+from connector_ops.pipelines.catalog import load_catalog
+from connector_ops.pipelines.samples import sample_file
 
 
 @dg.job(
@@ -39,7 +39,7 @@ def build_definitions() -> dg.Definitions:
         jobs=[first_etl, *(p.job for p in pipelines)],
         schedules=[p.schedule for p in pipelines if p.schedule is not None],
         sensors=[p.sensor for p in pipelines if p.sensor is not None],
-        resources=resources_from_env(deferred=True),
+        resources=dagster_resources(),
     )
 
 

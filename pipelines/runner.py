@@ -13,9 +13,9 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.errors import ConnectorError
-from connector_ops.op_factory import error_of_failed_step
-from pipelines.dsl import CompiledPipeline
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.ops.factory import error_of_failed_step
+from connector_ops.pipelines.dsl import CompiledPipeline
 
 QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}  # we report failures ourselves
 

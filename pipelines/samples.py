@@ -4,7 +4,7 @@ from importlib import resources as importlib_resources
 
 import dagster as dg
 
-from resources.platform_files import PlatformFileStore
+from connector_ops.resources.platform_files import PlatformFileStore
 
 SAMPLES = ("sales.csv", "customers.csv")
 
@@ -12,7 +12,7 @@ SAMPLES = ("sales.csv", "customers.csv")
 def sample_path(name: str) -> str:
     if name not in SAMPLES:
         raise ValueError(f"unknown sample {name!r}; samples are {SAMPLES}")
-    return str(importlib_resources.files("pipelines") / "data" / name)
+    return str(importlib_resources.files("connector_ops.pipelines") / "data" / name)
 
 
 class SampleConfig(dg.Config):
@@ -20,7 +20,9 @@ class SampleConfig(dg.Config):
 
 
 @dg.op(tags={"connector": "etl"})
-def sample_file(context: dg.OpExecutionContext, config: SampleConfig, platform_files: PlatformFileStore) -> dict:
+def sample_file(
+    context: dg.OpExecutionContext, config: SampleConfig, platform_files: dg.ResourceParam[PlatformFileStore]
+) -> dict:
     """Store a bundled sample CSV as a platform file and return its descriptor."""
     descriptor = platform_files.add_file(sample_path(config.name)).to_json()
     context.add_output_metadata({"link": dg.MetadataValue.url(descriptor["link"]), "size": descriptor["size"]})

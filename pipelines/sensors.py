@@ -15,10 +15,10 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.errors import ConnectorError
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.pipelines.dsl import references as r
+from connector_ops.pipelines.dsl.model import Trigger
 from connector_ops.registry import get_action, run_action
-from pipelines.dsl import references as r
-from pipelines.dsl.model import Trigger
 
 LIST_ACTION = "drive.list"
 

@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from connector_ops.errors import NotFound
-from resources.platform_files import PlatformFileStore
+from connector_ops.kernel.errors import NotFound
+from connector_ops.resources.platform_files import PlatformFileStore
 
 
 def create_app(store: PlatformFileStore) -> Starlette:

@@ -14,21 +14,22 @@ import mimetypes
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-import dagster as dg
 import httpx
+from pydantic import PrivateAttr
 
-from connector_ops.environment import DEFAULT_FILE_SERVER_URL, Env, resource_builder
-from connector_ops.errors import InvalidInput, NotFound, UpstreamError
-from connector_ops.models import PlatformFile, check_file_name
+from connector_ops.kernel.atomic import atomic_write
+from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError
+from connector_ops.kernel.platform_file import PlatformFile, check_file_name
+from connector_ops.kernel.resource import Resource
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
+DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
 
 
@@ -94,12 +95,17 @@ class _HttpStream(io.RawIOBase):
         return n
 
 
-class PlatformFileStore(dg.ConfigurableResource):
+class PlatformFileStore(Resource):
     """Keeps platform files under ``files_dir`` and serves them at ``{file_server_url}/files/<id>``."""
 
     files_dir: str
+    """Folder holding the files' bytes (``<id>``) and descriptors (``<id>.json``)."""
     file_server_url: str = DEFAULT_FILE_SERVER_URL
+    """Base URL of ``connector-ops files serve``; links are ``{file_server_url}/files/<id>``."""
     http_timeout_s: float = 60.0
+    """Timeout in seconds for reading a remote (non-local) link."""
+
+    _http: httpx.Client | None = PrivateAttr(default=None)
 
 
     # -- paths -----------------------------------------------------------------------------------
@@ -128,9 +134,8 @@ class PlatformFileStore(dg.ConfigurableResource):
         name = clean_name(name)
         file_id = uuid.uuid4().hex
         data_path, meta_path = self._paths(file_id)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
         try:
-            with os.fdopen(fd, "wb") as handle:
+            with atomic_write(data_path) as handle:
                 pending = PendingFile(handle)
                 yield pending
             descriptor = PlatformFile(
@@ -141,21 +146,13 @@ class PlatformFileStore(dg.ConfigurableResource):
                 size=pending.size,
                 last_modified=utc_timestamp(),
             )
-            os.replace(tmp, data_path)
-            self._write_meta(meta_path, descriptor)
+            with atomic_write(meta_path) as meta:
+                meta.write(json.dumps(descriptor.to_json()).encode())
             pending.descriptor = descriptor
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            with contextlib.suppress(FileNotFoundError):
                 os.unlink(data_path)
             raise
-
-    def _write_meta(self, meta_path: Path, descriptor: PlatformFile) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-meta-")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(descriptor.to_json(), handle)
-        os.replace(tmp, meta_path)
 
     def add_file(self, path: str | os.PathLike[str], name: str | None = None,
                  content_type: str | None = None) -> PlatformFile:
@@ -208,7 +205,7 @@ class PlatformFileStore(dg.ConfigurableResource):
         link = pf.link or ""
         if not link.startswith(("http://", "https://")):
             raise InvalidInput(f"{field}.link", f"must be an http(s) URL or a link of this file server, got {link!r}")
-        with self._client() as client, client.stream("GET", link) as response:
+        with self._client().stream("GET", link) as response:
             if response.status_code == 404:
                 raise NotFound(f"platform file at {link} not found")
             if response.status_code >= 400:
@@ -228,22 +225,21 @@ class PlatformFileStore(dg.ConfigurableResource):
             return handle.read()
 
     def _client(self) -> httpx.Client:
-        """A client per download: files are large and few, and nothing is left open afterwards."""
-        return httpx.Client(
-            timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
-            follow_redirects=True,
-            transport=httpx.HTTPTransport(retries=2),
-        )
+        """One client for the store's lifetime (connections reused across downloads), closed by ``close()``."""
+        if self._http is None:
+            self._http = httpx.Client(
+                timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
+                follow_redirects=True,
+                transport=httpx.HTTPTransport(retries=2),
+            )
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def delete(self, file_id: str) -> None:
         for path in self._paths(file_id):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-
-
-@resource_builder("platform_files")
-def platform_files_from_env(env: Env) -> PlatformFileStore:
-    return PlatformFileStore(
-        files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
-        file_server_url=env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL),
-    )

@@ -17,7 +17,7 @@ import pytest
 
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))  # pgserver's platformdirs wants a private one
 
-from connector_ops.environment import resources_from_env
+from connector_ops.environment import resources_for
 
 CSV_SPECTRUM = Path(__file__).parent / "data" / "csv-spectrum"
 
@@ -42,7 +42,7 @@ def postgres_url() -> Iterator[str]:
             pytest.fail(f"PostgreSQL test server could not start under CI=true: {exc!r}")
         pytest.skip(f"PostgreSQL test server could not start: {exc!r}")
     yield url
-    from resources.virtual_files.engines import dispose_all
+    from connector_ops.resources.virtual_files.engines import dispose_all
 
     dispose_all()
     if server is not None:
@@ -74,7 +74,7 @@ def env(tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> d
 
 @pytest.fixture
 def resources(env: dict[str, str]) -> dict[str, Any]:
-    return resources_from_env(env)
+    return resources_for(environ=env)
 
 
 @pytest.fixture

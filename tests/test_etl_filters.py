@@ -255,7 +255,7 @@ def test_delete_rows_unknown_file_is_500_and_query_keeps_plain_equality(store, r
 
 def test_regex_on_many_rows_crosses_batches(store, resources):
     """The PostgreSQL path evaluates $regex in keyset batches: more rows than one batch."""
-    from resources.virtual_files import filters
+    from connector_ops.resources.virtual_files import filters
 
     rows = [{"n": str(i)} for i in range(filters.REGEX_BATCH + 7)]
     vf = store.create_from_rows(rows)
@@ -274,8 +274,8 @@ def test_postgresql_range_comparisons_use_code_point_order():
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql
 
-    from resources.virtual_files.catalog import row_table
-    from resources.virtual_files.filters import compile_filter
+    from connector_ops.resources.virtual_files.catalog import row_table
+    from connector_ops.resources.virtual_files.filters import compile_filter
 
     table = row_table("vf_x", [0])
     where = compile_filter({"v": {"$gt": "B"}}, {"v": table.c.c0}, dialect="postgresql")

@@ -108,16 +108,16 @@ def test_failure_carries_status_and_body(resources):
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_first_etl_job_runs_on_embedded_defaults(env):
-    from pipelines.definitions import build_definitions
+    from connector_ops.pipelines.definitions import build_definitions
 
-    # built here, not `pipelines.defs`: Definitions read the environment when built, and another test
+    # built here, not `connector_ops.pipelines.defs`: Definitions read the environment when built, and another test
     # may have built the module's `defs` for its own temporary home already
     result = build_definitions().resolve_job_def("first_etl").execute_in_process()
     assert result.success
     pulled = result.output_for_node("etl_pull", "platform_file")
-    from connector_ops.environment import resources_from_env
+    from connector_ops.environment import resources_for
 
-    text = resources_from_env()["platform_files"].read_bytes(pulled).decode()
+    text = resources_for()["platform_files"].read_bytes(pulled).decode()
     lines = text.splitlines()
     assert lines[0].startswith("order_id,date,customer_id,region")
     assert len(lines) == 205  # the sample's 204 rows and the header

@@ -273,7 +273,7 @@ def test_hostile_column_names_are_data(files, env):
 def _virtual_file_count(store) -> int:
     import sqlalchemy as sa
 
-    from resources.virtual_files.catalog import virtual_file
+    from connector_ops.resources.virtual_files.catalog import virtual_file
 
     with store.reading() as conn:
         return conn.execute(sa.select(sa.func.count()).select_from(virtual_file)).scalar_one()

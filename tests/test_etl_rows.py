@@ -187,8 +187,8 @@ def test_a_bad_setting_of_another_connector_does_not_break_etl(env, monkeypatch)
 
 
 def test_fan_out_batches_refuse_a_replaced_file(files, env, store):
-    from connector_ops.errors import NotFound
-    from connector_ops.etl.fanout import plan_batches, read_batch
+    from connector_ops.kernel.errors import NotFound
+    from connector_ops.ops.fanout import plan_batches, read_batch
 
     vf = numbers(files, 5)
     batches = plan_batches(store, vf, 2)

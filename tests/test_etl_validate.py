@@ -7,7 +7,7 @@ import json
 import pytest
 
 from connector_ops import ConnectorError, invoke
-from resources.virtual_files import VirtualFileStore
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 INLINE: dict = {}
 

@@ -9,18 +9,18 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from connector_ops.environment import resources_from_env
-from connector_ops.registry import invoke
-from pipelines.definitions import build_definitions
-from pipelines.dsl import PipelineError
+from connector_ops.environment import resources_for
+from connector_ops.pipelines.definitions import build_definitions
+from connector_ops.pipelines.dsl import PipelineError
+from connector_ops.session import invoke
 
 SHIPPED_JOBS = {"first_etl", "sales_report", "retail_customers", "drive_inbox", "sales_batches"}
 
 
 def test_definitions_load_and_every_default_config_validates() -> None:
-    import pipelines
+    import connector_ops.pipelines
 
-    defs = pipelines.defs
+    defs = connector_ops.pipelines.defs
     dg.Definitions.validate_loadable(defs)
     jobs = {job.name: job for job in defs.jobs}
     assert set(jobs) >= SHIPPED_JOBS
@@ -78,7 +78,7 @@ def test_pipelines_dir_adds_jobs_and_broken_files_fail_loudly(monkeypatch: pytes
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tmp_path: Path) -> None:
-    resources = resources_from_env(env)
+    resources = resources_for(environ=env)
     defs = build_definitions()
     sensor = defs.resolve_sensor_def("drive_inbox_on_new_file")
     job = defs.resolve_job_def("drive_inbox")

@@ -10,11 +10,11 @@ import dagster as dg
 import pytest
 
 from connector_ops.cli import main
-from connector_ops.environment import resources_from_env
-from connector_ops.errors import InvalidInput
-from pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
-from pipelines.dsl import references as r
-from pipelines.runner import run_compiled
+from connector_ops.environment import resources_for
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl import references as r
+from connector_ops.pipelines.runner import run_compiled
 
 DATA = Path(__file__).resolve().parents[1] / "pipelines" / "data"
 
@@ -245,7 +245,7 @@ def test_compiled_job_wires_references_as_edges(demo_file: Path) -> None:
 def test_pipeline_runs_with_foreach_env_and_file_references(demo_file: Path, env: dict[str, str],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSL_TEST_REGION", "North")
-    resources = resources_from_env(env)
+    resources = resources_for(environ=env)
     compiled = compile_pipeline(load_pipeline(demo_file))
     outcome = run_compiled(compiled, resources)
     assert outcome.success, outcome.error

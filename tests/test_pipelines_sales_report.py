@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.environment import resources_from_env
+from connector_ops.environment import resources_for
 
 ROOT = Path(__file__).resolve().parents[1]
 # pipelines/data/sales.csv: 204 orders, 35 of them with status "test", 4 refused by the schema
@@ -24,12 +24,12 @@ SALES_ROWS, TEST_ROWS, INVALID_ROWS = 204, 35, 4
 #: the multiprocess executor with forked (not spawned) step processes: same isolation, far less start-up
 #: cost per step (docs/pipelines.md, "Executors"); spawn works too but costs seconds per step
 FORKSERVER = {"execution": {"config": {"multiprocess": {
-    "start_method": {"forkserver": {"preload_modules": ["pipelines.definitions"]}}}}}}
+    "start_method": {"forkserver": {"preload_modules": ["connector_ops.pipelines.definitions"]}}}}}}
 
 
 def sales_report_job() -> dg.JobDefinition:
     """Module level, so the multiprocess executor's step processes can rebuild the job (reconstructable)."""
-    from pipelines.definitions import build_definitions
+    from connector_ops.pipelines.definitions import build_definitions
 
     return build_definitions().get_job_def("sales_report")
 
@@ -74,9 +74,9 @@ def check_outputs(output: Any, resources: dict[str, Any]) -> None:
 
 
 def test_sales_report_in_process(env: dict[str, str]) -> None:
-    from pipelines.definitions import build_definitions
+    from connector_ops.pipelines.definitions import build_definitions
 
-    resources = resources_from_env(env)
+    resources = resources_for(environ=env)
     job = build_definitions().get_job_def("sales_report")
     result = job.execute_in_process(resources=resources)
     assert result.success
@@ -123,7 +123,7 @@ def test_sales_report_multiprocess_with_persistent_instance(env: dict[str, str],
     assert len(report["pids"]) > 1  # really in several processes
     assert not any("database is locked" in m for m in report["messages"])
     outputs = {(n, o): v for n, o, v in report["outputs"]}
-    check_outputs(lambda node, out: outputs[(node, out)], resources_from_env(env))
+    check_outputs(lambda node, out: outputs[(node, out)], resources_for(environ=env))
     with dg.DagsterInstance.from_config(str(home)) as instance:  # persisted
         run = instance.get_run_by_id(report["run_id"])
         assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS

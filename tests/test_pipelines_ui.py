@@ -1,4 +1,4 @@
-"""The UI path: a real dagster-webserver on a loopback port serves ``-m pipelines``; through its GraphQL
+"""The UI path: a real dagster-webserver on a loopback port serves ``-m connector_ops.pipelines``; through its GraphQL
 API (what the UI itself calls) we list the jobs, launch ``sales_report`` and wait for it to succeed."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def graphql(url: str, query: str, variables: dict[str, Any] | None = None) -> di
 
 @pytest.fixture
 def webserver(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
-    """``dagster-webserver -m pipelines`` with a persistent instance that launches runs directly."""
+    """``dagster-webserver -m connector_ops.pipelines`` with a persistent instance that launches runs directly."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text(
@@ -78,7 +78,7 @@ def webserver(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_launch_sales_report_through_the_webserver(webserver: str, env: dict[str, str]) -> None:
-    from connector_ops.environment import resources_from_env
+    from connector_ops.environment import resources_for
 
     (repo,) = graphql(webserver, JOBS)["repositoriesOrError"]["nodes"]
     jobs = {j["name"] for j in repo["jobs"]}
@@ -100,7 +100,7 @@ def test_launch_sales_report_through_the_webserver(webserver: str, env: dict[str
         time.sleep(1)
     assert status == "SUCCESS"
 
-    resources = resources_from_env(env)
+    resources = resources_for(environ=env)
     outbox = Path(resources["mail"].outbox_dir)
     (message_file,) = outbox.glob("*.json")  # the run, launched through the UI's API, sent the report
     message = json.loads(message_file.read_text())["Messages"][0]

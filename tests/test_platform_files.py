@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from connector_ops import invoke
-from resources.file_server import create_app
-from resources.platform_files import PlatformFileStore
+from connector_ops.resources.file_server import create_app
+from connector_ops.resources.platform_files import PlatformFileStore
 from tests.servers import free_port, serving
 
 ISO_MS_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

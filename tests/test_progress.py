@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from connector_ops import invoke
-from connector_ops.progress import reporting_to
+from connector_ops.kernel.progress import reporting_to
 
 
 class Recorder:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from connector_ops.secrets import mask_url, masked
-from resources.drive.google import GoogleDriveResource
-from resources.virtual_files.store import VirtualFileStore
+from connector_ops.kernel.secrets import mask_url, masked
+from connector_ops.resources.drive.google import GoogleDriveResource
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 
 @pytest.mark.parametrize(

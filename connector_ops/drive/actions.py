@@ -1,19 +1,19 @@
 """The cloud drive actions (spec 4.A): the one implementation each entry point calls.
 
 Each function takes its input model and the ``drive`` resource (Google Drive or the local-folder drive,
-both :class:`~resources.drive.base.DriveBackend`) and, for uploads and downloads, the platform-file
+both :class:`~connector_ops.resources.drive.base.DriveBackend`) and, for uploads and downloads, the platform-file
 store. Actions whose spec output is "204, no content" return ``None``. A missing item is a 404.
 """
 
 from __future__ import annotations
 
 from connector_ops.drive import models as m
-from connector_ops.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.progress import track
 from connector_ops.models import PlatformFileOutput
-from connector_ops.progress import track
 from connector_ops.registry import action
-from resources.drive.base import DriveBackend
-from resources.platform_files import PlatformFileStore, guess_content_type
+from connector_ops.resources.drive.base import DriveBackend
+from connector_ops.resources.platform_files import PlatformFileStore, guess_content_type
 
 DRIVE = ("drive",)
 DRIVE_FILES = ("drive", "platform_files")

@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import webbrowser
 from pathlib import Path
 from typing import Any
 
 from connector_ops.environment import Env
+from connector_ops.kernel.atomic import atomic_write
 
 
 def cmd_check_token(_args: argparse.Namespace) -> None:
-    from connector_ops.environment import resources_from_env
+    from connector_ops.environment import resources_for
 
-    result = resources_from_env()["drive"].check_token()
+    with resources_for(["drive"])["drive"] as drive:
+        result = drive.check_token()
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
@@ -30,20 +30,13 @@ def save_env_line(path: Path, name: str, value: str) -> None:
     """Set ``name=value`` in a dotenv file, keeping its other lines; written atomically, mode 0600."""
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     lines = [line for line in lines if not line.startswith(f"{name}=")] + [f"{name}={value}"]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".env-")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write("\n".join(lines) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, file_mode=0o600) as handle:
+        handle.write(("\n".join(lines) + "\n").encode())
 
 
 def cmd_login(args: argparse.Namespace) -> None:
-    from resources.drive.google_auth import DEFAULT_TOKEN_URL
-    from resources.drive.google_login import DEFAULT_AUTH_URL, require, sign_in
+    from connector_ops.resources.drive.google_auth import DEFAULT_TOKEN_URL
+    from connector_ops.resources.drive.google_login import DEFAULT_AUTH_URL, require, sign_in
 
     env = Env()
 

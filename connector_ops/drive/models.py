@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
-from connector_ops.models import PlatformFile, SpecModel, check_file_name
-from resources.drive.base import ETYPE_MIME, UNCREATABLE_TYPES, Grant
+from connector_ops.kernel.platform_file import PlatformFile, SpecModel, check_file_name
+from connector_ops.resources.drive.base import ETYPE_MIME, UNCREATABLE_TYPES, Grant
 
 #: ids are opaque strings; blank ones are refused with the field's name
 Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]

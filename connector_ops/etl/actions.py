@@ -11,15 +11,15 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import IO
 
-from connector_ops.errors import InvalidInput
 from connector_ops.etl import models as m
 from connector_ops.etl.readers import as_text, is_json, read_csv, read_json
 from connector_ops.etl.writers import csv_chunks, json_chunks
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.models import PlatformFileOutput
-from connector_ops.progress import reading_with_progress, track
 from connector_ops.registry import action
-from resources.platform_files import PlatformFileStore
-from resources.virtual_files import VirtualFileStore
+from connector_ops.resources.platform_files import PlatformFileStore
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 ETL = ("virtual_files",)
 ETL_FILES = ("virtual_files", "platform_files")

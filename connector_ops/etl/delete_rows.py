@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from connector_ops.etl import models as m
 from connector_ops.registry import action
-from resources.virtual_files import VirtualFileStore
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 
 @action("etl.delete_rows", m.DeleteRowsInput, m.DeleteRowsOutput, resources=("virtual_files",))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from connector_ops.etl import models as m
 from connector_ops.registry import action
-from resources.virtual_files import VirtualFileStore
-from resources.virtual_files.joins import Side, join_files
+from connector_ops.resources.virtual_files.joins import Side, join_files
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 
 def _side(side: m.JoinSide) -> Side:

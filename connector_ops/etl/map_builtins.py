@@ -8,9 +8,26 @@ except where said otherwise. Every step keeps the column order of the row.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from connector_ops.etl.map_functions import Row, RowFunction, step_factory
+Row = dict[str, str]
+RowFunction = Callable[[Row], Mapping[str, Any] | None]
+#: a step factory: the step's (args, kwargs) -> the row function (raises ValueError for bad arguments)
+StepFactory = Callable[[tuple[str, ...], dict[str, str]], RowFunction]
+
+#: name -> factory of every built-in step (user functions are registered in map_functions)
+BUILTINS: dict[str, StepFactory] = {}
+
+
+def step_factory(name: str) -> Callable[[StepFactory], StepFactory]:
+    """Register a factory that checks its arguments once and returns the row function."""
+
+    def register(factory: StepFactory) -> StepFactory:
+        BUILTINS[name] = factory
+        return factory
+
+    return register
 
 CASTS = ("integer", "float", "boolean", "string")
 TRUE_WORDS, FALSE_WORDS = {"true", "yes", "y", "1", "on"}, {"false", "no", "n", "0", "off"}

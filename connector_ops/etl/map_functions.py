@@ -20,12 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from connector_ops.errors import InvalidInput
+from connector_ops.etl.map_builtins import BUILTINS, Row, RowFunction, StepFactory
+from connector_ops.kernel.errors import InvalidInput
 
-Row = dict[str, str]
-RowFunction = Callable[[Row], Mapping[str, Any] | None]
-#: a step factory: the step's (args, kwargs) -> the row function (raises ValueError for bad arguments)
-StepFactory = Callable[[tuple[str, ...], dict[str, str]], RowFunction]
 F = TypeVar("F", bound=Callable[..., Any])
 
 FIELD = "action"
@@ -52,19 +49,8 @@ def map_action(name: str) -> Callable[[F], F]:
     return register
 
 
-def step_factory(name: str) -> Callable[[StepFactory], StepFactory]:
-    """Register a factory that checks its arguments once and returns the row function (built-ins)."""
-
-    def register(factory: StepFactory) -> StepFactory:
-        _STEPS[name] = factory
-        return factory
-
-    return register
-
-
 def registered() -> list[str]:
-    _load_builtins()
-    return sorted(_STEPS)
+    return sorted({**BUILTINS, **_STEPS})
 
 
 def _binding(fn: Callable[..., Any], label: str) -> StepFactory:
@@ -187,11 +173,10 @@ def resolve(text: str) -> RowFunction:
 
 
 def _resolve_step(step: Step) -> RowFunction:
-    _load_builtins()
     if ":" in step.name:
         factory = _binding(_import(step.name), step.name)
-    elif step.name in _STEPS:
-        factory = _STEPS[step.name]
+    elif step.name in _STEPS or step.name in BUILTINS:
+        factory = _STEPS.get(step.name) or BUILTINS[step.name]
     else:
         raise InvalidInput(FIELD, f"unknown map action {step.name!r}; use a built-in ({', '.join(registered())}), "
                                   "a name registered with @map_action, or package.module:function")
@@ -215,7 +200,3 @@ def _import(reference: str) -> Callable[..., Any]:
     if not callable(target):
         raise InvalidInput(FIELD, f"{reference!r} is not callable")
     return target
-
-
-def _load_builtins() -> None:
-    from connector_ops.etl import map_builtins  # noqa: F401  (registers the built-ins on import)

@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from connector_ops.errors import ActionFailed
 from connector_ops.etl import models as m
 from connector_ops.etl.map_functions import RowFunction, resolve
 from connector_ops.etl.readers import as_text
-from connector_ops.progress import track
+from connector_ops.kernel.errors import ActionFailed
+from connector_ops.kernel.progress import track
 from connector_ops.registry import action
-from resources.virtual_files import VirtualFileStore
-from resources.virtual_files.store import SCAN_BATCH, RowWriter, keyset_pages, present
+from connector_ops.resources.virtual_files.store import SCAN_BATCH, RowWriter, VirtualFileStore, keyset_pages, present
 
 BATCH = SCAN_BATCH
 

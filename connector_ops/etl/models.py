@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from connector_ops.models import FileName, PlatformFile, SpecModel
+from connector_ops.kernel.platform_file import FileName, PlatformFile, SpecModel
 
 
 def _delimiter(value: str) -> str:

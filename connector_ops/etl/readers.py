@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import ijson
 
-from connector_ops.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput
 
 BATCH = 10_000
 FIELD = "platformFile"

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from connector_ops.errors import InvalidInput
 from connector_ops.etl import models as m
+from connector_ops.kernel.errors import InvalidInput
 from connector_ops.registry import action
-from resources.virtual_files import VirtualFileStore
-from resources.virtual_files.store import SCAN_BATCH, keyset_pages, present
+from connector_ops.resources.virtual_files.store import SCAN_BATCH, VirtualFileStore, keyset_pages, present
 
 RULES = ("type", "minLength", "maxLength", "required")
 TYPES = ("string", "integer", "float", "boolean")

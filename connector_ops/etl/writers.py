@@ -14,7 +14,7 @@ import io
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from connector_ops.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput
 
 Rows = list[tuple]
 

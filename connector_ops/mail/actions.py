@@ -1,7 +1,7 @@
 """The e-mail action (spec 4.B): the one implementation every entry point calls.
 
 Input was checked by :mod:`connector_ops.mail.models` (400 naming the field); here it becomes a
-:class:`~resources.mail.message.MailMessage` and goes to whichever ``mail`` backend is configured.
+:class:`~connector_ops.resources.mail.message.MailMessage` and goes to whichever ``mail`` backend is configured.
 Provider failures leave as status 500 ``{"message": …}``, the only error the spec shows.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 from connector_ops.mail import models as m
 from connector_ops.models import EmptyOutput
 from connector_ops.registry import action
-from resources.mail import Address, Attachment, MailMessage, MailResource
-from resources.mail.message import parse_address
-from resources.platform_files import PlatformFileStore, guess_content_type
+from connector_ops.resources.mail.base import MailResource
+from connector_ops.resources.mail.message import Address, Attachment, MailMessage, parse_address
+from connector_ops.resources.platform_files import PlatformFileStore, guess_content_type
 
 
 def _recipients(inp: m.SendTransactionalMessageInput) -> dict[str, list[Address]]:

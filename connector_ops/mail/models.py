@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from connector_ops.models import PlatformFile, SpecModel
-from resources.mail.message import (
+from connector_ops.kernel.platform_file import PlatformFile, SpecModel
+from connector_ops.resources.mail.message import (
     MAX_RECIPIENTS,
     MAX_SUBJECT_LENGTH,
     check_header_text,

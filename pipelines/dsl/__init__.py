@@ -5,9 +5,9 @@
 The syntax is documented in docs/pipelines.md.
 """
 
-from pipelines.dsl.compiler import CompiledPipeline, compile_pipeline
-from pipelines.dsl.model import Pipeline, PipelineError, Problem, Step
-from pipelines.dsl.validate import load_pipeline, parse_pipeline
+from connector_ops.pipelines.dsl.compiler import CompiledPipeline, compile_pipeline
+from connector_ops.pipelines.dsl.model import Pipeline, PipelineError, Problem, Step
+from connector_ops.pipelines.dsl.validate import load_pipeline, parse_pipeline
 
 __all__ = [
     "CompiledPipeline",

@@ -21,12 +21,12 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.etl.fanout import etl_batch_rows, etl_iterate_batches
-from connector_ops.op_factory import output_names
 from connector_ops.ops import all_ops
-from pipelines.dsl import references as r
-from pipelines.dsl.model import Pipeline, Step
-from pipelines.dsl.step_ops import (
+from connector_ops.ops.factory import output_names
+from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
+from connector_ops.pipelines.dsl import references as r
+from connector_ops.pipelines.dsl.model import Pipeline, Step
+from connector_ops.pipelines.dsl.step_ops import (
     BATCH_INPUT,
     ROWS_INPUT,
     TRIGGER_INPUT,
@@ -216,7 +216,7 @@ def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
             description=f"Runs {pipeline.name} on `{pipeline.schedule}` (from {pipeline.file})",
         )
     if pipeline.on_new_file is not None:
-        from pipelines.sensors import drive_folder_sensor
+        from connector_ops.pipelines.sensors import drive_folder_sensor
 
         compiled.sensor = drive_folder_sensor(job, pipeline.on_new_file, trigger_node=TRIGGER_NODE,
                                               default_config=default_config)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connector_ops.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput
 
 _TOKEN = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
 _SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")

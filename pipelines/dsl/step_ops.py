@@ -15,9 +15,9 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.errors import ConnectorError, InvalidInput, NotFound
-from connector_ops.op_factory import failure, output_metadata
-from pipelines.dsl import references as r
+from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
+from connector_ops.ops.factory import failure, output_metadata
+from connector_ops.pipelines.dsl import references as r
 
 BATCH_INPUT, ROWS_INPUT, TRIGGER_INPUT = "batch", "batch_rows", "trigger"
 

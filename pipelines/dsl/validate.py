@@ -20,10 +20,10 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, ValidationError
 
+from connector_ops.pipelines.dsl import references as r
+from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
+from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.registry import ACTIONS, ActionSpec, load_all
-from pipelines.dsl import references as r
-from pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
-from pipelines.dsl.source import Document, SourceError, parse_yaml
 
 TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "steps")
 STEP_KEYS = ("id", "action", "input", "after", "foreach", "description")

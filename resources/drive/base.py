@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import IO, Literal, Protocol, runtime_checkable
 
-from connector_ops.addresses import normalised_email
-from connector_ops.errors import InvalidInput
+from connector_ops.kernel.addresses import normalised_email
+from connector_ops.kernel.errors import InvalidInput
 
 #: Spec 2.2: the drive root is called "my-drive"; Google calls it "root". Both are accepted as ids.
 ROOT_ALIASES = frozenset({"root", "my-drive"})

@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 from urllib.parse import quote
 
-import dagster as dg
 import httpx
 from pydantic import PrivateAttr
 
-from connector_ops.errors import ActionFailed, InvalidInput, UpstreamError
-from connector_ops.progress import track
-from connector_ops.secrets import RedactedRepr
-from resources.drive.base import (
+from connector_ops.kernel.errors import ActionFailed, InvalidInput, UpstreamError
+from connector_ops.kernel.progress import track
+from connector_ops.kernel.resource import Resource
+from connector_ops.resources.drive.base import (
     EXPORT_DEFAULTS,
     FOLDER_MIME,
     GOOGLE_APPS,
@@ -34,14 +33,14 @@ from resources.drive.base import (
     copy_name,
     export_name,
 )
-from resources.drive.google_auth import (
+from connector_ops.resources.drive.google_auth import (
     DEFAULT_TOKEN_URL,
     TokenSource,
     service_account_token_source,
     user_token_source,
 )
-from resources.drive.google_http import DriveApiError, DriveHttp
-from resources.drive.uploads import (
+from connector_ops.resources.drive.google_http import DriveApiError, DriveHttp
+from connector_ops.resources.drive.uploads import (
     QUANTUM,
     ChunkedSender,
     SessionLost,
@@ -51,7 +50,7 @@ from resources.drive.uploads import (
     read_up_to,
     seekable_size,
 )
-from resources.retry import Backoff
+from connector_ops.resources.retry import Backoff
 
 DEFAULT_API_URL = "https://www.googleapis.com"
 SAD = {"supportsAllDrives": "true"}
@@ -76,7 +75,7 @@ def _grant_body(grant: Grant) -> dict[str, Any]:
     return body
 
 
-class GoogleDriveResource(RedactedRepr, dg.ConfigurableResource):
+class GoogleDriveResource(Resource):
     """Google Drive v3 over one httpx client, signed in with a refresh token or a service account."""
 
     api_url: str = DEFAULT_API_URL
@@ -108,6 +107,13 @@ class GoogleDriveResource(RedactedRepr, dg.ConfigurableResource):
                 backoff = Backoff(self.backoff_base_s, self.backoff_max_s, self.max_attempts)
                 self._http = DriveHttp(client, self._token_source(client), backoff)
             return self._http
+
+    def close(self) -> None:
+        """Close the HTTP client; the next call opens a new one (and signs in again)."""
+        with self._lock:
+            if self._http is not None:
+                self._http.client.close()
+                self._http = None
 
     def _token_source(self, client: httpx.Client) -> TokenSource:
         if self.refresh_token:

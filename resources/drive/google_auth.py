@@ -24,7 +24,7 @@ from google.auth import transport
 from google.oauth2 import credentials as user_credentials
 from google.oauth2 import service_account
 
-from connector_ops.errors import InvalidInput, UpstreamError
+from connector_ops.kernel.errors import InvalidInput, UpstreamError
 
 DRIVE_SCOPE = "https://www.googleapis.com/auth/drive"
 DEFAULT_TOKEN_URL = "https://oauth2.googleapis.com/token"

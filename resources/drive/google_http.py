@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
-from connector_ops.errors import UpstreamError
-from resources.drive.google_auth import TokenSource
-from resources.retry import Backoff
+from connector_ops.kernel.errors import UpstreamError
+from connector_ops.resources.drive.google_auth import TokenSource
+from connector_ops.resources.retry import Backoff
 
 RATE_LIMIT_REASONS = frozenset({"userRateLimitExceeded", "rateLimitExceeded", "sharingRateLimitExceeded"})
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})

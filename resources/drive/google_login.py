@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from connector_ops.errors import InvalidInput, UpstreamError
-from resources.drive.google_auth import DRIVE_SCOPE
+from connector_ops.kernel.errors import InvalidInput, UpstreamError
+from connector_ops.resources.drive.google_auth import DRIVE_SCOPE
 
 DEFAULT_AUTH_URL = "https://accounts.google.com/o/oauth2/v2/auth"
 PAGE = b"<html><body><h3>connector-ops: sign-in finished.</h3>You can close this tab.</body></html>"

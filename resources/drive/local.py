@@ -11,22 +11,20 @@ transaction per action, so a failed action leaves nothing half-written. The root
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import secrets
 import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-import dagster as dg
-
-from connector_ops.errors import InvalidInput, NotFound
-from connector_ops.progress import track
-from resources.drive.base import FOLDER_MIME, ROOT_ALIASES, Download, DriveItem, Grant, copy_name
-from resources.platform_files import utc_timestamp
+from connector_ops.kernel.atomic import atomic_write
+from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.progress import track
+from connector_ops.kernel.resource import Resource
+from connector_ops.resources.drive.base import FOLDER_MIME, ROOT_ALIASES, Download, DriveItem, Grant, copy_name
+from connector_ops.resources.platform_files import utc_timestamp
 
 CHUNK = 1 << 20
 ROOT = "root"
@@ -53,7 +51,7 @@ CREATE TABLE IF NOT EXISTS permissions (
 """
 
 
-class LocalDriveResource(dg.ConfigurableResource):
+class LocalDriveResource(Resource):
     """A folder that behaves like a drive (spec 4.A) for demos, notebooks and offline tests."""
 
     drive_dir: str
@@ -122,18 +120,9 @@ class LocalDriveResource(dg.ConfigurableResource):
         conn.execute("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?)",
                      (item_id, name, int(folder), mime, parent, size, utc_timestamp()))
 
-    @contextlib.contextmanager
-    def _new_blob(self, item_id: str) -> Iterator[IO[bytes]]:
+    def _new_blob(self, item_id: str) -> contextlib.AbstractContextManager[IO[bytes]]:
         """Write bytes under a temporary name; they appear at ``items/<id>`` only if the block succeeds."""
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                yield handle
-            os.replace(tmp, self._blob(item_id))
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        return atomic_write(self._blob(item_id))
 
     def _discard(self, item_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -32,9 +32,9 @@ from typing import IO, Any
 
 import httpx
 
-from connector_ops.errors import ActionFailed, UpstreamError
-from connector_ops.progress import Reporter
-from resources.drive.google_http import DriveHttp, is_retryable, parse_error
+from connector_ops.kernel.errors import ActionFailed, UpstreamError
+from connector_ops.kernel.progress import Reporter
+from connector_ops.resources.drive.google_http import DriveHttp, is_retryable, parse_error
 
 QUANTUM = 256 * 1024
 SLICE = 1 << 20

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Iterator
 
 import httpx
 
-from connector_ops.errors import ActionFailed, InvalidInput, NotFound, UpstreamError
-from resources.mail.message import MAX_ATTACHMENT_BYTES, Attachment
-from resources.platform_files import PlatformFileStore
+from connector_ops.kernel.errors import ActionFailed, InvalidInput, NotFound, UpstreamError
+from connector_ops.resources.mail.message import MAX_ATTACHMENT_BYTES, Attachment
+from connector_ops.resources.platform_files import PlatformFileStore
 
 CHUNK = 3 * (1 << 18)  # a multiple of 3, so base64 of each chunk concatenates cleanly
 

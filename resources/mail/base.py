@@ -1,7 +1,7 @@
 """What every mail backend shares: one ``send`` that checks the attachment budget, then delivers.
 
 Interchangeable backends behind one interface (the idea of Django's e-mail backends): the action sends a
-validated :class:`~resources.mail.message.MailMessage` and never knows whether it went to Mailjet, an
+validated :class:`~connector_ops.resources.mail.message.MailMessage` and never knows whether it went to Mailjet, an
 SMTP server or the outbox folder.
 """
 
@@ -10,16 +10,15 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 
-import dagster as dg
-
-from resources.mail.attachments import AttachmentReader
-from resources.mail.message import MailMessage
-from resources.platform_files import PlatformFileStore
+from connector_ops.kernel.resource import Resource
+from connector_ops.resources.mail.attachments import AttachmentReader
+from connector_ops.resources.mail.message import MailMessage
+from connector_ops.resources.platform_files import PlatformFileStore
 
 log = logging.getLogger("connector_ops.mail")
 
 
-class MailResource(dg.ConfigurableResource, ABC):
+class MailResource(Resource, ABC):
     """Base of the ``mail`` resources. Subclasses implement :meth:`deliver`."""
 
     def send(self, message: MailMessage, files: PlatformFileStore) -> str:

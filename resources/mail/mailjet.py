@@ -19,13 +19,13 @@ from typing import IO
 import httpx
 from pydantic import PrivateAttr
 
-from connector_ops.errors import ActionFailed, UpstreamError
-from resources.mail.attachments import AttachmentReader
-from resources.mail.base import MailResource
-from resources.mail.mailjet_errors import Outcome, interpret
-from resources.mail.message import MailMessage
-from resources.mail.payload import write_payload
-from resources.retry import Backoff
+from connector_ops.kernel.errors import ActionFailed, UpstreamError
+from connector_ops.resources.mail.attachments import AttachmentReader
+from connector_ops.resources.mail.base import MailResource
+from connector_ops.resources.mail.mailjet_errors import Outcome, interpret
+from connector_ops.resources.mail.message import MailMessage
+from connector_ops.resources.mail.payload import write_payload
+from connector_ops.resources.retry import Backoff
 
 DEFAULT_API_URL = "https://api.mailjet.com"
 _SPOOL_IN_MEMORY = 1 << 20  # bodies above 1 MiB (attachments) go to a temporary file
@@ -107,7 +107,7 @@ class MailjetResource(MailResource):
             Backoff(self.backoff_s, self.max_wait_s, self.max_attempts, self.max_wait_s).wait(attempt - 1, response)
         raise AssertionError("unreachable: the loop returns or raises")
 
-    def teardown_after_execution(self, context: object) -> None:
+    def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None

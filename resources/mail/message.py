@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from connector_ops.addresses import normalised_email
-from connector_ops.models import PlatformFile
+from connector_ops.kernel.addresses import normalised_email
+from connector_ops.kernel.platform_file import PlatformFile
 
 MAX_RECIPIENTS = 50  # To + Cc + Bcc (Mailjet send-0015)
 MAX_SUBJECT_LENGTH = 255  # Mailjet mj-0006

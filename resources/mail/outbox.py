@@ -7,17 +7,15 @@ temporary name and renamed into place: a reader of the folder never sees half a 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from resources.mail.attachments import AttachmentReader
-from resources.mail.base import MailResource
-from resources.mail.message import MailMessage
-from resources.mail.payload import write_payload
+from connector_ops.kernel.atomic import atomic_write
+from connector_ops.resources.mail.attachments import AttachmentReader
+from connector_ops.resources.mail.base import MailResource
+from connector_ops.resources.mail.message import MailMessage
+from connector_ops.resources.mail.payload import write_payload
 
 
 class OutboxMailResource(MailResource):
@@ -30,15 +28,6 @@ class OutboxMailResource(MailResource):
         root.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         final = root / f"{stamp}-{uuid.uuid4().hex[:12]}.json"
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "wb") as sink:
-                write_payload(sink, message, attachments, sandbox=False)
-                sink.flush()
-                os.fsync(sink.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        with atomic_write(final, durable=True) as sink:
+            write_payload(sink, message, attachments, sandbox=False)
         return final.name

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from connector_ops.errors import InvalidInput
-from resources.mail.attachments import AttachmentReader
-from resources.mail.message import Address, MailMessage
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.resources.mail.attachments import AttachmentReader
+from connector_ops.resources.mail.message import Address, MailMessage
 
 
 def _address(address: Address) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """SmtpMailResource: for users without Mailjet; any SMTP server, templates from a local folder.
 
 The MIME message is built with the standard library's modern policy (which itself refuses line breaks
-in headers), rendered from :mod:`resources.mail.templates`, and sent with ``smtplib``. Bcc recipients are
+in headers), rendered from :mod:`connector_ops.resources.mail.templates`, and sent with ``smtplib``. Bcc recipients are
 only in the envelope (``RCPT TO``), never in a header, so no recipient can see them. The template is
 rendered and the attachments read (within the 15 MB budget) before the connection is opened.
 """
@@ -15,11 +15,11 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Literal
 
-from connector_ops.errors import ActionFailed, UpstreamError
-from resources.mail.attachments import AttachmentReader
-from resources.mail.base import MailResource
-from resources.mail.message import Address, MailMessage
-from resources.mail.templates import LocalTemplates
+from connector_ops.kernel.errors import ActionFailed, UpstreamError
+from connector_ops.resources.mail.attachments import AttachmentReader
+from connector_ops.resources.mail.base import MailResource
+from connector_ops.resources.mail.message import Address, MailMessage
+from connector_ops.resources.mail.templates import LocalTemplates
 
 Security = Literal["starttls", "tls", "none"]
 DEFAULT_PORTS = {"starttls": 587, "tls": 465, "none": 25}

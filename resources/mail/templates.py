@@ -20,8 +20,8 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
-from connector_ops.errors import ActionFailed
-from resources.mail.message import check_header_text
+from connector_ops.kernel.errors import ActionFailed
+from connector_ops.resources.mail.message import check_header_text
 
 SUBJECT, TEXT, HTML = "subject.j2", "body.txt.j2", "body.html.j2"
 

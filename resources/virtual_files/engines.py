@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from resources.virtual_files.catalog import metadata
+from connector_ops.resources.virtual_files.catalog import metadata
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()

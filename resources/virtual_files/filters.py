@@ -33,8 +33,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from connector_ops.errors import InvalidInput
-from resources.virtual_files.engines import SQLITE_FUNCTIONS
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.resources.virtual_files.engines import SQLITE_FUNCTIONS
 
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 FIELD_OPERATORS = {"$eq", "$ne", "$in", "$nin", "$exists", "$regex", "$options", "$not", *COMPARISONS}

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Literal
 
 import sqlalchemy as sa
 
-from connector_ops.errors import InvalidInput
-from resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
 
 if TYPE_CHECKING:
-    from resources.virtual_files.store import RowWriter, VirtualFileStore
+    from connector_ops.resources.virtual_files.store import RowWriter, VirtualFileStore
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
-from connector_ops.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput
 
 
 def insert_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:

@@ -15,18 +15,17 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import dagster as dg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from connector_ops.errors import InvalidInput, NotFound
-from connector_ops.secrets import RedactedRepr
-from resources.virtual_files import catalog as cat
-from resources.virtual_files.catalog import VirtualFileInfo, internal_name
-from resources.virtual_files.engines import WRITE, get_engine
-from resources.virtual_files.fetching import fetch_all, stream
-from resources.virtual_files.filters import compile_filter, equality_columns
-from resources.virtual_files.loaders import insert_batches
+from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.resource import Resource
+from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
+from connector_ops.resources.virtual_files.engines import WRITE, get_engine
+from connector_ops.resources.virtual_files.fetching import fetch_all, stream
+from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns
+from connector_ops.resources.virtual_files.loaders import insert_batches
 
 Row = dict[str, str]
 DEFAULT_CURSOR = "default"
@@ -83,7 +82,7 @@ class RowWriter:
         return self.write_tuples(names, ([row.get(n) for n in names] for row in rows))
 
 
-class VirtualFileStore(RedactedRepr, dg.ConfigurableResource):
+class VirtualFileStore(Resource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
     database_url: str

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from connector_ops.environment import resources_from_env
+from connector_ops.environment import resources_for
 from tests.drive.support import CLIENT_ID, CLIENT_SECRET, REFRESH_TOKEN, Drive, fast_google, google_env
 from tests.servers import serving
 from tests.servers.fake_drive import FakeDrive
@@ -39,7 +39,7 @@ def drive(request: pytest.FixtureRequest, clean_env: dict[str, str], monkeypatch
     if request.param == "google":
         fake = request.getfixturevalue("fake")
         google_env(fake, monkeypatch)
-    resources = resources_from_env()
+    resources = resources_for()
     if fake is not None:
         resources["drive"] = fast_google(resources)
     return Drive(request.param, resources, fake)
@@ -48,6 +48,6 @@ def drive(request: pytest.FixtureRequest, clean_env: dict[str, str], monkeypatch
 @pytest.fixture
 def google(clean_env: dict[str, str], fake: FakeDrive, monkeypatch: pytest.MonkeyPatch) -> Drive:
     google_env(fake, monkeypatch)
-    resources = resources_from_env()
+    resources = resources_for()
     resources["drive"] = fast_google(resources)
     return Drive("google", resources, fake)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from connector_ops.registry import invoke
-from resources.drive import GoogleDriveResource
+from connector_ops.resources.drive.google import GoogleDriveResource
+from connector_ops.session import invoke
 from tests.servers.fake_drive import FakeDrive
 
 CLIENT_ID = "client-123.apps.googleusercontent.com"

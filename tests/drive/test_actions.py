@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from connector_ops.errors import ConnectorError
+from connector_ops.kernel.errors import ConnectorError
 from tests.drive.support import Drive
 
 

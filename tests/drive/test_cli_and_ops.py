@@ -12,9 +12,11 @@ import httpx
 import pytest
 
 from connector_ops.cli import main
-from connector_ops.environment import resources_from_env
+from connector_ops.environment import resources_for
 from connector_ops.ops import drive_create_folder, drive_list, drive_upload_file
-from resources.drive import GoogleDriveResource, LocalDriveResource
+from connector_ops.ops.resources import dagster_resources
+from connector_ops.resources.drive.google import GoogleDriveResource
+from connector_ops.resources.drive.local import LocalDriveResource
 from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, google_env
 from tests.servers import drive_discovery
 from tests.servers.fake_drive import FakeDrive
@@ -88,7 +90,7 @@ def test_login_runs_the_loopback_flow_and_saves_the_refresh_token(clean_env: dic
 
 
 def test_drive_ops_in_a_job_on_the_local_drive(clean_env: dict) -> None:
-    resources = resources_from_env()
+    resources = resources_for()
     pf = resources["platform_files"].add_bytes(b"x,y\n1,2\n", "points.csv")
 
     @dg.job(resource_defs=resources)
@@ -107,14 +109,14 @@ def test_drive_ops_in_a_job_on_the_local_drive(clean_env: dict) -> None:
 
 
 def test_builder_picks_the_backend_and_defers_secrets(clean_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert isinstance(resources_from_env()["drive"], LocalDriveResource)
+    assert isinstance(resources_for()["drive"], LocalDriveResource)
     monkeypatch.setenv("CONNECTOR_OPS_DRIVE_BACKEND", "google")
     monkeypatch.setenv("GOOGLE_CLIENT_SECRET", "top-secret-value")
     monkeypatch.setenv("GOOGLE_REFRESH_TOKEN", "1//top-secret-refresh")
-    assert isinstance(resources_from_env()["drive"], GoogleDriveResource)
-    deferred = resources_from_env(deferred=True)["drive"]
+    assert isinstance(resources_for()["drive"], GoogleDriveResource)
+    deferred = dagster_resources()["drive"]
     dg.Definitions(resources={"drive": deferred})
     assert "top-secret" not in repr(deferred)
     monkeypatch.setenv("CONNECTOR_OPS_DRIVE_BACKEND", "dropbox")
     with pytest.raises(Exception, match="CONNECTOR_OPS_DRIVE_BACKEND"):
-        resources_from_env()
+        resources_for()

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from connector_ops.errors import ConnectorError
-from connector_ops.registry import invoke
-from resources.drive import GoogleDriveResource
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.resources.drive.google import GoogleDriveResource
+from connector_ops.session import invoke
 from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, Drive, fast_google
 from tests.servers.fake_drive import FakeDrive
 

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from connector_ops.kernel.platform_file import PlatformFile
 from connector_ops.magic import split_line
 from connector_ops.magic_input import InputError, parse, read_input, substitute
-from connector_ops.models import PlatformFile
 
 NS = {
     "vf": "abc123",

@@ -11,11 +11,11 @@ import dagster as dg
 import pytest
 
 from connector_ops import invoke
-from connector_ops.environment import resources_from_env
 from connector_ops.magic import NotebookError
-from connector_ops.magic_pipeline import PipelineRun
 from connector_ops.ops import etl_push, etl_query
-from resources.virtual_files import VirtualFileStore
+from connector_ops.ops.resources import VirtualFileStoreAdapter, dagster_resources
+from connector_ops.pipelines.magic import PipelineRun
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 from tests.magic.conftest import SALES, html_of
 
 MISSING_LINK = "http://127.0.0.1:8765/files/0123456789abcdef0123456789abcdef"
@@ -96,7 +96,7 @@ def test_connectors_errors(ip: Any, line: str, message: str) -> None:
 
 def test_use_definitions_resolves_env_vars(ip: Any, sales: dict[str, Any], env: dict[str, str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    defs = dg.Definitions(resources=resources_from_env(deferred=True))
+    defs = dg.Definitions(resources=dagster_resources())
     assert isinstance(defs.resources["virtual_files"].database_url, dg.EnvVar)
     target = definitions_module(monkeypatch, "magic_test_defs", defs)
     status = text_of(ip, ip.run_line_magic("connectors", f"use {target}"))
@@ -111,7 +111,8 @@ def test_use_definitions_resolves_env_vars(ip: Any, sales: dict[str, Any], env: 
 
 def test_use_definitions_with_an_unset_variable_is_one_line(ip: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MAGIC_TEST_UNSET_URL", raising=False)
-    defs = dg.Definitions(resources={"virtual_files": VirtualFileStore(database_url=dg.EnvVar("MAGIC_TEST_UNSET_URL"))})
+    store = VirtualFileStoreAdapter(database_url=dg.EnvVar("MAGIC_TEST_UNSET_URL"))
+    defs = dg.Definitions(resources={"virtual_files": store})
     with pytest.raises(NotebookError, match=r"cannot be built: .*MAGIC_TEST_UNSET_URL"):
         ip.run_line_magic("connectors", f"use {definitions_module(monkeypatch, 'magic_unset_defs', defs)}")
 
@@ -144,7 +145,7 @@ def test_pipeline_failure_is_one_line_and_keeps_the_steps(ip: Any, monkeypatch: 
     def broken():
         etl_query(virtual_file_id=etl_push())
 
-    defs = dg.Definitions(jobs=[broken], resources=resources_from_env(deferred=True))
+    defs = dg.Definitions(jobs=[broken], resources=dagster_resources())
     target = definitions_module(monkeypatch, "magic_broken_defs", defs)
     ip.run_line_magic("connectors", f"use {target}")
     with pytest.raises(NotebookError) as caught:

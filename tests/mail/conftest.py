@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from connector_ops.environment import resources_from_env
-from connector_ops.registry import invoke
+from connector_ops.environment import resources_for
+from connector_ops.session import invoke
 from tests.servers import serving
 from tests.servers.fake_mailjet import FakeMailjet
 
@@ -81,4 +81,4 @@ def message(**changes: Any) -> dict[str, Any]:
 
 
 def send(payload: dict[str, Any], resources: dict[str, Any] | None = None) -> Any:
-    return invoke(ACTION, payload, resources if resources is not None else resources_from_env())
+    return invoke(ACTION, payload, resources if resources is not None else resources_for())

@@ -10,9 +10,9 @@ import dagster as dg
 import pytest
 
 from connector_ops.cli import main
-from connector_ops.environment import resources_from_env
 from connector_ops.ops import mail_send_transactional_message
-from pipelines.samples import sample_file, sample_path
+from connector_ops.ops.resources import dagster_resources
+from connector_ops.pipelines.samples import sample_file, sample_path
 from tests.mail.conftest import message
 
 
@@ -22,7 +22,7 @@ def outbox_messages(env: dict[str, str]) -> list[dict]:
 
 
 def test_op_with_an_upstream_platform_file_wired_as_attachment(mail_env: dict[str, str]) -> None:
-    @dg.job(resource_defs=resources_from_env(deferred=True))
+    @dg.job(resource_defs=dagster_resources())
     def report_by_mail() -> None:
         mail_send_transactional_message(attachments=sample_file())
 
@@ -37,7 +37,7 @@ def test_op_with_an_upstream_platform_file_wired_as_attachment(mail_env: dict[st
 
 
 def test_op_failure_carries_status_and_body(mail_env: dict[str, str]) -> None:
-    @dg.job(resource_defs=resources_from_env(deferred=True))
+    @dg.job(resource_defs=dagster_resources())
     def bad_mail() -> None:
         mail_send_transactional_message()
 

@@ -12,9 +12,9 @@ from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from connector_ops.environment import resources_from_env
-from connector_ops.errors import ConnectorError
-from resources.mail import MailjetResource
+from connector_ops.environment import resources_for
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.resources.mail.mailjet import MailjetResource
 from tests.mail.conftest import API_KEY, API_SECRET, message, send
 from tests.servers import free_port, serving
 from tests.servers.fake_mailjet import Canned, FakeMailjet
@@ -24,7 +24,7 @@ Fake = tuple[FakeMailjet, str]
 
 def fast_resources(**changes: Any) -> dict[str, Any]:
     """Resources from the environment, with a Mailjet backend that waits milliseconds between retries."""
-    resources = resources_from_env()
+    resources = resources_for()
     mail = resources["mail"]
     assert isinstance(mail, MailjetResource)
     resources["mail"] = mail.model_copy(update={"backoff_s": 0.01, **changes})
@@ -78,7 +78,7 @@ def test_sandbox_mode(mailjet_env: dict[str, str], fake_mailjet: Fake, monkeypat
 
 def test_attachments_are_base64_of_the_platform_files(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
     fake, _ = fake_mailjet
-    files = resources_from_env()["platform_files"]
+    files = resources_for()["platform_files"]
     pdf = files.add_bytes(b"%PDF-1.4\n" + os.urandom(300_001), "invoice-12345.pdf")
     csv = files.add_bytes("région;total\nNord;12\n".encode(), "north.csv", "text/csv; charset=utf-8")
     send(message(attachments=[{"platformFile": pdf.to_json()}, {"platformFile": csv.to_json()}]))
@@ -92,7 +92,7 @@ def test_attachments_are_base64_of_the_platform_files(mailjet_env: dict[str, str
 def test_over_15_mb_of_attachments_is_refused_before_anything_is_sent(
         mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
     fake, _ = fake_mailjet
-    files = resources_from_env()["platform_files"]
+    files = resources_for()["platform_files"]
     big = files.add_bytes(b"\0" * 8_000_000, "a.bin")
     also_big = files.add_bytes(b"\1" * 7_000_001, "b.bin")
     # the declared sizes are wrong on purpose: the store's real sizes are what counts
@@ -122,7 +122,7 @@ def test_a_remote_file_larger_than_declared_is_stopped_while_streaming(
 
 def test_unreadable_attachment_is_500_naming_it(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
     fake, _ = fake_mailjet
-    files = resources_from_env()["platform_files"]
+    files = resources_for()["platform_files"]
     gone = {**files.add_bytes(b"x", "gone.txt").to_json()}
     files.delete(gone["id"])
     error = failure(message(attachments=[{"platformFile": gone}]))
@@ -254,7 +254,7 @@ def test_missing_keys_and_credentials_in_the_url_are_refused(mailjet_env: dict[s
 
 
 def test_repr_hides_the_keys(mailjet_env: dict[str, str]) -> None:
-    mail = resources_from_env()["mail"]
+    mail = resources_for()["mail"]
     for text in (repr(mail), str(mail), f"{mail}"):
         assert API_KEY not in text and API_SECRET not in text
 

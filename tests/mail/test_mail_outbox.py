@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from connector_ops.environment import resources_from_env
-from connector_ops.errors import ConnectorError, InvalidInput
-from resources.mail import OutboxMailResource
+from connector_ops.environment import resources_for
+from connector_ops.kernel.errors import ConnectorError, InvalidInput
+from connector_ops.resources.mail.outbox import OutboxMailResource
 from tests.mail.conftest import message, send
 
 
@@ -20,8 +20,8 @@ def outbox(env: dict[str, str]) -> Path:
 
 
 def test_default_backend_writes_one_file_per_message(mail_env: dict[str, str]) -> None:
-    assert isinstance(resources_from_env()["mail"], OutboxMailResource)
-    files = resources_from_env()["platform_files"]
+    assert isinstance(resources_for()["mail"], OutboxMailResource)
+    files = resources_for()["platform_files"]
     report = files.add_bytes(b"region,total\nNorth,12\n", "north_sales.csv")
     assert send(message(attachments=[{"platformFile": report.to_json()}])) == {}
     assert send(message(subject="second")) == {}
@@ -51,7 +51,7 @@ def test_outbox_dir_variable_and_no_credentials(mail_env: dict[str, str], tmp_pa
 
 
 def test_a_failed_message_leaves_nothing_behind(mail_env: dict[str, str]) -> None:
-    files = resources_from_env()["platform_files"]
+    files = resources_for()["platform_files"]
     ok = files.add_bytes(b"a" * 1000, "ok.txt")
     gone = files.add_bytes(b"b", "gone.txt")
     files.delete(gone.id or "")
@@ -62,7 +62,7 @@ def test_a_failed_message_leaves_nothing_behind(mail_env: dict[str, str]) -> Non
 
 
 def test_empty_attachment_is_refused(mail_env: dict[str, str]) -> None:
-    empty = resources_from_env()["platform_files"].add_bytes(b"", "empty.txt")
+    empty = resources_for()["platform_files"].add_bytes(b"", "empty.txt")
     with pytest.raises(ConnectorError) as caught:
         send(message(attachments=[{"platformFile": empty.to_json()}]))
     assert caught.value.status == 400
@@ -73,4 +73,4 @@ def test_empty_attachment_is_refused(mail_env: dict[str, str]) -> None:
 def test_unknown_backend_is_reported(mail_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "sendgrid")
     with pytest.raises(InvalidInput, match="CONNECTOR_OPS_MAIL_BACKEND: must be one of outbox, mailjet, smtp"):
-        resources_from_env()
+        resources_for()

@@ -1,7 +1,7 @@
 """Secrets never appear in logs, errors, or what a Dagster run stores.
 
 The op runs in a job on a persistent test instance (SQLite storage files in a temporary folder), with
-resources bound by ``resources_from_env(deferred=True)`` exactly as ``pipelines/definitions.py`` does, so
+resources bound by ``dagster_resources()`` exactly as ``pipelines/definitions.py`` does, so
 the keys are ``EnvVar``s read inside the run. Afterwards every stored file and every log record is
 searched for the secrets (raw, and as the basic-auth header value).
 """
@@ -16,8 +16,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from connector_ops.environment import resources_from_env
 from connector_ops.ops import mail_send_transactional_message
+from connector_ops.ops.resources import dagster_resources
 from tests.mail.conftest import API_KEY, API_SECRET, message
 from tests.servers.fake_mailjet import FakeMailjet
 from tests.servers.smtp_server import password_authenticator, smtp_server
@@ -37,7 +37,7 @@ def stored_bytes(root: Path) -> list[tuple[Path, bytes]]:
 
 
 def run_send_job(tmp_path: Path, config: dict[str, Any]) -> tuple[dg.ExecuteInProcessResult, Path, str]:
-    resources = resources_from_env(deferred=True)
+    resources = dagster_resources()
 
     @dg.job(resource_defs=resources)
     def send_mail() -> None:
@@ -76,7 +76,7 @@ def test_mailjet_keys_stay_out_of_a_dagster_run(mailjet_env: dict[str, str], fak
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     fake, _ = fake_mailjet
     caplog.set_level(logging.DEBUG)
-    resources = resources_from_env(deferred=True)
+    resources = dagster_resources()
     assert resources["mail"].api_key == dg.EnvVar("MAILJET_API_KEY")
 
     ok, storage, events = run_send_job(tmp_path / "ok", message())

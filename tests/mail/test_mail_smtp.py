@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import trustme
 
-from connector_ops.environment import resources_from_env
-from connector_ops.errors import ConnectorError, InvalidInput
+from connector_ops.environment import resources_for
+from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from tests.mail.conftest import message, send
 from tests.servers import free_port
 from tests.servers.smtp_server import Recorder, password_authenticator, smtp_server
@@ -77,7 +77,7 @@ def received(recorder: Recorder) -> tuple[Any, EmailMessage]:
 
 
 def test_message_headers_parts_bcc_and_attachments(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    files = resources_from_env()["platform_files"]
+    files = resources_for()["platform_files"]
     pdf_bytes = b"%PDF-1.4\n" + os.urandom(200_000)
     pdf = files.add_bytes(pdf_bytes, "invoice-12345.pdf")
     csv = files.add_bytes("région;total\r\nNord;12\r\n".encode("latin-1"), "north.csv")
@@ -202,8 +202,8 @@ def test_unreachable_server_and_missing_host(smtp_env: dict[str, str], monkeypat
 def test_bad_smtp_settings_are_reported(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SMTP_SECURITY", "ssl3")
     with pytest.raises(InvalidInput, match="SMTP_SECURITY: must be one of starttls, tls, none, got 'ssl3'"):
-        resources_from_env()
+        resources_for()
     monkeypatch.setenv("SMTP_SECURITY", "tls")
     monkeypatch.setenv("SMTP_PORT", "smtp")
     with pytest.raises(InvalidInput, match="SMTP_PORT: must be a port number"):
-        resources_from_env()
+        resources_for()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from connector_ops.errors import ConnectorError
+from connector_ops.kernel.errors import ConnectorError
 from connector_ops.mail.actions import to_message
 from connector_ops.mail.models import SendTransactionalMessageInput
 from tests.mail.conftest import message, send

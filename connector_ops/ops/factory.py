@@ -20,8 +20,8 @@ import dagster as dg
 from pydantic import BaseModel
 from pydantic.alias_generators import to_snake
 
-from connector_ops.errors import ConnectorError
-from connector_ops.progress import LogReporter, reporting_to
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.progress import LogReporter, reporting_to
 from connector_ops.registry import ActionSpec, get_action, run_action
 
 PREVIEW_ROWS = 5

@@ -1,6 +1,6 @@
 """Every action as a Dagster op (op name = ``<connector>_<action>``), built by one factory.
 
-``from connector_ops.ops import etl_push, etl_query`` …; see :mod:`connector_ops.op_factory` for how
+``from connector_ops.ops import etl_push, etl_query`` …; see :mod:`connector_ops.ops.factory` for how
 config, wired inputs, outputs, metadata and failures work.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from connector_ops.etl.fanout import etl_batch_rows, etl_iterate_batches
-from connector_ops.op_factory import build_op
+from connector_ops.ops.factory import build_op
+from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.registry import ACTIONS, load_all
 
 etl_push = build_op("etl.push")

@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dagster as dg
+from IPython.core.magic import Magics, line_magic, magics_class
 
 from connector_ops.display import StatusTable
-from connector_ops.errors import ConnectorError
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.magic import ConnectorMagics, NotebookError
 from connector_ops.magic_session import one_line
-from connector_ops.op_factory import error_of_failed_step
-
-if TYPE_CHECKING:
-    from connector_ops.magic import ConnectorMagics
+from connector_ops.ops.factory import error_of_failed_step
 
 SHOWN_CHARS = 160
 USAGE = "%pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]"
@@ -59,7 +59,7 @@ class PipelineRun:
         self.steps: dict[str, Any] = {}
         self.errors: dict[str, ConnectorError] = {}
         if compiled is not None:
-            from pipelines.runner import step_outputs
+            from connector_ops.pipelines.runner import step_outputs
 
             self.status = {step.id: "not run" for step in compiled.pipeline.steps}
             self.steps = step_outputs(compiled, result)
@@ -82,7 +82,7 @@ class PipelineRun:
         """A YAML step owns its helper steps (``<id>__input``, ``<id>__batches``, ``<id>[batch_3]``)."""
         if self.compiled is None:
             return step_key
-        from pipelines.runner import step_of
+        from connector_ops.pipelines.runner import step_of
 
         return step_of(self.compiled, step_key)
 
@@ -137,7 +137,7 @@ def _definitions(magics: ConnectorMagics) -> dg.Definitions:
         return magics.session.definitions
     from connector_ops.magic_session import load_object
 
-    return load_object("pipelines:defs")
+    return load_object("connector_ops.pipelines:defs")
 
 
 def _jobs(defs: dg.Definitions) -> dict[str, dg.JobDefinition]:
@@ -146,7 +146,7 @@ def _jobs(defs: dg.Definitions) -> dict[str, dg.JobDefinition]:
 
 def compile_file(path: Path, overrides: list[str]) -> Any:
     """The YAML pipeline compiled (all of its problems on one line when it does not validate)."""
-    from pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+    from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
 
     try:
         return compile_pipeline(load_pipeline(path, overrides=overrides))
@@ -162,7 +162,7 @@ def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple
             raise PipelineUsageError(f"no pipeline file {target!r}")
         compiled = compile_file(path, overrides)
         return compiled.job, compiled
-    from pipelines.catalog import find_pipeline
+    from connector_ops.pipelines.catalog import find_pipeline
 
     found = find_pipeline(target)
     if found is not None:
@@ -179,7 +179,7 @@ def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple
 def run_job(job: dg.JobDefinition, resources: Mapping[str, Any]) -> dg.ExecuteInProcessResult:
     """The pipeline runner's ``run_job``; a definition problem (e.g. a resource missing from the
     session) becomes one line instead of a traceback."""
-    from pipelines.runner import run_job as run_in_process
+    from connector_ops.pipelines.runner import run_job as run_in_process
 
     try:
         return run_in_process(job, resources)
@@ -221,3 +221,33 @@ def pipeline_command(magics: ConnectorMagics, words: list[str]) -> Any:
         magics.shell.display_pub.publish(data=data, metadata=metadata)  # before the one-line error
         raise error
     return run
+
+
+@magics_class
+class PipelineMagics(Magics):
+    """``%pipeline``: registered by this module (the top floor), next to the action magics it uses."""
+
+    def __init__(self, shell: Any, connector: ConnectorMagics) -> None:
+        super().__init__(shell)
+        self.connector = connector
+
+    @line_magic
+    def pipeline(self, line: str = "") -> Any:
+        """Run a Dagster job or a YAML pipeline in process and show each step's result.
+
+        %pipeline                          the jobs you can run by name
+        %pipeline run NAME_OR_FILE [-o VAR]
+        """
+        try:
+            return pipeline_command(self.connector, shlex.split(line))
+        except ConnectorError as exc:
+            raise NotebookError.from_error(exc) from None
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register ``%pipeline`` beside the action magics (loading those first if needed)."""
+    connector = ConnectorMagics.instance_in(ipython)
+    if connector is None:
+        ipython.extension_manager.load_extension("connector_ops.magic")
+        connector = ConnectorMagics.instance_in(ipython)
+    ipython.register_magics(PipelineMagics(ipython, connector))

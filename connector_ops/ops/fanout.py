@@ -11,10 +11,10 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.errors import ConnectorError
-from connector_ops.op_factory import failure, markdown_table
+from connector_ops.kernel.errors import ConnectorError
+from connector_ops.ops.factory import failure, markdown_table
 from connector_ops.registry import error_for, get_action
-from resources.virtual_files import VirtualFileStore
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 
 class BatchesConfig(dg.Config):
@@ -41,7 +41,8 @@ def read_batch(store: VirtualFileStore, batch: dict[str, Any]) -> list[dict[str,
     tags={"connector": "etl", "action": "etl.iterate"},
 )
 def etl_iterate_batches(
-    context: dg.OpExecutionContext, config: BatchesConfig, virtual_files: VirtualFileStore, virtual_file_id: Any
+    context: dg.OpExecutionContext, config: BatchesConfig, virtual_files: dg.ResourceParam[VirtualFileStore],
+    virtual_file_id: Any,
 ) -> Iterator[dg.DynamicOutput]:
     """Split a virtual file into batches of at most maxBatchSize rows, one dynamic output each."""
     vf_id = virtual_file_id or config.virtualFileId
@@ -59,7 +60,9 @@ def etl_iterate_batches(
 
 
 @dg.op(tags={"connector": "etl", "action": "etl.iterate"})
-def etl_batch_rows(context: dg.OpExecutionContext, virtual_files: VirtualFileStore, batch: dict) -> list:
+def etl_batch_rows(
+    context: dg.OpExecutionContext, virtual_files: dg.ResourceParam[VirtualFileStore], batch: dict
+) -> list:
     """The rows of one batch planned by ``etl_iterate_batches`` (a list of row objects)."""
     try:
         rows = read_batch(virtual_files, batch)

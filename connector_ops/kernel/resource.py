@@ -1,0 +1,29 @@
+"""The base of every resource (client or store): typed settings, a safe repr and an explicit lifecycle.
+
+Resources are plain Python objects: ``invoke()``, the CLI and the magics build them from the environment
+and reuse them for a session (one HTTP client, one OAuth token), Dagster gets them through thin adapters
+in the op layer. Whoever builds a resource closes it (``with`` or ``close()``); closing twice is harmless.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict
+
+from connector_ops.kernel.secrets import RedactedRepr
+
+
+class Resource(RedactedRepr, BaseModel):
+    """Settings are pydantic fields (their descriptions are what the Dagster UI shows for the adapter)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def close(self) -> None:
+        """Release what the resource holds (connections, HTTP clients, tokens). Override where needed."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,86 @@
+"""Dagster adapters for the plain resources: one ``ConfigurableResource`` per resource class, vending it.
+
+An adapter has exactly the fields of the resource it builds — same types, defaults and descriptions (the
+attribute docstrings), which the Dagster UI shows — and hands ops the plain resource, built when a run
+starts and closed when it ends (HTTP clients, tokens). Secrets are ``dagster.EnvVar``s: read inside the
+run, never stored in run config or events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import dagster as dg
+from pydantic import Field
+
+from connector_ops.environment import RESOURCE_KEYS, EnvRef, Recipe, recipes_for
+from connector_ops.kernel.resource import Resource
+from connector_ops.resources.drive.google import GoogleDriveResource
+from connector_ops.resources.drive.local import LocalDriveResource
+from connector_ops.resources.mail.mailjet import MailjetResource
+from connector_ops.resources.mail.outbox import OutboxMailResource
+from connector_ops.resources.mail.smtp import SmtpMailResource
+from connector_ops.resources.platform_files import PlatformFileStore
+from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+
+class ResourceAdapter(dg.ConfigurableResource):
+    """Base of the adapters: builds :attr:`resource_cls` from the adapter's fields, closes it after the run."""
+
+    resource_cls: ClassVar[type[Resource]]
+
+    def create_resource(self, context: dg.InitResourceContext) -> Resource:
+        return self.resource_cls(**{name: getattr(self, name) for name in self.resource_cls.model_fields})
+
+    @contextlib.contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[Resource]:
+        with self.create_resource(context) as resource:
+            yield resource
+
+
+@functools.cache
+def adapter_for(cls: type[Resource]) -> type[ResourceAdapter]:
+    """The adapter class of ``cls`` (``VirtualFileStore`` -> ``VirtualFileStoreAdapter``), made once."""
+    annotations: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"__module__": __name__, "__doc__": cls.__doc__, "resource_cls": cls}
+    for name, info in cls.model_fields.items():
+        annotations[name] = info.annotation
+        default = ... if info.is_required() else info.default
+        namespace[name] = Field(default=default, description=info.description)
+    namespace["__annotations__"] = annotations
+    return type(f"{cls.__name__}Adapter", (ResourceAdapter,), namespace)
+
+
+def adapt(recipe: Recipe) -> ResourceAdapter:
+    """The adapter instance of a recipe: settings as they are, secrets as ``EnvVar``."""
+    settings = {k: dg.EnvVar(v.name) if isinstance(v, EnvRef) else v for k, v in recipe.settings if v is not None}
+    return adapter_for(recipe.cls)(**settings)
+
+
+def dagster_resources(environ: Mapping[str, str] | None = None,
+                      keys: Iterable[str] = RESOURCE_KEYS) -> dict[str, ResourceAdapter]:
+    """The resources of a ``Definitions`` from the environment (``connector_ops.pipelines.defs`` uses this)."""
+    return {key: adapt(recipe) for key, recipe in recipes_for(keys, environ).items()}
+
+
+def is_definitions(value: Any) -> bool:
+    return isinstance(value, dg.Definitions)
+
+
+def build_resources(resources: Mapping[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    """Set up the resources of a ``Definitions`` outside a run, as a run would (``%connectors use``)."""
+    return dg.build_resources(dict(resources))
+
+
+# The adapters by name, for Definitions written by hand:
+# ``Definitions(resources={"virtual_files": VirtualFileStoreAdapter(database_url=EnvVar("MY_DB"))})``.
+PlatformFileStoreAdapter = adapter_for(PlatformFileStore)
+VirtualFileStoreAdapter = adapter_for(VirtualFileStore)
+LocalDriveResourceAdapter = adapter_for(LocalDriveResource)
+GoogleDriveResourceAdapter = adapter_for(GoogleDriveResource)
+OutboxMailResourceAdapter = adapter_for(OutboxMailResource)
+MailjetResourceAdapter = adapter_for(MailjetResource)
+SmtpMailResourceAdapter = adapter_for(SmtpMailResource)
