@@ -1,130 +1,231 @@
-"""``connector-ops``: run actions, manage platform files, and the connectors' own commands.
+"""``connector-ops``: run actions, manage platform files, and the connectors' own command groups.
 
-    connector-ops invoke NAME [JSON | -]     run an action; prints its output as JSON
-    connector-ops actions                    list the actions
-    connector-ops files add PATH [--name N] [--content-type T]
-    connector-ops files serve [--host H] [--port P]
+Built on click (as dagster and sqlite-utils are). Imports are lazy: ``--help`` loads click only, and
+``invoke`` loads just the action it runs and the resources that action uses. The ``drive`` and
+``pipeline`` groups live with their connectors and are loaded by name when used (a higher floor's
+commands are plugins here, never imports).
 
-Connector packages add their own command groups (``drive``, ``pipeline``) through ``COMMAND_GROUPS``.
-Errors print the spec's error body as JSON on stdout, the status on stderr, and exit 1.
+Exit codes: 0 success, 2 invalid input (status 400, or a usage error), 3 not found (404), 1 any other
+failure. On an action error the spec's error body is printed as JSON on stdout and one line naming the
+action on stderr.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+
+import click
 
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
-from connector_ops.registry import ACTIONS, load_all
 
-#: modules with ``add_commands(subparsers)`` adding a command group (missing ones are skipped)
-COMMAND_GROUPS = ("connector_ops.drive.cli", "connector_ops.pipelines.cli")
+PROG = "connector-ops"
+#: command group -> ("module:attribute", one-line help shown without importing the module)
+LAZY_GROUPS = {
+    "drive": ("connector_ops.drive.cli:drive", "Cloud drive sign-in and credentials."),
+    "pipeline": ("connector_ops.pipelines.cli:pipeline", "YAML pipelines: validate, list, run."),
+}
+EXIT_CODES = {400: 2, 404: 3}
 
 
-def _print_json(value: Any) -> None:
+def exit_code(status: int) -> int:
+    """2 for invalid input (400), 3 for not found (404), 1 for every other failure."""
+    return EXIT_CODES.get(status, 1)
+
+
+class LazyGroup(click.Group):
+    """A group whose plugin subgroups are imported only when they run (their help text is known up front)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_GROUPS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_GROUPS:
+            import importlib
+
+            module, _, attribute = LAZY_GROUPS[name][0].partition(":")
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, LAZY_GROUPS[name][1] if name in LAZY_GROUPS else self.commands[name].get_short_help_str(80))
+                for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def print_json(value: Any) -> None:
     json.dump(value, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
 
 
-def _read_payload(text: str | None) -> Any:
+def report(exc: ConnectorError) -> int:
+    """Print an action's error (body on stdout, one line on stderr) and return the exit code."""
+    print_json(exc.body)
+    click.echo(f"{PROG}: {exc.summary()}", err=True)
+    return exit_code(exc.status)
+
+
+def _action_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    from connector_ops.registry import ACTION_MODULES
+
+    return [name for name in ACTION_MODULES if name.startswith(incomplete)]
+
+
+def read_payload(text: str | None, action: str) -> Any:
+    """The JSON input: inline text, ``-`` (stdin), ``@file.json``, or nothing (``{}``)."""
     if text is None:
         return {}
     if text == "-":
         text = sys.stdin.read()
+    elif text.startswith("@"):
+        try:
+            with open(text[1:], encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise ConnectorError(400, {"message": f"input: cannot read {text[1:]!r}: {exc.strerror}"},
+                                 action=action) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConnectorError(400, {"message": f"input is not valid JSON: {exc}"}) from None
+        raise ConnectorError(400, {"message": f"input is not valid JSON: {exc}"}, action=action) from None
+    except RecursionError:
+        raise ConnectorError(400, {"message": "input is nested too deeply"}, action=action) from None
 
 
-def cmd_invoke(args: argparse.Namespace) -> None:
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="connector-ops", prog_name=PROG)
+def cli() -> None:
+    """Cloud drive, transactional e-mail and ETL connectors: run actions, manage platform files.
+
+    \b
+    Shell completion (bash; zsh and fish alike):  eval "$(connector-ops completion bash)"
+    Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures.
+    """
+
+
+@cli.command()
+@click.argument("name", shell_complete=_action_names)
+@click.argument("input", required=False)
+def invoke(name: str, input: str | None) -> None:
+    """Run the action NAME (etl.push, etl-push …) on INPUT and print its output as JSON.
+
+    INPUT is JSON text, - to read it from stdin, or @FILE to read it from a file; none means {}.
+    """
     from connector_ops.kernel.progress import reporting_to, tqdm_reporter
-    from connector_ops.session import invoke
+    from connector_ops.registry import canonical_name
+    from connector_ops.session import Session
 
-    with reporting_to(tqdm_reporter if sys.stderr.isatty() else None):
-        _print_json(invoke(args.name, _read_payload(args.input)))
-
-
-def cmd_actions(_args: argparse.Namespace) -> None:
-    load_all()
-    for name, spec in sorted(ACTIONS.items()):
-        print(f"{name:40s} {spec.summary}")
+    payload = read_payload(input, canonical_name(name))
+    with Session() as session, reporting_to(tqdm_reporter if sys.stderr.isatty() else None):
+        print_json(session.invoke(name, payload))
 
 
-def _files() -> Any:
+@cli.command()
+@click.argument("name", required=False, shell_complete=_action_names)
+@click.option("--schema", is_flag=True, help="print the input's JSON Schema")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def actions(name: str | None, schema: bool, as_json: bool) -> None:
+    """List the actions, or show the input fields of the action NAME."""
+    from connector_ops import action_docs
+
+    if name is None:
+        listing = action_docs.listing()
+        if as_json:
+            print_json(listing)
+        else:
+            for row in listing:
+                click.echo(f"{row['name']:34s} {row['summary']}")
+        return
+    if schema:
+        print_json(action_docs.input_schema(name))
+    elif as_json:
+        print_json(action_docs.describe(name))
+    else:
+        click.echo(action_docs.describe_text(name))
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell-completion script: eval "$(connector-ops completion bash)"."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None
+    click.echo(completer(cli, {}, PROG, "_CONNECTOR_OPS_COMPLETE").source())
+
+
+@cli.group()
+def files() -> None:
+    """Platform files: store local files, serve them over HTTP."""
+
+
+def _platform_files() -> Any:
     from connector_ops.environment import resources_for
 
     return resources_for(["platform_files"])["platform_files"]
 
 
-def cmd_files_add(args: argparse.Namespace) -> None:
-    _print_json(_files().add_file(args.path, name=args.name, content_type=args.content_type).to_json())
+@files.command("add")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--name", help="the file's name (default: the path's)")
+@click.option("--content-type", help="default: guessed from the name")
+def files_add(path: str, name: str | None, content_type: str | None) -> None:
+    """Store the local file PATH as a platform file and print its descriptor."""
+    with _platform_files() as store:
+        try:
+            descriptor = store.add_file(path, name=name, content_type=content_type)
+        except ConnectorOpsError as exc:
+            raise ConnectorError(exc.status, {"message": str(exc)}, action="files add") from None
+        print_json(descriptor.to_json())
 
 
-def cmd_files_serve(args: argparse.Namespace) -> None:
+@files.command("serve")
+@click.option("--host", help="default: the host of CONNECTOR_OPS_FILE_SERVER_URL")
+@click.option("--port", type=int, help="default: the port of CONNECTOR_OPS_FILE_SERVER_URL")
+def files_serve(host: str | None, port: int | None) -> None:
+    """Serve GET /files/<id> (the links of platform files)."""
+    from urllib.parse import urlsplit
+
     from connector_ops.resources.file_server import serve
 
-    store = _files()
-    url = urlsplit(store.file_server_url)
-    host = args.host or url.hostname or "127.0.0.1"
-    port = args.port or url.port or (443 if url.scheme == "https" else 80)
-    print(f"serving {store.files_dir} at http://{host}:{port}/files/<id>", file=sys.stderr)
-    serve(store, host, port)
+    with _platform_files() as store:
+        url = urlsplit(store.file_server_url)
+        host = host or url.hostname or "127.0.0.1"
+        port = port or url.port or (443 if url.scheme == "https" else 80)
+        click.echo(f"serving {store.files_dir} at http://{host}:{port}/files/<id>", err=True)
+        serve(store, host, port)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="connector-ops", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("invoke", help="run an action with a JSON input")
-    p.add_argument("name", help="action name, e.g. etl.push")
-    p.add_argument("input", nargs="?", help="the JSON input, or - to read it from stdin")
-    p.set_defaults(func=cmd_invoke)
-
-    sub.add_parser("actions", help="list the actions").set_defaults(func=cmd_actions)
-
-    files = sub.add_parser("files", help="platform files").add_subparsers(dest="files_command", required=True)
-    p = files.add_parser("add", help="store a local file as a platform file and print its descriptor")
-    p.add_argument("path")
-    p.add_argument("--name")
-    p.add_argument("--content-type")
-    p.set_defaults(func=cmd_files_add)
-    p = files.add_parser("serve", help="serve GET /files/<id>")
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
-    p.set_defaults(func=cmd_files_serve)
-
-    for module in COMMAND_GROUPS:
-        try:
-            add_commands: Callable[[Any], None] = importlib.import_module(module).add_commands
-        except ModuleNotFoundError as exc:
-            if not module.startswith(exc.name or "-"):
-                raise
-            continue
-        add_commands(sub)
-    return parser
+def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
+    """Run a click command and turn every outcome into an exit code (errors as one line, no traceback)."""
+    try:
+        result = command.main(args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
+    except ConnectorError as exc:
+        return report(exc)
+    except ConnectorOpsError as exc:
+        return report(ConnectorError(exc.status, {"message": str(exc)}))
+    return result if isinstance(result, int) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except ConnectorError as exc:
-        _print_json(exc.body)
-        print(f"{exc.status}: {exc.summary()}", file=sys.stderr)
-        return 1
-    except ConnectorOpsError as exc:
-        body = {"message": str(exc)}
-        _print_json(body)
-        print(f"{exc.status}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run(cli, argv)
+
+
+def entry_point() -> None:  # pragma: no cover - the console script
+    sys.exit(main())
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry_point()

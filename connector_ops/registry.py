@@ -104,36 +104,44 @@ def action(
     return register
 
 
-#: connector -> the module whose import registers its actions. Explicit, so a missing module fails loudly.
-CONNECTOR_MODULES = {
-    "etl": "connector_ops.etl.actions",
-    "drive": "connector_ops.drive.actions",
-    "mail": "connector_ops.mail.actions",
+#: action -> the module whose import registers it. Explicit, so that an action loads only its own module
+#: (``etl.iterate`` never imports Join's or Map's code), and a module that fails to register fails loudly.
+ACTION_MODULES = {
+    **dict.fromkeys(["etl.push", "etl.pull", "etl.iterate", "etl.query", "etl.append_rows", "etl.clean"],
+                    "connector_ops.etl.actions"),
+    "etl.delete_rows": "connector_ops.etl.delete_rows",
+    "etl.map": "connector_ops.etl.mapping",
+    "etl.validate": "connector_ops.etl.validation",
+    "etl.join": "connector_ops.etl.joins",
+    **dict.fromkeys(["drive.rename", "drive.create_file", "drive.move", "drive.delete_file",
+                     "drive.create_shared_link", "drive.copy_file", "drive.create_folder", "drive.upload_file",
+                     "drive.download_file", "drive.list", "drive.delete_folder"], "connector_ops.drive.actions"),
+    "mail.send_transactional_message": "connector_ops.mail.actions",
 }
+CONNECTORS = ("etl", "drive", "mail")
 
 
 def load_all() -> None:
-    """Import every connector so that its actions register themselves."""
-    for connector in CONNECTOR_MODULES:
-        _load(connector)
+    """Import every action's module, so that ``ACTIONS`` holds them all (listings, ops, the YAML DSL)."""
+    for name in ACTION_MODULES:
+        _load(name)
 
 
-def _load(connector: str) -> None:
-    importlib.import_module(CONNECTOR_MODULES[connector])
+def _load(name: str) -> ActionSpec:
+    if name not in ACTIONS:
+        importlib.import_module(ACTION_MODULES[name])
+        if name not in ACTIONS:
+            raise RuntimeError(f"{ACTION_MODULES[name]} did not register the action {name!r}")
+    return ACTIONS[name]
 
 
 def get_action(name: str) -> ActionSpec:
     """The action ``name`` (``etl.push``; ``etl-push`` and ``etl_push`` are accepted too). Only its own
-    connector is imported, so one action never pays for the others' libraries."""
+    module is imported, so one action never pays for the others' libraries."""
     name = canonical_name(name)
-    connector = name.split(".", 1)[0]
-    if connector in CONNECTOR_MODULES:
-        _load(connector)
-    spec = ACTIONS.get(name)
-    if spec is None:
-        load_all()
-        raise ConnectorError(400, {"message": unknown_action_message(name)}) from None
-    return spec
+    if name not in ACTION_MODULES:
+        raise ConnectorError(400, {"message": unknown_action_message(name)}, action=name)
+    return _load(name)
 
 
 def canonical_name(name: str) -> str:
@@ -141,17 +149,17 @@ def canonical_name(name: str) -> str:
     text = str(name).strip()
     for sep in ("-", "_"):
         connector, found, rest = text.partition(sep)
-        if found and "." not in text and connector in CONNECTOR_MODULES:
+        if found and "." not in text and connector in CONNECTORS:
             return f"{connector}.{rest.replace('-', '_')}"
     return text
 
 
 def unknown_action_message(name: str) -> str:
     """``unknown action 'etl.qury'; did you mean 'etl.query'?`` (else the list of actions)."""
-    close = difflib.get_close_matches(name, ACTIONS, n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, ACTION_MODULES, n=3, cutoff=0.6)
     if close:
         return f"unknown action {name!r}; did you mean {' or '.join(repr(c) for c in close)}?"
-    return f"unknown action {name!r}; known actions: {', '.join(sorted(ACTIONS))}"
+    return f"unknown action {name!r}; known actions: {', '.join(sorted(ACTION_MODULES))}"
 
 
 def describe_validation_error(exc: ValidationError) -> str:

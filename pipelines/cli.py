@@ -9,11 +9,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+import click
 
 from connector_ops.environment import RESOURCE_KEYS
 from connector_ops.pipelines.catalog import find_pipeline, load_catalog, pipeline_files
@@ -27,9 +28,17 @@ def _print_problems(exc: PipelineError) -> None:
         print(problem)
 
 
-def cmd_validate(args: argparse.Namespace) -> None:
+@click.group()
+def pipeline() -> None:
+    """YAML pipelines: validate, list, run."""
+
+
+@pipeline.command()
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+def validate(files: tuple[str, ...]) -> None:
+    """Check pipeline files without running them (every problem with file:line and step; exit 1 if any)."""
     failed = False
-    for file in args.files:
+    for file in files:
         try:
             pipeline = load_pipeline(file)
             compile_pipeline(pipeline)  # also proves the job builds
@@ -43,12 +52,19 @@ def cmd_validate(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
-def cmd_list(_args: argparse.Namespace) -> None:
+@pipeline.command("list")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def list_pipelines(as_json: bool) -> None:
+    """List the pipelines the Definitions load."""
     try:
         compiled = load_catalog()
     except PipelineError as exc:
         _print_problems(exc)
         raise SystemExit(1) from None
+    if as_json:
+        print(_json([{"name": item.pipeline.name, "steps": len(item.pipeline.steps), "file": str(item.pipeline.file),
+                      "schedule": item.pipeline.schedule} for item in compiled]))
+        return
     for item in compiled:
         p = item.pipeline
         when = f"  [schedule {p.schedule}]" if p.schedule else ""
@@ -117,24 +133,31 @@ def where_outputs_went(compiled: CompiledPipeline, outputs: dict[str, Any], reso
     return lines
 
 
-def cmd_run(args: argparse.Namespace) -> None:
-    path = resolve_target(args.target)
+@pipeline.command()
+@click.argument("target", metavar="FILE|NAME")
+@click.option("--set", "overrides", multiple=True, metavar="STEP.FIELD=VALUE",
+              help="override a step input field (VALUE parsed as JSON when it is JSON); repeatable")
+@click.option("-v", "--verbose", is_flag=True, help="show Dagster's step log")
+@click.option("--full", is_flag=True, help=f"print whole outputs (default: lists cut to {PREVIEW_ITEMS} items)")
+def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> None:
+    """Run a pipeline (a file, or the name of a shipped one) in process and print each step's output."""
+    path = resolve_target(target)
     try:
-        compiled = compile_pipeline(load_pipeline(path, overrides=args.set))
+        compiled = compile_pipeline(load_pipeline(path, overrides=list(overrides)))
     except PipelineError as exc:
         _print_problems(exc)
         raise SystemExit(1) from None
     with Session() as session:
-        _run(args, path, compiled, session.resources_for(RESOURCE_KEYS))
+        _run(path, compiled, session.resources_for(RESOURCE_KEYS), verbose=verbose, full=full)
 
 
-def _run(args: argparse.Namespace, path: Path, compiled: CompiledPipeline, resources: dict[str, Any]) -> None:
+def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, verbose: bool, full: bool) -> None:
     print(f"running {compiled.pipeline.name} ({path}) in process …", file=sys.stderr)
-    outcome = run_compiled(compiled, resources, verbose=args.verbose)
+    outcome = run_compiled(compiled, resources, verbose=verbose)
     for step in compiled.pipeline.steps:
         if step.id in outcome.outputs:
             value = outcome.outputs[step.id]
-            print(f"{step.id} ({step.action.name}): {_json(value if args.full else abbreviate(value))}")
+            print(f"{step.id} ({step.action.name}): {_json(value if full else abbreviate(value))}")
     lines = where_outputs_went(compiled, outcome.outputs, resources)
     if lines:
         print("\nwhere the outputs went:")
@@ -147,19 +170,3 @@ def _run(args: argparse.Namespace, path: Path, compiled: CompiledPipeline, resou
             print(_json(error.body))
         raise SystemExit(1)
     print(f"\nrun {outcome.run_id} succeeded", file=sys.stderr)
-
-
-def add_commands(subparsers: Any) -> None:
-    group = subparsers.add_parser("pipeline", help="YAML pipelines: validate, list, run")
-    sub = group.add_subparsers(dest="pipeline_command", required=True)
-    p = sub.add_parser("validate", help="check pipeline files without running them")
-    p.add_argument("files", nargs="+", metavar="FILE")
-    p.set_defaults(func=cmd_validate)
-    sub.add_parser("list", help="list the pipelines the Definitions load").set_defaults(func=cmd_list)
-    p = sub.add_parser("run", help="run a pipeline in process and print each step's output")
-    p.add_argument("target", metavar="FILE|NAME", help="a pipeline file, or the name of a shipped pipeline")
-    p.add_argument("--set", action="append", default=[], metavar="STEP.FIELD=VALUE",
-                   help="override a step input field (VALUE parsed as JSON when it is JSON); repeatable")
-    p.add_argument("-v", "--verbose", action="store_true", help="show Dagster's step log")
-    p.add_argument("--full", action="store_true", help=f"print whole outputs (default: lists cut to {PREVIEW_ITEMS})")
-    p.set_defaults(func=cmd_run)

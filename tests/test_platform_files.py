@@ -108,13 +108,15 @@ def test_cli_files_add_invoke_and_errors(env, tmp_path):
     cleaned = _cli("invoke", "etl.clean", json.dumps({"virtualFileId": vf}), env=env)
     assert cleaned.returncode == 0 and json.loads(cleaned.stdout) is None
     failed = _cli("invoke", "etl.iterate", json.dumps({"content": vf, "maxBatchSize": 1}), env=env)
-    assert failed.returncode == 1
+    assert failed.returncode == 3  # not found
     assert json.loads(failed.stdout) == {"message": "not found"}
-    assert failed.stderr.startswith("404")
+    assert failed.stderr == "connector-ops: etl.iterate failed (404): not found\n"
     bad = _cli("invoke", "etl.query", "{not json", env=env)
-    assert bad.returncode == 1 and "not valid JSON" in json.loads(bad.stdout)["message"]
+    assert bad.returncode == 2 and "not valid JSON" in json.loads(bad.stdout)["message"]
+    assert bad.stderr.startswith("connector-ops: etl.query failed (400): input is not valid JSON")
     unknown = _cli("invoke", "etl.nope", "{}", env=env)
-    assert unknown.returncode == 1 and "unknown action" in json.loads(unknown.stdout)["message"]
+    assert unknown.returncode == 2 and "unknown action" in json.loads(unknown.stdout)["message"]
+    assert unknown.stderr.startswith("connector-ops: etl.nope failed (400): unknown action 'etl.nope'")
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -6,24 +6,29 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import webbrowser
 from pathlib import Path
-from typing import Any
+
+import click
 
 from connector_ops.environment import Env
 from connector_ops.kernel.atomic import atomic_write
 
 
-def cmd_check_token(_args: argparse.Namespace) -> None:
+@click.group()
+def drive() -> None:
+    """Cloud drive sign-in and credentials."""
+
+
+@drive.command("check-token")
+def check_token() -> None:
+    """Check that the drive credentials can obtain an access token."""
+    from connector_ops.cli import print_json
     from connector_ops.environment import resources_for
 
-    with resources_for(["drive"])["drive"] as drive:
-        result = drive.check_token()
-    json.dump(result, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    with resources_for(["drive"])["drive"] as backend:
+        print_json(backend.check_token())
 
 
 def save_env_line(path: Path, name: str, value: str) -> None:
@@ -34,7 +39,15 @@ def save_env_line(path: Path, name: str, value: str) -> None:
         handle.write(("\n".join(lines) + "\n").encode())
 
 
-def cmd_login(args: argparse.Namespace) -> None:
+@drive.command()
+@click.option("--save", metavar="ENV_FILE", type=click.Path(dir_okay=False, path_type=Path),
+              help="write GOOGLE_REFRESH_TOKEN into this dotenv file (mode 0600)")
+@click.option("--port", type=int, default=0, show_default=True,
+              help="loopback port for Google's answer (0: any free port)")
+@click.option("--no-browser", is_flag=True, help="only print the sign-in URL")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds to wait for the sign-in")
+def login(save: Path | None, port: int, no_browser: bool, timeout: float) -> None:
+    """Sign in with Google (loopback OAuth flow) and print or save the refresh token."""
     from connector_ops.resources.drive.google_auth import DEFAULT_TOKEN_URL
     from connector_ops.resources.drive.google_login import DEFAULT_AUTH_URL, require, sign_in
 
@@ -42,7 +55,7 @@ def cmd_login(args: argparse.Namespace) -> None:
 
     def show(url: str) -> None:
         print(f"Open this page to sign in with Google:\n\n  {url}\n", file=sys.stderr)
-        if not args.no_browser:
+        if not no_browser:
             webbrowser.open(url)
 
     token = sign_in(
@@ -50,24 +63,11 @@ def cmd_login(args: argparse.Namespace) -> None:
         client_secret=require(env.get("GOOGLE_CLIENT_SECRET"), "GOOGLE_CLIENT_SECRET"),
         auth_url=env.get("GOOGLE_OAUTH_AUTH_URL", DEFAULT_AUTH_URL) or DEFAULT_AUTH_URL,
         token_url=env.get("GOOGLE_OAUTH_TOKEN_URL", DEFAULT_TOKEN_URL) or DEFAULT_TOKEN_URL,
-        open_url=show, port=args.port, timeout_s=args.timeout,
+        open_url=show, port=port, timeout_s=timeout,
     )
-    if args.save:
-        save_env_line(Path(args.save), "GOOGLE_REFRESH_TOKEN", token)
-        print(f"Signed in; GOOGLE_REFRESH_TOKEN saved to {args.save}", file=sys.stderr)
+    if save:
+        save_env_line(save, "GOOGLE_REFRESH_TOKEN", token)
+        print(f"Signed in; GOOGLE_REFRESH_TOKEN saved to {save}", file=sys.stderr)
     else:
         print(f"GOOGLE_REFRESH_TOKEN={token}")
         print("Signed in; keep this token secret (e.g. append it to your .env file).", file=sys.stderr)
-
-
-def add_commands(subparsers: Any) -> None:
-    drive = subparsers.add_parser("drive", help="cloud drive sign-in and credentials")
-    sub = drive.add_subparsers(dest="drive_command", required=True)
-    sub.add_parser("check-token", help="check that the drive credentials can obtain an access token") \
-        .set_defaults(func=cmd_check_token)
-    p = sub.add_parser("login", help="sign in with Google (loopback OAuth flow) and print or save the refresh token")
-    p.add_argument("--save", metavar="ENV_FILE", help="write GOOGLE_REFRESH_TOKEN into this dotenv file (mode 0600)")
-    p.add_argument("--port", type=int, default=0, help="loopback port for Google's answer (default: any free port)")
-    p.add_argument("--no-browser", action="store_true", help="only print the sign-in URL")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the sign-in (default 300)")
-    p.set_defaults(func=cmd_login)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from connector_ops.etl import models as m
 from connector_ops.etl.readers import as_text, is_json, read_csv, read_json
@@ -18,8 +18,10 @@ from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
-from connector_ops.resources.platform_files import PlatformFileStore
-from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+if TYPE_CHECKING:  # the resources arrive built; importing them here would load SQLAlchemy and httpx for any action
+    from connector_ops.resources.platform_files import PlatformFileStore
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 ETL = ("virtual_files",)
 ETL_FILES = ("virtual_files", "platform_files")
@@ -119,5 +121,3 @@ def append_rows(inp: m.AppendRowsInput, virtual_files: VirtualFileStore) -> str:
 def clean(inp: m.CleanInput, virtual_files: VirtualFileStore) -> None:
     """Remove a virtual file and free its storage."""
     virtual_files.drop(inp.virtual_file_id)
-
-from connector_ops.etl import delete_rows, joins, mapping, validation  # noqa: E402,F401  (register the transform actions)

@@ -56,8 +56,8 @@ def test_cli(mail_env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> No
     assert main(["invoke", "mail.send_transactional_message", json.dumps(message())]) == 0
     assert json.loads(capsys.readouterr().out) == {}
     assert len(outbox_messages(mail_env)) == 1
-    assert main(["invoke", "mail.send_transactional_message", json.dumps(message(recipients=[]))]) == 1
+    assert main(["invoke", "mail.send_transactional_message", json.dumps(message(recipients=[]))]) == 2
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"message": "recipients: List should have at least 1 item after validation, "
                                                    "not 0"}
-    assert captured.err.startswith("400: mail.send_transactional_message failed (400)")
+    assert captured.err.startswith("connector-ops: mail.send_transactional_message failed (400)")

@@ -1,0 +1,130 @@
+"""``connector-ops``: conventions (version, help, completion), action listings, inputs, errors and exit codes.
+
+Run as the installed console script in a subprocess, as users run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+SCRIPT = str(Path(sys.executable).parent / "connector-ops")
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
+        extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SCRIPT, *args], input=stdin, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {}), **(extra_env or {})})
+
+
+def test_version() -> None:
+    run = cli("--version")
+    assert run.returncode == 0
+    assert run.stdout.strip() == f"connector-ops, version {version('connector-ops')}"
+
+
+def test_help_is_plain_text_and_lists_every_command() -> None:
+    run = cli("--help")
+    assert run.returncode == 0
+    for command in ("actions", "completion", "drive", "files", "invoke", "pipeline"):
+        assert f"\n  {command} " in run.stdout
+    for markup in ("``", ":class:", ":func:", ".. "):
+        assert markup not in run.stdout
+    assert "Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures." in run.stdout
+
+
+def test_help_loads_neither_pydantic_nor_dagster() -> None:
+    code = ("import sys\nfrom connector_ops.cli import main\nassert main(['--help']) == 0\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'dagster', 'sqlalchemy'))\n"
+            "assert not heavy, heavy")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+
+
+def test_completion_script_and_completing_action_names() -> None:
+    run = cli("completion", "bash")
+    assert run.returncode == 0 and "_CONNECTOR_OPS_COMPLETE" in run.stdout and "complete " in run.stdout
+    done = cli(extra_env={"_CONNECTOR_OPS_COMPLETE": "bash_complete", "COMP_WORDS": "connector-ops invoke etl.qu",
+                          "COMP_CWORD": "2"})
+    assert done.returncode == 0
+    assert done.stdout.split() == ["plain,etl.query"]
+
+
+def test_actions_listing_and_json() -> None:
+    listing = json.loads(cli("actions", "--json").stdout)
+    assert len(listing) == 22
+    push = next(row for row in listing if row["name"] == "etl.push")
+    assert push["resources"] == ["virtual_files", "platform_files"] and push["summary"]
+    text = cli("actions").stdout.splitlines()
+    assert len(text) == 22 and text[0].startswith("drive.copy_file ")
+
+
+def test_actions_name_shows_the_input_fields_and_schema() -> None:
+    run = cli("actions", "etl.iterate")
+    assert run.returncode == 0
+    assert "  content       required  string | array of any" in run.stdout
+    assert "  maxBatchSize  required  integer" in run.stdout
+    assert "output: content, hasNext" in run.stdout
+    schema = json.loads(cli("actions", "etl-iterate", "--schema").stdout)
+    assert schema["required"] == ["content", "maxBatchSize"]
+    assert set(schema["properties"]) == {"content", "maxBatchSize"}
+    described = json.loads(cli("actions", "mail.send_transactional_message", "--json").stdout)
+    fields = {f["name"]: f for f in described["input"]}
+    assert fields["templateVariables"]["required"] is True and described["output"] == []
+
+
+def test_a_mistyped_action_gets_did_you_mean_and_exit_2() -> None:
+    for args in (("actions", "etl.qury"), ("invoke", "etl.qury", "{}")):
+        run = cli(*args)
+        assert run.returncode == 2
+        assert json.loads(run.stdout) == {"message": "unknown action 'etl.qury'; did you mean 'etl.query' or "
+                                                     "'etl.push' or 'etl.pull'?"}
+        assert run.stderr.startswith("connector-ops: etl.qury failed (400): unknown action 'etl.qury'; did you mean")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_inputs_inline_stdin_and_file_and_the_magics_spelling(env: dict[str, str], tmp_path: Path) -> None:
+    payload = {"content": [1, 2, 3], "maxBatchSize": 2}
+    file = tmp_path / "input.json"
+    file.write_text(json.dumps(payload))
+    expected = {"content": [1, 2], "hasNext": True}
+    assert json.loads(cli("invoke", "etl.iterate", json.dumps({**payload, "content": [4]}), env=env).stdout) \
+        == {"content": [4], "hasNext": False}
+    assert json.loads(cli("invoke", "etl-iterate", f"@{file}", env=env).stdout) == expected
+    assert json.loads(cli("invoke", "etl.iterate", "-", env=env, stdin=json.dumps(payload)).stdout) \
+        == {"content": [3], "hasNext": False}  # the same array continues where it stopped
+    missing = cli("invoke", "etl.iterate", f"@{tmp_path / 'nope.json'}", env=env)
+    assert missing.returncode == 2
+    assert "input: cannot read" in json.loads(missing.stdout)["message"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_exit_codes_follow_the_status(env: dict[str, str]) -> None:
+    bad = cli("invoke", "etl.iterate", '{"content": [1]}', env=env)
+    assert bad.returncode == 2
+    assert bad.stderr == "connector-ops: etl.iterate failed (400): maxBatchSize: is required\n"
+    not_found = cli("invoke", "etl.iterate", '{"content": "no-such-file", "maxBatchSize": 1}', env=env)
+    assert not_found.returncode == 3 and json.loads(not_found.stdout) == {"message": "not found"}
+    failed = cli("invoke", "etl.query", '{"virtualFileId": "no-such-file", "query": {}}', env=env)  # spec: 500
+    assert failed.returncode == 1 and failed.stderr.startswith("connector-ops: etl.query failed (500):")
+    clean = cli("invoke", "etl.clean", '{"virtualFileId": "no-such-file"}', env=env)  # body null, as the spec
+    assert clean.returncode == 1 and json.loads(clean.stdout) is None
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_files_add_of_a_missing_file_names_it(env: dict[str, str], tmp_path: Path) -> None:
+    run = cli("files", "add", str(tmp_path / "absent.csv"), env=env)
+    assert run.returncode == 2
+    assert run.stderr.startswith("connector-ops: files add failed (400): path: ")
+
+
+def test_pipeline_list_json() -> None:
+    listed = json.loads(cli("pipeline", "list", "--json").stdout)
+    report = next(p for p in listed if p["name"] == "sales_report")
+    assert report["steps"] == 18 and report["file"].endswith("sales_report.yaml")
