@@ -82,7 +82,7 @@ def actions_table(connector: str) -> StatusTable:
     return StatusTable(f"%{connector} actions", rows, [f"usage: %{connector} ACTION {{JSON or YAML input}}"])
 
 
-def present(action: str, output: Any, resources: Mapping[str, Any]) -> Any:
+def displayable(action: str, output: Any, resources: Mapping[str, Any]) -> Any:
     """Dict outputs get notebook displays; ``"ok"``, ``None`` … are returned as they are."""
     if not isinstance(output, Mapping):
         return output
@@ -161,7 +161,7 @@ class ConnectorMagics(Magics):
             if exc.action is None and args_action:
                 exc.action = f"{connector}.{args_action}"
             raise NotebookError.from_error(exc) from None
-        result = output if args.df and spec.name == "etl.pull" else present(spec.name, output, resources)
+        result = output if args.df and spec.name == "etl.pull" else displayable(spec.name, output, resources)
         for name in (args.out, args.df if isinstance(args.df, str) and spec.name == "etl.pull" else None):
             if name:
                 self.shell.user_ns[name] = result
@@ -244,7 +244,7 @@ class ConnectorMagics(Magics):
 
             status = exc.status if isinstance(exc, ConnectorOpsError) else 500
             raise ConnectorError(status, {"message": str(exc)}, action="files.add") from None
-        result = present("files.add", descriptor.to_json(), resources)
+        result = displayable("files.add", descriptor.to_json(), resources)
         if args.out:
             self.shell.user_ns[args.out] = result
         return result

@@ -92,7 +92,7 @@ def to_json_text(value: Any) -> str:
     return json.dumps(value, default=jsonable, ensure_ascii=False)
 
 
-def _as_text(value: Any) -> str:
+def _interpolated(value: Any) -> str:
     """How a value reads inside a string: strings as they are, everything else as JSON."""
     return value if isinstance(value, str) else to_json_text(value)
 
@@ -120,9 +120,9 @@ def substitute(text: str, namespace: Mapping[str, Any]) -> str:
             value = evaluate(match.group(1), namespace)
             try:
                 if quote == '"':
-                    out.append(json.dumps(_as_text(value), ensure_ascii=False)[1:-1])
+                    out.append(json.dumps(_interpolated(value), ensure_ascii=False)[1:-1])
                 elif quote == "'":
-                    out.append(_as_text(value).replace("'", "''"))
+                    out.append(_interpolated(value).replace("'", "''"))
                 else:
                     out.append(to_json_text(value))
             except (TypeError, ValueError) as exc:

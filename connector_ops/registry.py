@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound
+from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound, field_path
 
 log = logging.getLogger("connector_ops")
 
@@ -163,10 +163,10 @@ def unknown_action_message(name: str) -> str:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """Turn pydantic's report into ``field.path: problem; …`` with spec (camelCase) field names."""
+    """Turn pydantic's report into ``rows[0].content: problem; …`` with spec (camelCase) field names."""
     parts = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        loc = field_path(err["loc"])
         msg = err["msg"]
         if err["type"] == "missing":
             msg = "is required"

@@ -153,20 +153,24 @@ def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> N
 
 def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, verbose: bool, full: bool) -> None:
     print(f"running {compiled.pipeline.name} ({path}) in process …", file=sys.stderr)
-    outcome = run_compiled(compiled, resources, verbose=verbose)
+    run = run_compiled(compiled, resources, verbose=verbose)
     for step in compiled.pipeline.steps:
-        if step.id in outcome.outputs:
-            value = outcome.outputs[step.id]
+        if step.id in run.steps:
+            value = run.steps[step.id]
             print(f"{step.id} ({step.action.name}): {_json(value if full else abbreviate(value))}")
-    lines = where_outputs_went(compiled, outcome.outputs, resources)
+    lines = where_outputs_went(compiled, run.steps, resources)
     if lines:
         print("\nwhere the outputs went:")
         for line in lines:
             print(f"  {line}")
-    if not outcome.success:
-        error = outcome.error
-        print(f"\nstep {outcome.failed_step} failed: {error.summary() if error else 'see the log'}", file=sys.stderr)
-        if error is not None:
+    if not run.success:
+        for step_id, error in run.errors.items():
+            print(f"\nstep {step_id} failed: {error.summary()}", file=sys.stderr)
             print(_json(error.body))
+        if not run.errors:
+            print("\nthe run failed before any step ran (see the log: -v)", file=sys.stderr)
+        skipped = [step for step, status in run.status.items() if status in ("skipped", "not run")]
+        if skipped:
+            print(f"not run because of the failure: {', '.join(skipped)}", file=sys.stderr)
         raise SystemExit(1)
-    print(f"\nrun {outcome.run_id} succeeded", file=sys.stderr)
+    print(f"\nrun {run.run_id} succeeded", file=sys.stderr)

@@ -3,7 +3,8 @@
 The job runs through Dagster's engine (``execute_in_process``) — the same ops, wiring and config a
 deployment runs — with the session's resources (``%connectors``), so what a pipeline produced can be
 inspected with the ``%etl``/``%drive`` magics in the next cell. Dagster's console log is silenced;
-instead every step's status and outputs are shown in one table and kept in a :class:`PipelineRun`,
+instead every step's status and outputs are shown in one table and kept in a
+:class:`~connector_ops.pipelines.runner.PipelineRun`,
 also when a step fails — which is what debugging a pipeline cell by cell needs: run it, look at the
 step that failed, re-run that action with ``%etl``, fix the file, run again.
 
@@ -16,7 +17,6 @@ For any other job, steps are Dagster step keys and outputs the op output names.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,107 +29,15 @@ from connector_ops.display import StatusTable
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.magic import ConnectorMagics, NotebookError
 from connector_ops.magic_session import one_line
-from connector_ops.ops.factory import error_of_failed_step
+from connector_ops.pipelines.runner import PipelineRun
+from connector_ops.pipelines.runner import run_job as run_in_process
 
-SHOWN_CHARS = 160
 USAGE = "%pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]"
 
 
 class PipelineUsageError(ConnectorError):
     def __init__(self, message: str, action: str = "pipeline") -> None:
         super().__init__(400, {"message": message}, action=action)
-
-
-def _short(value: Any) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
-
-
-class PipelineRun:
-    """The result of ``%pipeline run``: success, each step's status and outputs, the Dagster result."""
-
-    def __init__(self, name: str, result: dg.ExecuteInProcessResult, compiled: Any = None) -> None:
-        self.name, self.result, self.compiled = name, result, compiled
-        self.success: bool = result.success
-        self.run_id: str = result.run_id
-        self.status: dict[str, str] = {}
-        self.steps: dict[str, Any] = {}
-        self.errors: dict[str, ConnectorError] = {}
-        if compiled is not None:
-            from connector_ops.pipelines.runner import step_outputs
-
-            self.status = {step.id: "not run" for step in compiled.pipeline.steps}
-            self.steps = step_outputs(compiled, result)
-        for event in result.all_events:
-            if event.step_key is None:
-                continue
-            step = self._step_of(event.step_key)
-            if event.event_type == dg.DagsterEventType.STEP_FAILURE:
-                self.status[step] = "failed"
-                self.errors.setdefault(step, error_of_failed_step(event))
-            elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and self.status.get(step) != "failed":
-                self.status[step] = "success"
-            elif event.event_type == dg.DagsterEventType.STEP_SKIPPED and step not in self.errors:
-                self.status[step] = "skipped"
-            elif event.is_successful_output and compiled is None:
-                handle = event.event_specific_data.step_output_handle
-                self.steps.setdefault(step, {})[handle.output_name] = self._output(event, handle)
-
-    def _step_of(self, step_key: str) -> str:
-        """A YAML step owns its helper steps (``<id>__input``, ``<id>__batches``, ``<id>[batch_3]``)."""
-        if self.compiled is None:
-            return step_key
-        from connector_ops.pipelines.runner import step_of
-
-        return step_of(self.compiled, step_key)
-
-    def _output(self, event: dg.DagsterEvent, handle: Any) -> Any:
-        node = str(event.node_handle) if event.node_handle else handle.step_key.split("[", 1)[0]
-        try:
-            value = self.result.output_for_node(node, handle.output_name)
-        except Exception:  # an output that cannot be loaded back is shown as missing, not fatal
-            return None
-        if isinstance(value, Mapping):
-            key = handle.mapping_key or (handle.step_key.split("[", 1)[1].rstrip("]") if "[" in handle.step_key
-                                         else None)
-            if key is not None:
-                return value.get(key)
-        return value
-
-    def __getitem__(self, step: str) -> Any:
-        """The outputs of one step (YAML: by spec field, ``run["load"]["virtualFileId"]``)."""
-        return self.steps[step]
-
-    def table(self) -> StatusTable:
-        actions = {s.id: s.action.name for s in self.compiled.pipeline.steps} if self.compiled else {}
-        rows = []
-        for step in dict.fromkeys([*self.status, *self.steps]):
-            shown = self.errors[step].summary() if step in self.errors else _short(self.steps[step]) \
-                if step in self.steps else ""
-            row = {"step": step, "action": actions.get(step), "status": self.status.get(step, "?"), "output": shown}
-            if not actions:
-                row.pop("action")
-            rows.append(row)
-        verdict = "succeeded" if self.success else "FAILED"
-        return StatusTable(f"pipeline {self.name} {verdict} (run {self.run_id[:8]})", rows)
-
-    def _repr_html_(self) -> str:
-        return self.table()._repr_html_()
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        self.table()._repr_pretty_(printer, cycle)
-
-    def failure(self) -> ConnectorError | None:
-        """The first failed step's error as one line, or ``None`` after a successful run."""
-        if self.success:
-            return None
-        for step, error in self.errors.items():
-            return ConnectorError(error.status, {"message": f"step {step}: {error.summary()}"},
-                                  action=f"pipeline {self.name}")
-        return ConnectorError(500, {"message": "the run failed before any step ran"}, action=f"pipeline {self.name}")
 
 
 def _definitions(magics: ConnectorMagics) -> dg.Definitions:
@@ -179,8 +87,6 @@ def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple
 def run_job(job: dg.JobDefinition, resources: Mapping[str, Any]) -> dg.ExecuteInProcessResult:
     """The pipeline runner's ``run_job``; a definition problem (e.g. a resource missing from the
     session) becomes one line instead of a traceback."""
-    from connector_ops.pipelines.runner import run_job as run_in_process
-
     try:
         return run_in_process(job, resources)
     except dg.DagsterError as exc:

@@ -1,32 +1,24 @@
-"""Run a compiled pipeline in process and read back what each step produced.
+"""Run a pipeline in process and read back what each step produced: :class:`PipelineRun`.
 
-Used by ``connector-ops pipeline run`` and the tests. Runs go to the persistent instance when
+One result for ``connector-ops pipeline run``, ``%pipeline run`` and the tests. Runs go to the persistent instance when
 ``DAGSTER_HOME`` is set (they then show in the UI), else to an ephemeral one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
+from connector_ops.display import StatusTable
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.pipelines.dsl import CompiledPipeline
 
 QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}  # we report failures ourselves
-
-
-@dataclass
-class RunOutcome:
-    success: bool
-    run_id: str
-    outputs: dict[str, Any]  # step id -> {output field: value} (bare outputs as the value itself)
-    error: ConnectorError | None = None
-    failed_step: str | None = None
 
 
 def step_outputs(compiled: CompiledPipeline, result: dg.ExecuteInProcessResult) -> dict[str, Any]:
@@ -50,14 +42,6 @@ def step_of(compiled: CompiledPipeline, step_key: str) -> str:
     return owner if owner in ids else base
 
 
-def _failure(compiled: CompiledPipeline,
-             result: dg.ExecuteInProcessResult) -> tuple[str | None, ConnectorError | None]:
-    for event in result.all_events:
-        if event.event_type_value == "STEP_FAILURE":
-            return step_of(compiled, event.step_key or ""), error_of_failed_step(event)
-    return None, None
-
-
 def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: bool = False,
             instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
     """Run any job in this process, keeping its default config, without Dagster's console log unless
@@ -74,8 +58,96 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
 
 
 def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, verbose: bool = False,
-                 instance: dg.DagsterInstance | None = None) -> RunOutcome:
+                 instance: dg.DagsterInstance | None = None) -> PipelineRun:
     """Execute the job in this process with ``resources``; never raises for a failed step."""
     result = run_job(compiled.job, resources, verbose=verbose, instance=instance)
-    step, error = (None, None) if result.success else _failure(compiled, result)
-    return RunOutcome(result.success, result.run_id, step_outputs(compiled, result), error, step)
+    return PipelineRun(compiled.pipeline.name, result, compiled)
+
+
+SHOWN_CHARS = 160
+
+
+def _short(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
+
+
+class PipelineRun:
+    """The result of ``%pipeline run``: success, each step's status and outputs, the Dagster result."""
+
+    def __init__(self, name: str, result: dg.ExecuteInProcessResult, compiled: Any = None) -> None:
+        self.name, self.result, self.compiled = name, result, compiled
+        self.success: bool = result.success
+        self.run_id: str = result.run_id
+        self.status: dict[str, str] = {}
+        self.steps: dict[str, Any] = {}
+        self.errors: dict[str, ConnectorError] = {}
+        if compiled is not None:
+            self.status = {step.id: "not run" for step in compiled.pipeline.steps}
+            self.steps = step_outputs(compiled, result)
+        for event in result.all_events:
+            if event.step_key is None:
+                continue
+            step = self._step_of(event.step_key)
+            if event.event_type == dg.DagsterEventType.STEP_FAILURE:
+                self.status[step] = "failed"
+                self.errors.setdefault(step, error_of_failed_step(event))
+            elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and self.status.get(step) != "failed":
+                self.status[step] = "success"
+            elif event.event_type == dg.DagsterEventType.STEP_SKIPPED and step not in self.errors:
+                self.status[step] = "skipped"
+            elif event.is_successful_output and compiled is None:
+                handle = event.event_specific_data.step_output_handle
+                self.steps.setdefault(step, {})[handle.output_name] = self._output(event, handle)
+
+    def _step_of(self, step_key: str) -> str:
+        """A YAML step owns its helper steps (``<id>__input``, ``<id>__batches``, ``<id>[batch_3]``)."""
+        return step_key if self.compiled is None else step_of(self.compiled, step_key)
+
+    def _output(self, event: dg.DagsterEvent, handle: Any) -> Any:
+        node = str(event.node_handle) if event.node_handle else handle.step_key.split("[", 1)[0]
+        try:
+            value = self.result.output_for_node(node, handle.output_name)
+        except Exception:  # an output that cannot be loaded back is shown as missing, not fatal
+            return None
+        if isinstance(value, Mapping):
+            key = handle.mapping_key or (handle.step_key.split("[", 1)[1].rstrip("]") if "[" in handle.step_key
+                                         else None)
+            if key is not None:
+                return value.get(key)
+        return value
+
+    def __getitem__(self, step: str) -> Any:
+        """The outputs of one step (YAML: by spec field, ``run["load"]["virtualFileId"]``)."""
+        return self.steps[step]
+
+    def table(self) -> StatusTable:
+        actions = {s.id: s.action.name for s in self.compiled.pipeline.steps} if self.compiled else {}
+        rows = []
+        for step in dict.fromkeys([*self.status, *self.steps]):
+            shown = self.errors[step].summary() if step in self.errors else _short(self.steps[step]) \
+                if step in self.steps else ""
+            row = {"step": step, "action": actions.get(step), "status": self.status.get(step, "?"), "output": shown}
+            if not actions:
+                row.pop("action")
+            rows.append(row)
+        verdict = "succeeded" if self.success else "FAILED"
+        return StatusTable(f"pipeline {self.name} {verdict} (run {self.run_id[:8]})", rows)
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        self.table()._repr_pretty_(printer, cycle)
+
+    def failure(self) -> ConnectorError | None:
+        """The first failed step's error as one line, or ``None`` after a successful run."""
+        if self.success:
+            return None
+        for step, error in self.errors.items():
+            return ConnectorError(error.status, {"message": f"step {step}: {error.summary()}"},
+                                  action=f"pipeline {self.name}")
+        return ConnectorError(500, {"message": "the run failed before any step ran"}, action=f"pipeline {self.name}")

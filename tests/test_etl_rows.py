@@ -149,7 +149,7 @@ def test_append_rows_failure_changes_nothing(files, env):
 def test_append_rows_bad_input(env):
     assert error("etl.append_rows", {}).body["message"].startswith("rows")
     msg = error("etl.append_rows", {"rows": [{"virtualFileId": "a"}]}).body["message"]
-    assert msg.startswith("rows.0.content")
+    assert msg.startswith("rows[0].content")
     assert invoke("etl.append_rows", {"rows": []}) == "ok"
 
 

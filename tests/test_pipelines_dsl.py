@@ -248,15 +248,15 @@ def test_pipeline_runs_with_foreach_env_and_file_references(demo_file: Path, env
     resources = resources_for(environ=env)
     compiled = compile_pipeline(load_pipeline(demo_file))
     outcome = run_compiled(compiled, resources)
-    assert outcome.success, outcome.error
-    rows = outcome.outputs["region"]["result"]
+    assert outcome.success, outcome.failure()
+    rows = outcome.steps["region"]["result"]
     assert rows and {row["region"] for row in rows} == {"North"}
     # foreach: 40 customers in batches of 15 -> 3 batches, each step output collected in batch order
-    batches = outcome.outputs["batches"]
+    batches = outcome.steps["batches"]
     assert [len(b) for b in batches["content"]] == [15, 15, 10]
     assert batches["hasNext"] == [False, False, False]
     assert [row["customer_id"] for b in batches["content"] for row in b][:2] == ["C001", "C002"]
-    exported = outcome.outputs["export"]["platformFile"]
+    exported = outcome.steps["export"]["platformFile"]
     assert exported["name"] == "customers-North.csv"
     text = resources["platform_files"].read_bytes(exported).decode()
     assert len(text.splitlines()) == 41

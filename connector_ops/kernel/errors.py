@@ -8,6 +8,7 @@ it, ``null`` for Clean, 400 for invalid input).  Entry points only ever see ``Co
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -36,6 +37,20 @@ class ConnectorOpsError(Exception):
     """Base of the precise errors raised below the action layer."""
 
     status = 500
+
+
+def field_path(parts: Iterable[str | int]) -> str:
+    """The one notation of a field in messages: ``rows[0].content``, ``recipients[2].email``, ``schema``.
+
+    pydantic's own locations also carry validator names (``function-after[…]``); those are dropped.
+    """
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif not part.startswith("function-"):
+            text += f".{part}" if text else part
+    return text
 
 
 class InvalidInput(ConnectorOpsError):

@@ -1,6 +1,6 @@
 """Input model of Send Transactional Message (spec 4.B, recipients per 2.5), checked before any sending.
 
-Every rule here answers 400 with the field's path (``recipients.0.to: …``): addresses valid
+Every rule here answers 400 with the field's path (``recipients[0].to: …``): addresses valid
 (``email-validator``, no DNS), no line breaks or control characters in the subject, names or file
 names, at most 50 recipients with at least one ``To``, ``templateId`` a positive integer,
 ``templateVariables`` a JSON object without ``null`` (Mailjet refuses null values).

@@ -189,7 +189,8 @@ def lookup(ref: Ref, scope: Scope, *, exact: bool = True) -> Any:
     return _descend(scope.steps[ref.root], ref.path, ref)
 
 
-def _as_text(value: Any) -> str:
+def _interpolated(value: Any) -> str:
+    """How a referenced value reads inside a longer string: strings as they are, others as compact JSON."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -199,7 +200,7 @@ def resolve(value: Any, scope: Scope) -> Any:
         parts = parse_template(value)
         if len(parts) == 1 and isinstance(parts[0], Ref):
             return lookup(parts[0], scope)
-        return "".join(p if isinstance(p, str) else _as_text(lookup(p, scope, exact=False)) for p in parts)
+        return "".join(p if isinstance(p, str) else _interpolated(lookup(p, scope, exact=False)) for p in parts)
     if isinstance(value, Mapping):
         return {k: resolve(v, scope) for k, v in value.items()}
     if isinstance(value, list):

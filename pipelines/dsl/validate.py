@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, ValidationError
 
+from connector_ops.kernel.errors import field_path
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
@@ -223,7 +224,7 @@ class _Checker:
                 loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
                 if any(loc[:n] in templated for n in range(1, len(loc) + 1)):
                     continue
-                where = ".".join(str(p) for p in loc)
+                where = field_path(loc)
                 if err["type"] == "extra_forbidden":
                     known = _fields_of(_owner_model(spec.input_model, loc[:-1])) or []
                     msg = f"unknown field {where!r} in {spec.name} input"

@@ -99,7 +99,7 @@ def test_create_shared_link_validates_recipients_and_shares(drive: Drive) -> Non
                        ({"type": "user", "role": "reader", "email": "john..doe@example.com"}, "recipients[0].email"),
                        ({"type": "domain", "role": "reader", "domain": "no spaces.com"}, "recipients[0].domain"),
                        ({"type": "anyone", "role": "owner"}, "recipients[0].role"),
-                       ({"type": "robot", "role": "reader"}, "recipients.0.type")):
+                       ({"type": "robot", "role": "reader"}, "recipients[0].type")):
         with pytest.raises(ConnectorError) as err:
             drive.run("drive.create_shared_link", {"id": doc, "recipients": [bad]})
         assert err.value.status == 400 and err.value.message.startswith(field), err.value.message

@@ -195,6 +195,6 @@ attachments: [{platformFile: {{sales}}}]
     assert body["To"] == [{"Email": "ada@example.com", "Name": "Ada"}]
     assert body["Subject"] == "Sales for Ada" and body["Variables"] == {"name": "Ada"}
     assert body["Attachments"][0]["Filename"] == "sales.csv"
-    with pytest.raises(NotebookError, match=r"^mail.send_transactional_message failed \(400\): recipients.0.to"):
+    with pytest.raises(NotebookError, match=r"^mail.send_transactional_message failed \(400\): recipients\[0\].to"):
         ip.run_line_magic("mail", 'send_transactional_message {"from": "a@example.com", "recipients": [{"to": "nope"}],'
                                   ' "templateId": 1, "templateVariables": "{}"}')

@@ -14,7 +14,7 @@ from connector_ops import invoke
 from connector_ops.magic import NotebookError
 from connector_ops.ops import etl_push, etl_query
 from connector_ops.ops.resources import VirtualFileStoreAdapter, dagster_resources
-from connector_ops.pipelines.magic import PipelineRun
+from connector_ops.pipelines.runner import PipelineRun
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 from tests.magic.conftest import SALES, html_of
 

@@ -37,7 +37,7 @@ EXPECTED = {
 #: the one-line error each ``raises-exception`` cell must print
 ERRORS = {
     "etl_tour.ipynb": ["etl.iterate failed (404): not found"],
-    "drive_and_mail.ipynb": ["mail.send_transactional_message failed (400): recipients.0.to"],
+    "drive_and_mail.ipynb": ["mail.send_transactional_message failed (400): recipients[0].to"],
     "pipeline_debugging.ipynb": ["pipeline debug_me failed (404): step count: etl.iterate failed (404): not found"],
 }
 
