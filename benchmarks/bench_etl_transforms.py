@@ -103,8 +103,8 @@ class Raw:
 
 
 def vf_table(store: Any, vf_id: str) -> str:
-    with store.reading() as conn:
-        return store.info(conn, vf_id).table_name
+    with store.sql.reading() as conn:
+        return store.sql.info(conn, vf_id).table_name
 
 
 def raw_delete(raw: Raw) -> int:
@@ -227,7 +227,7 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS)
         m["raw_join"] = measure("raw INSERT … SELECT … JOIN (+ rejection)", lambda: raw_join(raw))
         m["pandas_join"] = measure("pandas read_csv ×2 + merge (+ indicator)",
                                    lambda: pandas_join(left_csv, right_csv))
-        out_rows, rej_rows = (store.count(m["join"].value[k]) for k in ("virtualFileId", "rejectionFileId"))
+        out_rows, rej_rows = (store.summary(m["join"].value[k], 0)[0] for k in ("virtualFileId", "rejectionFileId"))
         assert (out_rows, rej_rows) == m["pandas_join"].value, ((out_rows, rej_rows), m["pandas_join"].value)
         push_join = Measurement("push both + join", m["push_both"].seconds + m["join"].seconds,
                                 max(m["push_both"].peak_mib, m["join"].peak_mib))
@@ -246,7 +246,7 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS)
         frames.clear()
         m["pandera_load"] = measure("pandas read_csv + pandera lazy validate", lambda: pandera_validate(
             pd.read_csv(left_csv, dtype=str, keep_default_na=False)))
-        validated, rejected = (store.count(m["validate"].value[k]) for k in ("validated", "rejected"))
+        validated, rejected = (store.summary(m["validate"].value[k], 0)[0] for k in ("validated", "rejected"))
         assert rejected == m["pandera"].value, (rejected, m["pandera"].value)
         lines += [
             ratio_row("Validate vs pandera (in memory)", m["validate"], m["pandera"], 1.5)

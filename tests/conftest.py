@@ -79,7 +79,9 @@ def resources(env: dict[str, str]) -> dict[str, Any]:
 
 @pytest.fixture
 def store(resources: dict[str, Any]) -> Any:
-    return resources["virtual_files"]
+    from tests.virtual_files import StoreForTests
+
+    return StoreForTests.of(resources["virtual_files"])
 
 
 @pytest.fixture

@@ -41,10 +41,10 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
     with platform_files.open(pf) as raw, track(f"push {pf.name}", size, "B") as reporter:
         stream = reading_with_progress(raw, reporter)
         if is_json(pf.name, pf.content_type):
-            with virtual_files.create(params.schema_ or ()) as writer:
-                for batch in read_json(stream, lines_to_ignore=params.lines_to_ignore, encoding=params.encoding,
-                                       reopen=reopen):
-                    writer.write_dicts(batch)
+            vf_id = virtual_files.create_from_dicts(
+                read_json(stream, lines_to_ignore=params.lines_to_ignore, encoding=params.encoding, reopen=reopen),
+                params.schema_ or (),
+            )
         else:
             columns, batches = read_csv(
                 stream,
@@ -55,9 +55,8 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
                 encoding=params.encoding,
                 reopen=reopen,
             )
-            with virtual_files.create(columns) as writer:
-                writer.write_batches(columns, batches)  # parsing overlaps the database's inserts
-    return m.VirtualFileOutput(virtual_file_id=writer.vf_id)
+            vf_id = virtual_files.create_from_batches(columns, batches)  # parsing overlaps the database's inserts
+    return m.VirtualFileOutput(virtual_file_id=vf_id)
 
 
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)

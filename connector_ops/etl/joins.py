@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from connector_ops.etl import models as m
 from connector_ops.registry import action
-from connector_ops.resources.virtual_files.joins import Side, join_files
+from connector_ops.resources.virtual_files.shapes import Side
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 
@@ -19,6 +19,6 @@ def _side(side: m.JoinSide) -> Side:
 @action("etl.join", m.JoinInput, m.JoinOutput, resources=("virtual_files",), not_found_status=404)
 def join(inp: m.JoinInput, virtual_files: VirtualFileStore) -> m.JoinOutput:
     """Join two virtual files on a key (INNER or LEFT); left rows without a partner go to the rejection file."""
-    output, rejection = join_files(virtual_files, _side(inp.join.left), _side(inp.join.right), inp.join.type,
-                                   inp.output_schema)
+    output, rejection = virtual_files.join(_side(inp.join.left), _side(inp.join.right), inp.join.type,
+                                           inp.output_schema)
     return m.JoinOutput(rejection_file_id=rejection, virtual_file_id=output)

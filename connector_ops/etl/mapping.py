@@ -1,6 +1,6 @@
 """Map (spec 4.C): apply a row function to every row of a virtual file, streamed in batches.
 
-The source is read by keyset pages inside the same transaction that writes the result, so an
+The store reads the source by keyset pages inside the same transaction that writes the result, so an
 overwrite never loses rows appended meanwhile, and a function that raises (or returns something that
 is not a row) rolls everything back: the virtual files are exactly as they were, and the error names
 the row (1-based position in the file) and the reason.
@@ -17,7 +17,8 @@ from connector_ops.etl.readers import as_text
 from connector_ops.kernel.errors import ActionFailed
 from connector_ops.kernel.progress import track
 from connector_ops.registry import action
-from connector_ops.resources.virtual_files.store import SCAN_BATCH, RowWriter, VirtualFileStore, keyset_pages, present
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 BATCH = SCAN_BATCH
 
@@ -33,44 +34,33 @@ def map_rows(inp: m.MapInput, virtual_files: VirtualFileStore) -> m.VirtualFileO
 
 def apply_map(store: VirtualFileStore, vf_id: str, fn: RowFunction, label: str, overwrite: bool) -> str:
     """Write ``fn(row)`` for every row into a new virtual file (or in place of ``vf_id``); returns its id."""
-    with store.create(replace=vf_id if overwrite else None) as writer:
-        source = writer.replaced if overwrite else store.info(writer.conn, vf_id)
-        assert source is not None
-        names = source.names
-        position = 0
-        with track(f"map {label}", None, "rows") as reporter:
-            for page in keyset_pages(writer.conn, source, names, BATCH):
-                out: list[tuple[str | None, ...]] = []
-                known = set(writer.names)  # the hot path: a plain dict of strings with known columns
-                for values in page:
-                    position += 1
-                    row = present(names, values)
-                    try:
-                        result = fn(row)
-                    except (Exception, SystemExit) as exc:  # a user function calling sys.exit() is a failure too
-                        raise ActionFailed(f"row {position}: {label} failed: {type(exc).__name__}: {exc}") from exc
-                    if result is None:
-                        continue
-                    if type(result) is not dict or not result.keys() <= known or not _TEXT.issuperset(
-                            map(type, result.values())):
-                        result = _as_row(result, position, label)
-                        if not result.keys() <= known:  # new columns: earlier rows are written first
-                            _write(writer, out)
-                            out = []
-                            writer.ensure_columns(result)
-                            known = set(writer.names)
-                    out.append(tuple(map(result.get, writer.names)))
-                _write(writer, out)
-                reporter.update(len(page))
-    return writer.vf_id
+    position = 0
+    seen: set[str] = set()  # column names already checked: a plain dict of strings with those is the hot path
+
+    def transform(rows: list[Row]) -> list[dict[str, str | None]]:
+        nonlocal position
+        out = []
+        for row in rows:
+            position += 1
+            try:
+                result = fn(row)
+            except (Exception, SystemExit) as exc:  # a user function calling sys.exit() is a failure too
+                raise ActionFailed(f"row {position}: {label} failed: {type(exc).__name__}: {exc}") from exc
+            if result is None:
+                continue
+            if type(result) is not dict or not result.keys() <= seen or not _TEXT.issuperset(
+                    map(type, result.values())):
+                result = _as_row(result, position, label)
+                seen.update(result)
+            out.append(result)
+        reporter.update(len(rows))
+        return out
+
+    with track(f"map {label}", None, "rows") as reporter:
+        return store.map_rows(vf_id, transform, overwrite=overwrite, batch_size=BATCH)
 
 
 _TEXT = frozenset({str, type(None)})
-
-
-def _write(writer: RowWriter, rows: list[tuple[str | None, ...]]) -> None:
-    if rows:
-        writer.write_tuples(writer.names, rows)
 
 
 def _as_row(result: Any, position: int, label: str) -> dict[str, str | None]:

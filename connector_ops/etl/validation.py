@@ -4,7 +4,7 @@ The schema is compiled once into one small check per column (a malformed schema 
 column before any row is read). A refused row goes to ``rejected`` as ``{error, content}`` where the
 error names every failing column and rule; accepted rows go to ``validated`` unchanged.
 
-``content`` may also be a virtual file id: the rows are then read by keyset pages and written to two
+``content`` may also be a virtual file id: the store then reads the rows by keyset pages and writes two
 new virtual files (accepted rows with the source's columns; ``error``/``content`` rows) in one
 transaction, and ``validated``/``rejected`` are their ids — memory stays bounded whatever the size.
 
@@ -26,7 +26,8 @@ from typing import Any
 from connector_ops.etl import models as m
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.registry import action
-from connector_ops.resources.virtual_files.store import SCAN_BATCH, VirtualFileStore, keyset_pages, present
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH
+from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 RULES = ("type", "minLength", "maxLength", "required")
 TYPES = ("string", "integer", "float", "boolean")
@@ -238,23 +239,12 @@ def validate(inp: m.ValidateInput, virtual_files: VirtualFileStore) -> m.Validat
 
 
 def validate_file(store: VirtualFileStore, vf_id: str, rules: list[ColumnRule],
-                  batch_size: int = SCAN_BATCH) -> tuple[str, str]:
-    """Validate a virtual file into two new ones (accepted rows, ``error``/``content`` rows); their ids."""
-    with store.writing() as conn:
-        source = store.info(conn, vf_id)
-        names = source.names
-        accepted = store.new_file(conn, names)
-        refused = store.new_file(conn, ["error", "content"])
-        for page in keyset_pages(conn, source, names, batch_size):
-            good: list[tuple] = []
-            bad: list[tuple[str, str]] = []
-            for values in page:
-                row = present(names, values)
-                error = row_error(rules, row)
-                if error is None:
-                    good.append(values)
-                else:
-                    bad.append((error, _content(row)))
-            accepted.write_tuples(names, good)
-            refused.write_tuples(["error", "content"], bad)
-    return accepted.vf_id, refused.vf_id
+                  batch_size: int | None = None) -> tuple[str, str]:
+    """Validate a virtual file into two new ones (accepted rows, ``error``/``content`` rows); their ids.
+    The page size is read when called (``SCAN_BATCH`` unless given), so a test can make pages small."""
+
+    def refuse(row: Mapping[str, Any]) -> tuple[str, str] | None:
+        error = row_error(rules, row)
+        return None if error is None else (error, _content(row))
+
+    return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH)

@@ -12,56 +12,46 @@ first (once per virtual file, kept for later joins and queries); PostgreSQL hash
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
+from connector_ops.resources.virtual_files.shapes import JoinKind, Side
 
 if TYPE_CHECKING:
-    from connector_ops.resources.virtual_files.store import RowWriter, VirtualFileStore
+    from connector_ops.resources.virtual_files.writing import RowWriter
 
 
-@dataclass(frozen=True)
-class Side:
-    virtual_file_id: str
-    custom_id: str
-    key: str
+def join_into(conn: sa.Connection, left: Side, left_info: VirtualFileInfo, right: Side, right_info: VirtualFileInfo,
+              kind: JoinKind, output_schema: Mapping[str, str] | None,
+              new_file: Callable[[list[str]], RowWriter]) -> tuple[RowWriter, RowWriter]:
+    """Join ``left`` with ``right`` inside ``conn``'s transaction into two files made by ``new_file``:
+    ``(output, rejection)``."""
+    l_table, r_table = left_info.table.alias("l"), right_info.table.alias("r")
+    l_cols, r_cols = left_info.column_map(l_table), right_info.column_map(r_table)
+    l_key = _key(l_cols, left, "join.left.key", left_info)
+    r_key = _key(r_cols, right, "join.right.key", right_info)
+    if output_schema:
+        columns = _schema_columns(output_schema, {left.custom_id: l_cols, right.custom_id: r_cols})
+    else:
+        columns = _default_columns(left, l_cols, right, r_cols)
 
+    matches = sa.and_(l_key == r_key, l_key != "")
+    joined = l_table.join(r_table, matches, isouter=kind == "LEFT")
+    output = new_file([name for name, _ in columns])
+    select = (sa.select(*(expr for _, expr in columns)).select_from(joined)
+              .order_by(l_table.c.seq, r_table.c.seq))
+    _insert(conn, output, select)
 
-def join_files(store: VirtualFileStore, left: Side, right: Side, kind: Literal["INNER", "LEFT"] = "INNER",
-               output_schema: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """Join ``left`` with ``right``; returns ``(output virtual file id, rejection virtual file id)``."""
-    if store.dialect == "sqlite":
-        store.ensure_indexes(right.virtual_file_id, [right.key])
-    with store.writing() as conn:
-        left_info = store.info(conn, left.virtual_file_id)
-        right_info = store.info(conn, right.virtual_file_id)
-        l_table, r_table = left_info.table.alias("l"), right_info.table.alias("r")
-        l_cols, r_cols = left_info.column_map(l_table), right_info.column_map(r_table)
-        l_key = _key(l_cols, left, "join.left.key", left_info)
-        r_key = _key(r_cols, right, "join.right.key", right_info)
-        if output_schema:
-            columns = _schema_columns(output_schema, {left.custom_id: l_cols, right.custom_id: r_cols})
-        else:
-            columns = _default_columns(left, l_cols, right, r_cols)
-
-        matches = sa.and_(l_key == r_key, l_key != "")
-        joined = l_table.join(r_table, matches, isouter=kind == "LEFT")
-        output = store.new_file(conn, [name for name, _ in columns])
-        select = (sa.select(*(expr for _, expr in columns)).select_from(joined)
-                  .order_by(l_table.c.seq, r_table.c.seq))
-        _insert(conn, output, select)
-
-        partner = sa.exists().where(r_key == l_key)
-        rejection = store.new_file(conn, list(left_info.names))
-        unmatched = (sa.select(*l_cols.values()).where(sa.not_(sa.and_(l_key.is_not(None), l_key != "", partner)))
-                     .order_by(l_table.c.seq))
-        _insert(conn, rejection, unmatched)
-    return output.vf_id, rejection.vf_id
+    partner = sa.exists().where(r_key == l_key)
+    rejection = new_file(list(left_info.names))
+    unmatched = (sa.select(*l_cols.values()).where(sa.not_(sa.and_(l_key.is_not(None), l_key != "", partner)))
+                 .order_by(l_table.c.seq))
+    _insert(conn, rejection, unmatched)
+    return output, rejection
 
 
 def _key(columns: Mapping[str, sa.ColumnElement], side: Side, field: str,

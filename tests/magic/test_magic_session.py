@@ -15,8 +15,8 @@ from connector_ops.magic import NotebookError
 from connector_ops.ops import etl_push, etl_query
 from connector_ops.ops.resources import VirtualFileStoreAdapter, dagster_resources
 from connector_ops.pipelines.runner import PipelineRun
-from connector_ops.resources.virtual_files.store import VirtualFileStore
 from tests.magic.conftest import SALES, html_of
+from tests.virtual_files import StoreForTests
 
 MISSING_LINK = "http://127.0.0.1:8765/files/0123456789abcdef0123456789abcdef"
 
@@ -49,7 +49,7 @@ def test_set_database_url_sends_the_next_calls_there(ip: Any, sales: dict[str, A
     other = f"sqlite:///{tmp_path / 'other.db'}"
     ip.run_line_magic("connectors", f"set database_url={other}")
     vf = ip.run_line_magic("etl", 'push {"platformFile": {{sales}}}')["virtualFileId"]
-    assert VirtualFileStore(database_url=other).exists(vf)
+    assert StoreForTests(database_url=other).exists(vf)
     ip.run_line_magic("connectors", "set database_url=")  # an empty value removes the setting
     assert not ip.magics_manager.registry["ConnectorMagics"].session.field_overrides
     with pytest.raises(NotebookError, match=r"\(404\): not found"):

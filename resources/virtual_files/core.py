@@ -1,0 +1,89 @@
+"""What every part of the store shares: the engine, read and write transactions, and the catalog lookup.
+
+Every public store method is one transaction: a failed push, append or replace leaves the database
+exactly as it was (DDL is transactional in both SQLite and PostgreSQL). The connections stay inside
+the store: actions call whole operations and never see one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator, Sequence
+
+import sqlalchemy as sa
+
+from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.resource import Resource
+from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
+from connector_ops.resources.virtual_files.engines import WRITE, get_engine
+
+
+class StoreCore(Resource):
+    """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
+
+    database_url: str
+
+    @property
+    def engine(self) -> sa.Engine:
+        return get_engine(self.database_url)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sa.Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[sa.Connection]:
+        with self.engine.execution_options(**WRITE).begin() as conn:
+            yield conn
+
+    def info(self, conn: sa.Connection, vf_id: str, *, lock: bool = False) -> VirtualFileInfo:
+        """The catalog entry of ``vf_id`` (``NotFound`` if there is none)."""
+        if not isinstance(vf_id, str) or not vf_id:
+            raise NotFound(f"virtual file {vf_id!r} not found")
+        vf, col = cat.virtual_file, cat.vf_column
+        query = (
+            sa.select(vf.c.table_name, vf.c.generation, col.c.ordinal, col.c.name, col.c.indexed)
+            .select_from(vf.outerjoin(col, col.c.vf_id == vf.c.id))
+            .where(vf.c.id == vf_id)
+            .order_by(col.c.ordinal)
+        )
+        if lock and conn.dialect.name == "postgresql":
+            query = query.with_for_update(of=vf)
+        rows = conn.execute(query).all()  # one round trip: the file and its columns
+        if not rows:
+            raise NotFound(f"virtual file {vf_id!r} not found")
+        head = rows[0]
+        cols = [r for r in rows if r.ordinal is not None]
+        return VirtualFileInfo(
+            id=vf_id,
+            table_name=head.table_name,
+            generation=head.generation,
+            names=tuple(c.name for c in cols),
+            ordinals=tuple(c.ordinal for c in cols),
+            indexed=frozenset(c.ordinal for c in cols if c.indexed),
+        )
+
+    @staticmethod
+    def new_table(conn: sa.Connection, vf_id: str, names: Sequence[str]) -> VirtualFileInfo:
+        """A new row table with ``names`` as its columns, catalogued under ``vf_id``."""
+        if len(set(names)) != len(names):
+            raise InvalidInput("schema", "column names must be unique")
+        table_name = f"vf_{uuid.uuid4().hex}"
+        info = VirtualFileInfo(vf_id, table_name, 1, tuple(names), tuple(range(len(names))), frozenset())
+        info.table.create(conn)
+        return info
+
+    @staticmethod
+    def catalogue_columns(conn: sa.Connection, info: VirtualFileInfo) -> None:
+        if info.names:
+            conn.execute(sa.insert(cat.vf_column), [
+                {"vf_id": info.id, "ordinal": o, "name": n, "indexed": False}
+                for n, o in zip(info.names, info.ordinals, strict=True)
+            ])

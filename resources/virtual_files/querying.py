@@ -1,0 +1,82 @@
+"""Querying and deleting rows by a MongoDB-style filter (compiled to SQL by :mod:`.filters`).
+
+The first equality query on a column indexes it (once per virtual file); later queries are one read
+transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
+from connector_ops.resources.virtual_files.core import StoreCore
+from connector_ops.resources.virtual_files.fetching import fetch_all
+from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns
+from connector_ops.resources.virtual_files.rows import as_dicts, select_rows
+from connector_ops.resources.virtual_files.shapes import Row
+
+
+class Querying(StoreCore):
+    """Find and delete rows by filter; index the columns equality filters use."""
+
+    def ensure_indexes(self, vf_id: str, names: Iterable[str]) -> None:
+        """Index the given columns once, so repeated queries on them are fast."""
+        with self.reading() as conn:
+            info = self.info(conn, vf_id)
+        self._create_indexes(info, names)
+
+    def _create_indexes(self, info: VirtualFileInfo, names: Iterable[str]) -> bool:
+        """Create the missing indexes on ``names``; ``False`` when there was nothing to do."""
+        wanted = [o for n in names if (o := info.ordinal_of(n)) is not None and o not in info.indexed]
+        if not wanted:
+            return False
+        with self.writing() as conn:
+            info = self.info(conn, info.id, lock=True)
+            table = info.table
+            for ordinal in wanted:
+                if ordinal in info.indexed:
+                    continue
+                sa.Index(f"ix_{info.table_name}_{internal_name(ordinal)}", table.c[internal_name(ordinal)]).create(
+                    conn, checkfirst=True
+                )
+                conn.execute(
+                    sa.update(cat.vf_column)
+                    .where((cat.vf_column.c.vf_id == info.id) & (cat.vf_column.c.ordinal == ordinal))
+                    .values(indexed=True)
+                )
+        return True
+
+    def find(self, vf_id: str, flt: Mapping[str, Any], *, limit: int | None = None,
+             field: str = "query") -> list[Row]:
+        """Rows matching the filter, in row order.
+
+        The first query on a column indexes it (once); later queries are one read transaction.
+        """
+        while True:
+            with self.reading() as conn:
+                info = self.info(conn, vf_id)
+                if not self._needs_index(info, flt):
+                    table = info.table
+                    where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name,
+                                           conn=conn)
+                    query = select_rows(info).where(where).order_by(table.c.seq)
+                    if limit is not None:
+                        query = query.limit(limit)
+                    return as_dicts(info.names, fetch_all(conn, query))
+            self._create_indexes(info, equality_columns(flt))
+
+    @staticmethod
+    def _needs_index(info: VirtualFileInfo, flt: Mapping[str, Any]) -> bool:
+        return any((o := info.ordinal_of(n)) is not None and o not in info.indexed for n in equality_columns(flt))
+
+    def delete_where(self, vf_id: str, flt: Mapping[str, Any], *, field: str = "request") -> int:
+        """Delete the rows matching the filter; returns how many were deleted."""
+        with self.writing() as conn:
+            info = self.info(conn, vf_id, lock=True)
+            table = info.table
+            where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name, conn=conn)
+            return conn.execute(sa.delete(table).where(where)).rowcount

@@ -1,0 +1,130 @@
+"""Reading virtual files: previews, ordered scans in one snapshot, fan-out ranges and the Iterate cursors.
+
+Scans stream keyset pages through the driver's cursor (bounded memory whatever the size). Iterate keeps
+each cursor's position in the catalog and advances it in the same transaction as the read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files.core import StoreCore
+from connector_ops.resources.virtual_files.fetching import fetch_all
+from connector_ops.resources.virtual_files.rows import as_dicts, keyset_pages, select_rows
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
+
+DEFAULT_CURSOR = "default"
+
+
+class Reading(StoreCore):
+    """Reading rows: previews, scans, fan-out ranges and Iterate's cursors."""
+
+    def summary(self, vf_id: str, n: int = 5) -> tuple[int, list[str], list[Row]]:
+        """``(row count, column names, first n rows)`` in one snapshot (op metadata, previews)."""
+        with self.reading() as conn:
+            info = self.info(conn, vf_id)
+            count = conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one()
+            first = fetch_all(conn, select_rows(info).order_by(info.table.c.seq).limit(n))
+            return count, list(info.names), as_dicts(info.names, first)
+
+    def scan_tuples(self, vf_id: str, columns: Sequence[str] | None = None, *, batch_size: int = SCAN_BATCH,
+                    field: str = "schema") -> tuple[list[str], Iterator[list[tuple]]]:
+        """``(column names, batches of value tuples)`` in row order: keyset pages read in one snapshot.
+
+        ``columns`` selects and orders columns (an unknown name is an ``InvalidInput`` on ``field``).
+        The snapshot is opened now, so the names and the rows always agree.
+        """
+        pages = self._pages(vf_id, columns, batch_size, field)
+        names = next(pages)
+        return names, pages  # type: ignore[return-value]
+
+    def _pages(self, vf_id: str, columns: Sequence[str] | None, batch_size: int, field: str) -> Iterator[Any]:
+        with self.reading() as conn:
+            info = self.info(conn, vf_id)
+            names = list(info.names) if columns is None else list(columns)
+            unknown = [n for n in names if n not in info.names]
+            if unknown:
+                raise InvalidInput(field, f"unknown column(s) {unknown}; the virtual file has {list(info.names)}")
+            yield names
+            yield from keyset_pages(conn, info, names, batch_size)
+
+    def read_range(self, vf_id: str, after_seq: int, upto_seq: int | None,
+                   generation: int | None = None) -> list[Row]:
+        """Rows with ``after_seq < seq <= upto_seq`` (a fan-out batch; re-reading it is idempotent).
+
+        With ``generation``, a file replaced since the batch was planned is refused in the same snapshot
+        as the read (its ``seq`` numbers start over, so the range would silently mean other rows).
+        """
+        with self.reading() as conn:
+            info = self.info(conn, vf_id)
+            if generation is not None and info.generation != generation:
+                raise NotFound(f"virtual file {vf_id!r} was replaced after the batches were planned")
+            table = info.table
+            query = select_rows(info).where(table.c.seq > after_seq).order_by(table.c.seq)
+            if upto_seq is not None:
+                query = query.where(table.c.seq <= upto_seq)
+            return as_dicts(info.names, fetch_all(conn, query))
+
+    def batch_bounds(self, vf_id: str, batch_size: int) -> tuple[int, list[tuple[int, int]]]:
+        """``(generation, [(after_seq, upto_seq), …])`` splitting the file into batches of ``batch_size``."""
+        with self.reading() as conn:
+            info = self.info(conn, vf_id)
+            seq = info.table.c.seq
+            numbered = sa.select(seq, sa.func.row_number().over(order_by=seq).label("n")).subquery()
+            ends = list(conn.execute(
+                sa.select(numbered.c.seq).where(sa.func.mod(numbered.c.n, batch_size) == 0).order_by(numbered.c.seq)
+            ).scalars())
+            last = conn.execute(sa.select(sa.func.max(seq))).scalar()
+        if last is not None and (not ends or ends[-1] != last):
+            ends.append(last)  # the last, partial batch
+        starts = [0, *ends[:-1]]
+        return info.generation, list(zip(starts, ends, strict=True))
+
+    def next_batch(self, vf_id: str, limit: int, cursor: str = DEFAULT_CURSOR) -> tuple[list[Row], bool]:
+        """The next ``limit`` rows after this cursor's position, and whether more remain.
+
+        The position advances in the same transaction as the read. When a call returns
+        ``hasNext = false`` the position resets, so the next call starts from the first row again.
+        A replaced file (new generation) restarts the cursor.
+        """
+        with self.writing() as conn:
+            info = self.info(conn, vf_id, lock=True)
+            key = (cat.vf_cursor.c.vf_id == vf_id) & (cat.vf_cursor.c.cursor_name == cursor)
+            state = conn.execute(sa.select(cat.vf_cursor.c.last_seq, cat.vf_cursor.c.generation).where(key)).first()
+            last = state.last_seq if state is not None and state.generation == info.generation else 0
+            table = info.table
+            rows = fetch_all(conn, select_rows(info).where(table.c.seq > last).order_by(table.c.seq).limit(limit + 1))
+            has_next = len(rows) > limit
+            rows = rows[:limit]
+            position = rows[-1][-1] if has_next else 0
+            _upsert(conn, cat.vf_cursor, {"vf_id": vf_id, "cursor_name": cursor},
+                    {"last_seq": position, "generation": info.generation})
+            return as_dicts(info.names, rows), has_next
+
+    def next_array_batch(self, items: list[Any], limit: int) -> tuple[list[Any], bool]:
+        """Iterate over an inline array: the same array continues where its last call stopped."""
+        digest = hashlib.sha256(json.dumps(items, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        with self.writing() as conn:
+            key = cat.array_cursor.c.digest == digest
+            position = conn.execute(sa.select(cat.array_cursor.c.position).where(key)).scalar() or 0
+            batch = items[position:position + limit]
+            has_next = position + limit < len(items)
+            if has_next:
+                _upsert(conn, cat.array_cursor, {"digest": digest}, {"position": position + limit})
+            else:
+                conn.execute(sa.delete(cat.array_cursor).where(key))
+            return batch, has_next
+
+
+def _upsert(conn: sa.Connection, table: sa.Table, keys: dict[str, Any], values: dict[str, Any]) -> None:
+    insert = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert(table)
+    conn.execute(insert.values(**keys, **values).on_conflict_do_update(index_elements=list(keys), set_=values))
+

@@ -1,0 +1,65 @@
+"""Rows as the store reads them: selecting a row table's values, streaming them, and turning them into dicts.
+
+A stored row is a tuple of values aligned with the file's column names; NULL is a missing value, left
+out of the dict a reader gets, so "missing" and ``""`` stay different.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
+from connector_ops.resources.virtual_files.fetching import stream
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
+
+
+def keyset_pages(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str],
+                 batch_size: int = SCAN_BATCH) -> Iterator[list[tuple]]:
+    """Batches of value tuples (aligned with ``names``) in row order, streamed in bounded memory."""
+    if not names:  # a file without columns: SELECT needs one, the rows are empty tuples
+        for page in stream(conn, sa.select(info.table.c.seq).order_by(info.table.c.seq), batch_size):
+            yield [() for _ in page]
+        return
+    colmap = info.column_map()
+    query = sa.select(*(colmap[n] for n in names)).order_by(info.table.c.seq)
+    yield from stream(conn, query, batch_size)
+
+
+def present(names: Sequence[str], values: Sequence[str | None]) -> Row:
+    """A stored row as a dict, missing (NULL) values left out; one C call when none is missing (hot loops)."""
+    if None not in values:
+        return dict(zip(names, values))  # type: ignore[arg-type]  # noqa: B905 - same length
+    return {n: v for n, v in zip(names, values, strict=True) if v is not None}
+
+
+def select_rows(info: VirtualFileInfo) -> sa.Select:
+    """The value columns in catalog order, then ``seq`` last (see :func:`as_dicts`)."""
+    table = info.table
+    return sa.select(*(table.c[internal_name(o)] for o in info.ordinals), table.c.seq)
+
+
+def as_dicts(names: Sequence[str], rows: list[tuple]) -> list[Row]:
+    """Rows of :func:`select_rows` -> dicts; ``zip`` stops before the trailing ``seq``. Missing
+    values are left out (only rows that have any are filtered: the common case stays one C call)."""
+    out = []
+    for r in rows:
+        row = dict(zip(names, r))  # noqa: B905 - r is one longer (seq)
+        if None in r:
+            row = {k: v for k, v in row.items() if v is not None}
+        out.append(row)
+    return out
+
+
+def batched(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``rows`` in lists of at most ``size``."""
+    batch: list[Any] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

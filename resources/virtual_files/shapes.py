@@ -1,0 +1,30 @@
+"""The shapes the store's callers use (rows, join sides, the callbacks of Map and Validate), kept in a module
+that imports nothing heavy, so an action module can name them without loading SQLAlchemy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+#: a row as callers see it: column name -> value; a missing value is left out
+Row = dict[str, str]
+#: a stored row's values aligned with the file's columns; None is a missing value
+Values = Sequence[str | None]
+#: rows per page when the store streams a file
+SCAN_BATCH = 10_000
+
+JoinKind = Literal["INNER", "LEFT"]
+#: a page of rows -> the rows to write (dicts of text or None; a new key adds a column)
+PageFunction = Callable[[list[Row]], Iterable[Mapping[str, str | None]]]
+#: a row -> None to accept it, or the values of its row in the refused file
+Refusal = Callable[[Row], Sequence[str] | None]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a join: a virtual file, the id naming it in ``outputSchema``, and its key column."""
+
+    virtual_file_id: str
+    custom_id: str
+    key: str

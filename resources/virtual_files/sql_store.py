@@ -1,0 +1,18 @@
+"""The store's SQL jobs on one database, composed: what :class:`~.store.VirtualFileStore` delegates to."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from connector_ops.resources.virtual_files.reading import Reading
+from connector_ops.resources.virtual_files.transforms import Transforms
+
+
+class SqlStore(Transforms, Reading):
+    """Writing, reading, querying and transforms over SQLAlchemy Core on the database at ``database_url``."""
+
+
+@lru_cache(maxsize=64)
+def sql_store(database_url: str) -> SqlStore:
+    """One per URL per process (it holds nothing but the URL; the engine is cached the same way)."""
+    return SqlStore(database_url=database_url)

@@ -1,0 +1,146 @@
+"""Writing virtual files: create (or replace) one and fill it, append rows, drop it.
+
+A new file exists only if its whole load succeeds; an append to several files is one transaction.
+:class:`RowWriter` adds rows to one row table inside an open transaction; it never leaves the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import sqlalchemy as sa
+
+from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
+from connector_ops.resources.virtual_files.core import StoreCore
+from connector_ops.resources.virtual_files.loaders import insert_batches
+from connector_ops.resources.virtual_files.rows import batched
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Values
+
+
+class RowWriter:
+    """Adds rows to one row table inside an open transaction, growing its columns as needed."""
+
+    def __init__(self, conn: sa.Connection, info: VirtualFileInfo) -> None:
+        self.conn = conn
+        self.vf_id, self.table_name = info.id, info.table_name
+        self.names: list[str] = list(info.names)
+        self.ordinals: list[int] = list(info.ordinals)
+        self.replaced: VirtualFileInfo | None = None  # create(replace=…): the old rows, still readable here
+
+    def ensure_columns(self, names: Iterable[str]) -> None:
+        """Add the columns in ``names`` that the virtual file does not have yet (in that order)."""
+        known = set(self.names)
+        for name in names:
+            if name in known:
+                continue
+            known.add(name)
+            ordinal = (max(self.ordinals) + 1) if self.ordinals else 0
+            self.conn.execute(sa.insert(cat.vf_column).values(vf_id=self.vf_id, ordinal=ordinal, name=name,
+                                                              indexed=False))
+            quote = self.conn.dialect.identifier_preparer.quote_identifier
+            self.conn.exec_driver_sql(
+                f"ALTER TABLE {quote(self.table_name)} ADD COLUMN {quote(internal_name(ordinal))} TEXT"
+            )
+            self.names.append(name)
+            self.ordinals.append(ordinal)
+
+    def write_tuples(self, names: Sequence[str], rows: Iterable[Values]) -> int:
+        """Rows as tuples aligned with ``names`` (user column names already in the file)."""
+        return self.write_batches(names, [rows if isinstance(rows, list) else list(rows)])
+
+    def write_batches(self, names: Sequence[str], batches: Iterable[list[Values]]) -> int:
+        """A stream of row batches, loaded in one go (one ``COPY`` on PostgreSQL): the database stores
+        rows while the caller produces the next batch. Nothing else may use the connection meanwhile."""
+        index = {n: o for n, o in zip(self.names, self.ordinals, strict=True)}
+        internal = [internal_name(index[n]) for n in names]
+        return insert_batches(self.conn, self.table_name, internal, batches)
+
+    def write_dicts(self, rows: Sequence[Mapping[str, str | None]]) -> int:
+        """Rows as dicts; new keys become new columns first."""
+        if not rows:
+            return 0
+        seen: dict[str, None] = {}
+        for row in rows:
+            seen.update(dict.fromkeys(row))
+        self.ensure_columns(seen)
+        names = list(seen)
+        return self.write_tuples(names, ([row.get(n) for n in names] for row in rows))
+
+
+class Writing(StoreCore):
+    """Creating, replacing, appending to and dropping virtual files."""
+
+    @contextlib.contextmanager
+    def create(self, columns: Sequence[str] = (), *, replace: str | None = None) -> Iterator[RowWriter]:
+        """A new virtual file, filled inside the ``with`` block; it exists only if the block succeeds.
+
+        With ``replace=vf_id`` the rows of that virtual file are swapped for the new ones atomically
+        (same id, new generation: running iterations start over).
+        """
+        with self.writing() as conn:
+            if replace is None:
+                old, writer = None, self.new_file(conn, columns)
+            else:
+                old = self.info(conn, replace, lock=True)
+                conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == replace))
+                conn.execute(sa.delete(cat.vf_cursor).where(cat.vf_cursor.c.vf_id == replace))
+                info = self.new_table(conn, replace, columns)
+                conn.execute(
+                    sa.update(cat.virtual_file)
+                    .where(cat.virtual_file.c.id == replace)
+                    .values(table_name=info.table_name, generation=old.generation + 1)
+                )
+                self.catalogue_columns(conn, info)
+                writer = RowWriter(conn, info)
+            writer.replaced = old
+            yield writer
+            if old is not None:
+                old.table.drop(conn)
+
+    def new_file(self, conn: sa.Connection, columns: Sequence[str] = ()) -> RowWriter:
+        """A new virtual file inside the caller's ``writing()`` transaction (several files, one commit).
+
+        Nesting ``create()`` instead would open a second writer, which on SQLite waits for the first.
+        """
+        info = self.new_table(conn, uuid.uuid4().hex, columns)
+        conn.execute(sa.insert(cat.virtual_file).values(id=info.id, table_name=info.table_name, generation=1))
+        self.catalogue_columns(conn, info)
+        return RowWriter(conn, info)
+
+    def create_from_batches(self, columns: Sequence[str], batches: Iterable[list[Values]]) -> str:
+        """A new virtual file with ``columns`` holding every batch of value rows (aligned with ``columns``,
+        consumed lazily: the database stores rows while the next batch is produced); returns its id."""
+        with self.create(columns) as writer:
+            writer.write_batches(columns, batches)
+        return writer.vf_id
+
+    def create_from_dicts(self, batches: Iterable[Sequence[Mapping[str, str | None]]],
+                          columns: Sequence[str] = ()) -> str:
+        """A new virtual file holding every batch of dict rows: ``columns`` first, then each new key as a
+        column in the order it appears; returns its id."""
+        with self.create(columns) as writer:
+            for batch in batches:
+                writer.write_dicts(batch)
+        return writer.vf_id
+
+    def append(self, rows_by_file: Mapping[str, Sequence[Mapping[str, str | None]]]) -> int:
+        """Append rows to one or several virtual files in one transaction; new keys add columns."""
+        total = 0
+        with self.writing() as conn:
+            for vf_id, rows in rows_by_file.items():
+                writer = RowWriter(conn, self.info(conn, vf_id, lock=True))
+                for batch in batched(rows, SCAN_BATCH):
+                    total += writer.write_dicts(batch)
+        return total
+
+    def drop(self, vf_id: str) -> None:
+        """Remove the virtual file and free its storage (``NotFound`` if it does not exist)."""
+        with self.writing() as conn:
+            info = self.info(conn, vf_id, lock=True)
+            conn.execute(sa.delete(cat.vf_cursor).where(cat.vf_cursor.c.vf_id == vf_id))
+            conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == vf_id))
+            conn.execute(sa.delete(cat.virtual_file).where(cat.virtual_file.c.id == vf_id))
+            info.table.drop(conn)
