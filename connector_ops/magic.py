@@ -82,6 +82,11 @@ def actions_table(connector: str) -> StatusTable:
     return StatusTable(f"%{connector} actions", rows, [f"usage: %{connector} ACTION {{JSON or YAML input}}"])
 
 
+def _keys_for(spec: ActionSpec, frames: Any) -> tuple[str, ...]:
+    """The resources a cell needs: the action's, and platform files where DataFrames become files."""
+    return (*spec.resource_keys, "platform_files") if frames else spec.resource_keys
+
+
 def displayable(action: str, output: Any, resources: Mapping[str, Any]) -> Any:
     """Dict outputs get notebook displays; ``"ok"``, ``None`` … are returned as they are."""
     if not isinstance(output, Mapping):
@@ -154,7 +159,7 @@ class ConnectorMagics(Magics):
                 raise InputError("give the input on the magic's line or in the cell body, not both", action=spec.name)
             namespace = self.namespace(local_ns)
             payload = read_input(body if body is not None else inline, namespace)
-            resources = self.session.resources()
+            resources = self.session.resources(_keys_for(spec, args.df))
             with reporting_to(tqdm_reporter):
                 output = self._call(spec, args, payload, resources, namespace)
         except ConnectorError as exc:
@@ -235,7 +240,7 @@ class ConnectorMagics(Magics):
             args = parser.parse_args(words)
         except (argparse.ArgumentError, SystemExit) as exc:
             raise SessionError(f"usage: %connectors add-file PATH [--name NAME] [-o VAR] ({exc})") from None
-        resources = self.session.resources()
+        resources = self.session.resources(["platform_files"])
         try:
             descriptor = resources["platform_files"].add_file(args.path, name=args.name,
                                                               content_type=args.content_type)

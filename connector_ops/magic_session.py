@@ -22,13 +22,14 @@ import contextlib
 import importlib
 import os
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
 from connector_ops.display import StatusTable
 from connector_ops.environment import RESOURCE_KEYS, SECRET_VARIABLES, masked_environment, resources_for
-from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 from connector_ops.kernel.secrets import MASK
 from connector_ops.kernel.secrets import masked as mask_setting
 from connector_ops.registry import describe_validation_error
@@ -179,12 +180,19 @@ class Session:
     def environ(self) -> dict[str, str]:
         return {**os.environ, **self.env_overrides}
 
-    def _unresolved(self) -> dict[str, Any]:
-        """The resources before ``EnvVar`` resolution and setup, with field settings applied."""
+    def _unresolved(self, keys: Iterable[str] = RESOURCE_KEYS) -> dict[str, Any]:
+        """The resources of ``keys`` before ``EnvVar`` resolution and setup, with field settings applied.
+
+        Only ``keys`` are read from the environment, so a bad setting of another connector (say
+        ``CONNECTOR_OPS_MAIL_BACKEND=bogus``) never breaks an ``%etl`` cell; a bad one of these is a
+        one-line configuration error (500, as ``invoke()`` says it)."""
         if self.definitions is not None:
-            resources = dict(self.definitions.resources or {})
+            resources = {k: v for k, v in (self.definitions.resources or {}).items() if k in set(keys)}
         else:
-            resources = resources_for(RESOURCE_KEYS, self.environ())
+            try:
+                resources = resources_for(keys, self.environ())
+            except ConnectorOpsError as exc:
+                raise ConnectorError(500, {"message": f"configuration error: {exc}"}) from None
         by_key: dict[str, dict[str, str]] = {}
         for (key, field), value in self.field_overrides.items():
             by_key.setdefault(key, {})[field] = value
@@ -199,27 +207,33 @@ class Session:
         return (id(self.definitions), watched, tuple(sorted(self.env_overrides.items())),
                 tuple(sorted(self.field_overrides.items())))
 
-    def resources(self) -> dict[str, Any]:
-        """The live resources (rebuilt only when something they depend on changed)."""
+    def resources(self, keys: Iterable[str] = RESOURCE_KEYS) -> dict[str, Any]:
+        """The live resources of ``keys``, built on first use and kept until something they depend on
+        changes; then they are closed and rebuilt."""
         key = self._cache_key()
-        if self._resources is not None and key == self._key:
-            return self._resources
-        self._invalidate()
-        unresolved = self._unresolved()
-        if self.definitions is None:
-            resources = unresolved
-        else:
-            from connector_ops.ops.resources import build_resources
+        if self._resources is None or key != self._key:
+            self._invalidate()
+            self._resources, self._key = {}, key
+        missing = [k for k in keys if k not in self._resources]
+        if missing:
+            self._resources.update(self._build(missing))
+        return {k: self._resources[k] for k in keys if k in self._resources}
 
-            with self._environment_overrides():
-                try:
-                    built = self._stack.enter_context(build_resources(unresolved))
-                except Exception as exc:  # e.g. an EnvVar whose variable is not set
-                    raise SessionError(f"resources of {self.definitions_target} cannot be built: "
-                                       f"{one_line(exc)}") from None
-            resources = {k: getattr(built, k) for k in unresolved}
-        self._resources, self._key = resources, key
-        return resources
+    def _build(self, keys: list[str]) -> dict[str, Any]:
+        unresolved = self._unresolved(keys)
+        if self.definitions is None:
+            for resource in unresolved.values():
+                self._stack.callback(resource.close)
+            return unresolved
+        from connector_ops.ops.resources import build_resources
+
+        with self._environment_overrides():
+            try:
+                built = self._stack.enter_context(build_resources(unresolved))
+            except Exception as exc:  # e.g. an EnvVar whose variable is not set
+                raise SessionError(f"resources of {self.definitions_target} cannot be built: "
+                                   f"{one_line(exc)}") from None
+        return {k: getattr(built, k) for k in unresolved}
 
     @contextlib.contextmanager
     def _environment_overrides(self) -> Any:

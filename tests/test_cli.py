@@ -128,3 +128,18 @@ def test_pipeline_list_json() -> None:
     listed = json.loads(cli("pipeline", "list", "--json").stdout)
     report = next(p for p in listed if p["name"] == "sales_report")
     assert report["steps"] == 18 and report["file"].endswith("sales_report.yaml")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_bad_setting_of_another_connector_breaks_no_other_command(env: dict[str, str], tmp_path: Path) -> None:
+    bogus = {**env, "CONNECTOR_OPS_MAIL_BACKEND": "bogus"}
+    source = tmp_path / "a.csv"
+    source.write_text("a\n1\n")
+    added = cli("files", "add", str(source), env=bogus)
+    assert added.returncode == 0 and json.loads(added.stdout)["name"] == "a.csv"
+    checked = cli("drive", "check-token", env=bogus)
+    assert checked.returncode == 0 and json.loads(checked.stdout)["valid"] is True
+    mailed = cli("invoke", "mail.send_transactional_message", "{}", env=bogus)
+    assert mailed.returncode == 1
+    assert mailed.stderr == ("connector-ops: mail.send_transactional_message failed (500): configuration error: "
+                             "CONNECTOR_OPS_MAIL_BACKEND: must be one of outbox, mailjet, smtp, got 'bogus'\n")

@@ -236,3 +236,13 @@ def test_yaml_validation_problems_are_one_line(ip: Any, tmp_path: Path) -> None:
         ip.run_line_magic("pipeline", f"run {bad}")
     summary = caught.value.summary()
     assert summary.startswith("pipeline bad.yaml failed (400): ") and "etl.nope" in summary and "\n" not in summary
+
+
+def test_a_bad_setting_of_another_connector_leaves_etl_cells_working(ip: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "bogus")
+    assert ip.run_line_magic("etl", 'iterate {"content": [1, 2], "maxBatchSize": 5}') == {"content": [1, 2],
+                                                                                          "hasNext": False}
+    with pytest.raises(NotebookError) as failed:
+        ip.run_cell_magic("mail", "send_transactional_message", "{}")
+    assert str(failed.value) == ("mail.send_transactional_message failed (500): configuration error: "
+                                 "CONNECTOR_OPS_MAIL_BACKEND: must be one of outbox, mailjet, smtp, got 'bogus'")
