@@ -17,7 +17,7 @@ from connector_ops.kernel.secrets import RedactedRepr
 class Resource(RedactedRepr, BaseModel):
     """Settings are pydantic fields (their descriptions are what the Dagster UI shows for the adapter)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     def close(self) -> None:
         """Release what the resource holds (connections, HTTP clients, tokens). Override where needed."""

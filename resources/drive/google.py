@@ -79,19 +79,33 @@ class GoogleDriveResource(Resource):
     """Google Drive v3 over one httpx client, signed in with a refresh token or a service account."""
 
     api_url: str = DEFAULT_API_URL
+    """Google Drive API base URL (tests point it at a loopback server)."""
     token_url: str = DEFAULT_TOKEN_URL
+    """OAuth 2.0 token endpoint."""
     client_id: str | None = None
+    """OAuth client id (user sign-in, with client_secret and refresh_token)."""
     client_secret: str | None = None
+    """OAuth client secret (secret: an environment reference)."""
     refresh_token: str | None = None
+    """OAuth refresh token from `connector-ops drive login` (secret)."""
     service_account_file: str | None = None
+    """Service-account key file (JSON), instead of the user OAuth fields."""
     subject: str | None = None
+    """With a service account: the user to act as (domain-wide delegation)."""
     timeout_s: float = 120.0
+    """Timeout of one HTTP request, in seconds."""
     max_attempts: int = 7
+    """Attempts for a retryable failure (429, 5xx, connection errors)."""
     backoff_base_s: float = 1.0
+    """First retry delay in seconds (doubles, with jitter; Retry-After wins)."""
     backoff_max_s: float = 32.0
+    """Longest retry delay in seconds."""
     multipart_max_bytes: int = 5 * 1024 * 1024
+    """Uploads up to this size go in one multipart request; larger ones are resumable."""
     chunk_bytes: int = 16 * 1024 * 1024
+    """Chunk size of resumable uploads from sources that cannot seek (rounded to 256 KiB)."""
     page_size: int = 1000
+    """Items per page when listing a folder."""
 
     _http: DriveHttp | None = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)

@@ -55,8 +55,9 @@ class LocalDriveResource(Resource):
     """A folder that behaves like a drive (spec 4.A) for demos, notebooks and offline tests."""
 
     drive_dir: str
-    #: base of shared links (``<link_base>/<id>``); default ``file://`` URLs of the stored bytes
+    """Folder holding the local drive (its items and their metadata)."""
     link_base: str | None = None
+    """Base of shared links (``<link_base>/<id>``; default: file:// URLs of the stored bytes)."""
 
     # -- storage ----------------------------------------------------------------------------------
     @property

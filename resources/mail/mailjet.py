@@ -41,14 +41,23 @@ class MailjetResource(MailResource):
     """Sends through ``POST <api_url>/v3.1/send``; ``sandbox`` validates without delivering."""
 
     api_key: str | None = None
+    """Mailjet API key (secret: an environment reference)."""
     api_secret: str | None = None
+    """Mailjet API secret (secret)."""
     api_url: str = DEFAULT_API_URL
+    """Mailjet API base URL; messages go to <api_url>/v3.1/send."""
     sandbox: bool = False
+    """Validate messages without delivering them (Mailjet's SandboxMode)."""
     timeout_s: float = 60.0
+    """Timeout of the send request, in seconds."""
     connect_retries: int = 2
+    """Retries of a connection that could not be opened (nothing was sent)."""
     max_attempts: int = 3
+    """Attempts when Mailjet answers 429 or 5xx."""
     backoff_s: float = 1.0
+    """First retry delay in seconds."""
     max_wait_s: float = 30.0
+    """Longest retry delay in seconds."""
 
     _client: httpx.Client | None = PrivateAttr(default=None)
 

@@ -22,6 +22,7 @@ class OutboxMailResource(MailResource):
     """Writes ``<outbox_dir>/<UTC timestamp>-<random>.json``; names sort in sending order."""
 
     outbox_dir: str
+    """Folder the messages are written to, one JSON file each."""
 
     def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
         root = Path(self.outbox_dir)

@@ -37,13 +37,21 @@ class SmtpMailResource(MailResource):
     """SMTP with ``security`` = ``starttls`` (default, port 587), ``tls`` (465) or ``none`` (25)."""
 
     host: str | None = None
+    """SMTP server host."""
     port: int | None = None
+    """SMTP server port (default: 587 starttls, 465 tls, 25 none)."""
     username: str | None = None
+    """SMTP user name (none: no authentication)."""
     password: str | None = None
+    """SMTP password (secret: an environment reference)."""
     security: Security = "starttls"
-    ca_file: str | None = None  # a private CA for the server's certificate (default: the system's)
+    """starttls, tls or none."""
+    ca_file: str | None = None
+    """PEM file of a private CA that signed the server's certificate (default: the system's CAs)."""
     templates_dir: str
+    """Folder of the local templates (<templateId>.subject / .txt / .html)."""
     timeout_s: float = 30.0
+    """Timeout of the SMTP conversation, in seconds."""
 
     def __repr__(self) -> str:
         return f"SmtpMailResource(host={self.host!r}, port={self.port!r}, security={self.security!r})"

@@ -32,6 +32,7 @@ class VirtualFileStore(Resource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
     database_url: str
+    """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user:password@host/db`` (secret)."""
 
     @property
     def sql(self) -> SqlStore:
