@@ -29,7 +29,9 @@ FileName = Annotated[str, AfterValidator(check_file_name)]
 class SpecModel(BaseModel):
     """Base of every input/output model: spec (camelCase) names, unknown fields refused."""
 
+    # defer_build: a model's validator is built when first used, so a CLI call pays only for its own action
     model_config = ConfigDict(
+        defer_build=True,
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
@@ -43,7 +45,7 @@ class SpecModel(BaseModel):
 class PlatformFile(SpecModel):
     """The platform's file descriptor (spec 2.1). Which fields are required depends on the action."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", defer_build=True)
 
     id: str | None = None
     name: str | None = None

@@ -15,9 +15,10 @@ from connector_ops.kernel.secrets import RedactedRepr
 
 
 class Resource(RedactedRepr, BaseModel):
-    """Settings are pydantic fields (their descriptions are what the Dagster UI shows for the adapter)."""
+    """Settings are pydantic fields; the docstring under each is its description, which the Dagster adapter
+    shows (read from the source by the op layer, so plain use never pays for parsing it)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     def close(self) -> None:
         """Release what the resource holds (connections, HTTP clients, tokens). Override where needed."""

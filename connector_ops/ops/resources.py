@@ -8,8 +8,12 @@ run, never stored in run config or events.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
+import inspect
+import itertools
+import textwrap
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -41,15 +45,36 @@ class ResourceAdapter(dg.ConfigurableResource):
             yield resource
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each annotated attribute of ``cls`` and its bases (PEP 257's attribute
+    docstrings), by name."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__ in ("builtins", "pydantic.main", "abc"):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, following in itertools.pairwise(body):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)):
+                docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
 @functools.cache
 def adapter_for(cls: type[Resource]) -> type[ResourceAdapter]:
     """The adapter class of ``cls`` (``VirtualFileStore`` -> ``VirtualFileStoreAdapter``), made once."""
     annotations: dict[str, Any] = {}
     namespace: dict[str, Any] = {"__module__": __name__, "__doc__": cls.__doc__, "resource_cls": cls}
+    docs = field_docs(cls)
     for name, info in cls.model_fields.items():
         annotations[name] = info.annotation
         default = ... if info.is_required() else info.default
-        namespace[name] = Field(default=default, description=info.description)
+        namespace[name] = Field(default=default, description=info.description or docs.get(name))
     namespace["__annotations__"] = annotations
     return type(f"{cls.__name__}Adapter", (ResourceAdapter,), namespace)
 

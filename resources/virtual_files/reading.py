@@ -7,12 +7,12 @@ each cursor's position in the catalog and advances it in the same transaction as
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.resources.virtual_files import catalog as cat
@@ -125,6 +125,7 @@ class Reading(StoreCore):
 
 
 def _upsert(conn: sa.Connection, table: sa.Table, keys: dict[str, Any], values: dict[str, Any]) -> None:
-    insert = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert(table)
+    dialect = importlib.import_module(f"sqlalchemy.dialects.{conn.dialect.name}")  # only the one in use
+    insert = dialect.insert(table)
     conn.execute(insert.values(**keys, **values).on_conflict_do_update(index_elements=list(keys), set_=values))
 
