@@ -71,16 +71,16 @@ def push_frame(df: Any, name: str, platform_files: PlatformFileStore, run: RunAc
 
 
 def read_frame(platform_files: PlatformFileStore, pf: Mapping[str, Any], parameters: Mapping[str, Any],
-               *, nrows: int | None = None, as_text: bool = False) -> Any:
+               *, nrows: int | None = None, cell_text: bool = False) -> Any:
     """A platform file exported by Pull (CSV or JSON) as a DataFrame."""
     import pandas as pd
 
     encoding = parameters.get("encoding") or "utf-8"
-    text_options: dict[str, Any] = {"dtype": str, "keep_default_na": False} if as_text else {}
+    text_options: dict[str, Any] = {"dtype": str, "keep_default_na": False} if cell_text else {}
     with platform_files.open(pf) as raw:
         if "json" in str(pf.get("contentType")) or str(pf.get("name", "")).endswith(".json"):
             frame = pd.read_json(io.TextIOWrapper(raw, encoding=encoding), orient="records",
-                                 dtype=not as_text)
+                                 dtype=not cell_text)
             return frame.head(nrows) if nrows else frame
         header = 0 if parameters.get("addFirstRowAsSchema", True) else None
         return pd.read_csv(raw, sep=parameters.get("csvDelimiter") or ",", header=header, encoding=encoding,
@@ -114,7 +114,7 @@ def file_preview(platform_files: PlatformFileStore) -> Callable[[Mapping[str, An
         if pf["size"] > PREVIEW_BYTES:
             return None
         try:
-            frame = read_frame(platform_files, pf, {}, nrows=MAX_ROWS, as_text=True)
+            frame = read_frame(platform_files, pf, {}, nrows=MAX_ROWS, cell_text=True)
         except Exception:  # a preview is a courtesy: a file pandas cannot read is shown without one
             return None
         return frame.to_dict(orient="records")

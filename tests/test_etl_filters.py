@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connector_ops import ConnectorError, invoke
-from connector_ops.etl.readers import as_text
+from connector_ops.etl.readers import cell_text
 
 COLUMNS = ["a", "b", 'q"k', "sp ace", "é"]
 STRINGS = ["", "10", "9", "9.5", "-1", "abc", "ABC", "abd", "a\nb", "b\na", "é", "Z", "x y", "a.b"]
@@ -59,7 +59,7 @@ filters_st = st.recursive(
 
 def stored(row: dict[str, Any]) -> dict[str, str]:
     """A row as the store keeps it: text values, null = missing."""
-    return {k: as_text(v) for k, v in row.items() if v is not None}
+    return {k: cell_text(v) for k, v in row.items() if v is not None}
 
 
 def oracle(rows: list[dict[str, str]], flt: dict) -> set[int] | None:

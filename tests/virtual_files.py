@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from connector_ops.resources.virtual_files import catalog as cat
-from connector_ops.resources.virtual_files.rows import batched, present
+from connector_ops.resources.virtual_files.rows import batched, row_of
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
@@ -30,7 +30,7 @@ class StoreForTests(VirtualFileStore):
     def rows(self, vf_id: str) -> list[Row]:
         """All rows, missing values left out, in row order."""
         names, pages = self.scan_tuples(vf_id)
-        return [present(names, values) for page in pages for values in page]
+        return [row_of(names, values) for page in pages for values in page]
 
     # the SQL plumbing, for tests that look inside the database
     @property

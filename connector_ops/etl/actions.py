@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING
 
 from connector_ops.etl import models as m
-from connector_ops.etl.readers import as_text, is_json, read_csv, read_json
+from connector_ops.etl.readers import cell_text, is_json, read_csv, read_json
 from connector_ops.etl.writers import csv_chunks, json_chunks
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import reading_with_progress, track
@@ -111,7 +111,7 @@ def append_rows(inp: m.AppendRowsInput, virtual_files: VirtualFileStore) -> str:
     """Append rows to one or several virtual files in one transaction; new columns extend the schema."""
     grouped: dict[str, list[dict[str, str | None]]] = {}
     for row in inp.rows:
-        grouped.setdefault(row.virtual_file_id, []).append({k: as_text(v) for k, v in row.content.items()})
+        grouped.setdefault(row.virtual_file_id, []).append({k: cell_text(v) for k, v in row.content.items()})
     virtual_files.append(grouped)
     return "ok"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from connector_ops.etl import models as m
 from connector_ops.etl.map_functions import RowFunction, resolve
-from connector_ops.etl.readers import as_text
+from connector_ops.etl.readers import cell_text
 from connector_ops.kernel.errors import ActionFailed
 from connector_ops.kernel.progress import track
 from connector_ops.registry import action
@@ -72,5 +72,5 @@ def _as_row(result: Any, position: int, label: str) -> dict[str, str | None]:
     for key, value in result.items():
         if not isinstance(key, str):
             raise ActionFailed(f"row {position}: {label} returned a non-string column name {key!r}")
-        row[key] = value if value is None or type(value) is str else as_text(value)
+        row[key] = value if value is None or type(value) is str else cell_text(value)
     return row

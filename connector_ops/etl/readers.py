@@ -28,7 +28,7 @@ FIELD = "platformFile"
 csv.field_size_limit(1 << 30)
 
 
-def as_text(value: Any) -> str | None:
+def cell_text(value: Any) -> str | None:
     """Store every value as text: strings as they are, other JSON values as their JSON text."""
     if value is None or isinstance(value, str):
         return value
@@ -158,7 +158,7 @@ def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
 def _row(value: Any, where: str) -> dict[str, str | None]:
     if not isinstance(value, dict):
         raise InvalidInput(FIELD, f"{where}: expected a JSON object (a row), found {type(value).__name__}")
-    return {str(k): as_text(v) for k, v in value.items()}
+    return {str(k): cell_text(v) for k, v in value.items()}
 
 
 def _json_array(stream: IO[bytes]) -> RecordBatches:

@@ -28,7 +28,7 @@ def keyset_pages(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str
     yield from stream(conn, query, batch_size)
 
 
-def present(names: Sequence[str], values: Sequence[str | None]) -> Row:
+def row_of(names: Sequence[str], values: Sequence[str | None]) -> Row:
     """A stored row as a dict, missing (NULL) values left out; one C call when none is missing (hot loops)."""
     if None not in values:
         return dict(zip(names, values))  # type: ignore[arg-type]  # noqa: B905 - same length

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from connector_ops.resources.virtual_files.joins import join_into
 from connector_ops.resources.virtual_files.querying import Querying
-from connector_ops.resources.virtual_files.rows import keyset_pages, present
+from connector_ops.resources.virtual_files.rows import keyset_pages, row_of
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, Side
 from connector_ops.resources.virtual_files.writing import RowWriter, Writing
 
@@ -28,7 +28,7 @@ class Transforms(Writing, Querying):
             assert source is not None
             names = source.names
             for page in keyset_pages(writer.conn, source, names, batch_size or SCAN_BATCH):
-                _write_rows(writer, transform([present(names, values) for values in page]))
+                _write_rows(writer, transform([row_of(names, values) for values in page]))
         return writer.vf_id
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
@@ -44,7 +44,7 @@ class Transforms(Writing, Querying):
                 good: list[tuple] = []
                 bad: list[Sequence[str]] = []
                 for values in page:
-                    verdict = refuse(present(names, values))
+                    verdict = refuse(row_of(names, values))
                     if verdict is None:
                         good.append(values)
                     else:
