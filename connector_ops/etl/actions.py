@@ -12,7 +12,8 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING
 
 from connector_ops.etl import models as m
-from connector_ops.etl.readers import cell_text, is_json, read_csv, read_json
+from connector_ops.etl.push_csv import push_csv
+from connector_ops.etl.readers import cell_text, is_json, read_json
 from connector_ops.etl.writers import csv_chunks, json_chunks
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import reading_with_progress, track
@@ -35,28 +36,15 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
         raise InvalidInput("parameters.schema", "is required when useFirstRowAsSchema is false")
     size = platform_files.size_of(pf)
 
-    def reopen() -> AbstractContextManager[IO[bytes]]:  # to locate a decoding error exactly
+    def reopen() -> AbstractContextManager[IO[bytes]]:  # the fast path's retry; locating a decoding error
         return platform_files.open(pf)
 
+    if not is_json(pf.name, pf.content_type):
+        return m.VirtualFileOutput(virtual_file_id=push_csv(virtual_files, reopen, pf.name, size, params))
     with platform_files.open(pf) as raw, track(f"push {pf.name}", size, "B") as reporter:
-        stream = reading_with_progress(raw, reporter)
-        if is_json(pf.name, pf.content_type):
-            vf_id = virtual_files.create_from_dicts(
-                read_json(stream, lines_to_ignore=params.lines_to_ignore, encoding=params.encoding, reopen=reopen),
-                params.schema_ or (),
-            )
-        else:
-            columns, batches = read_csv(
-                stream,
-                delimiter=params.csv_delimiter,
-                lines_to_ignore=params.lines_to_ignore,
-                header=bool(params.use_first_row_as_schema),
-                schema=params.schema_,
-                encoding=params.encoding,
-                reopen=reopen,
-            )
-            vf_id = virtual_files.create_from_batches(columns, batches)  # parsing overlaps the database's inserts
-    return m.VirtualFileOutput(virtual_file_id=vf_id)
+        rows = read_json(reading_with_progress(raw, reporter), lines_to_ignore=params.lines_to_ignore,
+                         encoding=params.encoding, reopen=reopen)
+        return m.VirtualFileOutput(virtual_file_id=virtual_files.create_from_dicts(rows, params.schema_ or ()))
 
 
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)

@@ -103,7 +103,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
     if schema is not None:
         columns = list(schema)
     assert columns is not None
-    _check_names(columns, "parameters.schema" if schema is not None else FIELD)
+    check_names(columns, "parameters.schema" if schema is not None else FIELD)
 
     def batches() -> RowBatches:
         width = len(columns)
@@ -134,7 +134,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
     return columns, batches()
 
 
-def _check_names(columns: list[str], field: str) -> None:
+def check_names(columns: list[str], field: str) -> None:
     seen: set[str] = set()
     for position, name in enumerate(columns, 1):
         if name == "":

@@ -20,6 +20,11 @@ from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine
 
 
+def unique_columns(names: Sequence[str]) -> None:
+    if len(set(names)) != len(names):
+        raise InvalidInput("schema", "column names must be unique")
+
+
 class StoreCore(Resource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
@@ -73,8 +78,7 @@ class StoreCore(Resource):
     @staticmethod
     def new_table(conn: sa.Connection, vf_id: str, names: Sequence[str]) -> VirtualFileInfo:
         """A new row table with ``names`` as its columns, catalogued under ``vf_id``."""
-        if len(set(names)) != len(names):
-            raise InvalidInput("schema", "column names must be unique")
+        unique_columns(names)
         table_name = f"vf_{uuid.uuid4().hex}"
         info = VirtualFileInfo(vf_id, table_name, 1, tuple(names), tuple(range(len(names))), frozenset())
         info.table.create(conn)

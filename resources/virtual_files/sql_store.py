@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from connector_ops.resources.virtual_files.arrow_loads import ArrowLoading
 from connector_ops.resources.virtual_files.reading import Reading
 from connector_ops.resources.virtual_files.transforms import Transforms
 
 
-class SqlStore(Transforms, Reading):
+class SqlStore(ArrowLoading, Transforms, Reading):
     """Writing, reading, querying and transforms over SQLAlchemy Core on the database at ``database_url``."""
 
 

@@ -7,6 +7,7 @@ row table (Iterate over an inline array, through the plain DB-API driver) never 
 
 - :mod:`.core` — the engine, read/write transactions, the catalog lookup;
 - :mod:`.writing` — create (or replace) and fill a file, append rows, drop a file;
+- :mod:`.arrow_loads` — create a file from Arrow record batches (the columnar fast path);
 - :mod:`.reading` — previews, ordered scans, fan-out ranges, Iterate's cursors;
 - :mod:`.querying` — find and delete rows by filter, with indexes built on first use;
 - :mod:`.transforms` — map rows, split rows (Validate), join;
@@ -19,7 +20,7 @@ read back, so "missing" and "empty string" stay different.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, Row, Side, Values
@@ -50,6 +51,20 @@ class VirtualFileStore(Resource):
                           columns: Sequence[str] = ()) -> str:
         """A new virtual file holding every batch of dict rows (``columns`` first); returns its id."""
         return self.sql.create_from_dicts(batches, columns)
+
+    def columnar_load_pays(self, size: int | None) -> bool:
+        """Whether loading ``size`` bytes column-wise (``create_from_csv``/``create_from_arrow``) is faster."""
+        return self.sql.columnar_load_pays(size)
+
+    def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str) -> str:
+        """A new virtual file from CSV data rows parsed column-wise (plain RFC 4180 quoting, UTF-8, one field
+        per column); returns its id. Raises on anything else, leaving nothing (the caller reads row-wise)."""
+        return self.sql.create_from_csv(columns, stream, delimiter)
+
+    def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
+        """A new virtual file with ``columns`` holding every Arrow record batch (columns aligned with
+        ``columns``; a null is a missing value), loaded column-wise; returns its id."""
+        return self.sql.create_from_arrow(columns, batches, size)
 
     def append(self, rows_by_file: Mapping[str, Sequence[Mapping[str, str | None]]]) -> int:
         """Append rows to one or several virtual files in one transaction; new keys add columns."""

@@ -1,0 +1,59 @@
+"""Push of a CSV file: the columnar fast path first, the row-by-row ``csv`` reader when it must.
+
+The fast path (:mod:`.csv_fast` into the store's ``create_from_arrow``) reads exactly what the slow path
+reads whenever it finishes; when it cannot (another encoding, unusual quoting, a ragged row, bytes that
+are not UTF-8, anything else), its transaction is rolled back and the file is read again by
+:func:`.readers.read_csv`, which gives the documented result or the exact error, as before. So every
+error message comes from one place, and a bad file costs one extra read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import IO, TYPE_CHECKING
+
+from connector_ops.etl import models as m
+from connector_ops.etl.csv_fast import data_rows
+from connector_ops.etl.readers import read_csv
+from connector_ops.kernel.progress import reading_with_progress, track
+
+if TYPE_CHECKING:
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+log = logging.getLogger(__name__)
+
+#: tests switch the fast path off to run every case through the slow one
+FAST = True
+
+Open = Callable[[], AbstractContextManager[IO[bytes]]]
+
+
+def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
+             params: m.PushParameters) -> str:
+    """Load the CSV file ``open_file`` opens into a new virtual file; returns its id."""
+    options = {"delimiter": params.csv_delimiter, "lines_to_ignore": params.lines_to_ignore,
+               "header": bool(params.use_first_row_as_schema), "schema": params.schema_,
+               "encoding": params.encoding}
+    if FAST:
+        vf_id = _fast(store, open_file, name, size, options)
+        if vf_id is not None:
+            return vf_id
+    with open_file() as raw, track(f"push {name}", size, "B") as reporter:
+        columns, batches = read_csv(reading_with_progress(raw, reporter), reopen=open_file, **options)
+        return store.create_from_batches(columns, batches)  # parsing overlaps the database's inserts
+
+
+def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None, options: dict) -> str | None:
+    """The virtual file's id, or None when the slow path must read the file (nothing was written)."""
+    if not store.columnar_load_pays(size):
+        return None
+    with open_file() as raw, track(f"push {name}", size, "B") as reporter:
+        try:
+            opened = data_rows(reading_with_progress(raw, reporter), **options)
+            return None if opened is None else store.create_from_csv(*opened, options["delimiter"])
+        except Exception as exc:  # whatever went wrong, the slow path reads the file and words the error
+            log.debug("push %s: the columnar path gave up (%s: %s); reading it row by row", name,
+                      type(exc).__name__, exc)
+            return None

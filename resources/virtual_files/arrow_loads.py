@@ -1,0 +1,120 @@
+"""Column-wise loads into a new virtual file: CSV data rows or Arrow record batches (Push's fast path,
+DataFrame push).
+
+SQLite: ADBC in a child process (:mod:`.sqlite_ingest`; it pays ≈ 0.6 s to start, so only loads of at
+least ``SQLITE_CHILD_MIN_BYTES`` use it); smaller ones go through the row loader. PostgreSQL: each Arrow
+batch is written as CSV by Arrow's C writer (every string quoted; a missing value an empty unquoted field,
+which ``COPY`` reads as NULL) into one ``COPY … (FORMAT csv)``, so the server parses in C while we convert
+the next batch. Either way the virtual file exists only if the whole load succeeded.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import IO, Any
+
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.schema import CreateTable
+
+from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files import sqlite_ingest
+from connector_ops.resources.virtual_files.array_cursors import sqlite_path
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
+from connector_ops.resources.virtual_files.core import unique_columns
+from connector_ops.resources.virtual_files.csv_columns import csv_batches
+from connector_ops.resources.virtual_files.writing import Writing
+
+#: below this size a SQLite load goes through the row loader (the child's start would cost more)
+SQLITE_CHILD_MIN_BYTES = 16 << 20
+
+
+class ArrowLoading(Writing):
+    """``create_from_csv`` and ``create_from_arrow``: a new virtual file loaded column by column."""
+
+    def columnar_load_pays(self, size: int | None) -> bool:
+        """Whether a load of ``size`` bytes is faster column-wise than through the row loader."""
+        if self.dialect != "sqlite":
+            return True
+        return sqlite_path(self.database_url) is not None and size is not None and size >= SQLITE_CHILD_MIN_BYTES
+
+    def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str) -> str:
+        """A new virtual file from CSV data rows (``stream`` starts after any header; plain RFC 4180
+        quoting, UTF-8, ``width`` fields a row: :mod:`.csv_columns`); returns its id. Raises on anything
+        else, leaving nothing."""
+        unique_columns(columns)
+        path = sqlite_path(self.database_url) if self.dialect == "sqlite" else None
+        if path is not None:
+            return self._in_child(path, columns, {"format": "csv", "delimiter": delimiter},
+                                  lambda sink: _copy_stream(stream, sink))
+        return self.create_from_arrow(columns, csv_batches(stream, len(columns), delimiter))
+
+    def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
+        """A new virtual file with ``columns`` holding every Arrow record batch (columns aligned with
+        ``columns``, cast to strings; a null is a missing value); returns its id."""
+        import pyarrow as pa
+
+        unique_columns(columns)
+        schema = pa.schema([(internal_name(i), pa.string()) for i in range(len(columns))])
+        strings = (pa.RecordBatch.from_arrays([c.cast(pa.string()) for c in b.columns], schema=schema)
+                   for b in batches)
+        if self.dialect == "postgresql":
+            return self._copy_csv(columns, strings)
+        path = sqlite_path(self.database_url)
+        if path is not None and columns and self.columnar_load_pays(size):
+            return self._in_child(path, columns, {"format": "arrow"}, lambda sink: _write_ipc(schema, strings, sink))
+        return self.create_from_batches(columns, (_tuples(b) for b in strings))
+
+    def _in_child(self, path: str, columns: Sequence[str], source: dict[str, Any],
+                  feed: Callable[[IO[bytes]], None]) -> str:
+        _ = self.engine  # the catalog tables exist before the child writes into them
+        vf_id = uuid.uuid4().hex
+        info = VirtualFileInfo(vf_id, f"vf_{uuid.uuid4().hex}", 1, tuple(columns), tuple(range(len(columns))),
+                               frozenset())
+        inserts: list[tuple[str, list[Any]]] = [
+            (f"INSERT INTO {cat.virtual_file.name} (id, table_name, generation) VALUES (?, ?, 1)",
+             [vf_id, info.table_name])]
+        inserts += [(f"INSERT INTO {cat.vf_column.name} (vf_id, ordinal, name, indexed) VALUES (?, ?, ?, 0)",
+                     [vf_id, ordinal, name]) for ordinal, name in enumerate(columns)]
+        spec = {"path": path, "table_name": info.table_name, "columns": list(columns), "inserts": inserts,
+                "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())), **source}
+        sqlite_ingest.run(spec, feed)
+        return vf_id
+
+    def _copy_csv(self, columns: Sequence[str], batches: Iterable[Any]) -> str:
+        import pyarrow.csv as pacsv
+        from psycopg import sql
+
+        options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+        with self.writing() as conn:
+            writer = self.new_file(conn, columns)
+            statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+                sql.Identifier(writer.table_name),
+                sql.SQL(", ").join(sql.Identifier(internal_name(o)) for o in writer.ordinals))
+            if not columns:
+                return writer.vf_id
+            with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
+                for batch in batches:
+                    if batch.num_rows:
+                        buffer = io.BytesIO()
+                        pacsv.write_csv(batch, buffer, write_options=options)
+                        copy.write(buffer.getbuffer())
+        return writer.vf_id
+
+
+def _copy_stream(stream: IO[bytes], sink: IO[bytes]) -> None:
+    while chunk := stream.read(1 << 20):
+        sink.write(chunk)
+
+
+def _write_ipc(schema: Any, batches: Iterable[Any], sink: IO[bytes]) -> None:
+    import pyarrow as pa
+
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+
+
+def _tuples(batch: Any) -> list[tuple]:
+    return list(zip(*(c.to_pylist() for c in batch.columns), strict=True))

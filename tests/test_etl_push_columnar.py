@@ -1,0 +1,158 @@
+"""Push's columnar fast path against the ``csv`` module: same rows, same errors, same line numbers.
+
+Differential tests (seeded random files with quotes, delimiters, line breaks, unicode, empty values, empty
+lines, ragged rows and stray quotes) compare the fast parser with Python's ``csv`` module, and Push through
+the fast path with the slow path's own reading, on both databases. csv-spectrum runs through each path
+alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+
+import pytest
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.etl import push_csv
+from connector_ops.etl.csv_fast import data_rows
+from connector_ops.etl.readers import read_csv
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.resources.virtual_files import arrow_loads
+from connector_ops.resources.virtual_files.csv_columns import csv_batches
+from tests.conftest import CSV_SPECTRUM
+from tests.test_etl_push_pull import SPECTRUM_CASES, push, rows
+
+ALPHABET = ['a', 'b', ' ', ',', ';', '"', '\n', '\r\n', '\r', 'é', '🙂', '\t', 'x"y', '', '\\N', '\\.']
+
+
+@pytest.fixture
+def fast_only(monkeypatch, caplog):
+    """Every push takes the columnar path (also small files on SQLite); the slow path would fail the test."""
+    monkeypatch.setattr(arrow_loads, "SQLITE_CHILD_MIN_BYTES", 0)
+    caplog.set_level("DEBUG", logger=push_csv.__name__)
+
+    def no_slow_path(*args, **kwargs):
+        raise AssertionError(f"the slow path ran: {caplog.text}")
+
+    monkeypatch.setattr(push_csv, "read_csv", no_slow_path)
+
+
+@pytest.fixture
+def slow_only(monkeypatch):
+    monkeypatch.setattr(push_csv, "FAST", False)
+
+
+@pytest.fixture
+def counted(monkeypatch, caplog):
+    """The columnar path for every size, and the reasons Push fell back to the slow path."""
+    monkeypatch.setattr(arrow_loads, "SQLITE_CHILD_MIN_BYTES", 0)
+    caplog.set_level("DEBUG", logger=push_csv.__name__)
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(caplog.records[-1].getMessage() if caplog.records else "no reason logged")
+        return read_csv(*args, **kwargs)
+
+    monkeypatch.setattr(push_csv, "read_csv", counting)
+    return calls
+
+
+@pytest.mark.parametrize("case", SPECTRUM_CASES)
+def test_csv_spectrum_through_the_fast_path(files, env, fast_only, case):
+    expected = json.loads((CSV_SPECTRUM / "json" / f"{case}.json").read_text(encoding="utf-8"))
+    assert rows(push(files, (CSV_SPECTRUM / "csvs" / f"{case}.csv").read_bytes())) == expected
+
+
+@pytest.mark.parametrize("case", SPECTRUM_CASES)
+def test_csv_spectrum_through_the_slow_path(files, env, slow_only, case):
+    expected = json.loads((CSV_SPECTRUM / "json" / f"{case}.json").read_text(encoding="utf-8"))
+    assert rows(push(files, (CSV_SPECTRUM / "csvs" / f"{case}.csv").read_bytes())) == expected
+
+
+def random_csv(rnd: random.Random, *, stray_quotes: bool) -> tuple[bytes, str]:
+    """A CSV file (header + rows) and its delimiter; sometimes ragged, with empty lines and stray quotes."""
+    delimiter = rnd.choice([",", ";", "\t", "|"])
+    width = rnd.randint(1, 5)
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=delimiter, lineterminator=rnd.choice(["\n", "\r\n"]),
+                        quoting=rnd.choice([csv.QUOTE_MINIMAL, csv.QUOTE_ALL]))
+    writer.writerow([f"col{i}" for i in range(width)])
+    for _ in range(rnd.randint(0, 40)):
+        n = width if rnd.random() > 0.01 else rnd.randint(1, width + 2)  # now and then a ragged row
+        writer.writerow(["".join(rnd.choices(ALPHABET, k=rnd.randint(0, 4))) for _ in range(n)])
+        if rnd.random() < 0.05:
+            out.write(rnd.choice(["\n", "\r\n"]))  # an empty line
+    text = out.getvalue()
+    if stray_quotes:
+        for _ in range(rnd.randint(1, 3)):
+            at = rnd.randrange(len(text) + 1)
+            text = text[:at] + '"' + text[at:]
+    return text.encode(), delimiter
+
+
+def reference(data: bytes, delimiter: str) -> list[dict] | str:
+    """What the csv module (Push's slow path) reads: the rows, or the error message."""
+    try:
+        columns, batches = read_csv(io.BytesIO(data), delimiter=delimiter, lines_to_ignore=0, header=True,
+                                    schema=None, encoding="utf-8-sig")
+        return [dict(zip(columns, row, strict=True)) for batch in batches for row in batch]
+    except InvalidInput as exc:
+        return str(exc)
+
+
+def test_the_fast_parser_reads_what_the_csv_module_reads_or_refuses():
+    rnd = random.Random(1302)
+    fast_reads = 0
+    for _ in range(600):
+        data, delimiter = random_csv(rnd, stray_quotes=rnd.random() < 0.3)
+        expected = reference(data, delimiter)
+        try:
+            opened = data_rows(io.BytesIO(data), delimiter=delimiter, lines_to_ignore=0, header=True, schema=None,
+                               encoding="utf-8-sig")
+            assert opened is not None
+            columns, body = opened
+            table = csv_batches(body, len(columns), delimiter).read_all()
+        except Exception:  # refused: Push reads it with the csv module
+            continue
+        got = [dict(zip(columns, r.values(), strict=True)) for r in table.to_pylist()]
+        assert got == expected, (data, delimiter)
+        fast_reads += 1
+    assert fast_reads > 200  # the check refuses only what it must (stray quotes, ragged rows)
+
+
+def test_push_through_the_fast_path_equals_the_csv_module(files, env, counted):
+    rnd = random.Random(1303)
+    plain_fell_back = []
+    for i in range(24):
+        stray = i % 3 == 0
+        data, delimiter = random_csv(rnd, stray_quotes=stray)
+        expected = reference(data, delimiter)
+        before = len(counted)
+        pf = files.add_bytes(data, "r.csv", "text/csv").to_json()
+        try:
+            vf = invoke("etl.push", {"platformFile": pf, "parameters": {"csvDelimiter": delimiter}})["virtualFileId"]
+            got: list[dict] | str = rows(vf)
+        except ConnectorError as exc:
+            assert exc.status == 400
+            got = exc.body["message"]
+        assert got == expected, data
+        if not stray and isinstance(expected, list) and len(counted) > before:
+            plain_fell_back.append((data, counted[-1]))
+    assert plain_fell_back == []  # plain files never needed the slow path
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"a,b\n1,2\n3,4,5\n", "line 3: expected 2 fields, found 3"),
+    (b'a,b\n1,"x\ny"\n"open,2\n', "line 4: malformed CSV"),
+    (b"a,b\n1,2\n\xff,3\n", "line 3: the file is not valid utf-8-sig"),
+    (b'a,b\n1,"x"y\n', "line 2: malformed CSV"),
+])
+def test_errors_keep_their_exact_line_after_the_fast_path_gives_up(files, env, counted, data, message):
+    pf = files.add_bytes(data, "bad.csv", "text/csv").to_json()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": pf})
+    assert info.value.status == 400 and message in info.value.body["message"], info.value.body
+    assert len(counted) == 1
