@@ -12,15 +12,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from connector_ops.frames import pull_frame, push_frame
     from connector_ops.kernel.errors import ConnectorError
     from connector_ops.session import Session, invoke
 
-__all__ = ["ConnectorError", "Session", "invoke", "load_ipython_extension"]
+__all__ = ["ConnectorError", "Session", "invoke", "load_ipython_extension", "pull_frame", "push_frame"]
 
 _LAZY = {
     "ConnectorError": "connector_ops.kernel.errors",
     "invoke": "connector_ops.session",
     "Session": "connector_ops.session",
+    "push_frame": "connector_ops.frames",
+    "pull_frame": "connector_ops.frames",
 }
 
 #: The IPython extensions ``%load_ext connector_ops`` loads: the action magics, then ``%pipeline``.

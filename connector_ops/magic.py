@@ -179,20 +179,14 @@ class ConnectorMagics(Magics):
         if not isinstance(payload, Mapping):
             raise InputError(f"input must be a JSON object, got {type(payload).__name__}", action=spec.name)
 
-        def run(name: str, action_payload: dict[str, Any]) -> Any:
-            return run_action(ACTIONS[name], action_payload, resources)
-
-        platform_files = resources.get("platform_files")
-        if platform_files is None:
-            raise ConnectorError(500, {"message": "resources not configured: platform_files"}, action=spec.name)
         if spec.name == "etl.push":
             if not isinstance(args.df, str):
                 raise InputError("--df needs the DataFrame's variable name: %etl push --df NAME", action=spec.name)
             if args.df not in namespace:
                 raise InputError(f"--df: no variable named {args.df!r}", action=spec.name)
-            return push_frame(namespace[args.df], f"{args.df}.csv", platform_files, run, payload)
+            return push_frame(namespace[args.df], resources, payload)
         if spec.name == "etl.pull":
-            return pull_frame(payload, platform_files, run)
+            return pull_frame(payload, resources)
         raise InputError("--df works with %etl push and %etl pull only", action=spec.name)
 
     # -- %connectors ---------------------------------------------------------------------------------

@@ -1,62 +1,28 @@
-"""pandas DataFrames in and out of virtual files, for ``%etl push --df`` and ``%etl pull --df``.
+"""DataFrames in and out of virtual files for ``%etl push --df`` and ``%etl pull --df``, and previews of
+CSV/JSON platform files for display.
 
-There is no second implementation of Push or Pull here: a DataFrame is written as CSV into a new
-platform file (streamed in slices through :meth:`PlatformFileStore.create`, so a failure leaves no
-file) and handed to the ``etl.push`` action; ``etl.pull`` exports a CSV/JSON platform file which is then
-read into a DataFrame. The platform file in between is an implementation detail of the magic and is
-deleted afterwards.
+The frames go through Arrow (:mod:`connector_ops.frames`, also behind ``connector_ops.push_frame`` and
+``pull_frame``): no CSV file in between, a missing value stays missing, errors are the actions' own.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from connector_ops.display import MAX_ROWS, PREVIEW_BYTES
-from connector_ops.kernel.progress import track
+from connector_ops.etl.models import PullInput
+from connector_ops.frames import frame_from, frame_into, run_with_store
 from connector_ops.magic_input import InputError
 from connector_ops.resources.platform_files import PlatformFileStore
-
-SLICE_ROWS = 50_000
 
 RunAction = Callable[[str, dict[str, Any]], Any]
 
 
-def _is_frame(value: Any) -> bool:
-    return hasattr(value, "to_csv") and hasattr(value, "columns") and hasattr(value, "iloc")
-
-
-def _with_named_index(df: Any) -> Any:
-    """Keep a meaningful index (one with a name) as columns; drop the default 0…n-1 index."""
-    names = [n for n in getattr(df.index, "names", [None]) if n is not None]
-    return df.reset_index() if names else df
-
-
-@contextlib.contextmanager
-def frame_as_platform_file(df: Any, name: str, platform_files: PlatformFileStore) -> Iterator[dict[str, Any]]:
-    """A temporary CSV platform file holding ``df`` (header row, comma, UTF-8), deleted on exit."""
-    if not _is_frame(df):
-        raise InputError(f"--df: expected a pandas DataFrame, got {type(df).__name__}", action="etl.push")
-    df = _with_named_index(df)
-    with platform_files.create(name, "text/csv") as sink, track(f"write {name}", len(df), "rows") as reporter:
-        if len(df) == 0:
-            sink.write(df.to_csv(index=False).encode("utf-8"))
-        for start in range(0, len(df), SLICE_ROWS):
-            part = df.iloc[start:start + SLICE_ROWS]
-            sink.write(part.to_csv(index=False, header=start == 0, lineterminator="\n").encode("utf-8"))
-            reporter.update(len(part))
-    assert sink.descriptor is not None
-    try:
-        yield sink.descriptor.to_json()
-    finally:
-        platform_files.delete(sink.descriptor.id or "")
-
-
-def push_frame(df: Any, name: str, platform_files: PlatformFileStore, run: RunAction,
-               payload: Mapping[str, Any]) -> Any:
-    """Run ``etl.push`` on ``df``: returns the action's output (``{"virtualFileId": …}``)."""
+def push_frame(df: Any, resources: Mapping[str, Any], payload: Mapping[str, Any]) -> Any:
+    """``%etl push --df``: ``df`` (pandas, polars or pyarrow) into a new virtual file through Arrow;
+    returns Push's output (``{"virtualFileId": …}``)."""
     extra = set(payload) - {"parameters"}
     if extra:
         raise InputError(f"with --df the platform file is the DataFrame; {', '.join(sorted(extra))} cannot be given",
@@ -66,8 +32,23 @@ def push_frame(df: Any, name: str, platform_files: PlatformFileStore, run: RunAc
     if clashing:
         raise InputError(f"with --df the CSV format is fixed; parameters {', '.join(sorted(clashing))} cannot be given",
                          action="etl.push")
-    with frame_as_platform_file(df, name, platform_files) as descriptor:
-        return run("etl.push", {"platformFile": descriptor, "parameters": {**parameters, "useFirstRowAsSchema": True}})
+    vf_id = run_with_store("etl.push", resources, lambda store: frame_into(store, df, "--df"))
+    return {"virtualFileId": vf_id}
+
+
+def pull_frame(payload: Mapping[str, Any], resources: Mapping[str, Any]) -> Any:
+    """``%etl pull --df``: the virtual file as a pandas DataFrame through Arrow (``parameters.schema`` selects
+    columns); a column becomes numbers only where no text changes (``"007"`` stays a string)."""
+    payload = dict(payload)
+    payload.setdefault("exportType", "csv")
+    payload.setdefault("exportName", f"{payload.get('virtualFileId') or 'virtual-file'}.{payload['exportType']}")
+
+    def work(store: Any) -> Any:
+        inp = PullInput.model_validate(payload)
+        return frame_from(store, inp.virtual_file_id, inp.parameters.schema_, infer_types=True,
+                          field="parameters.schema")
+
+    return run_with_store("etl.pull", resources, work)
 
 
 def read_frame(platform_files: PlatformFileStore, pf: Mapping[str, Any], parameters: Mapping[str, Any],
@@ -85,21 +66,6 @@ def read_frame(platform_files: PlatformFileStore, pf: Mapping[str, Any], paramet
         header = 0 if parameters.get("addFirstRowAsSchema", True) else None
         return pd.read_csv(raw, sep=parameters.get("csvDelimiter") or ",", header=header, encoding=encoding,
                            nrows=nrows, **text_options)
-
-
-def pull_frame(payload: Mapping[str, Any], platform_files: PlatformFileStore, run: RunAction) -> Any:
-    """Run ``etl.pull`` and return the exported file as a DataFrame (the export itself is then deleted)."""
-    payload = dict(payload)
-    vf = payload.get("virtualFileId")
-    payload.setdefault("exportType", "csv")
-    payload.setdefault("exportName", f"{vf or 'virtual-file'}.{payload['exportType']}")
-    output = run("etl.pull", payload)
-    pf = output["platformFile"]
-    try:
-        with track(f"read {pf.get('name')}", None, "rows"):
-            return read_frame(platform_files, pf, payload.get("parameters") or {})
-    finally:
-        platform_files.delete(pf.get("id") or "")
 
 
 def file_preview(platform_files: PlatformFileStore) -> Callable[[Mapping[str, Any]], list[dict[str, Any]] | None]:

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any
 
+import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateTable
 
@@ -22,8 +23,8 @@ from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files import sqlite_ingest
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
-from connector_ops.resources.virtual_files.core import unique_columns
 from connector_ops.resources.virtual_files.csv_columns import csv_batches
+from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.writing import Writing
 
 #: below this size a SQLite load goes through the row loader (the child's start would cost more)
@@ -79,7 +80,13 @@ class ArrowLoading(Writing):
                      [vf_id, ordinal, name]) for ordinal, name in enumerate(columns)]
         spec = {"path": path, "table_name": info.table_name, "columns": list(columns), "inserts": inserts,
                 "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())), **source}
-        sqlite_ingest.run(spec, feed)
+        try:
+            sqlite_ingest.run(spec, feed)
+        except sqlite_ingest.IngestFailed:
+            with self.reading() as conn:  # a child that died after its commit: the file is there, whole
+                if conn.execute(sa.select(cat.virtual_file.c.id).where(cat.virtual_file.c.id == vf_id)).first():
+                    return vf_id
+            raise
         return vf_id
 
     def _copy_csv(self, columns: Sequence[str], batches: Iterable[Any]) -> str:

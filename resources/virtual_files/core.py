@@ -13,16 +13,12 @@ from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
 
-from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.errors import NotFound
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine
-
-
-def unique_columns(names: Sequence[str]) -> None:
-    if len(set(names)) != len(names):
-        raise InvalidInput("schema", "column names must be unique")
+from connector_ops.resources.virtual_files.shapes import unique_columns
 
 
 class StoreCore(Resource):

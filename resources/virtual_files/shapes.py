@@ -28,3 +28,11 @@ class Side:
     virtual_file_id: str
     custom_id: str
     key: str
+
+
+def unique_columns(names: Sequence[str]) -> None:
+    """A virtual file's column names are unique (a 400 naming the schema otherwise)."""
+    if len(set(names)) != len(names):
+        from connector_ops.kernel.errors import InvalidInput
+
+        raise InvalidInput("schema", "column names must be unique")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 MODULE = "connector_ops.resources.virtual_files.sqlite_ingest"
+COMMITTED = b"committed\n"
 
 
 class IngestFailed(RuntimeError):
@@ -29,9 +31,9 @@ class IngestFailed(RuntimeError):
 
 def run(spec: dict[str, Any], feed: Callable[[IO[bytes]], None]) -> None:
     """Load in a child: ``spec`` says what to create (see :func:`_ingest`), ``feed`` writes the data."""
-    with tempfile.TemporaryFile() as errors:
+    with tempfile.TemporaryFile() as report, tempfile.TemporaryFile() as errors:
         child = subprocess.Popen([sys.executable, "-m", MODULE, json.dumps(spec)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.DEVNULL, stderr=errors)
+                                 stdout=report, stderr=errors)
         assert child.stdin is not None
         try:
             with contextlib.suppress(BrokenPipeError):  # the child stopped reading: its exit code tells
@@ -43,7 +45,9 @@ def run(spec: dict[str, Any], feed: Callable[[IO[bytes]], None]) -> None:
             raise
         with contextlib.suppress(BrokenPipeError):
             child.stdin.close()
-        if child.wait() != 0:
+        child.wait()
+        report.seek(0)
+        if report.read() != COMMITTED:  # the exit code alone could be a crash after the commit
             errors.seek(0)
             lines = errors.read().decode("utf-8", "replace").strip().splitlines() or ["no message"]
             raise IngestFailed(lines[-1])
@@ -75,5 +79,18 @@ def _ingest(spec: dict[str, Any], source: IO[bytes]) -> None:
             raise
 
 
+def main() -> None:
+    """Report the commit on stdout, then leave at once: Arrow's reader threads can abort the interpreter's
+    teardown ("terminate called without an active exception"), which must not look like a failed load."""
+    try:
+        _ingest(json.loads(sys.argv[1]), sys.stdin.buffer)
+    except BaseException as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        os._exit(1)
+    sys.stdout.buffer.write(COMMITTED)
+    sys.stdout.buffer.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    _ingest(json.loads(sys.argv[1]), sys.stdin.buffer)
+    main()
