@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from connector_ops.etl.readers import as_text
+from connector_ops.etl.readers import cell_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.resources.virtual_files.shapes import unique_columns
 
@@ -55,7 +55,7 @@ def _text(value: Any) -> str | None:
         return None
     if type(value).__name__ in ("NAType", "NaTType"):
         return None
-    return as_text(value) if isinstance(value, bool | int | float | dict | list | str) else str(value)
+    return cell_text(value) if isinstance(value, bool | int | float | dict | list | str) else str(value)
 
 
 def text_column(column: Any) -> Any:

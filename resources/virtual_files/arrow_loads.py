@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateTable
 
 from connector_ops.resources.virtual_files import catalog as cat
@@ -69,6 +68,8 @@ class ArrowLoading(Writing):
 
     def _in_child(self, path: str, columns: Sequence[str], source: dict[str, Any],
                   feed: Callable[[IO[bytes]], None]) -> str:
+        from sqlalchemy.dialects import sqlite  # only the dialect in use is imported
+
         _ = self.engine  # the catalog tables exist before the child writes into them
         vf_id = uuid.uuid4().hex
         info = VirtualFileInfo(vf_id, f"vf_{uuid.uuid4().hex}", 1, tuple(columns), tuple(range(len(columns))),
