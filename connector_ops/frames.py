@@ -24,21 +24,21 @@ BATCH_ROWS = 65_536
 _INTEGER = r"-?(?:0|[1-9][0-9]{0,17})"  # canonical decimal integers that fit in int64
 
 
+def _pandas(frame: Any) -> bool:
+    return type(frame).__module__.split(".")[0] == "pandas" and hasattr(frame, "iloc")
+
+
 def to_arrow(frame: Any, field: str = "frame") -> Any:
     """``frame`` as a ``pyarrow.Table`` (a pandas index with a name becomes a column; the default one is dropped)."""
     import pyarrow as pa
 
-    module = type(frame).__module__.split(".")[0]
-    if module == "pandas" and hasattr(frame, "iloc"):
-        if [n for n in getattr(frame.index, "names", [None]) if n is not None]:
-            frame = frame.reset_index()
-        frame = frame.rename(columns=str)
-        unique_columns(list(frame.columns))
+    if _pandas(frame):
+        frame = _columns_as_text(frame)
         try:
             return pa.Table.from_pandas(frame, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in an object column: each value as its text
             return pa.table({c: pa.array([_text(v) for v in frame[c]], pa.string()) for c in frame.columns})
-    if module == "polars" and hasattr(frame, "to_arrow"):
+    if type(frame).__module__.split(".")[0] == "polars" and hasattr(frame, "to_arrow"):
         return frame.to_arrow()
     if isinstance(frame, pa.RecordBatch):
         return pa.Table.from_batches([frame])
@@ -46,6 +46,15 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
         return frame
     raise InvalidInput(field, f"expected a pandas DataFrame, got {type(frame).__name__} "
                               "(a polars DataFrame or a pyarrow Table works too)")
+
+
+def _columns_as_text(frame: Any) -> Any:
+    """A pandas frame with its named index as columns and every column name a unique string."""
+    if [n for n in getattr(frame.index, "names", [None]) if n is not None]:
+        frame = frame.reset_index()
+    frame = frame.rename(columns=str)
+    unique_columns(list(frame.columns))
+    return frame
 
 
 def _text(value: Any) -> str | None:
@@ -80,13 +89,26 @@ def text_column(column: Any) -> Any:
 
 
 def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str:
-    """A new virtual file holding ``frame``'s rows; returns its id."""
+    """A new virtual file holding ``frame``'s rows; returns its id. A pandas frame goes to Arrow a slice at a
+    time, so memory grows with the slice, not the frame."""
+    if _pandas(frame):
+        frame = _columns_as_text(frame)
+        columns = list(frame.columns)
+        parts = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
+        size = len(frame) * len(columns) * 16  # what the column-wise load needs to know: roughly the bytes
+    else:
+        table = to_arrow(frame, field)
+        columns = [str(n) for n in table.column_names]
+        parts = iter(table.to_batches(max_chunksize=BATCH_ROWS))
+        size = table.nbytes
+    return store.create_from_arrow(columns, (_as_text(to_arrow(part, field)) for part in parts), size=size)
+
+
+def _as_text(table: Any) -> Any:
     import pyarrow as pa
 
-    table = to_arrow(frame, field)
-    columns = [str(n) for n in table.column_names]
-    texts = pa.table([text_column(c) for c in table.columns], names=[f"c{i}" for i in range(len(columns))])
-    return store.create_from_arrow(columns, texts.to_batches(max_chunksize=BATCH_ROWS), size=texts.nbytes)
+    return pa.RecordBatch.from_arrays([text_column(c) for c in table.columns],
+                                      names=[f"c{i}" for i in range(table.num_columns)])
 
 
 def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | None = None, *,

@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from connector_ops.etl import models as m
+from connector_ops.etl.validation_columns import suspects
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.registry import action
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH
@@ -47,6 +48,11 @@ class ColumnRule:
     required: bool
     allow_empty: bool
     check: Check
+    # the rule's parameters, for the column-wise evaluation (:mod:`.validation_columns`)
+    kind: str = "string"
+    low: int | None = None
+    high: int | None = None
+    precision: tuple[int, int] | None = None
 
 
 # -- compiling the schema ------------------------------------------------------------------------
@@ -72,7 +78,8 @@ def _compile_rule(column: str, rule: Any) -> ColumnRule:
         raise InvalidInput(field, "minLength/maxLength do not apply to a boolean")
     if kind == "float" and isinstance(high, str):
         precision = _precision(f"{field}.maxLength", high)
-        return ColumnRule(column, required, allow_empty, _float_check(low, None, precision, high))
+        return ColumnRule(column, required, allow_empty, _float_check(low, None, precision, high), kind, low, None,
+                          precision)
     high = _count(f"{field}.maxLength", high, decimal_form=kind == "float")
     if low is not None and high is not None and low > high:
         raise InvalidInput(field, f"minLength {low} is more than maxLength {high}")
@@ -82,7 +89,7 @@ def _compile_rule(column: str, rule: Any) -> ColumnRule:
         "float": lambda: _float_check(low, high, None, high),
         "boolean": lambda: _boolean_check,
     }
-    return ColumnRule(column, required, allow_empty, checks[kind]())
+    return ColumnRule(column, required, allow_empty, checks[kind](), kind, low, high)
 
 
 def _required(field: str, value: Any) -> tuple[bool, bool]:
@@ -247,4 +254,7 @@ def validate_file(store: VirtualFileStore, vf_id: str, rules: list[ColumnRule],
         error = row_error(rules, row)
         return None if error is None else (error, _content(row))
 
-    return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH)
+    def may_fail(names: Sequence[str], page: list[tuple]) -> list[int]:
+        return suspects(rules, names, page)
+
+    return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH, suspects=may_fail)

@@ -74,11 +74,10 @@ class ArrowLoading(Writing):
         vf_id = uuid.uuid4().hex
         info = VirtualFileInfo(vf_id, f"vf_{uuid.uuid4().hex}", 1, tuple(columns), tuple(range(len(columns))),
                                frozenset())
-        inserts: list[tuple[str, list[Any]]] = [
-            (f"INSERT INTO {cat.virtual_file.name} (id, table_name, generation) VALUES (?, ?, 1)",
-             [vf_id, info.table_name])]
-        inserts += [(f"INSERT INTO {cat.vf_column.name} (vf_id, ordinal, name, indexed) VALUES (?, ?, ?, 0)",
-                     [vf_id, ordinal, name]) for ordinal, name in enumerate(columns)]
+        inserts = [f"INSERT INTO {cat.virtual_file.name} (id, table_name, generation) "
+                   f"VALUES ({_text(vf_id)}, {_text(info.table_name)}, 1)"]
+        inserts += [f"INSERT INTO {cat.vf_column.name} (vf_id, ordinal, name, indexed) "
+                    f"VALUES ({_text(vf_id)}, {ordinal}, {_text(name)}, 0)" for ordinal, name in enumerate(columns)]
         spec = {"path": path, "table_name": info.table_name, "columns": list(columns), "inserts": inserts,
                 "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())), **source}
         try:
@@ -109,6 +108,11 @@ class ArrowLoading(Writing):
                         pacsv.write_csv(batch, buffer, write_options=options)
                         copy.write(buffer.getbuffer())
         return writer.vf_id
+
+
+def _text(value: str) -> str:
+    """A SQLite text literal of any string (its UTF-8 bytes in hex: no quoting to get wrong, NUL included)."""
+    return f"CAST(X'{value.encode().hex()}' AS TEXT)"
 
 
 def _copy_stream(stream: IO[bytes], sink: IO[bytes]) -> None:

@@ -19,6 +19,8 @@ JoinKind = Literal["INNER", "LEFT"]
 PageFunction = Callable[[list[Row]], Iterable[Mapping[str, str | None]]]
 #: a row -> None to accept it, or the values of its row in the refused file
 Refusal = Callable[[Row], Sequence[str] | None]
+#: (column names, a page of value tuples) -> the positions of the rows a Refusal must look at (the others pass)
+Suspects = Callable[[Sequence[str], list[tuple]], Iterable[int]]
 
 
 @dataclass(frozen=True)

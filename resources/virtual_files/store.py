@@ -23,7 +23,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.kernel.resource import Resource
-from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, Row, Side, Values
+from connector_ops.resources.virtual_files.shapes import (
+    SCAN_BATCH,
+    JoinKind,
+    PageFunction,
+    Refusal,
+    Row,
+    Side,
+    Suspects,
+    Values,
+)
 
 if TYPE_CHECKING:
     from connector_ops.resources.virtual_files.sql_store import SqlStore
@@ -123,9 +132,10 @@ class VirtualFileStore(Resource):
         return self.sql.map_rows(vf_id, transform, overwrite=overwrite, batch_size=batch_size)
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
-                   batch_size: int | None = None) -> tuple[str, str]:
-        """Two new virtual files: the rows ``refuse`` accepts, and what it returned for the others; their ids."""
-        return self.sql.split_rows(vf_id, refuse, refused_columns, batch_size)
+                   batch_size: int | None = None, suspects: Suspects | None = None) -> tuple[str, str]:
+        """Two new virtual files: the rows ``refuse`` accepts, and what it returned for the others; their ids.
+        With ``suspects`` (a page -> the rows that may be refused) the other rows skip ``refuse``."""
+        return self.sql.split_rows(vf_id, refuse, refused_columns, batch_size, suspects)
 
     def join(self, left: Side, right: Side, kind: JoinKind = "INNER",
              output_schema: Mapping[str, str] | None = None) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from connector_ops.resources.virtual_files.joins import join_into
 from connector_ops.resources.virtual_files.querying import Querying
 from connector_ops.resources.virtual_files.rows import keyset_pages, row_of
-from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, Side
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, Side, Suspects
 from connector_ops.resources.virtual_files.writing import RowWriter, Writing
 
 
@@ -32,23 +32,23 @@ class Transforms(Writing, Querying):
         return writer.vf_id
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
-                   batch_size: int | None = None) -> tuple[str, str]:
+                   batch_size: int | None = None, suspects: Suspects | None = None) -> tuple[str, str]:
         """Two new virtual files: the rows ``refuse`` accepts (the source's columns, values unchanged) and,
-        for each other row, what ``refuse`` returned (``refused_columns``); their ids."""
+        for each other row, what ``refuse`` returned (``refused_columns``); their ids. With ``suspects``,
+        only the rows it names in each page are handed to ``refuse``; the others are accepted as they are."""
         with self.writing() as conn:
             source = self.info(conn, vf_id)
             names = source.names
             accepted = self.new_file(conn, names)
             refused = self.new_file(conn, refused_columns)
             for page in keyset_pages(conn, source, names, batch_size or SCAN_BATCH):
-                good: list[tuple] = []
-                bad: list[Sequence[str]] = []
-                for values in page:
-                    verdict = refuse(row_of(names, values))
-                    if verdict is None:
-                        good.append(values)
-                    else:
-                        bad.append(verdict)
+                bad_at: dict[int, Sequence[str]] = {}
+                for at in (range(len(page)) if suspects is None else suspects(names, page)):
+                    verdict = refuse(row_of(names, page[at]))
+                    if verdict is not None:
+                        bad_at[at] = verdict
+                good = [values for at, values in enumerate(page) if at not in bad_at] if bad_at else page
+                bad = [bad_at[at] for at in sorted(bad_at)]
                 accepted.write_tuples(names, good)
                 refused.write_tuples(refused_columns, bad)
         return accepted.vf_id, refused.vf_id
