@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import resource
 import shutil
 import sqlite3
 import subprocess
@@ -52,6 +53,8 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str]) -> di
     out: dict[str, Measurement] = {}
     out["push"] = measure("connector-ops push", lambda: invoke("etl.push", {"platformFile": pf}, resources))
     vf = out["push"].value["virtualFileId"]
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # SQLite: the ADBC load's process
+    print(f"  (largest child process so far: peak RSS {child:.0f} MiB)", flush=True)
     if "ndjson" in steps:
         nd = resources["platform_files"].add_file(sample_ndjson(csv_path)).to_json()
         out["push_ndjson"] = measure("connector-ops push NDJSON (same rows)",

@@ -10,10 +10,19 @@ Accepted rows — usually most of them — never become Python dicts.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from connector_ops.etl.validation import ColumnRule
+
+class ColumnRule(Protocol):
+    """What this module reads of :class:`connector_ops.etl.validation.ColumnRule`."""
+
+    column: str
+    required: bool
+    allow_empty: bool
+    kind: str
+    low: int | None
+    high: int | None
+    precision: tuple[int, int] | None
 
 _INTEGER = r"^[+-]?[0-9]+$"
 _FLOAT = r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$"
