@@ -93,6 +93,9 @@ def read_payload(text: str | None, action: str) -> Any:
         raise ConnectorError(400, {"message": f"input is not valid JSON: {exc}"}, action=action) from None
     except RecursionError:
         raise ConnectorError(400, {"message": "input is nested too deeply"}, action=action) from None
+    except ValueError as exc:  # a number past Python's int-string limit
+        raise ConnectorError(400, {"message": f"input holds a number Python cannot read: {exc}"},
+                             action=action) from None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

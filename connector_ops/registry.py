@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound, field_path
+from connector_ops.kernel.limits import check_payload
 
 log = logging.getLogger("connector_ops")
 
@@ -185,6 +186,10 @@ def parse_input(spec: ActionSpec, payload: Any) -> BaseModel:
         raise ConnectorError(
             400, {"message": f"input must be a JSON object, got {type(payload).__name__}"}, action=spec.name
         )
+    try:
+        check_payload(payload)  # depth, long integers, NUL: before pydantic or any action code sees it
+    except InvalidInput as exc:
+        raise ConnectorError(400, {"message": str(exc)}, action=spec.name) from None
     try:
         return spec.input_model.model_validate(dict(payload))
     except ValidationError as exc:

@@ -44,7 +44,8 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
     with platform_files.open(pf) as raw, track(f"push {pf.name}", size, "B") as reporter:
         rows = read_json(reading_with_progress(raw, reporter), lines_to_ignore=params.lines_to_ignore,
                          encoding=params.encoding, reopen=reopen)
-        return m.VirtualFileOutput(virtual_file_id=virtual_files.create_from_dicts(rows, params.schema_ or ()))
+        return m.VirtualFileOutput(virtual_file_id=virtual_files.create_from_dicts(rows, params.schema_ or (),
+                                                                                             "platformFile"))
 
 
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)

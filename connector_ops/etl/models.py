@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from connector_ops.kernel.limits import MAX_BATCH_SIZE, text_encoding
 from connector_ops.kernel.platform_file import FileName, PlatformFile, SpecModel
 
 
@@ -18,12 +19,12 @@ def _delimiter(value: str) -> str:
 
 
 def _encoding(value: str) -> str:
-    import codecs
+    return text_encoding(value)
 
-    try:
-        return codecs.lookup(value).name
-    except LookupError:
-        raise ValueError(f"unknown encoding {value!r}") from None
+
+def _batch_size(value: int) -> int:
+    """Larger than any virtual file means "all": clamped to what every database's LIMIT takes."""
+    return min(value, MAX_BATCH_SIZE)
 
 
 class PushFile(PlatformFile):
@@ -82,6 +83,8 @@ class PullInput(SpecModel):
 class IterateInput(SpecModel):
     content: str | list[Any] = Field(description="a virtual file id, or an array to batch")
     max_batch_size: int = Field(ge=1, description="maximum elements returned by one call")
+
+    _clamp_batch_size = field_validator("max_batch_size")(_batch_size)
 
 
 class IterateOutput(SpecModel):

@@ -19,8 +19,10 @@ from decimal import Decimal
 from typing import IO, Any
 
 import ijson
+from ijson.common import ObjectBuilder
 
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import MAX_DEPTH, check_column_names, check_payload, deeper_than, too_many_digits
 
 BATCH = 10_000
 FIELD = "platformFile"
@@ -134,14 +136,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
     return columns, batches()
 
 
-def check_names(columns: list[str], field: str) -> None:
-    seen: set[str] = set()
-    for position, name in enumerate(columns, 1):
-        if name == "":
-            raise InvalidInput(field, f"column {position} has an empty name")
-        if name in seen:
-            raise InvalidInput(field, f"duplicate column name {name!r}")
-        seen.add(name)
+check_names = check_column_names  # the one rule for every parser's header (kept under its old name)
 
 
 def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
@@ -165,7 +160,7 @@ def _json_array(stream: IO[bytes]) -> RecordBatches:
     batch: list[dict[str, str | None]] = []
     index = 0
     try:
-        for index, item in enumerate(ijson.items(stream, "item"), 1):
+        for index, item in enumerate(_array_items(stream), 1):
             batch.append(_row(item, f"item {index}"))
             if len(batch) >= BATCH:
                 yield batch
@@ -174,8 +169,55 @@ def _json_array(stream: IO[bytes]) -> RecordBatches:
         raise InvalidInput(FIELD, f"malformed JSON after item {index}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise InvalidInput(FIELD, f"the file is not valid UTF-8 ({exc.reason})") from None
+    except (ValueError, SystemError):  # yajl's C backend wraps int()'s digit limit in a SystemError
+        raise InvalidInput(FIELD, f"holds {too_many_digits()}") from None  # yajl parses ahead: no item number
     if batch:
         yield batch
+
+
+def _array_items(stream: IO[bytes]) -> Iterator[Any]:
+    """The items of the top-level array, built from ijson's flat events: ``ijson.items`` builds a path
+    string per event (memory quadratic in the depth), and nothing there bounds the nesting."""
+    events = ijson.basic_parse(stream)
+    next(events, None)  # the top-level "[" (read_json peeked it)
+    depth, index, builder = 1, 1, None
+    for event, value in events:
+        if event in ("start_map", "start_array"):
+            depth += 1
+            if depth - 1 > MAX_DEPTH:
+                raise InvalidInput(FIELD, f"item {index}: {deeper_than()}")
+        elif event in ("end_map", "end_array"):
+            depth -= 1
+            if depth == 0:
+                continue  # the end of the top-level array
+        if builder is None and depth == 1:
+            yield value  # a bare scalar item (refused by the caller: rows are objects)
+            index += 1
+            continue
+        if builder is None:
+            builder = ObjectBuilder()
+        builder.event(event, value)
+        if depth == 1:
+            yield builder.value
+            builder, index = None, index + 1
+
+
+def _json_line(line: str, number: int) -> Any:
+    """One NDJSON line, or a 400 naming it: malformed, nested too deeply, a number too long for Python."""
+    try:
+        value = json.loads(line, parse_float=Decimal)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(FIELD, f"line {number}: malformed JSON ({exc.msg}, column {exc.colno}); "
+                                  "expected a JSON array of objects or one object per line") from None
+    except RecursionError:
+        raise InvalidInput(FIELD, f"line {number}: {deeper_than()}") from None
+    except ValueError:  # int()'s digit limit
+        raise InvalidInput(FIELD, f"line {number}: holds {too_many_digits()}") from None
+    try:
+        check_payload(value, limit=MAX_DEPTH + 1, nul=False)  # the row object itself is one level
+    except InvalidInput as exc:
+        raise InvalidInput(FIELD, f"line {number}: {exc}") from None
+    return value
 
 
 def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None) -> RecordBatches:
@@ -188,11 +230,7 @@ def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reop
             number += 1
             if not line.strip():
                 continue
-            try:
-                value = json.loads(line, parse_float=Decimal)
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(FIELD, f"line {number}: malformed JSON ({exc.msg}, column {exc.colno}); "
-                                          "expected a JSON array of objects or one object per line") from None
+            value = _json_line(line, number)
             batch.append(_row(value, f"line {number}"))
             if len(batch) >= BATCH:
                 yield batch

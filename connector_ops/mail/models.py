@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import MAX_DEPTH, check_payload, deeper_than, too_many_digits
 from connector_ops.kernel.platform_file import PlatformFile, SpecModel
 from connector_ops.resources.mail.message import (
     MAX_RECIPIENTS,
@@ -154,6 +156,14 @@ def parse_variables(value: str | dict[str, Any]) -> dict[str, Any]:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise ValueError(f"is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ValueError(deeper_than()) from None
+        except ValueError:  # int()'s digit limit
+            raise ValueError(f"holds {too_many_digits()}") from None
+        try:
+            check_payload(value, limit=MAX_DEPTH - 2)  # as deep as the object form could be
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
     if not isinstance(value, dict):
         raise ValueError(f"must be a JSON object (key-value), got {type(value).__name__}")
     null_at = find_null(value)

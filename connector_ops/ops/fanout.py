@@ -12,6 +12,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.limits import MAX_BATCH_SIZE
 from connector_ops.ops.factory import failure, markdown_table
 from connector_ops.registry import error_for, get_action
 from connector_ops.resources.virtual_files.store import VirtualFileStore
@@ -23,7 +24,7 @@ class BatchesConfig(dg.Config):
 
 
 def plan_batches(store: VirtualFileStore, vf_id: str, batch_size: int) -> list[dict[str, Any]]:
-    generation, bounds = store.batch_bounds(vf_id, batch_size)
+    generation, bounds = store.batch_bounds(vf_id, min(batch_size, MAX_BATCH_SIZE))  # larger means "all"
     return [
         {"virtualFileId": vf_id, "generation": generation, "afterSeq": a, "uptoSeq": b, "index": i}
         for i, (a, b) in enumerate(bounds)

@@ -14,9 +14,16 @@ The rules that make the SQL agree with MongoDB (differentially tested against mo
   (``c IS NOT NULL AND c = 'x'``). In positive context the plain form is kept, because NULL and FALSE
   select the same rows there and the plain form lets the planner use an index.
 * String order is code-point order: SQLite's BINARY collation, ``COLLATE "C"`` on PostgreSQL.
-* ``$regex`` is Python's ``re.search`` on both databases (flags ``i m s x``): a UDF on SQLite; on
-  PostgreSQL, whose regular expressions are not Python's, the matching ``seq`` values are computed in
-  Python in keyset batches into a temporary table the SQL then refers to.
+* ``$regex`` runs on RE2 (``google-re2``), an engine without backtracking: matching takes time linear in
+  the value's length whatever the pattern, so ``^(a+)+$`` cannot stall a query. The syntax is Python's
+  (flags ``i m s x``; ``$`` also matches before a final newline, as in Python and MongoDB's PCRE) minus
+  backreferences and lookaround, which are refused with a 400. It is a UDF on SQLite; on PostgreSQL, whose
+  regular expressions are neither, the matching ``seq`` values are computed in Python in keyset batches
+  into a temporary table the SQL then refers to.
+* Long lists stay one parameter: ``$in`` with more than ``LONG_IN`` values binds them as one array
+  (``= ANY(:values)`` on PostgreSQL, ``IN (SELECT value FROM json_each(:values))`` on SQLite), so 100,000
+  values never meet a driver's parameter limit. Wide ``$or``/``$and`` compile to balanced trees, so 3,000
+  clauses stay within SQLite's expression depth.
 * A key is a literal column name (rows are flat; ``"customer.id"`` is the column ``customer.id``); a
   column the virtual file does not have is missing in every row. Names are looked up in the catalog's
   column map and never reach SQL text; values are always bound parameters.
@@ -32,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.virtual_files.engines import SQLITE_FUNCTIONS
@@ -47,6 +56,10 @@ UNSUPPORTED = {
 }
 REGEX_OPTIONS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
 REGEX_BATCH = 10_000
+#: ``$in`` lists longer than this are bound as one array parameter
+LONG_IN = 100
+#: children of one SQL AND/OR node; wider ones become a balanced tree of groups
+FAN_OUT = 16
 
 
 # -- the parsed filter ---------------------------------------------------------------------------
@@ -77,7 +90,8 @@ class Regex:
     options: str
 
     @property
-    def compiled(self) -> re.Pattern[str]:
+    def compiled(self) -> Any:
+        """An RE2 pattern (``.search(text)``)."""
         return _compile_regex(self.pattern, self.options)
 
 
@@ -107,11 +121,51 @@ def _not(child: Node) -> Node:
 
 
 @functools.lru_cache(maxsize=256)
-def _compile_regex(pattern: str, options: str) -> re.Pattern[str]:
-    flags = 0
-    for letter in options:
-        flags |= REGEX_OPTIONS[letter]
-    return re.compile(pattern, flags)
+def _compile_regex(pattern: str, options: str) -> Any:
+    import re2
+
+    re.compile(pattern)  # Python's syntax is the contract: its errors first, in its words
+    text = re2_syntax(pattern, verbose="x" in options, multiline="m" in options)
+    flags = "".join(c for c in "ims" if c in options)
+    settings = re2.Options()
+    settings.log_errors = False
+    try:
+        return re2.compile(f"(?{flags}){text}" if flags else text, settings)
+    except re2.error as exc:
+        raise re.error(f"{exc} (backreferences and lookaround are not supported: $regex runs on RE2, "
+                       "which matches in linear time)") from None
+
+
+def re2_syntax(pattern: str, *, verbose: bool, multiline: bool) -> str:
+    """Python's regular-expression syntax in RE2's: ``\\Z`` is ``\\z``; without ``m``, ``$`` also matches
+    before a final newline; with ``x``, whitespace and ``#`` comments outside classes are dropped."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            out.append("\\z" if pattern[i + 1] == "Z" and not in_class else pattern[i:i + 2])
+            i += 2
+            continue
+        i += 1
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern.startswith("^", i):
+                c, i = "[^", i + 1
+            if pattern.startswith("]", i):  # a "]" first in a class is literal
+                c, i = c + "\\]", i + 1
+        elif verbose and c.isspace():
+            continue
+        elif verbose and c == "#":
+            while i < n and pattern[i] != "\n":
+                i += 1
+            continue
+        elif c == "$" and not multiline:
+            c = "(?:\\n?\\z)"
+        out.append(c)
+    return "".join(out)
 
 
 # -- parsing (all validation happens here) -------------------------------------------------------
@@ -288,7 +342,7 @@ def _to_sql(node: Node, columns: Mapping[str, sa.ColumnElement], *, exact: bool,
         if node.kind == "not":
             return sa.not_(_to_sql(node.children[0], columns, exact=True, dialect=dialect, regex=regex))
         parts = [_to_sql(c, columns, exact=exact, dialect=dialect, regex=regex) for c in node.children]
-        return sa.and_(*parts) if node.kind == "and" else sa.or_(*parts)
+        return _balanced(sa.and_ if node.kind == "and" else sa.or_, parts)
     column = columns.get(node.column)
     if column is None:  # the virtual file has no such column: it is missing in every row
         return sa.true() if isinstance(node, Match) and node.missing else sa.false()
@@ -300,11 +354,54 @@ def _to_sql(node: Node, columns: Mapping[str, sa.ColumnElement], *, exact: bool,
         return sa.and_(column.is_not(None), leaf) if exact else leaf
     clauses: list[sa.ColumnElement[bool]] = []
     if node.values:
-        leaf = column == node.values[0] if len(node.values) == 1 else column.in_(node.values)
+        leaf = _member_sql(column, node.values, dialect)
         clauses.append(sa.and_(column.is_not(None), leaf) if exact else leaf)
     if node.missing:
         clauses.append(column.is_(None))
     return sa.or_(*clauses)
+
+
+def _member_sql(column: sa.ColumnElement, values: tuple[str, ...], dialect: str) -> sa.ColumnElement[bool]:
+    """``column`` equals one of ``values``; a long list is one array parameter (drivers cap parameters at
+    65,535 on PostgreSQL and 250,000 on SQLite), still served by an index."""
+    if len(values) == 1:
+        return column == values[0]
+    if len(values) <= LONG_IN:
+        return column.in_(values)
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import ARRAY
+
+        return column == sa.any_(sa.bindparam(None, list(values), type_=ARRAY(sa.Text)))
+    import json
+
+    listed = sa.select(sa.column("value", sa.Text)).select_from(
+        sa.func.json_each(sa.bindparam(None, json.dumps(values), type_=sa.Text)))
+    return column.in_(listed)
+
+
+class _Parens(sa.sql.expression.ColumnElement[bool]):
+    """An expression in parentheses that SQLAlchemy will not flatten into its parent AND/OR."""
+
+    inherit_cache = True
+    type = sa.Boolean()
+    _traverse_internals = [("inner", InternalTraversal.dp_clauseelement)]  # part of the statement cache key
+
+    def __init__(self, inner: sa.ColumnElement[bool]) -> None:
+        self.inner = inner
+
+
+@compiles(_Parens)
+def _render_parens(element: _Parens, compiler: Any, **kw: Any) -> str:
+    return f"({compiler.process(element.inner, **kw)})"
+
+
+def _balanced(combine: Callable[..., sa.ColumnElement[bool]], parts: list[sa.ColumnElement[bool]]
+              ) -> sa.ColumnElement[bool]:
+    """``combine(*parts)`` as a tree of at most ``FAN_OUT`` children a node: SQLite parses a flat
+    ``a OR b OR …`` of 3,000 terms 3,000 levels deep, past its expression depth limit (1,000)."""
+    while len(parts) > FAN_OUT:
+        parts = [_Parens(combine(*parts[i:i + FAN_OUT])) for i in range(0, len(parts), FAN_OUT)]
+    return combine(*parts)
 
 
 # -- $regex on each database ---------------------------------------------------------------------
@@ -344,7 +441,7 @@ class _PythonRegexSeqs:
             self.done[key] = self._materialise(table, column, node.compiled)
         return table.c.seq.in_(sa.select(self.done[key].c.seq))
 
-    def _materialise(self, table: sa.FromClause, column: sa.ColumnElement, pattern: re.Pattern[str]) -> sa.Table:
+    def _materialise(self, table: sa.FromClause, column: sa.ColumnElement, pattern: Any) -> sa.Table:
         conn = self.conn
         assert conn is not None
         matches = sa.Table(f"cop_rx_{uuid.uuid4().hex}", sa.MetaData(),

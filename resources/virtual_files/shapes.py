@@ -33,8 +33,13 @@ class Side:
 
 
 def unique_columns(names: Sequence[str]) -> None:
-    """A virtual file's column names are unique (a 400 naming the schema otherwise)."""
-    if len(set(names)) != len(names):
-        from connector_ops.kernel.errors import InvalidInput
+    """A virtual file's column names are unique, at most ``MAX_COLUMNS``, without NUL (a 400 naming the
+    schema otherwise, before the database is touched)."""
+    from connector_ops.kernel.errors import InvalidInput
+    from connector_ops.kernel.limits import check_column_count
 
+    check_column_count(len(names), "schema")
+    if len(set(names)) != len(names):
         raise InvalidInput("schema", "column names must be unique")
+    if any("\x00" in n for n in names):
+        raise InvalidInput("schema", "a column name holds a NUL character (\\u0000)")

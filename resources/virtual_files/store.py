@@ -57,9 +57,9 @@ class VirtualFileStore(Resource):
         return self.sql.create_from_batches(columns, batches)
 
     def create_from_dicts(self, batches: Iterable[Sequence[Mapping[str, str | None]]],
-                          columns: Sequence[str] = ()) -> str:
+                          columns: Sequence[str] = (), field: str = "") -> str:
         """A new virtual file holding every batch of dict rows (``columns`` first); returns its id."""
-        return self.sql.create_from_dicts(batches, columns)
+        return self.sql.create_from_dicts(batches, columns, field)
 
     def columnar_load_pays(self, size: int | None) -> bool:
         """Whether loading ``size`` bytes column-wise (``create_from_csv``/``create_from_arrow``) is faster."""
@@ -75,9 +75,10 @@ class VirtualFileStore(Resource):
         ``columns``; a null is a missing value), loaded column-wise; returns its id."""
         return self.sql.create_from_arrow(columns, batches, size)
 
-    def append(self, rows_by_file: Mapping[str, Sequence[Mapping[str, str | None]]]) -> int:
-        """Append rows to one or several virtual files in one transaction; new keys add columns."""
-        return self.sql.append(rows_by_file)
+    def append(self, rows_by_file: Mapping[str, Sequence[Mapping[str, str | None]]], field: str = "rows") -> int:
+        """Append rows to one or several virtual files in one transaction; new keys add columns (errors
+        about them name ``field``)."""
+        return self.sql.append(rows_by_file, field)
 
     def drop(self, vf_id: str) -> None:
         """Remove the virtual file and free its storage (``NotFound`` if it does not exist)."""

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import check_column_count
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore
@@ -23,8 +25,9 @@ from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Values
 class RowWriter:
     """Adds rows to one row table inside an open transaction, growing its columns as needed."""
 
-    def __init__(self, conn: sa.Connection, info: VirtualFileInfo) -> None:
+    def __init__(self, conn: sa.Connection, info: VirtualFileInfo, field: str = "") -> None:
         self.conn = conn
+        self.field = field  # the input field new column names come from, for error messages
         self.vf_id, self.table_name = info.id, info.table_name
         self.names: list[str] = list(info.names)
         self.ordinals: list[int] = list(info.ordinals)
@@ -33,7 +36,14 @@ class RowWriter:
     def ensure_columns(self, names: Iterable[str]) -> None:
         """Add the columns in ``names`` that the virtual file does not have yet (in that order)."""
         known = set(self.names)
-        for name in names:
+        new = [n for n in dict.fromkeys(names) if n not in known]
+        if not new:
+            return
+        check_column_count(len(self.names) + len(new), self.field)  # before the database is touched
+        for name in new:
+            if "\x00" in name:
+                raise InvalidInput(self.field, f"column name {name!r} holds a NUL character (\\u0000)")
+        for name in new:
             if name in known:
                 continue
             known.add(name)
@@ -74,7 +84,8 @@ class Writing(StoreCore):
     """Creating, replacing, appending to and dropping virtual files."""
 
     @contextlib.contextmanager
-    def create(self, columns: Sequence[str] = (), *, replace: str | None = None) -> Iterator[RowWriter]:
+    def create(self, columns: Sequence[str] = (), *, replace: str | None = None,
+               field: str = "") -> Iterator[RowWriter]:
         """A new virtual file, filled inside the ``with`` block; it exists only if the block succeeds.
 
         With ``replace=vf_id`` the rows of that virtual file are swapped for the new ones atomically
@@ -82,7 +93,7 @@ class Writing(StoreCore):
         """
         with self.writing() as conn:
             if replace is None:
-                old, writer = None, self.new_file(conn, columns)
+                old, writer = None, self.new_file(conn, columns, field)
             else:
                 old = self.info(conn, replace, lock=True)
                 conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == replace))
@@ -94,13 +105,13 @@ class Writing(StoreCore):
                     .values(table_name=info.table_name, generation=old.generation + 1)
                 )
                 self.catalogue_columns(conn, info)
-                writer = RowWriter(conn, info)
+                writer = RowWriter(conn, info, field)
             writer.replaced = old
             yield writer
             if old is not None:
                 old.table.drop(conn)
 
-    def new_file(self, conn: sa.Connection, columns: Sequence[str] = ()) -> RowWriter:
+    def new_file(self, conn: sa.Connection, columns: Sequence[str] = (), field: str = "") -> RowWriter:
         """A new virtual file inside the caller's ``writing()`` transaction (several files, one commit).
 
         Nesting ``create()`` instead would open a second writer, which on SQLite waits for the first.
@@ -108,7 +119,7 @@ class Writing(StoreCore):
         info = self.new_table(conn, uuid.uuid4().hex, columns)
         conn.execute(sa.insert(cat.virtual_file).values(id=info.id, table_name=info.table_name, generation=1))
         self.catalogue_columns(conn, info)
-        return RowWriter(conn, info)
+        return RowWriter(conn, info, field)
 
     def create_from_batches(self, columns: Sequence[str], batches: Iterable[list[Values]]) -> str:
         """A new virtual file with ``columns`` holding every batch of value rows (aligned with ``columns``,
@@ -118,20 +129,20 @@ class Writing(StoreCore):
         return writer.vf_id
 
     def create_from_dicts(self, batches: Iterable[Sequence[Mapping[str, str | None]]],
-                          columns: Sequence[str] = ()) -> str:
+                          columns: Sequence[str] = (), field: str = "") -> str:
         """A new virtual file holding every batch of dict rows: ``columns`` first, then each new key as a
         column in the order it appears; returns its id."""
-        with self.create(columns) as writer:
+        with self.create(columns, field=field) as writer:
             for batch in batches:
                 writer.write_dicts(batch)
         return writer.vf_id
 
-    def append(self, rows_by_file: Mapping[str, Sequence[Mapping[str, str | None]]]) -> int:
+    def append(self, rows_by_file: Mapping[str, Sequence[Mapping[str, str | None]]], field: str = "rows") -> int:
         """Append rows to one or several virtual files in one transaction; new keys add columns."""
         total = 0
         with self.writing() as conn:
             for vf_id, rows in rows_by_file.items():
-                writer = RowWriter(conn, self.info(conn, vf_id, lock=True))
+                writer = RowWriter(conn, self.info(conn, vf_id, lock=True), field)
                 for batch in batched(rows, SCAN_BATCH):
                     total += writer.write_dicts(batch)
         return total

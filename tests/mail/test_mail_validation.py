@@ -36,7 +36,7 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str]] = [
     ("recipient name with CRLF", message(recipients=[{"to": "a@example.org", "name": "A\r\nBcc: x@evil.com"}]),
      "recipients[0].name: the name must not contain line breaks"),
     ("recipient name with NUL", message(recipients=[{"to": "a@example.org", "name": "A\x00"}]),
-     "recipients[0].name: the name must not contain"),
+     "recipients[0].name: holds a NUL character"),
     ("recipient unknown field", message(recipients=[{"to": "a@example.org", "email": "x"}]),
      "recipients[0].email: is not a known field"),
     ("subject with LF", message(subject="Hello\nBcc: x@evil.com"), "subject: the subject must not contain line"),

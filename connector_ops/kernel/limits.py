@@ -1,0 +1,114 @@
+"""Limits on what callers may send, checked before any work starts, each a 400 naming the field.
+
+Hostile or broken input must never become a 500, a runaway process or a database error: every entry
+point's payload goes through :func:`check_payload` (nesting depth, integers beyond Python's int-string
+limit, NUL characters), and every parser of tabular data (the CSV readers, the JSON readers, Arrow-based
+loaders) names its columns through :func:`check_column_names`, so a new parser reuses the same rules.
+"""
+
+from __future__ import annotations
+
+import codecs
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from connector_ops.kernel.errors import InvalidInput, field_path
+
+#: JSON nesting depth a payload, a JSON row or a filter may reach. Deep enough for any real document;
+#: shallow enough that no recursive code (pydantic, json, SQL compilers, Jinja) can exhaust the stack.
+MAX_DEPTH = 100
+#: Columns a virtual file may have: PostgreSQL allows 1,600 per table and SQLite 2,000, and each row
+#: table spends one on ``seq``. The smaller bound applies on both, so a file moves between them.
+MAX_COLUMNS = 1599
+#: Decimal digits of an integer (Python refuses to convert longer ones to or from text).
+MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
+#: Rows one call may ask for (``maxBatchSize``): larger values mean "all" and are clamped to this,
+#: which every database's LIMIT and integer arithmetic can take.
+MAX_BATCH_SIZE = 2**31 - 1
+
+_MAX_INT_BITS = int(MAX_INT_DIGITS * 3.3219280948873626)  # log2(10): a bit below the digit limit
+
+
+def deeper_than(limit: int = MAX_DEPTH) -> str:
+    return f"nested deeper than {limit} levels"
+
+
+def too_many_digits() -> str:
+    return f"a number with more than {MAX_INT_DIGITS} digits"
+
+
+def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: bool = True) -> None:
+    """Refuse what no action can handle, naming the first offending field: nesting deeper than ``limit``,
+    an integer too long for text, a NUL character in a key or a string (no database text column, header
+    or file name can hold one). Iterative, so the check itself cannot exhaust the stack; a cyclic
+    structure (from Python callers) ends at the depth limit. ``nul=False`` lets NUL through (data
+    values the store itself checks)."""
+    stack: list[tuple[Any, tuple[str | int, ...], int]] = [(value, (field,) if field else (), 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            if nul and "\x00" in item:
+                raise InvalidInput(field_path(path), "holds a NUL character (\\u0000)")
+            continue
+        if isinstance(item, int) and not isinstance(item, bool):
+            if item.bit_length() > _MAX_INT_BITS and len(str_of_int(item)) > MAX_INT_DIGITS:
+                raise InvalidInput(field_path(path), too_many_digits())
+            continue
+        is_map = isinstance(item, Mapping)
+        if not is_map and not isinstance(item, list | tuple):
+            continue
+        if depth >= limit:
+            raise InvalidInput(field_path(path), deeper_than(limit))
+        if is_map:
+            for key, child in item.items():
+                if nul and isinstance(key, str) and "\x00" in key:
+                    raise InvalidInput(field_path(path), f"a key holds a NUL character: {key!r}")
+                stack.append((child, (*path, str(key)), depth + 1))
+        else:
+            stack.extend((child, (*path, i), depth + 1) for i, child in enumerate(item))
+
+
+def str_of_int(value: int) -> str:
+    """``str(value)`` even past Python's int-string limit (only to measure; the caller refuses it)."""
+    try:
+        return str(value)
+    except ValueError:
+        return "9" * (MAX_INT_DIGITS + 1)
+
+
+def json_depth_error(where: str, limit: int = MAX_DEPTH) -> str:
+    return f"{where}: {deeper_than(limit)}" if where else deeper_than(limit)
+
+
+def check_column_names(columns: list[str], field: str) -> None:
+    """Column names as any parser reads them: at most :data:`MAX_COLUMNS`, none empty, none repeated,
+    none holding a NUL. Checked before the database is touched, so a header of a million columns is a
+    clean 400 instead of a table the database refuses."""
+    check_column_count(len(columns), field)
+    seen: set[str] = set()
+    for position, name in enumerate(columns, 1):
+        if name == "":
+            raise InvalidInput(field, f"column {position} has an empty name")
+        if "\x00" in name:
+            raise InvalidInput(field, f"column {position}'s name holds a NUL character (\\u0000)")
+        if name in seen:
+            raise InvalidInput(field, f"duplicate column name {name!r}")
+        seen.add(name)
+
+
+def check_column_count(count: int, field: str) -> None:
+    if count > MAX_COLUMNS:
+        raise InvalidInput(field, f"{count} columns; a virtual file holds at most {MAX_COLUMNS}")
+
+
+def text_encoding(value: str) -> str:
+    """The canonical name of a text codec (``ValueError`` otherwise): ``base64``, ``rot13`` or ``zlib``
+    are codecs but not text encodings, and reading a file with them fails deep inside ``io``."""
+    try:
+        info = codecs.lookup(value)
+    except LookupError:
+        raise ValueError(f"unknown encoding {value!r}") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise ValueError(f"{value!r} is not a text encoding (it converts bytes to bytes or text to text)")
+    return info.name

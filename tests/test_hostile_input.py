@@ -1,0 +1,296 @@
+"""Hostile and extreme input (issue 14): clean 400s naming the field, valid extremes that work, bounded
+time. Each runs on both databases where a database is involved."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.kernel.limits import MAX_COLUMNS, MAX_DEPTH
+
+SCRIPT = str(Path(sys.executable).parent / "connector-ops")
+BIG = 7 * 10**5000  # past Python's int-string limit (4,300 digits)
+
+
+def refused(name: str, payload: Any, field: str, resources: dict | None = None) -> str:
+    """Run the action, expect a 400 whose message starts with ``field``; return the message."""
+    with pytest.raises(ConnectorError) as info:
+        invoke(name, payload, resources)
+    exc = info.value
+    assert exc.status == 400, exc.body
+    assert exc.body["message"].startswith(field), exc.body["message"]
+    return exc.body["message"]
+
+
+def nested(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def push_file(files, data: bytes, name: str, content_type: str = "text/csv", **parameters) -> dict:
+    pf = files.add_bytes(data, name, content_type).to_json()
+    return {"platformFile": pf, "parameters": parameters}
+
+
+def a_file(store, rows: list[dict] | None = None) -> str:
+    return store.create_from_rows(rows if rows is not None else [{"a": "1"}, {"a": "2"}])
+
+
+# -- encodings that are not text encodings ---------------------------------------------------------
+@pytest.mark.parametrize("codec", ["base64", "rot13", "zlib"])
+def test_push_and_pull_refuse_codecs_that_are_not_text_encodings(files, store, codec):
+    message = refused("etl.push", push_file(files, b"a\n1\n", "a.csv", encoding=codec), "parameters.encoding")
+    assert "not a text encoding" in message
+    vf = a_file(store)
+    refused("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "x.csv",
+                         "parameters": {"encoding": codec}}, "parameters.encoding")
+
+
+# -- deep nesting ----------------------------------------------------------------------------------
+def test_deep_json_file_is_a_400(files, store):
+    data = b"[{\"a\": " + b"[" * 10_000 + b"]" * 10_000 + b"}]"
+    message = refused("etl.push", push_file(files, data, "deep.json", "application/json"), "platformFile")
+    assert "item 1" in message and f"deeper than {MAX_DEPTH}" in message
+
+
+def test_deep_ndjson_line_is_a_400(files, store):
+    data = b'{"a": 1}\n{"a": ' + b"[" * 10_000 + b"]" * 10_000 + b"}\n"
+    message = refused("etl.push", push_file(files, data, "deep.ndjson", "application/x-ndjson"), "platformFile")
+    assert "line 2" in message and "deeper than" in message
+
+
+def test_json_at_the_depth_limit_still_loads(files, store):
+    value = nested(MAX_DEPTH - 1, "x")  # the row object is the 100th level
+    data = json.dumps([{"a": value}]).encode()
+    out = invoke("etl.push", push_file(files, data, "ok.json", "application/json"))
+    assert store.rows(out["virtualFileId"]) == [{"a": json.dumps(value, separators=(",", ":"))}]
+
+
+def test_deep_iterate_array_is_a_400(env):
+    refused("etl.iterate", {"content": [nested(10_000)], "maxBatchSize": 1}, "content[0]")
+
+
+def test_deep_append_value_is_a_400(store):
+    vf = a_file(store)
+    message = refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"a": nested(10_000)}}]},
+                      "rows[0].content.a")
+    assert "deeper than" in message
+    assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]
+
+
+def test_deep_validate_row_is_a_400(env):
+    refused("etl.validate", {"content": [{"a": nested(10_000)}], "schema": {"a": {"type": "string"}}},
+            "content[0].a")
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_deep_template_variables_are_a_400(as_text):
+    variables: Any = {"v": nested(10_000)}
+    if as_text:
+        variables = '{"v": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    payload = {"from": "a@example.org", "recipients": [{"to": "b@example.org"}], "templateId": 1,
+               "templateVariables": variables}
+    message = refused("mail.send_transactional_message", payload, "templateVariables", resources={})
+    assert "deeper than" in message
+
+
+def make_filter_and(depth: int) -> dict:
+    flt: dict = {"a": "1"}
+    for _ in range(depth):
+        flt = {"$and": [flt]}
+    return flt
+
+
+def make_filter_nor(depth: int) -> dict:
+    flt: dict = {"a": "1"}
+    for _ in range(depth):
+        flt = {"$nor": [flt]}
+    return flt
+
+
+def make_filter_not(depth: int) -> dict:
+    op: dict = {"$eq": "1"}
+    for _ in range(depth):
+        op = {"$not": op}
+    return {"a": op}
+
+
+@pytest.mark.parametrize("make", [make_filter_and, make_filter_nor, make_filter_not])
+def test_deep_filters_are_a_400_and_moderate_ones_work(store, make):
+    vf = a_file(store)
+    refused("etl.query", {"virtualFileId": vf, "query": make(10_000)}, "query")
+    refused("etl.delete_rows", {"virtualFileId": vf, "request": make(10_000)}, "request")
+    ok = make(40)
+    expected = invoke("etl.query", {"virtualFileId": vf, "query": ok})["result"]
+    assert expected in ([{"a": "1"}], [{"a": "2"}], [{"a": "1"}, {"a": "2"}], [])
+    assert invoke("etl.query", {"virtualFileId": vf, "query": make(0)})["result"] == [{"a": "1"}]
+
+
+def cli(*args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SCRIPT, *args], input=stdin, capture_output=True, text=True, timeout=120,
+                          env=os.environ.copy())
+
+
+@pytest.mark.parametrize("text", [
+    '{"content": ' + "[" * 100_000 + "]" * 100_000 + ', "maxBatchSize": 1}',
+    '{"content": [' + "7" * 5000 + '], "maxBatchSize": 1}',
+    '{"content": [' + "[" * 500 + "]" * 500 + '], "maxBatchSize": 1}',
+])
+def test_cli_answers_hostile_json_with_exit_2_and_no_traceback(env, text):
+    run = cli("invoke", "etl.iterate", "-", stdin=text)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and "Traceback" not in run.stdout
+    assert "etl.iterate failed (400)" in run.stderr
+
+
+# -- numbers past Python's int-string limit ----------------------------------------------------------
+def test_huge_number_in_ndjson_is_a_400(files, store):
+    data = b'{"a": 1}\n{"a": ' + b"7" * 5000 + b"}\n"
+    message = refused("etl.push", push_file(files, data, "n.ndjson", "application/x-ndjson"), "platformFile")
+    assert "line 2" in message and "digits" in message
+
+
+def test_huge_number_in_a_json_array_is_a_400(files, store):
+    data = b'[{"a": 1}, {"a": ' + b"7" * 5000 + b"}]"
+    message = refused("etl.push", push_file(files, data, "n.json", "application/json"), "platformFile")
+    assert "digits" in message  # yajl parses ahead, so the item's number is not known
+
+
+def test_huge_number_in_append_and_validate_is_a_400(store):
+    vf = a_file(store)
+    refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"a": BIG}}]}, "rows[0].content.a")
+    refused("etl.validate", {"content": [{"a": BIG}], "schema": {"a": {"type": "string"}}}, "content[0].a")
+    assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]
+
+
+# -- maxBatchSize beyond 64 bits --------------------------------------------------------------------
+@pytest.mark.parametrize("size", [2**63, 10**30])
+def test_huge_max_batch_size_means_all_rows(store, size):
+    vf = a_file(store)
+    out = invoke("etl.iterate", {"content": vf, "maxBatchSize": size})
+    assert out == {"content": [{"a": "1"}, {"a": "2"}], "hasNext": False}
+    assert invoke("etl.iterate", {"content": [1, 2, 3], "maxBatchSize": size}) == {"content": [1, 2, 3],
+                                                                                      "hasNext": False}
+
+
+# -- more columns than a table can hold ----------------------------------------------------------------
+def test_csv_header_with_too_many_columns_is_a_400(files, store):
+    header = ",".join(f"c{i}" for i in range(2001)).encode()
+    message = refused("etl.push", push_file(files, header + b"\n" + b",".join([b"x"] * 2001) + b"\n", "w.csv"),
+                      "platformFile")
+    assert f"at most {MAX_COLUMNS}" in message
+    ok = ",".join(f"c{i}" for i in range(MAX_COLUMNS)).encode()
+    vf = invoke("etl.push", push_file(files, ok + b"\n" + b",".join([b"x"] * MAX_COLUMNS) + b"\n", "ok.csv"))
+    assert len(store.rows(vf["virtualFileId"])[0]) == MAX_COLUMNS
+
+
+def test_json_rows_with_too_many_columns_are_a_400(files, store):
+    data = json.dumps([{f"c{i}": "x" for i in range(2001)}]).encode()
+    message = refused("etl.push", push_file(files, data, "w.json", "application/json"), "platformFile")
+    assert f"at most {MAX_COLUMNS}" in message
+
+
+def test_append_with_too_many_new_columns_is_a_400(store):
+    vf = a_file(store)
+    content = {f"n{i}": "x" for i in range(3000)}
+    message = refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": content}]}, "rows")
+    assert f"at most {MAX_COLUMNS}" in message
+    assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]
+
+
+# -- NUL characters ------------------------------------------------------------------------------------
+def test_nul_in_a_csv_header_is_a_400(files, store):
+    message = refused("etl.push", push_file(files, b"a,b\x00c\n1,2\n", "h.csv"), "platformFile")
+    assert "NUL" in message
+
+
+def test_nul_in_json_keys_is_a_400(files, store):
+    message = refused("etl.push", push_file(files, b'[{"a\\u0000b": "1"}]', "k.json", "application/json"),
+                      "platformFile")
+    assert "NUL" in message
+
+
+def test_nul_in_filters_ids_columns_and_output_schema_is_a_400(store):
+    vf = a_file(store)
+    refused("etl.query", {"virtualFileId": vf, "query": {"a": "x\x00"}}, "query.a")
+    refused("etl.delete_rows", {"virtualFileId": vf, "request": {"a": {"$in": ["1", "x\x00"]}}}, "request.a.$in[1]")
+    refused("etl.iterate", {"content": vf + "\x00", "maxBatchSize": 1}, "content")
+    refused("etl.query", {"virtualFileId": "\x00", "query": {}}, "virtualFileId")
+    refused("etl.clean", {"virtualFileId": "x\x00"}, "virtualFileId")
+    refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"b\x00": "1"}}]}, "rows[0].content")
+    refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"a": "1\x00"}}]}, "rows[0].content.a")
+    join = {"left": {"virtualFileId": vf, "customId": "l", "key": "a"},
+            "right": {"virtualFileId": vf, "customId": "r", "key": "a"}}
+    refused("etl.join", {"join": join, "outputSchema": {"x\x00": "l.a"}}, "outputSchema")
+    assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]
+
+
+# -- wide and long filters -----------------------------------------------------------------------------
+def test_3000_or_clauses_work(store):
+    vf = a_file(store, [{"a": str(i)} for i in range(10)])
+    flt = {"$or": [{"a": str(i)} for i in range(3000)]}
+    assert len(invoke("etl.query", {"virtualFileId": vf, "query": flt})["result"]) == 10
+    flt = {"$and": [{"a": {"$ne": str(i)}} for i in range(3000)]}
+    assert invoke("etl.query", {"virtualFileId": vf, "query": flt})["result"] == []
+    flt = {"$nor": [{"a": str(i)} for i in range(5, 3000)]}
+    assert invoke("etl.delete_rows", {"virtualFileId": vf, "request": flt}) == {"deletedCount": 5}
+
+
+@pytest.mark.parametrize("op", ["$in", "$nin"])
+def test_in_with_100000_values_works_in_query_and_delete(store, op):
+    vf = a_file(store, [{"a": str(i)} for i in range(0, 300_000, 1000)] + [{"b": "missing a"}])
+    values: list[Any] = [str(i) for i in range(100_000)]
+    found = invoke("etl.query", {"virtualFileId": vf, "query": {"a": {op: values}}})["result"]
+    inside = [{"a": str(i)} for i in range(0, 100_000, 1000)]
+    if op == "$in":
+        assert found == inside
+    else:
+        assert len(found) == 300 - 100 + 1 and {"b": "missing a"} in found
+    with_null = [*values, None]  # null in the list: the missing value matches too
+    found = invoke("etl.query", {"virtualFileId": vf, "query": {"a": {op: with_null}}})["result"]
+    assert len(found) == (101 if op == "$in" else 200)
+    deleted = invoke("etl.delete_rows", {"virtualFileId": vf, "request": {"a": {op: values}}})["deletedCount"]
+    assert deleted == (100 if op == "$in" else 201)
+
+
+# -- regular expressions that would backtrack forever -------------------------------------------------
+@pytest.mark.parametrize("pattern", [r"^(a+)+$", r"(a|aa)+$", r"(.*a){20}"])
+def test_catastrophic_regex_finishes_fast(store, pattern):
+    vf = a_file(store, [{"v": "a" * 41 + "!"}, {"v": "a" * 30}, {"w": "x"}] * 50)
+    start = time.monotonic()
+    found = invoke("etl.query", {"virtualFileId": vf, "query": {"v": {"$regex": pattern}}})["result"]
+    deleted = invoke("etl.delete_rows", {"virtualFileId": vf, "request": {"v": {"$regex": pattern}}})
+    assert time.monotonic() - start < 10
+    if pattern != r"(.*a){20}":
+        assert found == [{"v": "a" * 30}] * 50 and deleted == {"deletedCount": 50}
+    else:
+        assert len(found) == 100 and deleted == {"deletedCount": 100}
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", r"a(?=b)", r"(?<!x)a"])
+def test_backtracking_only_constructs_are_a_400(store, pattern):
+    vf = a_file(store)
+    message = refused("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": pattern}}}, "query.a.$regex")
+    assert "RE2" in message
+
+
+def test_regex_keeps_python_semantics_for_dollar_and_verbose(store):
+    vf = a_file(store, [{"v": "ab\n"}, {"v": "ab"}, {"v": "a b"}, {"v": "ab\nc"}])
+    query = {"virtualFileId": vf}
+    assert invoke("etl.query", {**query, "query": {"v": {"$regex": "b$"}}})["result"] == [
+        {"v": "ab\n"}, {"v": "ab"}, {"v": "a b"}]
+    assert invoke("etl.query", {**query, "query": {"v": {"$regex": "b\\Z"}}})["result"] == [{"v": "ab"}, {"v": "a b"}]
+    assert invoke("etl.query", {**query, "query": {"v": {"$regex": "b$", "$options": "m"}}})["result"] == [
+        {"v": "ab\n"}, {"v": "ab"}, {"v": "a b"}, {"v": "ab\nc"}]
+    verbose = {"$regex": "^a [ ] b  # a comment\n$", "$options": "x"}
+    assert invoke("etl.query", {**query, "query": {"v": verbose}})["result"] == [{"v": "a b"}]
