@@ -30,7 +30,7 @@ from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.progress import reporting_to, tqdm_reporter
 from connector_ops.magic_frames import file_preview, pull_frame, push_frame
 from connector_ops.magic_input import InputError, read_input
-from connector_ops.magic_session import Session, SessionError
+from connector_ops.magic_session import NotebookSession, SessionError
 from connector_ops.registry import ACTIONS, ActionSpec, load_all, run_action
 
 CONNECTORS = ("etl", "drive", "mail")
@@ -123,7 +123,7 @@ class ConnectorMagics(Magics):
 
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
-        self.session = Session()
+        self.session = NotebookSession()
 
     @classmethod
     def instance_in(cls, ipython: Any) -> ConnectorMagics | None:

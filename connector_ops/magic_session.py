@@ -87,8 +87,13 @@ def _fields(resource: Any) -> dict[str, Any]:
     return {name: getattr(resource, name) for name in model_fields} if model_fields else {}
 
 
-class Session:
-    """The resources the magics run with, and the session's settings."""
+class NotebookSession:
+    """The resources the magics run with, and the notebook's settings (``%connectors``).
+
+    Built with :func:`connector_ops.environment.resources_for` like every entry point; on top of
+    :class:`connector_ops.session.Session` it can take a Dagster ``Definitions``' resources and hold
+    session settings (variables, resource fields), and it closes what it built when they change.
+    """
 
     def __init__(self) -> None:
         self.definitions: Any = None

@@ -23,14 +23,11 @@ class Session:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = environ
-        self._built: dict[str, tuple[Any, Any]] = {}  # key -> (resolved recipe, resource)
+        self._built: dict[str, tuple[int, Any]] = {}  # key -> (hash of the resolved recipe, resource)
         self._lock = threading.Lock()
 
     def environ(self) -> dict[str, str]:
         return dict(os.environ if self._environ is None else self._environ)
-
-    def recipes_for(self, keys: Iterable[str]) -> dict[str, Recipe]:
-        return recipes_for(keys, self.environ())
 
     def resources_for(self, keys: Iterable[str]) -> dict[str, Any]:
         """The live resources of ``keys``; a bad setting raises ``InvalidInput`` naming the variable."""
@@ -40,7 +37,7 @@ class Session:
             return {key: self._resource(key, recipe, environ) for key, recipe in recipes.items()}
 
     def _resource(self, key: str, recipe: Recipe, environ: Mapping[str, str]) -> Any:
-        identity = (recipe.cls, tuple(sorted(recipe.resolved(environ).items())))
+        identity = hash((recipe.cls, tuple(sorted(recipe.resolved(environ).items()))))  # no secret kept
         cached = self._built.get(key)
         if cached is not None and cached[0] == identity:
             return cached[1]
