@@ -7,6 +7,7 @@ import json
 import pytest
 
 from connector_ops import ConnectorError, invoke
+from connector_ops.etl.validation import SCAN_BATCH
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 INLINE: dict = {}
@@ -149,20 +150,25 @@ def test_malformed_schemas_are_400_naming_the_column(schema, message):
     assert info.value.message.startswith(message), info.value.message
 
 
-def test_virtual_file_content_writes_two_files(store, resources, monkeypatch):
-    from connector_ops.etl import validation
-
-    rows = [{"id": str(i), "price": p} for i, p in enumerate(["1.5", "x", "12.345", "", "7"])]
+def test_virtual_file_content_writes_two_files(store, resources):
+    """The store reads the source in pages of ``SCAN_BATCH`` rows (the size Validate passes it); the file
+    spans three pages, with refused rows on each side of both page boundaries and on the last page, so a
+    split that loses, repeats or reorders a page fails the exact comparisons below."""
+    bad = {0: "x", SCAN_BATCH - 1: "12.345", SCAN_BATCH: "", 2 * SCAN_BATCH: "x", 2 * SCAN_BATCH + 2: "12.345"}
+    rows = [{"id": str(i), "price": bad.get(i, f"{i % 100}.5")} for i in range(2 * SCAN_BATCH + 3)]
+    assert len(rows) > 2 * SCAN_BATCH  # at least three pages
     vf = store.create_from_rows(rows)
-    monkeypatch.setattr(validation, "SCAN_BATCH", 2)
     schema = {"price": {"type": "float", "maxLength": "4,2", "required": True}}
     out = invoke("etl.validate", {"content": vf, "schema": schema}, resources)
-    assert store.rows(out["validated"]) == [rows[0], rows[4]]
+    assert store.rows(out["validated"]) == [row for i, row in enumerate(rows) if i not in bad]
+    not_a_number, too_precise = 'price: "x" is not a number', \
+        'price: 3 digits after the decimal point, at most 2 allowed (maxLength "4,2")'
     assert store.rows(out["rejected"]) == [
-        {"error": 'price: "x" is not a number', "content": '{"id": "1", "price": "x"}'},
-        {"error": 'price: 3 digits after the decimal point, at most 2 allowed (maxLength "4,2")',
-         "content": '{"id": "2", "price": "12.345"}'},
-        {"error": "price: required value is empty", "content": '{"id": "3", "price": ""}'},
+        {"error": not_a_number, "content": '{"id": "0", "price": "x"}'},
+        {"error": too_precise, "content": f'{{"id": "{SCAN_BATCH - 1}", "price": "12.345"}}'},
+        {"error": "price: required value is empty", "content": f'{{"id": "{SCAN_BATCH}", "price": ""}}'},
+        {"error": not_a_number, "content": f'{{"id": "{2 * SCAN_BATCH}", "price": "x"}}'},
+        {"error": too_precise, "content": f'{{"id": "{2 * SCAN_BATCH + 2}", "price": "12.345"}}'},
     ]
     assert store.rows(vf) == rows
     inline = invoke("etl.validate", {"content": rows, "schema": schema}, resources)
