@@ -13,8 +13,9 @@ import pytest
 
 from connector_ops.cli import main
 from connector_ops.environment import resources_for
+from connector_ops.kernel.errors import InvalidInput
 from connector_ops.ops import drive_create_folder, drive_list, drive_upload_file
-from connector_ops.ops.resources import dagster_resources
+from connector_ops.ops.resources import GoogleDriveResourceAdapter, dagster_resources
 from connector_ops.resources.drive.google import GoogleDriveResource
 from connector_ops.resources.drive.local import LocalDriveResource
 from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, google_env
@@ -111,12 +112,28 @@ def test_drive_ops_in_a_job_on_the_local_drive(clean_env: dict) -> None:
 def test_builder_picks_the_backend_and_defers_secrets(clean_env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(resources_for()["drive"], LocalDriveResource)
     monkeypatch.setenv("CONNECTOR_OPS_DRIVE_BACKEND", "google")
+    monkeypatch.setenv("GOOGLE_CLIENT_ID", "client-id.apps.example")
     monkeypatch.setenv("GOOGLE_CLIENT_SECRET", "top-secret-value")
     monkeypatch.setenv("GOOGLE_REFRESH_TOKEN", "1//top-secret-refresh")
     assert isinstance(resources_for()["drive"], GoogleDriveResource)
     deferred = dagster_resources()["drive"]
+    assert isinstance(deferred, GoogleDriveResourceAdapter)
+    # the Dagster adapter holds each secret as an EnvVar naming its variable, read only inside a run
+    # (an EnvVar equals its name as a string: the type check is what tells it from a plain value)
+    secrets = {"client_id": "GOOGLE_CLIENT_ID", "client_secret": "GOOGLE_CLIENT_SECRET",
+               "refresh_token": "GOOGLE_REFRESH_TOKEN"}
+    for field, variable in secrets.items():
+        value = getattr(deferred, field)
+        assert isinstance(value, dg.EnvVar) and value.env_var_name == variable, field
     dg.Definitions(resources={"drive": deferred})
     assert "top-secret" not in repr(deferred)
+    with dg.build_resources({"drive": deferred}) as built:  # a run reads the variables they name
+        drive = built.drive
+        assert isinstance(drive, GoogleDriveResource)
+        assert (drive.client_id, drive.client_secret, drive.refresh_token) == (
+            "client-id.apps.example", "top-secret-value", "1//top-secret-refresh")
     monkeypatch.setenv("CONNECTOR_OPS_DRIVE_BACKEND", "dropbox")
-    with pytest.raises(Exception, match="CONNECTOR_OPS_DRIVE_BACKEND"):
+    with pytest.raises(InvalidInput) as bad:
         resources_for()
+    assert (bad.value.status, str(bad.value)) == (
+        400, "CONNECTOR_OPS_DRIVE_BACKEND: must be one of local, google, got 'dropbox'")
