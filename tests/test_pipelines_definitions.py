@@ -13,6 +13,10 @@ from connector_ops.environment import resources_for
 from connector_ops.pipelines.definitions import build_definitions
 from connector_ops.pipelines.dsl import PipelineError
 from connector_ops.session import invoke
+from tests.mail.conftest import API_KEY, API_SECRET
+from tests.mail.test_mail_secrets import forms, stored_bytes
+from tests.servers import serving
+from tests.servers.fake_mailjet import FakeMailjet
 
 SHIPPED_JOBS = {"first_etl", "sales_report", "retail_customers", "drive_inbox", "sales_batches"}
 
@@ -36,18 +40,38 @@ def test_definitions_load_and_every_default_config_validates() -> None:
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_secrets_stay_environment_references(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Secret resources are bound as EnvVar: neither the stored run nor its events hold the value."""
-    monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "mailjet")
-    monkeypatch.setenv("MAILJET_API_KEY", "key-value-123")
-    monkeypatch.setenv("MAILJET_API_SECRET", "secret-value-456")
-    defs = build_definitions()
-    assert defs.resources["mail"].api_secret == dg.EnvVar("MAILJET_API_SECRET")
-    with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def("retail_customers").execute_in_process(instance=instance)
-        assert result.success
-        stored = repr(instance.get_run_by_id(result.run_id)) + repr(instance.all_logs(result.run_id))
-    assert "secret-value-456" not in stored and "key-value-123" not in stored
+def test_secrets_stay_environment_references(env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    """The Definitions bind the Mailjet keys as EnvVars; a run of ``sales_report``, whose last step mails
+    the report, reads them inside the run (Mailjet accepts its basic auth) and neither the stored run,
+    its events nor any file of the instance hold them."""
+    fake = FakeMailjet(API_KEY, API_SECRET, templates={1}, senders={"reports@example.com"})
+    with serving(fake.app) as url:
+        for name, value in {"CONNECTOR_OPS_MAIL_BACKEND": "mailjet", "MAILJET_API_URL": url,
+                            "MAILJET_API_KEY": API_KEY, "MAILJET_API_SECRET": API_SECRET}.items():
+            monkeypatch.setenv(name, value)
+        defs = build_definitions()
+        mail = defs.resources["mail"]
+        for field, variable in {"api_key": "MAILJET_API_KEY", "api_secret": "MAILJET_API_SECRET"}.items():
+            value = getattr(mail, field)
+            assert isinstance(value, dg.EnvVar) and value.env_var_name == variable, field
+        job = defs.resolve_job_def("sales_report")
+        assert "mail" in job.graph.node_named("send").definition.required_resource_keys
+        storage = tmp_path / "dagster"
+        storage.mkdir()
+        with dg.instance_for_test(temp_dir=str(storage)) as instance:
+            result = job.execute_in_process(instance=instance)
+            assert result.success
+            stored = repr(instance.get_run_by_id(result.run_id)) + repr(instance.all_logs(result.run_id))
+    sent = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"]
+    assert "send" in sent and len(fake.accepted) == 1  # the mail step ran, with the keys from the EnvVars
+    assert fake.accepted[0]["To"] == [{"Email": "sales-team@example.com", "Name": "Sales team"}]
+    files = stored_bytes(storage)
+    assert "sales_report" in stored and any(b"STEP_SUCCESS" in data for _, data in files)  # what was searched
+    for secret in (API_KEY, API_SECRET):
+        for form in forms(secret):
+            assert form.decode() not in stored
+            assert not [str(path) for path, data in files if form in data]
 
 
 def test_pipelines_dir_adds_jobs_and_broken_files_fail_loudly(monkeypatch: pytest.MonkeyPatch,
