@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -284,6 +285,16 @@ def test_failed_step_reports_the_error_and_exits_non_zero(demo_file: Path, env: 
         main(["pipeline", "run", str(demo_file)])
     assert exited.value.code == 1
     captured = capsys.readouterr()
-    assert "load (etl.push)" in captured.out  # steps before the failure still report their output
-    assert "environment variable DSL_TEST_REGION is not set" in captured.out
-    assert "step region failed" in captured.err or "step export failed" in captured.err
+    missing = "${env.DSL_TEST_REGION}: environment variable DSL_TEST_REGION is not set"
+    # stdout: the outputs of the steps that ran (load, batches), then each failed step's error body
+    load, batches, *bodies = captured.out.splitlines()
+    assert re.fullmatch(r'load \(etl\.push\): \{"virtualFileId": "[0-9a-f]{32}"\}', load), load
+    step, _, value = batches.partition(": ")
+    assert step == "batches (etl.iterate)" and json.loads(value)["hasNext"] == [False, False, False]
+    assert bodies == [json.dumps({"message": missing})] * 2
+    # stderr: both steps that read the unset variable failed, each named with its action and status
+    assert sorted(line for line in captured.err.splitlines() if line) == sorted([
+        f"running customers_demo ({demo_file}) in process …",
+        f"step region failed: etl.query failed (400): {missing}",
+        f"step export failed: etl.pull failed (400): {missing}",
+    ])
