@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from connector_ops import invoke
+from connector_ops import ConnectorError, invoke
+from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
 from connector_ops.resources.platform_files import PlatformFileStore
 from tests.servers import free_port, serving
@@ -44,8 +45,9 @@ def test_names_never_become_paths(store, tmp_path):
     assert files == sorted([pf.id, f"{pf.id}.json"])
     assert not (tmp_path / "etc").exists()
     for bad in ("../x", "..", "%2e%2e", "abc", "../../etc/passwd"):
-        with pytest.raises(Exception, match="not found"):
+        with pytest.raises(NotFound) as info:
             store.describe(bad)
+        assert (info.value.status, str(info.value)) == (404, f"platform file {bad!r} not found")
 
 
 def test_failed_write_leaves_nothing(store):
@@ -77,12 +79,15 @@ def test_push_streams_a_link_of_another_server(files, env, tmp_path):
         pf = remote.add_bytes(b"a,b\n" + b"1,2\n" * 50_000, "remote.csv").to_json()
         vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
         missing = {**pf, "link": f"{base}/files/{'f' * 32}"}
-        with pytest.raises(Exception) as info:
+        with pytest.raises(ConnectorError) as info:
             invoke("etl.push", {"platformFile": missing})
     assert invoke("etl.query", {"virtualFileId": vf, "query": {"a": "1"}, "extractOnlyOneResult": True}) == {
         "result": [{"a": "1", "b": "2"}]
     }
-    assert info.value.status == 404
+    # the spec's fixed 404 body; the cause names the link the other server had no file for
+    assert (info.value.action, info.value.status, info.value.body) == ("etl.push", 404, {"message": "not found"})
+    assert isinstance(info.value.__cause__, NotFound)
+    assert str(info.value.__cause__) == f"platform file at {missing['link']} not found"
 
 
 def _cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess:

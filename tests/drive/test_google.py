@@ -17,6 +17,7 @@ import pytest
 
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.resources.drive.google import GoogleDriveResource
+from connector_ops.resources.drive.google_auth import SignInRequired
 from connector_ops.session import invoke
 from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, Drive, fast_google
 from tests.servers.fake_drive import FakeDrive
@@ -256,9 +257,13 @@ def test_check_token(google: Drive) -> None:
     assert result["valid"] is True and result["credentials"] == "refresh_token"
     assert 3000 < result["expiresInSeconds"] <= 3599
     fake.revoke_refresh_tokens()
-    with pytest.raises(Exception) as err:
+    with pytest.raises(SignInRequired) as err:
         google.drive.check_token()
-    assert getattr(err.value, "status", None) == 401
+    assert err.value.status == 401
+    assert str(err.value) == (
+        "Google sign-in has expired or was revoked (refresh token: invalid_grant); run `connector-ops drive login` "
+        "and set GOOGLE_REFRESH_TOKEN to the new token (refresh tokens of apps in Google's 'Testing' status "
+        "expire after 7 days)")
 
 
 def test_wrong_client_secret_is_a_clear_configuration_error(google: Drive) -> None:
