@@ -104,7 +104,8 @@ def _platform_files(env: Env) -> Recipe:
     from connector_ops.resources.platform_files import DEFAULT_FILE_SERVER_URL, PlatformFileStore
 
     return Recipe.of(PlatformFileStore, files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
-                     file_server_url=env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL))
+                     file_server_url=env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL),
+                     allowed_private_hosts=env.get("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", ""))
 
 
 def _virtual_files(env: Env) -> Recipe:

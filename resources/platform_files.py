@@ -19,14 +19,16 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urljoin
 
 import httpx
-from pydantic import PrivateAttr
+from pydantic import PrivateAttr, field_validator
 
-from connector_ops.kernel.atomic import atomic_write
+from connector_ops.kernel.atomic import atomic_write, sweep_leftovers
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError
-from connector_ops.kernel.platform_file import PlatformFile, check_file_name
+from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
 from connector_ops.kernel.resource import Resource
+from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
@@ -104,15 +106,34 @@ class PlatformFileStore(Resource):
     """Base URL of ``connector-ops files serve``; links are ``{file_server_url}/files/<id>``."""
     http_timeout_s: float = 60.0
     """Timeout in seconds for reading a remote (non-local) link."""
+    allowed_private_hosts: str = ""
+    """Non-public destinations remote links may reach anyway: comma-separated ``host``, ``host:port`` or
+    CIDR entries (``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS``). Empty: public addresses only."""
 
     _http: httpx.Client | None = PrivateAttr(default=None)
+    _swept: bool = PrivateAttr(default=False)
+    _resolver: Resolver | None = PrivateAttr(default=None)  # None: the system's (getaddrinfo)
+
+    @field_validator("allowed_private_hosts")
+    @classmethod
+    def _readable_allow_list(cls, value: str) -> str:
+        AllowList.parse(value)
+        return value
+
+    def set_resolver(self, resolver: Resolver) -> None:
+        """Resolve link hosts with ``resolver`` (``(host, port) -> addresses``) instead of the system's:
+        a deployment's own name service, or a test's stand-in."""
+        self._resolver = resolver
 
 
     # -- paths -----------------------------------------------------------------------------------
     @property
     def root(self) -> Path:
         root = Path(self.files_dir)
-        root.mkdir(parents=True, exist_ok=True)
+        if not self._swept:  # the store's start: remove what writers killed mid-write left behind
+            root.mkdir(parents=True, exist_ok=True)
+            sweep_leftovers(root)
+            self._swept = True
         return root
 
     @property
@@ -132,6 +153,9 @@ class PlatformFileStore(Resource):
     def create(self, name: str, content_type: str | None = None) -> Iterator[PendingFile]:
         """Write a new platform file; on any error inside the block nothing is kept."""
         name = clean_name(name)
+        if content_type is not None and not header_safe(content_type):
+            raise InvalidInput("contentType", "must not contain control characters (CR, LF, NUL …): "
+                                              "it is sent as a header")
         file_id = uuid.uuid4().hex
         data_path, meta_path = self._paths(file_id)
         try:
@@ -176,9 +200,12 @@ class PlatformFileStore(Resource):
         """The stored descriptor of one of our files (``NotFound`` if unknown)."""
         _, meta_path = self._paths(file_id)
         try:
-            return PlatformFile.model_validate_json(meta_path.read_bytes())
+            stored = json.loads(meta_path.read_bytes())
         except FileNotFoundError:
             raise NotFound(f"platform file {file_id!r} not found") from None
+        if not header_safe(stored.get("contentType") or ""):  # written before content types were checked
+            stored["contentType"] = None
+        return PlatformFile.model_validate(stored)
 
     def local_id(self, descriptor: PlatformFile | dict) -> str | None:
         """The id of the file if ``descriptor.link`` points at our own file server, else ``None``."""
@@ -202,15 +229,39 @@ class PlatformFileStore(Resource):
             with self.data_path(local).open("rb") as handle:
                 yield handle
             return
-        link = pf.link or ""
-        if not link.startswith(("http://", "https://")):
-            raise InvalidInput(f"{field}.link", f"must be an http(s) URL or a link of this file server, got {link!r}")
-        with self._client().stream("GET", link) as response:
-            if response.status_code == 404:
-                raise NotFound(f"platform file at {link} not found")
-            if response.status_code >= 400:
-                raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}")
-            yield io.BufferedReader(_HttpStream(response), CHUNK)
+        with self._remote(pf.link or "", f"{field}.link") as stream:
+            yield stream
+
+    @contextlib.contextmanager
+    def _remote(self, link: str, field: str) -> Iterator[IO[bytes]]:
+        """Stream a remote link: each hop's host resolved and checked (:mod:`.link_guard`), the connection
+        made to the checked address, redirects followed here one at a time (a redirect to our own file
+        server reads storage)."""
+        guard = LinkGuard(AllowList.parse(self.allowed_private_hosts), self._resolver or system_resolver)
+        url, came_from = link, None
+        for _ in range(MAX_REDIRECTS + 1):
+            local = self.local_id({"link": url}) if came_from is not None else None
+            if local is not None:
+                with self.data_path(local).open("rb") as handle:
+                    yield handle
+                return
+            hop = guard.hop(url, field, redirected_from=came_from)
+            client = self._client()
+            request = client.build_request("GET", hop.url, headers=hop.headers, extensions=hop.extensions)
+            response = client.send(request, stream=True)
+            try:
+                if response.is_redirect and response.headers.get("location"):
+                    came_from, url = url, urljoin(url, response.headers["location"])
+                    continue
+                if response.status_code == 404:
+                    raise NotFound(f"platform file at {link} not found")
+                if response.status_code >= 400:
+                    raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}")
+                yield io.BufferedReader(_HttpStream(response), CHUNK)
+                return
+            finally:
+                response.close()
+        raise UpstreamError(f"fetching {link} failed: more than {MAX_REDIRECTS} redirects")
 
     def size_of(self, descriptor: PlatformFile | dict) -> int | None:
         pf = PlatformFile.model_validate(descriptor)
@@ -229,7 +280,7 @@ class PlatformFileStore(Resource):
         if self._http is None:
             self._http = httpx.Client(
                 timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
-                follow_redirects=True,
+                follow_redirects=False,  # each hop is checked by _remote
                 transport=httpx.HTTPTransport(retries=2),
             )
         return self._http

@@ -294,3 +294,42 @@ def test_regex_keeps_python_semantics_for_dollar_and_verbose(store):
         {"v": "ab\n"}, {"v": "ab"}, {"v": "a b"}, {"v": "ab\nc"}]
     verbose = {"$regex": "^a [ ] b  # a comment\n$", "$options": "x"}
     assert invoke("etl.query", {**query, "query": {"v": verbose}})["result"] == [{"v": "a b"}]
+
+
+# -- memory stays bounded on hostile files --------------------------------------------------------------
+MEASURE = """
+import json, resource, sys
+from connector_ops import ConnectorError, invoke
+from connector_ops.environment import resources_for
+res = resources_for()
+data, name, ctype = open(sys.argv[1], "rb").read(), sys.argv[2], sys.argv[3]
+pf = res["platform_files"].add_bytes(data, name, ctype).to_json()
+del data
+warm = res["platform_files"].add_bytes(b"a,b\\n1,2\\n", "w.csv").to_json()
+invoke("etl.push", {"platformFile": warm}, res)  # every module loaded before the baseline
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    invoke("etl.push", {"platformFile": pf}, res)
+    status, message = 200, ""
+except ConnectorError as exc:
+    status, message = exc.status, exc.message
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"status": status, "message": message[:300], "grew_kib": after - before}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["deep-json", "wide-header"])
+def test_hostile_files_are_400s_in_bounded_memory(env, tmp_path, kind):
+    if kind == "deep-json":  # 195 KB nested 100,000 levels (6 GB before)
+        data, name, ctype = b'[{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]", "deep.json", "application/json"
+    else:  # a header of 1,000,000 columns (2.4 GB before)
+        data, name, ctype = ",".join(f"c{i}" for i in range(1_000_000)).encode() + b"\n", "wide.csv", "text/csv"
+    source = tmp_path / name
+    source.write_bytes(data)
+    run = subprocess.run([sys.executable, "-c", MEASURE, str(source), name, ctype], capture_output=True,
+                         text=True, timeout=300, env=os.environ.copy())
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["status"] == 400 and out["message"].startswith("platformFile"), out
+    # the peak grows by at most a small multiple of the input (plus the reader's buffers)
+    assert out["grew_kib"] * 1024 < 20 * len(data) + (64 << 20), out

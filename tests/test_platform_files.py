@@ -71,10 +71,12 @@ def test_file_server_serves_bytes_type_and_length(store):
         assert httpx.get(f"{base}/files/../../etc/passwd").status_code == 404
 
 
-def test_push_streams_a_link_of_another_server(files, env, tmp_path):
-    """A link that is not ours is fetched over HTTP (here: another file server on loopback)."""
+def test_push_streams_a_link_of_another_server(files, env, tmp_path, monkeypatch):
+    """A link that is not ours is fetched over HTTP (here: another file server on loopback, which the
+    allow-list opens: loopback is refused by default, see tests/test_link_guard.py)."""
     remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
     with serving(create_app(remote)) as base:
+        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
         remote = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base)
         pf = remote.add_bytes(b"a,b\n" + b"1,2\n" * 50_000, "remote.csv").to_json()
         vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from connector_ops.kernel.limits import MAX_BATCH_SIZE, text_encoding
-from connector_ops.kernel.platform_file import FileName, PlatformFile, SpecModel
+from connector_ops.kernel.platform_file import FileName, HeaderValue, PlatformFile, SpecModel
 
 
 def _delimiter(value: str) -> str:
@@ -31,7 +31,7 @@ class PushFile(PlatformFile):
     """Push needs name, contentType and link (spec 2.1)."""
 
     name: str
-    content_type: str
+    content_type: HeaderValue
     link: str
 
 

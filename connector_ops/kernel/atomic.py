@@ -1,14 +1,18 @@
 """Files that appear whole or not at all: write under a temporary name in the same folder, then rename.
 
-The temporary name carries the writer's process id (``.tmp-<pid>-…``) so that leftovers of a writer that
-died (kill -9) can be told from the files of a live one.
+A writer holds an exclusive ``flock`` on its temporary file (``.tmp-<pid>-…``) for as long as it writes;
+the kernel releases the lock when the process dies, even by kill -9. :func:`sweep_leftovers` removes the
+temporary files whose lock it can take — those of dead writers — and never one a live writer holds, on
+this host or another sharing the folder, whatever became of the pid.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -32,6 +36,7 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=temp_prefix())
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the fd closes or the process dies
         if file_mode is not None:
             os.fchmod(fd, file_mode)
         with os.fdopen(fd, "wb") as handle:
@@ -44,3 +49,34 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+#: a temporary file younger than this is left alone: its writer may not have locked it yet
+SWEEP_MIN_AGE_S = 60.0
+
+
+def sweep_leftovers(folder: str | os.PathLike[str], min_age_s: float = SWEEP_MIN_AGE_S) -> list[Path]:
+    """Remove the temporary files of dead writers in ``folder`` (not recursive); returns what was removed.
+
+    A file counts as a dead writer's when nobody holds its lock and it is older than ``min_age_s``.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith(TEMP_PREFIX) or not entry.is_file(follow_symlinks=False):
+            continue
+        with contextlib.suppress(OSError):
+            if now - entry.stat(follow_symlinks=False).st_mtime < min_age_s:
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a live writer holds it
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+            finally:
+                os.close(fd)
+    return removed

@@ -26,6 +26,22 @@ def check_file_name(value: str) -> str:
 FileName = Annotated[str, AfterValidator(check_file_name)]
 
 
+def header_safe(value: str) -> bool:
+    """Whether ``value`` can go into an HTTP or MIME header as it is: no control characters (CR and LF
+    would start a header of the caller's choosing; NUL and the rest break parsers)."""
+    return not any(ord(c) < 32 or ord(c) == 127 for c in value)
+
+
+def check_header_value(value: str | None) -> str | None:
+    if value is not None and not header_safe(value):
+        raise ValueError("must not contain control characters (CR, LF, NUL …): it is sent as a header")
+    return value
+
+
+#: a value that becomes a header (``contentType``)
+HeaderValue = Annotated[str, AfterValidator(check_header_value)]
+
+
 class SpecModel(BaseModel):
     """Base of every input/output model: spec (camelCase) names, unknown fields refused."""
 
@@ -49,7 +65,7 @@ class PlatformFile(SpecModel):
 
     id: str | None = None
     name: str | None = None
-    content_type: str | None = None
+    content_type: HeaderValue | None = None
     link: str | None = None
     size: int | None = Field(default=None, ge=0)
     last_modified: str | None = None

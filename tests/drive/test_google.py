@@ -125,6 +125,9 @@ def upload_source(google: Drive, data: bytes, source: str) -> Iterator[dict[str,
         await Response(data, media_type="application/octet-stream")(scope, receive, send)
 
     with serving(other_server) as url:
+        # loopback stands for a remote host here: the allow-list opens it (refused by default, test_link_guard)
+        files = google.resources["platform_files"]
+        google.resources["platform_files"] = files.model_copy(update={"allowed_private_hosts": url.removeprefix("http://")})
         yield {"name": "big.bin", "link": f"{url}/big.bin", "size": 1}  # a wrong size is not trusted
 
 

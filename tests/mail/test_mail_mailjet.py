@@ -104,7 +104,7 @@ def test_over_15_mb_of_attachments_is_refused_before_anything_is_sent(
 
 
 def test_a_remote_file_larger_than_declared_is_stopped_while_streaming(
-        mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+        mailjet_env: dict[str, str], fake_mailjet: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
     fake, _ = fake_mailjet
 
     async def endless(_request: Any) -> StreamingResponse:
@@ -114,6 +114,7 @@ def test_a_remote_file_larger_than_declared_is_stopped_while_streaming(
         return StreamingResponse(chunks(), media_type="application/octet-stream")
 
     with serving(Starlette(routes=[Route("/big.bin", endless)])) as url:
+        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", url.removeprefix("http://"))  # loopback as remote
         error = failure(message(attachments=[{"platformFile": {"name": "big.bin", "link": f"{url}/big.bin",
                                                                "size": 1}}]))
     assert error.status == 400 and "over the limit of 15,000,000 bytes" in error.body["message"]

@@ -1,0 +1,139 @@
+"""Which remote platform-file links may be fetched: public destinations only, checked on every hop.
+
+A platform-file descriptor comes from whoever calls the action, and a component inside a data platform
+can reach metadata services, databases and admin pages no outside caller should read through it. So a
+link that is not our own file server's is fetched only if every address its host resolves to is public
+(not loopback, private, link-local, shared, reserved or multicast). The name is resolved here, the
+addresses checked, and the connection made to the checked address (the name goes in the ``Host`` header
+and TLS's SNI): a second lookup by the HTTP client could answer differently (DNS rebinding). Redirects are
+followed by :class:`LinkGuard`'s caller one hop at a time, each hop checked the same way.
+
+``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS`` opens exactly the destinations a deployment needs: comma-separated
+``host`` (any port), ``host:port`` or CIDR entries (``10.0.0.0/8``, ``[fd00::]/8`` style without brackets).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from connector_ops.kernel.errors import InvalidInput
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: ``(host, port) -> addresses``: the system resolver, or a stand-in (tests never resolve real names)
+Resolver = Callable[[str, int], Sequence[str]]
+MAX_REDIRECTS = 10
+ALLOWED_HOSTS_ENV = "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS"
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """Every address ``getaddrinfo`` gives for ``host`` (IPv4 and IPv6), in its order, without repeats."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise LookupError(str(exc)) from None
+    return list(dict.fromkeys(str(info[4][0]).split("%", 1)[0] for info in infos))
+
+
+def kind_of(address: IPAddress) -> str | None:
+    """What makes ``address`` non-public (``"loopback"``, ``"link-local"`` …), or ``None`` if it is public."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return kind_of(address.ipv4_mapped)
+    for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
+        if getattr(address, f"is_{kind}"):
+            return kind.replace("_", "-")
+    return None if address.is_global else "non-public"
+
+
+@dataclass(frozen=True)
+class AllowList:
+    """The parsed ``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS``: names, name:port pairs and networks."""
+
+    hosts: frozenset[str] = frozenset()
+    host_ports: frozenset[tuple[str, int]] = frozenset()
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> AllowList:
+        hosts: set[str] = set()
+        host_ports: set[tuple[str, int]] = set()
+        networks = []
+        for raw in (text or "").split(","):
+            entry = raw.strip().lower()
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                continue
+            except ValueError:
+                pass
+            host, sep, port = entry.rpartition(":")
+            if sep and port.isdigit() and host and (host.count(":") == 0 or host.startswith("[")):
+                host_ports.add((host.strip("[]"), int(port)))
+            elif ":" in entry and not entry.startswith("["):
+                raise ValueError(f"{ALLOWED_HOSTS_ENV}: cannot read {raw.strip()!r} (host, host:port or CIDR)")
+            else:
+                hosts.add(entry.strip("[]"))
+        return cls(frozenset(hosts), frozenset(host_ports), tuple(networks))
+
+    def allows(self, host: str, port: int, address: IPAddress) -> bool:
+        host = host.lower()
+        return (host in self.hosts or (host, port) in self.host_ports or (str(address), port) in self.host_ports
+                or any(address in net for net in self.networks))
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One checked request: connect to ``url`` (the address in place of the name) with ``headers``."""
+
+    original: str  # the link as given (for messages and resolving relative redirects)
+    url: str
+    host: str
+    headers: dict[str, str]
+    extensions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LinkGuard:
+    """Checks a link's destination and pins it to the checked address."""
+
+    allow: AllowList = AllowList()
+    resolver: Resolver = system_resolver
+
+    def hop(self, url: str, field_name: str, *, redirected_from: str | None = None) -> Hop:
+        """The request to make for ``url``, or ``InvalidInput`` on ``field_name`` before any connection."""
+        via = f" (redirected from {redirected_from})" if redirected_from else ""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidInput(field_name, f"must be an http(s) URL or a link of this file server, got {url!r}{via}")
+        host = parts.hostname
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise InvalidInput(field_name, f"{url!r} has an invalid port{via}") from None
+        try:
+            literal: IPAddress | None = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+        try:
+            found = [literal] if literal is not None else [ipaddress.ip_address(a) for a in self.resolver(host, port)]
+        except (LookupError, OSError, ValueError) as exc:
+            raise InvalidInput(field_name, f"the host {host!r} of {url!r} cannot be resolved ({exc}){via}") from None
+        if not found:
+            raise InvalidInput(field_name, f"the host {host!r} of {url!r} has no address{via}")
+        for address in found:
+            kind = kind_of(address)
+            if kind is not None and not self.allow.allows(host, port, address):
+                raise InvalidInput(field_name, (
+                    f"{url!r}{via} points at {address}, a {kind} address; links must point at public hosts "
+                    f"(or be allowed in {ALLOWED_HOSTS_ENV})"))
+        pinned = found[0]
+        netloc = f"[{pinned}]" if pinned.version == 6 else str(pinned)
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+        headers = {"Host": parts.netloc.rpartition("@")[2]}
+        extensions = {"sni_hostname": host} if parts.scheme == "https" and literal is None else {}
+        return Hop(url, urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")), host, headers, extensions)

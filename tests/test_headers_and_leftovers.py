@@ -1,0 +1,164 @@
+"""Header injection and crash leftovers (issue 14)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.kernel.atomic import TEMP_PREFIX, sweep_leftovers
+from connector_ops.resources.file_server import create_app
+from connector_ops.resources.platform_files import PlatformFileStore
+from tests.servers import serving
+
+EVIL = "text/plain\r\nX-Injected: 1"
+
+
+@pytest.mark.parametrize("content_type", [EVIL, "text/plain\nX: y", "text/plain\x00", "text/\x7fplain"])
+def test_upload_refuses_a_content_type_with_control_characters(env, files, content_type):
+    pf = files.add_bytes(b"hello", "a.txt").to_json()
+    with pytest.raises(ConnectorError) as info:
+        invoke("drive.upload_file", {"platformFile": {**pf, "contentType": content_type}})
+    assert info.value.status == 400
+    message = info.value.body["message"]
+    assert message.startswith("platformFile.contentType: "), message
+    assert "control characters" in message or "NUL" in message
+
+
+def test_push_refuses_a_content_type_with_control_characters(env, files):
+    pf = files.add_bytes(b"a\n1\n", "a.csv").to_json()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": {**pf, "contentType": EVIL}})
+    assert info.value.status == 400 and info.value.body["message"].startswith("platformFile.contentType")
+
+
+def test_the_store_refuses_to_record_such_a_content_type(tmp_path):
+    store = PlatformFileStore(files_dir=str(tmp_path / "files"))
+    with pytest.raises(Exception) as info:
+        store.add_bytes(b"x", "a.txt", EVIL)
+    assert "contentType" in str(info.value)
+    assert not (tmp_path / "files").exists() or list((tmp_path / "files").iterdir()) == []
+
+
+def test_file_server_answers_for_a_stored_content_type_with_crlf(tmp_path):
+    """A descriptor written before the check (or by hand) still gets a response, with a safe type."""
+    store = PlatformFileStore(files_dir=str(tmp_path / "files"))
+    pf = store.add_bytes(b"payload", "a.txt", "text/plain")
+    meta = tmp_path / "files" / f"{pf.id}.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "contentType": EVIL}))
+    with serving(create_app(store)) as base:
+        response = httpx.get(f"{base}/files/{pf.id}")
+    assert response.status_code == 200 and response.content == b"payload"
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert "x-injected" not in response.headers
+
+
+# -- temporary files of writers killed mid-write ---------------------------------------------------------
+WRITER = textwrap.dedent("""
+    import os, signal, sys
+    from connector_ops.resources.platform_files import PlatformFileStore
+    store = PlatformFileStore(files_dir=sys.argv[1])
+    with store.create("big.csv") as sink:
+        sink.write(b"x" * 100_000)
+        sink.flush()
+        print("writing", flush=True)
+        if sys.argv[2] == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.stdin.readline()  # a live writer: waits until told to finish
+        sink.write(b"y")
+    print(sink.descriptor.id, flush=True)
+""")
+
+
+def start_writer(folder: Path, mode: str) -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, "-c", WRITER, str(folder), mode], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "writing"
+    return child
+
+
+def temp_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.startswith(TEMP_PREFIX))
+
+
+def age(paths: list[Path], seconds: float = 3600) -> None:
+    """Leftovers are judged only once older than the sweep's grace period: make these old."""
+    old = time.time() - seconds
+    for path in paths:
+        os.utime(path, (old, old))
+
+
+def test_leftovers_of_killed_writers_are_removed_when_the_store_starts_and_live_ones_kept(tmp_path):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    dead = start_writer(folder, "die")
+    assert dead.wait(timeout=60) == -signal.SIGKILL
+    dead_files = temp_files(folder)
+    assert len(dead_files) == 1  # what kill -9 leaves
+    live = start_writer(folder, "live")
+    try:
+        live_files = [p for p in temp_files(folder) if p not in dead_files]
+        assert len(live_files) == 1
+        age(dead_files + live_files)
+
+        store = PlatformFileStore(files_dir=str(folder))  # a new process's store starts
+        assert store.root == folder
+        assert temp_files(folder) == live_files  # the dead writer's leftover is gone, the live one's kept
+
+        assert live.stdin is not None
+        live.stdin.write("go\n")
+        live.stdin.flush()
+        file_id = live.stdout.readline().strip() if live.stdout else ""
+        assert live.wait(timeout=60) == 0
+    finally:
+        live.kill()
+    assert store.read_bytes(store.describe(file_id)) == b"x" * 100_000 + b"y"
+    assert temp_files(folder) == []
+
+
+def test_young_leftovers_wait_for_the_grace_period(tmp_path):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    dead = start_writer(folder, "die")
+    dead.wait(timeout=60)
+    assert sweep_leftovers(folder) == []  # just written: its writer might not hold the lock yet
+    assert len(temp_files(folder)) == 1
+    assert len(sweep_leftovers(folder, min_age_s=0)) == 1
+    assert temp_files(folder) == []
+
+
+def test_pull_killed_mid_write_leaves_nothing_after_restart(env, files, store, tmp_path):
+    """kill -9 during a real Pull; the next store start cleans what it left."""
+    vf = store.create_from_rows([{"a": "x" * 200, "b": str(i)} for i in range(50_000)])
+    assert files.root.is_dir()
+    code = textwrap.dedent(f"""
+        import os, signal, threading, time
+        from connector_ops import invoke
+        folder = {str(files.files_dir)!r}
+        def killer():
+            while not any(n.startswith(".tmp-") and os.path.getsize(os.path.join(folder, n)) > 0
+                          for n in os.listdir(folder)):
+                time.sleep(0.001)
+            os.kill(os.getpid(), signal.SIGKILL)
+        threading.Thread(target=killer, daemon=True).start()
+        invoke("etl.pull", {{"virtualFileId": {vf!r}, "exportType": "csv", "exportName": "out.csv"}})
+        time.sleep(60)
+    """)
+    child = subprocess.run([sys.executable, "-c", code], env=os.environ.copy(), timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    folder = Path(files.files_dir)
+    leftovers = temp_files(folder)
+    assert leftovers, "the kill should have happened mid-write"
+    age(leftovers)
+    PlatformFileStore(files_dir=str(folder)).root  # noqa: B018 - a store starting
+    assert temp_files(folder) == []
+    assert not any(p.suffix == ".json" for p in folder.iterdir())  # no descriptor of a half file

@@ -1,0 +1,229 @@
+"""SSRF (issue 14): remote platform-file links reach only public destinations, on every hop.
+
+Traffic stays on 127.0.0.0/8: loopback servers play the "internal services" (and, once allowed, the remote
+hosts); names resolve through a stand-in resolver, and no test ever connects to a private, link-local or
+public address, even to prove it is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.environment import resources_for
+
+CSV = b"a,b\n1,2\n"
+
+
+class Server:
+    """A loopback HTTP server that records every request; ``routes`` maps a path to (status, headers, body)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.requests: list[tuple[str, str | None]] = []
+        self.routes: dict[str, tuple[int, dict[str, str], bytes]] = {"/data.csv": (200, {}, CSV)}
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests.append((self.path, self.headers.get("Host")))
+                status, headers, body = outer.routes.get(self.path, (404, {}, b"no"))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.host, self.port = host, self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str = "/data.csv", host: str | None = None) -> str:
+        return f"http://{host or self.host}:{self.port}{path}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    made: list[Server] = []
+    yield made
+    for server in made:
+        server.close()
+
+
+def serve(servers: list[Server], host: str = "127.0.0.1", port: int = 0) -> Server:
+    server = Server(host, port)
+    servers.append(server)
+    return server
+
+
+class FakeDNS:
+    """The resolver stand-in: name -> the addresses of each successive lookup (the last one repeats)."""
+
+    def __init__(self, answers: dict[str, list[list[str]]]) -> None:
+        self.answers = answers
+        self.lookups: list[str] = []
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        self.lookups.append(host)
+        if host not in self.answers:
+            raise LookupError(f"{host} is not known")
+        queue = self.answers[host]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+
+def push(res: dict[str, Any], link: str) -> Any:
+    pf = {"name": "data.csv", "contentType": "text/csv", "link": link}
+    return invoke("etl.push", {"platformFile": pf}, res)
+
+
+def refused(res: dict[str, Any], link: str) -> str:
+    with pytest.raises(ConnectorError) as info:
+        push(res, link)
+    assert info.value.status == 400, info.value.body
+    message = info.value.body["message"]
+    assert message.startswith("platformFile.link: "), message
+    return message
+
+
+def with_env(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, allowed: str = "",
+             dns: FakeDNS | None = None) -> dict[str, Any]:
+    monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", allowed)
+    res = resources_for(environ={**env, "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS": allowed})
+    if dns is not None:
+        res["platform_files"].set_resolver(dns)
+    return res
+
+
+def rows(res: dict[str, Any], vf: str) -> list[dict]:
+    return invoke("etl.iterate", {"content": vf, "maxBatchSize": 100}, res)["content"]
+
+
+def test_a_loopback_internal_service_is_refused_before_any_connection(env, servers, monkeypatch):
+    internal = serve(servers)
+    res = with_env(env, monkeypatch)
+    message = refused(res, internal.url())
+    assert "127.0.0.1, a loopback address" in message and "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS" in message
+    assert internal.requests == []
+
+
+@pytest.mark.parametrize("name,addresses,kind", [
+    ("metadata.test", ["169.254.169.254"], "link-local"),
+    ("db.test", ["10.1.2.3"], "private"),
+    ("v6.test", ["fd00::5"], "private"),
+    ("mapped.test", ["::ffff:169.254.169.254"], "link-local"),
+    ("shared.test", ["100.64.0.1"], "non-public"),
+])
+def test_names_resolving_to_non_public_addresses_are_refused(env, monkeypatch, name, addresses, kind):
+    dns = FakeDNS({name: [addresses]})
+    res = with_env(env, monkeypatch, dns=dns)
+    message = refused(res, f"http://{name}/latest/meta-data")
+    assert f"a {kind} address" in message
+    assert dns.lookups == [name]
+
+
+def test_every_resolved_address_is_checked(env, servers, monkeypatch):
+    internal = serve(servers)
+    dns = FakeDNS({"mixed.test": [["127.0.0.1", "10.0.0.1"]]})
+    res = with_env(env, monkeypatch, allowed="127.0.0.1/32", dns=dns)
+    assert "10.0.0.1, a private address" in refused(res, internal.url(host="mixed.test"))
+    assert internal.requests == []
+
+
+def test_unresolvable_names_and_other_schemes_are_400s(env, monkeypatch):
+    res = with_env(env, monkeypatch, dns=FakeDNS({}))
+    assert "cannot be resolved" in refused(res, "http://nowhere.test/x.csv")
+    assert "http(s) URL" in refused(res, "file:///etc/passwd")
+
+
+@pytest.mark.parametrize("allowed", ["127.0.0.1:{port}", "127.0.0.0/8", "files.test", "files.test:{port}"])
+def test_the_allow_list_opens_exactly_its_entries(env, servers, monkeypatch, allowed):
+    internal = serve(servers)
+    dns = FakeDNS({"files.test": [["127.0.0.1"]]})
+    res = with_env(env, monkeypatch, allowed=allowed.format(port=internal.port), dns=dns)
+    vf = push(res, internal.url(host="files.test"))["virtualFileId"]
+    assert rows(res, vf) == [{"a": "1", "b": "2"}]
+    assert internal.requests == [("/data.csv", f"files.test:{internal.port}")]  # the name in Host
+
+
+def test_an_allow_list_entry_for_another_port_does_not_open_this_one(env, servers, monkeypatch):
+    internal = serve(servers)
+    res = with_env(env, monkeypatch, allowed=f"127.0.0.1:{internal.port + 1}, 10.0.0.0/8")
+    refused(res, internal.url())
+    assert internal.requests == []
+
+
+def test_a_redirect_to_an_internal_address_is_refused(env, servers, monkeypatch):
+    internal = serve(servers)
+    internal.routes["/secret.csv"] = (200, {}, b"secret\nvalue\n")
+    public = serve(servers)
+    public.routes["/data.csv"] = (302, {"Location": internal.url("/secret.csv")}, b"")
+    res = with_env(env, monkeypatch, allowed=f"127.0.0.1:{public.port}")
+    message = refused(res, public.url())
+    assert "redirected from" in message and "loopback" in message
+    assert internal.requests == [] and len(public.requests) == 1
+
+
+def test_allowed_redirects_are_followed_hop_by_hop(env, servers, monkeypatch, files):
+    target = serve(servers)
+    hop = serve(servers)
+    hop.routes["/data.csv"] = (301, {"Location": "/moved.csv"}, b"")
+    hop.routes["/moved.csv"] = (307, {"Location": target.url()}, b"")
+    res = with_env(env, monkeypatch, allowed=f"127.0.0.1:{hop.port},127.0.0.1:{target.port}")
+    vf = push(res, hop.url())["virtualFileId"]
+    assert rows(res, vf) == [{"a": "1", "b": "2"}]
+    assert [p for p, _ in hop.requests] == ["/data.csv", "/moved.csv"] and len(target.requests) == 1
+
+
+def test_a_redirect_loop_ends(env, servers, monkeypatch):
+    loop = serve(servers)
+    loop.routes["/data.csv"] = (302, {"Location": "/data.csv"}, b"")
+    res = with_env(env, monkeypatch, allowed=f"127.0.0.1:{loop.port}")
+    with pytest.raises(ConnectorError) as info:
+        push(res, loop.url())
+    assert "redirects" in info.value.body["message"] and len(loop.requests) == 11
+
+
+def test_a_redirect_to_our_own_file_server_reads_storage(env, servers, monkeypatch):
+    res = with_env(env, monkeypatch)
+    own = res["platform_files"].add_bytes(CSV, "mine.csv")
+    hop = serve(servers)
+    hop.routes["/data.csv"] = (302, {"Location": own.link}, b"")
+    res = with_env(env, monkeypatch, allowed=f"127.0.0.1:{hop.port}")
+    vf = push(res, hop.url())["virtualFileId"]
+    assert rows(res, vf) == [{"a": "1", "b": "2"}]
+    assert push(res, own.link)["virtualFileId"]  # our own links: no check, no connection
+
+
+def test_dns_rebinding_connects_to_the_checked_address(env, servers, monkeypatch):
+    """The name resolves to an allowed address when checked and to an internal one afterwards: the
+    connection goes to the checked address, and the name is looked up once."""
+    good = serve(servers, host="127.0.0.2")
+    internal = serve(servers, host="127.0.0.1", port=good.port)
+    internal.routes["/data.csv"] = (200, {}, b"secret\nvalue\n")
+    dns = FakeDNS({"rebind.test": [["127.0.0.2"], ["127.0.0.1"]]})
+    res = with_env(env, monkeypatch, allowed="127.0.0.2/32", dns=dns)
+    vf = push(res, good.url(host="rebind.test"))["virtualFileId"]
+    assert rows(res, vf) == [{"a": "1", "b": "2"}]
+    assert internal.requests == [] and len(good.requests) == 1
+    assert dns.lookups == ["rebind.test"]
+
+
+def test_a_bad_allow_list_is_a_configuration_error(env, monkeypatch):
+    monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", "10.0.0.0/8, a:b:c")
+    pf = {"name": "data.csv", "contentType": "text/csv", "link": "http://x.test/d.csv"}
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": pf})
+    assert info.value.status == 500 and "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS" in info.value.body["message"]
