@@ -18,6 +18,9 @@ import pytest
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))  # pgserver's platformdirs wants a private one
 
 from connector_ops.environment import resources_for
+from tests import loopback_only
+
+loopback_only.install()
 
 CSV_SPECTRUM = Path(__file__).parent / "data" / "csv-spectrum"
 
