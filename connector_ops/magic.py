@@ -17,9 +17,12 @@ spec's JSON, displayed as tables and file links). A failure prints one line,
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, needs_local_scope, no_var_expand
@@ -36,6 +39,22 @@ from connector_ops.registry import ACTIONS, ActionSpec, load_all, run_action
 CONNECTORS = ("etl", "drive", "mail")
 #: the line's input starts at the first token opening a JSON/YAML flow object or array
 _INPUT_START = re.compile(r"(?:^|\s)([{\[])")
+
+
+@dataclass(frozen=True)
+class MagicCall:
+    """One successful magic call, as listeners (``%pipeline record``) see it.
+
+    ``payload`` is the input after ``{{…}}`` substitution, ``output`` the action's output (a DataFrame for
+    ``pull --df``), ``out`` the ``-o`` name. ``%connectors add-file`` is ``action="files.add"`` with the
+    local ``path`` and the stored descriptor as ``output``."""
+
+    action: str
+    payload: Any
+    output: Any
+    out: str | None = None
+    df: Any = None
+    path: str | None = None
 
 
 class NotebookError(ConnectorError):
@@ -124,6 +143,15 @@ class ConnectorMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.session = NotebookSession()
+        #: called after every successful call (``%pipeline record`` listens); never breaks a cell
+        self.listeners: list[Callable[[MagicCall], None]] = []
+
+    def notify(self, call: MagicCall) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(call)
+            except Exception as exc:  # a listener's bug must not fail the user's cell
+                print(f"connector-ops: {getattr(listener, '__qualname__', listener)}: {exc}", file=sys.stderr)
 
     @classmethod
     def instance_in(cls, ipython: Any) -> ConnectorMagics | None:
@@ -170,6 +198,8 @@ class ConnectorMagics(Magics):
         for name in (args.out, args.df if isinstance(args.df, str) and spec.name == "etl.pull" else None):
             if name:
                 self.shell.user_ns[name] = result
+        out = args.out or (args.df if isinstance(args.df, str) and spec.name == "etl.pull" else None)
+        self.notify(MagicCall(spec.name, payload, output, out, args.df))
         return result
 
     def _call(self, spec: ActionSpec, args: Any, payload: Any, resources: Mapping[str, Any],
@@ -246,6 +276,8 @@ class ConnectorMagics(Magics):
         result = displayable("files.add", descriptor.to_json(), resources)
         if args.out:
             self.shell.user_ns[args.out] = result
+        self.notify(MagicCall("files.add", {"name": args.name, "contentType": args.content_type},
+                              descriptor.to_json(), args.out, path=str(os.path.abspath(args.path))))
         return result
 
 

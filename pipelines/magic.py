@@ -29,10 +29,13 @@ from connector_ops.display import StatusTable
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.magic import ConnectorMagics, NotebookError
 from connector_ops.magic_session import one_line
+from connector_ops.pipelines.recorder import Recorder, pipeline_name_for
 from connector_ops.pipelines.runner import PipelineRun
 from connector_ops.pipelines.runner import run_job as run_in_process
 
 USAGE = "%pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]"
+RECORD_USAGE = "%pipeline record [stop] | %pipeline show | %pipeline export FILE.yaml [--name NAME]"
+COMMANDS = "run, record, show, export"
 
 
 class PipelineUsageError(ConnectorError):
@@ -107,12 +110,55 @@ def list_jobs(magics: ConnectorMagics) -> StatusTable:
     return StatusTable("jobs", rows, [f"usage: {USAGE}"])
 
 
-def pipeline_command(magics: ConnectorMagics, words: list[str]) -> Any:
-    """``%pipeline`` (list the jobs) and ``%pipeline run NAME_OR_FILE [--set …] [-o VAR]``."""
+def record_command(recorder: Recorder, words: list[str]) -> None:
+    """``%pipeline record [stop]``, ``%pipeline show``, ``%pipeline export FILE.yaml [--name NAME]``."""
+    command, rest = words[0], words[1:]
+    if command == "record" and not rest:
+        recorder.start()
+        print("recording: each successful %etl, %drive and %mail call becomes a step "
+              "(%pipeline show, %pipeline export FILE.yaml, %pipeline record stop)")
+    elif command == "record" and rest == ["stop"]:
+        recorder.active = False
+        print(f"recording stopped: {len(recorder.steps)} step(s) kept for %pipeline show / export")
+    elif command in ("show", "export") and not recorder.steps:
+        state = "nothing recorded yet" if recorder.active else "not recording; start with %pipeline record"
+        raise PipelineUsageError(f"{state}: run %etl, %drive or %mail cells first", action=f"pipeline {command}")
+    elif command == "show" and not rest:
+        print(recorder.yaml("recorded"), end="")
+    elif command == "export":
+        parser = argparse.ArgumentParser(prog="%pipeline export", add_help=False, exit_on_error=False)
+        parser.add_argument("file")
+        parser.add_argument("--name")
+        try:
+            args = parser.parse_args(rest)
+        except (argparse.ArgumentError, SystemExit) as exc:
+            raise PipelineUsageError(f"usage: {RECORD_USAGE} ({exc})", action="pipeline export") from None
+        if not args.file.endswith((".yaml", ".yml")):
+            raise PipelineUsageError(f"{args.file!r}: the file name must end in .yaml or .yml",
+                                     action="pipeline export")
+        name = args.name or pipeline_name_for(args.file)
+        try:
+            target = recorder.export(args.file, name)
+        except OSError as exc:
+            raise PipelineUsageError(f"cannot write {args.file!r}: {exc.strerror or exc}",
+                                     action="pipeline export") from None
+        print(f"wrote {target}: pipeline {name}, {len(recorder.steps)} step(s); "
+              f"check it with `connector-ops pipeline validate {args.file}`, run it with "
+              f"`connector-ops pipeline run {args.file}` or %pipeline run {args.file}")
+    else:
+        raise PipelineUsageError(f"usage: {RECORD_USAGE}", action=f"pipeline {command}")
+
+
+def pipeline_command(magics: ConnectorMagics, words: list[str], recorder: Recorder | None = None) -> Any:
+    """``%pipeline`` (list the jobs), ``%pipeline run NAME_OR_FILE [--set …] [-o VAR]`` and the
+    recording commands (``record``, ``show``, ``export``)."""
     if not words:
         return list_jobs(magics)
+    if words[0] in ("record", "show", "export") and recorder is not None:
+        record_command(recorder, words)
+        return None
     if words[0] != "run":
-        raise PipelineUsageError(f"unknown %pipeline command {words[0]!r}; use: {USAGE}")
+        raise PipelineUsageError(f"unknown %pipeline command {words[0]!r}; commands: {COMMANDS}; use: {USAGE}")
     try:
         args = _parser().parse_args(words[1:])
     except (argparse.ArgumentError, SystemExit) as exc:
@@ -136,16 +182,22 @@ class PipelineMagics(Magics):
     def __init__(self, shell: Any, connector: ConnectorMagics) -> None:
         super().__init__(shell)
         self.connector = connector
+        self.recorder = Recorder()
+        connector.listeners.append(self.recorder)
 
     @line_magic
     def pipeline(self, line: str = "") -> Any:
         """Run a Dagster job or a YAML pipeline in process and show each step's result.
 
         %pipeline                          the jobs you can run by name
-        %pipeline run NAME_OR_FILE [-o VAR]
+        %pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]
+        %pipeline record                   from now on, each successful %etl/%drive/%mail call is a step
+        %pipeline record stop              stop recording (the steps are kept)
+        %pipeline show                     the recorded pipeline as YAML
+        %pipeline export FILE.yaml [--name NAME]   write it (then `connector-ops pipeline run FILE.yaml`)
         """
         try:
-            return pipeline_command(self.connector, shlex.split(line))
+            return pipeline_command(self.connector, shlex.split(line), self.recorder)
         except ConnectorError as exc:
             raise NotebookError.from_error(exc) from None
 

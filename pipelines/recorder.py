@@ -1,0 +1,209 @@
+"""``%pipeline record``: a notebook session becomes a YAML pipeline, without rewriting it.
+
+While recording, every successful ``%etl``/``%drive``/``%mail`` call becomes a step with the call's input
+(after ``{{…}}`` substitution). Inputs that came from an earlier call's output — through ``-o``, a
+``{{var}}`` or a value the cell returned — are recognised by *value*: each step's identifying outputs
+(ids, links, platform-file descriptors, row lists and rows) are indexed, and an input value equal to one
+of them becomes ``${step.field}`` (a long id inside a longer string becomes an interpolation,
+``"report-${load.virtualFileId}.csv"``). A file stored with ``%connectors add-file`` becomes
+``${file:path}``. Everything else stays a literal. Short strings, numbers and booleans are never turned
+into references: they are literals, even when an earlier output happens to hold the same value.
+
+Steps keep the notebook's order (each names the previous one in ``after`` unless it already refers to
+it), so a run does what the cells did even where the actions have side effects (Delete Rows, Append
+Rows, Map with overwrite, Clean). Step ids come from ``-o`` names, else the action (``query``,
+``query_2``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from connector_ops.kernel.atomic import atomic_write
+from connector_ops.magic import MagicCall
+from connector_ops.magic_input import jsonable
+from connector_ops.pipelines.dsl.references import RESERVED_ROOTS
+
+#: output fields whose string values identify something (and so may be referred to)
+ID_FIELDS = frozenset({"virtualFileId", "rejectionFileId", "fileId", "folderId", "sharedLink", "id", "link"})
+#: an id this long is also recognised inside a longer string
+MIN_EMBEDDED = 16
+#: rows of longer lists are not indexed one by one (the whole list still is)
+MAX_INDEXED_ITEMS = 100
+_ID_CHARS = re.compile(r"[^A-Za-z0-9_]+")
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=jsonable, ensure_ascii=False)
+
+
+def step_id_for(name: str, taken: set[str]) -> str:
+    """A valid, unused step id from an ``-o`` name or an action's short name."""
+    base = re.sub(r"_+", "_", _ID_CHARS.sub("_", name)).strip("_") or "step"
+    if base[0].isdigit():
+        base = f"step_{base}"
+    if base in RESERVED_ROOTS:
+        base = f"{base}_step"
+    candidate, n = base, 2
+    while candidate in taken:
+        candidate, n = f"{base}_{n}", n + 1
+    return candidate
+
+
+def pipeline_name_for(path: str | os.PathLike[str]) -> str:
+    """``my-report.yaml`` -> ``my_report`` (a job name: letters, digits and _)."""
+    return step_id_for(Path(path).stem, set())
+
+
+def _escape(text: str) -> str:
+    return text.replace("${", "$${")
+
+
+@dataclass
+class Recorder:
+    """The steps recorded so far and the index of outputs they can be referred to by."""
+
+    active: bool = False
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    _values: dict[str, str] = field(default_factory=dict)  # canonical JSON of a dict/list -> reference
+    _strings: dict[str, str] = field(default_factory=dict)  # an identifying string -> reference path
+    _files: dict[str, str] = field(default_factory=dict)  # canonical JSON of a stored descriptor -> local path
+
+    def start(self) -> None:
+        self.active = True
+        self.steps.clear()
+        self.skipped.clear()
+        self._values.clear()
+        self._strings.clear()
+        self._files.clear()
+
+    # -- listening ---------------------------------------------------------------------------------
+    def __call__(self, call: MagicCall) -> None:
+        if not self.active:
+            return
+        if call.action == "files.add":
+            if call.path:
+                self._files[_key(call.output)] = call.path
+            return
+        if call.df and call.action == "etl.push":
+            self.skipped.append(f"{call.action} --df {call.df} (a DataFrame has no YAML form: save it with "
+                                "df.to_csv, then %connectors add-file and %etl push)")
+            print(f"%pipeline record: not recorded: {self.skipped[-1]}")
+            return
+        payload = dict(call.payload) if isinstance(call.payload, Mapping) else call.payload
+        if call.df and call.action == "etl.pull" and isinstance(payload, dict):
+            payload.setdefault("exportType", "csv")
+            payload.setdefault("exportName", f"{payload.get('virtualFileId') or 'virtual-file'}.csv")
+        taken = {s["id"] for s in self.steps}
+        step_id = step_id_for(call.out or call.action.split(".", 1)[1], taken)
+        step: dict[str, Any] = {"id": step_id, "action": call.action}
+        inp = self.rewrite(payload)
+        previous = self.steps[-1]["id"] if self.steps else None
+        if previous and "${" + previous not in _key(inp):
+            step["after"] = [previous]
+        step["input"] = inp
+        self.steps.append(step)
+        if not (call.df and call.action == "etl.pull"):  # a DataFrame is not what the step outputs
+            self.index(step_id, call.output)
+
+    # -- outputs -> references ---------------------------------------------------------------------
+    def index(self, step_id: str, output: Any) -> None:
+        """Remember the identifying parts of a step's output (later steps win a tie: same value,
+        and their order is the notebook's)."""
+        output = json.loads(_key(output)) if output is not None else None
+        if isinstance(output, dict | list) and output:
+            self._values[_key(output)] = step_id
+        for path, value in _walk(output):
+            ref = ".".join([step_id, *map(str, path)])
+            if isinstance(value, str):
+                if path and path[-1] in ID_FIELDS and value:
+                    self._strings[value] = ref
+            elif value:
+                self._values[_key(value)] = ref
+
+    def rewrite(self, value: Any) -> Any:
+        """The input with earlier outputs replaced by references, literals escaped."""
+        if isinstance(value, dict | list) and value:
+            key = _key(value)
+            if key in self._values:
+                return "${" + self._values[key] + "}"
+            if key in self._files:
+                return "${file:" + self._files[key] + "}"
+            if isinstance(value, dict):
+                return {k: self.rewrite(v) for k, v in value.items()}
+            return [self.rewrite(v) for v in value]
+        if isinstance(value, str):
+            if value in self._strings:
+                return "${" + self._strings[value] + "}"
+            return self._embedded(value)
+        return value
+
+    def _embedded(self, text: str) -> str:
+        """Long ids inside a longer string become interpolated references."""
+        found = [(text.find(s), s) for s in self._strings if len(s) >= MIN_EMBEDDED and s in text]
+        if not found:
+            return _escape(text)
+        parts, pos = [], 0
+        for start, s in sorted(found):
+            if start < pos:
+                continue
+            parts += [_escape(text[pos:start]), "${" + self._strings[s] + "}"]
+            pos = start + len(s)
+        return "".join([*parts, _escape(text[pos:])])
+
+    # -- the pipeline ------------------------------------------------------------------------------
+    def pipeline(self, name: str, base_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """The pipeline as data; ``${file:…}`` paths relative to ``base_dir`` when it is given."""
+        steps = [dict(s, input=_relative_files(s["input"], base_dir)) for s in self.steps] if base_dir else self.steps
+        return {"name": name, "description": "recorded in a notebook with %pipeline record", "steps": steps}
+
+    def yaml(self, name: str, base_dir: str | os.PathLike[str] | None = None) -> str:
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        header = [f"# recorded with %pipeline record on {stamp}; steps keep the notebook's order (`after`):",
+                  "# remove an `after` to let independent steps run in parallel."]
+        header += [f"# not recorded: {s}" for s in self.skipped]
+        body = yaml.safe_dump(self.pipeline(name, base_dir), sort_keys=False, allow_unicode=True, width=110)
+        return "\n".join(header) + "\n" + body
+
+    def export(self, path: str | os.PathLike[str], name: str | None = None) -> Path:
+        target = Path(path).expanduser().resolve()
+        text = self.yaml(name or pipeline_name_for(target), target.parent)
+        with atomic_write(target) as handle:
+            handle.write(text.encode("utf-8"))
+        return target
+
+
+def _walk(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """(path, value) below ``value``: dict fields, and list items of lists that are not too long."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield (*path, k), v
+            yield from _walk(v, (*path, k))
+    elif isinstance(value, list) and len(value) <= MAX_INDEXED_ITEMS:
+        for i, v in enumerate(value):
+            yield (*path, i), v
+            yield from _walk(v, (*path, i))
+
+
+def _relative_files(value: Any, base_dir: str | os.PathLike[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _relative_files(v, base_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative_files(v, base_dir) for v in value]
+    if isinstance(value, str) and value.startswith("${file:") and value.endswith("}"):
+        path = value[len("${file:"):-1]
+        try:
+            return "${file:" + os.path.relpath(path, base_dir) + "}"
+        except ValueError:  # another drive (Windows): keep it absolute
+            return value
+    return value

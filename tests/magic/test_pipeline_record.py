@@ -1,0 +1,171 @@
+"""``%pipeline record`` … ``%pipeline export``: a notebook session becomes a pipeline that does the same.
+
+The round trip runs as a user does it: a notebook executed on a real kernel (nbclient) records a session,
+exports it; ``connector-ops pipeline validate`` accepts the file and ``connector-ops pipeline run`` produces
+the outputs the cells produced (ids aside: a run makes new virtual files). The recorder's rules (what
+becomes a reference, what stays a literal, step ids) are also checked in process, without a kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+import yaml
+from nbclient import NotebookClient
+
+from connector_ops.environment import resources_for
+from connector_ops.magic import MagicCall
+from connector_ops.pipelines.recorder import Recorder, step_id_for
+
+ROOT = Path(__file__).resolve().parents[2]
+SALES = ROOT / "pipelines" / "data" / "sales.csv"
+SCRIPT = str(Path(sys.executable).parent / "connector-ops")
+
+SESSION = [
+    "%load_ext connector_ops",
+    "%pipeline record",
+    "%connectors add-file {sales_path} -o sales_file",
+    '%etl push -o sales {"platformFile": {{sales_file}}, "parameters": {"csvDelimiter": ","}}',
+    # a returned value, not -o
+    'north = %etl query {"virtualFileId": "{{sales.virtualFileId}}", "query": {"region": "North"}}',
+    # a plain Python variable holding an output field
+    'vf = sales["virtualFileId"]\n'
+    '%etl map -o tidy {"virtualFileId": "{{vf}}", "action": "upper(region)", "overwriteVirtualFile": false}',
+    '%etl delete_rows -o dropped {"virtualFileId": "{{tidy.virtualFileId}}", "request": {"status": "test"}}',
+    # a failed call is not recorded
+    "try:\n    %etl iterate {\"content\": \"no-such-file\", \"maxBatchSize\": 3}\nexcept Exception:\n    pass",
+    '%%etl iterate -o page\ncontent: "{{tidy.virtualFileId}}"\nmaxBatchSize: 4',
+    '%etl validate -o checked {"content": {{page.content}}, "schema": {"quantity": {"type": "integer"}}}',
+    '%etl pull -o report {"virtualFileId": "{{tidy.virtualFileId}}", "exportType": "csv", '
+    '"exportName": "report-{{tidy.virtualFileId}}.csv"}',
+    "%drive create_folder -o folder {name: recorded}",
+    '%drive upload_file -o uploaded {"folderId": "{{folder.folderId}}", "platformFile": {{report.platformFile}}}',
+    "%pipeline show",
+    "%pipeline export {pipeline_path}",
+    "import json\n"
+    "outputs = {'north': north, 'tidy': tidy, 'dropped': dropped, 'page': page, 'checked': checked,"
+    " 'report': report, 'folder': folder, 'uploaded': uploaded}\n"
+    "open({outputs_path!r}, 'w').write(json.dumps(outputs))",
+]
+
+
+def _notebook(tmp_path: Path, pipeline_path: Path, outputs_path: Path) -> nbformat.NotebookNode:
+    cells = [src.replace("{sales_path}", str(SALES)).replace("{pipeline_path}", str(pipeline_path))
+             .replace("{outputs_path!r}", repr(str(outputs_path))) for src in SESSION]
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+
+
+@pytest.fixture
+def kernel_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name in list(os.environ):
+        if name.startswith(("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_", "DAGSTER_HOME")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path / "home"))
+    return {"CONNECTOR_OPS_HOME": str(tmp_path / "home")}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+
+
+def _run_outputs(stdout: str) -> dict[str, Any]:
+    """``step (action): JSON`` lines of ``connector-ops pipeline run --full``."""
+    found = {}
+    for line in stdout.splitlines():
+        match = re.match(r"^(\w+) \([\w.]+\): (.*)$", line)
+        if match:
+            found[match.group(1)] = json.loads(match.group(2))
+    return found
+
+
+def _file_bytes(pf: dict[str, Any]) -> bytes:
+    files = resources_for(["platform_files"])["platform_files"]
+    with files.open(pf) as handle:
+        return handle.read()
+
+
+def test_recorded_session_exports_a_pipeline_that_does_the_same(tmp_path: Path, kernel_env: dict[str, str]) -> None:
+    pipeline_path = tmp_path / "out" / "my-session.yaml"
+    pipeline_path.parent.mkdir()
+    outputs_path = tmp_path / "cells.json"
+    book = _notebook(tmp_path, pipeline_path, outputs_path)
+    NotebookClient(book, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell in book.cells:
+        assert not [o for o in cell.outputs if o.output_type == "error"], cell.source
+
+    shown = "".join(o.get("text", "") for o in book.cells[-3].outputs)
+    assert "${sales.virtualFileId}" in shown and "action: etl.query" in shown
+
+    text = pipeline_path.read_text()
+    data = yaml.safe_load(text)
+    assert data["name"] == "my_session"
+    steps = {s["id"]: s for s in data["steps"]}
+    assert list(steps) == ["sales", "query", "tidy", "dropped", "page", "checked", "report", "folder", "uploaded"]
+    # -o names, the action name for the unnamed query; the failed iterate is not a step
+    assert steps["sales"]["input"]["platformFile"] == "${file:" + os.path.relpath(SALES, pipeline_path.parent) + "}"
+    assert steps["sales"]["input"]["parameters"] == {"csvDelimiter": ","}  # literals stay literals
+    assert steps["query"]["input"]["virtualFileId"] == "${sales.virtualFileId}"  # through -o
+    assert steps["tidy"]["input"]["virtualFileId"] == "${sales.virtualFileId}"  # through a Python variable
+    assert steps["tidy"]["input"]["overwriteVirtualFile"] is False
+    assert steps["dropped"]["input"] == {"virtualFileId": "${tidy.virtualFileId}", "request": {"status": "test"}}
+    assert steps["checked"]["input"]["content"] == "${page.content}"  # a whole row list
+    assert steps["report"]["input"]["exportName"] == "report-${tidy.virtualFileId}.csv"  # interpolated
+    assert steps["uploaded"]["input"] == {"folderId": "${folder.folderId}", "platformFile": "${report.platformFile}"}
+    # notebook order is kept where no reference gives it
+    assert steps["tidy"]["after"] == ["query"] and steps["dropped"].get("after") is None
+    assert steps["page"]["after"] == ["dropped"]
+
+    validated = _cli("pipeline", "validate", str(pipeline_path))
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    assert "ok — job my_session, 9 steps" in validated.stdout
+
+    ran = _cli("pipeline", "run", str(pipeline_path), "--full")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    run = _run_outputs(ran.stdout)
+    cells = json.loads(outputs_path.read_text())
+    assert run["query"] == cells["north"] and len(cells["north"]["result"]) > 0
+    assert run["dropped"] == cells["dropped"] and cells["dropped"]["deletedCount"] > 0
+    assert run["page"] == cells["page"]
+    assert run["checked"] == cells["checked"]
+    assert run["report"]["platformFile"]["size"] == cells["report"]["platformFile"]["size"]
+    assert _file_bytes(run["report"]["platformFile"]) == _file_bytes(cells["report"]["platformFile"])
+    assert run["tidy"]["virtualFileId"] != cells["tidy"]["virtualFileId"]  # a run makes its own files
+    assert set(run) == set(cells) - {"north"} | {"sales", "query"}
+
+
+def _call(action: str, payload: Any, output: Any, out: str | None = None, **extra: Any) -> MagicCall:
+    return MagicCall(action, payload, output, out, **extra)
+
+
+def test_what_becomes_a_reference_and_what_stays_literal() -> None:
+    rec = Recorder()
+    rec.start()
+    vf = "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10"
+    rec(_call("etl.push", {"platformFile": {"name": "x"}}, {"virtualFileId": vf}, "load"))
+    rec(_call("etl.query", {"virtualFileId": vf, "query": {"n": 5, "tag": "load"}}, {"result": [{"a": "b"}]}, "load"))
+    rec(_call("etl.pull", {"virtualFileId": vf, "exportName": "${not a ref}"}, {"platformFile": {"link": "l"}}))
+    rec(_call("etl.push", {}, {"virtualFileId": "x"}, df="frame"))  # not recordable: skipped, noted
+    rec.active = False
+    rec(_call("etl.clean", {"virtualFileId": vf}, None))  # stopped: not recorded
+    load, load_2, pull = rec.steps
+    assert load["id"] == "load" and "after" not in load
+    assert load_2["id"] == "load_2" and load_2["input"]["virtualFileId"] == "${load.virtualFileId}"
+    assert load_2["input"]["query"] == {"n": 5, "tag": "load"}  # short strings and numbers stay literals
+    assert pull["input"]["exportName"] == "$${not a ref}"  # a literal ${ is escaped
+    assert pull["after"] == ["load_2"]
+    assert "not recorded: etl.push --df frame" in rec.yaml("x")
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("my-out", "my_out"), ("a__b", "a_b"), ("env", "env_step"), ("2nd", "step_2nd"), ("query", "query_2"),
+])
+def test_step_ids_are_valid_and_unique(name: str, expected: str) -> None:
+    assert step_id_for(name, {"query"}) == expected
