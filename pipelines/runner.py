@@ -6,9 +6,11 @@ One result for ``connector-ops pipeline run``, ``%pipeline run`` and the tests. 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -42,6 +44,22 @@ def step_of(compiled: CompiledPipeline, step_key: str) -> str:
     return owner if owner in ids else base
 
 
+@contextlib.contextmanager
+def unawaited_loop_cleanup_ignored() -> Iterator[None]:
+    """Silence one warning Dagster causes in Jupyter, and only that one.
+
+    ``execute_in_process`` makes a fresh asyncio loop and, at the end, runs its ``shutdown_asyncgens()``
+    with ``run_until_complete``. In a Jupyter kernel a loop already runs in this thread, so that call
+    raises (Dagster catches it) and the coroutine object is dropped unawaited: Python then prints
+    ``RuntimeWarning: coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited`` after every run.
+    Nothing is lost — the loop is new, our ops are synchronous, it holds no async generator — so the
+    warning is noise; every other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"coroutine 'BaseEventLoop\.shutdown_asyncgens' was never awaited",
+                                category=RuntimeWarning)
+        yield
+
+
 def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: bool = False,
             instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
     """Run any job in this process, keeping its default config, without Dagster's console log unless
@@ -49,12 +67,14 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
     if instance is None and os.environ.get("DAGSTER_HOME"):
         instance = dg.DagsterInstance.get()
     options: dict[str, Any] = {"resources": dict(resources), "raise_on_error": False, "instance": instance}
-    if verbose:
-        return job.execute_in_process(**options)
-    try:
-        return job.execute_in_process(run_config={**(job.run_config or {}), "loggers": QUIET_LOGGERS}, **options)
-    except dg.DagsterInvalidConfigError:  # a job whose config mapping has no place for loggers
-        return job.execute_in_process(**options)
+    with unawaited_loop_cleanup_ignored():
+        if verbose:
+            return job.execute_in_process(**options)
+        try:
+            return job.execute_in_process(run_config={**(job.run_config or {}), "loggers": QUIET_LOGGERS},
+                                          **options)
+        except dg.DagsterInvalidConfigError:  # a job whose config mapping has no place for loggers
+            return job.execute_in_process(**options)
 
 
 def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, verbose: bool = False,
