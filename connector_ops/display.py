@@ -12,11 +12,38 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-#: rows shown in a table, and the largest pulled file previewed
+#: rows shown in a table by default, and the largest pulled file previewed
 MAX_ROWS = 20
 PREVIEW_BYTES = 256 * 1024
+TEXT_WIDTH = 100
+LONGEST_TEXT_CELL = 40
+
+
+@dataclass
+class DisplayOptions:
+    """How tables look; ``%config ConnectorMagics.displaylimit = N`` / ``displaywidth = N`` set these.
+
+    ``rows``: rows shown per table (``0`` or ``None``: all, as JupySQL's ``displaylimit``); ``width``: the
+    widest line of a text/plain table — wider tables wrap their columns into blocks instead of running
+    off a terminal or a ``nbconvert --to markdown`` page."""
+
+    rows: int | None = MAX_ROWS
+    width: int = TEXT_WIDTH
+
+    @property
+    def limit(self) -> int | None:
+        return self.rows if self.rows and self.rows > 0 else None
+
+
+OPTIONS = DisplayOptions()
+
+
+def _more_rows(total: int) -> int:
+    limit = OPTIONS.limit
+    return total - limit if limit is not None and total > limit else 0
 
 
 def human_size(size: Any) -> str:
@@ -57,18 +84,23 @@ def _file_line_html(pf: Mapping[str, Any]) -> str:
             f"{html.escape(str(pf.get('contentType') or 'no type'))} · <a href=\"{link}\" target=\"_blank\">{link}</a>")
 
 
+_MORE_HINT = "%config ConnectorMagics.displaylimit = N shows more"
+
+
 def _table_html(rows: list[Any]) -> str:
-    table = frame(rows)
-    shown = table.head(MAX_ROWS)
-    more = f"<p><i>{len(rows) - MAX_ROWS} more rows not shown</i></p>" if len(rows) > MAX_ROWS else ""
-    return shown.to_html(index=False, na_rep="", max_cols=30) + more
+    more = _more_rows(len(rows))
+    shown = frame(rows[:len(rows) - more])
+    note = f"<p><i>{more} more rows not shown ({html.escape(_MORE_HINT)})</i></p>" if more else ""
+    return shown.to_html(index=False, na_rep="", max_cols=30) + note
 
 
 def _table_text(rows: list[Any]) -> str:
     if not rows:
         return "(no rows)"
-    text = frame(rows).head(MAX_ROWS).to_string(index=False, na_rep="", max_colwidth=40)
-    return text + (f"\n… {len(rows) - MAX_ROWS} more rows" if len(rows) > MAX_ROWS else "")
+    more = _more_rows(len(rows))
+    text = frame(rows[:len(rows) - more]).to_string(index=False, na_rep="", max_colwidth=LONGEST_TEXT_CELL,
+                                                     line_width=OPTIONS.width)
+    return text + (f"\n… {more} more rows ({_MORE_HINT})" if more else "")
 
 
 class ActionOutput(dict):
@@ -143,5 +175,5 @@ class StatusTable:
         return f"<div><b>{html.escape(self.title)}</b></div>{notes}{body}"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        body = frame(self.rows).to_string(index=False, na_rep="") if self.rows else "(none)"
+        body = frame(self.rows).to_string(index=False, na_rep="", line_width=OPTIONS.width) if self.rows else "(none)"
         printer.text("\n".join([self.title, *self.notes, body]))

@@ -27,8 +27,9 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, needs_local_scope, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Integer, observe
 
-from connector_ops.display import ActionOutput, StatusTable
+from connector_ops.display import OPTIONS, ActionOutput, StatusTable
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.progress import reporting_to, tqdm_reporter
 from connector_ops.magic_frames import file_preview, pull_frame, push_frame
@@ -138,10 +139,27 @@ def _connector_magic(connector: str) -> Callable[..., Any]:
 
 @magics_class
 class ConnectorMagics(Magics):
-    """The magics of one IPython session, holding the session's resources."""
+    """The magics of one IPython session, holding the session's resources.
+
+    Display settings are traitlets, set like JupySQL's: ``%config ConnectorMagics.displaylimit = 50``."""
+
+    displaylimit = Integer(OPTIONS.rows, allow_none=True, config=True,
+                           help="rows shown in a table (0 or None: all of them)")
+    displaywidth = Integer(OPTIONS.width, config=True,
+                           help="widest line of a text/plain table; wider tables wrap their columns")
+
+    @observe("displaylimit", "displaywidth")
+    def _display_changed(self, change: Any) -> None:
+        if change["name"] == "displaylimit":
+            if change["new"] is not None and change["new"] < 0:
+                raise ValueError("displaylimit must be 0 (all rows) or more")
+            OPTIONS.rows = change["new"]
+        else:
+            OPTIONS.width = max(20, int(change["new"]))
 
     def __init__(self, shell: Any) -> None:
-        super().__init__(shell)
+        super().__init__(shell)  # also lists it in shell.configurables: %config ConnectorMagics.displaylimit = N
+        OPTIONS.rows, OPTIONS.width = self.displaylimit, max(20, self.displaywidth)
         self.session = NotebookSession()
         #: called after every successful call (``%pipeline record`` listens); never breaks a cell
         self.listeners: list[Callable[[MagicCall], None]] = []

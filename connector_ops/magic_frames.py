@@ -11,7 +11,7 @@ import io
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from connector_ops.display import MAX_ROWS, PREVIEW_BYTES
+from connector_ops.display import OPTIONS, PREVIEW_BYTES
 from connector_ops.etl.models import PullInput
 from connector_ops.frames import frame_from, frame_into, run_with_store
 from connector_ops.magic_input import InputError
@@ -80,7 +80,7 @@ def file_preview(platform_files: PlatformFileStore) -> Callable[[Mapping[str, An
         if pf["size"] > PREVIEW_BYTES:
             return None
         try:
-            frame = read_frame(platform_files, pf, {}, nrows=MAX_ROWS, cell_text=True)
+            frame = read_frame(platform_files, pf, {}, nrows=OPTIONS.limit, cell_text=True)
         except Exception:  # a preview is a courtesy: a file pandas cannot read is shown without one
             return None
         return frame.to_dict(orient="records")

@@ -198,3 +198,31 @@ attachments: [{platformFile: {{sales}}}]
     with pytest.raises(NotebookError, match=r"^mail.send_transactional_message failed \(400\): recipients\[0\].to"):
         ip.run_line_magic("mail", 'send_transactional_message {"from": "a@example.com", "recipients": [{"to": "nope"}],'
                                   ' "templateId": 1, "templateVariables": "{}"}')
+
+
+def test_displaylimit_and_text_width_are_set_with_config(ip: Any, sales: dict[str, Any]) -> None:
+    """``%config ConnectorMagics.displaylimit = N`` as in JupySQL; text tables wrap to ``displaywidth``."""
+    vf = ip.run_line_magic("etl", 'push {"platformFile": {{sales}}}')["virtualFileId"]
+    ip.user_ns["vf"] = vf
+    query = 'query {"virtualFileId": "{{vf}}", "query": {}}'
+    out = ip.run_line_magic("etl", query)
+    assert html_of(ip, out).count("<tr>") == 20 and "184 more rows not shown" in html_of(ip, out)  # default 20
+    ip.run_line_magic("config", "ConnectorMagics.displaylimit = 5")
+    html = html_of(ip, out)
+    assert html.count("<tr>") == 5 and "199 more rows not shown" in html and "displaylimit" in html
+    text = ip.display_formatter.format(out)[0]["text/plain"]
+    assert "… 199 more rows" in text and len(text.splitlines()) == 8  # title, header, 5 rows, note
+    assert max(len(line) for line in text.splitlines()) <= 100
+    ip.run_line_magic("config", "ConnectorMagics.displaywidth = 60")
+    text = ip.display_formatter.format(out)[0]["text/plain"]
+    assert max(len(line) for line in text.splitlines()[:-1]) <= 60  # 8 columns wrap instead of one long line
+    assert len(text.splitlines()) > 8 and "status" in text
+    ip.run_line_magic("config", "ConnectorMagics.displaylimit = 0")  # all rows
+    assert html_of(ip, out).count("<tr>") == 204 and "more rows" not in html_of(ip, out)
+    fresh = make_shell()  # a new session starts from the defaults
+    try:
+        assert html_of(fresh, out).count("<tr>") == 20
+    finally:
+        from connector_ops.magic import unload_ipython_extension
+
+        unload_ipython_extension(fresh)
