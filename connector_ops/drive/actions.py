@@ -51,7 +51,7 @@ def create_shared_link(inp: m.SharedLinkInput, drive: DriveBackend) -> m.SharedL
 
 @action("drive.copy_file", m.CopyFileInput, m.CopyFileOutput, resources=DRIVE, not_found_status=404)
 def copy_file(inp: m.CopyFileInput, drive: DriveBackend) -> m.CopyFileOutput:
-    """Copy a file (default name ``<source>-copy``, default place the root), optionally with its sharing."""
+    """Copy a file (default name ``<stem>-copy<.ext>``, default place the root), optionally with its sharing."""
     file_id, name = drive.copy_file(inp.file_id, inp.folder_id, inp.name, inp.keep_same_permissions)
     return m.CopyFileOutput(file_id=file_id, name=name)
 

@@ -6,6 +6,7 @@ Google Drive resource and the local-folder drive implement it, so a workflow beh
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -123,9 +124,22 @@ class DriveBackend(Protocol):
     def check_token(self) -> dict[str, object]: ...
 
 
+#: a compressed tar keeps its double extension (``logs.tar.gz`` -> ``logs-copy.tar.gz``)
+_DOUBLE_EXTENSIONS = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst")
+
+
 def copy_name(source_name: str, name: str | None) -> str:
-    """Spec 4.A rule 2: an empty name gives ``<source name>-copy``."""
-    return name if name else f"{source_name}-copy"
+    """Spec 4.A rule 2: an empty name gives the source's name with the suffix ``-copy``.
+
+    The spec does not say where the suffix goes; we put it before the extension (``report.csv`` ->
+    ``report-copy.csv``) so the copy still opens with the same program and keeps its type. Names without
+    an extension, and dot-files (``.env``), get it at the end (``Plan-copy``, ``.env-copy``)."""
+    if name:
+        return name
+    lower = source_name.lower()
+    double = next((ext for ext in _DOUBLE_EXTENSIONS if lower.endswith(ext) and len(source_name) > len(ext)), None)
+    stem, ext = (source_name[:-len(double)], source_name[-len(double):]) if double else os.path.splitext(source_name)
+    return f"{stem}-copy{ext}"
 
 
 def export_name(name: str, extension: str) -> str:

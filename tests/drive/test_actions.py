@@ -143,6 +143,27 @@ def test_copy_file_rules(drive: Drive) -> None:
     assert err.value.status == 400 and "keepSamePermissions" in err.value.message
 
 
+def test_copy_keeps_the_extension(drive: Drive) -> None:
+    """Our choice where the spec says only "the suffix -copy": before the extension, on every backend."""
+    files = drive.resources["platform_files"]
+    pf = files.add_bytes(b"a,b\n1,2\n", "report.csv", "text/csv").to_json()
+    file_id = drive.run("drive.upload_file", {"platformFile": pf})["fileId"]
+    copy = drive.run("drive.copy_file", {"fileId": file_id, "name": "", "keepSamePermissions": False})
+    assert copy["name"] == "report-copy.csv"
+    assert names(drive.run("drive.list", {}))["report-copy.csv"] == "file"
+
+
+@pytest.mark.parametrize(("source", "copy"), [
+    ("report.csv", "report-copy.csv"), ("Plan", "Plan-copy"), (".env", ".env-copy"),
+    ("logs.tar.gz", "logs-copy.tar.gz"), ("v1.2 notes.txt", "v1.2 notes-copy.txt"),
+])
+def test_copy_name(source: str, copy: str) -> None:
+    from connector_ops.resources.drive.base import copy_name
+
+    assert copy_name(source, None) == copy == copy_name(source, "")
+    assert copy_name(source, "chosen.csv") == "chosen.csv"
+
+
 @pytest.mark.parametrize("size", [0, 1000, 1_300_000], ids=["empty", "multipart", "resumable"])
 def test_upload_then_download_round_trip(drive: Drive, size: int) -> None:
     data = os.urandom(size)
