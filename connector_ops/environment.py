@@ -109,8 +109,13 @@ def _platform_files(env: Env) -> Recipe:
 
 
 def _virtual_files(env: Env) -> Recipe:
+    from connector_ops.resources.virtual_files.engines import database_url_problem
     from connector_ops.resources.virtual_files.store import VirtualFileStore
 
+    url = env.get("CONNECTOR_OPS_DATABASE_URL")
+    problem = database_url_problem(url) if url is not None else None
+    if problem:  # checked here, where the variable's name is known; the value itself stays out of the recipe
+        raise InvalidInput("CONNECTOR_OPS_DATABASE_URL", problem)
     default = f"sqlite:///{env.home / 'virtual_files.db'}"
     return Recipe.of(VirtualFileStore, database_url=env.secret("CONNECTOR_OPS_DATABASE_URL", default))
 

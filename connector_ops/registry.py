@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound, field_path
+from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound, field_path, host_of
 from connector_ops.kernel.limits import check_payload
 
 log = logging.getLogger("connector_ops")
@@ -163,18 +163,31 @@ def unknown_action_message(name: str) -> str:
     return f"unknown action {name!r}; known actions: {', '.join(sorted(ACTION_MODULES))}"
 
 
+#: input models of platform files (a path given instead gets a message saying what one is)
+PLATFORM_FILE_MODELS = frozenset({"PlatformFile", "PushFile", "AttachmentFile", "UploadFile"})
+PLATFORM_FILE_HINT = ("must be a platform file — the descriptor {name, contentType, link, size, …} actions pass "
+                      "between them, not a path; `connector-ops files add PATH` stores a local file and prints one")
+
+
+def problem_of(err: Mapping[str, Any]) -> str:
+    """One pydantic error in users' words (no internal class names)."""
+    msg = str(err["msg"])
+    if err["type"] == "missing":
+        return "is required"
+    if err["type"] == "extra_forbidden":
+        return "is not a known field"
+    if err["type"] in ("model_type", "model_attributes_type") and \
+            (err.get("ctx") or {}).get("class_name") in PLATFORM_FILE_MODELS:
+        return f"{PLATFORM_FILE_HINT}; got {type(err.get('input')).__name__}"
+    return msg.removeprefix("Value error, ")
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """Turn pydantic's report into ``rows[0].content: problem; …`` with spec (camelCase) field names."""
     parts = []
     for err in exc.errors(include_url=False):
         loc = field_path(err["loc"])
-        msg = err["msg"]
-        if err["type"] == "missing":
-            msg = "is required"
-        elif err["type"] == "extra_forbidden":
-            msg = "is not a known field"
-        elif msg.startswith("Value error, "):
-            msg = msg.removeprefix("Value error, ")
+        msg = problem_of(err)
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(dict.fromkeys(parts))
 
@@ -212,7 +225,7 @@ def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:
         log.debug("unexpected error in %s", spec.name, exc_info=exc)
         status, message = 500, _describe_unexpected(exc)
     body = None if spec.null_error_body and status >= 500 else {"message": message}
-    return ConnectorError(status, body, action=spec.name)
+    return ConnectorError(status, body, action=spec.name, detail=message)
 
 
 def _describe_unexpected(exc: BaseException) -> str:
@@ -222,6 +235,9 @@ def _describe_unexpected(exc: BaseException) -> str:
     if orig is not None:
         first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
         return f"database error: {first}"
+    request = getattr(exc, "_request", None)  # an httpx error: name the host (never credentials, path or query)
+    if request is not None:
+        return f"{type(exc).__name__} talking to {host_of(request.url)}: {exc}"
     return f"{type(exc).__name__}: {exc}"
 
 

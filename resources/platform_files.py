@@ -25,7 +25,7 @@ import httpx
 from pydantic import PrivateAttr, field_validator
 
 from connector_ops.kernel.atomic import atomic_write, sweep_leftovers
-from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError
+from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of
 from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
@@ -248,7 +248,11 @@ class PlatformFileStore(Resource):
             hop = guard.hop(url, field, redirected_from=came_from)
             client = self._client()
             request = client.build_request("GET", hop.url, headers=hop.headers, extensions=hop.extensions)
-            response = client.send(request, stream=True)
+            try:
+                response = client.send(request, stream=True)
+            except httpx.TransportError as exc:  # name the host the user wrote, not the pinned address
+                raise UpstreamError(f"fetching {link} failed: cannot reach {host_of(url)} "
+                                    f"({type(exc).__name__}: {exc})") from None
             try:
                 if response.is_redirect and response.headers.get("location"):
                     came_from, url = url, urljoin(url, response.headers["location"])

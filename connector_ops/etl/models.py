@@ -119,6 +119,7 @@ class CleanInput(SpecModel):
 class DeleteRowsInput(SpecModel):
     virtual_file_id: str = Field(min_length=1)
     request: dict[str, Any] = Field(description="a MongoDB query filter; keys are (literal) column names")
+    dry_run: bool = Field(False, description="our extension: count the rows that would be deleted, delete nothing")
 
 
 class DeleteRowsOutput(SpecModel):

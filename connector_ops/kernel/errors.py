@@ -15,22 +15,36 @@ from typing import Any
 class ConnectorError(Exception):
     """An action failed: ``status`` is the HTTP-style status, ``body`` the spec's error body."""
 
-    def __init__(self, status: int, body: Any, *, action: str | None = None) -> None:
+    def __init__(self, status: int, body: Any, *, action: str | None = None, detail: str | None = None) -> None:
         self.status = status
         self.body = body
         self.action = action
+        #: what went wrong when the spec's body cannot say it (Clean answers every error with ``null``)
+        self.detail = detail
         super().__init__(self.summary())
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (Dagster, processes) with its keyword arguments
+        return (_rebuild, (type(self), self.status, self.body, self.action, self.detail))
 
     @property
     def message(self) -> str:
         if isinstance(self.body, dict) and "message" in self.body:
             return str(self.body["message"])
-        return "failed" if self.body is None else str(self.body)
+        if self.body is None:
+            return self.detail or "failed"
+        return str(self.body)
 
     def summary(self) -> str:
         """One line: ``etl.push failed (404): not found``."""
         prefix = f"{self.action} failed" if self.action else "failed"
         return f"{prefix} ({self.status}): {self.message}"
+
+
+def _rebuild(cls: type[ConnectorError], status: int, body: Any, action: str | None,
+             detail: str | None) -> ConnectorError:
+    error = ConnectorError.__new__(cls)
+    ConnectorError.__init__(error, status, body, action=action, detail=detail)
+    return error
 
 
 class ConnectorOpsError(Exception):
@@ -80,3 +94,12 @@ class UpstreamError(ConnectorOpsError):
     def __init__(self, message: str, status: int = 500) -> None:
         self.status = status
         super().__init__(message)
+
+
+def host_of(url: object) -> str:
+    """``host`` or ``host:port`` of a URL, for messages: where a connection went, without the credentials,
+    path or query a URL may carry."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(str(url))
+    return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)

@@ -24,7 +24,7 @@ from connector_ops.kernel.errors import field_path
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
-from connector_ops.registry import ACTIONS, ActionSpec, load_all
+from connector_ops.registry import ACTIONS, ActionSpec, load_all, problem_of
 
 TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "steps")
 STEP_KEYS = ("id", "action", "input", "after", "foreach", "description")
@@ -77,8 +77,16 @@ class _Checker:
             if key not in TOP_KEYS:
                 self.add((key,), f"unknown key {key!r}; allowed: {', '.join(TOP_KEYS)}")
         name = data.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
+        if name is None:
             self.add(("name",), "`name` is required: letters, digits and _ (it becomes the job name)")
+        elif not isinstance(name, str) or not _NAME.match(name):
+            bad = sorted({c for c in str(name) if not (c.isalnum() or c == "_")})
+            why = (f"it contains {', '.join(repr(c) for c in bad)}" if bad and isinstance(name, str)
+                   else "it starts with a digit" if isinstance(name, str) and name[:1].isdigit()
+                   else f"it is a {type(name).__name__}, not text" if not isinstance(name, str) else "it is empty")
+            suggestion = _suggested_name(name) if isinstance(name, str) else None
+            hint = f"; e.g. {suggestion!r}" if suggestion else ""
+            self.add(("name",), f"`name` {name!r} is not a valid job name: {why} — use letters, digits and _{hint}")
         description = data.get("description")
         if description is not None and not isinstance(description, str):
             self.add(("description",), "`description` must be a string")
@@ -232,7 +240,7 @@ class _Checker:
                 elif err["type"] == "missing":
                     msg = f"{where}: is required by {spec.name}"
                 else:
-                    msg = f"{where}: {err['msg'].removeprefix('Value error, ')}"
+                    msg = f"{where}: {problem_of(err)}"
                 self.add((*path, *loc), msg, label)
 
     # -- references ------------------------------------------------------------------------------
@@ -349,6 +357,14 @@ class _Checker:
                 placed.add(s.id)
             pending = [s for s in pending if s.id not in placed]
         return done
+
+
+def _suggested_name(name: str) -> str | None:
+    """``bad-one`` -> ``bad_one``."""
+    fixed = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
+    if fixed[:1].isdigit():
+        fixed = f"p_{fixed}"
+    return fixed if fixed and _NAME.match(fixed) else None
 
 
 def _cycles(pending: list[Step], deps: Mapping[str, set[str]]) -> list[list[str]]:

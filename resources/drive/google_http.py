@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from connector_ops.kernel.errors import UpstreamError
+from connector_ops.kernel.errors import UpstreamError, host_of
 from connector_ops.resources.drive.google_auth import TokenSource
 from connector_ops.resources.retry import Backoff
 
@@ -116,8 +116,8 @@ class DriveHttp:
                     self.backoff.wait(attempt)
                     attempt += 1
                     continue
-                raise UpstreamError(f"Google Drive could not be reached to {action}: {type(exc).__name__}",
-                                    status=503) from None
+                raise UpstreamError(f"Google Drive could not be reached at {host_of(request.url)} to {action}: "
+                                    f"{type(exc).__name__}", status=503) from None
             try:
                 if response.status_code == 401 and not refreshed:
                     response.close()

@@ -12,12 +12,13 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
+from pydantic import field_validator
 
 from connector_ops.kernel.errors import NotFound
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
-from connector_ops.resources.virtual_files.engines import WRITE, get_engine
+from connector_ops.resources.virtual_files.engines import WRITE, database_url_problem, get_engine
 from connector_ops.resources.virtual_files.shapes import unique_columns
 
 
@@ -25,6 +26,14 @@ class StoreCore(Resource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
     database_url: str
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported(cls, url: str) -> str:
+        problem = database_url_problem(url)
+        if problem:
+            raise ValueError(f"database_url {problem}")
+        return url
 
     @property
     def engine(self) -> sa.Engine:

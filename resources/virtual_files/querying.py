@@ -73,10 +73,14 @@ class Querying(StoreCore):
     def _needs_index(info: VirtualFileInfo, flt: Mapping[str, Any]) -> bool:
         return any((o := info.ordinal_of(n)) is not None and o not in info.indexed for n in equality_columns(flt))
 
-    def delete_where(self, vf_id: str, flt: Mapping[str, Any], *, field: str = "request") -> int:
-        """Delete the rows matching the filter; returns how many were deleted."""
-        with self.writing() as conn:
-            info = self.info(conn, vf_id, lock=True)
+    def delete_where(self, vf_id: str, flt: Mapping[str, Any], *, field: str = "request",
+                     dry_run: bool = False) -> int:
+        """Delete the rows matching the filter; returns how many were deleted. ``dry_run`` counts them in a
+        read transaction instead (the same compiled filter, so the count is what a delete would remove)."""
+        with self.reading() if dry_run else self.writing() as conn:
+            info = self.info(conn, vf_id, lock=not dry_run)
             table = info.table
             where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name, conn=conn)
+            if dry_run:
+                return conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar_one()
             return conn.execute(sa.delete(table).where(where)).rowcount

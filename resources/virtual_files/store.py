@@ -121,9 +121,10 @@ class VirtualFileStore(Resource):
         """Rows matching the filter, in row order (the first query on a column indexes it)."""
         return self.sql.find(vf_id, flt, limit=limit, field=field)
 
-    def delete_where(self, vf_id: str, flt: Mapping[str, Any], *, field: str = "request") -> int:
-        """Delete the rows matching the filter; returns how many were deleted."""
-        return self.sql.delete_where(vf_id, flt, field=field)
+    def delete_where(self, vf_id: str, flt: Mapping[str, Any], *, field: str = "request",
+                     dry_run: bool = False) -> int:
+        """Delete the rows matching the filter; returns how many were deleted (``dry_run``: would be)."""
+        return self.sql.delete_where(vf_id, flt, field=field, dry_run=dry_run)
 
     # -- transforms ------------------------------------------------------------------------------
     def map_rows(self, vf_id: str, transform: PageFunction, *, overwrite: bool = False,

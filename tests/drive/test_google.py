@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
+from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.resources.drive.google import GoogleDriveResource
 from connector_ops.resources.drive.google_auth import SignInRequired
 from connector_ops.session import invoke
-from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, Drive, fast_google
+from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, Drive, fast_google, google_env
 from tests.servers.fake_drive import FakeDrive
 
 
@@ -305,3 +306,17 @@ def test_no_credentials_is_a_400_naming_the_variables(google: Drive) -> None:
     with pytest.raises(ConnectorError) as err:
         invoke("drive.list", {}, {**google.resources, "drive": drive})
     assert err.value.status == 400 and "GOOGLE_REFRESH_TOKEN" in err.value.message
+
+
+def test_an_unreachable_drive_api_names_its_host(clean_env, fake, monkeypatch):
+    """A connection error says where it tried to connect (issue 15), not only ``ConnectError``."""
+    from tests.servers import free_port
+
+    google_env(fake, monkeypatch)
+    port = free_port()  # nothing listens there
+    monkeypatch.setenv("GOOGLE_DRIVE_API_URL", f"http://127.0.0.1:{port}")
+    resources = resources_for()
+    resources["drive"] = fast_google(resources)
+    with pytest.raises(ConnectorError) as info:
+        invoke("drive.list", {}, resources)
+    assert f"Google Drive could not be reached at 127.0.0.1:{port} to" in info.value.message, info.value.message

@@ -4,10 +4,10 @@ What a person sees is checked in the rendered page, not in the notebook file: qu
 tables, a long Push shows a progress bar that is gone when the cell finishes, and a failed action is one
 line. Screenshots of each check are kept in the test's output folder (``tmp_path``; the paths are printed).
 
-The browser is Debian's ``chromium`` with its ``chromedriver`` (``.ci/run`` installs both with apt-get);
+The browser is Debian's ``chromium`` with its ``chromedriver`` (the suite installs both with apt-get if missing);
 Selenium is pointed at that driver, so Selenium Manager never downloads anything, and Chromium resolves no
-host but 127.0.0.1. JupyterLab runs with update checks, news and the extension manager off. Under
-``CI=true`` a missing browser fails the test; elsewhere it is skipped.
+host but 127.0.0.1. JupyterLab runs with update checks, news and the extension manager off. A browser that
+cannot be installed fails the test under ``CI=true`` and skips it elsewhere.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ import nbformat
 import pytest
 
 from tests.servers import free_port
+from tests.system_packages import require_programs
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 LONG_PUSH_ROWS = 250_000
 #: JupyterLab settings for a test: every cell kept in the page, no notification asking about news
 SETTINGS = {
@@ -40,14 +39,11 @@ SETTINGS = {
 }
 
 
-def _require_browser() -> None:
-    missing = [name for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not path]
-    if not missing:
-        return
-    message = f"{' and '.join(missing)} not installed (Debian: apt-get install chromium chromium-driver)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the browser tests must run under CI=true: {message}")
-    pytest.skip(message)
+def _require_browser() -> tuple[str, str]:
+    """Debian's chromium and its chromedriver, installed by the suite when missing (tests/system_packages.py)."""
+    found = require_programs({"chromium": "chromium|chromium-browser", "chromedriver": "chromedriver"},
+                             ("chromium", "chromium-driver"))
+    return found["chromium"], found["chromedriver"]
 
 
 def _long_push_notebook(path: Path) -> None:
@@ -71,7 +67,6 @@ def _long_push_notebook(path: Path) -> None:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """JupyterLab serving copies of the shipped notebooks (and a long-push one) from a temporary folder."""
-    _require_browser()
     base = tmp_path_factory.mktemp("lab")
     root = base / "notebooks"
     root.mkdir()
@@ -119,12 +114,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def browser(lab: dict[str, Any]) -> Iterator[Any]:
+    chromium, chromedriver = _require_browser()
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager, were it ever asked, must not download
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
+    options.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--window-size=1400,1000", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-default-apps", "--no-pings",
@@ -132,7 +128,7 @@ def browser(lab: dict[str, Any]) -> Iterator[Any]:
                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
         options.add_argument(flag)
     try:
-        driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+        driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
     except Exception as exc:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"Chromium did not start under CI=true: {exc}")
