@@ -117,12 +117,14 @@ def invoke(name: str, input: str | None) -> None:
 
     INPUT is JSON text, - to read it from stdin, or @FILE to read it from a file; none means {}.
     """
+    from connector_ops.kernel.notices import warnings_to
     from connector_ops.kernel.progress import reporting_to, tqdm_reporter
     from connector_ops.registry import canonical_name
     from connector_ops.session import Session
 
     payload = read_payload(input, canonical_name(name))
-    with Session() as session, reporting_to(tqdm_reporter if sys.stderr.isatty() else None):
+    with Session() as session, reporting_to(tqdm_reporter if sys.stderr.isatty() else None), \
+            warnings_to(lambda message: print(f"connector-ops: warning: {message}", file=sys.stderr)):
         print_json(session.invoke(name, payload))
 
 

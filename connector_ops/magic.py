@@ -31,6 +31,7 @@ from traitlets import Integer, observe
 
 from connector_ops.display import OPTIONS, ActionOutput, StatusTable
 from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import reporting_to, tqdm_reporter
 from connector_ops.magic_frames import file_preview, pull_frame, push_frame
 from connector_ops.magic_input import InputError, read_input
@@ -137,6 +138,11 @@ def _connector_magic(connector: str) -> Callable[..., Any]:
     return no_var_expand(needs_local_scope(line_cell_magic(magic)))
 
 
+def _warning_line(message: str) -> None:
+    """A warning below the cell, one line, like the CLI's (the cell's result still displays)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 @magics_class
 class ConnectorMagics(Magics):
     """The magics of one IPython session, holding the session's resources.
@@ -206,7 +212,7 @@ class ConnectorMagics(Magics):
             namespace = self.namespace(local_ns)
             payload = read_input(body if body is not None else inline, namespace)
             resources = self.session.resources(_keys_for(spec, args.df))
-            with reporting_to(tqdm_reporter):
+            with reporting_to(tqdm_reporter), warnings_to(_warning_line):
                 output = self._call(spec, args, payload, resources, namespace)
         except ConnectorError as exc:
             if exc.action is None and args_action:

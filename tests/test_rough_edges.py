@@ -103,3 +103,24 @@ def test_a_link_that_cannot_be_reached_names_its_host(tmp_path: Path) -> None:
               CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS="127.0.0.1")
     message = json.loads(run.stdout)["message"]
     assert f"cannot reach 127.0.0.1:{port} (ConnectError" in message, message
+
+
+def test_validate_checks_literal_filters_and_rules_before_the_run(tmp_path: Path) -> None:
+    """`pipeline validate` runs the actions' own parsers on literal filters and Validate schemas (docs promise
+    "wrong literal values"); parts holding references wait for the run."""
+    path = tmp_path / "lit.yaml"
+    path.write_text("""name: lit
+steps:
+  - {id: load, action: etl.push, input: {platformFile: {id: x, name: a.csv, contentType: text/csv, link: "http://127.0.0.1:1/a"}}}
+  - {id: q, action: etl.query, input: {virtualFileId: "${load.virtualFileId}", query: {name: {$regex: "a(b"}}}}
+  - {id: d, action: etl.delete_rows, input: {virtualFileId: "${load.virtualFileId}", request: {$where: "1"}}}
+  - {id: v, action: etl.validate, input: {content: "${load.virtualFileId}", schema: {age: {type: number}}}}
+  - {id: later, action: etl.query, input: {virtualFileId: "${load.virtualFileId}", query: "${env.FILTER}"}}
+""")
+    run = cli("pipeline", "validate", str(path), home=tmp_path / "home", FILTER="{}")
+    assert run.returncode == 1
+    out = run.stdout
+    assert "step q: query.name.$regex: invalid regular expression: missing ), unterminated subpattern" in out, out
+    assert "step d: request.$where: operator $where is not supported at the top level" in out, out
+    assert 'step v: schema.age.type: unknown type "number" (types: string, integer, float, boolean)' in out, out
+    assert "step later" not in out and "step load" not in out

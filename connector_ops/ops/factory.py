@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_snake
 
 from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
 from connector_ops.registry import ActionSpec, get_action, run_action
 
@@ -149,7 +150,8 @@ def build_op(name: str) -> dg.OpDefinition:
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
         payload = op_payload(spec, context.op_config or {}, inputs)
         try:
-            with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)):
+            with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)), \
+                    warnings_to(context.log.warning):
                 result = run_action(spec, payload, resources)
         except ConnectorError as exc:
             raise failure(exc) from None

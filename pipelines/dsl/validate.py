@@ -10,17 +10,18 @@ exist, env names, ``batch``/``trigger`` only where they exist, ``file:`` paths e
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 import zoneinfo
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from pydantic import BaseModel, ValidationError
 
-from connector_ops.kernel.errors import field_path
+from connector_ops.kernel.errors import InvalidInput, field_path
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
@@ -242,6 +243,20 @@ class _Checker:
                 else:
                     msg = f"{where}: {problem_of(err)}"
                 self.add((*path, *loc), msg, label)
+        self.check_literals(spec, inp, templated, path, label)
+
+    def check_literals(self, spec: ActionSpec, inp: dict[str, Any], templated: set[tuple[str | int, ...]],
+                       path: tuple[str | int, ...], label: str | None) -> None:
+        """Check what the input model cannot (a filter's operators and regular expressions, Validate's
+        rules) with the very parser the action runs, when the value holds no reference."""
+        for field, parse in _literal_checks().get(spec.name, {}).items():
+            value = inp.get(field)
+            if not isinstance(value, Mapping) or any(loc[:1] == (field,) for loc in templated):
+                continue
+            try:
+                parse(r.unescape(value), field)
+            except InvalidInput as exc:
+                self.add((*path, field), str(exc), label)
 
     # -- references ------------------------------------------------------------------------------
     def refs(self, value: Any, path: tuple[str | int, ...], label: str | None
@@ -357,6 +372,19 @@ class _Checker:
                 placed.add(s.id)
             pending = [s for s in pending if s.id not in placed]
         return done
+
+
+@functools.cache
+def _literal_checks() -> dict[str, dict[str, Callable[[Any, str], Any]]]:
+    """Action -> input field -> the action's own parser of that field (imported when first needed)."""
+    from connector_ops.etl.validation import compile_schema
+    from connector_ops.resources.virtual_files.filters import parse_filter
+
+    def rules(schema: Any, _field: str) -> Any:
+        return compile_schema(schema)
+
+    return {"etl.query": {"query": parse_filter}, "etl.delete_rows": {"request": parse_filter},
+            "etl.validate": {"schema": rules}}
 
 
 def _suggested_name(name: str) -> str | None:

@@ -462,3 +462,61 @@ class _PythonRegexSeqs:
             if len(rows) < REGEX_BATCH:
                 break
         return matches
+
+
+# -- likely mistakes -----------------------------------------------------------------------------
+def filter_warnings(flt: Mapping[str, Any], columns: Sequence[str], field: str = "query") -> list[str]:
+    """What in a (valid) filter probably does not mean what its author thinks, in users' words.
+
+    MongoDB's semantics are kept — a column the file lacks is missing in every row, and a number never
+    equals or compares with stored text — but both silently select nothing (or, under ``$ne``/``$nin``,
+    everything), which has cost users whole files in Delete Rows. The caller shows these lines."""
+    known = set(columns)
+    unknown: dict[str, None] = {}
+    numbers: list[str] = []
+
+    def walk(doc: Mapping[str, Any], path: str) -> None:
+        for key, value in doc.items():
+            if key in LOGICAL_OPERATORS and isinstance(value, list):
+                for i, sub in enumerate(value):
+                    if isinstance(sub, Mapping):
+                        walk(sub, f"{path}.{key}[{i}]")
+            elif not key.startswith("$"):
+                if key not in known:
+                    unknown[key] = None
+                operand(value, f"{path}.{key}")
+
+    def operand(value: Any, path: str) -> None:
+        if isinstance(value, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in value):
+            for op, v in value.items():
+                if op == "$not":
+                    operand(v, f"{path}.$not")
+                elif op in ("$in", "$nin") and isinstance(v, list):
+                    for item in v:
+                        if _is_number(item):
+                            numbers.append(f"{path}.{op}: {item!r} is {_kind(item)}{_number_tail(op)}")
+                            break
+                elif op in ("$eq", "$ne", *COMPARISONS) and _is_number(v):
+                    numbers.append(f"{path}.{op}: {v!r} is {_kind(v)}{_number_tail(op)}")
+        elif _is_number(value):
+            numbers.append(f"{path}: {value!r} is {_kind(value)}{_number_tail('$eq')}")
+
+    walk(flt, field)
+    found = []
+    if unknown:
+        shown = ", ".join(repr(c) for c in columns[:20]) + (", …" if len(columns) > 20 else "")
+        names = ", ".join(repr(c) for c in unknown)
+        found.append(f"{field}: no column {names} in this virtual file, so it is missing in every row "
+                     f"(its columns: {shown or 'none'})")
+    found.extend(numbers)
+    return found
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, bool | int | float)
+
+
+def _number_tail(op: str) -> str:
+    selects = "every row" if op in ("$ne", "$nin") else "no row"
+    return (f", but stored values are text, so this selects {selects} (MongoDB type bracketing); "
+            f"write the value as a string to compare text (in code-point order for $gt/$lt)")

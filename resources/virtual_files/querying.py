@@ -11,11 +11,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from connector_ops.kernel.notices import warn
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore
 from connector_ops.resources.virtual_files.fetching import fetch_all
-from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns
+from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns, filter_warnings
 from connector_ops.resources.virtual_files.rows import as_dicts, select_rows
 from connector_ops.resources.virtual_files.shapes import Row
 
@@ -63,6 +64,7 @@ class Querying(StoreCore):
                     table = info.table
                     where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name,
                                            conn=conn)
+                    _warn_about(flt, info, field)
                     query = select_rows(info).where(where).order_by(table.c.seq)
                     if limit is not None:
                         query = query.limit(limit)
@@ -81,6 +83,12 @@ class Querying(StoreCore):
             info = self.info(conn, vf_id, lock=not dry_run)
             table = info.table
             where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name, conn=conn)
+            _warn_about(flt, info, field)
             if dry_run:
                 return conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar_one()
             return conn.execute(sa.delete(table).where(where)).rowcount
+
+
+def _warn_about(flt: Mapping[str, Any], info: VirtualFileInfo, field: str) -> None:
+    for message in filter_warnings(flt, list(info.names), field):
+        warn(message)
