@@ -109,8 +109,8 @@ def _platform_files(env: Env) -> Recipe:
 
 
 def _virtual_files(env: Env) -> Recipe:
-    from connector_ops.resources.virtual_files.engines import database_url_problem
     from connector_ops.resources.virtual_files.store import VirtualFileStore
+    from connector_ops.resources.virtual_files.urls import database_url_problem
 
     url = env.get("CONNECTOR_OPS_DATABASE_URL")
     problem = database_url_problem(url) if url is not None else None

@@ -236,16 +236,18 @@ def test_dagster_dev_serves_our_jobs_from_a_folder_with_its_own_pipelines(user_f
                             start_new_session=True)
     try:
         query = "{ repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } } } } }"
-        deadline, jobs = time.monotonic() + 150, set()
+        deadline, jobs, answer = time.monotonic() + 150, set(), None
         while time.monotonic() < deadline and "sales_report" not in jobs:
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else "dagster dev exited"
             try:
                 answer = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": query}, timeout=10).json()
                 nodes = answer["data"]["repositoriesOrError"].get("nodes", [])
                 jobs = {job["name"] for node in nodes for job in node["jobs"]}
-            except (httpx.HTTPError, KeyError, TypeError, ValueError):
+            except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+                answer = answer if answer is not None else repr(exc)
+            if "sales_report" not in jobs:
                 time.sleep(1)
-        assert "sales_report" in jobs
+        assert "sales_report" in jobs, f"last answer: {str(answer)[:2000]}"
     finally:
         os.killpg(proc.pid, 15)
         try:

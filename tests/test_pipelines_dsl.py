@@ -113,7 +113,8 @@ def test_validation_reports_every_error_with_file_line_and_step(tmp_path: Path) 
     text = "\n".join(str(p) for p in caught.value.problems)
     assert all(str(p).startswith(f"{path}:{p.line}: ") for p in caught.value.problems)
     expected = [
-        (1, None, "`name` is required"),
+        (1, None, "`name` 'bad pipeline' is not a valid job name: it contains ' ' — use letters, digits and _; "
+                  "e.g. 'bad_pipeline'"),
         (2, None, "not a valid cron string"),
         (3, None, "unknown time zone 'Mars/Olympus'"),
         (4, None, "unknown key 'colour'"),

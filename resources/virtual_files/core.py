@@ -18,8 +18,9 @@ from connector_ops.kernel.errors import NotFound
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
-from connector_ops.resources.virtual_files.engines import WRITE, database_url_problem, get_engine
+from connector_ops.resources.virtual_files.engines import WRITE, get_engine
 from connector_ops.resources.virtual_files.shapes import unique_columns
+from connector_ops.resources.virtual_files.urls import database_url_problem
 
 
 class StoreCore(Resource):

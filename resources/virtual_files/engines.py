@@ -28,23 +28,6 @@ SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
 WRITE = {"cop_write": True}
 
 
-#: the database URLs the store works with (what error messages offer)
-SUPPORTED_URLS = "sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
-_SUPPORTED_DRIVERS = frozenset({"sqlite", "sqlite+pysqlite", "postgresql", "postgres", "postgresql+psycopg"})
-
-
-def database_url_problem(url: str) -> str | None:
-    """What is wrong with ``url`` as the store's database URL, or ``None``. Never repeats the URL (it may
-    hold a password): a path (``data/x.db``) or another database (``mysql://…``) is named by its kind."""
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return f"is not a database URL (a path needs sqlite:///); use {SUPPORTED_URLS}"
-    if parsed.drivername not in _SUPPORTED_DRIVERS:
-        return f"names the database driver {parsed.drivername!r}, which is not supported; use {SUPPORTED_URLS}"
-    return None
-
-
 def normalise_url(url: str) -> str:
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):

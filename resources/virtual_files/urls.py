@@ -1,0 +1,27 @@
+"""Which database URLs the store works with, checked without importing SQLAlchemy.
+
+The check runs where settings are read (``CONNECTOR_OPS_DATABASE_URL``), also for calls that never touch
+the database (Iterate over an inline array), so it must stay cheap: SQLAlchemy's own URL grammar starts with
+``name[+driver]://``, and that is all we need to tell a path or another database from ours.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: the database URLs the store works with (what error messages offer)
+SUPPORTED_URLS = "sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
+_SUPPORTED_DRIVERS = frozenset({"sqlite", "sqlite+pysqlite", "postgresql", "postgres", "postgresql+psycopg"})
+_SCHEME = re.compile(r"^([\w+]+)://", re.ASCII)
+
+
+def database_url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as the store's database URL, or ``None``. Never repeats the URL (it may
+    hold a password): a path (``data/x.db``) or another database (``mysql://…``) is named by its kind."""
+    match = _SCHEME.match(url)
+    if match is None:
+        return f"is not a database URL (a path needs sqlite:///); use {SUPPORTED_URLS}"
+    driver = match.group(1).lower()
+    if driver not in _SUPPORTED_DRIVERS:
+        return f"names the database driver {driver!r}, which is not supported; use {SUPPORTED_URLS}"
+    return None
