@@ -225,7 +225,10 @@ def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:
         log.debug("unexpected error in %s", spec.name, exc_info=exc)
         status, message = 500, _describe_unexpected(exc)
     body = None if spec.null_error_body and status >= 500 else {"message": message}
-    return ConnectorError(status, body, action=spec.name, detail=message)
+    # only a provider's transient failure may be retried; invalid input, not found and anything nobody
+    # anticipated would fail the same way again
+    retryable = isinstance(exc, ConnectorOpsError) and exc.retryable
+    return ConnectorError(status, body, action=spec.name, detail=message, retryable=retryable)
 
 
 def _describe_unexpected(exc: BaseException) -> str:

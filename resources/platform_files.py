@@ -33,6 +33,8 @@ from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGua
 _ID = re.compile(r"^[0-9a-f]{32}$")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
+#: statuses of a remote link worth fetching again later (rate limit, the server's own failures)
+RETRYABLE_HTTP = frozenset({408, 429, 500, 502, 503, 504})
 
 
 def utc_timestamp(ts: float | None = None) -> str:
@@ -260,7 +262,8 @@ class PlatformFileStore(Resource):
                 if response.status_code == 404:
                     raise NotFound(f"platform file at {link} not found")
                 if response.status_code >= 400:
-                    raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}")
+                    raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}",
+                                        retryable=response.status_code in RETRYABLE_HTTP)
                 yield io.BufferedReader(_HttpStream(response), CHUNK)
                 return
             finally:

@@ -70,10 +70,18 @@ def test_wired_job_runs_on_both_databases(resources, files):
     assert result.output_for_node("etl_clean", "result") is None
 
     push_meta = _output_metadata(result, "etl_push")
-    assert push_meta["rows"].value == 3 and "| city | n |" in push_meta["preview"].value
+    assert push_meta["dagster/row_count"].value == 3
+    assert [c.name for c in push_meta["dagster/column_schema"].schema.columns] == ["city", "n"]
+    preview = push_meta["preview"].value
+    assert [r.data for r in preview.records] == [{"city": "Paris", "n": "1"}, {"city": "Rome", "n": "2"},
+                                                 {"city": "Paris", "n": "3"}]
+    assert push_meta["bytes_in"].value == 30 and push_meta["duration_s"].value >= 0
     query_meta = _output_metadata(result, "etl_query")
     assert query_meta["count"].value == 2
-    assert _output_metadata(result, "etl_pull")["link"].value == pulled["link"]
+    pull_meta = _output_metadata(result, "etl_pull")
+    # the bytes are on this machine: a path; no file server runs in this test, so no link that leads nowhere
+    assert pull_meta["path"].value == str(files.data_path(files.local_id(pulled)))
+    assert pull_meta["size_bytes"].value == pulled["size"] and "link" not in pull_meta
 
 
 def test_wired_input_overrides_config(resources, files):

@@ -13,18 +13,26 @@ from typing import Any
 
 
 class ConnectorError(Exception):
-    """An action failed: ``status`` is the HTTP-style status, ``body`` the spec's error body."""
+    """An action failed: ``status`` is the HTTP-style status, ``body`` the spec's error body.
 
-    def __init__(self, status: int, body: Any, *, action: str | None = None, detail: str | None = None) -> None:
+    ``retryable`` says whether running the action again may succeed. It follows from *what* failed (a
+    429, a 5xx or a dropped connection at Google or Mailjet: yes; invalid input, not found: never), not
+    from ``status``: the spec answers many different failures with 500, and a Dagster ``RetryPolicy``
+    must not spend its attempts on a file that does not exist.
+    """
+
+    def __init__(self, status: int, body: Any, *, action: str | None = None, detail: str | None = None,
+                 retryable: bool = False) -> None:
         self.status = status
         self.body = body
         self.action = action
         #: what went wrong when the spec's body cannot say it (Clean answers every error with ``null``)
         self.detail = detail
+        self.retryable = retryable
         super().__init__(self.summary())
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickles (Dagster, processes) with its keyword arguments
-        return (_rebuild, (type(self), self.status, self.body, self.action, self.detail))
+        return (_rebuild, (type(self), self.status, self.body, self.action, self.detail, self.retryable))
 
     @property
     def message(self) -> str:
@@ -41,9 +49,9 @@ class ConnectorError(Exception):
 
 
 def _rebuild(cls: type[ConnectorError], status: int, body: Any, action: str | None,
-             detail: str | None) -> ConnectorError:
+             detail: str | None, retryable: bool = False) -> ConnectorError:
     error = ConnectorError.__new__(cls)
-    ConnectorError.__init__(error, status, body, action=action, detail=detail)
+    ConnectorError.__init__(error, status, body, action=action, detail=detail, retryable=retryable)
     return error
 
 
@@ -51,6 +59,8 @@ class ConnectorOpsError(Exception):
     """Base of the precise errors raised below the action layer."""
 
     status = 500
+    #: whether the same call may succeed later (a transient provider failure); see ConnectorError
+    retryable = False
 
 
 def field_path(parts: Iterable[str | int]) -> str:
@@ -89,10 +99,15 @@ class ActionFailed(ConnectorOpsError):
 
 
 class UpstreamError(ConnectorOpsError):
-    """A remote service answered with an error; ``status`` is the status to report."""
+    """A remote service answered with an error; ``status`` is the status to report.
 
-    def __init__(self, message: str, status: int = 500) -> None:
+    ``retryable``: the service was unreachable, rate-limited us or failed on its side (429, 5xx, a
+    dropped connection before the request was delivered), so the same call may succeed later.
+    """
+
+    def __init__(self, message: str, status: int = 500, *, retryable: bool = False) -> None:
         self.status = status
+        self.retryable = retryable
         super().__init__(message)
 
 

@@ -5,12 +5,15 @@
   has the field) override the config when wired; ``fields`` (a dict of input fields computed upstream,
   e.g. by a pipeline step's reference resolver) overrides the config; ``after`` (Nothing) orders steps;
 * outputs: one per output field, snake_case; a bare output (``"ok"``, ``null``, ``{}``) is ``result``;
-* metadata: row counts, a Markdown preview of the first rows, links;
-* failure: ``dagster.Failure`` whose metadata carries the spec's status and body.
+* metadata: Dagster's standard keys (see :mod:`connector_ops.ops.metadata`), durations, byte counts;
+* failure: ``dagster.Failure`` whose metadata carries the spec's status and body; a ``RetryPolicy``
+  retries it only when the error is ``retryable`` (a provider's 429/5xx/connection failure);
+* pools: Drive ops run in the pool ``google_drive``, the mail op in ``mailjet`` (:data:`POOLS`).
 """
 
 from __future__ import annotations
 
+import time
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -23,9 +26,12 @@ from pydantic.alias_generators import to_snake
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
+from connector_ops.ops.metadata import output_metadata, run_metadata
 from connector_ops.registry import ActionSpec, get_action, run_action
 
-PREVIEW_ROWS = 5
+#: Dagster pools (concurrency limits set with ``dagster instance concurrency set``, or the instance's
+#: ``concurrency.pools`` settings) by connector: runs at once share a provider's rate limit
+POOLS = {"drive": "google_drive", "mail": "mailjet"}
 _SCALARS = {str: str, int: int, float: float, bool: bool}
 
 
@@ -68,50 +74,13 @@ def output_names(spec: ActionSpec) -> dict[str, str]:
     return {f: to_snake(f) for f in spec.output_fields} or {"": "result"}
 
 
-def markdown_table(rows: list[Mapping[str, Any]], limit: int = PREVIEW_ROWS) -> str:
-    rows = [r for r in rows[:limit] if isinstance(r, Mapping)]
-    if not rows:
-        return "_no rows_"
-    columns = list(dict.fromkeys(k for r in rows for k in r))
-
-    def cell(value: Any) -> str:
-        text = "" if value is None else str(value)
-        text = text.replace("|", "\\|").replace("\n", " ")
-        return text if len(text) <= 60 else text[:57] + "..."
-
-    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def output_metadata(field: str, value: Any, resources: Mapping[str, Any]) -> dict[str, Any]:
-    """What the UI shows next to an output: counts, previews, links."""
-    meta: dict[str, Any] = {}
-    if field in ("virtualFileId", "rejectionFileId") and isinstance(value, str):
-        store = resources.get("virtual_files")
-        if store is not None:
-            count, columns, first = store.summary(value, PREVIEW_ROWS)
-            meta["rows"] = dg.MetadataValue.int(count)
-            meta["columns"] = dg.MetadataValue.text(", ".join(columns))
-            meta["preview"] = dg.MetadataValue.md(markdown_table(first))
-    elif isinstance(value, dict) and "link" in value:
-        meta["name"] = dg.MetadataValue.text(str(value.get("name")))
-        meta["size"] = dg.MetadataValue.int(int(value.get("size") or 0))
-        meta["link"] = dg.MetadataValue.url(str(value["link"]))
-    elif isinstance(value, list):
-        meta["count"] = dg.MetadataValue.int(len(value))
-        if value and isinstance(value[0], Mapping):
-            meta["preview"] = dg.MetadataValue.md(markdown_table(value))
-    elif isinstance(value, str) and value.startswith(("http://", "https://", "file://")):
-        meta["link"] = dg.MetadataValue.url(value)
-    return meta
-
-
 def failure(exc: ConnectorError) -> dg.Failure:
+    """The op failure of an action error: a ``RetryPolicy`` may retry it only if ``exc.retryable``."""
     return dg.Failure(
         description=exc.summary(),
-        metadata={"status": dg.MetadataValue.int(exc.status), "body": dg.MetadataValue.json(exc.body)},
-        allow_retries=exc.status >= 500,
+        metadata={"status": dg.MetadataValue.int(exc.status), "body": dg.MetadataValue.json(exc.body),
+                  "retryable": dg.MetadataValue.bool(exc.retryable)},
+        allow_retries=exc.retryable,
     )
 
 
@@ -125,7 +94,9 @@ def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
         body = user.metadata.get("body")
         description = user.description or ""
         action = description.split(" failed (", 1)[0] if " failed (" in description else None
-        return ConnectorError(int(status.value), body.value if body is not None else None, action=action)
+        retryable = user.metadata.get("retryable")
+        return ConnectorError(int(status.value), body.value if body is not None else None, action=action,
+                              retryable=bool(retryable.value) if retryable is not None else False)
     text = data.error.message.strip() if data and data.error else ""
     return ConnectorError(500, {"message": text.splitlines()[0] if text else "step failed"})
 
@@ -149,18 +120,20 @@ def build_op(name: str) -> dg.OpDefinition:
     def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
         payload = op_payload(spec, context.op_config or {}, inputs)
+        started = time.perf_counter()
         try:
             with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)), \
                     warnings_to(context.log.warning):
                 result = run_action(spec, payload, resources)
         except ConnectorError as exc:
             raise failure(exc) from None
+        call = run_metadata(payload, time.perf_counter() - started)
         if "" in outs:
-            yield dg.Output(result, "result", metadata=output_metadata("", result, resources))
+            yield dg.Output(result, "result", metadata={**output_metadata("", result, resources), **call})
             return
         for field, out_name in outs.items():
             value = result[field]
-            yield dg.Output(value, out_name, metadata=output_metadata(field, value, resources))
+            yield dg.Output(value, out_name, metadata={**output_metadata(field, value, resources), **call})
 
     ins = {
         input_name: dg.In(dg.Any, default_value=None, description=f"wired value for `{field}` (overrides config)")
@@ -183,4 +156,5 @@ def build_op(name: str) -> dg.OpDefinition:
         required_resource_keys=set(spec.resource_keys),
         description=f"{spec.summary}\n\nAction `{spec.name}`; config is its JSON input (spec field names).",
         tags={"connector": spec.connector, "action": spec.name},
+        pool=POOLS.get(spec.connector),
     )

@@ -13,7 +13,8 @@ import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.limits import MAX_BATCH_SIZE
-from connector_ops.ops.factory import failure, markdown_table
+from connector_ops.ops.factory import failure
+from connector_ops.ops.metadata import output_metadata
 from connector_ops.registry import error_for, get_action
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
@@ -69,5 +70,5 @@ def etl_batch_rows(
         rows = read_batch(virtual_files, batch)
     except Exception as exc:
         raise failure(error_for(get_action("etl.iterate"), exc)) from exc
-    context.add_output_metadata({"rows": len(rows), "preview": dg.MetadataValue.md(markdown_table(rows))})
+    context.add_output_metadata(output_metadata("", rows, {}))
     return rows

@@ -8,6 +8,7 @@ op's config (the job's default run config, editable in the launchpad). Reference
 * every other field holding a reference (nested, interpolated, ``${env…}``, ``${file:…}``,
   ``${batch…}``, ``${trigger…}``) goes into one resolver op per step (``<step>__input``) whose inputs
   are just the upstream outputs it refers to; its result feeds the action op's ``fields`` input;
+* ``retry`` becomes the step's ``RetryPolicy`` (the pipeline's ``retry`` the job's ``op_retry_policy``);
 * ``after`` wires the ``after`` (Nothing) input; ``foreach`` puts the step behind
   ``etl_iterate_batches`` (``<step>__batches``), maps it over the batches (``<step>__rows`` reads each
   batch's rows when ``${batch.rows}`` is used) and collects its outputs in ``<step>__gather``.
@@ -26,6 +27,7 @@ from connector_ops.ops.factory import output_names
 from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Pipeline, Step
+from connector_ops.pipelines.dsl.retries import retry_policy
 from connector_ops.pipelines.dsl.step_ops import (
     BATCH_INPUT,
     ROWS_INPUT,
@@ -134,7 +136,10 @@ class _Builder:
             kwargs["fields"] = self.resolver(f"{step.id}__input", step, plan.resolved, batch=batch, rows=rows)
         if step.foreach is None and step.after:
             kwargs["after"] = self.after(step)
-        result = op_def.alias(step.id)(**kwargs)
+        node = op_def.alias(step.id)
+        if step.retry is not None:
+            node = node.with_retry_policy(retry_policy(step.retry))
+        result = node(**kwargs)
         names = output_names(step.action)
         if len(names) == 1:
             return {next(iter(names)): result}
@@ -207,6 +212,7 @@ def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
         description=pipeline.description or f"Pipeline {pipeline.name} ({pipeline.file})",
         config=default_config or None,
         tags=tags,
+        op_retry_policy=retry_policy(pipeline.retry),
     )
     compiled = CompiledPipeline(pipeline=pipeline, job=job, outputs=builder.outputs)
     if pipeline.schedule:

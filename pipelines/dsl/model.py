@@ -46,6 +46,19 @@ class Trigger:
     minimum_interval_seconds: int = 30
 
 
+@dataclass(frozen=True)
+class Retry:
+    """``retry: {max_retries, delay, backoff}``: a Dagster ``RetryPolicy`` for a step or every step.
+
+    Only failures that may succeed later are retried (a provider's 429/5xx/connection error); invalid
+    input and not-found fail at once whatever ``max_retries`` says.
+    """
+
+    max_retries: int
+    delay: float | None = None  # seconds before the first retry
+    backoff: str | None = None  # "exponential" | "linear": how the delay grows
+
+
 @dataclass
 class Step:
     id: str
@@ -55,6 +68,7 @@ class Step:
     after: list[str] = field(default_factory=list)
     foreach: Foreach | None = None
     description: str | None = None
+    retry: Retry | None = None
 
 
 @dataclass
@@ -68,6 +82,7 @@ class Pipeline:
     tags: dict[str, str] = field(default_factory=dict)
     on_new_file: Trigger | None = None
     base_dir: str = "."
+    retry: Retry | None = None  # every step's, unless the step has its own
 
     def step(self, step_id: str) -> Step:
         return next(s for s in self.steps if s.id == step_id)

@@ -16,7 +16,8 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
-from connector_ops.ops.factory import failure, output_metadata
+from connector_ops.ops.factory import failure
+from connector_ops.ops.metadata import output_metadata
 from connector_ops.pipelines.dsl import references as r
 
 BATCH_INPUT, ROWS_INPUT, TRIGGER_INPUT = "batch", "batch_rows", "trigger"

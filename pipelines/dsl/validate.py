@@ -24,11 +24,12 @@ from pydantic import BaseModel, ValidationError
 from connector_ops.kernel.errors import InvalidInput, field_path
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
+from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.registry import ACTIONS, ActionSpec, load_all, problem_of
 
-TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "steps")
-STEP_KEYS = ("id", "action", "input", "after", "foreach", "description")
+TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "steps")
+STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry")
 FOREACH_KEYS = ("virtualFileId", "maxBatchSize")
 TRIGGER_KEYS = ("folderId", "minimumIntervalSeconds")
 DEFAULT_BATCH_SIZE = 1000
@@ -104,12 +105,13 @@ class _Checker:
             self.add(("tags",), "`tags` must map names to strings")
             tags = {}
         trigger = self.trigger(data.get("on_new_file"))
+        retry = parse_retry(data.get("retry"), ("retry",), self.add)
         steps = self.steps(data.get("steps"), trigger is not None)
         if self.problems:
             return None
         return Pipeline(
             name=name, steps=steps, file=self.doc.file, description=description, schedule=schedule,
-            timezone=timezone, tags=dict(tags), on_new_file=trigger, base_dir=str(self.base_dir),
+            timezone=timezone, tags=dict(tags), on_new_file=trigger, base_dir=str(self.base_dir), retry=retry,
         )
 
     def trigger(self, raw: Any) -> Trigger | None:
@@ -184,6 +186,7 @@ class _Checker:
             after = []
         foreach = self.foreach(item.get("foreach"), (*path, "foreach"), label)
         description = item.get("description")
+        retry = parse_retry(item.get("retry"), (*path, "retry"), lambda p, m: self.add(p, m, label))
         if spec is not None:
             self.check_input(spec, dict(inp), (*path, "input"), label)
         if not ok or spec is None:
@@ -191,7 +194,8 @@ class _Checker:
                 self.broken_ids.add(step_id)
             return None
         return Step(id=step_id, action=spec, input=dict(inp), line=self.doc.line(path), after=list(after),
-                    foreach=foreach, description=description if isinstance(description, str) else None)
+                    foreach=foreach, description=description if isinstance(description, str) else None,
+                    retry=retry)
 
     def action(self, name: Any, path: tuple[str | int, ...], label: str | None) -> ActionSpec | None:
         if not isinstance(name, str) or not name:

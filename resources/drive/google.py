@@ -376,7 +376,7 @@ class GoogleDriveResource(Resource):
                 response.read()
             location = response.headers.get("location")
             if not location:
-                raise UpstreamError("Google Drive did not return an upload session", status=502)
+                raise UpstreamError("Google Drive did not return an upload session", status=502, retryable=True)
             try:
                 if first is None and size is not None:
                     streaming = StreamingSender(self.http, location, content_type, reporter)
@@ -436,7 +436,8 @@ class GoogleDriveResource(Resource):
             except httpx.TransportError:
                 failures += 1
                 if not resumable or failures >= self.http.backoff.attempts:
-                    raise UpstreamError("the download was interrupted; try again", status=503) from None
+                    raise UpstreamError("the download was interrupted; try again", status=503,
+                                        retryable=True) from None
                 self.http.backoff.wait(failures)
 
     def list_folder(self, folder_id: str | None) -> list[DriveItem]:

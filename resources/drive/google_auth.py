@@ -96,7 +96,8 @@ def _refresh_error(exc: gexc.RefreshError, what: str) -> UpstreamError:
     if code == "invalid_scope":
         return SignInRequired(f"Google refused the Drive scope ({code}); {SIGN_IN_AGAIN}")
     if getattr(exc, "retryable", False):
-        return UpstreamError("the Google token endpoint is unavailable; try again later", status=503)
+        return UpstreamError("the Google token endpoint is unavailable; try again later", status=503,
+                             retryable=True)
     return SignInRequired(f"Google refused to issue an access token ({code or 'unknown error'})")
 
 
@@ -145,7 +146,8 @@ class TokenSource:
         except gexc.RefreshError as exc:
             raise _refresh_error(exc, what) from None
         except gexc.TransportError as exc:
-            raise UpstreamError(f"could not reach the Google token endpoint: {exc}", status=503) from None
+            raise UpstreamError(f"could not reach the Google token endpoint: {exc}", status=503,
+                                retryable=True) from None
         self._stale = False
 
 

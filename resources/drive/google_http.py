@@ -45,9 +45,9 @@ for _name in ("httpx", "httpcore.http11", "httpcore.http2", "httpcore.connection
 class DriveApiError(UpstreamError):
     """Drive answered with an error envelope; ``status`` is Drive's status, ``reason`` its first reason."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, retryable: bool = False) -> None:
         self.reason = reason
-        super().__init__(message, status=status)
+        super().__init__(message, status=status, retryable=retryable)
 
 
 def parse_error(response: httpx.Response, action: str) -> DriveApiError:
@@ -62,7 +62,8 @@ def parse_error(response: httpx.Response, action: str) -> DriveApiError:
     if not detail:
         detail = response.reason_phrase or "no details"
     label = f" ({reason})" if reason else ""
-    return DriveApiError(status, reason, f"Google Drive refused to {action}: {status}{label} {detail}".strip())
+    return DriveApiError(status, reason, f"Google Drive refused to {action}: {status}{label} {detail}".strip(),
+                         retryable=is_retryable(response))
 
 
 def is_retryable(response: httpx.Response) -> bool:
@@ -116,8 +117,9 @@ class DriveHttp:
                     self.backoff.wait(attempt)
                     attempt += 1
                     continue
+                # sent but unanswered: repeating a call that is not idempotent could do it twice
                 raise UpstreamError(f"Google Drive could not be reached at {host_of(request.url)} to {action}: "
-                                    f"{type(exc).__name__}", status=503) from None
+                                    f"{type(exc).__name__}", status=503, retryable=idempotent or never_sent) from None
             try:
                 if response.status_code == 401 and not refreshed:
                     response.close()
@@ -136,7 +138,9 @@ class DriveHttp:
                     attempt += 1
                     continue
                 response.read()
-                raise parse_error(response, action)
+                error = parse_error(response, action)
+                error.retryable = error.retryable and (idempotent or refused)  # a 5xx may have done the work
+                raise error
             finally:
                 response.close()
 

@@ -177,7 +177,7 @@ class _SessionSender:
     def _wait_or_give_up(self, response: httpx.Response | None = None) -> None:
         """Back off before the next try; give up once the attempts are spent."""
         if self.failures + 1 >= self.http.backoff.attempts:
-            raise UpstreamError("the resumable upload kept failing; giving up", status=503)
+            raise UpstreamError("the resumable upload kept failing; giving up", status=503, retryable=True)
         self.http.backoff.wait(self.failures, response)
         self.failures += 1
 

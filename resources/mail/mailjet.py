@@ -96,7 +96,8 @@ class MailjetResource(MailResource):
             try:
                 response = client.post("/v3.1/send", content=_body_chunks(body), headers=headers)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                raise UpstreamError(f"cannot reach Mailjet at {self.api_url}: {type(exc).__name__}: {exc}") from None
+                raise UpstreamError(f"cannot reach Mailjet at {self.api_url}: {type(exc).__name__}: {exc}",
+                                    retryable=True) from None
             except httpx.TimeoutException:
                 raise UpstreamError(
                     f"Mailjet did not answer within {self.timeout_s:g} s; the message may have been sent, "
@@ -112,7 +113,7 @@ class MailjetResource(MailResource):
                 return outcome
             if not outcome.retryable or attempt == self.max_attempts:
                 suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
-                raise UpstreamError(outcome.message + suffix)
+                raise UpstreamError(outcome.message + suffix, retryable=outcome.retryable)
             Backoff(self.backoff_s, self.max_wait_s, self.max_attempts, self.max_wait_s).wait(attempt - 1, response)
         raise AssertionError("unreachable: the loop returns or raises")
 

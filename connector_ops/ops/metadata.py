@@ -1,0 +1,119 @@
+"""What the Dagster UI shows next to an action's output, in Dagster's own vocabulary.
+
+* a virtual file: ``dagster/row_count``, ``dagster/column_schema`` (a ``TableSchema``; stored cells are
+  text, so every column is ``string``) and ``preview`` (a ``MetadataValue.table`` of the first rows);
+  the UI's asset and run views read the two ``dagster/`` keys (row-count charts, the columns tab);
+* a platform file: ``path`` (``MetadataValue.path``) when its bytes are on this machine, ``link`` (a URL)
+  only when it can be opened: a remote link, or ours while the file server answers; ``size_bytes``;
+* a list of rows: ``count`` and a ``preview`` table;
+* every output: ``duration_s`` (the action's wall time); transfers also ``bytes_in`` (what was read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+import httpx
+
+from connector_ops.kernel.errors import NotFound
+
+PREVIEW_ROWS = 5
+_CELL_LIMIT = 200
+_PROBE_TIMEOUT_S = 0.5
+
+
+def column_schema(columns: list[str]) -> dg.TableSchema:
+    """Virtual-file cells are stored as text: every column is a ``string`` column."""
+    return dg.TableSchema(columns=[dg.TableColumn(name, "string") for name in columns])
+
+
+def _cell(value: Any) -> str | int | float | bool | None:
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= _CELL_LIMIT else text[: _CELL_LIMIT - 1] + "…"
+
+
+def table_preview(rows: list[Mapping[str, Any]], columns: list[str] | None = None,
+                  limit: int = PREVIEW_ROWS) -> dg.MetadataValue:
+    """A ``MetadataValue.table`` of the first ``limit`` rows (every row gets every column)."""
+    picked = [r for r in rows[:limit] if isinstance(r, Mapping)]
+    names = columns or list(dict.fromkeys(k for r in picked for k in r))
+    records = [dg.TableRecord({name: _cell(r.get(name)) for name in names}) for r in picked]
+    return dg.MetadataValue.table(records, schema=column_schema(names))
+
+
+def virtual_file_metadata(store: Any, vf_id: str) -> dict[str, Any]:
+    """Row count, schema and preview of a virtual file, read in one snapshot."""
+    count, columns, first = store.summary(vf_id, PREVIEW_ROWS)
+    return {
+        "dagster/row_count": dg.MetadataValue.int(count),
+        "dagster/column_schema": column_schema(columns),
+        "preview": table_preview(first, columns),
+    }
+
+
+@functools.lru_cache(maxsize=8)
+def _server_answers(base_url: str) -> bool:
+    """Whether the platform file server at ``base_url`` answers ``/health`` (asked once per process and
+    URL: a link in the UI that leads nowhere is worse than none)."""
+    try:
+        return httpx.get(base_url.rstrip("/") + "/health", timeout=_PROBE_TIMEOUT_S).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def platform_file_metadata(value: Mapping[str, Any], files: Any) -> dict[str, Any]:
+    """Name, size, a local path when the bytes are here, and a link only where it can be opened."""
+    meta: dict[str, Any] = {"name": dg.MetadataValue.text(str(value.get("name")))}
+    if value.get("size") is not None:
+        meta["size_bytes"] = dg.MetadataValue.int(int(value["size"]))
+    link = str(value.get("link") or "")
+    local = files.local_id(value) if files is not None and link else None
+    if local is not None:
+        with contextlib.suppress(NotFound):  # removed meanwhile: the other metadata still holds
+            meta["path"] = dg.MetadataValue.path(str(files.data_path(local)))
+        if _server_answers(files.file_server_url):
+            meta["link"] = dg.MetadataValue.url(link)
+    elif link.startswith(("http://", "https://")):
+        meta["link"] = dg.MetadataValue.url(link)
+    return meta
+
+
+def output_metadata(field: str, value: Any, resources: Mapping[str, Any]) -> dict[str, Any]:
+    """What the UI shows next to one output value."""
+    if field in ("virtualFileId", "rejectionFileId") and isinstance(value, str):
+        store = resources.get("virtual_files")
+        return virtual_file_metadata(store, value) if store is not None else {}
+    if isinstance(value, Mapping) and "link" in value:
+        return platform_file_metadata(value, resources.get("platform_files"))
+    if isinstance(value, list):
+        meta: dict[str, Any] = {"count": dg.MetadataValue.int(len(value))}
+        if value and isinstance(value[0], Mapping):
+            meta["preview"] = table_preview(value)
+        return meta
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        return {"link": dg.MetadataValue.url(value)}
+    return {}
+
+
+def bytes_in(payload: Mapping[str, Any]) -> int | None:
+    """The size of the platform file(s) an action read (Push, Upload, mail attachments), when known."""
+    files = [payload.get("platformFile")]
+    files += [a.get("platformFile") for a in payload.get("attachments") or [] if isinstance(a, Mapping)]
+    sizes = [f.get("size") for f in files if isinstance(f, Mapping)]
+    known = [int(s) for s in sizes if isinstance(s, int)]
+    return sum(known) if known else None
+
+
+def run_metadata(payload: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+    """Metadata of the call itself, added to each of its outputs: duration and bytes read."""
+    meta: dict[str, Any] = {"duration_s": dg.MetadataValue.float(round(seconds, 3))}
+    read = bytes_in(payload)
+    if read is not None:
+        meta["bytes_in"] = dg.MetadataValue.int(read)
+    return meta

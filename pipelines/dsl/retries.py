@@ -1,0 +1,65 @@
+"""``retry:`` in a pipeline file (per step, or for every step at the top level) and its ``RetryPolicy``.
+
+    retry: {max_retries: 3, delay: 2, backoff: exponential}
+
+``max_retries`` (whole number, 0–100), ``delay`` (seconds before the first retry, optional) and
+``backoff`` (``exponential`` or ``linear``, optional; needs ``delay``). A step's own ``retry`` replaces
+the pipeline's. Dagster retries a failed step only when the failure allows it, and action failures allow
+it only when they are transient (see ``ConnectorError.retryable``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+
+from connector_ops.pipelines.dsl.model import Retry
+
+RETRY_KEYS = ("max_retries", "delay", "backoff")
+BACKOFFS = {"exponential": dg.Backoff.EXPONENTIAL, "linear": dg.Backoff.LINEAR}
+MAX_RETRIES = 100
+
+Report = Callable[[Sequence[str | int], str], None]
+
+
+def parse_retry(raw: Any, path: tuple[str | int, ...], report: Report) -> Retry | None:
+    """The ``retry`` mapping at ``path``, or ``None`` (absent or wrong; ``report`` gets every problem)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        report(path, "`retry` must be a mapping: {max_retries: N, delay: seconds, backoff: exponential|linear}")
+        return None
+    ok = True
+    for key in raw:
+        if key not in RETRY_KEYS:
+            report((*path, key), f"unknown key {key!r} in retry; allowed: {', '.join(RETRY_KEYS)}")
+            ok = False
+    count = raw.get("max_retries")
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_RETRIES:
+        report((*path, "max_retries"), f"`max_retries` is required: a whole number from 0 to {MAX_RETRIES}")
+        ok = False
+    delay = raw.get("delay")
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0):
+        report((*path, "delay"), "`delay` must be a number of seconds, 0 or more")
+        ok = False
+    backoff = raw.get("backoff")
+    if backoff is not None:
+        if backoff not in BACKOFFS:
+            report((*path, "backoff"), f"`backoff` must be one of {', '.join(BACKOFFS)}, got {backoff!r}")
+            ok = False
+        elif delay is None:
+            report((*path, "backoff"), "`backoff` needs `delay` (the first wait it grows from)")
+            ok = False
+    if not ok:
+        return None
+    return Retry(max_retries=count, delay=float(delay) if delay is not None else None, backoff=backoff)
+
+
+def retry_policy(retry: Retry | None) -> dg.RetryPolicy | None:
+    """Dagster's policy for a parsed ``retry`` (``None`` when there is none)."""
+    if retry is None:
+        return None
+    return dg.RetryPolicy(max_retries=retry.max_retries, delay=retry.delay,
+                          backoff=BACKOFFS[retry.backoff] if retry.backoff else None)
