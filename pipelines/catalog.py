@@ -34,6 +34,7 @@ def load_catalog(environ: dict[str, str] | None = None) -> list[CompiledPipeline
     problems: list[Problem] = []
     compiled: list[CompiledPipeline] = []
     names: dict[str, str] = {}
+    assets: dict[str, str] = {}  # asset key -> the step that makes it: one maker per asset
     for path in pipeline_files(environ):
         try:
             pipeline = load_pipeline(path)
@@ -45,6 +46,14 @@ def load_catalog(environ: dict[str, str] | None = None) -> list[CompiledPipeline
             problems.append(Problem(str(path), 1, used))
             continue
         names[pipeline.name] = str(path)
+        for step in pipeline.steps:
+            if step.asset is None:
+                continue
+            key = "/".join(step.asset.key)
+            if key in assets:
+                problems.append(Problem(str(path), step.line, f"asset {key!r} is already made by {assets[key]}",
+                                        step.id))
+            assets[key] = f"{path} (step {step.id})"
         compiled.append(compile_pipeline(pipeline))
     if problems:
         raise PipelineError(problems)

@@ -37,6 +37,7 @@ def build_definitions() -> dg.Definitions:
     pipelines = load_catalog()
     return dg.Definitions(
         jobs=[first_etl, *(p.job for p in pipelines)],
+        assets=[spec for p in pipelines for spec in p.assets],
         schedules=[p.schedule for p in pipelines if p.schedule is not None],
         sensors=[p.sensor for p in pipelines if p.sensor is not None],
         resources=dagster_resources(),

@@ -25,6 +25,11 @@ LAUNCH = """mutation($params: ExecutionParams!) { launchRun(executionParams: $pa
   __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
   ... on RunConfigValidationInvalid { errors { message } } } }"""
 STATUS = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
+ASSETS = """{ assetNodes { assetKey { path } dependencyKeys { path } groupName jobNames } }"""
+MATERIALIZED = """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) { ... on Asset {
+  assetMaterializations(limit: 1) { runId metadataEntries { label
+    ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } ... on PathMetadataEntry { path }
+    ... on TableSchemaMetadataEntry { schema { columns { name } } } } } } } }"""
 DONE = {"SUCCESS", "FAILURE", "CANCELED"}
 
 
@@ -99,6 +104,23 @@ def test_launch_sales_report_through_the_webserver(webserver: str, env: dict[str
             break
         time.sleep(1)
     assert status == "SUCCESS"
+
+    # the asset graph the UI draws: the demo's assets, lineage through steps that are not assets
+    nodes = {"/".join(n["assetKey"]["path"]): n for n in graphql(webserver, ASSETS)["assetNodes"]}
+    deps = {key: {"/".join(d["path"]) for d in n["dependencyKeys"]} for key, n in nodes.items()
+            if key.startswith("sales/")}
+    assert deps == {"sales/orders": set(), "sales/customers": set(), "sales/valid_orders": {"sales/orders"},
+                    "sales/report_csv": {"sales/valid_orders", "sales/customers"}}
+    assert {nodes[k]["groupName"] for k in deps} == {"sales_report"}
+    # each materialised by the run, with Dagster's standard metadata
+    found = graphql(webserver, MATERIALIZED, {"key": {"path": ["sales", "orders"]}})["assetOrError"]
+    (materialization,) = found["assetMaterializations"]
+    entries = {e["label"]: e for e in materialization["metadataEntries"]}
+    assert materialization["runId"] == run_id and entries["dagster/row_count"]["intValue"] == 204
+    assert "order_id" in {c["name"] for c in entries["dagster/column_schema"]["schema"]["columns"]}
+    report = graphql(webserver, MATERIALIZED, {"key": {"path": ["sales", "report_csv"]}})["assetOrError"]
+    (materialization,) = report["assetMaterializations"]
+    assert Path({e["label"]: e for e in materialization["metadataEntries"]}["path"]["path"]).is_file()
 
     resources = resources_for(environ=env)
     outbox = Path(resources["mail"].outbox_dir)

@@ -26,7 +26,7 @@ from pydantic.alias_generators import to_snake
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
-from connector_ops.ops.metadata import output_metadata, run_metadata
+from connector_ops.ops.metadata import materialization_metadata, output_metadata, run_metadata
 from connector_ops.registry import ActionSpec, get_action, run_action
 
 #: Dagster pools (concurrency limits set with ``dagster instance concurrency set``, or the instance's
@@ -112,8 +112,13 @@ def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str,
     return payload
 
 
-def build_op(name: str) -> dg.OpDefinition:
-    spec = get_action(name)
+def build_op(action: str, *, name: str | None = None,
+             assets: Mapping[str, dg.AssetKey] | None = None) -> dg.OpDefinition:
+    """The op of ``action`` (named ``<connector>_<action>`` unless ``name`` says otherwise). ``assets``
+    maps output fields to asset keys: after such an output the op records a materialisation of the
+    asset with the output's metadata and where the data is (a YAML step's ``asset:``)."""
+    spec = get_action(action)
+    assets = dict(assets or {})
     wirable = spec.wirable_inputs
     outs = output_names(spec)
 
@@ -134,6 +139,9 @@ def build_op(name: str) -> dg.OpDefinition:
         for field, out_name in outs.items():
             value = result[field]
             yield dg.Output(value, out_name, metadata={**output_metadata(field, value, resources), **call})
+            if field in assets:
+                yield dg.AssetMaterialization(assets[field], metadata={
+                    **materialization_metadata(field, value, resources), **call})
 
     ins = {
         input_name: dg.In(dg.Any, default_value=None, description=f"wired value for `{field}` (overrides config)")
@@ -145,7 +153,7 @@ def build_op(name: str) -> dg.OpDefinition:
     )
     ins["after"] = dg.In(dg.Nothing, description="run after these steps (ordering only)")
     return dg.OpDefinition(
-        name=spec.op_name,
+        name=name or spec.op_name,
         compute_fn=compute,
         ins=ins,
         outs={out_name: dg.Out(dg.Any, description=f"`{field}` of the output" if field else "the output")

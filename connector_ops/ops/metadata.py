@@ -117,3 +117,13 @@ def run_metadata(payload: Mapping[str, Any], seconds: float) -> dict[str, Any]:
     if read is not None:
         meta["bytes_in"] = dg.MetadataValue.int(read)
     return meta
+
+
+#: metadata key of an asset materialisation saying where its data is, by output field
+LOCATION_KEYS = {"virtualFileId": "virtual_file_id", "validated": "virtual_file_id", "platformFile": "platform_file"}
+
+
+def materialization_metadata(field: str, value: Any, resources: Mapping[str, Any]) -> dict[str, Any]:
+    """An asset materialisation's metadata: the output's standard metadata plus where the data is."""
+    location = dg.MetadataValue.json(dict(value)) if isinstance(value, Mapping) else dg.MetadataValue.text(str(value))
+    return {**output_metadata(field, value, resources), LOCATION_KEYS[field]: location}

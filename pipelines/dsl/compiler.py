@@ -9,6 +9,8 @@ op's config (the job's default run config, editable in the launchpad). Reference
   ``${batch…}``, ``${trigger…}``) goes into one resolver op per step (``<step>__input``) whose inputs
   are just the upstream outputs it refers to; its result feeds the action op's ``fields`` input;
 * ``retry`` becomes the step's ``RetryPolicy`` (the pipeline's ``retry`` the job's ``op_retry_policy``);
+* ``asset`` gives the step its own op (``<pipeline>__<step>``) that records a materialisation of the
+  asset after its output, and the pipeline an ``AssetSpec`` with lineage (:mod:`.assets`);
 * ``after`` wires the ``after`` (Nothing) input; ``foreach`` puts the step behind
   ``etl_iterate_batches`` (``<step>__batches``), maps it over the batches (``<step>__rows`` reads each
   batch's rows when ``${batch.rows}`` is used) and collects its outputs in ``<step>__gather``.
@@ -23,9 +25,10 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.ops import all_ops
-from connector_ops.ops.factory import output_names
+from connector_ops.ops.factory import build_op, output_names
 from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.pipelines.dsl import references as r
+from connector_ops.pipelines.dsl.assets import asset_specs
 from connector_ops.pipelines.dsl.model import Pipeline, Step
 from connector_ops.pipelines.dsl.retries import retry_policy
 from connector_ops.pipelines.dsl.step_ops import (
@@ -50,6 +53,8 @@ class CompiledPipeline:
     outputs: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
     schedule: dg.ScheduleDefinition | None = None
     sensor: dg.SensorDefinition | None = None
+    #: the assets its ``asset:`` steps materialise (declared in the Definitions, with lineage)
+    assets: list[dg.AssetSpec] = field(default_factory=list)
 
 
 @dataclass
@@ -127,6 +132,9 @@ class _Builder:
 
     def call_action(self, step: Step, plan: _Plan, *, batch: Any = None) -> Handles:
         op_def = self.ops[step.action.op_name]
+        if step.asset is not None:  # its own op: the one that records the materialisation
+            op_def = build_op(step.action.name, name=self.op_name(step.id),
+                              assets={step.asset.field: dg.AssetKey(list(step.asset.key))})
         kwargs: dict[str, Any] = {name: self.handles[ref.root][ref.path[0]] for name, ref in plan.wired.items()}
         if plan.resolved:
             rows = None
@@ -214,7 +222,7 @@ def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
         tags=tags,
         op_retry_policy=retry_policy(pipeline.retry),
     )
-    compiled = CompiledPipeline(pipeline=pipeline, job=job, outputs=builder.outputs)
+    compiled = CompiledPipeline(pipeline=pipeline, job=job, outputs=builder.outputs, assets=asset_specs(pipeline))
     if pipeline.schedule:
         compiled.schedule = dg.ScheduleDefinition(
             name=f"{pipeline.name}_schedule", job=job, cron_schedule=pipeline.schedule,

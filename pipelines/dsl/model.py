@@ -59,6 +59,17 @@ class Retry:
     backoff: str | None = None  # "exponential" | "linear": how the delay grows
 
 
+@dataclass(frozen=True)
+class Asset:
+    """``asset: <key>`` on a step: its output ``field`` (a virtual file or platform file) is that asset."""
+
+    key: tuple[str, ...]
+    field: str  # the output that is the asset's data
+    group: str | None = None
+    owners: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+
+
 @dataclass
 class Step:
     id: str
@@ -69,6 +80,7 @@ class Step:
     foreach: Foreach | None = None
     description: str | None = None
     retry: Retry | None = None
+    asset: Asset | None = None
 
 
 @dataclass
