@@ -74,13 +74,25 @@ def check_outputs(output: Any, resources: dict[str, Any]) -> None:
 
 
 def test_sales_report_in_process(env: dict[str, str]) -> None:
+    """Run twice on one instance: the drive folders are reused (ifExists: reuse), not doubled, and each
+    run materialises the demo's assets."""
     from connector_ops.pipelines.definitions import build_definitions
+    from connector_ops.session import invoke
 
     resources = resources_for(environ=env)
     job = build_definitions().get_job_def("sales_report")
-    result = job.execute_in_process(resources=resources)
+    instance = dg.DagsterInstance.ephemeral()
+    result = job.execute_in_process(resources=resources, instance=instance)
     assert result.success
     check_outputs(result.output_for_node, resources)
+    again = job.execute_in_process(resources=resources, instance=instance)
+    assert again.success
+    assert again.output_for_node("inbox", "folder_id") == result.output_for_node("inbox", "folder_id")
+    root = invoke("drive.list", {}, resources)["content"]
+    assert sorted(i["name"] for i in root if i["type"] == "folder") == ["sales-inbox", "sales-reports"]
+    for key in (["sales", "orders"], ["sales", "customers"], ["sales", "valid_orders"], ["sales", "report_csv"]):
+        records = instance.fetch_materializations(dg.AssetKey(key), limit=10).records
+        assert len(records) == 2
 
 
 #: the outputs check_outputs reads, as (node, output)

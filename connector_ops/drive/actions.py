@@ -58,7 +58,18 @@ def copy_file(inp: m.CopyFileInput, drive: DriveBackend) -> m.CopyFileOutput:
 
 @action("drive.create_folder", m.CreateFolderInput, m.FolderIdOutput, resources=DRIVE, not_found_status=404)
 def create_folder(inp: m.CreateFolderInput, drive: DriveBackend) -> m.FolderIdOutput:
-    """Create a folder in a folder or the root; returns the new folder's id."""
+    """Create a folder in a folder or the root; returns the new folder's id.
+
+    ``ifExists`` (an extension; default ``create`` as the spec) looks for a folder of that name in the
+    parent first: ``reuse`` returns the first such folder listed, so a pipeline run again finds the folder
+    it made instead of adding a twin; ``error`` refuses with a 400.
+    """
+    if inp.if_exists != "create":
+        same = [item for item in drive.list_folder(inp.folder_id) if item.type == "folder" and item.name == inp.name]
+        if same and inp.if_exists == "reuse":
+            return m.FolderIdOutput(folder_id=same[0].id)
+        if same:
+            raise InvalidInput("name", f"a folder named {inp.name!r} already exists there (ifExists: error)")
     return m.FolderIdOutput(folder_id=drive.create_folder(inp.name, inp.folder_id))
 
 

@@ -110,6 +110,10 @@ class CopyFileOutput(SpecModel):
 class CreateFolderInput(SpecModel):
     folder_id: str | None = None
     name: Name
+    if_exists: Literal["create", "reuse", "error"] = Field(
+        default="create",
+        description="extension: a folder of that name already in the parent folder is created again "
+                    "(the spec's behaviour), reused (its id returned; re-runs converge), or an error (400)")
 
     _check_name = field_validator("name")(_name)
     _check_folder = field_validator("folder_id")(_optional_id)

@@ -211,3 +211,25 @@ def test_download_native_document_and_folders(drive: Drive) -> None:
     with pytest.raises(ConnectorError) as err:
         drive.run("drive.download_file", {"fileId": "missing"})
     assert err.value.status == 404
+
+
+def test_create_folder_if_exists_create_reuse_error(drive: Drive) -> None:
+    """The ifExists extension: create (the spec's default) adds a twin, reuse converges, error refuses."""
+    parent = drive.run("drive.create_folder", {"name": "Runs"})["folderId"]
+    first = drive.run("drive.create_folder", {"name": "inbox", "folderId": parent})["folderId"]
+    drive.run("drive.create_file", {"name": "inbox", "folderId": parent, "type": "document"})  # a file: no match
+    assert drive.run("drive.create_folder", {"name": "inbox", "folderId": parent, "ifExists": "reuse"}) == \
+        {"folderId": first}
+    assert drive.run("drive.create_folder", {"name": "inbox", "folderId": parent, "ifExists": "reuse"}) == \
+        {"folderId": first}
+    with pytest.raises(ConnectorError) as refused:
+        drive.run("drive.create_folder", {"name": "inbox", "folderId": parent, "ifExists": "error"})
+    assert refused.value.status == 400 and "a folder named 'inbox' already exists" in refused.value.message
+    fresh = drive.run("drive.create_folder", {"name": "outbox", "folderId": parent, "ifExists": "error"})["folderId"]
+    twin = drive.run("drive.create_folder", {"name": "inbox", "folderId": parent})["folderId"]  # default: create
+    assert twin != first and fresh not in (first, twin)
+    listed = drive.run("drive.list", {"folderId": parent})["content"]
+    assert sum(i["name"] == "inbox" and i["type"] == "folder" for i in listed) == 2
+    with pytest.raises(ConnectorError) as bad:
+        drive.run("drive.create_folder", {"name": "x", "ifExists": "sometimes"})
+    assert bad.value.status == 400 and "ifExists" in bad.value.message
