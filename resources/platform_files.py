@@ -254,7 +254,7 @@ class PlatformFileStore(Resource):
                 response = client.send(request, stream=True)
             except httpx.TransportError as exc:  # name the host the user wrote, not the pinned address
                 raise UpstreamError(f"fetching {link} failed: cannot reach {host_of(url)} "
-                                    f"({type(exc).__name__}: {exc})") from None
+                                    f"({type(exc).__name__}: {exc})", retryable=True) from None  # a GET: safe
             try:
                 if response.is_redirect and response.headers.get("location"):
                     came_from, url = url, urljoin(url, response.headers["location"])
