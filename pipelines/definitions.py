@@ -13,6 +13,7 @@ import dagster as dg
 from connector_ops.ops import etl_pull, etl_push, etl_query
 from connector_ops.ops.resources import dagster_resources
 from connector_ops.pipelines.catalog import load_catalog
+from connector_ops.pipelines.executors import job_executor
 from connector_ops.pipelines.samples import sample_file
 
 
@@ -41,6 +42,7 @@ def build_definitions() -> dg.Definitions:
         schedules=[p.schedule for p in pipelines if p.schedule is not None],
         sensors=[p.sensor for p in pipelines if p.sensor is not None],
         resources=dagster_resources(),
+        executor=job_executor(),  # CONNECTOR_OPS_EXECUTOR: in_process (default), multiprocess, celery
     )
 
 

@@ -1,0 +1,215 @@
+"""The deployment of docs/deployment.md, run for real on loopback: deploy/dagster.yaml as shipped (PostgreSQL
+storage, queued runs, at most 4 at a time), code servers, dagster-webserver and dagster-daemon; runs launched
+through GraphQL as the UI's launchpad does, schedules and sensors ticked by the daemon, steps on two Celery
+workers over Redis.
+
+Three code locations load the same module with different environments (each its own ``CONNECTOR_OPS_HOME``):
+``connector_ops`` (the defaults: in-process executor, virtual files on PostgreSQL), ``on_sqlite`` (virtual files
+on SQLite) and ``on_celery`` (``CONNECTOR_OPS_EXECUTOR=celery``; the workers share its environment).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deployment import (
+    BIN,
+    Deployment,
+    Process,
+    create_database,
+    deployment,
+    graphql,
+    missing,
+    redis_server,
+    wait_for,
+)
+from tests.servers import free_port
+from tests.test_pipelines_sales_report import INVALID_ROWS, SALES_ROWS, TEST_ROWS
+
+pytestmark = pytest.mark.postgres
+REPORT_ROWS = SALES_ROWS - INVALID_ROWS - TEST_ROWS
+EVERY_MINUTE = """name: minutely
+description: A schedule the daemon ticks within a minute
+schedule: "* * * * *"
+steps:
+  - id: load
+    action: etl.push
+    input:
+      platformFile: "${file:customers.csv}"
+"""
+
+
+@pytest.fixture(scope="module")
+def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """One deployment for the module: its processes take a while to start."""
+    try:
+        import dagster_celery  # noqa: F401
+        import dagster_postgres  # noqa: F401
+    except ImportError as exc:
+        missing(f"the postgres/celery extras are not installed: {exc}")
+    base = tmp_path_factory.mktemp("deployment")
+    extra_pipelines = base / "pipelines"
+    extra_pipelines.mkdir()
+    (extra_pipelines / "minutely.yaml").write_text(EVERY_MINUTE)
+    (extra_pipelines / "customers.csv").write_text("id,name\n1,Ada\n2,Grace\n")
+    pg_url, drop = create_database(postgres_url)
+    redis_port = free_port()
+    env = {  # the webserver, the daemon and the Celery workers
+        "DAGSTER_PG_URL": pg_url,
+        "DAGSTER_MAX_CONCURRENT_RUNS": "4",
+        "CONNECTOR_OPS_HOME": str(base / "home_celery"),
+        "CONNECTOR_OPS_DATABASE_URL": postgres_url,
+        "CONNECTOR_OPS_PIPELINES_DIR": str(extra_pipelines),
+        "CONNECTOR_OPS_EXECUTOR": "celery",
+        "CONNECTOR_OPS_CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "CONNECTOR_OPS_CELERY_BACKEND_URL": f"redis://127.0.0.1:{redis_port}/1",
+    }
+    locations = {
+        "connector_ops": {"CONNECTOR_OPS_EXECUTOR": "", "CONNECTOR_OPS_HOME": str(base / "home_default")},
+        "on_sqlite": {"CONNECTOR_OPS_EXECUTOR": "", "CONNECTOR_OPS_HOME": str(base / "home_sqlite"),
+                      "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{base / 'home_sqlite' / 'vf.db'}"},
+        "on_celery": {},
+    }
+    try:
+        with deployment(base, env, locations, free_port) as d:
+            d.add(redis_server(redis_port, d.logs, d.env))
+            d.homes = {name: Path(extra.get("CONNECTOR_OPS_HOME", env["CONNECTOR_OPS_HOME"]))
+                       for name, extra in locations.items()}
+            yield d
+    finally:
+        drop()
+
+
+def outbox_messages(home: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text())["Messages"][0] for p in sorted((home / "outbox").glob("*.json"))]
+
+
+def assert_report(message: dict[str, Any]) -> None:
+    """A sales_report mail: the report (header + every kept order) and the rejects attached."""
+    attachments = {a["Filename"]: base64.b64decode(a["Base64Content"]).decode() for a in message["Attachments"]}
+    assert list(attachments) == ["sales_report.csv", "rejected_sales.csv"]
+    assert len(attachments["sales_report.csv"].splitlines()) == 1 + REPORT_ROWS
+    assert len(attachments["rejected_sales.csv"].splitlines()) == 1 + INVALID_ROWS
+
+
+def run_sales_reports(d: Deployment, location: str, count: int) -> list[float]:
+    """Launch ``count`` sales_report runs at once; each must succeed and mail a correct report. Seconds each."""
+    home = d.homes[location]
+    before = len(outbox_messages(home))
+    started = time.monotonic()
+    run_ids = [d.launch("sales_report", location) for _ in range(count)]
+    seconds = []
+    for run_id in run_ids:
+        result = d.wait(run_id)
+        assert result["status"] == "SUCCESS", f"{run_id}: {result}"
+        seconds.append(time.monotonic() - started)
+    messages = outbox_messages(home)
+    assert len(messages) == before + count
+    for message in messages[before:]:
+        assert_report(message)
+    return seconds
+
+
+def test_ui_launch_with_the_default_executor(deployed: Deployment) -> None:
+    (seconds,) = run_sales_reports(deployed, "connector_ops", 1)
+    print(f"\nsales_report, default (in-process) executor, PostgreSQL instance: {seconds:.1f} s launch to SUCCESS")
+
+
+@pytest.mark.parametrize("location", ["connector_ops", "on_sqlite"])
+def test_four_concurrent_runs(deployed: Deployment, location: str) -> None:
+    seconds = run_sales_reports(deployed, location, 4)
+    print(f"\n4 concurrent sales_report runs ({location}): all done in {max(seconds):.1f} s")
+
+
+def celery_workers(d: Deployment, count: int) -> list[Process]:
+    """``count`` workers as deploy/Procfile starts them (started once per module)."""
+    existing = [p for p in d.procs if p.name.startswith("worker")]
+    if existing:
+        return existing
+    workers = [d.add(Process(f"worker{i}", [str(BIN / "celery"), "-A", "connector_ops.pipelines.celery_app", "worker",
+                                            "-Q", "dagster", "-l", "INFO", "--pool=solo", "--prefetch-multiplier=1",
+                                            "-n", f"worker{i}@%h", "--without-heartbeat", "--without-gossip",
+                                            "--without-mingle"], d.env, d.logs))
+               for i in range(1, count + 1)]
+    wait_for(lambda: all("ready." in w.log() for w in workers), "Celery workers ready", 120, workers)
+    return workers
+
+
+def steps_per_worker(d: Deployment, run_id: str) -> Counter[str]:
+    """How many steps of the run each Celery worker executed (from the run's engine events)."""
+    with d.instance() as instance:
+        return Counter(
+            event.dagster_event.engine_event_data.metadata["Celery worker"].value
+            for event in instance.all_logs(run_id)
+            if event.dagster_event and event.dagster_event.is_engine_event
+            and "Celery worker" in (event.dagster_event.engine_event_data.metadata or {}))
+
+
+def test_celery_splits_sales_report_between_two_workers(deployed: Deployment) -> None:
+    celery_workers(deployed, 2)
+    before = len(outbox_messages(deployed.homes["on_celery"]))
+    cold = run_sales_reports(deployed, "on_celery", 1)[0]
+    warm = run_sales_reports(deployed, "on_celery", 1)[0]
+    assert len(outbox_messages(deployed.homes["on_celery"])) == before + 2
+    with deployed.instance() as instance:
+        (last,) = instance.get_run_records(limit=1)
+        run_id = last.dagster_run.run_id
+    hosts = steps_per_worker(deployed, run_id)
+    assert sorted(h.split("@")[0] for h in hosts) == ["worker1", "worker2"], hosts
+    assert sum(hosts.values()) == 22, hosts
+    print(f"\nsales_report on 2 Celery workers: cold {cold:.1f} s, warm {warm:.1f} s; steps {dict(hosts)}")
+
+
+def test_celery_runs_foreach_batches_on_both_workers(deployed: Deployment) -> None:
+    celery_workers(deployed, 2)
+    run_id = deployed.launch("sales_batches", "on_celery")
+    assert deployed.wait(run_id)["status"] == "SUCCESS"
+    hosts = steps_per_worker(deployed, run_id)
+    assert len(hosts) == 2, hosts
+    with deployed.instance() as instance:
+        mapped = {e.step_key for e in instance.all_logs(run_id)
+                  if e.dagster_event and e.dagster_event.event_type_value == "STEP_SUCCESS"
+                  and e.step_key.startswith("check[")}
+    assert len(mapped) == -(-SALES_ROWS // 50), mapped  # one validate step per batch of 50 rows
+
+
+def test_daemon_ticks_a_schedule_and_a_sensor(deployed: Deployment) -> None:
+    from connector_ops.environment import resources_for
+    from connector_ops.session import invoke
+
+    start_schedule = """mutation($s: ScheduleSelector!) { startSchedule(scheduleSelector: $s) { __typename } }"""
+    start_sensor = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename } }"""
+    repo = {"repositoryLocationName": "connector_ops", "repositoryName": "__repository__"}
+    done = graphql(deployed.url, start_schedule, {"s": {**repo, "scheduleName": "minutely_schedule"}})
+    assert done["startSchedule"]["__typename"] == "ScheduleStateResult", done
+
+    home = deployed.homes["connector_ops"]
+    location_env = {"CONNECTOR_OPS_HOME": str(home),
+                    "CONNECTOR_OPS_DATABASE_URL": deployed.env["CONNECTOR_OPS_DATABASE_URL"]}
+    resources = resources_for(environ=location_env)
+    pf = resources["platform_files"].add_bytes(b"id,name\n1,Ada\n", "inbox.csv", "text/csv").to_json()
+    file_id = invoke("drive.upload_file", {"platformFile": pf}, resources)["fileId"]
+    done = graphql(deployed.url, start_sensor, {"s": {**repo, "sensorName": "drive_inbox_on_new_file"}})
+    assert done["startSensor"]["__typename"] == "Sensor", done
+
+    def runs_of(job: str) -> list[Any]:
+        with deployed.instance() as instance:
+            import dagster as dg
+
+            return instance.get_run_records(dg.RunsFilter(job_name=job))
+
+    wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("drive_inbox")),
+             "the sensor's run succeeded", 120, deployed.procs)
+    (sensor_run,) = runs_of("drive_inbox")
+    assert sensor_run.dagster_run.tags["dagster/run_key"].endswith(f"/{file_id}")
+    wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("minutely")),
+             "the schedule's run succeeded", 150, deployed.procs)
+    assert runs_of("minutely")[0].dagster_run.tags["dagster/schedule_name"] == "minutely_schedule"
