@@ -1,12 +1,14 @@
 """Find the pipeline files that become jobs: ``pipelines/*.yaml`` and ``$CONNECTOR_OPS_PIPELINES_DIR``.
 
-Every file is validated when the Definitions load; if any has problems, loading fails with all of
-them (file, line, step), so a broken pipeline is never silently missing from the UI.
+Every file is validated when the Definitions load. A broken file is reported, never silently missing, and
+never takes the other jobs down with it: :func:`read_catalog` returns the pipelines that compiled and the
+problems (file, line, step) of the others; :func:`load_catalog` is the strict form.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, Problem, compile_pipeline, load_pipeline
@@ -29,35 +31,53 @@ def pipeline_files(environ: dict[str, str] | None = None) -> list[Path]:
     return files
 
 
-def load_catalog(environ: dict[str, str] | None = None) -> list[CompiledPipeline]:
-    """Every pipeline file compiled; raises :class:`PipelineError` with the problems of all files."""
-    problems: list[Problem] = []
-    compiled: list[CompiledPipeline] = []
+@dataclass
+class Catalog:
+    """The pipelines that compiled, and the problems of the files that did not (file:line, step)."""
+
+    pipelines: list[CompiledPipeline] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
+    """Every pipeline file that compiles, and the problems of the others.
+
+    A broken file costs its own job only: the code location (and every other job, schedule and sensor) still
+    loads, and the problems are reported (the Definitions' log and ``broken_pipelines`` job, ``pipeline list``).
+    A second file using a job name already taken is a problem of that second file.
+    """
+    catalog = Catalog()
     names: dict[str, str] = {}
     assets: dict[str, str] = {}  # asset key -> the step that makes it: one maker per asset
     for path in pipeline_files(environ):
         try:
             pipeline = load_pipeline(path)
+            if pipeline.name in names:
+                used = f"job name {pipeline.name!r} is already used by {names[pipeline.name]}"
+                raise PipelineError([Problem(str(path), 1, used)])
+            taken = [Problem(str(path), step.line, f"asset {key!r} is already made by {assets[key]}", step.id)
+                     for step in pipeline.steps if step.asset is not None
+                     and (key := "/".join(step.asset.key)) in assets]
+            if taken:  # one maker per asset: the second file is the broken one
+                raise PipelineError(taken)
+            compiled = compile_pipeline(pipeline)
         except PipelineError as exc:
-            problems += exc.problems
-            continue
-        if pipeline.name in names:
-            used = f"job name {pipeline.name!r} is already used by {names[pipeline.name]}"
-            problems.append(Problem(str(path), 1, used))
+            catalog.problems += exc.problems
             continue
         names[pipeline.name] = str(path)
         for step in pipeline.steps:
-            if step.asset is None:
-                continue
-            key = "/".join(step.asset.key)
-            if key in assets:
-                problems.append(Problem(str(path), step.line, f"asset {key!r} is already made by {assets[key]}",
-                                        step.id))
-            assets[key] = f"{path} (step {step.id})"
-        compiled.append(compile_pipeline(pipeline))
-    if problems:
-        raise PipelineError(problems)
-    return compiled
+            if step.asset is not None:
+                assets["/".join(step.asset.key)] = f"{path} (step {step.id})"
+        catalog.pipelines.append(compiled)
+    return catalog
+
+
+def load_catalog(environ: dict[str, str] | None = None) -> list[CompiledPipeline]:
+    """Every pipeline file compiled; raises :class:`PipelineError` with the problems of all files."""
+    catalog = read_catalog(environ)
+    if catalog.problems:
+        raise PipelineError(catalog.problems)
+    return catalog.pipelines
 
 
 def find_pipeline(name: str, environ: dict[str, str] | None = None) -> Path | None:

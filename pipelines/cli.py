@@ -1,7 +1,7 @@
 """``connector-ops pipeline …``: validate, list and run YAML pipelines.
 
     connector-ops pipeline validate FILE [FILE …]   every problem with file:line and step, exit 1 if any
-    connector-ops pipeline list                      the pipelines the Definitions load
+    connector-ops pipeline list                      the pipelines the Definitions load (and the broken files)
     connector-ops pipeline run FILE|NAME [--set step.field=value …] [-v]
                                                      run in process, print each step's output and
                                                      where the outputs went (files, drive, outbox)
@@ -12,20 +12,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
 from connector_ops.environment import RESOURCE_KEYS
-from connector_ops.pipelines.catalog import find_pipeline, load_catalog, pipeline_files
+from connector_ops.pipelines.catalog import find_pipeline, pipeline_files, read_catalog
 from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.runner import run_compiled
 from connector_ops.session import Session
 
 
-def _print_problems(exc: PipelineError) -> None:
+def _print_problems(exc: PipelineError, stream: TextIO | None = None) -> None:
     for problem in exc.problems:
-        print(problem)
+        print(problem, file=stream or sys.stdout)
 
 
 @click.group()
@@ -55,20 +55,20 @@ def validate(files: tuple[str, ...]) -> None:
 @pipeline.command("list")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def list_pipelines(as_json: bool) -> None:
-    """List the pipelines the Definitions load."""
-    try:
-        compiled = load_catalog()
-    except PipelineError as exc:
-        _print_problems(exc)
-        raise SystemExit(1) from None
+    """List the pipelines the Definitions load; files that do not load are reported (stderr, exit 1)."""
+    catalog = read_catalog()
+    compiled = catalog.pipelines
     if as_json:
         print(_json([{"name": item.pipeline.name, "steps": len(item.pipeline.steps), "file": str(item.pipeline.file),
                       "schedule": item.pipeline.schedule} for item in compiled]))
-        return
-    for item in compiled:
-        p = item.pipeline
-        when = f"  [schedule {p.schedule}]" if p.schedule else ""
-        print(f"{p.name:28s} {len(p.steps):3d} steps  {p.file}{when}")
+    else:
+        for item in compiled:
+            p = item.pipeline
+            when = f"  [schedule {p.schedule}]" if p.schedule else ""
+            print(f"{p.name:28s} {len(p.steps):3d} steps  {p.file}{when}")
+    if catalog.problems:
+        _print_problems(PipelineError(catalog.problems), sys.stderr)
+        raise SystemExit(1)
 
 
 def resolve_target(target: str) -> Path:

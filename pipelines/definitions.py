@@ -8,13 +8,19 @@ drive-folder sensor (both stopped until turned on in the UI or with ``dagster sc
 
 from __future__ import annotations
 
+import logging
+
 import dagster as dg
 
 from connector_ops.ops import etl_pull, etl_push, etl_query
 from connector_ops.ops.resources import dagster_resources
-from connector_ops.pipelines.catalog import load_catalog
+from connector_ops.pipelines.catalog import read_catalog
+from connector_ops.pipelines.dsl import Problem
 from connector_ops.pipelines.executors import job_executor
 from connector_ops.pipelines.samples import sample_file
+
+logger = logging.getLogger(__name__)
+BROKEN_PIPELINES_JOB = "broken_pipelines"
 
 
 @dg.job(
@@ -33,11 +39,35 @@ def first_etl():
     etl_pull(virtual_file_id=vf, after=[etl_query(virtual_file_id=vf)])
 
 
+def broken_pipelines_job(problems: list[Problem]) -> dg.JobDefinition:
+    """``broken_pipelines``: how the UI shows files that did not load — its description lists the problems,
+    and a launch fails with them (so a schedule or a script that expected the job learns why)."""
+    text = "\n".join(str(problem) for problem in problems)
+
+    @dg.op(name="report_pipeline_problems")
+    def report_pipeline_problems() -> None:
+        raise dg.Failure(description=f"{len(problems)} problem(s) in pipeline files:\n{text}")
+
+    @dg.job(name=BROKEN_PIPELINES_JOB, tags={"kind": "problems"},
+            description=f"Pipeline files that did not load (fix them, then reload the code location):\n{text}")
+    def broken_pipelines() -> None:
+        report_pipeline_problems()
+
+    return broken_pipelines
+
+
 def build_definitions() -> dg.Definitions:
-    """Compile the pipeline files now (each load re-reads them, so ``dagster dev`` reloads pick up edits)."""
-    pipelines = load_catalog()
+    """Compile the pipeline files now (each load re-reads them, so ``dagster dev`` reloads pick up edits).
+
+    A broken file is logged and listed by the ``broken_pipelines`` job; every other job still loads.
+    """
+    catalog = read_catalog()
+    pipelines = catalog.pipelines
+    for problem in catalog.problems:
+        logger.error("pipeline file not loaded: %s", problem)
+    extra = [broken_pipelines_job(catalog.problems)] if catalog.problems else []
     return dg.Definitions(
-        jobs=[first_etl, *(p.job for p in pipelines)],
+        jobs=[first_etl, *(p.job for p in pipelines), *extra],
         assets=[spec for p in pipelines for spec in p.assets],
         schedules=[p.schedule for p in pipelines if p.schedule is not None],
         sensors=[p.sensor for p in pipelines if p.sensor is not None],

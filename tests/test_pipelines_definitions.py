@@ -8,8 +8,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from click.testing import CliRunner
 
 from connector_ops.environment import resources_for
+from connector_ops.pipelines.catalog import load_catalog
+from connector_ops.pipelines.cli import pipeline
 from connector_ops.pipelines.definitions import build_definitions
 from connector_ops.pipelines.dsl import PipelineError
 from connector_ops.session import invoke
@@ -74,8 +77,8 @@ def test_secrets_stay_environment_references(env: dict[str, str], monkeypatch: p
             assert not [str(path) for path, data in files if form in data]
 
 
-def test_pipelines_dir_adds_jobs_and_broken_files_fail_loudly(monkeypatch: pytest.MonkeyPatch,
-                                                              tmp_path: Path) -> None:
+def test_pipelines_dir_adds_jobs_and_broken_files_are_reported_while_the_rest_loads(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     folder = tmp_path / "more"
     folder.mkdir()
     (folder / "extra.yaml").write_text(textwrap.dedent("""
@@ -90,14 +93,32 @@ def test_pipelines_dir_adds_jobs_and_broken_files_fail_loudly(monkeypatch: pytes
     defs = build_definitions()
     assert "extra_job" in {j.name for j in defs.jobs}
     assert "extra_job_schedule" in {s.name for s in defs.schedules}
+    assert "broken_pipelines" not in {j.name for j in defs.jobs}
 
     (folder / "zz_broken.yaml").write_text("name: broken\nsteps:\n  - id: x\n    action: etl.nope\n")
     (folder / "zz_twice.yaml").write_text((folder / "extra.yaml").read_text())
-    with pytest.raises(PipelineError) as caught:
-        build_definitions()
-    text = str(caught.value)
-    assert f"{folder / 'zz_broken.yaml'}:4: step x: unknown action 'etl.nope'" in text
-    assert "job name 'extra_job' is already used by" in text
+    with caplog.at_level("ERROR", logger="connector_ops.pipelines.definitions"):
+        defs = build_definitions()
+    jobs = {j.name: j for j in defs.jobs}
+    # every other job, schedule and sensor still loads
+    assert {"extra_job", "sales_report", "drive_inbox", "first_etl"} <= set(jobs)
+    assert "broken" not in jobs
+    assert {"extra_job_schedule", "sales_report_schedule"} <= {s.name for s in defs.schedules}
+    assert "drive_inbox_on_new_file" in {s.name for s in defs.sensors}
+    broken_line = f"{folder / 'zz_broken.yaml'}:4: step x: unknown action 'etl.nope'"
+    twice = "job name 'extra_job' is already used by"
+    for text in (jobs["broken_pipelines"].description, caplog.text):  # the UI's job list, the code server's log
+        assert broken_line in text and twice in text
+    with pytest.raises(dg.Failure) as failed:  # a launch fails with the problems
+        jobs["broken_pipelines"].execute_in_process()
+    assert broken_line in failed.value.description
+    with pytest.raises(PipelineError):
+        load_catalog()  # the strict form (validate, run) still refuses
+
+    listed = CliRunner().invoke(pipeline, ["list"])
+    assert listed.exit_code == 1
+    assert "extra_job" in listed.stdout and "sales_report" in listed.stdout
+    assert broken_line in listed.stderr and broken_line not in listed.stdout
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
