@@ -139,6 +139,8 @@ def _drive(env: Env) -> Recipe:
         refresh_token=env.secret("GOOGLE_REFRESH_TOKEN"),
         service_account_file=env.get("GOOGLE_APPLICATION_CREDENTIALS"),
         subject=env.get("GOOGLE_IMPERSONATE_SUBJECT"),
+        use_adc=env.flag("GOOGLE_USE_ADC"),
+        scope=env.get("GOOGLE_DRIVE_SCOPE", "drive"),
     )
 
 

@@ -36,7 +36,8 @@ from connector_ops.resources.drive.base import (
 from connector_ops.resources.drive.google_auth import (
     DEFAULT_TOKEN_URL,
     TokenSource,
-    service_account_token_source,
+    default_token_source,
+    key_file_token_source,
     user_token_source,
 )
 from connector_ops.resources.drive.google_http import DriveApiError, DriveHttp
@@ -92,6 +93,11 @@ class GoogleDriveResource(Resource):
     """Service-account key file (JSON), instead of the user OAuth fields."""
     subject: str | None = None
     """With a service account: the user to act as (domain-wide delegation)."""
+    use_adc: bool = False
+    """Without other credentials, sign in with Application Default Credentials (google.auth.default: the gcloud
+    file, the metadata server / workload identity)."""
+    scope: str = "drive"
+    """The Drive scope requested: drive (everything), drive.file (files this app made or opened), drive.readonly."""
     timeout_s: float = 120.0
     """Timeout of one HTTP request, in seconds."""
     max_attempts: int = 7
@@ -138,11 +144,14 @@ class GoogleDriveResource(Resource):
             return user_token_source(client, client_id=str(self.client_id), client_secret=str(self.client_secret),
                                      refresh_token=self.refresh_token, token_url=self.token_url)
         if self.service_account_file:
-            return service_account_token_source(client, key_file=self.service_account_file,
-                                                token_url=self.token_url, subject=self.subject)
+            return key_file_token_source(client, key_file=self.service_account_file, token_url=self.token_url,
+                                         subject=self.subject, scope=self.scope)
+        if self.use_adc:
+            return default_token_source(client, scope=self.scope, token_url=self.token_url)
         raise InvalidInput("GOOGLE_REFRESH_TOKEN",
                            "no Google credentials: set GOOGLE_CLIENT_ID, GOOGLE_CLIENT_SECRET and GOOGLE_REFRESH_TOKEN "
-                           "(see `connector-ops drive login`) or GOOGLE_APPLICATION_CREDENTIALS")
+                           "(see `connector-ops drive login`), GOOGLE_APPLICATION_CREDENTIALS, or GOOGLE_USE_ADC=true "
+                           "for Application Default Credentials")
 
     def _url(self, *segments: str, upload: bool = False) -> str:
         base = self.api_url.rstrip("/") + ("/upload/drive/v3" if upload else "/drive/v3")

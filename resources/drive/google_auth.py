@@ -1,4 +1,7 @@
-"""Google sign-in for the Drive resource: access tokens from a refresh token or a service account.
+"""Google sign-in for the Drive resource: access tokens from a refresh token, a credentials file
+(``GOOGLE_APPLICATION_CREDENTIALS``: a service-account key or an ``authorized_user`` file such as
+``gcloud auth application-default login`` writes) or Application Default Credentials (``google.auth.default``:
+the gcloud file, the metadata server — workload identity on Kubernetes/GKE), with a configurable Drive scope.
 
 google-auth does the OAuth parts (refresh grant, RS256-signed JWT bearer grant, ``expires_in`` parsing,
 retrying the token endpoint on 429/5xx); it ships no httpx transport (research §4), so
@@ -27,6 +30,8 @@ from google.oauth2 import service_account
 from connector_ops.kernel.errors import InvalidInput, UpstreamError
 
 DRIVE_SCOPE = "https://www.googleapis.com/auth/drive"
+#: The Drive scopes a deployment may ask for (GOOGLE_DRIVE_SCOPE), by short name.
+DRIVE_SCOPES = {name: f"https://www.googleapis.com/auth/{name}" for name in ("drive", "drive.file", "drive.readonly")}
 DEFAULT_TOKEN_URL = "https://oauth2.googleapis.com/token"
 #: Refresh this long before Google's expiry (research §8: at least 4 minutes).
 REFRESH_MARGIN = dt.timedelta(minutes=4)
@@ -161,22 +166,54 @@ def user_token_source(client: httpx.Client, *, client_id: str, client_secret: st
     return TokenSource(creds, "refresh_token", client)
 
 
-def service_account_token_source(client: httpx.Client, *, key_file: str, token_url: str | None,
-                                 subject: str | None) -> TokenSource:
-    """A service account key file (GOOGLE_APPLICATION_CREDENTIALS), optionally impersonating ``subject``."""
+def scope_url(scope: str) -> str:
+    """The OAuth scope URL of a short Drive scope name (``drive``, ``drive.file``, ``drive.readonly``)."""
+    if scope not in DRIVE_SCOPES:
+        raise InvalidInput("GOOGLE_DRIVE_SCOPE", f"must be one of {', '.join(DRIVE_SCOPES)}, not {scope!r}")
+    return DRIVE_SCOPES[scope]
+
+
+def key_file_token_source(client: httpx.Client, *, key_file: str, token_url: str | None, subject: str | None,
+                          scope: str = "drive") -> TokenSource:
+    """GOOGLE_APPLICATION_CREDENTIALS: a service-account key (optionally impersonating ``subject``) or an
+    ``authorized_user`` file (``gcloud auth application-default login``; a client id/secret and refresh token)."""
     field = "GOOGLE_APPLICATION_CREDENTIALS"
     try:
         info = json.loads(Path(key_file).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise InvalidInput(field, "must name a readable service account JSON key file") from None
-    if not isinstance(info, dict) or info.get("type") != "service_account":
-        raise InvalidInput(field, "is not a service account key (type must be service_account)")
+        raise InvalidInput(field, "must name a readable JSON credentials file") from None
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind not in ("service_account", "authorized_user"):
+        raise InvalidInput(field, "must be a service account key or an authorized_user file "
+                                  "(type service_account or authorized_user); for other kinds use GOOGLE_USE_ADC")
     if token_url:
         info = {**info, "token_uri": token_url}
+    scopes = [scope_url(scope)]
     try:
-        creds = service_account.Credentials.from_service_account_info(info, scopes=[DRIVE_SCOPE])
+        if kind == "authorized_user":
+            if subject:
+                raise InvalidInput("GOOGLE_IMPERSONATE_SUBJECT", "needs a service account key, not user credentials")
+            creds = user_credentials.Credentials.from_authorized_user_info(info, scopes=scopes)
+            creds = creds.with_token_uri(info["token_uri"]) if token_url else creds  # the loader forces Google's
+        else:
+            creds = service_account.Credentials.from_service_account_info(info, scopes=scopes)
+            if subject:
+                creds = creds.with_subject(subject)
     except (ValueError, KeyError) as exc:
-        raise InvalidInput(field, f"service account key is incomplete ({type(exc).__name__})") from None
-    if subject:
-        creds = creds.with_subject(subject)
-    return TokenSource(creds, "service_account", client)
+        raise InvalidInput(field, f"{kind} credentials are incomplete ({type(exc).__name__})") from None
+    return TokenSource(creds, kind, client)
+
+
+def default_token_source(client: httpx.Client, *, scope: str = "drive", token_url: str | None = None) -> TokenSource:
+    """Application Default Credentials (``google.auth.default``): GOOGLE_APPLICATION_CREDENTIALS, the gcloud
+    ADC file, then the metadata server (GCE, GKE workload identity) — how deployed workers are signed in.
+    ``token_url`` replaces the token endpoint of file-based credentials (metadata-server ones have none)."""
+    import google.auth
+
+    try:
+        creds, _project = google.auth.default(scopes=[scope_url(scope)])
+    except gexc.DefaultCredentialsError as exc:
+        raise InvalidInput("GOOGLE_USE_ADC", f"found no Application Default Credentials ({exc})") from None
+    if token_url and hasattr(creds, "with_token_uri"):
+        creds = creds.with_token_uri(token_url)
+    return TokenSource(creds, "application_default", client)

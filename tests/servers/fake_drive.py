@@ -47,6 +47,7 @@ EXPORTS = {
     NATIVE + "script": {"application/vnd.google-apps.script+json"},
 }
 ME = "me@example.com"
+DRIVE_SCOPE = "https://www.googleapis.com/auth/drive"
 QUANTUM = 256 * 1024
 
 
@@ -312,7 +313,7 @@ class FakeDrive:
         token = "ya29.fake-" + secrets.token_urlsafe(16)
         self.access_tokens[token] = time.time() + self.access_token_lifetime
         return JSONResponse({"access_token": token, "expires_in": self.access_token_lifetime,
-                             "scope": "https://www.googleapis.com/auth/drive", "token_type": "Bearer", **extra})
+                             "scope": DRIVE_SCOPE, "token_type": "Bearer", **extra})
 
     async def _token(self, request: Request) -> Response:
         form = dict(urllib.parse.parse_qsl((await request.body()).decode()))
@@ -327,7 +328,7 @@ class FakeDrive:
             if form.get("refresh_token") not in self.refresh_tokens:
                 return JSONResponse({"error": "invalid_grant",
                                      "error_description": "Token has been expired or revoked."}, status_code=400)
-            return self._issue()
+            return self._issue(scope=form.get("scope") or DRIVE_SCOPE)  # a narrower scope asked is granted
         if grant == "urn:ietf:params:oauth:grant-type:jwt-bearer":
             return self._jwt_grant(str(form.get("assertion", "")))
         if grant == "authorization_code":
@@ -356,11 +357,12 @@ class FakeDrive:
                                 audience="https://oauth2.googleapis.com/token")
         except ValueError as exc:
             return JSONResponse({"error": "invalid_grant", "error_description": str(exc)}, status_code=400)
-        if claims.get("iss") != self.service_account["email"] or \
-                "https://www.googleapis.com/auth/drive" not in str(claims.get("scope", "")).split():
+        scopes = str(claims.get("scope", "")).split()
+        if claims.get("iss") != self.service_account["email"] or len(scopes) != 1 or \
+                not scopes[0].startswith(DRIVE_SCOPE):
             return JSONResponse({"error": "invalid_grant", "error_description": "bad claims"}, status_code=400)
-        self.token_requests[-1]["sub"] = str(claims.get("sub", ""))
-        return self._issue()
+        self.token_requests[-1].update(sub=str(claims.get("sub", "")), scope=scopes[0])
+        return self._issue(scope=scopes[0])
 
     def _authorize(self, request: Request) -> Response:
         q = request.query_params
