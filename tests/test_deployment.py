@@ -155,17 +155,14 @@ def steps_per_worker(d: Deployment, run_id: str) -> Counter[str]:
 
 def test_celery_splits_sales_report_between_two_workers(deployed: Deployment) -> None:
     celery_workers(deployed, 2)
-    before = len(outbox_messages(deployed.homes["on_celery"]))
-    cold = run_sales_reports(deployed, "on_celery", 1)[0]
-    warm = run_sales_reports(deployed, "on_celery", 1)[0]
-    assert len(outbox_messages(deployed.homes["on_celery"])) == before + 2
+    (seconds,) = run_sales_reports(deployed, "on_celery", 1)
     with deployed.instance() as instance:
         (last,) = instance.get_run_records(limit=1)
         run_id = last.dagster_run.run_id
     hosts = steps_per_worker(deployed, run_id)
     assert sorted(h.split("@")[0] for h in hosts) == ["worker1", "worker2"], hosts
     assert sum(hosts.values()) == 22, hosts
-    print(f"\nsales_report on 2 Celery workers: cold {cold:.1f} s, warm {warm:.1f} s; steps {dict(hosts)}")
+    print(f"\nsales_report on 2 Celery workers (cold): {seconds:.1f} s; steps {dict(hosts)}")
 
 
 def test_celery_runs_foreach_batches_on_both_workers(deployed: Deployment) -> None:
