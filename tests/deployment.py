@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.system_packages import require_programs
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DONE = {"SUCCESS", "FAILURE", "CANCELED"}
@@ -105,9 +107,7 @@ def create_database(server_url: str) -> tuple[str, Callable[[], None]]:
 
 
 def redis_server(port: int, logs: Path, env: Mapping[str, str]) -> Process:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        missing("redis-server is not installed (apt-get install redis-server; .ci/run does)")
+    exe = require_programs({"redis-server": "redis-server"}, ("redis-server",))["redis-server"]
     proc = Process("redis", [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                    env, logs)
     import socket
