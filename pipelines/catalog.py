@@ -11,7 +11,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, Problem, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl import (
+    CompiledPipeline,
+    Pipeline,
+    PipelineError,
+    Problem,
+    compile_pipeline,
+    load_pipeline,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PIPELINES_DIR_VARIABLE = "CONNECTOR_OPS_PIPELINES_DIR"
@@ -55,21 +62,33 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
             if pipeline.name in names:
                 used = f"job name {pipeline.name!r} is already used by {names[pipeline.name]}"
                 raise PipelineError([Problem(str(path), 1, used)])
-            taken = [Problem(str(path), step.line, f"asset {key!r} is already made by {assets[key]}", step.id)
-                     for step in pipeline.steps if step.asset is not None
-                     and (key := "/".join(step.asset.key)) in assets]
-            if taken:  # one maker per asset: the second file is the broken one
-                raise PipelineError(taken)
+            mine = _asset_makers(pipeline, path, assets)
             compiled = compile_pipeline(pipeline)
         except PipelineError as exc:
             catalog.problems += exc.problems
             continue
         names[pipeline.name] = str(path)
-        for step in pipeline.steps:
-            if step.asset is not None:
-                assets["/".join(step.asset.key)] = f"{path} (step {step.id})"
+        assets.update(mine)
         catalog.pipelines.append(compiled)
     return catalog
+
+
+def _asset_makers(pipeline: Pipeline, path: Path, assets: dict[str, str]) -> dict[str, str]:
+    """Asset key -> ``file (step id)`` for the assets this file makes; one maker per asset across files, so
+    a key already made (earlier in this file or by another file) is this file's problem."""
+    mine: dict[str, str] = {}
+    taken: list[Problem] = []
+    for step in pipeline.steps:
+        if step.asset is None:
+            continue
+        key = "/".join(step.asset.key)
+        if key in assets or key in mine:
+            taken.append(Problem(str(path), step.line, f"asset {key!r} is already made by "
+                                 f"{assets.get(key) or mine[key]}", step.id))
+        mine[key] = f"{path} (step {step.id})"
+    if taken:
+        raise PipelineError(taken)
+    return mine
 
 
 def load_catalog(environ: dict[str, str] | None = None) -> list[CompiledPipeline]:
