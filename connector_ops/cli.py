@@ -26,6 +26,7 @@ PROG = "connector-ops"
 LAZY_GROUPS = {
     "drive": ("connector_ops.drive.cli:drive", "Cloud drive sign-in and credentials."),
     "pipeline": ("connector_ops.pipelines.cli:pipeline", "YAML pipelines: validate, list, run."),
+    "gc": ("connector_ops.pipelines.cli:gc", "Remove virtual and platform files nothing refers to any more."),
 }
 EXIT_CODES = {400: 2, 404: 3}
 

@@ -174,3 +174,38 @@ def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, v
             print(f"not run because of the failure: {', '.join(skipped)}", file=sys.stderr)
         raise SystemExit(1)
     print(f"\nrun {run.run_id} succeeded", file=sys.stderr)
+
+
+@click.command("gc")
+@click.option("--older-than", "older_than", default="7d", show_default=True, metavar="AGE",
+              help="only files made before now minus AGE (s, m, h, d, w: 12h, 7d, 0s) can be removed")
+@click.option("--dry-run", is_flag=True, help="list what would be removed; remove nothing")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
+    """Remove virtual files and platform files that no asset, recent run or job's latest successful run refers
+    to (run history: the Dagster instance of DAGSTER_HOME)."""
+    import os
+
+    import dagster as dg
+
+    from connector_ops.pipelines.gc import collect, parse_duration
+
+    age = parse_duration(older_than)
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else None
+    if instance is None:
+        print("connector-ops: warning: DAGSTER_HOME is not set, so there is no run or asset history to consult; "
+              f"only age protects a file (files made in the last {older_than} are kept)", file=sys.stderr)
+    with Session() as session:
+        stores = session.resources_for(["virtual_files", "platform_files"])
+        result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run)
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    verb = "would remove" if dry_run else "removed"
+    for vf_id in result.virtual_files:
+        print(f"{verb} virtual file {vf_id}")
+    for file_id in result.platform_files:
+        print(f"{verb} platform file {file_id}")
+    print(f"{verb} {len(result.virtual_files)} virtual file(s) and {len(result.platform_files)} platform file(s); "
+          f"kept {result.kept_virtual_files} and {result.kept_platform_files} (made after "
+          f"{result.cutoff:%Y-%m-%d %H:%M:%S} UTC or still referred to)")

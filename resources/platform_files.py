@@ -209,6 +209,19 @@ class PlatformFileStore(Resource):
             stored["contentType"] = None
         return PlatformFile.model_validate(stored)
 
+    def inventory(self) -> list[tuple[str, datetime]]:
+        """Every stored file's id and when it was written (UTC, from its descriptor), oldest first. Files
+        being written (no descriptor yet) are not listed."""
+        found = []
+        for meta_path in self.root.glob("*.json"):
+            file_id = meta_path.name.removesuffix(".json")
+            if not _ID.match(file_id):
+                continue
+            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+                stamp = json.loads(meta_path.read_bytes())["lastModified"]
+                found.append((file_id, datetime.fromisoformat(stamp.replace("Z", "+00:00"))))
+        return sorted(found, key=lambda item: (item[1], item[0]))
+
     def local_id(self, descriptor: PlatformFile | dict) -> str | None:
         """The id of the file if ``descriptor.link`` points at our own file server, else ``None``."""
         pf = PlatformFile.model_validate(descriptor)

@@ -51,6 +51,7 @@ def virtual_file_metadata(store: Any, vf_id: str) -> dict[str, Any]:
     """Row count, schema and preview of a virtual file, read in one snapshot."""
     count, columns, first = store.summary(vf_id, PREVIEW_ROWS)
     return {
+        "virtual_file_id": dg.MetadataValue.text(vf_id),  # what `connector-ops gc` keeps for recent runs
         "dagster/row_count": dg.MetadataValue.int(count),
         "dagster/column_schema": column_schema(columns),
         "preview": table_preview(first, columns),
@@ -75,6 +76,7 @@ def platform_file_metadata(value: Mapping[str, Any], files: Any) -> dict[str, An
     link = str(value.get("link") or "")
     local = files.local_id(value) if files is not None and link else None
     if local is not None:
+        meta["platform_file_id"] = dg.MetadataValue.text(local)  # what `connector-ops gc` keeps for recent runs
         with contextlib.suppress(NotFound):  # removed meanwhile: the other metadata still holds
             meta["path"] = dg.MetadataValue.path(str(files.data_path(local)))
         if _server_answers(files.file_server_url):
@@ -84,9 +86,13 @@ def platform_file_metadata(value: Mapping[str, Any], files: Any) -> dict[str, An
     return meta
 
 
+#: output fields whose string value is a virtual file id (Validate's are ids when its content was one)
+VIRTUAL_FILE_FIELDS = frozenset({"virtualFileId", "rejectionFileId", "validated", "rejected"})
+
+
 def output_metadata(field: str, value: Any, resources: Mapping[str, Any]) -> dict[str, Any]:
     """What the UI shows next to one output value."""
-    if field in ("virtualFileId", "rejectionFileId") and isinstance(value, str):
+    if field in VIRTUAL_FILE_FIELDS and isinstance(value, str):
         store = resources.get("virtual_files")
         return virtual_file_metadata(store, value) if store is not None else {}
     if isinstance(value, Mapping) and "link" in value:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from pydantic import field_validator
@@ -54,6 +55,13 @@ class StoreCore(Resource):
         with self.engine.execution_options(**WRITE).begin() as conn:
             yield conn
 
+    def inventory(self) -> list[tuple[str, datetime]]:
+        """Every virtual file's id and creation time (UTC), oldest first: what garbage collection weighs."""
+        vf = cat.virtual_file
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(vf.c.id, vf.c.created_at).order_by(vf.c.created_at, vf.c.id)).all()
+        return [(vf_id, _utc(created)) for vf_id, created in rows]
+
     def info(self, conn: sa.Connection, vf_id: str, *, lock: bool = False) -> VirtualFileInfo:
         """The catalog entry of ``vf_id`` (``NotFound`` if there is none)."""
         if not isinstance(vf_id, str) or not vf_id:
@@ -97,3 +105,8 @@ class StoreCore(Resource):
                 {"vf_id": info.id, "ordinal": o, "name": n, "indexed": False}
                 for n, o in zip(info.names, info.ordinals, strict=True)
             ])
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite hands back ``CURRENT_TIMESTAMP`` without a zone; it is UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

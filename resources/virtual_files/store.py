@@ -35,6 +35,8 @@ from connector_ops.resources.virtual_files.shapes import (
 )
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from connector_ops.resources.virtual_files.sql_store import SqlStore
 
 
@@ -83,6 +85,10 @@ class VirtualFileStore(Resource):
     def drop(self, vf_id: str) -> None:
         """Remove the virtual file and free its storage (``NotFound`` if it does not exist)."""
         self.sql.drop(vf_id)
+
+    def inventory(self) -> list[tuple[str, datetime]]:
+        """Every virtual file's id and creation time (UTC), oldest first."""
+        return self.sql.inventory()
 
     # -- reading ---------------------------------------------------------------------------------
     def summary(self, vf_id: str, n: int = 5) -> tuple[int, list[str], list[Row]]:

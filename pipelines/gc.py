@@ -1,0 +1,139 @@
+"""Garbage collection of the stores: ``connector-ops gc [--older-than 7d] [--dry-run]``.
+
+Every pipeline run makes virtual files and platform files (a Push, a Pull, a Validate's two outputs …),
+and nothing removed them: a daily ``sales_report`` grew the stores by 6 tables and 12 files a day. A file
+is kept when something may still read it, and removed otherwise:
+
+* **recent**: it was made after the cutoff (``now - older_than``) — a notebook or a run may be using it;
+* **an asset's data**: the latest materialisation of any asset records it (``virtual_file_id`` /
+  ``platform_file`` metadata), so downstream assets and the UI still find it;
+* **a recent run refers to it**: a run created after the cutoff, or one not finished, named it in its run
+  config or its outputs' metadata (``virtual_file_id`` / ``platform_file_id``, which our ops record);
+* **a job's latest successful run produced it**: the products of the last good run of every job (the
+  report a schedule made last night) stay until a newer run of that job succeeds.
+
+References come from the Dagster instance (``DAGSTER_HOME``). Without one, runs leave no history, so only
+age protects a file; the CLI says so. Removal uses the stores' own ``drop``/``delete`` (a virtual file is
+removed in one transaction; a platform file's descriptor and bytes together).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import dagster as dg
+
+from connector_ops.kernel.errors import InvalidInput, NotFound
+
+#: metadata keys whose values name a virtual file or platform file
+REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id")
+_FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> a ``timedelta`` (``InvalidInput`` naming the option)."""
+    match = _DURATION.match(text or "")
+    if match is None:
+        raise InvalidInput("--older-than", f"{text!r} is not a duration; write a number and a unit s, m, h, d or "
+                                           "w (e.g. 7d, 12h, 0s)")
+    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+
+
+@dataclass
+class Collection:
+    """What one garbage collection removed (or, in a dry run, would remove) and kept."""
+
+    cutoff: datetime
+    dry_run: bool
+    virtual_files: list[str] = field(default_factory=list)
+    platform_files: list[str] = field(default_factory=list)
+    kept_virtual_files: int = 0
+    kept_platform_files: int = 0
+    history: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cutoff": self.cutoff.isoformat(), "dryRun": self.dry_run, "history": self.history,
+                "virtualFiles": {"removed": self.virtual_files, "kept": self.kept_virtual_files},
+                "platformFiles": {"removed": self.platform_files, "kept": self.kept_platform_files}}
+
+
+def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstance | None, *,
+            older_than: timedelta, dry_run: bool = False, now: datetime | None = None) -> Collection:
+    """Remove the virtual files and platform files nothing refers to (see the module's rules)."""
+    cutoff = (now or datetime.now(UTC)) - older_than
+    refs = referenced(instance, cutoff) if instance is not None else set()
+    result = Collection(cutoff=cutoff, dry_run=dry_run, history=instance is not None)
+    for vf_id, created in virtual_files.inventory():
+        if created >= cutoff or vf_id in refs:
+            result.kept_virtual_files += 1
+            continue
+        if not dry_run:
+            with contextlib.suppress(NotFound):  # removed meanwhile (a Clean): the goal is reached
+                virtual_files.drop(vf_id)
+        result.virtual_files.append(vf_id)
+    for file_id, written in platform_files.inventory():
+        if written >= cutoff or file_id in refs:
+            result.kept_platform_files += 1
+            continue
+        if not dry_run:
+            platform_files.delete(file_id)
+        result.platform_files.append(file_id)
+    return result
+
+
+def referenced(instance: dg.DagsterInstance, cutoff: datetime) -> set[str]:
+    """Every id (and the last path segment of every link or path) that an asset's latest materialisation,
+    a recent or unfinished run, or a job's latest successful run names."""
+    strings: set[str] = set()
+    for key in instance.get_asset_keys():
+        event = instance.get_latest_materialization_event(key)
+        if event is not None and event.asset_materialization is not None:
+            strings.update(_metadata_strings(event.asset_materialization.metadata))
+    latest_success: set[str] = set()
+    for record in instance.get_run_records():  # newest first
+        run = record.dagster_run
+        recent = record.create_timestamp >= cutoff or run.status not in _FINISHED
+        first_success = run.status == dg.DagsterRunStatus.SUCCESS and run.job_name not in latest_success
+        if first_success:
+            latest_success.add(run.job_name)
+        if recent or first_success:
+            strings.update(_walk_strings(run.run_config))
+            strings.update(_run_output_strings(instance, run.run_id))
+    return strings | {s.rstrip("/").rsplit("/", 1)[-1] for s in strings}
+
+
+def _run_output_strings(instance: dg.DagsterInstance, run_id: str) -> Iterator[str]:
+    kinds = {dg.DagsterEventType.STEP_OUTPUT, dg.DagsterEventType.ASSET_MATERIALIZATION}
+    for entry in instance.all_logs(run_id, of_type=kinds):
+        event = entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_OUTPUT:
+            yield from _metadata_strings(event.step_output_data.metadata)
+        else:
+            yield from _metadata_strings(event.event_specific_data.materialization.metadata)
+
+
+def _metadata_strings(metadata: Mapping[str, Any]) -> Iterator[str]:
+    for key in REFERENCE_KEYS:
+        if key in metadata:
+            value = metadata[key]
+            yield from _walk_strings(getattr(value, "value", value))
+
+
+def _walk_strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _walk_strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _walk_strings(item)

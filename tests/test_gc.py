@@ -1,0 +1,234 @@
+"""``connector-ops gc`` (issue 12, item 7): what nothing refers to goes, what something refers to stays.
+
+Real runs on a real Dagster instance (ephemeral, or ``DAGSTER_HOME`` for the CLI), real stores on both
+databases. The property test replays random run histories — jobs that succeed and fail, files nobody
+refers to, a random cutoff — and checks that gc never removes a file a recent run, an unfinished run, a
+job's latest successful run or an asset's latest materialisation names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connector_ops import invoke
+from connector_ops.environment import resources_for
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.ops import etl_pull, etl_push
+from connector_ops.ops.assets import action_asset
+from connector_ops.pipelines.gc import collect, parse_duration
+
+SALES = Path(__file__).resolve().parent.parent / "pipelines" / "data" / "sales.csv"
+PULL = {"exportType": "csv", "exportName": "out.csv"}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of this test's own: gc sweeps a whole store, and the suite's PostgreSQL database is shared."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'vf.db'}"
+        return
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    server = make_url(request.getfixturevalue("postgres_url"))
+    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"gc_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield server.set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dg.job
+def push_only():
+    etl_push()
+
+
+@dg.job
+def push_and_pull():
+    etl_pull(virtual_file_id=etl_push())
+
+
+def run_job(job: dg.JobDefinition, resources: dict[str, Any], instance: dg.DagsterInstance, pf: dict,
+            fail: bool = False) -> dg.ExecuteInProcessResult:
+    """One run; ``fail`` makes the Pull (or the Push) refuse its input after the Push stored its file."""
+    config: dict[str, Any] = {"etl_push": {"config": {"platformFile": pf}}}
+    if job is push_and_pull:
+        config["etl_pull"] = {"config": {**PULL, "exportType": "xml" if fail else "csv"}}
+    elif fail:
+        config["etl_push"]["config"]["parameters"] = {"csvDelimiter": "too long"}
+    return job.execute_in_process(resources=resources, instance=instance, run_config={"ops": config},
+                                  raise_on_error=False)
+
+
+def outputs_of(result: dg.ExecuteInProcessResult) -> set[str]:
+    """The virtual file ids and platform file ids a run's steps produced."""
+    ids = set()
+    for event in result.all_events:
+        if event.event_type == dg.DagsterEventType.STEP_OUTPUT:
+            node = event.step_key
+            value = result.output_for_node(node, event.step_output_data.output_name)
+            ids.add(value["id"] if isinstance(value, dict) else value)
+    return ids
+
+
+def inventory(resources: dict[str, Any]) -> tuple[set[str], set[str]]:
+    return ({vf for vf, _ in resources["virtual_files"].inventory()},
+            {pf for pf, _ in resources["platform_files"].inventory()})
+
+
+def test_durations_are_read_with_their_unit():
+    assert parse_duration("7d") == timedelta(days=7)
+    assert parse_duration("12h") == timedelta(hours=12)
+    assert parse_duration("0s") == timedelta(0)
+    assert parse_duration(" 2w ") == timedelta(weeks=2)
+    with pytest.raises(InvalidInput, match=r"--older-than: '7 days' is not a duration"):
+        parse_duration("7 days")
+
+
+def test_only_what_nothing_refers_to_is_removed(resources, files):
+    instance = dg.DagsterInstance.ephemeral()
+    pf = files.add_file(SALES).to_json()
+    first = run_job(push_and_pull, resources, instance, pf)
+    second = run_job(push_and_pull, resources, instance, pf)
+    failed = run_job(push_and_pull, resources, instance, pf, fail=True)
+    assert first.success and second.success and not failed.success
+    stray = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]  # nothing refers to it
+
+    result = collect(resources["virtual_files"], resources["platform_files"], instance,
+                     older_than=timedelta(0), dry_run=True)
+    vfs, pfs = inventory(resources)
+    assert stray in result.virtual_files and stray in vfs  # a dry run removes nothing
+    removable = set(result.virtual_files) | set(result.platform_files)
+    assert removable == outputs_of(first) | outputs_of(failed) | {stray}  # old runs' products and the stray
+    assert pf["id"] not in removable  # the latest good run's input (in its run config)
+
+    done = collect(resources["virtual_files"], resources["platform_files"], instance, older_than=timedelta(0))
+    assert set(done.virtual_files) | set(done.platform_files) == removable
+    vfs, pfs = inventory(resources)
+    assert outputs_of(second) <= vfs | pfs and pf["id"] in pfs
+    assert not removable & (vfs | pfs)
+    assert collect(resources["virtual_files"], resources["platform_files"], instance,
+                   older_than=timedelta(0)).virtual_files == []  # nothing left to do
+
+
+def test_recent_files_stay_whatever_refers_to_them(resources, files):
+    pf = files.add_file(SALES).to_json()
+    stray = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+    result = collect(resources["virtual_files"], resources["platform_files"], None, older_than=timedelta(days=7))
+    assert result.virtual_files == [] and result.platform_files == []
+    later = datetime.now(UTC) + timedelta(days=8)
+    result = collect(resources["virtual_files"], resources["platform_files"], None, older_than=timedelta(days=7),
+                     now=later)
+    assert result.virtual_files == [stray] and result.platform_files == [pf["id"]]
+
+
+def test_an_assets_latest_data_stays(resources, files):
+    instance = dg.DagsterInstance.ephemeral()
+    pf = files.add_file(SALES).to_json()
+    raw = action_asset("gc/raw", "etl.push", {"platformFile": pf})
+    assert dg.materialize([raw], resources=resources, instance=instance).success
+    older = {vf for vf, _ in resources["virtual_files"].inventory()}
+    assert dg.materialize([raw], resources=resources, instance=instance).success
+    (latest,) = {vf for vf, _ in resources["virtual_files"].inventory()} - older
+    removed = collect(resources["virtual_files"], resources["platform_files"], instance,
+                      older_than=timedelta(0), now=datetime.now(UTC) + timedelta(days=30))
+    vfs, _ = inventory(resources)
+    assert latest in vfs and older <= set(removed.virtual_files)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_sales_report_repeated_ten_times_leaves_the_store_bounded(env):
+    from connector_ops.pipelines.definitions import build_definitions
+
+    resources = resources_for(environ=env)
+    job = build_definitions().get_job_def("sales_report")
+    instance = dg.DagsterInstance.ephemeral()
+    sizes = []
+    for _ in range(10):
+        result = job.execute_in_process(resources=resources, instance=instance)
+        assert result.success
+        collect(resources["virtual_files"], resources["platform_files"], instance, older_than=timedelta(0))
+        vfs, pfs = inventory(resources)
+        sizes.append((len(vfs), len(pfs)))
+        report = result.output_for_node("report", "platform_file")
+        assert resources["platform_files"].read_bytes(report).startswith(b"order_id,")  # the latest stays
+    assert len(set(sizes[1:])) == 1, sizes  # from the second run on, every gc leaves the same number of files
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(history=st.lists(st.tuples(st.sampled_from(["push_only", "push_and_pull", "stray"]), st.booleans()),
+                        min_size=1, max_size=6),
+       cut=st.integers(min_value=0, max_value=6))
+def test_gc_never_removes_what_is_still_referred_to(tmp_path_factory, database_url, history, cut):
+    home = tmp_path_factory.mktemp("gc-home")
+    env = {"CONNECTOR_OPS_HOME": str(home), "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{home / 'vf.db'}"}
+    resources = resources_for(environ=env)
+    instance = dg.DagsterInstance.ephemeral()
+    pf = resources["platform_files"].add_file(SALES).to_json()
+    jobs = {"push_only": push_only, "push_and_pull": push_and_pull}
+    runs: list[tuple[str, dg.ExecuteInProcessResult]] = []
+    cutoff = None
+    for index, (kind, fail) in enumerate(history):
+        if index == cut:
+            cutoff = datetime.now(UTC)
+        if kind == "stray":
+            invoke("etl.push", {"platformFile": pf}, resources)
+        else:
+            runs.append((kind, run_job(jobs[kind], resources, instance, pf, fail=fail)))
+    now = cutoff or datetime.now(UTC)
+    referring = [r for _k, r in runs if instance.get_run_record_by_id(r.run_id).create_timestamp >= now]  # recent
+    for kind in jobs:
+        good = [r for k, r in runs if k == kind and r.success]
+        referring += good[-1:]  # the job's latest successful run
+    protected = {pf["id"]} if referring else set()  # the input file is in their run config
+    for result in referring:
+        protected |= outputs_of(result)
+    done = collect(resources["virtual_files"], resources["platform_files"], instance, older_than=timedelta(0),
+                   now=now)
+    vfs, pfs = inventory(resources)
+    assert protected <= vfs | pfs
+    assert not (set(done.virtual_files) | set(done.platform_files)) & protected
+
+
+def test_the_cli_collects_with_the_instance_of_dagster_home(tmp_path):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME"))}
+    (tmp_path / "dagster").mkdir()
+    env = {**clean, "CONNECTOR_OPS_HOME": str(tmp_path / "home"), "DAGSTER_HOME": str(tmp_path / "dagster")}
+    script = str(Path(sys.executable).parent / "connector-ops")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([script, *args], capture_output=True, text=True, timeout=300, env=env)
+
+    stray = json.loads(cli("files", "add", str(SALES)).stdout)
+    for _ in range(2):
+        assert cli("pipeline", "run", "sales_report").returncode == 0
+    dry = cli("gc", "--older-than", "0s", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout)
+    assert planned["dryRun"] is True and planned["history"] is True
+    assert stray["id"] in planned["platformFiles"]["removed"] and planned["virtualFiles"]["removed"]
+    done = cli("gc", "--older-than", "0s")
+    assert done.returncode == 0, done.stderr
+    assert f"removed platform file {stray['id']}" in done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith(
+        f"removed {len(planned['virtualFiles']['removed'])} virtual file(s) and "
+        f"{len(planned['platformFiles']['removed'])} platform file(s); kept ")
+    again = json.loads(cli("gc", "--older-than", "0s", "--json").stdout)
+    assert again["virtualFiles"]["removed"] == [] and again["platformFiles"]["removed"] == []
+    assert cli("pipeline", "run", "sales_report").returncode == 0  # the kept files still serve a run
