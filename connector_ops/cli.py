@@ -24,7 +24,7 @@ from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 PROG = "connector-ops"
 #: command group -> ("module:attribute", one-line help shown without importing the module)
 LAZY_GROUPS = {
-    "drive": ("connector_ops.drive.cli:drive", "Cloud drive sign-in and credentials."),
+    "drive": ("connector_ops.drive.cli:drive", "Cloud drive: put a local file in, sign-in and credentials."),
     "pipeline": ("connector_ops.pipelines.cli:pipeline", "YAML pipelines: validate, list, run."),
     "gc": ("connector_ops.pipelines.cli:gc", "Remove virtual and platform files nothing refers to any more."),
 }

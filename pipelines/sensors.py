@@ -1,9 +1,13 @@
-"""The drive-folder sensor: start a pipeline once for every new file that appears in a drive folder.
+"""The drive-folder sensor: start a pipeline once for every new or modified file in a drive folder.
 
-The cursor holds the ids of the files already seen (pruned to the ones still in the folder, so it
-stays as small as the folder); each run request also carries ``run_key = <folder>/<file id>``, so even
-a lost cursor update cannot start a second run for the same file. Files present when the sensor is
-first turned on count as new: nothing dropped into the folder earlier is silently skipped.
+The cursor maps the id of each file already seen to its version (Google: the MD5 of its content, or its
+modifiedTime for native documents; local drive: modification time and size), pruned to the files still in
+the folder, so it stays as small as the folder. A file is *new* when its id is not in the cursor and
+*modified* when its version differs. Each run request carries ``run_key = <folder>/<file id>`` for a new
+file and ``<folder>/<file id>@<version>`` for a modified one, so even a lost cursor update cannot start a
+second run for the same file content. Files present when the sensor is first turned on count as new:
+nothing dropped into the folder earlier is silently skipped. A cursor of an earlier release (a list of
+ids) is read as "seen, version unknown": those files start runs only once they change after the upgrade.
 """
 
 from __future__ import annotations
@@ -11,24 +15,45 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
-from connector_ops.kernel.errors import ConnectorError
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Trigger
-from connector_ops.registry import get_action, run_action
+from connector_ops.registry import error_for, get_action
+from connector_ops.resources.drive.base import DriveItem
 
 LIST_ACTION = "drive.list"
 
 
-def new_files(listing: list[dict], cursor: str | None) -> tuple[list[dict], str]:
-    """The files of ``listing`` not in ``cursor``, and the next cursor (ids still present, sorted)."""
-    seen = set(json.loads(cursor)) if cursor else set()
-    files = [item for item in listing if item.get("type") == "file"]
-    fresh = [item for item in files if item["id"] not in seen]
-    return fresh, json.dumps(sorted(item["id"] for item in files))
+@dataclass(frozen=True)
+class Change:
+    """A file the sensor starts a run for: new (``modified`` false) or with new content."""
+
+    item: DriveItem
+    modified: bool
+
+    def run_key(self, folder: str) -> str:
+        key = f"{folder}/{self.item.id}"
+        return f"{key}@{self.item.version}" if self.modified else key
+
+
+def changed_files(listing: list[DriveItem], cursor: str | None) -> tuple[list[Change], str]:
+    """The files of ``listing`` that are new or modified since ``cursor``, and the next cursor."""
+    seen = _read_cursor(cursor)
+    files = [item for item in listing if item.type == "file"]
+    changes = [Change(item, item.id in seen) for item in files
+               if item.id not in seen or seen[item.id] not in (None, item.version)]
+    return changes, json.dumps({item.id: item.version for item in sorted(files, key=lambda i: i.id)})
+
+
+def _read_cursor(cursor: str | None) -> dict[str, str | None]:
+    value = json.loads(cursor) if cursor else {}
+    if isinstance(value, list):  # an earlier release's cursor: ids only
+        return dict.fromkeys(value)
+    return value
 
 
 def with_defaults(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -44,7 +69,7 @@ def with_defaults(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> 
 
 def drive_folder_sensor(job: dg.JobDefinition, trigger: Trigger, *, trigger_node: str,
                         default_config: Mapping[str, Any] | None = None) -> dg.SensorDefinition:
-    """A sensor that lists ``trigger.folder_id`` with the ``drive.list`` action and starts ``job``."""
+    """A sensor that lists ``trigger.folder_id`` with the drive resource and starts ``job`` per change."""
 
     @dg.sensor(
         name=f"{job.name}_on_new_file",
@@ -52,26 +77,26 @@ def drive_folder_sensor(job: dg.JobDefinition, trigger: Trigger, *, trigger_node
         minimum_interval_seconds=trigger.minimum_interval_seconds,
         required_resource_keys={"drive"},
         default_status=dg.DefaultSensorStatus.STOPPED,
-        description=f"Starts {job.name} for each new file in a drive folder",
+        description=f"Starts {job.name} for each new or modified file in a drive folder",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        spec = get_action(LIST_ACTION)
         folder = str(r.resolve(trigger.folder_id, r.Scope(environ=os.environ)))
-        try:
-            out = run_action(spec, {"folderId": folder}, {k: getattr(context.resources, k) for k in spec.resource_keys})
-        except ConnectorError as exc:
-            return dg.SkipReason(exc.summary())
-        fresh, cursor = new_files(out["content"], context.cursor)
-        if not fresh:
-            return dg.SkipReason(f"no new file in drive folder {folder}")
+        try:  # the resource, not the drive.list action: the spec's List output carries no version
+            listing = context.resources.drive.list_folder(folder)
+        except Exception as exc:  # reported like an action's failure: one line, the tick skipped
+            return dg.SkipReason(error_for(get_action(LIST_ACTION), exc).summary())
+        changes, cursor = changed_files(listing, context.cursor)
+        if not changes:  # the cursor still moves: versions recorded, removed files pruned
+            return dg.SensorResult(skip_reason=f"no new or modified file in drive folder {folder}", cursor=cursor)
         requests = [
             dg.RunRequest(
-                run_key=f"{folder}/{item['id']}",
+                run_key=change.run_key(folder),
                 run_config=with_defaults(default_config or {}, {"ops": {trigger_node: {"config": {
-                    "fileId": item["id"], "name": item["name"], "folderId": folder}}}}),
-                tags={"drive/file_id": item["id"], "drive/folder_id": str(folder)},
+                    "fileId": change.item.id, "name": change.item.name, "folderId": folder}}}}),
+                tags={"drive/file_id": change.item.id, "drive/folder_id": folder,
+                      "drive/change": "modified" if change.modified else "new"},
             )
-            for item in fresh
+            for change in changes
         ]
         return dg.SensorResult(run_requests=requests, cursor=cursor)
 

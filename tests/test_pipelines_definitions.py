@@ -137,7 +137,7 @@ def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tm
             return sensor.evaluate_tick(ctx)
 
     empty = tick(None)
-    assert not empty.run_requests and "no new file" in (empty.skip_message or "")
+    assert not empty.run_requests and "no new or modified file" in (empty.skip_message or "")
 
     first = upload("a.csv", "x,y\n1,2\n3,4\n")
     result = tick(None)

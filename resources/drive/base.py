@@ -64,6 +64,10 @@ class DriveItem:
     id: str
     name: str
     type: Literal["folder", "file"]
+    #: changes whenever the file's content does (Google: its MD5, or modifiedTime for native documents;
+    #: local drive: modification time and size). Not part of the spec's List output; the drive sensor
+    #: keys its cursor on it to see modified files.
+    version: str | None = None
 
 
 @dataclass(frozen=True)

@@ -451,7 +451,7 @@ class GoogleDriveResource(Resource):
 
     def list_folder(self, folder_id: str | None) -> list[DriveItem]:
         params = {**SAD, "includeItemsFromAllDrives": "true", "pageSize": str(self.page_size),
-                  "fields": "nextPageToken,files(id,name,mimeType)"}
+                  "fields": "nextPageToken,files(id,name,mimeType,md5Checksum,modifiedTime)"}
         parent = "root"
         if folder_id and folder_id not in ROOT_ALIASES:
             meta = self._get(folder_id, "id,mimeType,driveId", "read the folder to list")
@@ -467,7 +467,8 @@ class GoogleDriveResource(Resource):
             page_params = {**params, "pageToken": token} if token else params
             page = self.http.call("GET", self._url("files"), action="list the folder", params=page_params)
             for f in page.get("files") or []:
-                items.append(DriveItem(f["id"], f["name"], "folder" if f.get("mimeType") == FOLDER_MIME else "file"))
+                items.append(DriveItem(f["id"], f["name"], "folder" if f.get("mimeType") == FOLDER_MIME else "file",
+                                       f.get("md5Checksum") or f.get("modifiedTime")))
             token = page.get("nextPageToken")
             if not token:
                 return items

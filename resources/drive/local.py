@@ -272,9 +272,10 @@ class LocalDriveResource(Resource):
     def list_folder(self, folder_id: str | None) -> list[DriveItem]:
         with self._db() as conn:
             parent = self._folder(conn, folder_id, "folderId")
-            rows = conn.execute("SELECT id, name, is_folder FROM items WHERE parent = ? "
+            rows = conn.execute("SELECT id, name, is_folder, modified, size FROM items WHERE parent = ? "
                                 "ORDER BY is_folder DESC, name, id", (parent,)).fetchall()
-        return [DriveItem(r["id"], r["name"], "folder" if r["is_folder"] else "file") for r in rows]
+        return [DriveItem(r["id"], r["name"], "folder" if r["is_folder"] else "file", f"{r['modified']}/{r['size']}")
+                for r in rows]
 
     def check_token(self) -> dict[str, object]:
         return {"valid": True, "credentials": "none (local drive)", "expiresInSeconds": None}
