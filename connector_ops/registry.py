@@ -64,6 +64,13 @@ class ActionSpec:
         return [f.alias or n for n, f in self.output_model.model_fields.items()]
 
     @property
+    def optional_output_fields(self) -> set[str]:
+        """Output fields present only when they apply (extensions such as Push's ``rejectsFileId``)."""
+        if self.output_model is None:
+            return set()
+        return {f.alias or n for n, f in self.output_model.model_fields.items() if not f.is_required()}
+
+    @property
     def wirable_inputs(self) -> dict[str, str]:
         """Op input name -> spec field name for the fields other actions can feed."""
         names = {f.alias or n for n, f in self.input_model.model_fields.items()}
@@ -250,8 +257,9 @@ def serialise_output(spec: ActionSpec, out: Any) -> Any:
     if not isinstance(out, BaseModel):
         return out
     return {
-        (info.alias or name): _json_value(getattr(out, name))
+        (info.alias or name): _json_value(value)
         for name, info in type(out).model_fields.items()
+        if (value := getattr(out, name)) is not None or info.is_required()  # optional extensions: only when set
     }
 
 

@@ -13,6 +13,8 @@ from typing import IO, TYPE_CHECKING
 
 from connector_ops.etl import models as m
 from connector_ops.etl.push_csv import push_csv
+from connector_ops.etl.quarantine import COLUMNS as QUARANTINE_COLUMNS
+from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text, is_json, read_json
 from connector_ops.etl.writers import csv_chunks, json_chunks
 from connector_ops.kernel.errors import InvalidInput
@@ -21,6 +23,7 @@ from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
 
 if TYPE_CHECKING:  # the resources arrive built; importing them here would load SQLAlchemy and httpx for any action
+    from connector_ops.kernel.platform_file import PlatformFile
     from connector_ops.resources.platform_files import PlatformFileStore
     from connector_ops.resources.virtual_files.store import VirtualFileStore
 
@@ -28,24 +31,41 @@ ETL = ("virtual_files",)
 ETL_FILES = ("virtual_files", "platform_files")
 
 
-@action("etl.push", m.PushInput, m.VirtualFileOutput, resources=ETL_FILES, not_found_status=404)
-def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> m.VirtualFileOutput:
-    """Load a CSV or JSON platform file into a new virtual file."""
+@action("etl.push", m.PushInput, m.PushOutput, resources=ETL_FILES, not_found_status=404)
+def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> m.PushOutput:
+    """Load a CSV or JSON platform file into a new virtual file (and, with ``onRowError: quarantine``, its
+    refused lines into a second one)."""
     pf, params = inp.platform_file, inp.parameters
     if not params.use_first_row_as_schema and params.schema_ is None:
         raise InvalidInput("parameters.schema", "is required when useFirstRowAsSchema is false")
+    if params.on_row_error == "fail":
+        return m.PushOutput(virtual_file_id=_load(pf, params, virtual_files, platform_files, None))
+    quarantine = Quarantine()
+    try:
+        vf_id = _load(pf, params, virtual_files, platform_files, quarantine)
+        try:
+            rejects = virtual_files.create_from_batches(QUARANTINE_COLUMNS, quarantine.batches())
+        except BaseException:  # nothing half-written: the rows go too
+            virtual_files.drop(vf_id)
+            raise
+    finally:
+        quarantine.close()
+    return m.PushOutput(virtual_file_id=vf_id, rejects_file_id=rejects)
+
+
+def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFileStore,
+          platform_files: PlatformFileStore, quarantine: Quarantine | None) -> str:
     size = platform_files.size_of(pf)
 
     def reopen() -> AbstractContextManager[IO[bytes]]:  # the fast path's retry; locating a decoding error
         return platform_files.open(pf)
 
     if not is_json(pf.name, pf.content_type):
-        return m.VirtualFileOutput(virtual_file_id=push_csv(virtual_files, reopen, pf.name, size, params))
+        return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
     with platform_files.open(pf) as raw, track(f"push {pf.name}", size, "B") as reporter:
         rows = read_json(reading_with_progress(raw, reporter), lines_to_ignore=params.lines_to_ignore,
-                         encoding=params.encoding, reopen=reopen)
-        return m.VirtualFileOutput(virtual_file_id=virtual_files.create_from_dicts(rows, params.schema_ or (),
-                                                                                             "platformFile"))
+                         encoding=params.encoding, reopen=reopen, quarantine=quarantine)
+        return virtual_files.create_from_dicts(rows, params.schema_ or (), "platformFile")
 
 
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)

@@ -43,6 +43,10 @@ class PushParameters(SpecModel):
     csv_delimiter: str = ","
     schema_: list[str] | None = Field(None, alias="schema")
     encoding: str = Field("utf-8-sig", description="extension: text encoding of the file (BOM tolerated)")
+    on_row_error: Literal["fail", "quarantine"] = Field(
+        "fail", description="extension: `fail` (the spec) refuses the file at its first bad row; `quarantine` "
+                            "loads the good rows and writes each bad line (a ragged CSV row, an NDJSON line that "
+                            "is not a JSON object) with its line number and reason to a rejects virtual file")
 
     _check_delimiter = field_validator("csv_delimiter")(_delimiter)
     _check_encoding = field_validator("encoding")(_encoding)
@@ -61,6 +65,12 @@ class PushInput(SpecModel):
 
 class VirtualFileOutput(SpecModel):
     virtual_file_id: str
+
+
+class PushOutput(VirtualFileOutput):
+    rejects_file_id: str | None = Field(
+        None, description="extension, only with onRowError: quarantine: the virtual file of the refused lines "
+                          "(columns line, reason, text; empty when every line loaded)")
 
 
 class PullParameters(SpecModel):

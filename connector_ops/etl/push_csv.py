@@ -20,6 +20,7 @@ from connector_ops.etl.readers import read_csv
 from connector_ops.kernel.progress import reading_with_progress, track
 
 if TYPE_CHECKING:
+    from connector_ops.etl.quarantine import Quarantine
     from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,9 @@ Open = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
 def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
-             params: m.PushParameters) -> str:
-    """Load the CSV file ``open_file`` opens into a new virtual file; returns its id."""
+             params: m.PushParameters, quarantine: Quarantine | None = None) -> str:
+    """Load the CSV file ``open_file`` opens into a new virtual file; returns its id. With a ``quarantine``,
+    ragged rows are refused into it (the fast path gives up on them, so only the row reader refuses)."""
     options = {"delimiter": params.csv_delimiter, "lines_to_ignore": params.lines_to_ignore,
                "header": bool(params.use_first_row_as_schema), "schema": params.schema_,
                "encoding": params.encoding}
@@ -41,7 +43,8 @@ def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | No
         if vf_id is not None:
             return vf_id
     with open_file() as raw, track(f"push {name}", size, "B") as reporter:
-        columns, batches = read_csv(reading_with_progress(raw, reporter), reopen=open_file, **options)
+        columns, batches = read_csv(reading_with_progress(raw, reporter), reopen=open_file, quarantine=quarantine,
+                                    **options)
         return store.create_from_batches(columns, batches)  # parsing overlaps the database's inserts
 
 

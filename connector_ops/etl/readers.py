@@ -21,6 +21,7 @@ from typing import IO, Any
 import ijson
 from ijson.common import ObjectBuilder
 
+from connector_ops.etl.quarantine import Quarantine, record_text
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_DEPTH, check_column_names, check_payload, deeper_than, too_many_digits
 
@@ -85,8 +86,10 @@ RecordBatches = Iterator[list[dict[str, str | None]]]
 
 
 def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header: bool,
-             schema: list[str] | None, encoding: str, reopen: Reopen | None = None) -> tuple[list[str], RowBatches]:
-    """Return the column names and an iterator of row batches (lists aligned with the names)."""
+             schema: list[str] | None, encoding: str, reopen: Reopen | None = None,
+             quarantine: Quarantine | None = None) -> tuple[list[str], RowBatches]:
+    """Return the column names and an iterator of row batches (lists aligned with the names). With a
+    ``quarantine``, a ragged row is refused into it instead of failing the file."""
     text = _text(stream, encoding)
     reader = csv.reader(text, delimiter=delimiter, strict=True)
     offset = 0
@@ -116,11 +119,12 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
                 if len(record) != width:
                     if not record:  # an empty line
                         continue
-                    raise InvalidInput(
-                        FIELD,
-                        f"line {offset + reader.line_num}: expected {width} fields, found {len(record)} "
-                        "(a ragged row; check the delimiter and the quoting)",
-                    )
+                    problem = (f"expected {width} fields, found {len(record)} "
+                               "(a ragged row; check the delimiter and the quoting)")
+                    if quarantine is None:
+                        raise InvalidInput(FIELD, f"line {offset + reader.line_num}: {problem}")
+                    quarantine.refuse(offset + reader.line_num, problem, record_text(record, delimiter))
+                    continue
                 append(record)
                 if len(batch) >= BATCH:
                     yield batch
@@ -140,14 +144,15 @@ check_names = check_column_names  # the one rule for every parser's header (kept
 
 
 def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
-              reopen: Reopen | None = None) -> RecordBatches:
-    """Batches of rows from a JSON array of objects or from NDJSON (one object per line)."""
+              reopen: Reopen | None = None, quarantine: Quarantine | None = None) -> RecordBatches:
+    """Batches of rows from a JSON array of objects or from NDJSON (one object per line). With a
+    ``quarantine``, an NDJSON line that is not a JSON object is refused into it instead of failing."""
     buffered = stream if hasattr(stream, "peek") else io.BufferedReader(stream)  # type: ignore[arg-type]
     head = buffered.peek(64).lstrip(b"\xef\xbb\xbf \t\r\n")
     if head.startswith(b"[") and lines_to_ignore == 0:
         yield from _json_array(buffered)
     else:
-        yield from _ndjson(buffered, lines_to_ignore, encoding, reopen)
+        yield from _ndjson(buffered, lines_to_ignore, encoding, reopen, quarantine)
 
 
 def _row(value: Any, where: str) -> dict[str, str | None]:
@@ -220,7 +225,8 @@ def _json_line(line: str, number: int) -> Any:
     return value
 
 
-def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None) -> RecordBatches:
+def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None,
+            quarantine: Quarantine | None = None) -> RecordBatches:
     text = _text(stream, encoding)
     batch: list[dict[str, str | None]] = []
     number = 0
@@ -230,8 +236,14 @@ def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reop
             number += 1
             if not line.strip():
                 continue
-            value = _json_line(line, number)
-            batch.append(_row(value, f"line {number}"))
+            try:
+                row = _row(_json_line(line, number), f"line {number}")
+            except InvalidInput as exc:
+                if quarantine is None:
+                    raise
+                quarantine.refuse(number, exc.problem.removeprefix(f"line {number}: "), line.rstrip("\r\n"))
+                continue
+            batch.append(row)
             if len(batch) >= BATCH:
                 yield batch
                 batch = []

@@ -137,6 +137,8 @@ def build_op(action: str, *, name: str | None = None,
             yield dg.Output(result, "result", metadata={**output_metadata("", result, resources), **call})
             return
         for field, out_name in outs.items():
+            if field not in result:  # an optional extension output that does not apply: downstream skips
+                continue
             value = result[field]
             yield dg.Output(value, out_name, metadata={**output_metadata(field, value, resources), **call})
             if field in assets:
@@ -156,7 +158,8 @@ def build_op(action: str, *, name: str | None = None,
         name=name or spec.op_name,
         compute_fn=compute,
         ins=ins,
-        outs={out_name: dg.Out(dg.Any, description=f"`{field}` of the output" if field else "the output")
+        outs={out_name: dg.Out(dg.Any, description=f"`{field}` of the output" if field else "the output",
+                               is_required=field not in spec.optional_output_fields)
               for field, out_name in outs.items()},
         # nothing is required at launch: any field may arrive through `fields` or a wired input, and the
         # action's input model (run_action) is the one place that reports a missing field (400, named)

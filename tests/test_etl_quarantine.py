@@ -1,0 +1,102 @@
+"""Push with ``parameters.onRowError: quarantine`` (issue 12, item 2): good rows load, bad lines are kept.
+
+Both databases, through the fast and the row-by-row CSV paths, NDJSON, the CLI and a Dagster op: the
+rejects virtual file holds each refused line's number, reason and text; `fail` (the default) is unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.etl import push_csv
+from connector_ops.ops import etl_push
+
+RAGGED = b"id,name\n1,Ann\n2,Bob,extra\n3,Cy\n\n4\n5,\"multi\nline\"\n"
+REASON = "expected 2 fields, found {} (a ragged row; check the delimiter and the quoting)"
+
+
+def rows(vf: str, resources: dict[str, Any]) -> list[dict]:
+    return resources["virtual_files"].summary(vf, 100)[2]  # every row (files here are small), no cursor moved
+
+
+def push(resources: dict[str, Any], data: bytes, name: str, **params: Any) -> dict:
+    pf = resources["platform_files"].add_bytes(data, name).to_json()
+    return invoke("etl.push", {"platformFile": pf, "parameters": {"onRowError": "quarantine", **params}}, resources)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_ragged_csv_rows_go_to_the_rejects_file(resources, monkeypatch, fast):
+    monkeypatch.setattr(push_csv, "FAST", fast)
+    out = push(resources, RAGGED, "people.csv")
+    assert set(out) == {"virtualFileId", "rejectsFileId"}
+    assert rows(out["virtualFileId"], resources) == [
+        {"id": "1", "name": "Ann"}, {"id": "3", "name": "Cy"}, {"id": "5", "name": "multi\nline"}]
+    assert rows(out["rejectsFileId"], resources) == [
+        {"line": "3", "reason": REASON.format(3), "text": "2,Bob,extra"},
+        {"line": "6", "reason": REASON.format(1), "text": "4"},
+    ]
+
+
+def test_a_clean_file_has_an_empty_rejects_file(resources):
+    out = push(resources, b"id,name\n1,Ann\n", "clean.csv")
+    assert rows(out["virtualFileId"], resources) == [{"id": "1", "name": "Ann"}]
+    assert rows(out["rejectsFileId"], resources) == []
+
+
+def test_bad_ndjson_lines_go_to_the_rejects_file(resources):
+    data = b'{"a": "1"}\nnot json\n[1, 2]\n\n{"a": "2", "b": null}\n'
+    out = push(resources, data, "events.ndjson")
+    assert rows(out["virtualFileId"], resources) == [{"a": "1"}, {"a": "2"}]  # null stays missing
+    rejected = rows(out["rejectsFileId"], resources)
+    assert [(r["line"], r["text"]) for r in rejected] == [("2", "not json"), ("3", "[1, 2]")]
+    assert rejected[0]["reason"].startswith("malformed JSON (Expecting value, column 1)")
+    assert rejected[1]["reason"] == "expected a JSON object (a row), found list"
+
+
+def test_what_loses_the_line_structure_still_fails_and_leaves_nothing(resources):
+    before = len(resources["virtual_files"].sql.catalog_ids()) if hasattr(resources["virtual_files"].sql,
+                                                                           "catalog_ids") else None
+    with pytest.raises(ConnectorError) as err:
+        push(resources, b'id,name\n1,"unterminated\n', "bad.csv")
+    assert err.value.status == 400 and "malformed CSV" in err.value.message
+    with pytest.raises(ConnectorError) as err:
+        push(resources, b"id,name\n1,\xff\n", "bad.csv", encoding="utf-8")
+    assert err.value.status == 400 and "parameters.encoding" in err.value.message
+    if before is not None:
+        assert len(resources["virtual_files"].sql.catalog_ids()) == before
+
+
+def test_fail_stays_the_default_and_keeps_the_specs_output(resources):
+    pf = resources["platform_files"].add_bytes(RAGGED, "people.csv").to_json()
+    with pytest.raises(ConnectorError) as err:
+        invoke("etl.push", {"platformFile": pf}, resources)
+    assert err.value.message == "platformFile: line 3: " + REASON.format(3)
+    clean = resources["platform_files"].add_bytes(b"id\n1\n", "ok.csv").to_json()
+    assert set(invoke("etl.push", {"platformFile": clean}, resources)) == {"virtualFileId"}
+    with pytest.raises(ConnectorError) as err:
+        invoke("etl.push", {"platformFile": clean, "parameters": {"onRowError": "skip"}}, resources)
+    assert err.value.status == 400 and "parameters.onRowError" in err.value.message
+
+
+def test_the_op_has_an_optional_rejects_output(resources):
+    good = resources["platform_files"].add_bytes(RAGGED, "people.csv").to_json()
+
+    @dg.job
+    def load():
+        etl_push()
+
+    quarantined = load.execute_in_process(resources=resources, run_config={"ops": {"etl_push": {"config": {
+        "platformFile": good, "parameters": {"onRowError": "quarantine"}}}}})
+    rejects = quarantined.output_for_node("etl_push", "rejects_file_id")
+    assert len(rows(rejects, resources)) == 2
+    plain = resources["platform_files"].add_bytes(b"id\n1\n", "ok.csv").to_json()
+    default = load.execute_in_process(resources=resources, run_config={"ops": {"etl_push": {"config": {
+        "platformFile": plain}}}})
+    assert default.success
+    outputs = {e.step_output_data.output_name for e in default.all_events
+               if e.event_type == dg.DagsterEventType.STEP_OUTPUT}
+    assert outputs == {"virtual_file_id"}
