@@ -31,7 +31,7 @@ import dagster as dg
 from connector_ops.kernel.errors import InvalidInput, NotFound
 
 #: metadata keys whose values name a virtual file or platform file
-REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id")
+REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id", "rejects_file_id")
 _FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}

@@ -58,16 +58,14 @@ def test_bad_ndjson_lines_go_to_the_rejects_file(resources):
 
 
 def test_what_loses_the_line_structure_still_fails_and_leaves_nothing(resources):
-    before = len(resources["virtual_files"].sql.catalog_ids()) if hasattr(resources["virtual_files"].sql,
-                                                                           "catalog_ids") else None
+    before = resources["virtual_files"].inventory()
     with pytest.raises(ConnectorError) as err:
         push(resources, b'id,name\n1,"unterminated\n', "bad.csv")
     assert err.value.status == 400 and "malformed CSV" in err.value.message
     with pytest.raises(ConnectorError) as err:
         push(resources, b"id,name\n1,\xff\n", "bad.csv", encoding="utf-8")
     assert err.value.status == 400 and "parameters.encoding" in err.value.message
-    if before is not None:
-        assert len(resources["virtual_files"].sql.catalog_ids()) == before
+    assert resources["virtual_files"].inventory() == before  # neither the rows nor a rejects file
 
 
 def test_fail_stays_the_default_and_keeps_the_specs_output(resources):
@@ -82,21 +80,38 @@ def test_fail_stays_the_default_and_keeps_the_specs_output(resources):
     assert err.value.status == 400 and "parameters.onRowError" in err.value.message
 
 
-def test_the_op_has_an_optional_rejects_output(resources):
-    good = resources["platform_files"].add_bytes(RAGGED, "people.csv").to_json()
+def test_the_op_keeps_one_output_and_records_the_rejects_in_its_metadata(resources):
+    """A second op output would break every graph passing ``etl_push()`` on as one value."""
+    bad = resources["platform_files"].add_bytes(RAGGED, "people.csv").to_json()
 
     @dg.job
     def load():
         etl_push()
 
     quarantined = load.execute_in_process(resources=resources, run_config={"ops": {"etl_push": {"config": {
-        "platformFile": good, "parameters": {"onRowError": "quarantine"}}}}})
-    rejects = quarantined.output_for_node("etl_push", "rejects_file_id")
+        "platformFile": bad, "parameters": {"onRowError": "quarantine"}}}}})
+    (event,) = [e for e in quarantined.all_events if e.event_type == dg.DagsterEventType.STEP_OUTPUT]
+    assert event.step_output_data.output_name == "virtual_file_id"
+    rejects = event.step_output_data.metadata["rejects_file_id"].value
     assert len(rows(rejects, resources)) == 2
     plain = resources["platform_files"].add_bytes(b"id\n1\n", "ok.csv").to_json()
     default = load.execute_in_process(resources=resources, run_config={"ops": {"etl_push": {"config": {
         "platformFile": plain}}}})
-    assert default.success
-    outputs = {e.step_output_data.output_name for e in default.all_events
-               if e.event_type == dg.DagsterEventType.STEP_OUTPUT}
-    assert outputs == {"virtual_file_id"}
+    (event,) = [e for e in default.all_events if e.event_type == dg.DagsterEventType.STEP_OUTPUT]
+    assert "rejects_file_id" not in event.step_output_data.metadata
+
+
+def test_a_pipeline_referring_to_the_rejects_gets_a_clear_validation_error(tmp_path):
+    from connector_ops.pipelines.dsl import PipelineError, load_pipeline
+
+    path = tmp_path / "q.yaml"
+    path.write_text("""name: q
+steps:
+  - {id: load, action: etl.push, input: {platformFile: {id: x, name: a.csv, contentType: text/csv, link: "http://h/a"},
+                                         parameters: {onRowError: quarantine}}}
+  - {id: bad, action: etl.pull, input: {virtualFileId: "${load.rejectsFileId}", exportType: csv, exportName: r.csv}}
+""")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    assert "${load.rejectsFileId}: rejectsFileId is an optional extension of etl.push's output and not a step " \
+           "output; the run records it in the step's output metadata" in str(caught.value)

@@ -70,8 +70,18 @@ def config_fields(model: type[BaseModel], *, required_ok: bool = True,
 
 
 def output_names(spec: ActionSpec) -> dict[str, str]:
-    """Spec output field -> op output name."""
-    return {f: to_snake(f) for f in spec.output_fields} or {"": "result"}
+    """Spec output field -> op output name. Optional extension fields (Push's ``rejectsFileId``) are not op
+    outputs: a second output would break every graph that passes ``etl_push()`` on as one value; their
+    values ride on the outputs' metadata instead (:func:`extension_metadata`)."""
+    return {f: to_snake(f) for f in spec.output_fields if f not in spec.optional_output_fields} or {"": "result"}
+
+
+def extension_metadata(spec: ActionSpec, result: Any) -> dict[str, Any]:
+    """The optional extension fields of an action's output that apply, as text metadata."""
+    if not isinstance(result, Mapping):
+        return {}
+    return {to_snake(f): dg.MetadataValue.text(str(result[f])) for f in sorted(spec.optional_output_fields)
+            if result.get(f) is not None}
 
 
 def failure(exc: ConnectorError) -> dg.Failure:
@@ -132,13 +142,11 @@ def build_op(action: str, *, name: str | None = None,
                 result = run_action(spec, payload, resources)
         except ConnectorError as exc:
             raise failure(exc) from None
-        call = run_metadata(payload, time.perf_counter() - started)
+        call = {**run_metadata(payload, time.perf_counter() - started), **extension_metadata(spec, result)}
         if "" in outs:
             yield dg.Output(result, "result", metadata={**output_metadata("", result, resources), **call})
             return
         for field, out_name in outs.items():
-            if field not in result:  # an optional extension output that does not apply: downstream skips
-                continue
             value = result[field]
             yield dg.Output(value, out_name, metadata={**output_metadata(field, value, resources), **call})
             if field in assets:
@@ -158,8 +166,7 @@ def build_op(action: str, *, name: str | None = None,
         name=name or spec.op_name,
         compute_fn=compute,
         ins=ins,
-        outs={out_name: dg.Out(dg.Any, description=f"`{field}` of the output" if field else "the output",
-                               is_required=field not in spec.optional_output_fields)
+        outs={out_name: dg.Out(dg.Any, description=f"`{field}` of the output" if field else "the output")
               for field, out_name in outs.items()},
         # nothing is required at launch: any field may arrive through `fields` or a wired input, and the
         # action's input model (run_action) is the one place that reports a missing field (400, named)

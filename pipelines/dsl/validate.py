@@ -343,6 +343,10 @@ class _Checker:
         if not fields:
             self.add(loc, f"{ref.text}: {spec.name} has a bare output; refer to it as ${{{target.id}}}", step.id)
             return
+        if ref.path[0] in spec.optional_output_fields:
+            self.add(loc, f"{ref.text}: {ref.path[0]} is an optional extension of {spec.name}'s output and not "
+                          "a step output; the run records it in the step's output metadata", step.id)
+            return
         if ref.path[0] not in fields:
             self.add(loc, f"{ref.text}: {spec.name} has no output field {ref.path[0]!r} "
                           f"(outputs: {', '.join(fields)})", step.id)
