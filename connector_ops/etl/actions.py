@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING
 
 from connector_ops.etl import models as m
+from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.push_csv import push_csv
 from connector_ops.etl.quarantine import COLUMNS as QUARANTINE_COLUMNS
 from connector_ops.etl.quarantine import Quarantine
@@ -62,6 +63,10 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
 
     if not is_json(pf.name, pf.content_type):
         return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
+    if quarantine is None and params.lines_to_ignore == 0 and params.schema_ is None:
+        vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding)
+        if vf_id is not None:
+            return vf_id
     with platform_files.open(pf) as raw, track(f"push {pf.name}", size, "B") as reporter:
         rows = read_json(reading_with_progress(raw, reporter), lines_to_ignore=params.lines_to_ignore,
                          encoding=params.encoding, reopen=reopen, quarantine=quarantine)

@@ -1,0 +1,122 @@
+"""NDJSON Push on the columnar path (issue 13): exactly what the row reader reads, or the row reader.
+
+Differential: random all-string NDJSON (unicode, escapes, quotes, newlines inside values, missing keys,
+null, blank lines, CRLF) pushed through Arrow and through the row reader gives the same columns, in the
+same order, and the same rows; files Arrow would read differently (numbers, booleans, nested values,
+duplicate keys, an object over two lines, two objects on one line, a BOM under plain ``utf-8``) go to the
+row reader and give its result or its error. Both databases.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.etl import actions, ndjson_fast
+from connector_ops.resources.virtual_files import arrow_loads
+
+KEYS = ["id", "name", "note", "a b", "é", "x\"y"]
+TEXT = st.one_of(st.text(alphabet=st.sampled_from([*'ab ,;"\\/\n\r\té🙂{}[]:', "\u2028"]), max_size=8),
+                 st.sampled_from(["null", "1.50", "", " 7 ", "2026-01-05", "2026-01-05T10:00:00Z"]))
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """Columnar for every size; records whether the row reader ran."""
+    monkeypatch.setattr(arrow_loads, "SQLITE_CHILD_MIN_BYTES", 0)
+    ran: list[str] = []
+    real = actions.read_json
+
+    def row_reader(*args: Any, **kwargs: Any) -> Any:
+        ran.append("rows")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "read_json", row_reader)
+    return ran
+
+
+def pushed(resources: dict[str, Any], data: bytes, monkeypatch, *, fast: bool, **params: Any) -> Any:
+    monkeypatch.setattr(ndjson_fast, "FAST", fast)
+    pf = resources["platform_files"].add_bytes(data, "rows.ndjson").to_json()
+    try:
+        vf = invoke("etl.push", {"platformFile": pf, "parameters": params}, resources)["virtualFileId"]
+    except ConnectorError as exc:
+        return ("error", exc.status, exc.message)
+    count, columns, first = resources["virtual_files"].summary(vf, 10_000)
+    return ("rows", columns, first, count)
+
+
+def both(resources, data: bytes, monkeypatch, paths, **params: Any) -> tuple[Any, list[str]]:
+    slow = pushed(resources, data, monkeypatch, fast=False, **params)
+    paths.clear()
+    fast = pushed(resources, data, monkeypatch, fast=True, **params)
+    assert fast == slow
+    return fast, list(paths)
+
+
+rows_strategy = st.lists(st.dictionaries(st.sampled_from(KEYS), st.one_of(st.none(), TEXT), max_size=5),
+                         min_size=1, max_size=25)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(rows=rows_strategy, newline=st.sampled_from(["\n", "\r\n"]), blank=st.booleans(),
+       spaced=st.booleans())
+def test_all_string_ndjson_reads_the_same_on_both_paths(resources, monkeypatch, paths, rows, newline, blank,
+                                                         spaced):
+    lines = [json.dumps(r, ensure_ascii=spaced, separators=(", ", ": ") if spaced else (",", ":")) for r in rows]
+    if blank:
+        lines.insert(len(lines) // 2, "  ")
+    data = (newline.join(lines) + newline).encode()
+    result, ran = both(resources, data, monkeypatch, paths)
+    if any(r for r in rows):  # an object with keys: Arrow read it, the row reader never ran
+        assert result[0] == "rows" and ran == [], ran
+
+
+@pytest.mark.parametrize("data", [
+    b'{"a": "1"}\n{"a": 2}\n',                      # a number: its exact text needs the row reader
+    b'{"a": "1.50", "b": 1.50}\n',
+    b'{"a": true}\n',
+    b'{"a": {"b": "c"}}\n',
+    b'{"a": ["x"]}\n',
+    b'{"a": "1", "a": "2"}\n',                       # a key twice: the row reader keeps the last
+    b'{"a":\n"1"}\n',                                # an object over two lines: not NDJSON
+    b'{"a": "1"} {"a": "2"}\n',                      # two objects on one line
+    b'{"a": "1"}\n[1]\n',
+    b'{"a": "\\ud800"}\n',
+    b'{"a": "1"}\n{"a": "2"\n',
+])
+def test_what_arrow_would_read_differently_goes_to_the_row_reader(resources, monkeypatch, paths, data):
+    _result, ran = both(resources, data, monkeypatch, paths)
+    assert ran == ["rows"]
+
+
+def test_a_bom_under_plain_utf8_is_the_row_readers_call(resources, monkeypatch, paths):
+    result, ran = both(resources, b'\xef\xbb\xbf{"a": "1"}\n', monkeypatch, paths, encoding="utf-8")
+    assert ran == ["rows"] and result[0] == "error"
+    result, ran = both(resources, b'\xef\xbb\xbf{"a": "1"}\n', monkeypatch, paths)  # utf-8-sig: dropped
+    assert ran == [] and result == ("rows", ["a"], [{"a": "1"}], 1)
+
+
+def test_a_late_new_key_or_type_change_falls_back_and_leaves_nothing(resources, monkeypatch, paths):
+    monkeypatch.setattr(ndjson_fast, "BLOCK", 64)  # several Arrow blocks in a small file
+    head = b"".join(b'{"a": "%d"}\n' % i for i in range(40))
+    before = resources["virtual_files"].inventory()
+    for tail in (b'{"a": "x", "b": "new"}\n', b'{"a": 7}\n'):
+        result, ran = both(resources, head + tail, monkeypatch, paths)
+        assert ran == ["rows"] and result[0] == "rows" and result[3] == 41
+    after = resources["virtual_files"].inventory()
+    assert len(after) == len(before) + 4  # two pushes per case, no leftover of a given-up fast path
+
+
+def test_date_like_strings_stay_text_on_the_columnar_path(resources, monkeypatch, paths):
+    """Arrow infers timestamps from such strings; the columnar path reads every column as text."""
+    data = b'{"day": "2026-01-05", "at": "2026-01-05T10:00:00Z", "n": "007"}\n{"day": "2026-13-45"}\n'
+    result, ran = both(resources, data, monkeypatch, paths)
+    assert ran == []
+    assert result == ("rows", ["day", "at", "n"], [
+        {"day": "2026-01-05", "at": "2026-01-05T10:00:00Z", "n": "007"}, {"day": "2026-13-45"}], 2)
