@@ -209,3 +209,11 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     print(f"{verb} {len(result.virtual_files)} virtual file(s) and {len(result.platform_files)} platform file(s); "
           f"kept {result.kept_virtual_files} and {result.kept_platform_files} (made after "
           f"{result.cutoff:%Y-%m-%d %H:%M:%S} UTC or still referred to)")
+
+
+@pipeline.command("schema")
+def schema() -> None:
+    """Print the JSON Schema of pipeline files (for editors; also shipped as pipelines/pipeline.schema.json)."""
+    from connector_ops.pipelines.dsl.json_schema import pipeline_schema
+
+    print(json.dumps(pipeline_schema(), indent=2, ensure_ascii=False))
