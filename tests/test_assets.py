@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 
 from connector_ops.ops.assets import action_asset
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+from tests.pipeline_files import write
 
 CSV = b"city,n\nParis,1\nRome,2\nParis,3\n"
 
@@ -60,12 +60,6 @@ def test_a_downstream_asset_before_its_upstream_fails_with_a_400(resources: dict
     data = failure.step_failure_data.user_failure_data
     assert data.metadata["status"].value == 400
     assert data.description == "etl.pull failed (400): asset lonely/raw has not been materialised yet"
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "p.yaml"
-    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    return path
 
 
 ASSET_PIPELINE = """

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from pathlib import Path
 
 import dagster as dg
@@ -16,14 +15,9 @@ from connector_ops.kernel.errors import InvalidInput
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.runner import run_compiled
+from tests.pipeline_files import write
 
 DATA = Path(__file__).resolve().parents[1] / "pipelines" / "data"
-
-
-def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    return path
 
 
 # -- references ------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,15 +11,9 @@ import pytest
 from connector_ops.environment import resources_for
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
 from tests.drive.support import fast_google, google_env
+from tests.pipeline_files import write
 from tests.servers import serving
 from tests.servers.fake_drive import FakeDrive
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "p.yaml"
-    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    return path
-
 
 LISTING = """
     name: listing

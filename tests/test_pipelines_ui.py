@@ -11,11 +11,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from tests.deployment import graphql
 from tests.servers import free_port
 from tests.test_pipelines_sales_report import FORKSERVER, ROOT
 
@@ -31,14 +31,6 @@ MATERIALIZED = """query($key: AssetKeyInput!) { assetOrError(assetKey: $key) { .
     ... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } ... on PathMetadataEntry { path }
     ... on TableSchemaMetadataEntry { schema { columns { name } } } } } } } }"""
 DONE = {"SUCCESS", "FAILURE", "CANCELED"}
-
-
-def graphql(url: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-    response = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
-    response.raise_for_status()
-    body = response.json()
-    assert "errors" not in body, body["errors"]
-    return body["data"]
 
 
 @pytest.fixture
