@@ -69,6 +69,7 @@ def build_definitions() -> dg.Definitions:
     return dg.Definitions(
         jobs=[first_etl, *(p.job for p in pipelines), *extra],
         assets=[spec for p in pipelines for spec in p.assets],
+        asset_checks=[check for p in pipelines for check in p.checks],
         schedules=[p.schedule for p in pipelines if p.schedule is not None],
         sensors=[p.sensor for p in pipelines if p.sensor is not None],
         resources=dagster_resources(),

@@ -8,7 +8,8 @@ is kept when something may still read it, and removed otherwise:
 * **an asset's data**: the latest materialisation of any asset records it (``virtual_file_id`` /
   ``platform_file`` metadata), so downstream assets and the UI still find it;
 * **a recent run refers to it**: a run created after the cutoff, or one not finished, named it in its run
-  config or its outputs' metadata (``virtual_file_id`` / ``platform_file_id``, which our ops record);
+  config, its outputs' metadata (``virtual_file_id`` / ``platform_file_id``, which our ops record) or its
+  asset checks' results (the rejected rows and their CSV);
 * **a job's latest successful run produced it**: the products of the last good run of every job (the
   report a schedule made last night) stay until a newer run of that job succeeds.
 
@@ -31,7 +32,9 @@ import dagster as dg
 from connector_ops.kernel.errors import InvalidInput, NotFound
 
 #: metadata keys whose values name a virtual file or platform file
-REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id", "rejects_file_id")
+REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id", "rejects_file_id",
+                  # an asset check's (connector_ops.ops.checks): its rejected rows stay one click away
+                  "rejects_virtual_file_id", "validated_virtual_file_id", "rejects_platform_file_id")
 _FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -110,13 +113,16 @@ def referenced(instance: dg.DagsterInstance, cutoff: datetime) -> set[str]:
 
 
 def _run_output_strings(instance: dg.DagsterInstance, run_id: str) -> Iterator[str]:
-    kinds = {dg.DagsterEventType.STEP_OUTPUT, dg.DagsterEventType.ASSET_MATERIALIZATION}
+    kinds = {dg.DagsterEventType.STEP_OUTPUT, dg.DagsterEventType.ASSET_MATERIALIZATION,
+             dg.DagsterEventType.ASSET_CHECK_EVALUATION}
     for entry in instance.all_logs(run_id, of_type=kinds):
         event = entry.dagster_event
         if event is None:
             continue
         if event.event_type == dg.DagsterEventType.STEP_OUTPUT:
             yield from _metadata_strings(event.step_output_data.metadata)
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            yield from _metadata_strings(event.event_specific_data.metadata)
         else:
             yield from _metadata_strings(event.event_specific_data.materialization.metadata)
 

@@ -28,6 +28,7 @@ from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.ops import etl_pull, etl_push
 from connector_ops.ops.assets import action_asset
+from connector_ops.ops.checks import validate_check
 from connector_ops.pipelines.gc import collect, parse_duration
 
 SALES = Path(__file__).resolve().parent.parent / "pipelines" / "data" / "sales.csv"
@@ -149,6 +150,20 @@ def test_an_assets_latest_data_stays(resources, files):
                       older_than=timedelta(0), now=datetime.now(UTC) + timedelta(days=30))
     vfs, _ = inventory(resources)
     assert latest in vfs and older <= set(removed.virtual_files)
+
+
+def test_the_rejected_rows_of_a_jobs_latest_check_stay(resources, files):
+    instance = dg.DagsterInstance.ephemeral()
+    pf = files.add_file(SALES).to_json()
+    raw = action_asset("gc/checked", "etl.push", {"platformFile": pf})
+    check = validate_check("gc/checked", {"quantity": {"type": "integer", "required": True}}, max_rejected=0.5)
+    result = dg.materialize([raw, check], resources=resources, instance=instance)
+    [found] = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    collect(resources["virtual_files"], resources["platform_files"], instance, older_than=timedelta(0),
+            now=datetime.now(UTC) + timedelta(days=30))
+    vfs, pfs = inventory(resources)
+    assert {found.metadata["rejects_virtual_file_id"].value, found.metadata["validated_virtual_file_id"].value} <= vfs
+    assert found.metadata["rejects_platform_file_id"].value in pfs
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -93,6 +93,12 @@ def test_sales_report_in_process(env: dict[str, str]) -> None:
     for key in (["sales", "orders"], ["sales", "customers"], ["sales", "valid_orders"], ["sales", "report_csv"]):
         records = instance.fetch_materializations(dg.AssetKey(key), limit=10).records
         assert len(records) == 2
+    # the check on sales/orders ran in each run: 4 orders refused (under 5%: a pass), the same as Validate's
+    [check] = [e.event_specific_data for e in again.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert check.asset_key == dg.AssetKey(["sales", "orders"]) and check.passed
+    assert check.metadata["rejected_count"].value == INVALID_ROWS
+    sample = [json.loads(r.data["content"])["order_id"] for r in check.metadata["rejected_sample"].value.records]
+    assert sample == ["SO-1201", "SO-1202", "SO-1203", "S12"]
 
 
 #: the outputs check_outputs reads, as (node, output)

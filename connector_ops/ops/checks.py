@@ -12,6 +12,7 @@ Dagster's own checks report pass/fail without the failing rows; here they are on
 
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -39,6 +40,75 @@ def check_max_rejected(value: Any) -> int | float:
     return value
 
 
+@dataclass(frozen=True)
+class ValidateRule:
+    """What a Validate check asks: the schema, the threshold and how bad a failure is."""
+
+    schema: Mapping[str, Any]
+    max_rejected: int | float = 0
+    severity: str = "ERROR"
+    sample_rows: int = SAMPLE_ROWS
+
+    def __post_init__(self) -> None:
+        check_max_rejected(self.max_rejected)
+        if self.severity.upper() not in SEVERITIES:
+            raise ValueError(f"severity must be ERROR or WARN, got {self.severity!r}")
+
+    @property
+    def level(self) -> dg.AssetCheckSeverity:
+        return SEVERITIES[self.severity.upper()]
+
+    @property
+    def text(self) -> str:
+        """The threshold in words (``at most 3 rejected rows``, ``at most 5.00% of the rows rejected``)."""
+        limit = self.max_rejected
+        if isinstance(limit, int) or limit >= 1:
+            return f"at most {limit:g} rejected rows"
+        return f"at most {limit:.2%} of the rows rejected"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One evaluation: passed or not, its description and metadata (the rejected rows among them)."""
+
+    passed: bool
+    description: str
+    metadata: dict[str, Any]
+
+
+def evaluate(rule: ValidateRule, source: str, export_name: str, resources: Mapping[str, Any]) -> Finding:
+    """Validate virtual file ``source`` by ``rule``; the rejects are exported as CSV ``export_name``.
+
+    Raises :class:`ConnectorError` as the actions do (a missing file: 404; a bad schema: 400).
+    """
+    store, files = resources["virtual_files"], resources["platform_files"]
+    out = run_action(get_action("etl.validate"), {"content": source, "schema": dict(rule.schema)}, resources)
+    rejects = run_action(get_action("etl.pull"), {"virtualFileId": out["rejected"], "exportType": "csv",
+                                                  "exportName": export_name}, resources)
+    total = store.summary(source, 0)[0]
+    rejected, _columns, sample = store.summary(out["rejected"], rule.sample_rows)
+    metadata: dict[str, Any] = {
+        "rejected_count": dg.MetadataValue.int(rejected),
+        "rejected_share": dg.MetadataValue.float(round(rejected / total, 6) if total else 0.0),
+        "dagster/row_count": dg.MetadataValue.int(total),
+        "rejected_sample": table_preview(sample, ["error", "content"], limit=rule.sample_rows),
+        "rejects_virtual_file_id": dg.MetadataValue.text(out["rejected"]),
+        "validated_virtual_file_id": dg.MetadataValue.text(out["validated"]),
+        **{f"rejects_{k}": v for k, v in platform_file_metadata(rejects["platformFile"], files).items()},
+    }
+    return Finding(passed=within(rejected, total, rule.max_rejected), metadata=metadata,
+                   description=f"{rejected} of {total} rows rejected ({rule.text})")
+
+
+def export_name(key: dg.AssetKey, name: str) -> str:
+    """The rejects CSV's name for check ``name`` of asset ``key``."""
+    return f"{key.to_python_identifier()}_{name}_rejects.csv"
+
+
+def check_description(rule: ValidateRule) -> str:
+    return f"Validate against a schema of {len(rule.schema)} columns; {rule.text}."
+
+
 def validate_check(
     asset: str | Sequence[str] | dg.AssetKey,
     schema: Mapping[str, Any],
@@ -52,39 +122,18 @@ def validate_check(
 ) -> dg.AssetChecksDefinition:
     """An asset check running Validate with ``schema`` (spec 2.7) on the asset's virtual file."""
     key = asset_key(asset)
-    limit = check_max_rejected(max_rejected)
-    level = SEVERITIES.get(severity.upper())
-    if level is None:
-        raise ValueError(f"severity must be ERROR or WARN, got {severity!r}")
-    validate, pull = get_action("etl.validate"), get_action("etl.pull")
-    rule = f"at most {limit:g} rejected rows" if isinstance(limit, int) or limit >= 1 else \
-        f"at most {limit:.2%} of the rows rejected"
+    rule = ValidateRule(schema=dict(schema), max_rejected=max_rejected, severity=severity, sample_rows=sample_rows)
 
     @dg.asset_check(asset=key, name=name, blocking=blocking, required_resource_keys={"virtual_files", "platform_files"},
-                    description=description or f"Validate against a schema of {len(schema)} columns; {rule}.")
+                    description=description or check_description(rule))
     def check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        store, files = context.resources.virtual_files, context.resources.platform_files
-        resources = {"virtual_files": store, "platform_files": files}
+        resources = {"virtual_files": context.resources.virtual_files,
+                     "platform_files": context.resources.platform_files}
         try:
-            source = latest_location(context.instance, key)
-            out = run_action(validate, {"content": source, "schema": dict(schema)}, resources)
-            rejects = run_action(pull, {"virtualFileId": out["rejected"], "exportType": "csv",
-                                        "exportName": f"{key.to_python_identifier()}_{name}_rejects.csv"}, resources)
+            found = evaluate(rule, latest_location(context.instance, key), export_name(key, name), resources)
         except ConnectorError as exc:
             raise failure(exc) from None
-        total = store.summary(source, 0)[0]
-        rejected, _columns, sample = store.summary(out["rejected"], sample_rows)
-        passed = within(rejected, total, limit)
-        metadata: dict[str, Any] = {
-            "rejected_count": dg.MetadataValue.int(rejected),
-            "rejected_share": dg.MetadataValue.float(round(rejected / total, 6) if total else 0.0),
-            "dagster/row_count": dg.MetadataValue.int(total),
-            "rejected_sample": table_preview(sample, ["error", "content"], limit=sample_rows),
-            "rejects_virtual_file_id": dg.MetadataValue.text(out["rejected"]),
-            "validated_virtual_file_id": dg.MetadataValue.text(out["validated"]),
-            **{f"rejects_{k}": v for k, v in platform_file_metadata(rejects["platformFile"], files).items()},
-        }
-        return dg.AssetCheckResult(passed=passed, severity=level, metadata=metadata,
-                                   description=f"{rejected} of {total} rows rejected ({rule})")
+        return dg.AssetCheckResult(passed=found.passed, severity=rule.level, metadata=found.metadata,
+                                   description=found.description)
 
     return check

@@ -10,7 +10,8 @@ op's config (the job's default run config, editable in the launchpad). Reference
   are just the upstream outputs it refers to; its result feeds the action op's ``fields`` input;
 * ``retry`` becomes the step's ``RetryPolicy`` (the pipeline's ``retry`` the job's ``op_retry_policy``);
 * ``asset`` gives the step its own op (``<pipeline>__<step>``) that records a materialisation of the
-  asset after its output, and the pipeline an ``AssetSpec`` with lineage (:mod:`.assets`);
+  asset after its output, and the pipeline an ``AssetSpec`` with lineage (:mod:`.assets`); its ``check``
+  a node ``<step>__check`` evaluating the asset check on that output (:mod:`.checks`);
 * ``after`` wires the ``after`` (Nothing) input; ``foreach`` puts the step behind
   ``etl_iterate_batches`` (``<step>__batches``), maps it over the batches (``<step>__rows`` reads each
   batch's rows when ``${batch.rows}`` is used) and collects its outputs in ``<step>__gather``.
@@ -29,6 +30,7 @@ from connector_ops.ops.factory import build_op, output_names
 from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import asset_specs
+from connector_ops.pipelines.dsl.checks import asset_checks, check_op
 from connector_ops.pipelines.dsl.model import Pipeline, Step
 from connector_ops.pipelines.dsl.retries import retry_policy
 from connector_ops.pipelines.dsl.step_ops import (
@@ -55,6 +57,8 @@ class CompiledPipeline:
     sensor: dg.SensorDefinition | None = None
     #: the assets its ``asset:`` steps materialise (declared in the Definitions, with lineage)
     assets: list[dg.AssetSpec] = field(default_factory=list)
+    #: the asset checks its steps declare (``check:``), run in each run and from the UI
+    checks: list[dg.AssetChecksDefinition] = field(default_factory=list)
 
 
 @dataclass
@@ -161,6 +165,12 @@ class _Builder:
         if step.foreach is None:
             self.outputs[step.id] = (step.id, names)
             self.handles[step.id] = self.call_action(step, plan)
+            if step.check is not None and step.asset is not None:
+                node = f"{step.id}__check"
+                checked = check_op(self.op_name(node), dg.AssetKey(list(step.asset.key)), step.check).alias(node)(
+                    virtual_file_id=self.handles[step.id][step.asset.field])
+                if step.check.blocking:  # what reads the asset's data waits for the check
+                    self.handles[step.id][step.asset.field] = checked
             return
         self.handles[step.id] = self.fan_out(step, plan, names)
         self.outputs[step.id] = (f"{step.id}__gather", {f: out for f, out in names.items()})
@@ -222,7 +232,8 @@ def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
         tags=tags,
         op_retry_policy=retry_policy(pipeline.retry),
     )
-    compiled = CompiledPipeline(pipeline=pipeline, job=job, outputs=builder.outputs, assets=asset_specs(pipeline))
+    compiled = CompiledPipeline(pipeline=pipeline, job=job, outputs=builder.outputs, assets=asset_specs(pipeline),
+                                 checks=asset_checks(pipeline))
     if pipeline.schedule:
         compiled.schedule = dg.ScheduleDefinition(
             name=f"{pipeline.name}_schedule", job=job, cron_schedule=pipeline.schedule,

@@ -70,6 +70,17 @@ class Asset:
     kinds: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Check:
+    """``check:`` on an asset step: Validate its virtual file after each materialisation (an asset check)."""
+
+    name: str
+    schema: dict[str, Any]
+    max_rejected: int | float = 0
+    severity: str = "ERROR"
+    blocking: bool = False  # a failed check fails the step, so nothing downstream runs on bad data
+
+
 @dataclass
 class Step:
     id: str
@@ -81,6 +92,7 @@ class Step:
     description: str | None = None
     retry: Retry | None = None
     asset: Asset | None = None
+    check: Check | None = None
 
 
 @dataclass

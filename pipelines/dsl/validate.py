@@ -24,13 +24,14 @@ from pydantic import BaseModel, ValidationError
 from connector_ops.kernel.errors import InvalidInput, field_path
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
+from connector_ops.pipelines.dsl.checks import parse_check
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
 from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.registry import ACTIONS, ActionSpec, load_all, problem_of
 
 TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "steps")
-STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry", *ASSET_STEP_KEYS)
+STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry", *ASSET_STEP_KEYS, "check")
 FOREACH_KEYS = ("virtualFileId", "maxBatchSize")
 TRIGGER_KEYS = ("folderId", "minimumIntervalSeconds")
 DEFAULT_BATCH_SIZE = 1000
@@ -190,6 +191,7 @@ class _Checker:
         report = lambda p, m: self.add(p, m, label)  # noqa: E731 - the step's problems carry its id
         retry = parse_retry(item.get("retry"), (*path, "retry"), report)
         asset = parse_asset(item, path, spec, item.get("foreach") is not None, report)
+        check = parse_check(item.get("check"), (*path, "check"), asset, "asset" in item, report)
         if spec is not None:
             self.check_input(spec, dict(inp), (*path, "input"), label)
         if not ok or spec is None:
@@ -198,7 +200,7 @@ class _Checker:
             return None
         return Step(id=step_id, action=spec, input=dict(inp), line=self.doc.line(path), after=list(after),
                     foreach=foreach, description=description if isinstance(description, str) else None,
-                    retry=retry, asset=asset)
+                    retry=retry, asset=asset, check=check)
 
     def action(self, name: Any, path: tuple[str | int, ...], label: str | None) -> ActionSpec | None:
         if not isinstance(name, str) or not name:

@@ -1,0 +1,132 @@
+"""``check:`` on an asset step (both databases): evaluated in each run, declared for the UI, rows kept."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+
+CSV = b"city,n\nParis,1\nRome,x\nOslo,3\nLima,four\n"
+
+PIPELINE = """
+    name: cities
+    steps:
+      - id: load
+        action: etl.push
+        asset: cities/raw
+        check:
+          schema: {{city: {{type: string, required: true}}, n: {{type: integer}}}}
+          max_rejected: {limit}
+          severity: WARN
+          blocking: {blocking}
+        input: {{platformFile: {pf}}}
+      - id: export
+        action: etl.pull
+        input: {{virtualFileId: "${{load.virtualFileId}}", exportType: csv, exportName: cities.csv}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+def compiled(tmp_path: Path, files: Any, limit: Any = 0, blocking: bool = False) -> Any:
+    pf = json.dumps(files.add_bytes(CSV, "cities.csv").to_json())
+    text = PIPELINE.format(pf=pf, limit=limit, blocking=str(blocking).lower())
+    return compile_pipeline(load_pipeline(write(tmp_path, text)))
+
+
+def evaluations(result: Any) -> list[Any]:
+    return [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+
+
+def test_each_run_evaluates_the_check_with_the_rows_validate_rejected(tmp_path: Path, resources: dict, files: Any,
+                                                                     store: Any) -> None:
+    pipeline = compiled(tmp_path, files, limit=1)
+    key = dg.AssetKey(["cities", "raw"])
+    defs = dg.Definitions(assets=pipeline.assets, asset_checks=pipeline.checks, jobs=[pipeline.job],
+                          resources=resources)
+    assert defs.resolve_asset_graph().asset_check_keys == {dg.AssetCheckKey(key, "validate")}
+    instance = dg.DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("cities").execute_in_process(instance=instance)
+    assert result.success  # a failed WARN check is a finding; the export still ran
+    assert result.output_for_node("export", "platform_file")
+    [found] = evaluations(result)
+    assert found.asset_key == key and found.check_name == "validate"
+    assert found.passed is False and found.severity == dg.AssetCheckSeverity.WARN
+    meta = found.metadata
+    rejected = store.rows(meta["rejects_virtual_file_id"].value)
+    assert meta["rejected_count"].value == len(rejected) == 2 and meta["dagster/row_count"].value == 4
+    assert [r.data for r in meta["rejected_sample"].value.records] == [
+        {"error": r["error"], "content": r["content"]} for r in rejected]
+    assert all("n" in r["error"] for r in rejected)
+    assert found.description == "2 of 4 rows rejected (at most 1 rejected rows)"
+    # the declared check executes again from the UI, on the latest materialisation the run recorded
+    again = dg.materialize([*pipeline.checks], resources=resources, instance=instance,
+                           selection=dg.AssetSelection.checks_for_assets(key))
+    [found_again] = evaluations(again)
+    assert found_again.passed is False and found_again.metadata["rejected_count"].value == 2
+
+
+def test_a_share_threshold_passes(tmp_path: Path, resources: dict, files: Any) -> None:
+    pipeline = compiled(tmp_path, files, limit=0.5)
+    result = pipeline.job.execute_in_process(resources=resources)
+    [found] = evaluations(result)
+    assert found.passed is True and found.metadata["rejected_share"].value == 0.5
+
+
+def test_a_blocking_check_stops_what_comes_after(tmp_path: Path, resources: dict, files: Any) -> None:
+    pipeline = compiled(tmp_path, files, limit=0, blocking=True)
+    result = pipeline.job.execute_in_process(resources=resources, raise_on_error=False)
+    assert not result.success
+    [found] = evaluations(result)
+    assert found.passed is False
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "load__check"
+    assert "blocking check validate of cities/raw failed: 2 of 4 rows rejected" in \
+        failure.step_failure_data.user_failure_data.description
+    assert "export" not in {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
+
+
+def test_check_problems_are_reported_with_lines(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        name: bad
+        steps:
+          - id: p
+            action: etl.pull
+            check: {schema: {a: {type: string}}}
+            input: {virtualFileId: v, exportType: csv, exportName: a.csv}
+          - id: e
+            action: etl.pull
+            asset: a/export
+            check: {schema: {a: {type: string}}}
+            input: {virtualFileId: v, exportType: csv, exportName: a.csv}
+          - id: l
+            action: etl.push
+            asset: a/raw
+            check:
+              schema: {a: {type: text}}
+              max_rejected: -1
+              severity: fatal
+              blocking: maybe
+              extra: 1
+            input: {platformFile: "${file:x.csv}"}
+    """)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    text = str(caught.value)
+    assert "p.yaml:5: step p: `check` validates an asset's data: add `asset: <key>` to the step" in text
+    assert "step e: `check` runs Validate on a virtual file; this step's asset is its `platformFile`" in text
+    assert "step l: unknown key 'extra' in check" in text
+    assert 'step l: schema.a.type: unknown type "text"' in text
+    assert "step l: max_rejected must be a count" in text
+    assert "step l: `severity` must be ERROR or WARN, got 'fatal'" in text
+    assert "step l: `blocking` must be true or false" in text
