@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import dagster as dg
 import pytest
 
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+from tests.pipeline_files import write
 
 CSV = b"city,n\nParis,1\nRome,x\nOslo,3\nLima,four\n"
 
@@ -30,12 +30,6 @@ PIPELINE = """
         action: etl.pull
         input: {{virtualFileId: "${{load.virtualFileId}}", exportType: csv, exportName: cities.csv}}
 """
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "p.yaml"
-    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    return path
 
 
 def compiled(tmp_path: Path, files: Any, limit: Any = 0, blocking: bool = False) -> Any:
