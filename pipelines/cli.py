@@ -189,6 +189,7 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     import dagster as dg
 
     from connector_ops.pipelines.gc import collect, parse_duration
+    from connector_ops.resources.virtual_files.step_outputs import StepOutputs
 
     age = parse_duration(older_than)
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else None
@@ -197,7 +198,8 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
               f"only age protects a file (files made in the last {older_than} are kept)", file=sys.stderr)
     with Session() as session:
         stores = session.resources_for(["virtual_files", "platform_files"])
-        result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run)
+        result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run,
+                         step_outputs=StepOutputs(stores["virtual_files"].database_url))
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return
@@ -206,6 +208,9 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
         print(f"{verb} virtual file {vf_id}")
     for file_id in result.platform_files:
         print(f"{verb} platform file {file_id}")
+    if result.step_output_runs or result.kept_step_output_runs:
+        print(f"{verb} the step outputs of {len(result.step_output_runs)} run(s); kept those of "
+              f"{result.kept_step_output_runs}")
     print(f"{verb} {len(result.virtual_files)} virtual file(s) and {len(result.platform_files)} platform file(s); "
           f"kept {result.kept_virtual_files} and {result.kept_platform_files} (made after "
           f"{result.cutoff:%Y-%m-%d %H:%M:%S} UTC or still referred to)")

@@ -13,6 +13,7 @@ import logging
 import dagster as dg
 
 from connector_ops.ops import etl_pull, etl_push, etl_query
+from connector_ops.ops.io_manager import step_output_io_manager
 from connector_ops.ops.resources import dagster_resources
 from connector_ops.pipelines.catalog import read_catalog
 from connector_ops.pipelines.dsl import Problem
@@ -72,7 +73,7 @@ def build_definitions() -> dg.Definitions:
         asset_checks=[check for p in pipelines for check in p.checks],
         schedules=[p.schedule for p in pipelines if p.schedule is not None],
         sensors=[p.sensor for p in pipelines if p.sensor is not None],
-        resources=dagster_resources(),
+        resources={**dagster_resources(), "io_manager": step_output_io_manager()},  # outputs every host reads
         executor=job_executor(),  # CONNECTOR_OPS_EXECUTOR: in_process (default), multiprocess, celery
     )
 

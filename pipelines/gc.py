@@ -13,6 +13,10 @@ is kept when something may still read it, and removed otherwise:
 * **a job's latest successful run produced it**: the products of the last good run of every job (the
   report a schedule made last night) stay until a newer run of that job succeeds.
 
+Step outputs kept in the database by our IO manager (:mod:`connector_ops.ops.io_manager`) go with their run:
+a run's outputs are removed once its newest output is older than the cutoff and the run is finished (or
+unknown to the instance); re-executing such a run starts from its first step.
+
 References come from the Dagster instance (``DAGSTER_HOME``). Without one, runs leave no history, so only
 age protects a file; the CLI says so. Removal uses the stores' own ``drop``/``delete`` (a virtual file is
 removed in one transaction; a platform file's descriptor and bytes together).
@@ -59,17 +63,21 @@ class Collection:
     platform_files: list[str] = field(default_factory=list)
     kept_virtual_files: int = 0
     kept_platform_files: int = 0
+    step_output_runs: list[str] = field(default_factory=list)
+    kept_step_output_runs: int = 0
     history: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"cutoff": self.cutoff.isoformat(), "dryRun": self.dry_run, "history": self.history,
                 "virtualFiles": {"removed": self.virtual_files, "kept": self.kept_virtual_files},
-                "platformFiles": {"removed": self.platform_files, "kept": self.kept_platform_files}}
+                "platformFiles": {"removed": self.platform_files, "kept": self.kept_platform_files},
+                "stepOutputs": {"removedRuns": self.step_output_runs, "keptRuns": self.kept_step_output_runs}}
 
 
 def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstance | None, *,
-            older_than: timedelta, dry_run: bool = False, now: datetime | None = None) -> Collection:
-    """Remove the virtual files and platform files nothing refers to (see the module's rules)."""
+            older_than: timedelta, dry_run: bool = False, now: datetime | None = None,
+            step_outputs: Any = None) -> Collection:
+    """Remove the virtual files, platform files and step outputs nothing refers to (see the module's rules)."""
     cutoff = (now or datetime.now(UTC)) - older_than
     refs = referenced(instance, cutoff) if instance is not None else set()
     result = Collection(cutoff=cutoff, dry_run=dry_run, history=instance is not None)
@@ -88,7 +96,20 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
         if not dry_run:
             platform_files.delete(file_id)
         result.platform_files.append(file_id)
+    if step_outputs is not None:
+        _collect_step_outputs(step_outputs, instance, result)
     return result
+
+
+def _collect_step_outputs(step_outputs: Any, instance: dg.DagsterInstance | None, result: Collection) -> None:
+    for run_id, newest in step_outputs.runs():
+        run = instance.get_run_by_id(run_id) if instance is not None else None
+        if newest >= result.cutoff or (run is not None and run.status not in _FINISHED):
+            result.kept_step_output_runs += 1
+        else:
+            result.step_output_runs.append(run_id)
+    if not result.dry_run:
+        step_outputs.delete_runs(result.step_output_runs)
 
 
 def referenced(instance: dg.DagsterInstance, cutoff: datetime) -> set[str]:

@@ -221,6 +221,26 @@ def test_gc_never_removes_what_is_still_referred_to(tmp_path_factory, database_u
     assert not (set(done.virtual_files) | set(done.platform_files)) & protected
 
 
+def test_step_outputs_go_with_their_runs(resources, files, env):
+    from connector_ops.ops.io_manager import StepOutputIOManager
+    from connector_ops.resources.virtual_files.step_outputs import StepOutputs
+
+    outputs = StepOutputs(env["CONNECTOR_OPS_DATABASE_URL"])
+    instance = dg.DagsterInstance.ephemeral()
+    pf = files.add_file(SALES).to_json()
+    runs = [run_job(push_and_pull, {**resources, "io_manager": StepOutputIOManager()}, instance, pf).run_id
+            for _ in range(2)]
+    assert {run for run, _ in outputs.runs()} == set(runs)
+    kept = collect(resources["virtual_files"], files, instance, older_than=timedelta(days=7), step_outputs=outputs)
+    assert kept.step_output_runs == [] and kept.kept_step_output_runs == 2
+    planned = collect(resources["virtual_files"], files, instance, older_than=timedelta(0), step_outputs=outputs,
+                      dry_run=True)
+    assert sorted(planned.step_output_runs) == sorted(runs) and len(outputs.runs()) == 2
+    done = collect(resources["virtual_files"], files, instance, older_than=timedelta(0), step_outputs=outputs)
+    assert sorted(done.step_output_runs) == sorted(runs) and outputs.runs() == []
+    assert done.to_json()["stepOutputs"] == {"removedRuns": done.step_output_runs, "keptRuns": 0}
+
+
 def test_the_cli_collects_with_the_instance_of_dagster_home(tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME"))}
     (tmp_path / "dagster").mkdir()

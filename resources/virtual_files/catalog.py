@@ -50,6 +50,16 @@ array_cursor = sa.Table(
     sa.Column("position", sa.BigInteger, nullable=False),
 )
 
+#: Dagster step outputs (:mod:`.step_outputs`): in the store's database, so every host running steps reads them.
+step_output = sa.Table(
+    "cop_step_output",
+    metadata,
+    sa.Column("key", sa.String(1000), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False, index=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+
 SEQ_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY = rowid
 
 

@@ -60,7 +60,7 @@ class StoreCore(Resource):
         vf = cat.virtual_file
         with self.reading() as conn:
             rows = conn.execute(sa.select(vf.c.id, vf.c.created_at).order_by(vf.c.created_at, vf.c.id)).all()
-        return [(vf_id, _utc(created)) for vf_id, created in rows]
+        return [(vf_id, as_utc(created)) for vf_id, created in rows]
 
     def info(self, conn: sa.Connection, vf_id: str, *, lock: bool = False) -> VirtualFileInfo:
         """The catalog entry of ``vf_id`` (``NotFound`` if there is none)."""
@@ -107,6 +107,6 @@ class StoreCore(Resource):
             ])
 
 
-def _utc(moment: datetime) -> datetime:
+def as_utc(moment: datetime) -> datetime:
     """SQLite hands back ``CURRENT_TIMESTAMP`` without a zone; it is UTC."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -1,0 +1,91 @@
+"""Step outputs in the store's database (both databases): what a step on one host writes, another reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from typing import Any
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+from dagster._core.types.dagster_type import resolve_dagster_type
+
+from connector_ops.ops.io_manager import StepOutputIOManager, step_output_io_manager
+from connector_ops.pipelines.definitions import build_definitions
+from connector_ops.resources.virtual_files.catalog import step_output
+from connector_ops.resources.virtual_files.engines import get_engine
+from connector_ops.resources.virtual_files.step_outputs import StepOutputs
+
+
+def kept(database_url: str, run_id: str) -> dict[str, Any]:
+    with get_engine(database_url).begin() as conn:
+        rows = conn.execute(sa.select(step_output.c.key, step_output.c.value)
+                            .where(step_output.c.run_id == run_id)).all()
+    return {key: pickle.loads(value) for key, value in rows}
+
+
+def test_a_fan_out_pipeline_keeps_every_output_in_the_database(env: dict[str, str]) -> None:
+    defs = build_definitions()
+    assert isinstance(defs.resources["io_manager"], StepOutputIOManager)
+    result = defs.resolve_job_def("sales_batches").execute_in_process()
+    assert result.success
+    outputs = kept(env["CONNECTOR_OPS_DATABASE_URL"], result.run_id)
+    run = result.run_id
+    # each batch of the foreach (a dynamic output) and its mapped step are kept under their mapping key
+    batches = [k for k in outputs if k.startswith(f"{run}/check__batches/")]
+    assert len(batches) >= 2 and all(k.count("/") == 3 for k in batches)
+    assert outputs[f"{run}/sales/virtual_file_id"] == result.output_for_node("sales", "virtual_file_id")
+    assert outputs[f"{run}/summary/content"] == result.output_for_node("summary", "content")
+
+
+def test_another_process_reads_what_a_run_wrote(env: dict[str, str]) -> None:
+    """A second host is a second process with the same database URL and nothing of the first's disk."""
+    defs = build_definitions()
+    result = defs.resolve_job_def("sales_batches").execute_in_process()
+    key = f"{result.run_id}/sales/virtual_file_id"
+    script = ("import pickle, sys; from connector_ops.resources.virtual_files.step_outputs import StepOutputs;"
+              "print(pickle.loads(StepOutputs(sys.argv[1]).get(sys.argv[2])))")
+    other = subprocess.run([sys.executable, "-c", script, env["CONNECTOR_OPS_DATABASE_URL"], key],
+                           capture_output=True, text=True, check=True, cwd="/", env={**os.environ})
+    assert other.stdout.strip() == result.output_for_node("sales", "virtual_file_id")
+
+
+def test_a_missing_output_is_a_clear_failure(env: dict[str, str]) -> None:
+    @dg.op
+    def make() -> str:
+        return "vf-1"
+
+    @dg.op
+    def use(value: str) -> str:
+        return value
+
+    @dg.job(resource_defs={"io_manager": StepOutputIOManager()})
+    def two() -> None:
+        use(make())
+
+    first = two.execute_in_process()
+    assert kept(env["CONNECTOR_OPS_DATABASE_URL"], first.run_id) == {f"{first.run_id}/make/result": "vf-1",
+                                                                     f"{first.run_id}/use/result": "vf-1"}
+    StepOutputs(env["CONNECTOR_OPS_DATABASE_URL"]).delete_runs([first.run_id])
+    manager = StepOutputIOManager()
+    upstream = dg.build_output_context(step_key="make", name="result", run_id=first.run_id)
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(dg.Failure) as caught:
+        manager.load_input(dg.build_input_context(name="value", dagster_type=resolve_dagster_type(str),
+                                                  upstream_output=upstream, instance=instance))
+    assert "input 'value': step output" in caught.value.description
+    assert "re-execute from that step" in caught.value.description
+
+
+def test_the_url_reaches_runs_as_an_environment_reference(env: dict[str, str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = step_output_io_manager()
+    assert isinstance(manager.database_url, dg.EnvVar)
+    assert manager.database_url.env_var_name == "CONNECTOR_OPS_DATABASE_URL"
+    monkeypatch.delenv("CONNECTOR_OPS_DATABASE_URL")
+    unset = step_output_io_manager()
+    assert unset.database_url is None  # resolved where the step runs, never the loader's SQLite path
+    assert env["CONNECTOR_OPS_HOME"] not in json.dumps(unset.model_dump(), default=str)
