@@ -71,10 +71,26 @@ class Env:
 
     @property
     def home(self) -> Path:
-        return Path(self.get("CONNECTOR_OPS_HOME", ".connector_ops")).expanduser().resolve()
+        return Path(self.get(HOME_VARIABLE, ".connector_ops")).expanduser().resolve()
 
     def path(self, name: str, default_child: str) -> str:
         return str(Path(self.get(name) or self.home / default_child).expanduser().resolve())
+
+
+HOME_VARIABLE = "CONNECTOR_OPS_HOME"
+
+
+def pin_home(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
+    """Resolve ``CONNECTOR_OPS_HOME`` once, here, and write the absolute path back.
+
+    Unset, the home is ``./.connector_ops`` of the working directory, and every process would resolve it
+    against its own: the code server, the run worker and each step's process must agree. The code location
+    calls this when it loads, so the processes it starts (runs, steps) inherit one absolute path; a Celery
+    worker calls it when it starts. Hosts that do not share a disk each set their own.
+    """
+    home = Env(environ).home
+    environ[HOME_VARIABLE] = str(home)
+    return home
 
 
 @dataclass(frozen=True)

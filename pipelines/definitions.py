@@ -12,6 +12,7 @@ import logging
 
 import dagster as dg
 
+from connector_ops.environment import pin_home
 from connector_ops.ops import etl_pull, etl_push, etl_query
 from connector_ops.ops.io_manager import step_output_io_manager
 from connector_ops.ops.resources import dagster_resources
@@ -78,4 +79,5 @@ def build_definitions() -> dg.Definitions:
     )
 
 
+pin_home()  # one home for this code location and every run and step process it starts
 defs = build_definitions()

@@ -1,9 +1,13 @@
 """Dagster adapters for the plain resources: one ``ConfigurableResource`` per resource class, vending it.
 
-An adapter has exactly the fields of the resource it builds — same types, defaults and descriptions (the
-attribute docstrings), which the Dagster UI shows — and hands ops the plain resource, built when a run
-starts and closed when it ends (HTTP clients, tokens). Secrets are ``dagster.EnvVar``s: read inside the
-run, never stored in run config or events.
+An adapter has the fields of the resource it builds — same types and descriptions (the attribute
+docstrings), which the Dagster UI shows — and hands ops the plain resource, built when a run starts and
+closed when it ends (HTTP clients, tokens).
+
+What reaches a run's config is never a value the loading process resolved: secrets are ``dagster.EnvVar``s
+naming their variables, and every field left unset (``None``) is filled *where the step runs*, from that
+process's environment by the same builders as the CLI (:mod:`connector_ops.environment`). A run launched
+from the UI therefore writes to the worker's folders, not to paths of the webserver's home.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import inspect
 import itertools
 import textwrap
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, Optional, get_args, get_origin
 
 import dagster as dg
 from pydantic import Field
@@ -30,14 +34,33 @@ from connector_ops.resources.mail.smtp import SmtpMailResource
 from connector_ops.resources.platform_files import PlatformFileStore
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
+#: resource class -> the key whose builder makes it from the environment
+KEY_OF: dict[type[Resource], str] = {
+    PlatformFileStore: "platform_files", VirtualFileStore: "virtual_files",
+    LocalDriveResource: "drive", GoogleDriveResource: "drive",
+    OutboxMailResource: "mail", MailjetResource: "mail", SmtpMailResource: "mail",
+}
+
 
 class ResourceAdapter(dg.ConfigurableResource):
-    """Base of the adapters: builds :attr:`resource_cls` from the adapter's fields, closes it after the run."""
+    """Base of the adapters: builds :attr:`resource_cls` from the adapter's fields, closes it after the run.
+
+    A field left ``None`` takes the value the environment of the process running the step gives it.
+    """
 
     resource_cls: ClassVar[type[Resource]]
 
     def create_resource(self, context: dg.InitResourceContext) -> Resource:
-        return self.resource_cls(**{name: getattr(self, name) for name in self.resource_cls.model_fields})
+        explicit = {name: value for name in self.resource_cls.model_fields
+                    if (value := getattr(self, name)) is not None}
+        return self.resource_cls(**{**self.environment_settings(), **explicit})
+
+    def environment_settings(self) -> dict[str, Any]:
+        """The settings this process's environment gives the resource (none if it picks another backend)."""
+        recipe = recipes_for([KEY_OF[self.resource_cls]])[KEY_OF[self.resource_cls]]
+        if recipe.cls is not self.resource_cls:
+            return {}
+        return {name: value for name, value in recipe.resolved().items() if value is not None}
 
     @contextlib.contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[Resource]:
@@ -65,6 +88,13 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def config_type(annotation: Any) -> Any:
+    """A type Dagster's config reads: a ``Literal`` becomes the type of its values (the resource checks them)."""
+    if get_origin(annotation) is Literal:
+        return type(get_args(annotation)[0])
+    return annotation
+
+
 @functools.cache
 def adapter_for(cls: type[Resource]) -> type[ResourceAdapter]:
     """The adapter class of ``cls`` (``VirtualFileStore`` -> ``VirtualFileStoreAdapter``), made once."""
@@ -72,16 +102,18 @@ def adapter_for(cls: type[Resource]) -> type[ResourceAdapter]:
     namespace: dict[str, Any] = {"__module__": __name__, "__doc__": cls.__doc__, "resource_cls": cls}
     docs = field_docs(cls)
     for name, info in cls.model_fields.items():
-        annotations[name] = info.annotation
-        default = ... if info.is_required() else info.default
-        namespace[name] = Field(default=default, description=info.description or docs.get(name))
+        annotations[name] = Optional[config_type(info.annotation)]  # noqa: UP045 - Dagster reads Optional, not X | None
+        description = info.description or docs.get(name) or ""
+        namespace[name] = Field(default=None, description=f"{description}\n\nUnset: from the environment of "
+                                                          "the process running the step.".lstrip())
     namespace["__annotations__"] = annotations
     return type(f"{cls.__name__}Adapter", (ResourceAdapter,), namespace)
 
 
 def adapt(recipe: Recipe) -> ResourceAdapter:
-    """The adapter instance of a recipe: settings as they are, secrets as ``EnvVar``."""
-    settings = {k: dg.EnvVar(v.name) if isinstance(v, EnvRef) else v for k, v in recipe.settings if v is not None}
+    """The adapter instance of a recipe: secrets as ``EnvVar``, every other setting left to the environment
+    of the process running the step (the recipe's values are this process's, e.g. its home's paths)."""
+    settings = {k: dg.EnvVar(v.name) for k, v in recipe.settings if isinstance(v, EnvRef)}
     return adapter_for(recipe.cls)(**settings)
 
 
