@@ -241,11 +241,46 @@ class PlatformFileStore(Resource):
         pf = PlatformFile.model_validate(descriptor)
         local = self.local_id(pf)
         if local is not None:
-            with self.data_path(local).open("rb") as handle:
+            with self._own(local, pf.link or "") as handle:
                 yield handle
             return
         with self._remote(pf.link or "", f"{field}.link") as stream:
             yield stream
+
+    @contextlib.contextmanager
+    def _own(self, file_id: str, link: str) -> Iterator[IO[bytes]]:
+        """One of our files: from storage when this host has it, else from our file server over HTTP.
+
+        A step on another host (a Celery worker without this ``files_dir``) reads a file the server's host
+        wrote through the link, as any client would. Our own server is the deployment's, so it is reached
+        as configured, without the checks remote links get.
+        """
+        try:
+            path = self.data_path(file_id)
+        except NotFound:
+            with self._served(file_id, link) as stream:
+                yield stream
+            return
+        with path.open("rb") as handle:
+            yield handle
+
+    @contextlib.contextmanager
+    def _served(self, file_id: str, link: str) -> Iterator[IO[bytes]]:
+        try:
+            client = self._client()
+            response = client.send(client.build_request("GET", self.link_for(file_id)), stream=True)
+        except httpx.TransportError:  # no server there: the file is simply not on this host
+            raise NotFound(f"platform file {file_id!r} not found (not stored on this host, and the file server "
+                           f"at {self.file_server_url} did not answer)") from None
+        try:
+            if response.status_code == 404:
+                raise NotFound(f"platform file {file_id!r} not found")
+            if response.status_code >= 400:
+                raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}",
+                                    retryable=response.status_code in RETRYABLE_HTTP)
+            yield io.BufferedReader(_HttpStream(response), CHUNK)
+        finally:
+            response.close()
 
     @contextlib.contextmanager
     def _remote(self, link: str, field: str) -> Iterator[IO[bytes]]:
@@ -257,7 +292,7 @@ class PlatformFileStore(Resource):
         for _ in range(MAX_REDIRECTS + 1):
             local = self.local_id({"link": url}) if came_from is not None else None
             if local is not None:
-                with self.data_path(local).open("rb") as handle:
+                with self._own(local, url) as handle:
                     yield handle
                 return
             hop = guard.hop(url, field, redirected_from=came_from)

@@ -150,3 +150,27 @@ def test_cli_files_serve(env, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_host_without_the_bytes_reads_them_from_our_file_server(tmp_path):
+    """Two hosts share the file server's URL but not ``files_dir``: the second reads the first's files over
+    HTTP (streamed), and a file neither has is a plain 404."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    serving_host = PlatformFileStore(files_dir=str(tmp_path / "host-a"), file_server_url=url)
+    other_host = PlatformFileStore(files_dir=str(tmp_path / "host-b"), file_server_url=url)
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    pf = serving_host.add_bytes(data, "big.bin").to_json()
+    with serving(create_app(serving_host), port):
+        assert other_host.read_bytes(pf) == data
+        with other_host.open(pf) as stream:
+            assert stream.read(10) == data[:10]
+        missing = {**pf, "link": f"{url}/files/{'0' * 32}"}
+        with pytest.raises(NotFound) as info:
+            other_host.read_bytes(missing)
+        assert str(info.value) == f"platform file {'0' * 32!r} not found"
+    with pytest.raises(NotFound) as info:
+        other_host.read_bytes(pf)  # the server is gone: not on this host, and nobody serves it
+    assert "not stored on this host, and the file server at" in str(info.value)
+    assert not list((tmp_path / "host-b").glob(pf["id"] + "*"))  # read through, never copied
+    other_host.close()
