@@ -78,6 +78,8 @@ class Env:
 
 
 HOME_VARIABLE = "CONNECTOR_OPS_HOME"
+#: the executor of the Definitions' jobs (:mod:`connector_ops.pipelines.executors`)
+EXECUTOR_VARIABLE = "CONNECTOR_OPS_EXECUTOR"
 
 
 def pin_home(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:

@@ -36,7 +36,8 @@ from dagster._core.definitions.executor_definition import (
     multiple_process_executor_requirements,
 )
 
-EXECUTOR_VARIABLE = "CONNECTOR_OPS_EXECUTOR"
+from connector_ops.environment import EXECUTOR_VARIABLE
+
 BROKER_VARIABLE = "CONNECTOR_OPS_CELERY_BROKER_URL"
 BACKEND_VARIABLE = "CONNECTOR_OPS_CELERY_BACKEND_URL"
 EXECUTORS = ("in_process", "multiprocess", "celery")

@@ -69,6 +69,7 @@ def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "CONNECTOR_OPS_DATABASE_URL": postgres_url,
         "CONNECTOR_OPS_PIPELINES_DIR": str(extra_pipelines),
         "CONNECTOR_OPS_EXECUTOR": "celery",
+        "CONNECTOR_OPS_SHARED_STORAGE": "true",  # the workers are on this host: they share its folders
         "CONNECTOR_OPS_CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
         "CONNECTOR_OPS_CELERY_BACKEND_URL": f"redis://127.0.0.1:{redis_port}/1",
     }

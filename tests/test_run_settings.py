@@ -63,3 +63,36 @@ def test_the_home_is_resolved_once_and_inherited(tmp_path: Path) -> None:
     child = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean, capture_output=True,
                            text=True, timeout=120, check=True)
     assert child.stdout.strip().splitlines()[-1] == str(tmp_path / ".connector_ops")
+
+
+def test_a_distributed_run_on_single_host_storage_fails_at_its_first_step(env: dict[str, str],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check runs where steps start (a Celery worker sets CONNECTOR_OPS_EXECUTOR=celery for itself)."""
+    job = build_definitions().resolve_job_def("first_etl")  # steps run here, in a "worker" of a celery run:
+    monkeypatch.setenv("CONNECTOR_OPS_EXECUTOR", "celery")
+    result = job.execute_in_process(raise_on_error=False)
+    assert not result.success
+    [init] = [e for e in result.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE"]
+    text = repr(init.event_specific_data.error)
+    assert "platform_files: platform files are written to the folder" in text
+    assert "CONNECTOR_OPS_EXECUTOR=celery the steps of a run execute on several hosts" in text
+    assert "CONNECTOR_OPS_SHARED_STORAGE=true" in text
+    started = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
+    assert started == set()  # nothing ran: no file half-made on the wrong host
+
+    monkeypatch.setenv("CONNECTOR_OPS_SHARED_STORAGE", "true")  # every worker mounts the same folders
+    assert job.execute_in_process().success
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("CONNECTOR_OPS_DRIVE_BACKEND", "local", "drive: the local drive is the folder"),
+    ("CONNECTOR_OPS_MAIL_BACKEND", "outbox", "mail: the outbox is the folder"),
+])
+def test_each_single_host_resource_names_what_to_configure(env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                                           variable: str, value: str, message: str) -> None:
+    monkeypatch.setenv("CONNECTOR_OPS_EXECUTOR", "celery")
+    monkeypatch.setenv(variable, value)
+    key = message.split(":")[0]
+    with pytest.raises(Exception) as caught, dg.build_resources({key: dagster_resources(keys=[key])[key]}):
+        pass
+    assert message in str(caught.value) or message in str(caught.value.__cause__)

@@ -24,7 +24,8 @@ from typing import Any, ClassVar, Literal, Optional, get_args, get_origin
 import dagster as dg
 from pydantic import Field
 
-from connector_ops.environment import RESOURCE_KEYS, EnvRef, Recipe, recipes_for
+from connector_ops.environment import EXECUTOR_VARIABLE, RESOURCE_KEYS, Env, EnvRef, Recipe, recipes_for
+from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.drive.google import GoogleDriveResource
 from connector_ops.resources.drive.local import LocalDriveResource
@@ -42,6 +43,46 @@ KEY_OF: dict[type[Resource], str] = {
 }
 
 
+#: executors whose steps run on other hosts than the run's (CONNECTOR_OPS_EXECUTOR)
+DISTRIBUTED_EXECUTORS = frozenset({"celery"})
+SHARED_STORAGE_VARIABLE = "CONNECTOR_OPS_SHARED_STORAGE"
+
+
+def single_host(resource: Resource) -> str | None:
+    """Why ``resource`` keeps its state on the host it runs on (``None``: every host reaches it), and what
+    to configure instead."""
+    if isinstance(resource, LocalDriveResource):
+        return (f"the local drive is the folder {resource.drive_dir} of one host; "
+                "use CONNECTOR_OPS_DRIVE_BACKEND=google")
+    if isinstance(resource, OutboxMailResource):
+        return (f"the outbox is the folder {resource.outbox_dir} of one host; "
+                "use CONNECTOR_OPS_MAIL_BACKEND=mailjet or smtp")
+    if isinstance(resource, PlatformFileStore):
+        return (f"platform files are written to the folder {resource.files_dir} of the host that makes them "
+                "(other hosts read them from the file server, but only the files of its own host)")
+    if isinstance(resource, VirtualFileStore) and resource.database_url.startswith("sqlite"):
+        return "virtual files are in a SQLite file of one host; set CONNECTOR_OPS_DATABASE_URL to PostgreSQL"
+    return None
+
+
+def refuse_single_host(key: str, resource: Resource, environ: Mapping[str, str] | None = None) -> None:
+    """Fail a step of a distributed run at once when ``resource`` keeps its state on one host.
+
+    Steps of one run then land on different hosts, and a step would not find what another wrote (a 404 in
+    the middle of the run, or a file written where nobody looks). Folders every worker mounts (NFS, a
+    shared volume), or workers all on this host, are declared with ``CONNECTOR_OPS_SHARED_STORAGE=true``.
+    """
+    env = Env(environ)
+    executor = (env.get(EXECUTOR_VARIABLE) or "in_process").strip().lower()
+    if executor not in DISTRIBUTED_EXECUTORS or env.flag(SHARED_STORAGE_VARIABLE):
+        return
+    reason = single_host(resource)
+    if reason is not None:
+        raise InvalidInput(key, f"{reason}. With {EXECUTOR_VARIABLE}={executor} the steps of a run execute on "
+                                f"several hosts: configure that, or set {SHARED_STORAGE_VARIABLE}=true if every "
+                                "worker mounts the same folders (or all run on this host)")
+
+
 class ResourceAdapter(dg.ConfigurableResource):
     """Base of the adapters: builds :attr:`resource_cls` from the adapter's fields, closes it after the run.
 
@@ -53,7 +94,9 @@ class ResourceAdapter(dg.ConfigurableResource):
     def create_resource(self, context: dg.InitResourceContext) -> Resource:
         explicit = {name: value for name in self.resource_cls.model_fields
                     if (value := getattr(self, name)) is not None}
-        return self.resource_cls(**{**self.environment_settings(), **explicit})
+        resource = self.resource_cls(**{**self.environment_settings(), **explicit})
+        refuse_single_host(KEY_OF[self.resource_cls], resource)
+        return resource
 
     def environment_settings(self) -> dict[str, Any]:
         """The settings this process's environment gives the resource (none if it picks another backend)."""
