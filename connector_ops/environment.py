@@ -121,9 +121,12 @@ class Recipe:
 def _platform_files(env: Env) -> Recipe:
     from connector_ops.resources.platform_files import DEFAULT_FILE_SERVER_URL, PlatformFileStore
 
+    backend = env.choice("CONNECTOR_OPS_FILES_BACKEND", "local", ("local", "database"))
+    database = dict(_virtual_files(env).settings)["database_url"] if backend == "database" else None
     return Recipe.of(PlatformFileStore, files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
                      file_server_url=env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL),
-                     allowed_private_hosts=env.get("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", ""))
+                     allowed_private_hosts=env.get("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", ""),
+                     database_url=database)
 
 
 def _virtual_files(env: Env) -> Recipe:

@@ -5,15 +5,22 @@ Ids are checked by the store (random hex only), so no request path ever reaches 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from connector_ops.kernel.errors import NotFound
-from connector_ops.resources.platform_files import PlatformFileStore
+from connector_ops.resources.platform_files import CHUNK, PlatformFileStore
+
+
+def _chunks(store: PlatformFileStore, file_id: str) -> Iterator[bytes]:
+    with store.open_stored(file_id) as stream:
+        while chunk := stream.read(CHUNK):
+            yield chunk
 
 
 def create_app(store: PlatformFileStore) -> Starlette:
@@ -21,15 +28,20 @@ def create_app(store: PlatformFileStore) -> Starlette:
         file_id = request.path_params["file_id"]
         try:
             descriptor = store.describe(file_id)
-            path = store.data_path(file_id)
+            path = None if store.database_url else store.data_path(file_id)
         except NotFound:
             return JSONResponse({"message": "not found"}, status_code=404)
         name = descriptor.name or file_id
-        return FileResponse(
-            path,
-            media_type=descriptor.content_type or "application/octet-stream",
-            headers={"Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}"},
-        )
+        media_type = descriptor.content_type or "application/octet-stream"
+        headers = {"Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}"}
+        if path is not None:
+            return FileResponse(path, media_type=media_type, headers=headers)
+        # in the database: streamed a chunk at a time (bounded memory), the length from the descriptor
+        if descriptor.size is not None:
+            headers["Content-Length"] = str(descriptor.size)
+        if request.method == "HEAD":
+            return Response(media_type=media_type, headers=headers)
+        return StreamingResponse(_chunks(store, file_id), media_type=media_type, headers=headers)
 
     async def health(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -1,8 +1,10 @@
-"""PlatformFileStore: bytes on disk <-> ``platformFile`` descriptors (spec 2.1), and link resolution.
+"""PlatformFileStore: stored bytes <-> ``platformFile`` descriptors (spec 2.1), and link resolution.
 
 Layout under ``files_dir``: ``<id>`` holds the bytes and ``<id>.json`` the descriptor. Ids are random
 hex generated here; a user-supplied name is metadata only and never becomes part of a path. Every file
 is written to a temporary name and renamed into place, so a failed write leaves nothing behind.
+With ``database_url`` set the bytes and descriptors are in that database instead
+(:mod:`.platform_file_db`), where every host of a deployment reaches them.
 """
 
 from __future__ import annotations
@@ -111,6 +113,9 @@ class PlatformFileStore(Resource):
     allowed_private_hosts: str = ""
     """Non-public destinations remote links may reach anyway: comma-separated ``host``, ``host:port`` or
     CIDR entries (``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS``). Empty: public addresses only."""
+    database_url: str | None = None
+    """Keep the files in this database instead of ``files_dir`` (secret): ``CONNECTOR_OPS_FILES_BACKEND=database``
+    uses the virtual-file store's, so every host reads and writes the same files."""
 
     _http: httpx.Client | None = PrivateAttr(default=None)
     _swept: bool = PrivateAttr(default=False)
@@ -127,6 +132,15 @@ class PlatformFileStore(Resource):
         a deployment's own name service, or a test's stand-in."""
         self._resolver = resolver
 
+
+    @property
+    def _db(self) -> Any:
+        """The database storage (``None``: the folder ``files_dir``)."""
+        if self.database_url is None:
+            return None
+        from connector_ops.resources.platform_file_db import DatabaseFiles
+
+        return DatabaseFiles(self.database_url)
 
     # -- paths -----------------------------------------------------------------------------------
     @property
@@ -145,9 +159,15 @@ class PlatformFileStore(Resource):
     def link_for(self, file_id: str) -> str:
         return self._prefix + file_id
 
-    def _paths(self, file_id: str) -> tuple[Path, Path]:
+    @staticmethod
+    def _check_id(file_id: str) -> str:
+        """Ids are ours (random hex): anything else is no file of ours, and never reaches a path or a query."""
         if not _ID.match(file_id or ""):
             raise NotFound(f"platform file {file_id!r} not found")
+        return file_id
+
+    def _paths(self, file_id: str) -> tuple[Path, Path]:
+        self._check_id(file_id)
         return self.root / file_id, self.root / f"{file_id}.json"
 
     # -- writing ---------------------------------------------------------------------------------
@@ -159,19 +179,19 @@ class PlatformFileStore(Resource):
             raise InvalidInput("contentType", "must not contain control characters (CR, LF, NUL …): "
                                               "it is sent as a header")
         file_id = uuid.uuid4().hex
+        if self._db is not None:
+            with self._db.create(file_id) as (writer, descriptor):
+                pending = PendingFile(writer)
+                yield pending
+                pending.descriptor = self._descriptor(file_id, name, content_type, pending.size)
+                descriptor.append(pending.descriptor.to_json())
+            return
         data_path, meta_path = self._paths(file_id)
         try:
             with atomic_write(data_path) as handle:
                 pending = PendingFile(handle)
                 yield pending
-            descriptor = PlatformFile(
-                id=file_id,
-                name=name,
-                content_type=content_type or guess_content_type(name),
-                link=self.link_for(file_id),
-                size=pending.size,
-                last_modified=utc_timestamp(),
-            )
+            descriptor = self._descriptor(file_id, name, content_type, pending.size)
             with atomic_write(meta_path) as meta:
                 meta.write(json.dumps(descriptor.to_json()).encode())
             pending.descriptor = descriptor
@@ -179,6 +199,10 @@ class PlatformFileStore(Resource):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(data_path)
             raise
+
+    def _descriptor(self, file_id: str, name: str, content_type: str | None, size: int) -> PlatformFile:
+        return PlatformFile(id=file_id, name=name, content_type=content_type or guess_content_type(name),
+                            link=self.link_for(file_id), size=size, last_modified=utc_timestamp())
 
     def add_file(self, path: str | os.PathLike[str], name: str | None = None,
                  content_type: str | None = None) -> PlatformFile:
@@ -200,6 +224,8 @@ class PlatformFileStore(Resource):
     # -- reading ---------------------------------------------------------------------------------
     def describe(self, file_id: str) -> PlatformFile:
         """The stored descriptor of one of our files (``NotFound`` if unknown)."""
+        if self._db is not None:
+            return PlatformFile.model_validate(self._db.describe(self._check_id(file_id)))
         _, meta_path = self._paths(file_id)
         try:
             stored = json.loads(meta_path.read_bytes())
@@ -212,6 +238,8 @@ class PlatformFileStore(Resource):
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every stored file's id and when it was written (UTC, from its descriptor), oldest first. Files
         being written (no descriptor yet) are not listed."""
+        if self._db is not None:
+            return self._db.inventory()
         found = []
         for meta_path in self.root.glob("*.json"):
             file_id = meta_path.name.removesuffix(".json")
@@ -230,6 +258,9 @@ class PlatformFileStore(Resource):
         return None
 
     def data_path(self, file_id: str) -> Path:
+        """Where a file's bytes are on this host (``NotFound`` if not here, or kept in the database)."""
+        if self._db is not None:
+            raise NotFound(f"platform file {file_id!r} is kept in the database, not on this host's disk")
         data_path, _ = self._paths(file_id)
         if not data_path.is_file():
             raise NotFound(f"platform file {file_id!r} not found")
@@ -256,13 +287,19 @@ class PlatformFileStore(Resource):
         as configured, without the checks remote links get.
         """
         try:
-            path = self.data_path(file_id)
+            handle = self.open_stored(file_id)
         except NotFound:
             with self._served(file_id, link) as stream:
                 yield stream
             return
-        with path.open("rb") as handle:
+        with handle:
             yield handle
+
+    def open_stored(self, file_id: str) -> IO[bytes]:
+        """A stream of a stored file's bytes (``NotFound`` if this store does not hold it)."""
+        if self._db is not None:
+            return self._db.open(self._check_id(file_id))
+        return self.data_path(file_id).open("rb")
 
     @contextlib.contextmanager
     def _served(self, file_id: str, link: str) -> Iterator[IO[bytes]]:
@@ -321,7 +358,7 @@ class PlatformFileStore(Resource):
     def size_of(self, descriptor: PlatformFile | dict) -> int | None:
         pf = PlatformFile.model_validate(descriptor)
         local = self.local_id(pf)
-        if local is not None:
+        if local is not None and self._db is None:
             with contextlib.suppress(NotFound):
                 return self.data_path(local).stat().st_size
         return pf.size
@@ -346,6 +383,9 @@ class PlatformFileStore(Resource):
             self._http = None
 
     def delete(self, file_id: str) -> None:
+        if self._db is not None:
+            self._db.delete(self._check_id(file_id))
+            return
         for path in self._paths(file_id):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

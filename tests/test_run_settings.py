@@ -96,3 +96,17 @@ def test_each_single_host_resource_names_what_to_configure(env: dict[str, str], 
     with pytest.raises(Exception) as caught, dg.build_resources({key: dagster_resources(keys=[key])[key]}):
         pass
     assert message in str(caught.value) or message in str(caught.value.__cause__)
+
+
+def test_platform_files_in_postgresql_are_fit_for_many_hosts(env: dict[str, str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONNECTOR_OPS_FILES_BACKEND", "database")
+    adapter = dagster_resources(keys=["platform_files"])["platform_files"]
+    monkeypatch.setenv("CONNECTOR_OPS_EXECUTOR", "celery")
+    if env["CONNECTOR_OPS_DATABASE_URL"].startswith("sqlite"):
+        with pytest.raises(Exception) as caught, dg.build_resources({"platform_files": adapter}):
+            pass
+        assert "platform files are in a SQLite file of one host" in str(caught.value.__cause__ or caught.value)
+    else:
+        with dg.build_resources({"platform_files": adapter}) as built:
+            assert built.platform_files.database_url == env["CONNECTOR_OPS_DATABASE_URL"]

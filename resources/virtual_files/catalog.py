@@ -60,6 +60,23 @@ step_output = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
 )
 
+#: platform files kept in the database (``CONNECTOR_OPS_FILES_BACKEND=database``, :mod:`..platform_file_db`)
+platform_file = sa.Table(
+    "cop_platform_file",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("descriptor", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+)
+
+platform_file_chunk = sa.Table(
+    "cop_platform_file_chunk",
+    metadata,
+    sa.Column("file_id", sa.String(64), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
 SEQ_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY = rowid
 
 

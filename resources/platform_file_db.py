@@ -1,0 +1,120 @@
+"""Platform files kept in a database (``CONNECTOR_OPS_FILES_BACKEND=database``): bytes and descriptors in the
+virtual-file store's database, so every host of a deployment reads and writes the same files.
+
+Bytes are rows of at most 1 MiB (``cop_platform_file_chunk``), written as the writer produces them and
+read back one chunk at a time, so memory stays bounded whatever the file's size. A file is written in
+one transaction, its descriptor last: until it commits nobody sees it, and a failure leaves nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import IO, Any
+
+import sqlalchemy as sa
+
+from connector_ops.kernel.errors import NotFound
+from connector_ops.resources.virtual_files.catalog import platform_file, platform_file_chunk
+from connector_ops.resources.virtual_files.core import as_utc
+from connector_ops.resources.virtual_files.engines import WRITE, get_engine
+
+CHUNK = 1 << 20
+
+
+class _ChunkWriter:
+    """Buffers writes into chunks of :data:`CHUNK` bytes, each inserted as one row of the open transaction."""
+
+    def __init__(self, conn: sa.Connection, file_id: str) -> None:
+        self._conn, self._file_id = conn, file_id
+        self._buffer = bytearray()
+        self._seq = 0
+
+    def write(self, data: bytes) -> int:
+        self._buffer += data
+        while len(self._buffer) >= CHUNK:
+            self._insert(bytes(self._buffer[:CHUNK]))
+            del self._buffer[:CHUNK]
+        return len(data)
+
+    def flush(self) -> None:
+        """Nothing to do: rows are sent as chunks fill, the rest at the end of the file."""
+
+    def finish(self) -> None:
+        if self._buffer or self._seq == 0:
+            self._insert(bytes(self._buffer))
+            self._buffer.clear()
+
+    def _insert(self, data: bytes) -> None:
+        self._conn.execute(sa.insert(platform_file_chunk).values(file_id=self._file_id, seq=self._seq, data=data))
+        self._seq += 1
+
+
+class _ChunkReader(io.RawIOBase):
+    """The bytes of one file, a chunk row at a time (one short query per chunk)."""
+
+    def __init__(self, engine: sa.Engine, file_id: str) -> None:
+        self._engine, self._file_id = engine, file_id
+        self._seq = 0
+        self._buffer = b""
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while not self._buffer and not self._done:
+            c = platform_file_chunk.c
+            with self._engine.connect() as conn:
+                data = conn.execute(sa.select(c.data).where(c.file_id == self._file_id, c.seq == self._seq)).scalar()
+            if data is None:
+                self._done = True
+            else:
+                self._buffer = bytes(data)
+                self._seq += 1
+        n = min(len(target), len(self._buffer))
+        target[:n] = self._buffer[:n]
+        self._buffer = self._buffer[n:]
+        return n
+
+
+class DatabaseFiles:
+    """The platform files in the database at ``database_url``."""
+
+    def __init__(self, database_url: str) -> None:
+        self.engine = get_engine(database_url)
+
+    @contextlib.contextmanager
+    def create(self, file_id: str) -> Iterator[tuple[_ChunkWriter, list[dict[str, Any]]]]:
+        """Yields a writer and a list to append the descriptor to; both are committed together."""
+        descriptor: list[dict[str, Any]] = []
+        with self.engine.execution_options(**WRITE).begin() as conn:
+            writer = _ChunkWriter(conn, file_id)
+            yield writer, descriptor
+            writer.finish()
+            conn.execute(sa.insert(platform_file).values(id=file_id, descriptor=json.dumps(descriptor[0])))
+
+    def describe(self, file_id: str) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            stored = conn.execute(sa.select(platform_file.c.descriptor).where(platform_file.c.id == file_id)).scalar()
+        if stored is None:
+            raise NotFound(f"platform file {file_id!r} not found")
+        return json.loads(stored)
+
+    def open(self, file_id: str) -> IO[bytes]:
+        self.describe(file_id)  # NotFound before any byte
+        return io.BufferedReader(_ChunkReader(self.engine, file_id), CHUNK)
+
+    def inventory(self) -> list[tuple[str, datetime]]:
+        c = platform_file.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(c.id, c.created_at).order_by(c.created_at, c.id)).all()
+        return [(file_id, as_utc(created)) for file_id, created in rows]
+
+    def delete(self, file_id: str) -> None:
+        with self.engine.execution_options(**WRITE).begin() as conn:
+            conn.execute(sa.delete(platform_file_chunk).where(platform_file_chunk.c.file_id == file_id))
+            conn.execute(sa.delete(platform_file).where(platform_file.c.id == file_id))

@@ -1,0 +1,83 @@
+"""Platform files in the database (``CONNECTOR_OPS_FILES_BACKEND=database``), on both databases: every host
+reads and writes the same files; bytes stream a chunk at a time; a failed write leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from connector_ops.environment import resources_for
+from connector_ops.kernel.errors import NotFound
+from connector_ops.resources.file_server import create_app
+from connector_ops.resources.platform_files import PlatformFileStore
+from tests.servers import free_port, serving
+
+
+@pytest.fixture
+def hosts(env: dict[str, str], tmp_path: Path) -> tuple[PlatformFileStore, PlatformFileStore]:
+    """Two hosts: the same database, each its own home (nothing shared on disk)."""
+    made = []
+    for name in ("host-a", "host-b"):
+        environ = {**env, "CONNECTOR_OPS_FILES_BACKEND": "database", "CONNECTOR_OPS_HOME": str(tmp_path / name)}
+        made.append(resources_for(["platform_files"], environ)["platform_files"])
+    return made[0], made[1]
+
+
+def test_what_one_host_writes_the_other_reads(hosts: Any, env: dict[str, str]) -> None:
+    a, b = hosts
+    assert a.database_url == env["CONNECTOR_OPS_DATABASE_URL"]
+    data = os.urandom(2 * 1024 * 1024 + 333)  # three chunks, the last one short
+    pf = a.add_bytes(data, "big.bin")
+    assert b.read_bytes(pf.to_json()) == data
+    assert b.describe(pf.id) == pf and pf.size == len(data)
+    with b.open(pf.to_json()) as stream:
+        assert stream.read(5) == data[:5]
+    assert pf.id in {file_id for file_id, _ in b.inventory()}
+    empty = b.add_bytes(b"", "empty.txt")
+    assert a.read_bytes(empty.to_json()) == b""
+    b.delete(pf.id)
+    with pytest.raises(NotFound):
+        a.describe(pf.id)
+    assert not any(Path(a.files_dir).parent.rglob(pf.id))  # never on disk
+
+
+def test_a_failed_write_leaves_nothing(hosts: Any) -> None:
+    a, b = hosts
+    before = set(dict(a.inventory()))
+    with pytest.raises(RuntimeError), a.create("partial.csv") as sink:
+        sink.write(os.urandom(1024 * 1024 + 1))  # one chunk already sent to the database
+        raise RuntimeError("boom")
+    assert set(dict(b.inventory())) == before
+
+
+def test_the_file_server_streams_from_the_database(hosts: Any) -> None:
+    a, _ = hosts
+    data = os.urandom(1024 * 1024 * 2 + 5)
+    pf = a.add_bytes(data, "report.csv")
+    port = free_port()
+    with serving(create_app(a), port) as base:
+        response = httpx.get(f"{base}/files/{pf.id}")
+        assert response.status_code == 200 and response.content == data
+        assert response.headers["content-length"] == str(len(data))
+        assert response.headers["content-type"].startswith("text/csv")
+        head = httpx.head(f"{base}/files/{pf.id}")
+        assert head.status_code == 200 and head.headers["content-length"] == str(len(data))
+        assert httpx.get(f"{base}/files/{'0' * 32}").status_code == 404
+
+
+def test_an_etl_round_trip_through_database_files(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from connector_ops import invoke
+
+    monkeypatch.setenv("CONNECTOR_OPS_FILES_BACKEND", "database")
+    pushed = invoke("etl.push", {"platformFile": resources_for(["platform_files"])["platform_files"]
+                                 .add_bytes(b"a,b\n1,2\n3,4\n", "in.csv").to_json()})
+    pulled = invoke("etl.pull", {"virtualFileId": pushed["virtualFileId"], "exportType": "json",
+                                 "exportName": "out.json"})
+    store = resources_for(["platform_files"])["platform_files"]
+    assert store.database_url is not None
+    assert json.loads(store.read_bytes(pulled["platformFile"])) == [{"a": "1", "b": "2"}, {"a": "3", "b": "4"}]
