@@ -73,7 +73,8 @@ def build_definitions() -> dg.Definitions:
         assets=[spec for p in pipelines for spec in p.assets],
         asset_checks=[check for p in pipelines for check in p.checks],
         schedules=[p.schedule for p in pipelines if p.schedule is not None],
-        sensors=[p.sensor for p in pipelines if p.sensor is not None],
+        sensors=[*(p.sensor for p in pipelines if p.sensor is not None),
+                 *(sensor for p in pipelines for sensor in p.notify_sensors)],
         resources={**dagster_resources(), "io_manager": step_output_io_manager()},  # outputs every host reads
         executor=job_executor(),  # CONNECTOR_OPS_EXECUTOR: in_process (default), multiprocess, celery
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping
@@ -19,6 +20,8 @@ from connector_ops.display import StatusTable
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.pipelines.dsl import CompiledPipeline
+
+logger = logging.getLogger(__name__)
 
 QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}  # we report failures ourselves
 
@@ -79,8 +82,21 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
 
 def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, verbose: bool = False,
                  instance: dg.DagsterInstance | None = None) -> PipelineRun:
-    """Execute the job in this process with ``resources``; never raises for a failed step."""
+    """Execute the job in this process with ``resources``; never raises for a failed step.
+
+    The pipeline's ``notify:`` mails go out once the run has ended (a mail that cannot be sent is logged:
+    the run's own outcome stands).
+    """
+    if instance is None and compiled.pipeline.notify:  # the mails read what the run materialised
+        instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     result = run_job(compiled.job, resources, verbose=verbose, instance=instance)
+    if compiled.pipeline.notify and instance is not None:
+        from connector_ops.pipelines.notifications import notify_run
+
+        try:
+            notify_run(compiled.pipeline, instance, result.dagster_run, resources)
+        except ConnectorError as exc:
+            logger.error("pipeline %s: notification not sent: %s", compiled.pipeline.name, exc)
     return PipelineRun(compiled.pipeline.name, result, compiled)
 
 

@@ -59,6 +59,8 @@ class CompiledPipeline:
     assets: list[dg.AssetSpec] = field(default_factory=list)
     #: the asset checks its steps declare (``check:``), run in each run and from the UI
     checks: list[dg.AssetChecksDefinition] = field(default_factory=list)
+    #: run-status sensors mailing what ``notify:`` says when a run ends
+    notify_sensors: list[dg.SensorDefinition] = field(default_factory=list)
 
 
 @dataclass
@@ -240,6 +242,10 @@ def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
             execution_timezone=pipeline.timezone, default_status=dg.DefaultScheduleStatus.STOPPED,
             description=f"Runs {pipeline.name} on `{pipeline.schedule}` (from {pipeline.file})",
         )
+    if pipeline.notify:
+        from connector_ops.pipelines.notifications import notify_sensors
+
+        compiled.notify_sensors = notify_sensors(pipeline, job)
     if pipeline.on_new_file is not None:
         from connector_ops.pipelines.sensors import drive_folder_sensor
 

@@ -81,6 +81,14 @@ class Check:
     blocking: bool = False  # a failed check fails the step, so nothing downstream runs on bad data
 
 
+@dataclass(frozen=True)
+class Notify:
+    """``notify:``: mail ``message`` (the mail action's input, templated) when a run ends as ``when`` says."""
+
+    when: tuple[str, ...]  # "success" and/or "failure"
+    message: dict[str, Any]
+
+
 @dataclass
 class Step:
     id: str
@@ -107,6 +115,7 @@ class Pipeline:
     on_new_file: Trigger | None = None
     base_dir: str = "."
     retry: Retry | None = None  # every step's, unless the step has its own
+    notify: list[Notify] = field(default_factory=list)  # mails sent when a run ends
 
     def step(self, step_id: str) -> Step:
         return next(s for s in self.steps if s.id == step_id)

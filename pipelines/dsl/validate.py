@@ -26,11 +26,12 @@ from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
+from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
 from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
-from connector_ops.registry import ACTIONS, ActionSpec, load_all, problem_of
+from connector_ops.registry import ACTIONS, ActionSpec, get_action, load_all, problem_of
 
-TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "steps")
+TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "notify", "steps")
 STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry", *ASSET_STEP_KEYS, "check")
 FOREACH_KEYS = ("virtualFileId", "maxBatchSize")
 TRIGGER_KEYS = ("folderId", "minimumIntervalSeconds")
@@ -109,11 +110,15 @@ class _Checker:
         trigger = self.trigger(data.get("on_new_file"))
         retry = parse_retry(data.get("retry"), ("retry",), self.add)
         steps = self.steps(data.get("steps"), trigger is not None)
+        mail = get_action(MAIL_ACTION)
+        notify = parse_notify(data.get("notify"), steps, self.add,
+                              lambda message, path: self.check_input(mail, message, path, None))
         if self.problems:
             return None
         return Pipeline(
             name=name, steps=steps, file=self.doc.file, description=description, schedule=schedule,
             timezone=timezone, tags=dict(tags), on_new_file=trigger, base_dir=str(self.base_dir), retry=retry,
+            notify=notify,
         )
 
     def trigger(self, raw: Any) -> Trigger | None:
