@@ -158,6 +158,11 @@ def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, v
         if step.id in run.steps:
             value = run.steps[step.id]
             print(f"{step.id} ({step.action.name}): {_json(value if full else abbreviate(value))}")
+    for check in run.result.get_asset_check_evaluations():  # `check:` steps: the finding, and the rows kept
+        path = check.metadata.get("rejects_path")
+        kept = f"; rejected rows: {path.value}" if path is not None else ""
+        outcome = "passed" if check.passed else f"failed ({check.severity.value})"
+        print(f"check {check.check_name} of {check.asset_key.to_user_string()}: {outcome} — {check.description}{kept}")
     lines = where_outputs_went(compiled, run.steps, resources)
     if lines:
         print("\nwhere the outputs went:")

@@ -124,3 +124,16 @@ def test_check_problems_are_reported_with_lines(tmp_path: Path) -> None:
     assert "step l: max_rejected must be a count" in text
     assert "step l: `severity` must be ERROR or WARN, got 'fatal'" in text
     assert "step l: `blocking` must be true or false" in text
+
+
+def test_the_cli_prints_the_finding_and_where_the_rejected_rows_are(tmp_path: Path, env: dict, files: Any,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    from connector_ops.cli import main
+
+    pf = json.dumps(files.add_bytes(CSV, "cities.csv").to_json())
+    path = write(tmp_path, PIPELINE.format(pf=pf, limit=1, blocking="false"))
+    assert main(["pipeline", "run", str(path)]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("check ")]
+    assert line.startswith("check validate of cities/raw: failed (WARN) — 2 of 4 rows rejected (at most 1 rejected "
+                           "rows); rejected rows: ")
+    assert Path(line.rsplit(": ", 1)[1]).read_text().startswith("error,content")
