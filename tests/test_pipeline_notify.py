@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.notifications import NOTIFIED_TAG
 from connector_ops.pipelines.runner import run_compiled
+from tests.pipeline_files import write
 
 CSV = b"city,n\nParis,1\nRome,2\n"
 
@@ -49,9 +49,7 @@ PIPELINE = """
 
 def pipeline(tmp_path: Path, files: Any, when: str = "success, failure", source: str = "${load.virtualFileId}"):
     pf = json.dumps(files.add_bytes(CSV, "cities.csv").to_json())
-    path = tmp_path / "p.yaml"
-    path.write_text(textwrap.dedent(PIPELINE.format(pf=pf, when=when, source=source)).lstrip(), encoding="utf-8")
-    return compile_pipeline(load_pipeline(path))
+    return compile_pipeline(load_pipeline(write(tmp_path, PIPELINE.format(pf=pf, when=when, source=source))))
 
 
 def outbox(resources: dict) -> list[dict[str, Any]]:
@@ -120,8 +118,7 @@ def test_the_sensor_mails_a_run_once(tmp_path: Path, resources: dict, files: Any
 
 
 def test_notify_problems_are_reported_with_lines(tmp_path: Path) -> None:
-    path = tmp_path / "p.yaml"
-    path.write_text(textwrap.dedent("""
+    path = write(tmp_path, """
         name: bad
         notify:
           - when: [sometimes]
@@ -136,7 +133,7 @@ def test_notify_problems_are_reported_with_lines(tmp_path: Path) -> None:
             action: etl.push
             asset: a/raw
             input: {platformFile: {name: a.csv, link: "file:///tmp/a.csv", size: 1}}
-    """).lstrip(), encoding="utf-8")
+    """)
     with pytest.raises(PipelineError) as caught:
         load_pipeline(path)
     text = str(caught.value)

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from connector_ops.pipelines.dsl import validate as dsl
+from connector_ops.pipelines.dsl.checks import CHECK_KEYS
 from connector_ops.pipelines.dsl.json_schema import pipeline_schema
+from connector_ops.pipelines.dsl.notify import NOTIFY_KEYS
 from connector_ops.pipelines.dsl.retries import RETRY_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +43,8 @@ def test_it_knows_every_key_the_validator_knows(schema):
     assert set(schema["$defs"]["step"]["properties"]["foreach"]["properties"]) == set(dsl.FOREACH_KEYS)
     assert set(schema["properties"]["on_new_file"]["properties"]) == set(dsl.TRIGGER_KEYS)
     assert set(schema["$defs"]["retry"]["properties"]) == set(RETRY_KEYS)
+    assert set(schema["$defs"]["check"]["properties"]) == set(CHECK_KEYS)
+    assert set(schema["$defs"]["notification"]["properties"]) == set(NOTIFY_KEYS)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "pipelines").glob("*.yaml")), ids=lambda p: p.name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from connector_ops.pipelines.dsl.notify import MAIL_ACTION, WHEN
 from connector_ops.pipelines.dsl.retries import BACKOFFS, MAX_RETRIES
 from connector_ops.registry import ACTIONS, load_all
 
@@ -72,6 +73,11 @@ def pipeline_schema() -> dict[str, Any]:
                      "properties": {"max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES},
                                     "delay": {"type": "number", "minimum": 0},
                                     "backoff": {"enum": sorted(BACKOFFS)}}}
+    defs["notification"] = {
+        "type": "object", "additionalProperties": False, "required": ["message"],
+        "properties": {"when": {"type": "array", "items": {"enum": list(WHEN)}},
+                       "message": {"$ref": f"#/$defs/{MAIL_ACTION}",
+                                   "description": "the mail's input; ${run.status|id|job|error} and ${asset:KEY}"}}}
     return {
         "$schema": SCHEMA_URI,
         "$id": "https://connector-ops.invalid/pipeline.schema.json",
@@ -89,6 +95,9 @@ def pipeline_schema() -> dict[str, Any]:
                             "properties": {"folderId": {"type": "string"},
                                            "minimumIntervalSeconds": {"type": "integer", "minimum": 1}}},
             "retry": {"$ref": "#/$defs/retry"},
+            "notify": {"anyOf": [{"$ref": "#/$defs/notification"},
+                                 {"type": "array", "items": {"$ref": "#/$defs/notification"}}],
+                       "description": "mail when a run ends (success and/or failure)"},
             "steps": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/step"}},
         },
         "$defs": {**defs, "step": step},
