@@ -47,6 +47,7 @@ def main() -> None:
         env = {"DAGSTER_PG_URL": pg_url, "DAGSTER_MAX_CONCURRENT_RUNS": "4",
                "CONNECTOR_OPS_HOME": str(base / "home_celery"), "CONNECTOR_OPS_DATABASE_URL": server_url,
                "CONNECTOR_OPS_EXECUTOR": "celery",
+               "CONNECTOR_OPS_SHARED_STORAGE": "true",  # the workers run on this host, beside the code server
                "CONNECTOR_OPS_CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
                "CONNECTOR_OPS_CELERY_BACKEND_URL": f"redis://127.0.0.1:{redis_port}/1"}
         locations = {"default": {"CONNECTOR_OPS_EXECUTOR": "", "CONNECTOR_OPS_HOME": str(base / "home_default")},

@@ -127,6 +127,7 @@ class Deployment:
     def __init__(self, env: dict[str, str], logs: Path, procs: list[Process], url: str) -> None:
         self.env, self.logs, self.procs, self.url = env, logs, procs, url
         self.homes: dict[str, Path] = {}  # CONNECTOR_OPS_HOME of each code location
+        self.locations: Mapping[str, Mapping[str, str]] = {}  # the extra environment of each code location
 
     def launch(self, job: str, location: str, run_config: dict[str, Any] | None = None) -> str:
         """Launch ``job`` of ``location`` as the UI's launchpad does (its default config unless given)."""

@@ -3,9 +3,10 @@ storage, queued runs, at most 4 at a time), code servers, dagster-webserver and 
 through GraphQL as the UI's launchpad does, schedules and sensors ticked by the daemon, steps on two Celery
 workers over Redis.
 
-Three code locations load the same module with different environments (each its own ``CONNECTOR_OPS_HOME``):
+Four code locations load the same module with different environments (each its own ``CONNECTOR_OPS_HOME``):
 ``connector_ops`` (the defaults: in-process executor, virtual files on PostgreSQL), ``on_sqlite`` (virtual files
-on SQLite) and ``on_celery`` (``CONNECTOR_OPS_EXECUTOR=celery``; the workers share its environment).
+on SQLite), ``on_celery`` (``CONNECTOR_OPS_EXECUTOR=celery``; the workers share its environment) and
+``two_hosts`` (Celery with everything in PostgreSQL, one worker on a "second host" that sees none of our disk).
 """
 
 from __future__ import annotations
@@ -78,12 +79,19 @@ def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "on_sqlite": {"CONNECTOR_OPS_EXECUTOR": "", "CONNECTOR_OPS_HOME": str(base / "home_sqlite"),
                       "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{base / 'home_sqlite' / 'vf.db'}"},
         "on_celery": {},
+        # steps on two hosts that share nothing on disk: the database holds virtual files, platform files and
+        # step outputs; its own broker, so only its two workers (one "far", see below) take its steps
+        "two_hosts": {"CONNECTOR_OPS_HOME": str(base / "home_two_hosts"), "CONNECTOR_OPS_FILES_BACKEND": "database",
+                      "CONNECTOR_OPS_SHARED_STORAGE": "false",
+                      "CONNECTOR_OPS_CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/2",
+                      "CONNECTOR_OPS_CELERY_BACKEND_URL": f"redis://127.0.0.1:{redis_port}/3"},
     }
     try:
         with deployment(base, env, locations, free_port) as d:
             d.add(redis_server(redis_port, d.logs, d.env))
             d.homes = {name: Path(extra.get("CONNECTOR_OPS_HOME", env["CONNECTOR_OPS_HOME"]))
                        for name, extra in locations.items()}
+            d.locations = locations
             yield d
     finally:
         drop()
@@ -218,3 +226,65 @@ def test_daemon_ticks_a_schedule_and_a_sensor(deployed: Deployment) -> None:
     wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("minutely")),
              "the schedule's run succeeded", 150, deployed.procs)
     assert runs_of("minutely")[0].dagster_run.tags["dagster/schedule_name"] == "minutely_schedule"
+
+
+def test_a_second_host_runs_its_share_of_the_steps(deployed: Deployment,
+                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A worker on a "second host": its own home, Dagster home and pipeline folder, and a private mount
+    namespace where a tmpfs hides the whole deployment folder (every other home, the instance's storage).
+    Steps of one run split between it and a worker beside the code server; the outputs are exact."""
+    import pickle
+    import shutil
+
+    import sqlalchemy as sa
+
+    from connector_ops.environment import resources_for
+    from connector_ops.pipelines.definitions import build_definitions
+    from connector_ops.resources.virtual_files.catalog import step_output
+    from connector_ops.resources.virtual_files.engines import get_engine
+
+    unshare = shutil.which("unshare")
+    assert unshare, "util-linux's unshare is needed for the second-host worker"
+    extra = deployed.locations["two_hosts"]
+    base = deployed.logs.parent
+    far = tmp_path_factory.mktemp("second-host")
+    (far / "dagster_home").mkdir()
+    shutil.copy(Path(deployed.env["DAGSTER_HOME"]) / "dagster.yaml", far / "dagster_home" / "dagster.yaml")
+    shutil.copytree(deployed.env["CONNECTOR_OPS_PIPELINES_DIR"], far / "pipelines")
+    far_env = {**deployed.env, **extra, "CONNECTOR_OPS_HOME": str(far / "home"),
+               "DAGSTER_HOME": str(far / "dagster_home"), "CONNECTOR_OPS_PIPELINES_DIR": str(far / "pipelines")}
+    worker = [str(BIN / "celery"), "-A", "connector_ops.pipelines.celery_app", "worker", "-Q", "dagster", "-l", "INFO",
+              "--pool=solo", "--prefetch-multiplier=1", "--without-heartbeat", "--without-gossip", "--without-mingle"]
+    hidden = f'mount -t tmpfs tmpfs "{base}" && test ! -e "{deployed.env["DAGSTER_HOME"]}" && exec "$@"'
+    workers = [
+        deployed.add(Process("near", [*worker, "-n", "near@%h"], {**deployed.env, **extra}, deployed.logs)),
+        deployed.add(Process("far", [unshare, "--mount", "sh", "-c", hidden, "sh", *worker, "-n", "far@%h"],
+                             far_env, deployed.logs)),
+    ]
+    wait_for(lambda: all("ready." in w.log() for w in workers), "near and far workers ready", 120, workers)
+
+    run_id = deployed.launch("sales_batches", "two_hosts")
+    result = deployed.wait(run_id)
+    assert result["status"] == "SUCCESS", f"{result}\n{workers[1].log()[-3000:]}"
+    hosts = steps_per_worker(deployed, run_id)
+    assert sorted(h.split("@")[0] for h in hosts) == ["far", "near"], hosts
+
+    # every output as an in-process run of the same job computes it (validation of each batch)
+    database = deployed.env["CONNECTOR_OPS_DATABASE_URL"]
+    with get_engine(database).begin() as conn:
+        kept = dict(conn.execute(sa.select(step_output.c.key, step_output.c.value)
+                                 .where(step_output.c.run_id == run_id)).all())
+    local_env = {"CONNECTOR_OPS_HOME": str(far / "local"), "CONNECTOR_OPS_DATABASE_URL": database,
+                 "CONNECTOR_OPS_FILES_BACKEND": "database"}
+    local = build_definitions().get_job_def("sales_batches").execute_in_process(
+        resources=resources_for(environ=local_env))
+    compared = 0
+    for event in local.all_events:
+        if event.event_type_value == "STEP_OUTPUT" and event.step_key.startswith("check["):
+            name, mapping_key = event.step_output_data.output_name, event.step_key[len("check["):-1]
+            value = pickle.loads(kept[f"{run_id}/{event.step_key}/{name}"])
+            assert value == local.output_for_node("check", name)[mapping_key], event.step_key
+            compared += 1
+    assert compared >= 5
+    assert not (far / "home" / "files").exists() or not any((far / "home" / "files").iterdir())
+    print(f"\nsales_batches on a near and a far worker: steps {dict(hosts)}")
