@@ -19,6 +19,7 @@ import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.progress import LogReporter, reporting_to
+from connector_ops.ops.asset_files import asset_file_name, publish
 from connector_ops.ops.factory import POOLS, failure
 from connector_ops.ops.metadata import LOCATION_KEYS, materialization_metadata, run_metadata
 from connector_ops.registry import ActionSpec, get_action, run_action
@@ -68,6 +69,7 @@ def action_asset(
     if field is None:
         raise ValueError(f"{spec.name} produces no virtual file or platform file to be an asset")
     key = asset_key(key)
+    asset_file_name(key)  # a key too long to name its virtual file fails here, not in the first run
     upstream = {name: asset_key(k) for name, k in (inputs or {}).items()}
     literal = dict(input or {})
 
@@ -91,10 +93,11 @@ def action_asset(
                 payload[name] = latest_location(context.instance, up)
             with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)):
                 result = run_action(spec, payload, resources)
+            data = publish(field, result[field], key, resources)
         except ConnectorError as exc:
             exc.action = exc.action or spec.name
             raise failure(exc) from None
-        metadata = {**materialization_metadata(field, result[field], resources),
+        metadata = {**materialization_metadata(field, data, resources),
                     **run_metadata(payload, time.perf_counter() - started)}
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 

@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_snake
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
+from connector_ops.ops.asset_files import publish
 from connector_ops.ops.metadata import materialization_metadata, output_metadata, run_metadata
 from connector_ops.registry import ActionSpec, get_action, run_action
 
@@ -148,6 +149,8 @@ def build_op(action: str, *, name: str | None = None,
             return
         for field, out_name in outs.items():
             value = result[field]
+            if field in assets:  # readers (the next steps too) find the asset's data under its own name
+                value = publish(field, value, assets[field], resources)
             yield dg.Output(value, out_name, metadata={**output_metadata(field, value, resources), **call})
             if field in assets:
                 yield dg.AssetMaterialization(assets[field], metadata={

@@ -23,6 +23,7 @@ from typing import Any
 
 import dagster as dg
 
+from connector_ops.ops.asset_files import asset_file_name
 from connector_ops.ops.assets import asset_field
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Pipeline, Step
@@ -74,6 +75,12 @@ def parse_asset(item: Mapping[str, Any], path: tuple[str | int, ...], spec: Acti
         field = asset_field(spec)
         if field is None:
             report((*path, "asset"), f"{spec.name} produces no virtual file or platform file to be an asset")
+            ok = False
+    if ok:
+        try:
+            asset_file_name(dg.AssetKey(parts))
+        except ValueError as exc:
+            report((*path, "asset"), str(exc))
             ok = False
     if not ok or field is None:
         return None

@@ -86,6 +86,12 @@ class VirtualFileStore(Resource):
         """Remove the virtual file and free its storage (``NotFound`` if it does not exist)."""
         self.sql.drop(vf_id)
 
+    def publish(self, name: str, source: str) -> str:
+        """Make the virtual file ``name`` hold the rows of ``source`` (which ceases to exist), replacing what
+        ``name`` held, in one transaction; returns ``name``. A named file (an asset's) keeps its id across
+        re-materialisations, and its readers see either the old rows or the new ones, never a mix."""
+        return self.sql.publish(name, source)
+
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every virtual file's id and creation time (UTC), oldest first."""
         return self.sql.inventory()

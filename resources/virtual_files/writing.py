@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.limits import check_column_count
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
@@ -146,6 +146,37 @@ class Writing(StoreCore):
                 for batch in batched(rows, SCAN_BATCH):
                     total += writer.write_dicts(batch)
         return total
+
+    def publish(self, name: str, source: str) -> str:
+        """``name`` takes over the row table of ``source`` (no row is copied); ``name``'s old table goes.
+
+        Same transaction for the catalog and the DDL: a reader that started before the commit finishes on
+        the old rows (PostgreSQL: the drop waits for it; SQLite: one writer at a time, readers on their
+        snapshot), one that starts after reads the new ones. Iterations of ``name`` start over (new generation).
+        """
+        if not name or len(name) > 64:
+            raise InvalidInput("name", "a virtual file name has 1 to 64 characters")
+        if name == source:
+            return name
+        vf, col, cur = cat.virtual_file, cat.vf_column, cat.vf_cursor
+        with self.writing() as conn:
+            new = self.info(conn, source, lock=True)
+            try:
+                old: VirtualFileInfo | None = self.info(conn, name, lock=True)
+            except NotFound:
+                old = None
+            conn.execute(sa.delete(cur).where(cur.c.vf_id.in_([source, name])))
+            conn.execute(sa.delete(col).where(col.c.vf_id == name))
+            if old is None:
+                conn.execute(sa.insert(vf).values(id=name, table_name=new.table_name, generation=1))
+            else:
+                conn.execute(sa.update(vf).where(vf.c.id == name).values(
+                    table_name=new.table_name, generation=old.generation + 1, created_at=sa.func.now()))
+            conn.execute(sa.update(col).where(col.c.vf_id == source).values(vf_id=name))
+            conn.execute(sa.delete(vf).where(vf.c.id == source))
+            if old is not None:
+                old.table.drop(conn)
+        return name
 
     def drop(self, vf_id: str) -> None:
         """Remove the virtual file and free its storage (``NotFound`` if it does not exist)."""
