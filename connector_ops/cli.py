@@ -202,7 +202,7 @@ def files_serve(host: str | None, port: int | None) -> None:
         url = urlsplit(store.file_server_url)
         host = host or url.hostname or "127.0.0.1"
         port = port or url.port or (443 if url.scheme == "https" else 80)
-        where = "the files in the database" if store.database_url else store.files_dir
+        where = "the files in the database" if store.files_database_url else store.files_dir
         click.echo(f"serving {where} at http://{host}:{port}/files/<id>", err=True)
         serve(store, host, port)
 

@@ -126,7 +126,7 @@ def _platform_files(env: Env) -> Recipe:
     return Recipe.of(PlatformFileStore, files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
                      file_server_url=env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL),
                      allowed_private_hosts=env.get("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", ""),
-                     database_url=database)
+                     files_database_url=database)
 
 
 def _virtual_files(env: Env) -> Recipe:

@@ -29,6 +29,12 @@ WIRABLE_FIELDS = {
     "id": "id",
 }
 
+#: spec field -> the kind of value it holds, for the fields whose kind never depends on the input
+#: (Validate's ``validated`` is rows or an id, as its ``content`` was): a YAML reference from one kind into
+#: the other is a load error, a Python wiring a failed type check
+FIELD_KINDS = {"platformFile": "platform file", "virtualFileId": "virtual file id",
+               "rejectionFileId": "virtual file id"}
+
 
 @dataclass(frozen=True)
 class ActionSpec:

@@ -114,7 +114,7 @@ def where_outputs_went(compiled: CompiledPipeline, outputs: dict[str, Any], reso
         if isinstance(value, dict) and isinstance(value.get("platformFile"), dict):
             pf = value["platformFile"]
             local = files.local_id(pf) if files is not None else None
-            on_disk = f" (stored at {Path(files.files_dir) / local})" if local and not files.database_url else ""
+            on_disk = f" (stored at {Path(files.files_dir) / local})" if local and not files.files_database_url else ""
             lines.append(f"{step.id}: platform file {pf.get('name')} → {pf.get('link')}{on_disk}")
         if isinstance(value, dict) and value.get("sharedLink"):
             lines.append(f"{step.id}: shared link → {value['sharedLink']}")

@@ -28,7 +28,7 @@ def create_app(store: PlatformFileStore) -> Starlette:
         file_id = request.path_params["file_id"]
         try:
             descriptor = store.describe(file_id)
-            path = None if store.database_url else store.data_path(file_id)
+            path = None if store.files_database_url else store.data_path(file_id)
         except NotFound:
             return JSONResponse({"message": "not found"}, status_code=404)
         name = descriptor.name or file_id

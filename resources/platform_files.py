@@ -3,7 +3,7 @@
 Layout under ``files_dir``: ``<id>`` holds the bytes and ``<id>.json`` the descriptor. Ids are random
 hex generated here; a user-supplied name is metadata only and never becomes part of a path. Every file
 is written to a temporary name and renamed into place, so a failed write leaves nothing behind.
-With ``database_url`` set the bytes and descriptors are in that database instead
+With ``files_database_url`` set the bytes and descriptors are in that database instead
 (:mod:`.platform_file_db`), where every host of a deployment reaches them.
 """
 
@@ -113,7 +113,7 @@ class PlatformFileStore(Resource):
     allowed_private_hosts: str = ""
     """Non-public destinations remote links may reach anyway: comma-separated ``host``, ``host:port`` or
     CIDR entries (``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS``). Empty: public addresses only."""
-    database_url: str | None = None
+    files_database_url: str | None = None
     """Keep the files in this database instead of ``files_dir`` (secret): ``CONNECTOR_OPS_FILES_BACKEND=database``
     uses the virtual-file store's, so every host reads and writes the same files."""
 
@@ -136,11 +136,11 @@ class PlatformFileStore(Resource):
     @property
     def _db(self) -> Any:
         """The database storage (``None``: the folder ``files_dir``)."""
-        if self.database_url is None:
+        if self.files_database_url is None:
             return None
         from connector_ops.resources.platform_file_db import DatabaseFiles
 
-        return DatabaseFiles(self.database_url)
+        return DatabaseFiles(self.files_database_url)
 
     # -- paths -----------------------------------------------------------------------------------
     @property

@@ -30,7 +30,7 @@ def hosts(env: dict[str, str], tmp_path: Path) -> tuple[PlatformFileStore, Platf
 
 def test_what_one_host_writes_the_other_reads(hosts: Any, env: dict[str, str]) -> None:
     a, b = hosts
-    assert a.database_url == env["CONNECTOR_OPS_DATABASE_URL"]
+    assert a.files_database_url == env["CONNECTOR_OPS_DATABASE_URL"]
     data = os.urandom(2 * 1024 * 1024 + 333)  # three chunks, the last one short
     pf = a.add_bytes(data, "big.bin")
     assert b.read_bytes(pf.to_json()) == data
@@ -79,5 +79,5 @@ def test_an_etl_round_trip_through_database_files(env: dict[str, str], monkeypat
     pulled = invoke("etl.pull", {"virtualFileId": pushed["virtualFileId"], "exportType": "json",
                                  "exportName": "out.json"})
     store = resources_for(["platform_files"])["platform_files"]
-    assert store.database_url is not None
+    assert store.files_database_url is not None
     assert json.loads(store.read_bytes(pulled["platformFile"])) == [{"a": "1", "b": "2"}, {"a": "3", "b": "4"}]

@@ -109,4 +109,4 @@ def test_platform_files_in_postgresql_are_fit_for_many_hosts(env: dict[str, str]
         assert "platform files are in a SQLite file of one host" in str(caught.value.__cause__ or caught.value)
     else:
         with dg.build_resources({"platform_files": adapter}) as built:
-            assert built.platform_files.database_url == env["CONNECTOR_OPS_DATABASE_URL"]
+            assert built.platform_files.files_database_url == env["CONNECTOR_OPS_DATABASE_URL"]

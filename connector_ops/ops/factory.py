@@ -28,6 +28,7 @@ from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
 from connector_ops.ops.asset_files import publish
 from connector_ops.ops.metadata import materialization_metadata, output_metadata, run_metadata
+from connector_ops.ops.types import type_of
 from connector_ops.registry import ActionSpec, get_action, run_action
 
 #: Dagster pools (concurrency limits set with ``dagster instance concurrency set``, or the instance's
@@ -157,7 +158,8 @@ def build_op(action: str, *, name: str | None = None,
                     **materialization_metadata(field, value, resources), **call})
 
     ins = {
-        input_name: dg.In(dg.Any, default_value=None, description=f"wired value for `{field}` (overrides config)")
+        input_name: dg.In(type_of(field), default_value=None,
+                          description=f"wired value for `{field}` (overrides config)")
         for input_name, field in wirable.items()
     }
     ins["fields"] = dg.In(
@@ -169,7 +171,7 @@ def build_op(action: str, *, name: str | None = None,
         name=name or spec.op_name,
         compute_fn=compute,
         ins=ins,
-        outs={out_name: dg.Out(dg.Any, description=f"`{field}` of the output" if field else "the output")
+        outs={out_name: dg.Out(type_of(field), description=f"`{field}` of the output" if field else "the output")
               for field, out_name in outs.items()},
         # nothing is required at launch: any field may arrive through `fields` or a wired input, and the
         # action's input model (run_action) is the one place that reports a missing field (400, named)

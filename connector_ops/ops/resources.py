@@ -57,11 +57,12 @@ def single_host(resource: Resource) -> str | None:
     if isinstance(resource, OutboxMailResource):
         return (f"the outbox is the folder {resource.outbox_dir} of one host; "
                 "use CONNECTOR_OPS_MAIL_BACKEND=mailjet or smtp")
-    if isinstance(resource, PlatformFileStore) and resource.database_url is None:
+    if isinstance(resource, PlatformFileStore) and resource.files_database_url is None:
         return (f"platform files are written to the folder {resource.files_dir} of the host that makes them "
                 "(other hosts read them from the file server, but only the files of its own host); "
                 "use CONNECTOR_OPS_FILES_BACKEND=database with a PostgreSQL CONNECTOR_OPS_DATABASE_URL")
-    database = getattr(resource, "database_url", None)
+    database = resource.files_database_url if isinstance(resource, PlatformFileStore) else \
+        getattr(resource, "database_url", None)
     if isinstance(resource, VirtualFileStore | PlatformFileStore) and database and database.startswith("sqlite"):
         return (f"{'virtual' if isinstance(resource, VirtualFileStore) else 'platform'} files are in a SQLite "
                 "file of one host; set CONNECTOR_OPS_DATABASE_URL to PostgreSQL")

@@ -29,7 +29,7 @@ from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, 
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
 from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
-from connector_ops.registry import ACTIONS, ActionSpec, get_action, load_all, problem_of
+from connector_ops.registry import ACTIONS, FIELD_KINDS, ActionSpec, get_action, load_all, problem_of
 
 TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "notify", "steps")
 STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry", *ASSET_STEP_KEYS, "check")
@@ -339,8 +339,20 @@ class _Checker:
             self.add(loc, f"{ref.text}: there is no step {ref.root!r}{hint}", step.id)
         else:
             self.output_path(ref, loc, step, by_id[ref.root])
+            if exact:
+                self.kinds_match(ref, loc, step, by_id[ref.root])
             return ref.root
         return None
+
+    def kinds_match(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
+        """A platform file wired where a virtual file id goes (or the other way) is a load error, not a 400
+        in the middle of a run."""
+        field = loc[-1] if loc and isinstance(loc[-1], str) else None
+        wanted = FIELD_KINDS.get(field or "")
+        given = FIELD_KINDS.get(ref.path[0]) if len(ref.path) == 1 else None
+        if wanted and given and wanted != given and ref.path[0] in target.action.output_fields:
+            self.add(loc, f"{ref.text} is a {given} ({target.action.name}'s {ref.path[0]}); `{field}` takes a "
+                          f"{wanted}", step.id)
 
     def output_path(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
         spec = target.action

@@ -1,0 +1,69 @@
+"""Typed I/O (issue 12, item 5): what flows between steps has a Dagster type, and a wrong wiring is caught
+before the action runs — at load time in YAML, at the input's type check in a Python graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from connector_ops.ops import etl_pull, etl_push
+from connector_ops.pipelines.dsl import PipelineError, load_pipeline
+from tests.pipeline_files import write
+
+
+def test_op_outputs_and_inputs_carry_the_types() -> None:
+    assert etl_push.outs["virtual_file_id"].dagster_type.display_name == "VirtualFileId"
+    assert etl_pull.outs["platform_file"].dagster_type.display_name == "PlatformFile"
+    assert etl_pull.ins["virtual_file_id"].dagster_type.display_name == "VirtualFileId"
+    assert etl_push.ins["platform_file"].dagster_type.display_name == "PlatformFile"
+
+
+def test_a_yaml_reference_of_the_wrong_kind_is_a_load_error(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        name: crossed
+        steps:
+          - id: load
+            action: etl.push
+            input: {platformFile: "${file:x.csv}"}
+          - id: export
+            action: etl.pull
+            input: {virtualFileId: "${load.virtualFileId}", exportType: csv, exportName: a.csv}
+          - id: again
+            action: etl.push
+            input: {platformFile: "${load.virtualFileId}"}
+          - id: wrong
+            action: etl.query
+            input: {virtualFileId: "${export.platformFile}", query: {}}
+          - id: fine
+            action: etl.query
+            input: {virtualFileId: "${export.platformFile.id}", query: {}}
+    """)
+    (tmp_path / "x.csv").write_text("a\n1\n")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    text = str(caught.value)
+    assert ("p.yaml:11: step again: ${load.virtualFileId} is a virtual file id (etl.push's virtualFileId); "
+            "`platformFile` takes a platform file") in text
+    assert ("step wrong: ${export.platformFile} is a platform file (etl.pull's platformFile); `virtualFileId` "
+            "takes a virtual file id") in text
+    assert "step fine" not in text and "step export" not in text  # a part of a value, the right kind: fine
+    assert len(caught.value.problems) == 2
+
+
+def test_a_python_wiring_of_the_wrong_kind_fails_at_the_input(resources: dict[str, Any], files: Any) -> None:
+    @dg.job
+    def crossed() -> None:
+        etl_push(platform_file=etl_push())  # a virtual file id where a platform file goes
+
+    pf = files.add_bytes(b"a\n1\n", "a.csv").to_json()
+    result = crossed.execute_in_process(resources=resources, raise_on_error=False, run_config={
+        "ops": {"etl_push": {"config": {"platformFile": pf}}}})
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "etl_push_2"
+    text = str(failure.event_specific_data.error)
+    assert 'Type check failed for step input "platform_file"' in text
+    assert "expected a platform file (an object with a link), got a virtual file id" in text
