@@ -24,7 +24,6 @@ from decimal import Decimal
 from typing import Any
 
 from connector_ops.etl import models as m
-from connector_ops.etl.validation_columns import suspects
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.registry import action
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH
@@ -48,7 +47,7 @@ class ColumnRule:
     required: bool
     allow_empty: bool
     check: Check
-    # the rule's parameters, for the column-wise evaluation (:mod:`.validation_columns`)
+    # the rule's parameters, for clearing rows in SQL (connector_ops.resources.virtual_files.suspect_sql)
     kind: str = "string"
     low: int | None = None
     high: int | None = None
@@ -254,7 +253,4 @@ def validate_file(store: VirtualFileStore, vf_id: str, rules: list[ColumnRule],
         error = row_error(rules, row)
         return None if error is None else (error, _content(row))
 
-    def may_fail(names: Sequence[str], page: list[tuple]) -> list[int]:
-        return suspects(rules, names, page)
-
-    return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH, suspects=may_fail)
+    return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH, rules=rules)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 #: a row as callers see it: column name -> value; a missing value is left out
 Row = dict[str, str]
@@ -19,8 +19,19 @@ JoinKind = Literal["INNER", "LEFT"]
 PageFunction = Callable[[list[Row]], Iterable[Mapping[str, str | None]]]
 #: a row -> None to accept it, or the values of its row in the refused file
 Refusal = Callable[[Row], Sequence[str] | None]
-#: (column names, a page of value tuples) -> the positions of the rows a Refusal must look at (the others pass)
-Suspects = Callable[[Sequence[str], list[tuple]], Iterable[int]]
+
+
+class RuleShape(Protocol):
+    """A Validate column rule as the store reads it to clear rows in SQL (:mod:`.suspect_sql`);
+    :class:`connector_ops.etl.validation.ColumnRule` is one."""
+
+    column: str
+    required: bool
+    allow_empty: bool
+    kind: str  # string | integer | float | boolean
+    low: int | None
+    high: int | None
+    precision: tuple[int, int] | None
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from connector_ops.resources.virtual_files.shapes import (
     PageFunction,
     Refusal,
     Row,
+    RuleShape,
     Side,
-    Suspects,
     Values,
 )
 
@@ -146,10 +146,10 @@ class VirtualFileStore(Resource):
         return self.sql.map_rows(vf_id, transform, overwrite=overwrite, batch_size=batch_size)
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
-                   batch_size: int | None = None, suspects: Suspects | None = None) -> tuple[str, str]:
+                   batch_size: int | None = None, rules: Sequence[RuleShape] | None = None) -> tuple[str, str]:
         """Two new virtual files: the rows ``refuse`` accepts, and what it returned for the others; their ids.
-        With ``suspects`` (a page -> the rows that may be refused) the other rows skip ``refuse``."""
-        return self.sql.split_rows(vf_id, refuse, refused_columns, batch_size, suspects)
+        With ``rules`` (Validate's), the rows the database clears are copied without reaching ``refuse``."""
+        return self.sql.split_rows(vf_id, refuse, refused_columns, batch_size, rules)
 
     def join(self, left: Side, right: Side, kind: JoinKind = "INNER",
              output_schema: Mapping[str, str] | None = None) -> tuple[str, str]:

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+import sqlalchemy as sa
+
+from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.joins import join_into
+from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import Querying
 from connector_ops.resources.virtual_files.rows import keyset_pages, row_of
-from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, Side, Suspects
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, RuleShape, Side
+from connector_ops.resources.virtual_files.suspect_sql import may_fail
 from connector_ops.resources.virtual_files.writing import RowWriter, Writing
 
 
@@ -32,25 +37,45 @@ class Transforms(Writing, Querying):
         return writer.vf_id
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
-                   batch_size: int | None = None, suspects: Suspects | None = None) -> tuple[str, str]:
-        """Two new virtual files: the rows ``refuse`` accepts (the source's columns, values unchanged) and,
-        for each other row, what ``refuse`` returned (``refused_columns``); their ids. With ``suspects``,
-        only the rows it names in each page are handed to ``refuse``; the others are accepted as they are."""
+                   batch_size: int | None = None, rules: Sequence[RuleShape] | None = None) -> tuple[str, str]:
+        """Two new virtual files: the rows ``refuse`` accepts (the source's columns, values unchanged, in
+        the source's order) and, for each other row, what ``refuse`` returned (``refused_columns``); their ids.
+
+        With ``rules`` (Validate's column rules), the database clears the rows that surely pass
+        (:mod:`.suspect_sql`) and copies them to the accepted file in one ``INSERT … SELECT``; only the
+        other rows are read and handed to ``refuse``. Accepted rows keep their source ``seq``, so the order
+        holds whichever way a row went.
+        """
         with self.writing() as conn:
             source = self.info(conn, vf_id)
             names = source.names
             accepted = self.new_file(conn, names)
             refused = self.new_file(conn, refused_columns)
-            for page in keyset_pages(conn, source, names, batch_size or SCAN_BATCH):
-                bad_at: dict[int, Sequence[str]] = {}
-                for at in (range(len(page)) if suspects is None else suspects(names, page)):
-                    verdict = refuse(row_of(names, page[at]))
-                    if verdict is not None:
-                        bad_at[at] = verdict
-                good = [values for at, values in enumerate(page) if at not in bad_at] if bad_at else page
-                bad = [bad_at[at] for at in sorted(bad_at)]
-                accepted.write_tuples(names, good)
+            table, columns = source.table, source.column_map()
+            flagged = may_fail(rules, columns, conn.dialect.name) if rules is not None else sa.true()
+            target = self.info(conn, accepted.vf_id)
+            into = [target.table.c.seq, *(target.column_map()[n] for n in names)]
+            if rules is not None:
+                conn.execute(sa.insert(target.table).from_select(
+                    into, sa.select(table.c.seq, *(columns[n] for n in names)).where(sa.not_(flagged))))
+            query = sa.select(table.c.seq, *(columns[n] for n in names)).where(flagged).order_by(table.c.seq)
+            seq_and_columns = ["seq", *(c.name for c in into[1:])]
+            as_text = str if conn.dialect.name == "postgresql" else int  # COPY's text format takes strings
+            for page in stream(conn, query, batch_size or SCAN_BATCH):
+                good, bad = [], []
+                for seq, *values in page:
+                    verdict = refuse(row_of(names, values))
+                    if verdict is None:
+                        good.append((as_text(seq), *values))
+                    else:
+                        bad.append(verdict)
+                if good:
+                    insert_batches(conn, target.table_name, seq_and_columns, [good])
                 refused.write_tuples(refused_columns, bad)
+            if conn.dialect.name == "postgresql":  # rows came with their seq: the next append numbers after them
+                conn.execute(sa.text("SELECT setval(pg_get_serial_sequence(:t, 'seq'), "
+                                     f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM {_quoted(conn, target.table_name)}), "
+                                     "false)"), {"t": _quoted(conn, target.table_name)})
         return accepted.vf_id, refused.vf_id
 
     def join(self, left: Side, right: Side, kind: JoinKind = "INNER",
@@ -81,3 +106,7 @@ def _write_rows(writer: RowWriter, rows: Iterable[Mapping[str, str | None]]) -> 
         out.append(tuple(map(row.get, writer.names)))
     if out:
         writer.write_tuples(writer.names, out)
+
+
+def _quoted(conn: sa.Connection, name: str) -> str:
+    return conn.dialect.identifier_preparer.quote_identifier(name)
