@@ -67,3 +67,21 @@ def test_a_python_wiring_of_the_wrong_kind_fails_at_the_input(resources: dict[st
     text = str(failure.event_specific_data.error)
     assert 'Type check failed for step input "platform_file"' in text
     assert "expected a platform file (an object with a link), got a virtual file id" in text
+
+
+def test_the_launchpad_requires_a_steps_literal_required_fields() -> None:
+    """A step's op requires the fields the pipeline gives literally (the job's default config fills them),
+    so a launch that drops one is refused before the run, naming the step and the field."""
+    import copy
+
+    from dagster._core.errors import DagsterInvalidConfigError
+
+    from connector_ops.pipelines.definitions import build_definitions
+
+    job = build_definitions().get_job_def("sales_report")
+    config = copy.deepcopy(job.run_config)
+    dg.validate_run_config(job, config)  # the default config is complete
+    del config["ops"]["report"]["config"]["exportName"]
+    with pytest.raises(DagsterInvalidConfigError) as caught:
+        dg.validate_run_config(job, config)
+    assert 'Missing required config entry "exportName" at path root:ops:report:config' in str(caught.value)

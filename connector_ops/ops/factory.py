@@ -61,12 +61,14 @@ def _is_model(tp: Any) -> bool:
 
 
 def config_fields(model: type[BaseModel], *, required_ok: bool = True,
-                  wirable: frozenset[str] = frozenset()) -> dict[str, dg.Field]:
+                  wirable: frozenset[str] = frozenset(), required: frozenset[str] = frozenset()) -> dict[str, dg.Field]:
+    """The config schema of an action's input. ``required``: fields the launchpad must have whatever
+    ``required_ok`` says (a pipeline step's literal required fields)."""
     fields = {}
     for name, info in model.model_fields.items():
         key = info.alias or name
-        required = required_ok and info.is_required() and key not in wirable
-        fields[key] = dg.Field(_config_type(info.annotation), is_required=required,
+        must = (required_ok and info.is_required() and key not in wirable) or key in required
+        fields[key] = dg.Field(_config_type(info.annotation), is_required=must,
                                description=info.description or None)
     return fields
 
@@ -124,11 +126,12 @@ def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str,
     return payload
 
 
-def build_op(action: str, *, name: str | None = None,
-             assets: Mapping[str, dg.AssetKey] | None = None) -> dg.OpDefinition:
+def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.AssetKey] | None = None,
+             required_config: frozenset[str] = frozenset()) -> dg.OpDefinition:
     """The op of ``action`` (named ``<connector>_<action>`` unless ``name`` says otherwise). ``assets``
     maps output fields to asset keys: after such an output the op records a materialisation of the
-    asset with the output's metadata and where the data is (a YAML step's ``asset:``)."""
+    asset with the output's metadata and where the data is (a YAML step's ``asset:``).
+    ``required_config``: config fields the launchpad must have (a step's literal required fields)."""
     spec = get_action(action)
     assets = dict(assets or {})
     wirable = spec.wirable_inputs
@@ -173,9 +176,9 @@ def build_op(action: str, *, name: str | None = None,
         ins=ins,
         outs={out_name: dg.Out(type_of(field), description=f"`{field}` of the output" if field else "the output")
               for field, out_name in outs.items()},
-        # nothing is required at launch: any field may arrive through `fields` or a wired input, and the
-        # action's input model (run_action) is the one place that reports a missing field (400, named)
-        config_schema=config_fields(spec.input_model, required_ok=False),
+        # nothing else is required at launch: any field may arrive through `fields` or a wired input, and
+        # the action's input model (run_action) is the one place that reports a missing field (400, named)
+        config_schema=config_fields(spec.input_model, required_ok=False, required=required_config),
         required_resource_keys=set(spec.resource_keys),
         description=f"{spec.summary}\n\nAction `{spec.name}`; config is its JSON input (spec field names).",
         tags={"connector": spec.connector, "action": spec.name},

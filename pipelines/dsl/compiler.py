@@ -138,9 +138,13 @@ class _Builder:
 
     def call_action(self, step: Step, plan: _Plan, *, batch: Any = None) -> Handles:
         op_def = self.ops[step.action.op_name]
-        if step.asset is not None:  # its own op: the one that records the materialisation
-            op_def = build_op(step.action.name, name=self.op_name(step.id),
-                              assets={step.asset.field: dg.AssetKey(list(step.asset.key))})
+        model = step.action.input_model.model_fields
+        required = frozenset(k for k in plan.config if any(
+            (f.alias or n) == k and f.is_required() for n, f in model.items()))
+        if step.asset is not None or required:  # its own op: the launchpad requires the step's literal
+            # required fields (pre-filled from the job's default config), and an asset step records its asset
+            op_def = build_op(step.action.name, name=self.op_name(step.id), required_config=required,
+                              assets={step.asset.field: dg.AssetKey(list(step.asset.key))} if step.asset else None)
         kwargs: dict[str, Any] = {name: self.handles[ref.root][ref.path[0]] for name, ref in plan.wired.items()}
         if plan.resolved:
             rows = None
