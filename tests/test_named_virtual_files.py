@@ -95,3 +95,23 @@ def test_a_key_too_long_to_name_a_file_is_refused_at_load(tmp_path: Path) -> Non
     assert f"p.yaml:5: step load: asset key '{key}' is too long to name its virtual file" in str(caught.value)
     with pytest.raises(ValueError, match="too long"):
         action_asset(key, "etl.push")
+
+
+def test_a_reader_in_progress_keeps_its_rows_while_another_run_replaces_them(store: Any) -> None:
+    """Two runs of one pipeline: one reads the asset's file while the other publishes a new version. The
+    reader's transaction reads the rows it started on (PostgreSQL: the replacement waits for it; SQLite:
+    its snapshot) — never "relation does not exist" (seen with 4 concurrent sales_report runs)."""
+    import threading
+
+    store.publish("asset:shared", store.create_from_rows([{"v": "old"}]))
+    newer = store.create_from_rows([{"v": "new"}])
+    published = threading.Event()
+    with store.reading() as conn:
+        info = store.info(conn, "asset:shared")
+        worker = threading.Thread(target=lambda: (store.publish("asset:shared", newer), published.set()))
+        worker.start()
+        published.wait(timeout=2)  # PostgreSQL: still waiting for this reader; SQLite: done already
+        rows = conn.execute(sa.select(*info.column_map().values())).all()
+        assert [tuple(r) for r in rows] == [("old",)]
+    worker.join(timeout=30)
+    assert published.is_set() and store.rows("asset:shared") == [{"v": "new"}]

@@ -63,7 +63,13 @@ class StoreCore(Resource):
         return [(vf_id, as_utc(created)) for vf_id, created in rows]
 
     def info(self, conn: sa.Connection, vf_id: str, *, lock: bool = False) -> VirtualFileInfo:
-        """The catalog entry of ``vf_id`` (``NotFound`` if there is none)."""
+        """The catalog entry of ``vf_id`` (``NotFound`` if there is none).
+
+        On PostgreSQL the entry stays locked until the transaction ends: ``lock`` for a writer (``FOR UPDATE``),
+        else for a reader (``FOR SHARE``), so a file replaced or dropped meanwhile (a Map in place, an asset
+        re-materialised by another run) waits for the reader instead of pulling its table from under it.
+        SQLite readers keep their snapshot anyway.
+        """
         if not isinstance(vf_id, str) or not vf_id:
             raise NotFound(f"virtual file {vf_id!r} not found")
         vf, col = cat.virtual_file, cat.vf_column
@@ -73,8 +79,8 @@ class StoreCore(Resource):
             .where(vf.c.id == vf_id)
             .order_by(col.c.ordinal)
         )
-        if lock and conn.dialect.name == "postgresql":
-            query = query.with_for_update(of=vf)
+        if conn.dialect.name == "postgresql":
+            query = query.with_for_update(of=vf, read=not lock)
         rows = conn.execute(query).all()  # one round trip: the file and its columns
         if not rows:
             raise NotFound(f"virtual file {vf_id!r} not found")
