@@ -63,16 +63,23 @@ def main() -> None:
                     for i in (1, 2)]
                 wait_for(lambda: all("ready." in w.log() for w in workers), "workers ready", 120, workers)
                 rows: list[tuple[str, list[float]]] = []
-                rows.append(("Dagster default: multiprocess, spawn per step (baseline)",
-                             [timed_runs(d, "forked", 1, SPAWN)[0] for _ in range(args.repeat)]))
-                rows.append(("in_process (connector-ops default)",
-                             [timed_runs(d, "default", 1)[0] for _ in range(args.repeat)]))
-                rows.append(("multiprocess, forkserver with preloaded Definitions",
-                             [timed_runs(d, "forked", 1)[0] for _ in range(args.repeat)]))
-                cold = timed_runs(d, "celery", 1)[0]
-                rows.append(("celery, 2 workers, first run (cold workers)", [cold]))
-                rows.append(("celery, 2 workers, warm", [timed_runs(d, "celery", 1)[0] for _ in range(args.repeat)]))
-                concurrent = {loc: max(timed_runs(d, loc, 4)) for loc in ("default", "celery")}
+
+                def measured(label: str, seconds: list[float]) -> None:
+                    rows.append((label, seconds))  # shown as it comes: a later failure keeps what was measured
+                    print(f"{label}: {', '.join(f'{s:.1f}' for s in seconds)} s", flush=True)
+
+                measured("Dagster default: multiprocess, spawn per step (baseline)",
+                         [timed_runs(d, "forked", 1, SPAWN)[0] for _ in range(args.repeat)])
+                measured("in_process (connector-ops default)",
+                         [timed_runs(d, "default", 1)[0] for _ in range(args.repeat)])
+                measured("multiprocess, forkserver with preloaded Definitions",
+                         [timed_runs(d, "forked", 1)[0] for _ in range(args.repeat)])
+                measured("celery, 2 workers, first run (cold workers)", [timed_runs(d, "celery", 1)[0]])
+                measured("celery, 2 workers, warm", [timed_runs(d, "celery", 1)[0] for _ in range(args.repeat)])
+                concurrent = {}
+                for loc in ("default", "celery"):
+                    concurrent[loc] = max(timed_runs(d, loc, 4))
+                    print(f"4 concurrent runs, {loc}: {concurrent[loc]:.1f} s", flush=True)
         finally:
             drop()
     baseline = statistics.median(rows[0][1])
