@@ -101,6 +101,17 @@ class _HttpStream(io.RawIOBase):
         return n
 
 
+def _body(response: httpx.Response, link: str, missing: str) -> IO[bytes]:
+    """The streamed body of a file's response; a 404 is ``NotFound(missing)``, another error status an
+    ``UpstreamError`` (retryable when the server may answer later)."""
+    if response.status_code == 404:
+        raise NotFound(missing)
+    if response.status_code >= 400:
+        raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}",
+                            retryable=response.status_code in RETRYABLE_HTTP)
+    return io.BufferedReader(_HttpStream(response), CHUNK)
+
+
 class PlatformFileStore(Resource):
     """Keeps platform files under ``files_dir`` and serves them at ``{file_server_url}/files/<id>``."""
 
@@ -310,12 +321,7 @@ class PlatformFileStore(Resource):
             raise NotFound(f"platform file {file_id!r} not found (not stored on this host, and the file server "
                            f"at {self.file_server_url} did not answer)") from None
         try:
-            if response.status_code == 404:
-                raise NotFound(f"platform file {file_id!r} not found")
-            if response.status_code >= 400:
-                raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}",
-                                    retryable=response.status_code in RETRYABLE_HTTP)
-            yield io.BufferedReader(_HttpStream(response), CHUNK)
+            yield _body(response, link, f"platform file {file_id!r} not found")
         finally:
             response.close()
 
@@ -344,12 +350,7 @@ class PlatformFileStore(Resource):
                 if response.is_redirect and response.headers.get("location"):
                     came_from, url = url, urljoin(url, response.headers["location"])
                     continue
-                if response.status_code == 404:
-                    raise NotFound(f"platform file at {link} not found")
-                if response.status_code >= 400:
-                    raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}",
-                                        retryable=response.status_code in RETRYABLE_HTTP)
-                yield io.BufferedReader(_HttpStream(response), CHUNK)
+                yield _body(response, link, f"platform file at {link} not found")
                 return
             finally:
                 response.close()

@@ -18,7 +18,7 @@ the pipeline records a materialisation of it carrying the output's metadata (``d
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -27,13 +27,13 @@ from connector_ops.ops.asset_files import asset_file_name
 from connector_ops.ops.assets import asset_field
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Pipeline, Step
+from connector_ops.pipelines.dsl.sections import Report
 from connector_ops.registry import ActionSpec
 
 ASSET_STEP_KEYS = ("asset", "group", "owners", "kinds")
 _KEY_PART = re.compile(r"^[A-Za-z0-9_-]+$")
 _GROUP = re.compile(r"^[A-Za-z0-9_]+$")
 
-Report = Callable[[Sequence[str | int], str], None]
 
 
 def _strings(value: Any) -> list[str] | None:

@@ -17,7 +17,7 @@ the rejected count and share, a table of rejected rows with their errors and the
 """
 
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -27,12 +27,12 @@ from connector_ops.ops.checks import SEVERITIES, ValidateRule, check_max_rejecte
 from connector_ops.ops.factory import failure
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Check, Pipeline
+from connector_ops.pipelines.dsl.sections import Report, known_mapping
 
 CHECK_KEYS = ("schema", "max_rejected", "severity", "blocking", "name")
 VIRTUAL_FILE_FIELDS = ("virtualFileId", "validated")
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
-Report = Callable[[Sequence[str | int], str], None]
 
 
 def parse_check(raw: Any, path: tuple[str | int, ...], asset: Asset | None, has_asset: bool,
@@ -40,14 +40,10 @@ def parse_check(raw: Any, path: tuple[str | int, ...], asset: Asset | None, has_
     """The ``check`` mapping at ``path`` (``None``: absent, or wrong with every problem reported)."""
     if raw is None:
         return None
-    if not isinstance(raw, Mapping):
-        report(path, "`check` must be a mapping: {schema: {...}, max_rejected: N, severity: ERROR|WARN}")
+    ok = known_mapping(raw, path, "check", CHECK_KEYS,
+                       "`check` must be a mapping: {schema: {...}, max_rejected: N, severity: ERROR|WARN}", report)
+    if ok is None:
         return None
-    ok = True
-    for key in raw:
-        if key not in CHECK_KEYS:
-            report((*path, key), f"unknown key {key!r} in check; allowed: {', '.join(CHECK_KEYS)}")
-            ok = False
     if not has_asset:
         report(path, "`check` validates an asset's data: add `asset: <key>` to the step")
         ok = False

@@ -27,6 +27,7 @@ from typing import Any
 
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Notify, Step
+from connector_ops.pipelines.dsl.sections import Report, known_mapping
 
 NOTIFY_KEYS = ("when", "message")
 WHEN = ("success", "failure")
@@ -35,7 +36,6 @@ MAIL_ACTION = "mail.send_transactional_message"
 _TOKEN = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
 _ASSET_KEY = re.compile(r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
 
-Report = Callable[[Sequence[str | int], str], None]
 #: a reference of a notification: ("run", field) or ("asset", key)
 NotifyRef = tuple[str, str]
 
@@ -120,14 +120,10 @@ def parse_notify(raw: Any, steps: Sequence[Step], report: Report,
 
 def _entry(item: Any, path: tuple[str | int, ...], assets: Mapping[str, str], report: Report,
            check_message: Callable[[dict[str, Any], tuple[str | int, ...]], None]) -> Notify | None:
-    if not isinstance(item, Mapping):
-        report(path, "a notification is a mapping {when: [success, failure], message: {...}}")
+    ok = known_mapping(item, path, "notify", NOTIFY_KEYS,
+                       "a notification is a mapping {when: [success, failure], message: {...}}", report)
+    if ok is None:
         return None
-    ok = True
-    for key in item:
-        if key not in NOTIFY_KEYS:
-            report((*path, key), f"unknown key {key!r} in notify; allowed: {', '.join(NOTIFY_KEYS)}")
-            ok = False
     when = item.get("when", list(WHEN))
     when = [when] if isinstance(when, str) else when
     if not isinstance(when, list) or not when or any(w not in WHEN for w in when):

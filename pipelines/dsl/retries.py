@@ -10,32 +10,27 @@ it only when they are transient (see ``ConnectorError.retryable``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
 from connector_ops.pipelines.dsl.model import Retry
+from connector_ops.pipelines.dsl.sections import Report, known_mapping
 
 RETRY_KEYS = ("max_retries", "delay", "backoff")
 BACKOFFS = {"exponential": dg.Backoff.EXPONENTIAL, "linear": dg.Backoff.LINEAR}
 MAX_RETRIES = 100
 
-Report = Callable[[Sequence[str | int], str], None]
 
 
 def parse_retry(raw: Any, path: tuple[str | int, ...], report: Report) -> Retry | None:
     """The ``retry`` mapping at ``path``, or ``None`` (absent or wrong; ``report`` gets every problem)."""
     if raw is None:
         return None
-    if not isinstance(raw, Mapping):
-        report(path, "`retry` must be a mapping: {max_retries: N, delay: seconds, backoff: exponential|linear}")
+    shape = "`retry` must be a mapping: {max_retries: N, delay: seconds, backoff: exponential|linear}"
+    ok = known_mapping(raw, path, "retry", RETRY_KEYS, shape, report)
+    if ok is None:
         return None
-    ok = True
-    for key in raw:
-        if key not in RETRY_KEYS:
-            report((*path, key), f"unknown key {key!r} in retry; allowed: {', '.join(RETRY_KEYS)}")
-            ok = False
     count = raw.get("max_retries")
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_RETRIES:
         report((*path, "max_retries"), f"`max_retries` is required: a whole number from 0 to {MAX_RETRIES}")
