@@ -1,0 +1,60 @@
+"""A pipeline written inline in ``defs.yaml``: Dagster's ``{{ … }}`` rendered at load, our ``${…}`` kept.
+
+Dagster's resolver renders every attribute string as a Jinja *native* template: it would also turn a quoted
+``"2024"`` into the number 2024 and fail on text that merely looks like Jinja. So the inline pipeline (and
+``set:``) get their own resolver: only strings holding ``{{`` or ``{%`` go through Dagster's rendering (with its
+scope: ``env``, ``context``, …); every other value, ``${step.field}`` references included, reaches the DSL
+untouched and is resolved when the step runs. The result is checked by the DSL's own validator with the lines
+of ``defs.yaml``, so a problem reads ``…/defs.yaml:14: step load: …``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dagster.components import ResolutionContext
+from dagster_shared.yaml_utils.source_position import SourcePositionTree
+
+from connector_ops.pipelines.dsl.source import Document
+
+_JINJA_MARKS = ("{{", "{%")
+
+
+def render_templates(context: ResolutionContext, value: Any) -> Any:
+    """``value`` with Dagster's templates rendered in the strings that hold one, everything else as written."""
+    if isinstance(value, Mapping):
+        return {key: render_templates(context.at_path(key), item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [render_templates(context.at_path(i), item) for i, item in enumerate(value)]
+    if isinstance(value, str) and any(mark in value for mark in _JINJA_MARKS):
+        return context.resolve_value(value)
+    return value
+
+
+def yaml_lines(context: ResolutionContext) -> tuple[str, dict[tuple[str | int, ...], int]]:
+    """The file of the value ``context`` points at and the line of each path below it (1-based)."""
+    tree: SourcePositionTree | None = context.source_position_tree
+    if tree is None:
+        return "<defs.yaml>", {}
+    file = tree.position.filename
+    for part in context.path:
+        child = tree.children.get(part)
+        if child is None:
+            return file, {(): tree.position.start.line}
+        tree = child
+    lines: dict[tuple[str | int, ...], int] = {}
+    _collect(tree, (), lines)
+    return file, lines
+
+
+def _collect(tree: SourcePositionTree, path: tuple[str | int, ...], lines: dict[tuple[str | int, ...], int]) -> None:
+    lines[path] = tree.position.start.line
+    for key, child in tree.children.items():
+        _collect(child, (*path, key), lines)
+
+
+def inline_document(context: ResolutionContext, raw: Any) -> Document:
+    """The inline pipeline as a DSL document: templates rendered, located in ``defs.yaml``."""
+    file, lines = yaml_lines(context)
+    return Document(data=render_templates(context, raw), file=file, lines=lines)

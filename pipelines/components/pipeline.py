@@ -1,0 +1,87 @@
+"""``PipelineComponent``: one YAML pipeline as a Dagster Component of a ``dg`` project.
+
+A ``defs.yaml`` in a ``defs/`` folder names the pipeline — a file beside it (``path:``) or the pipeline
+itself (``pipeline:``) — and the component builds what ``connector_ops.pipelines.defs`` builds for a file of
+the catalog: the job, its assets and checks, schedule, drive sensor and notification sensors, plus our
+resources, IO manager and executor (:mod:`.shared`), so the project needs nothing else and no
+``CONNECTOR_OPS_PIPELINES_DIR``. Dagster renders ``{{ env.X }}`` in the attributes when the project loads;
+our ``${step.field}`` / ``${env.X}`` references stay in the pipeline and are resolved when the step runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import dagster as dg
+from dagster.components import Component, ComponentLoadContext, ComponentTypeSpec, Model, Resolvable, Resolver
+from pydantic import ConfigDict, Field, model_validator
+
+from connector_ops.pipelines.components.inline import inline_document
+from connector_ops.pipelines.components.shared import shared_definitions
+from connector_ops.pipelines.dsl import CompiledPipeline, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl.source import Document
+from connector_ops.pipelines.dsl.validate import parse_pipeline
+
+InlinePipeline = Annotated[
+    Document | Mapping[str, Any],
+    Resolver(inline_document, model_field_type=dict[str, Any], inject_before_resolve=False,
+             description="The pipeline itself, as in a pipeline file (docs/pipelines.md). Dagster renders "
+                         "`{{ … }}` when the project loads; `${step.field}` references are resolved at run time."),
+]
+
+
+class PipelineComponent(Component, Resolvable, Model):
+    """A connector-ops YAML pipeline: its job, assets, checks, schedule and sensors, with our resources."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    path: str | None = Field(
+        default=None,
+        description="A pipeline file, relative to this component's folder (or absolute), e.g. `sales_report.yaml`.",
+        examples=["pipeline.yaml"],
+    )
+    pipeline: InlinePipeline | None = None
+    resources: bool = Field(
+        default=True,
+        description="Provide connector-ops' resources, the step-output `io_manager` and the executor "
+                    "(false when the project defines them itself).",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PipelineComponent:
+        if (self.path is None) == (self.pipeline is None):
+            raise ValueError("give exactly one of `path` (a pipeline file) and `pipeline` (the pipeline inline)")
+        return self
+
+    @classmethod
+    def get_spec(cls) -> ComponentTypeSpec:
+        return ComponentTypeSpec(
+            description="A connector-ops YAML pipeline (Google Drive, mail and ETL steps) as a Dagster job "
+                        "with its assets, checks, schedule and sensors.",
+            tags=["connector-ops", "pipeline", "etl"],
+            produces=["job", "asset", "asset_check", "schedule", "sensor", "resource"],
+        )
+
+    def compile(self, context: ComponentLoadContext) -> CompiledPipeline:
+        """The validated, compiled pipeline; :class:`PipelineError` lists every problem with file and line."""
+        if self.path is not None:
+            file = Path(self.path).expanduser()
+            return compile_pipeline(load_pipeline(file if file.is_absolute() else context.path / file))
+        document = self.pipeline
+        if not isinstance(document, Document):  # built in Python with a plain mapping
+            document = Document(data=dict(document or {}), file=str(context.path / "defs.yaml"))
+        return compile_pipeline(parse_pipeline(document))
+
+    def build_defs(self, context: ComponentLoadContext) -> dg.Definitions:
+        compiled = self.compile(context)
+        defs = dg.Definitions(
+            jobs=[compiled.job],
+            assets=list(compiled.assets),
+            asset_checks=list(compiled.checks),
+            schedules=[compiled.schedule] if compiled.schedule is not None else [],
+            sensors=[*([compiled.sensor] if compiled.sensor is not None else []), *compiled.notify_sensors],
+        )
+        return dg.Definitions.merge(defs, shared_definitions()) if self.resources else defs
+

@@ -1,0 +1,304 @@
+"""A YAML pipeline as a Dagster Component (#12 item 6): a real ``dg`` project, the real ``dg`` CLI.
+
+Each test writes a project as ``dg`` scaffolds one (``pyproject.toml`` with ``[tool.dg]``, ``src/<module>/
+definitions.py`` loading the ``defs/`` folder) with ``defs.yaml`` files of our component type, then runs ``dg``
+in a subprocess — with the suite's loopback-only net installed there too (a ``sitecustomize`` on its path),
+telemetry off and its own HOME and DAGSTER_HOME — or loads the folder in process and executes the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster.components.testing.utils import component_defs
+
+from connector_ops.environment import resources_for
+from connector_ops.pipelines.components import PipelineComponent
+from tests.test_pipelines_sales_report import INVALID_ROWS, check_outputs
+
+ROOT = Path(__file__).resolve().parent.parent
+PIPELINES = ROOT / "pipelines"
+TYPE = "connector_ops.pipelines.components.PipelineComponent"
+DG = Path(sys.executable).with_name("dg")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+class Project:
+    """A ``dg`` project folder (the layout ``dg scaffold project`` writes) with a unique root module."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.module = f"dg_project_{uuid.uuid4().hex[:8]}"
+        self.package = root / "src" / self.module
+        self.defs = self.package / "defs"
+        _write(root / "pyproject.toml", f"""
+            [project]
+            name = "{self.module.replace('_', '-')}"
+            version = "0.1.0"
+            requires-python = ">=3.11"
+            dependencies = ["connector-ops"]
+
+            [tool.dg]
+            directory_type = "project"
+
+            [tool.dg.project]
+            root_module = "{self.module}"
+            """)
+        _write(self.package / "__init__.py", "")
+        _write(self.package / "definitions.py", """
+            from pathlib import Path
+
+            import dagster as dg
+
+
+            @dg.definitions
+            def defs() -> dg.Definitions:
+                return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+            """)
+        _write(self.defs / "__init__.py", "")
+
+    def component(self, folder: str, attributes: str, files: dict[str, str] | None = None) -> Path:
+        """``defs/<folder>/defs.yaml`` of our type with ``attributes`` (YAML), and files beside it."""
+        body = textwrap.indent(textwrap.dedent(attributes).strip(), "  ")
+        path = _write(self.defs / folder / "defs.yaml", f"type: {TYPE}\nattributes:\n{body}\n")
+        for name, text in (files or {}).items():
+            _write(path.parent / name, text)
+        return path
+
+    def copy_sales_report(self, folder: str = "sales") -> Path:
+        """The shipped demo pipeline and its data, as a user copies them into a component folder."""
+        self.component(folder, "path: sales_report.yaml")
+        target = self.defs / folder
+        (target / "sales_report.yaml").write_bytes((PIPELINES / "sales_report.yaml").read_bytes())
+        for data in (PIPELINES / "data").iterdir():
+            _write(target / "data" / data.name, data.read_text(encoding="utf-8"))
+        return target
+
+    def dg(self, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """The real ``dg`` CLI in this project, offline: only loopback sockets, no telemetry."""
+        site = self.root.parent / f"{self.root.name}-site"
+        _write(site / "sitecustomize.py", """
+            from tests import loopback_only
+
+            loopback_only.install()  # the suite's net, in dg's process and every Python it starts
+            """)
+        home = self.root.parent / f"{self.root.name}-home"
+        (home / "dagster").mkdir(parents=True, exist_ok=True)
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "PYTHONPATH"))}
+        env = {
+            **clean,
+            "PYTHONPATH": os.pathsep.join([str(site), str(self.root / "src"), str(ROOT)]),
+            "HOME": str(home),
+            "DAGSTER_HOME": str(home / "dagster"),
+            "DAGSTER_DISABLE_TELEMETRY": "1",
+            "NO_COLOR": "1",
+            "COLUMNS": "250",
+            **(extra_env or {}),
+        }
+        return subprocess.run([str(DG), *args], cwd=self.root, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+
+    def load(self) -> dg.Definitions:
+        """The Definitions of the ``defs/`` folder, loaded in this process as a code server would."""
+        sys.path.insert(0, str(self.root / "src"))
+        try:
+            return dg.load_from_defs_folder(path_within_project=self.package)
+        finally:
+            sys.path.remove(str(self.root / "src"))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project(tmp_path / "project")
+
+
+#: an inline pipeline mixing Dagster's load-time templates with our run-time references
+INLINE = """
+    pipeline:
+      name: "customers_{{ env.DG_TEST_REGION | lower }}"
+      description: "Customers of {{ env.DG_TEST_REGION }}"
+      tags: {year: "2024", region: "{{ env.DG_TEST_REGION }}"}
+      steps:
+        - id: load
+          action: etl.push
+          asset: "customers/{{ env.DG_TEST_REGION | lower }}"
+          input:
+            platformFile: "${file:data/customers.csv}"
+            parameters: {useFirstRowAsSchema: true, csvDelimiter: ","}
+        - id: export
+          action: etl.pull
+          input:
+            virtualFileId: "${load.virtualFileId}"
+            exportType: csv
+            exportName: "{{ env.DG_TEST_REGION }}-${env.DG_TEST_SUFFIX:-none}.csv"
+    """
+
+
+def test_dg_lists_our_component_type(project: Project) -> None:
+    listed = project.dg("list", "components", "--json")
+    assert listed.returncode == 0, listed.stderr
+    items = json.loads(listed.stdout)
+    items = items["items"] if isinstance(items, dict) else items
+    ours = [item for item in items if TYPE in json.dumps(item)]
+    assert ours, f"{TYPE} not in dg list components: {listed.stdout[:2000]}"
+    assert "connector-ops YAML pipeline" in json.dumps(ours[0])
+
+
+def test_dg_check_defs_passes_and_list_defs_shows_the_pipelines(project: Project) -> None:
+    """Two components in one project (a copied file and an inline pipeline) share our resources."""
+    project.copy_sales_report()
+    project.component("north", INLINE, {"data/customers.csv": (PIPELINES / "data" / "customers.csv").read_text()})
+    project.component("inbox", 'path: "{{ env.DG_TEST_PIPELINES }}/drive_inbox.yaml"')  # a template in a path
+    env = {"DG_TEST_REGION": "North", "DG_TEST_PIPELINES": str(PIPELINES)}
+
+    checked = project.dg("check", "defs", extra_env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "All definitions loaded successfully" in checked.stdout
+
+    listed = project.dg("list", "defs", "--json", extra_env=env)
+    assert listed.returncode == 0, listed.stderr
+    defs = json.loads(listed.stdout)
+    jobs = {job["name"]: job for job in defs["jobs"]}
+    assert set(jobs) == {"sales_report", "customers_north", "drive_inbox"}
+    assert jobs["customers_north"]["description"] == "Customers of North"  # {{ env.X }} rendered at load
+    assert jobs["sales_report"]["source"].endswith("defs/sales/defs.yaml:1")
+    assets = {asset["asset_key"]: asset for asset in defs["assets"]}
+    assert set(assets) == {"sales/orders", "sales/customers", "sales/valid_orders", "sales/report_csv",
+                           "customers/north"}
+    assert set(assets["sales/report_csv"]["dependency_keys"]) == {"sales/valid_orders", "sales/customers"}
+    assert [check["key"] for check in defs["asset_checks"]] == ["sales/orders:validate"]
+    assert [s["name"] for s in defs["schedules"]] == ["sales_report_schedule"]
+    assert [s["name"] for s in defs["sensors"]] == ["drive_inbox_on_new_file"]
+    assert {r["name"] for r in defs["resources"]} == {"platform_files", "virtual_files", "drive", "mail",
+                                                     "io_manager"}
+
+
+def test_dg_check_defs_fails_with_the_located_problem(project: Project) -> None:
+    """A broken pipeline file and a broken inline pipeline: our file:line and step, exit 1."""
+    project.component("broken_file", "path: pipeline.yaml", {"pipeline.yaml": """
+        name: broken
+        steps:
+          - id: load
+            action: etl.pushh
+            input: {}
+        """})
+    checked = project.dg("check", "defs")
+    assert checked.returncode == 1
+    pipeline_file = project.defs / "broken_file" / "pipeline.yaml"
+    assert f"{pipeline_file}:4: step load: unknown action 'etl.pushh'" in checked.stdout + checked.stderr
+
+    (project.defs / "broken_file" / "defs.yaml").unlink()
+    inline = project.component("broken_inline", """
+        pipeline:
+          name: broken_inline
+          steps:
+            - id: load
+              action: etl.push
+              input: {platformFile: "${file:nowhere.csv}"}
+            - id: export
+              action: etl.pull
+              input: {virtualFileId: "${lod.virtualFileId}", exportType: csv}
+        """)
+    checked = project.dg("check", "defs")
+    assert checked.returncode == 1
+    output = checked.stdout + checked.stderr
+    assert f"{inline}:8: step load:" in output and "nowhere.csv" in output  # lines of defs.yaml
+    assert f"{inline}:11: step export: ${{lod.virtualFileId}}: there is no step 'lod'" in output
+
+
+def test_both_or_neither_source_is_refused(project: Project) -> None:
+    project.component("both", "path: a.yaml\npipeline: {name: x, steps: []}")
+    checked = project.dg("check", "defs")
+    assert checked.returncode == 1
+    assert "give exactly one of `path` (a pipeline file) and `pipeline` (the pipeline inline)" in \
+        checked.stdout + checked.stderr
+
+
+def test_sales_report_component_runs_in_process(project: Project, env: dict[str, str]) -> None:
+    """The demo loaded from a ``defs/`` folder runs on the component's own resources (both databases)."""
+    project.copy_sales_report()
+    defs = project.load()
+    job = defs.resolve_job_def("sales_report")
+    instance = dg.DagsterInstance.ephemeral()
+    result = job.execute_in_process(instance=instance)  # resources and io_manager: the component's
+    assert result.success
+    check_outputs(result.output_for_node, resources_for(environ=env))
+    [check] = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert check.asset_key == dg.AssetKey(["sales", "orders"]) and check.passed
+    assert check.metadata["rejected_count"].value == INVALID_ROWS
+    assert instance.fetch_materializations(dg.AssetKey(["sales", "report_csv"]), limit=5).records
+
+
+def test_load_time_templates_and_run_time_references_coexist(
+        project: Project, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``{{ env.X }}`` is read when the folder loads; ``${step.field}`` and ``${env.X}`` when the step runs;
+    a quoted "2024" stays text (Dagster's native rendering is applied only to strings with a template)."""
+    project.component("north", INLINE, {"data/customers.csv": (PIPELINES / "data" / "customers.csv").read_text()})
+    monkeypatch.setenv("DG_TEST_REGION", "North")
+    monkeypatch.delenv("DG_TEST_SUFFIX", raising=False)
+    defs = project.load()
+    monkeypatch.setenv("DG_TEST_REGION", "South")  # too late for the load: the job is already built
+    monkeypatch.setenv("DG_TEST_SUFFIX", "weekly")  # read by the step when it runs
+    job = defs.resolve_job_def("customers_north")
+    assert job.tags["year"] == "2024" and job.tags["region"] == "North"
+    result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    exported = result.output_for_node("export", "platform_file")
+    assert exported["name"] == "North-weekly.csv"
+    files = resources_for(environ=env)["platform_files"]
+    shipped = (PIPELINES / "data" / "customers.csv").read_bytes()
+    assert files.read_bytes(exported).splitlines()[0] == shipped.splitlines()[0]
+    assert len(files.read_bytes(exported).splitlines()) == len(shipped.splitlines())
+    materialized = [e.event_specific_data.materialization.asset_key for e in result.all_events
+                    if e.event_type_value == "ASSET_MATERIALIZATION"]
+    assert materialized == [dg.AssetKey(["customers", "north"])]
+
+
+def test_resources_false_leaves_resources_to_the_project(project: Project) -> None:
+    """``resources: false``: the project's own resource under our key, no merge conflict, no executor of ours."""
+    project.component("plain", "path: p.yaml\nresources: false", {"p.yaml": """
+        name: plain
+        steps:
+          - id: query
+            action: etl.query
+            input: {virtualFileId: x, query: {}}
+        """})
+    _write(project.defs / "project_resources.py", """
+        import dagster as dg
+
+        from connector_ops.ops.resources import VirtualFileStoreAdapter
+
+
+        @dg.definitions
+        def resources() -> dg.Definitions:
+            return dg.Definitions(resources={"virtual_files": VirtualFileStoreAdapter(database_url=dg.EnvVar("MY_DB"))})
+        """)
+    defs = project.load()
+    assert defs.resolve_job_def("plain").name == "plain"
+    assert set(defs.resources or {}) == {"virtual_files"} and defs.executor is None
+    assert defs.resources["virtual_files"].database_url == dg.EnvVar("MY_DB")
+
+
+def test_a_component_built_in_python() -> None:
+    """The same type from Python code: a pipeline as a mapping, or a file by absolute path."""
+    inline = PipelineComponent(pipeline={"name": "from_python", "steps": [
+        {"id": "query", "action": "etl.query", "input": {"virtualFileId": "x", "query": {"a": "${env.A}"}}}]})
+    by_path = PipelineComponent(path=str(PIPELINES / "retail_customers.yaml"))
+    defs = dg.Definitions.merge(component_defs(component=inline), component_defs(component=by_path))
+    assert {job.name for job in defs.jobs or []} == {"from_python", "retail_customers"}
+    assert set(defs.resources or {}) == {"platform_files", "virtual_files", "drive", "mail", "io_manager"}
+    with pytest.raises(ValueError, match="give exactly one of `path`"):
+        PipelineComponent()
