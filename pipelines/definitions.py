@@ -14,9 +14,8 @@ import dagster as dg
 
 from connector_ops.environment import pin_home
 from connector_ops.ops import etl_pull, etl_push, etl_query
-from connector_ops.ops.io_manager import step_output_io_manager
-from connector_ops.ops.resources import dagster_resources
 from connector_ops.pipelines.catalog import read_catalog
+from connector_ops.pipelines.components.shared import pipeline_resources
 from connector_ops.pipelines.dsl import Problem
 from connector_ops.pipelines.executors import job_executor
 from connector_ops.pipelines.samples import sample_file
@@ -75,7 +74,7 @@ def build_definitions() -> dg.Definitions:
         schedules=[p.schedule for p in pipelines if p.schedule is not None],
         sensors=[*(p.sensor for p in pipelines if p.sensor is not None),
                  *(sensor for p in pipelines for sensor in p.notify_sensors)],
-        resources={**dagster_resources(), "io_manager": step_output_io_manager()},  # outputs every host reads
+        resources=pipeline_resources(),  # from the environment, and the io_manager of outputs every host reads
         executor=job_executor(),  # CONNECTOR_OPS_EXECUTOR: in_process (default), multiprocess, celery
     )
 

@@ -129,7 +129,7 @@ def project(tmp_path: Path) -> Project:
 INLINE = """
     pipeline:
       name: "customers_{{ env.DG_TEST_REGION | lower }}"
-      description: "Customers of {{ env.DG_TEST_REGION }}"
+      description: "Customers of {{ env('DG_TEST_REGION') }}"
       tags: {year: "2024", region: "{{ env.DG_TEST_REGION }}"}
       steps:
         - id: load
@@ -267,6 +267,17 @@ def test_load_time_templates_and_run_time_references_coexist(
     assert materialized == [dg.AssetKey(["customers", "north"])]
 
 
+def test_a_missing_variable_fails_the_load_naming_it(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    project.component("north", 'path: "{{ env(\'DG_TEST_MISSING\') }}/p.yaml"')
+    monkeypatch.delenv("DG_TEST_MISSING", raising=False)
+    with pytest.raises(Exception, match="Error while loading component north") as failed:
+        project.load()
+    causes = [failed.value]
+    while causes[-1].__cause__ is not None:
+        causes.append(causes[-1].__cause__)
+    assert "Environment variable DG_TEST_MISSING is not set" in " ".join(str(cause) for cause in causes)
+
+
 def test_resources_false_leaves_resources_to_the_project(project: Project) -> None:
     """``resources: false``: the project's own resource under our key, no merge conflict, no executor of ours."""
     project.component("plain", "path: p.yaml\nresources: false", {"p.yaml": """
@@ -302,3 +313,21 @@ def test_a_component_built_in_python() -> None:
     assert set(defs.resources or {}) == {"platform_files", "virtual_files", "drive", "mail", "io_manager"}
     with pytest.raises(ValueError, match="give exactly one of `path`"):
         PipelineComponent()
+
+
+def test_dg_scaffold_defs_writes_a_pipeline_that_runs(project: Project, env: dict[str, str]) -> None:
+    """``dg scaffold defs OUR_TYPE weekly-report``: defs.yaml, a starter pipeline and its data; it checks and runs."""
+    scaffolded = project.dg("scaffold", "defs", TYPE, "weekly-report")
+    assert scaffolded.returncode == 0, scaffolded.stdout + scaffolded.stderr
+    folder = project.defs / "weekly-report"
+    assert "path: pipeline.yaml" in (folder / "defs.yaml").read_text()
+    assert "name: weekly_report" in (folder / "pipeline.yaml").read_text()
+    checked = project.dg("check", "defs")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    result = project.load().resolve_job_def("weekly_report").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    files = resources_for(environ=env)["platform_files"]
+    exported = files.read_bytes(result.output_for_node("export", "platform_file"))
+    assert [line.split(",")[0] for line in exported.decode().splitlines()] == ["order_id", "A-1", "A-3"]

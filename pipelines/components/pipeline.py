@@ -15,10 +15,19 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import dagster as dg
-from dagster.components import Component, ComponentLoadContext, ComponentTypeSpec, Model, Resolvable, Resolver
+from dagster.components import (
+    Component,
+    ComponentLoadContext,
+    ComponentTypeSpec,
+    Model,
+    Resolvable,
+    Resolver,
+    scaffold_with,
+)
 from pydantic import ConfigDict, Field, model_validator
 
 from connector_ops.pipelines.components.inline import inline_document
+from connector_ops.pipelines.components.scaffold import PipelineScaffolder
 from connector_ops.pipelines.components.shared import shared_definitions
 from connector_ops.pipelines.dsl import CompiledPipeline, compile_pipeline, load_pipeline
 from connector_ops.pipelines.dsl.source import Document
@@ -32,6 +41,7 @@ InlinePipeline = Annotated[
 ]
 
 
+@scaffold_with(PipelineScaffolder)
 class PipelineComponent(Component, Resolvable, Model):
     """A connector-ops YAML pipeline: its job, assets, checks, schedule and sensors, with our resources."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 import dagster as dg
 
@@ -17,6 +18,12 @@ from connector_ops.environment import pin_home
 from connector_ops.ops.io_manager import step_output_io_manager
 from connector_ops.ops.resources import dagster_resources
 from connector_ops.pipelines.executors import job_executor
+
+
+def pipeline_resources() -> dict[str, Any]:
+    """Our resources from the environment (secrets as ``EnvVar``) and the IO manager whose step outputs every
+    host reads — what ``connector_ops.pipelines.defs`` and every pipeline component provide."""
+    return {**dagster_resources(), "io_manager": step_output_io_manager()}
 
 
 def shared_definitions() -> dg.Definitions:
@@ -29,6 +36,6 @@ def shared_definitions() -> dg.Definitions:
 def _for_environment(environment: frozenset[tuple[str, str]]) -> dg.Definitions:
     del environment  # the cache key: the objects below read os.environ, which it snapshots
     return dg.Definitions(
-        resources={**dagster_resources(), "io_manager": step_output_io_manager()},
+        resources=pipeline_resources(),
         executor=job_executor(),
     )
