@@ -26,6 +26,7 @@ from dagster.components import (
 )
 from pydantic import ConfigDict, Field, model_validator
 
+from connector_ops.environment import pin_home
 from connector_ops.pipelines.components.inline import inline_document
 from connector_ops.pipelines.components.scaffold import PipelineScaffolder
 from connector_ops.pipelines.components.shared import shared_definitions
@@ -85,6 +86,7 @@ class PipelineComponent(Component, Resolvable, Model):
         return compile_pipeline(parse_pipeline(document))
 
     def build_defs(self, context: ComponentLoadContext) -> dg.Definitions:
+        pin_home()  # one home for the code location and every run and step process it starts
         compiled = self.compile(context)
         defs = dg.Definitions(
             jobs=[compiled.job],

@@ -14,7 +14,6 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.environment import pin_home
 from connector_ops.ops.io_manager import step_output_io_manager
 from connector_ops.ops.resources import dagster_resources
 from connector_ops.pipelines.executors import job_executor
@@ -28,7 +27,6 @@ def pipeline_resources() -> dict[str, Any]:
 
 def shared_definitions() -> dg.Definitions:
     """Resources, ``io_manager`` and executor as ``connector_ops.pipelines.defs`` has them, one object each."""
-    pin_home()  # one home for the code location and every run and step process it starts
     return _for_environment(frozenset(os.environ.items()))
 
 
