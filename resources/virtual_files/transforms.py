@@ -7,6 +7,7 @@ row and never sees a connection. Anything the action's code raises rolls the who
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
@@ -52,13 +53,20 @@ class Transforms(Writing, Querying):
             accepted = self.new_file(conn, names)
             refused = self.new_file(conn, refused_columns)
             table, columns = source.table, source.column_map()
-            flagged = may_fail(rules, columns, conn.dialect.name) if rules is not None else sa.true()
             target = self.info(conn, accepted.vf_id)
             into = [target.table.c.seq, *(target.column_map()[n] for n in names)]
-            if rules is not None:
-                conn.execute(sa.insert(target.table).from_select(
-                    into, sa.select(table.c.seq, *(columns[n] for n in names)).where(sa.not_(flagged))))
-            query = sa.select(table.c.seq, *(columns[n] for n in names)).where(flagged).order_by(table.c.seq)
+            rows = sa.select(table.c.seq, *(columns[n] for n in names))
+            flags = None
+            if rules is not None:  # the condition once per row: the flagged seqs, then two joins on them
+                flags = sa.Table(f"flagged_{uuid.uuid4().hex}", sa.MetaData(), sa.Column("seq", sa.BigInteger,
+                                 primary_key=True, autoincrement=False), prefixes=["TEMPORARY"])
+                flags.create(conn)
+                conn.execute(sa.insert(flags).from_select(
+                    ["seq"], sa.select(table.c.seq).where(may_fail(rules, columns, conn.dialect.name))))
+                cleared = ~sa.exists(sa.select(flags.c.seq).where(flags.c.seq == table.c.seq))
+                conn.execute(sa.insert(target.table).from_select(into, rows.where(cleared)))
+                rows = rows.join_from(table, flags, flags.c.seq == table.c.seq)
+            query = rows.order_by(table.c.seq)
             seq_and_columns = ["seq", *(c.name for c in into[1:])]
             as_text = str if conn.dialect.name == "postgresql" else int  # COPY's text format takes strings
             for page in stream(conn, query, batch_size or SCAN_BATCH):
@@ -72,6 +80,8 @@ class Transforms(Writing, Querying):
                 if good:
                     insert_batches(conn, target.table_name, seq_and_columns, [good])
                 refused.write_tuples(refused_columns, bad)
+            if flags is not None:
+                flags.drop(conn)
             if conn.dialect.name == "postgresql":  # rows came with their seq: the next append numbers after them
                 conn.execute(sa.text("SELECT setval(pg_get_serial_sequence(:t, 'seq'), "
                                      f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM {_quoted(conn, target.table_name)}), "
