@@ -120,6 +120,15 @@ class Project:
             sys.path.remove(str(self.root / "src"))
 
 
+def _causes(exc: BaseException) -> str:
+    """The messages of ``exc`` and the exceptions it was raised from (Dagster wraps a component's error)."""
+    texts = [str(exc)]
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+        texts.append(str(exc))
+    return "\n".join(texts)
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     return Project(tmp_path / "project")
@@ -272,10 +281,7 @@ def test_a_missing_variable_fails_the_load_naming_it(project: Project, monkeypat
     monkeypatch.delenv("DG_TEST_MISSING", raising=False)
     with pytest.raises(Exception, match="Error while loading component north") as failed:
         project.load()
-    causes = [failed.value]
-    while causes[-1].__cause__ is not None:
-        causes.append(causes[-1].__cause__)
-    assert "Environment variable DG_TEST_MISSING is not set" in " ".join(str(cause) for cause in causes)
+    assert "Environment variable DG_TEST_MISSING is not set" in _causes(failed.value)
 
 
 def test_resources_false_leaves_resources_to_the_project(project: Project) -> None:
@@ -331,3 +337,39 @@ def test_dg_scaffold_defs_writes_a_pipeline_that_runs(project: Project, env: dic
     files = resources_for(environ=env)["platform_files"]
     exported = files.read_bytes(result.output_for_node("export", "platform_file"))
     assert [line.split(",")[0] for line in exported.decode().splitlines()] == ["order_id", "A-1", "A-3"]
+
+
+def test_set_fills_a_pipeline_file_when_the_project_loads(
+        project: Project, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pipeline file, values per project: ``set:`` edits step inputs with ``{{ env('X') }}`` at load."""
+    folder = project.defs / "east"
+    project.component("east", """
+        path: pipeline.yaml
+        set:
+          export.exportName: "{{ env('DG_TEST_REGION') }}-customers.csv"
+          drop_others.request: {region: {$ne: "{{ env('DG_TEST_REGION') }}"}}
+        """)
+    (folder / "pipeline.yaml").write_bytes((PIPELINES / "retail_customers.yaml").read_bytes())
+    _write(folder / "data" / "customers.csv", (PIPELINES / "data" / "customers.csv").read_text())
+    monkeypatch.setenv("DG_TEST_REGION", "East")
+    result = project.load().resolve_job_def("retail_customers").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    exported = result.output_for_node("export", "platform_file")
+    assert exported["name"] == "East-customers.csv"
+    rows = resources_for(environ=env)["platform_files"].read_bytes(exported).decode().splitlines()[1:]
+    assert len(rows) == 8 and all(",East," in row for row in rows)  # the 8 East customers of the shipped file
+
+
+def test_a_set_key_naming_no_step_is_reported_on_its_line(project: Project) -> None:
+    defs_yaml = project.component("typo", """
+        path: pipeline.yaml
+        set:
+          expor.exportName: x.csv
+          nodot: 1
+        """, {"pipeline.yaml": (PIPELINES / "retail_customers.yaml").read_text()})
+    with pytest.raises(Exception, match="Error while building definitions for typo") as failed:
+        project.load()
+    text = _causes(failed.value)
+    assert f"{defs_yaml}:5: set 'expor.exportName': there is no step 'expor'" in text
+    assert f"{defs_yaml}:6: set 'nodot': name a step's input field: step.field[.sub]" in text

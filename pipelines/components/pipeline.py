@@ -10,6 +10,7 @@ our ``${step.field}`` / ``${env.X}`` references stay in the pipeline and are res
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,17 +29,25 @@ from pydantic import ConfigDict, Field, model_validator
 
 from connector_ops.environment import pin_home
 from connector_ops.pipelines.components.inline import inline_document
+from connector_ops.pipelines.components.overrides import Overrides, resolve_overrides
 from connector_ops.pipelines.components.scaffold import PipelineScaffolder
 from connector_ops.pipelines.components.shared import shared_definitions
-from connector_ops.pipelines.dsl import CompiledPipeline, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl import CompiledPipeline, Pipeline, PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.dsl.source import Document
-from connector_ops.pipelines.dsl.validate import parse_pipeline
+from connector_ops.pipelines.dsl.validate import apply_overrides, parse_pipeline
 
 InlinePipeline = Annotated[
     Document | Mapping[str, Any],
     Resolver(inline_document, model_field_type=dict[str, Any], inject_before_resolve=False,
              description="The pipeline itself, as in a pipeline file (docs/pipelines.md). Dagster renders "
                          "`{{ … }}` when the project loads; `${step.field}` references are resolved at run time."),
+]
+
+SetOverrides = Annotated[
+    Overrides | Mapping[str, Any],
+    Resolver(resolve_overrides, model_field_type=dict[str, Any], inject_before_resolve=False,
+             description="Edits of the pipeline's step inputs, `step.field[.sub]: value`, as `pipeline run --set` "
+                         "makes them: one pipeline file, values per project (`{{ env('X') }}` renders at load)."),
 ]
 
 
@@ -54,6 +63,7 @@ class PipelineComponent(Component, Resolvable, Model):
         examples=["pipeline.yaml"],
     )
     pipeline: InlinePipeline | None = None
+    set: SetOverrides = Field(default_factory=Overrides)
     resources: bool = Field(
         default=True,
         description="Provide connector-ops' resources, the step-output `io_manager` and the executor "
@@ -77,13 +87,25 @@ class PipelineComponent(Component, Resolvable, Model):
 
     def compile(self, context: ComponentLoadContext) -> CompiledPipeline:
         """The validated, compiled pipeline; :class:`PipelineError` lists every problem with file and line."""
+        overrides = self.set if isinstance(self.set, Overrides) else Overrides(
+            values=dict(self.set), file=str(context.path / "defs.yaml"))
+        try:
+            pipeline = self._validated(context, overrides.items())
+        except PipelineError as exc:
+            raise overrides.locate(exc) from None
+        return compile_pipeline(pipeline)
+
+    def _validated(self, context: ComponentLoadContext, overrides: list[str]) -> Pipeline:
         if self.path is not None:
             file = Path(self.path).expanduser()
-            return compile_pipeline(load_pipeline(file if file.is_absolute() else context.path / file))
+            return load_pipeline(file if file.is_absolute() else context.path / file, overrides)
         document = self.pipeline
         if not isinstance(document, Document):  # built in Python with a plain mapping
             document = Document(data=dict(document or {}), file=str(context.path / "defs.yaml"))
-        return compile_pipeline(parse_pipeline(document))
+        if overrides:
+            data = apply_overrides(copy.deepcopy(document.data), overrides)
+            document = Document(data=data, file=document.file, lines=document.lines)
+        return parse_pipeline(document)
 
     def build_defs(self, context: ComponentLoadContext) -> dg.Definitions:
         pin_home()  # one home for the code location and every run and step process it starts
