@@ -27,13 +27,13 @@ class _Dialect:
     def has_other_than(self, value: Any, allowed: str) -> Any:
         """True where ``value`` holds a character outside the class ``allowed`` (e.g. ``0-9.``)."""
         if self.postgres:
-            return value.op("~")(f"[^{allowed}]")
-        return value.op("GLOB")(f"*[^{allowed}]*")
+            return value.op("~", is_comparison=True)(f"[^{allowed}]")
+        return value.op("GLOB", is_comparison=True)(f"*[^{allowed}]*")
 
     def matches_any(self, value: Any, globs: Sequence[str], regex: str) -> Any:
         if self.postgres:
-            return value.op("~")(regex)
-        return sa.or_(*(value.op("GLOB")(g) for g in globs))
+            return value.op("~", is_comparison=True)(regex)
+        return sa.or_(*(value.op("GLOB", is_comparison=True)(g) for g in globs))
 
     def position(self, value: Any, char: str) -> Any:
         return sa.func.strpos(value, char) if self.postgres else sa.func.instr(value, char)
@@ -71,7 +71,7 @@ def _check(rule: RuleShape, value: Any, d: _Dialect) -> Any:
         digits = d.greatest(sa.func.length(sa.func.ltrim(body, "0")), 1)
         return sa.or_(malformed, _outside(digits, rule.low, rule.high))
     # float: digits with at most one point, not empty, not a point alone
-    two_points = body.op("~")(r"\..*\.") if d.postgres else body.op("GLOB")("*.*.*")
+    two_points = d.matches_any(body, ("*.*.*",), r"\..*\.")
     malformed = sa.or_(body.in_(["", "."]), d.has_other_than(body, "0-9."), two_points)
     dot = d.position(body, ".")
     before = sa.case((dot > 0, sa.func.substr(body, 1, dot - 1)), else_=body)
