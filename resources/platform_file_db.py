@@ -56,9 +56,10 @@ class _ChunkWriter:
 class _ChunkReader(io.RawIOBase):
     """The bytes of one file, a chunk row at a time (one short query per chunk)."""
 
-    def __init__(self, engine: sa.Engine, file_id: str) -> None:
-        self._engine, self._file_id = engine, file_id
+    def __init__(self, engine: sa.Engine, file_id: str, size: int | None) -> None:
+        self._engine, self._file_id, self._size = engine, file_id, size
         self._seq = 0
+        self._read = 0
         self._buffer = b""
         self._done = False
 
@@ -72,8 +73,11 @@ class _ChunkReader(io.RawIOBase):
                 data = conn.execute(sa.select(c.data).where(c.file_id == self._file_id, c.seq == self._seq)).scalar()
             if data is None:
                 self._done = True
+                if self._size is not None and self._read != self._size:  # deleted while being read
+                    raise NotFound(f"platform file {self._file_id!r} not found (removed while it was read)")
             else:
                 self._buffer = bytes(data)
+                self._read += len(self._buffer)
                 self._seq += 1
         n = min(len(target), len(self._buffer))
         target[:n] = self._buffer[:n]
@@ -105,8 +109,8 @@ class DatabaseFiles:
         return json.loads(stored)
 
     def open(self, file_id: str) -> IO[bytes]:
-        self.describe(file_id)  # NotFound before any byte
-        return io.BufferedReader(_ChunkReader(self.engine, file_id), CHUNK)
+        size = self.describe(file_id).get("size")  # NotFound before any byte
+        return io.BufferedReader(_ChunkReader(self.engine, file_id, size), CHUNK)
 
     def inventory(self) -> list[tuple[str, datetime]]:
         c = platform_file.c

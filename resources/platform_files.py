@@ -131,6 +131,7 @@ class PlatformFileStore(Resource):
     _http: httpx.Client | None = PrivateAttr(default=None)
     _swept: bool = PrivateAttr(default=False)
     _resolver: Resolver | None = PrivateAttr(default=None)  # None: the system's (getaddrinfo)
+    _database: Any = PrivateAttr(default=None)  # the DatabaseFiles of files_database_url
 
     @field_validator("allowed_private_hosts")
     @classmethod
@@ -143,15 +144,23 @@ class PlatformFileStore(Resource):
         a deployment's own name service, or a test's stand-in."""
         self._resolver = resolver
 
+    def single_host(self) -> str | None:
+        if self.files_database_url is None:
+            return (f"platform files are written to the folder {self.files_dir} of the host that makes them "
+                    "(other hosts read them from the file server, but only the files of its own host); "
+                    "use CONNECTOR_OPS_FILES_BACKEND=database with a PostgreSQL CONNECTOR_OPS_DATABASE_URL")
+        if self.files_database_url.startswith("sqlite"):
+            return "platform files are in a SQLite file of one host; set CONNECTOR_OPS_DATABASE_URL to PostgreSQL"
+        return None
 
     @property
     def _db(self) -> Any:
-        """The database storage (``None``: the folder ``files_dir``)."""
-        if self.files_database_url is None:
-            return None
-        from connector_ops.resources.platform_file_db import DatabaseFiles
+        """The database storage (``None``: the folder ``files_dir``), made on first use."""
+        if self.files_database_url is not None and self._database is None:
+            from connector_ops.resources.platform_file_db import DatabaseFiles
 
-        return DatabaseFiles(self.files_database_url)
+            self._database = DatabaseFiles(self.files_database_url)
+        return self._database
 
     # -- paths -----------------------------------------------------------------------------------
     @property

@@ -23,6 +23,11 @@ class Resource(RedactedRepr, BaseModel):
     def close(self) -> None:
         """Release what the resource holds (connections, HTTP clients, tokens). Override where needed."""
 
+    def single_host(self) -> str | None:
+        """Why this resource's state lives on the host it runs on, and what to configure instead (``None``:
+        every host of a deployment reaches it). Steps of a distributed run refuse such a resource."""
+        return None
+
     def __enter__(self) -> Self:
         return self
 

@@ -18,6 +18,7 @@ import pickle
 from typing import Any
 
 import dagster as dg
+from pydantic import PrivateAttr
 
 from connector_ops.environment import recipes_for
 from connector_ops.kernel.errors import NotFound
@@ -36,11 +37,16 @@ class StepOutputIOManager(dg.ConfigurableIOManager):
     in the environment of the process running the step (``CONNECTOR_OPS_DATABASE_URL``, else the SQLite file
     under ``CONNECTOR_OPS_HOME``)."""
 
-    def _outputs(self) -> Any:
-        from connector_ops.resources.virtual_files.step_outputs import StepOutputs
+    _store: Any = PrivateAttr(default=None)
 
-        url = self.database_url or dict(recipes_for(["virtual_files"])["virtual_files"].resolved())["database_url"]
-        return StepOutputs(url)
+    def _outputs(self) -> Any:
+        """The step-output table, resolved once per IO manager (once per run's process)."""
+        if self._store is None:
+            from connector_ops.resources.virtual_files.step_outputs import StepOutputs
+
+            url = self.database_url or recipes_for(["virtual_files"])["virtual_files"].resolved()["database_url"]
+            self._store = StepOutputs(url)
+        return self._store
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if context.dagster_type.is_nothing:

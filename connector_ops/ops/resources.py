@@ -48,27 +48,6 @@ DISTRIBUTED_EXECUTORS = frozenset({"celery"})
 SHARED_STORAGE_VARIABLE = "CONNECTOR_OPS_SHARED_STORAGE"
 
 
-def single_host(resource: Resource) -> str | None:
-    """Why ``resource`` keeps its state on the host it runs on (``None``: every host reaches it), and what
-    to configure instead."""
-    if isinstance(resource, LocalDriveResource):
-        return (f"the local drive is the folder {resource.drive_dir} of one host; "
-                "use CONNECTOR_OPS_DRIVE_BACKEND=google")
-    if isinstance(resource, OutboxMailResource):
-        return (f"the outbox is the folder {resource.outbox_dir} of one host; "
-                "use CONNECTOR_OPS_MAIL_BACKEND=mailjet or smtp")
-    if isinstance(resource, PlatformFileStore) and resource.files_database_url is None:
-        return (f"platform files are written to the folder {resource.files_dir} of the host that makes them "
-                "(other hosts read them from the file server, but only the files of its own host); "
-                "use CONNECTOR_OPS_FILES_BACKEND=database with a PostgreSQL CONNECTOR_OPS_DATABASE_URL")
-    database = resource.files_database_url if isinstance(resource, PlatformFileStore) else \
-        getattr(resource, "database_url", None)
-    if isinstance(resource, VirtualFileStore | PlatformFileStore) and database and database.startswith("sqlite"):
-        return (f"{'virtual' if isinstance(resource, VirtualFileStore) else 'platform'} files are in a SQLite "
-                "file of one host; set CONNECTOR_OPS_DATABASE_URL to PostgreSQL")
-    return None
-
-
 def refuse_single_host(key: str, resource: Resource, environ: Mapping[str, str] | None = None) -> None:
     """Fail a step of a distributed run at once when ``resource`` keeps its state on one host.
 
@@ -80,7 +59,7 @@ def refuse_single_host(key: str, resource: Resource, environ: Mapping[str, str] 
     executor = (env.get(EXECUTOR_VARIABLE) or "in_process").strip().lower()
     if executor not in DISTRIBUTED_EXECUTORS or env.flag(SHARED_STORAGE_VARIABLE):
         return
-    reason = single_host(resource)
+    reason = resource.single_host()
     if reason is not None:
         raise InvalidInput(key, f"{reason}. With {EXECUTOR_VARIABLE}={executor} the steps of a run execute on "
                                 f"several hosts: configure that, or set {SHARED_STORAGE_VARIABLE}=true if every "

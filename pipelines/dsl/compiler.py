@@ -138,9 +138,8 @@ class _Builder:
 
     def call_action(self, step: Step, plan: _Plan, *, batch: Any = None) -> Handles:
         op_def = self.ops[step.action.op_name]
-        model = step.action.input_model.model_fields
-        required = frozenset(k for k in plan.config if any(
-            (f.alias or n) == k and f.is_required() for n, f in model.items()))
+        required = frozenset(plan.config) & {f.alias or n for n, f in step.action.input_model.model_fields.items()
+                                             if f.is_required()}
         if step.asset is not None or required:  # its own op: the launchpad requires the step's literal
             # required fields (pre-filled from the job's default config), and an asset step records its asset
             op_def = build_op(step.action.name, name=self.op_name(step.id), required_config=required,

@@ -59,6 +59,9 @@ class LocalDriveResource(Resource):
     link_base: str | None = None
     """Base of shared links (``<link_base>/<id>``; default: file:// URLs of the stored bytes)."""
 
+    def single_host(self) -> str | None:
+        return f"the local drive is the folder {self.drive_dir} of one host; use CONNECTOR_OPS_DRIVE_BACKEND=google"
+
     # -- storage ----------------------------------------------------------------------------------
     @property
     def root(self) -> Path:

@@ -24,6 +24,9 @@ class OutboxMailResource(MailResource):
     outbox_dir: str
     """Folder the messages are written to, one JSON file each."""
 
+    def single_host(self) -> str | None:
+        return f"the outbox is the folder {self.outbox_dir} of one host; use CONNECTOR_OPS_MAIL_BACKEND=mailjet or smtp"
+
     def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
         root = Path(self.outbox_dir)
         root.mkdir(parents=True, exist_ok=True)

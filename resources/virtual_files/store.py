@@ -46,6 +46,11 @@ class VirtualFileStore(Resource):
     database_url: str
     """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user:password@host/db`` (secret)."""
 
+    def single_host(self) -> str | None:
+        if self.database_url.startswith("sqlite"):
+            return "virtual files are in a SQLite file of one host; set CONNECTOR_OPS_DATABASE_URL to PostgreSQL"
+        return None
+
     @property
     def sql(self) -> SqlStore:
         """The SQL jobs behind this facade (for the store's own modules, tests and benchmarks)."""
