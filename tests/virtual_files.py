@@ -10,8 +10,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from connector_ops.kernel.scoped import batched
 from connector_ops.resources.virtual_files import catalog as cat
-from connector_ops.resources.virtual_files.rows import batched, row_of
+from connector_ops.resources.virtual_files.rows import row_of
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 

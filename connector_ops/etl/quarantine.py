@@ -18,6 +18,8 @@ import io
 import tempfile
 from collections.abc import Iterator
 
+from connector_ops.kernel.scoped import batched
+
 #: the rejects virtual file's columns
 COLUMNS = ["line", "reason", "text"]
 BATCH = 10_000
@@ -38,14 +40,7 @@ class Quarantine:
     def batches(self) -> Iterator[list[list[str]]]:
         self._file.flush()
         self._file.seek(0)
-        batch: list[list[str]] = []
-        for record in csv.reader(self._file):
-            batch.append(record)
-            if len(batch) >= BATCH:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
+        yield from batched(csv.reader(self._file), BATCH)
 
     def close(self) -> None:
         self._file.close()

@@ -13,6 +13,8 @@ import contextvars
 import logging
 from collections.abc import Callable, Iterator
 
+from connector_ops.kernel.scoped import scoped
+
 Sink = Callable[[str], None]
 
 _sink: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("notices", default=None)
@@ -22,11 +24,8 @@ _log = logging.getLogger("connector_ops")
 @contextlib.contextmanager
 def warnings_to(sink: Sink | None) -> Iterator[None]:
     """Within this block, :func:`warn` sends its one-line messages to ``sink``."""
-    token = _sink.set(sink)
-    try:
+    with scoped(_sink, sink):
         yield
-    finally:
-        _sink.reset(token)
 
 
 def warn(message: str) -> None:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, Protocol
 
+from connector_ops.kernel.scoped import scoped
+
 
 class Reporter(Protocol):
     def update(self, n: int) -> None: ...
@@ -37,11 +39,8 @@ _factory: contextvars.ContextVar[ReporterFactory | None] = contextvars.ContextVa
 @contextlib.contextmanager
 def reporting_to(factory: ReporterFactory | None) -> Iterator[None]:
     """Within this block, :func:`track` reports through ``factory(description, total, unit)``."""
-    token = _factory.set(factory)
-    try:
+    with scoped(_factory, factory):
         yield
-    finally:
-        _factory.reset(token)
 
 
 @contextlib.contextmanager

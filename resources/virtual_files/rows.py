@@ -6,8 +6,7 @@ out of the dict a reader gets, so "missing" and ``""`` stay different.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
 
@@ -53,13 +52,3 @@ def as_dicts(names: Sequence[str], rows: list[tuple]) -> list[Row]:
     return out
 
 
-def batched(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    """``rows`` in lists of at most ``size``."""
-    batch: list[Any] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

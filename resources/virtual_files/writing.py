@@ -14,11 +14,11 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.limits import check_column_count
+from connector_ops.kernel.scoped import batched
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore
 from connector_ops.resources.virtual_files.loaders import insert_batches
-from connector_ops.resources.virtual_files.rows import batched
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Values
 
 
