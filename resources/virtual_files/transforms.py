@@ -83,9 +83,9 @@ class Transforms(Writing, Querying):
             if flags is not None:
                 flags.drop(conn)
             if conn.dialect.name == "postgresql":  # rows came with their seq: the next append numbers after them
-                conn.execute(sa.text("SELECT setval(pg_get_serial_sequence(:t, 'seq'), "
-                                     f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM {_quoted(conn, target.table_name)}), "
-                                     "false)"), {"t": _quoted(conn, target.table_name)})
+                after = sa.select(sa.func.coalesce(sa.func.max(target.table.c.seq), 0) + 1).scalar_subquery()
+                conn.execute(sa.select(sa.func.setval(sa.func.pg_get_serial_sequence(target.table_name, "seq"),
+                                                      after, False)))
         return accepted.vf_id, refused.vf_id
 
     def join(self, left: Side, right: Side, kind: JoinKind = "INNER",
@@ -116,7 +116,3 @@ def _write_rows(writer: RowWriter, rows: Iterable[Mapping[str, str | None]]) -> 
         out.append(tuple(map(row.get, writer.names)))
     if out:
         writer.write_tuples(writer.names, out)
-
-
-def _quoted(conn: sa.Connection, name: str) -> str:
-    return conn.dialect.identifier_preparer.quote_identifier(name)
