@@ -81,3 +81,11 @@ def test_an_etl_round_trip_through_database_files(env: dict[str, str], monkeypat
     store = resources_for(["platform_files"])["platform_files"]
     assert store.files_database_url is not None
     assert json.loads(store.read_bytes(pulled["platformFile"])) == [{"a": "1", "b": "2"}, {"a": "3", "b": "4"}]
+
+
+def test_an_unknown_files_backend_names_the_variable(env: dict[str, str]) -> None:
+    from connector_ops.kernel.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as caught:
+        resources_for(["platform_files"], {**env, "CONNECTOR_OPS_FILES_BACKEND": "s3"})
+    assert str(caught.value) == "CONNECTOR_OPS_FILES_BACKEND: must be one of local, database, got 's3'"
