@@ -93,7 +93,8 @@ def test_each_single_host_resource_names_what_to_configure(env: dict[str, str], 
     monkeypatch.setenv("CONNECTOR_OPS_EXECUTOR", "celery")
     monkeypatch.setenv(variable, value)
     key = message.split(":")[0]
-    with pytest.raises(Exception) as caught, dg.build_resources({key: dagster_resources(keys=[key])[key]}):
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(Exception) as caught, \
+            dg.build_resources({key: dagster_resources(keys=[key])[key]}, instance=instance):
         pass
     assert message in str(caught.value) or message in str(caught.value.__cause__)
 
@@ -104,7 +105,8 @@ def test_platform_files_in_postgresql_are_fit_for_many_hosts(env: dict[str, str]
     adapter = dagster_resources(keys=["platform_files"])["platform_files"]
     monkeypatch.setenv("CONNECTOR_OPS_EXECUTOR", "celery")
     if env["CONNECTOR_OPS_DATABASE_URL"].startswith("sqlite"):
-        with pytest.raises(Exception) as caught, dg.build_resources({"platform_files": adapter}):
+        with dg.DagsterInstance.ephemeral() as instance, pytest.raises(Exception) as caught, \
+                dg.build_resources({"platform_files": adapter}, instance=instance):
             pass
         assert "platform files are in a SQLite file of one host" in str(caught.value.__cause__ or caught.value)
     else:
