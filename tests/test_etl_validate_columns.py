@@ -1,6 +1,7 @@
 """Validate split in the database (both databases): the rows the SQL condition clears are rows the row
-checks accept, and the split — accepted rows in order, rejected rows with their errors — equals checking
-every row in Python (random rules and values, ASCII and not)."""
+checks accept, and the split — accepted rows in order, rejected rows with their errors and JSON content
+worded in SQL — equals checking every row in Python (random rules and values, ASCII and not, JSON escapes,
+long values, odd column names)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from connector_ops.etl.validation import _content, compile_schema, row_error, va
 from connector_ops.resources.virtual_files.suspect_sql import may_fail
 
 PIECES = ["0", "7", "12", "007", "-", "+", ".", "5", "00", "a", "TRUE", "true", "False", "fAlSe", " ", "",
-          "٣", "١٢", "ſ", "é", "e5", "1e3", "NaN", "12.340", ".5", "5.", "İ", "K"]
-NAMES = ["a", "b", "c"]
+          "٣", "١٢", "ſ", "é", "e5", "1e3", "NaN", "12.340", ".5", "5.", "İ", "K",
+          '"', "\\", "\n", "\t", "\r\n", "\x01", "\x1f", "\x7f", "\u2028", "😀", "{x}", "x" * 37, "9" * 41]
+NAMES = ["a", 'b "{0}"', "ç"]
 
 
 def random_rule(rnd: random.Random) -> dict:
@@ -70,7 +72,55 @@ def test_the_database_split_equals_checking_every_row_in_python(store: Any) -> N
     assert cleared > 300  # the database does clear rows
 
 
-def test_the_condition_flags_no_valid_ascii_row(store: Any) -> None:
+def test_sql_words_every_row_it_can_judge_and_python_only_the_others(store: Any) -> None:
+    """The row checks run only for rows with text beyond ASCII in a number or boolean column (and, on
+    SQLite, a NUL): every other refused row is worded by the database."""
+    from connector_ops.etl.validation import WORDING
+    from connector_ops.resources.virtual_files.shapes import Verdicts
+
+    rules = compile_schema({"n": {"type": "integer", "maxLength": 2}, "s": {"type": "string", "maxLength": 3},
+                            "f": {"type": "float", "maxLength": "3,1", "required": True}})
+    rows = [{"n": "1", "s": "abc", "f": "1.5"}, {"n": "123", "s": "héllo\n\"", "f": "123.25"},
+            {"n": "x", "f": ""}, {"n": "١٢", "s": "ok", "f": "1"}, {"n": "1", "s": "é", "f": "١"},
+            {"s": "é" * 50, "f": "1234.5"}]
+    nul = store.sql.dialect == "sqlite"
+    if nul:
+        rows.append({"n": "1\x00x", "f": "1"})
+    vf = store.create_from_rows(rows)
+    asked: list[dict] = []
+
+    def refuse(row: dict) -> tuple[str, str] | None:
+        asked.append(row)
+        error = row_error(rules, row)
+        return None if error is None else (error, _content(row))
+
+    accepted, rejected = store.split_rows(vf, refuse, ["error", "content"], 2, verdicts=Verdicts(rules, WORDING))
+    assert asked == [rows[3], rows[4], *rows[6:]]
+    assert store.rows(accepted) == [rows[0], rows[3], rows[4]]  # Python's \\d reads "١٢" and "١" as digits
+    assert [r["error"] for r in store.rows(rejected)] == [
+        'n: digits 3 is more than maxLength 2; s: length 7 is more than maxLength 3; f: 3 digits before the '
+        'decimal point, at most 2 allowed (maxLength "3,1"); f: 2 digits after the decimal point, at most 1 '
+        'allowed (maxLength "3,1")',
+        'n: "x" is not an integer; f: required value is empty',
+        's: length 50 is more than maxLength 3; f: 4 digits before the decimal point, at most 2 allowed '
+        '(maxLength "3,1")',
+        *(['n: "1\\u0000x" is not an integer'] if nul else [])]
+    assert [r["content"] for r in store.rows(rejected)] == [_content(r) for r in rows if row_error(rules, r)]
+
+
+def test_appending_to_the_refused_file_numbers_after_its_rows(store: Any) -> None:
+    """Refused rows keep their source seq too; a later append goes after them."""
+    from connector_ops import invoke
+
+    vf = store.create_from_rows([{"n": "1"}, {"n": "x"}, {"n": "٣"}, {"n": "y"}])
+    out = invoke("etl.validate", {"content": vf, "schema": {"n": {"type": "integer"}}})
+    invoke("etl.append_rows", {"rows": [{"virtualFileId": out["rejected"], "content": {"error": "e"}}]})
+    assert [r.get("content") for r in store.rows(out["rejected"])] == ['{"n": "x"}', '{"n": "y"}', None]
+
+
+def test_the_condition_clears_plain_valid_rows_and_sql_accepts_the_padded_one(store: Any) -> None:
+    """The cheap condition flags signs and padded zeros ("-007"); the exact wording in SQL then finds no
+    problem and accepts the row without asking Python."""
     rules = compile_schema({"id": {"type": "integer", "maxLength": 3, "required": True},
                             "price": {"type": "float", "maxLength": "5,2"},
                             "ok": {"type": "boolean"}, "name": {"type": "string", "minLength": 2}})
@@ -79,7 +129,10 @@ def test_the_condition_flags_no_valid_ascii_row(store: Any) -> None:
             ("1", "1", "true", "a"), ("", "1", "true", "ab")]
     names = ["id", "price", "ok", "name"]
     vf = store.create_from_rows([{n: v for n, v in zip(names, r, strict=True) if v is not None} for r in rows])
-    assert sorted(flagged_rows(store, vf, rules)) == [4, 5, 6, 7, 8]
+    assert sorted(flagged_rows(store, vf, rules)) == [2, 4, 5, 6, 7, 8]
+    accepted, rejected = validate_file(store, vf, rules)
+    assert [r["id"] for r in store.rows(accepted)] == ["7", "-007", "1"]
+    assert len(store.rows(rejected)) == 5
 
 
 def test_appending_to_the_accepted_file_numbers_after_its_rows(store: Any) -> None:

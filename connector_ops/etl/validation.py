@@ -26,7 +26,7 @@ from typing import Any
 from connector_ops.etl import models as m
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.registry import action
-from connector_ops.resources.virtual_files.shapes import SCAN_BATCH
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Verdicts
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 RULES = ("type", "minLength", "maxLength", "required")
@@ -35,6 +35,22 @@ REQUIRED_KEYS = ("value", "allowEmpty")
 _INTEGER = re.compile(r"[+-]?(\d+)")
 _FLOAT = re.compile(r"[+-]?(?:(\d+)(?:\.(\d*))?|\.(\d+))")
 _PRECISION = re.compile(r"\s*(\d+)\s*,\s*(\d+)\s*")
+
+#: the words of every problem, one place for both renderings: :func:`row_error` here, and the SQL that words
+#: the refused rows in the database (``resources/virtual_files/refusal_sql.py``); ``{value}`` is the value as
+#: JSON (:func:`_show`), the other fields are numbers or the rule's own text
+WORDING = {
+    "missing": "required value is missing",
+    "empty": "required value is empty",
+    "too_long": "{what} {length} is more than maxLength {high}",
+    "too_short": "{what} {length} is less than minLength {low}",
+    "not_string": "{value} is not a string",
+    "not_integer": "{value} is not an integer",
+    "not_number": "{value} is not a number",
+    "not_boolean": "{value} is not a boolean (true or false)",
+    "whole_digits": "{whole} digits before the decimal point, at most {allowed} allowed (maxLength {spec})",
+    "fraction_digits": "{fraction} digits after the decimal point, at most {allowed} allowed (maxLength {spec})",
+}
 
 #: a value check: the value (present, not None) -> the problems with it, in words (empty: fine)
 Check = Callable[[Any], Sequence[str]]
@@ -52,6 +68,7 @@ class ColumnRule:
     low: int | None = None
     high: int | None = None
     precision: tuple[int, int] | None = None
+    spec: str = ""  # a float's "p,s" maxLength as the errors show it (JSON)
 
 
 # -- compiling the schema ------------------------------------------------------------------------
@@ -78,7 +95,7 @@ def _compile_rule(column: str, rule: Any) -> ColumnRule:
     if kind == "float" and isinstance(high, str):
         precision = _precision(f"{field}.maxLength", high)
         return ColumnRule(column, required, allow_empty, _float_check(low, None, precision, high), kind, low, None,
-                          precision)
+                          precision, _show(high))
     high = _count(f"{field}.maxLength", high, decimal_form=kind == "float")
     if low is not None and high is not None and low > high:
         raise InvalidInput(field, f"minLength {low} is more than maxLength {high}")
@@ -131,16 +148,16 @@ def _precision(field: str, text: str) -> tuple[int, int]:
 # -- the checks ----------------------------------------------------------------------------------
 def _lengths(what: str, length: int, low: int | None, high: int | None) -> Sequence[str]:
     if high is not None and length > high:
-        return [f"{what} {length} is more than maxLength {high}"]
+        return [WORDING["too_long"].format(what=what, length=length, high=high)]
     if low is not None and length < low:
-        return [f"{what} {length} is less than minLength {low}"]
+        return [WORDING["too_short"].format(what=what, length=length, low=low)]
     return OK
 
 
 def _string_check(low: int | None, high: int | None) -> Check:
     def check(value: Any) -> Sequence[str]:
         if not isinstance(value, str):
-            return [f"{_show(value)} is not a string"]
+            return [WORDING["not_string"].format(value=_show(value))]
         return _lengths("length", len(value), low, high)
 
     return check
@@ -162,7 +179,7 @@ def _integer_check(low: int | None, high: int | None) -> Check:
         text = _number_text(value)
         match = _INTEGER.fullmatch(text) if text is not None else None
         if match is None:
-            return [f"{_show(value)} is not an integer"]
+            return [WORDING["not_integer"].format(value=_show(value))]
         digits = len(match[1].lstrip("0")) or 1
         return _lengths("digits", digits, low, high)
 
@@ -174,18 +191,17 @@ def _float_check(low: int | None, high: int | None, precision: tuple[int, int] |
         text = _number_text(value)
         match = _FLOAT.fullmatch(text) if text is not None else None
         if match is None:
-            return [f"{_show(value)} is not a number"]
+            return [WORDING["not_number"].format(value=_show(value))]
         whole = (match[1] or "").lstrip("0")
         fraction = ((match[2] if match[1] is not None else match[3]) or "").rstrip("0")
         if precision is not None:
             p, s = precision
             problems = []
             if len(whole) > p - s:
-                problems.append(f"{len(whole)} digits before the decimal point, at most {p - s} allowed "
-                                f"(maxLength {_show(spec)})")
+                problems.append(WORDING["whole_digits"].format(whole=len(whole), allowed=p - s, spec=_show(spec)))
             if len(fraction) > s:
-                problems.append(f"{len(fraction)} digits after the decimal point, at most {s} allowed "
-                                f"(maxLength {_show(spec)})")
+                problems.append(WORDING["fraction_digits"].format(fraction=len(fraction), allowed=s,
+                                                                  spec=_show(spec)))
             return problems or OK
         return _lengths("digits", max(1, len(whole) + len(fraction)), low, high)
 
@@ -195,7 +211,7 @@ def _float_check(low: int | None, high: int | None, precision: tuple[int, int] |
 def _boolean_check(value: Any) -> Sequence[str]:
     if isinstance(value, bool) or (isinstance(value, str) and value.lower() in ("true", "false")):
         return OK
-    return [f"{_show(value)} is not a boolean (true or false)"]
+    return [WORDING["not_boolean"].format(value=_show(value))]
 
 
 def _show(value: Any, limit: int = 40) -> str:
@@ -212,7 +228,7 @@ def row_error(rules: list[ColumnRule], row: Mapping[str, Any]) -> str | None:
         if value is None or (value == "" and not rule.allow_empty):
             if rule.required:
                 problems = problems or []
-                problems.append(f"{rule.column}: required value is {'missing' if value is None else 'empty'}")
+                problems.append(f"{rule.column}: {WORDING['missing' if value is None else 'empty']}")
             continue
         found = rule.check(value)
         if found:
@@ -253,4 +269,5 @@ def validate_file(store: VirtualFileStore, vf_id: str, rules: list[ColumnRule],
         error = row_error(rules, row)
         return None if error is None else (error, _content(row))
 
-    return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH, rules=rules)
+    return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH,
+                            verdicts=Verdicts(rules, WORDING))

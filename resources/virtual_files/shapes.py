@@ -32,6 +32,17 @@ class RuleShape(Protocol):
     low: int | None
     high: int | None
     precision: tuple[int, int] | None
+    spec: str  # a float's "p,s" maxLength as the errors show it
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What the database needs to decide Validate's rows itself: the column rules and the words of each
+    problem (templates over ``{value}``, ``{length}``, …: ``connector_ops.etl.validation.WORDING``); the
+    refused file's columns are ``error`` and ``content`` (the row as JSON)."""
+
+    rules: Sequence[RuleShape]
+    wording: Mapping[str, str]
 
 
 @dataclass(frozen=True)

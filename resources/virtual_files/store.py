@@ -29,9 +29,9 @@ from connector_ops.resources.virtual_files.shapes import (
     PageFunction,
     Refusal,
     Row,
-    RuleShape,
     Side,
     Values,
+    Verdicts,
 )
 
 if TYPE_CHECKING:
@@ -151,10 +151,11 @@ class VirtualFileStore(Resource):
         return self.sql.map_rows(vf_id, transform, overwrite=overwrite, batch_size=batch_size)
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
-                   batch_size: int | None = None, rules: Sequence[RuleShape] | None = None) -> tuple[str, str]:
+                   batch_size: int | None = None, verdicts: Verdicts | None = None) -> tuple[str, str]:
         """Two new virtual files: the rows ``refuse`` accepts, and what it returned for the others; their ids.
-        With ``rules`` (Validate's), the rows the database clears are copied without reaching ``refuse``."""
-        return self.sql.split_rows(vf_id, refuse, refused_columns, batch_size, rules)
+        With ``verdicts`` (Validate's rules and words), the database decides every row it can judge surely;
+        only the others reach ``refuse``."""
+        return self.sql.split_rows(vf_id, refuse, refused_columns, batch_size, verdicts)
 
     def join(self, left: Side, right: Side, kind: JoinKind = "INNER",
              output_schema: Mapping[str, str] | None = None) -> tuple[str, str]:

@@ -1,16 +1,19 @@
 """Which rows may break a Validate rule, as one SQL condition over the row table (SQLite and PostgreSQL).
 
 Validate splits a file in the database: the rows the condition clears are copied to the accepted file by
-one ``INSERT … SELECT`` (they never reach Python), and only the rows it flags are read and decided by the
-row checks of :mod:`connector_ops.etl.validation`, which word the errors. So the condition may flag a row
-the checks accept, but must never clear one they refuse: it is exact on ASCII text and flags everything
-else (the checks' ``\\d`` also takes other scripts' digits; a boolean here must spell true/false in ASCII).
-A condition that comes out NULL counts as flagged.
+one ``INSERT … SELECT`` (they never reach Python); only the rows it flags are judged exactly — in SQL by
+:mod:`.refusal_sql`, or by the row checks of :mod:`connector_ops.etl.validation` where SQL cannot be sure.
+So the condition may flag a row the checks accept, but must never clear one they refuse. It is made of a
+few cheap tests per rule on the raw text (no sign, digits and one point, lengths counted with leading zeros),
+because it runs on every row: it flags signs, padded zeros, text beyond ASCII (the checks' ``\\d`` also
+takes other scripts' digits; a boolean must spell true/false in ASCII) and, on SQLite, a NUL (its text
+functions stop there). The numeric pieces the exact wording needs are here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,7 +21,7 @@ import sqlalchemy as sa
 from connector_ops.resources.virtual_files.shapes import RuleShape
 
 
-class _Dialect:
+class Dialect:
     """The few functions whose spelling differs between the two databases."""
 
     def __init__(self, name: str) -> None:
@@ -38,39 +41,102 @@ class _Dialect:
     def position(self, value: Any, char: str) -> Any:
         return sa.func.strpos(value, char) if self.postgres else sa.func.instr(value, char)
 
+    def has_nul(self, value: Any) -> Any:
+        """SQLite only (PostgreSQL text holds no NUL): its length() and GLOB stop at one."""
+        return sa.func.instr(value, sa.func.char(0)) > 0
+
     def greatest(self, *values: Any) -> Any:
         return sa.func.greatest(*values) if self.postgres else sa.func.max(*values)
 
 
 def may_fail(rules: Sequence[RuleShape], columns: Mapping[str, Any], dialect: str) -> Any:
     """The condition: true (never NULL) for every row that breaks a rule, and maybe a few that do not."""
-    d = _Dialect(dialect)
-    conditions = []
+    d = Dialect(dialect)
+    passes = []
     for rule in rules:
         value = columns.get(rule.column)
         if value is None:  # a column the file does not have: missing in every row
             if rule.required:
                 return sa.true()
             continue
-        absent = value.is_(None) if rule.allow_empty else sa.or_(value.is_(None), value == "")
-        check = sa.func.coalesce(_check(rule, value, d), sa.true())
-        conditions.append(sa.case((absent, sa.literal(rule.required)), else_=check))
-    return sa.func.coalesce(sa.or_(*conditions), sa.true()) if conditions else sa.false()
+        passes.append(surely_passes(rule, value, d))
+    return sa.not_(sa.and_(*passes)) if passes else sa.false()
 
 
-def _check(rule: RuleShape, value: Any, d: _Dialect) -> Any:
-    """May a present value break the rule?"""
+def surely_passes(rule: RuleShape, value: Any, d: Dialect) -> Any:
+    """True (never NULL) where the value surely meets the rule: a few cheap tests on the raw text (signs,
+    leading and trailing zeros, text beyond ASCII and, on SQLite, a NUL are left to the exact checks)."""
+    present = _plainly_meets(rule, value, d)
+    return sa.func.coalesce(sa.case((absent(rule, value), sa.literal(not rule.required)),
+                                    else_=sa.true() if present is None else present), sa.false())
+
+
+def absent(rule: RuleShape, value: Any) -> Any:
+    """Is the value missing (or empty, unless the rule allows an empty value)?"""
+    return value.is_(None) if rule.allow_empty else sa.or_(value.is_(None), value == "")
+
+
+def _plainly_meets(rule: RuleShape, value: Any, d: Dialect) -> Any:
+    """Does a present value meet the rule, read plainly (digits and one point, nothing else)? False is
+    "not sure"; None when every present value meets it (a string without bounds)."""
+    length = sa.func.length(value)
+    tests = [] if d.postgres else [sa.func.instr(value, sa.func.char(0)) == 0]  # SQLite stops at a NUL
     if rule.kind == "boolean":
-        return sa.not_(d.matches_any(value, ("[Tt][Rr][Uu][Ee]", "[Ff][Aa][Ll][Ss][Ee]"),
-                                     "^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"))
+        return sa.and_(*tests, sa.not_(not_boolean(value, d)))
     if rule.kind == "string":
-        return _outside(sa.func.length(value), rule.low, rule.high)
-    body = sa.case((sa.func.substr(value, 1, 1).in_(["+", "-"]), sa.func.substr(value, 2)), else_=value)
+        bounds = ([length >= rule.low] if rule.low is not None else []) + \
+                 ([length <= rule.high] if rule.high is not None else [])
+        return sa.and_(*tests, *bounds) if bounds else None
     if rule.kind == "integer":
-        malformed = sa.or_(body == "", d.has_other_than(body, "0-9"))
-        digits = d.greatest(sa.func.length(sa.func.ltrim(body, "0")), 1)
-        return sa.or_(malformed, _outside(digits, rule.low, rule.high))
-    # float: digits with at most one point, not empty, not a point alone
+        tests += [value != "", sa.not_(d.has_other_than(value, "0-9"))]
+        if rule.high is not None:
+            tests.append(length <= rule.high)  # leading zeros counted: at least the digits the check counts
+        if rule.low is not None:
+            tests.append(d.greatest(sa.func.length(sa.func.ltrim(value, "0")), 1) >= rule.low)
+        return sa.and_(*tests)
+    dot = d.position(value, ".")
+    tests += [value.not_in(["", "."]), sa.not_(d.has_other_than(value, "0-9.")),
+              sa.not_(d.matches_any(value, ("*.*.*",), r"\..*\."))]
+    if rule.precision is not None:
+        p, s = rule.precision
+        tests.append(sa.case((dot == 0, length <= p - s), else_=sa.and_(dot - 1 <= p - s, length - dot <= s)))
+    if rule.high is not None:
+        tests.append(sa.case((dot == 0, length), else_=length - 1) <= rule.high)
+    if rule.low is not None:
+        tests.append(float_parts(value, d).digits >= rule.low)
+    return sa.and_(*tests)
+
+
+def not_boolean(value: Any, d: Dialect) -> Any:
+    return sa.not_(d.matches_any(value, ("[Tt][Rr][Uu][Ee]", "[Ff][Aa][Ll][Ss][Ee]"),
+                                 "^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"))
+
+
+@dataclass(frozen=True)
+class Number:
+    """A numeric text's pieces as SQL expressions, exact on ASCII: is it malformed, and its digit counts
+    (``whole``: before the point, leading zeros not counted; ``fraction``: after it, trailing zeros not
+    counted; ``digits``: what min/maxLength count)."""
+
+    malformed: Any
+    digits: Any
+    whole: Any = None
+    fraction: Any = None
+
+
+def _unsigned(value: Any) -> Any:
+    return sa.case((sa.func.substr(value, 1, 1).in_(["+", "-"]), sa.func.substr(value, 2)), else_=value)
+
+
+def integer_parts(value: Any, d: Dialect) -> Number:
+    body = _unsigned(value)
+    return Number(sa.or_(body == "", d.has_other_than(body, "0-9")),
+                  d.greatest(sa.func.length(sa.func.ltrim(body, "0")), 1))
+
+
+def float_parts(value: Any, d: Dialect) -> Number:
+    """Digits with at most one point, not empty, not a point alone."""
+    body = _unsigned(value)
     two_points = d.matches_any(body, ("*.*.*",), r"\..*\.")
     malformed = sa.or_(body.in_(["", "."]), d.has_other_than(body, "0-9."), two_points)
     dot = d.position(body, ".")
@@ -78,14 +144,4 @@ def _check(rule: RuleShape, value: Any, d: _Dialect) -> Any:
     after = sa.case((dot > 0, sa.func.substr(body, dot + 1)), else_="")
     whole = sa.func.length(sa.func.ltrim(before, "0"))
     fraction = sa.func.length(sa.func.rtrim(after, "0"))
-    if rule.precision is not None:
-        p, s = rule.precision
-        return sa.or_(malformed, whole > p - s, fraction > s)
-    return sa.or_(malformed, _outside(d.greatest(whole + fraction, 1), rule.low, rule.high))
-
-
-def _outside(length: Any, low: int | None, high: int | None) -> Any:
-    out = [length < low] if low is not None else []
-    if high is not None:
-        out.append(length > high)
-    return sa.or_(*out) if out else sa.false()
+    return Number(malformed, d.greatest(whole + fraction, 1), whole, fraction)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -16,8 +17,9 @@ from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.joins import join_into
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import Querying
+from connector_ops.resources.virtual_files.refusal_sql import content_json, error_text
 from connector_ops.resources.virtual_files.rows import keyset_pages, row_of
-from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, RuleShape, Side
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, Side, Verdicts
 from connector_ops.resources.virtual_files.suspect_sql import may_fail
 from connector_ops.resources.virtual_files.writing import RowWriter, Writing
 
@@ -38,14 +40,15 @@ class Transforms(Writing, Querying):
         return writer.vf_id
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
-                   batch_size: int | None = None, rules: Sequence[RuleShape] | None = None) -> tuple[str, str]:
-        """Two new virtual files: the rows ``refuse`` accepts (the source's columns, values unchanged, in
-        the source's order) and, for each other row, what ``refuse`` returned (``refused_columns``); their ids.
+                   batch_size: int | None = None, verdicts: Verdicts | None = None) -> tuple[str, str]:
+        """Two new virtual files: the rows ``refuse`` accepts (the source's columns, values unchanged) and, for
+        each other row, what ``refuse`` returned (``refused_columns``); their ids. Both keep each row's
+        source ``seq``, so the order holds whichever way a row went and whoever decided it.
 
-        With ``rules`` (Validate's column rules), the database clears the rows that surely pass
-        (:mod:`.suspect_sql`) and copies them to the accepted file in one ``INSERT … SELECT``; only the
-        other rows are read and handed to ``refuse``. Accepted rows keep their source ``seq``, so the order
-        holds whichever way a row went.
+        With ``verdicts`` (Validate's rules and words), the database decides: one pass flags the rows that
+        may fail (:mod:`.suspect_sql`) and words their errors (:mod:`.refusal_sql`), then one
+        ``INSERT … SELECT`` copies the rest to the accepted file and one writes the worded rows to the
+        refused file. Only the rows SQL cannot judge surely are read and handed to ``refuse``.
         """
         with self.writing() as conn:
             source = self.info(conn, vf_id)
@@ -53,39 +56,36 @@ class Transforms(Writing, Querying):
             accepted = self.new_file(conn, names)
             refused = self.new_file(conn, refused_columns)
             table, columns = source.table, source.column_map()
-            target = self.info(conn, accepted.vf_id)
-            into = [target.table.c.seq, *(target.column_map()[n] for n in names)]
+            targets = [self.info(conn, f.vf_id) for f in (accepted, refused)]
+            into = [[t.table.c.seq, *(t.column_map()[n] for n in cols)]
+                    for t, cols in zip(targets, (names, refused_columns), strict=True)]
             rows = sa.select(table.c.seq, *(columns[n] for n in names))
             flags = None
-            if rules is not None:  # the condition once per row: the flagged seqs, then two joins on them
-                flags = sa.Table(f"flagged_{uuid.uuid4().hex}", sa.MetaData(), sa.Column("seq", sa.BigInteger,
-                                 primary_key=True, autoincrement=False), prefixes=["TEMPORARY"])
-                flags.create(conn)
-                conn.execute(sa.insert(flags).from_select(
-                    ["seq"], sa.select(table.c.seq).where(may_fail(rules, columns, conn.dialect.name))))
-                cleared = ~sa.exists(sa.select(flags.c.seq).where(flags.c.seq == table.c.seq))
-                conn.execute(sa.insert(target.table).from_select(into, rows.where(cleared)))
-                rows = rows.join_from(table, flags, flags.c.seq == table.c.seq)
-            query = rows.order_by(table.c.seq)
-            seq_and_columns = ["seq", *(c.name for c in into[1:])]
+            if verdicts is not None:
+                flags = _decide(conn, table, columns, verdicts)
+                on = flags.c.seq == table.c.seq
+                failed = sa.exists(sa.select(flags.c.seq).where(on, sa.func.coalesce(flags.c.error, "?") != ""))
+                conn.execute(sa.insert(targets[0].table).from_select(into[0], rows.where(~failed)))
+                worded = sa.select(table.c.seq, flags.c.error, content_json(names, columns, conn.dialect.name))
+                conn.execute(sa.insert(targets[1].table).from_select(
+                    into[1], worded.join_from(table, flags, on).where(flags.c.error != "")))
+                rows = rows.join_from(table, flags, on).where(flags.c.error.is_(None))
             as_text = str if conn.dialect.name == "postgresql" else int  # COPY's text format takes strings
-            for page in stream(conn, query, batch_size or SCAN_BATCH):
-                good, bad = [], []
+            for page in stream(conn, rows.order_by(table.c.seq), batch_size or SCAN_BATCH):
+                decided: tuple[list, list] = ([], [])
                 for seq, *values in page:
                     verdict = refuse(row_of(names, values))
-                    if verdict is None:
-                        good.append((as_text(seq), *values))
-                    else:
-                        bad.append(verdict)
-                if good:
-                    insert_batches(conn, target.table_name, seq_and_columns, [good])
-                refused.write_tuples(refused_columns, bad)
+                    decided[verdict is not None].append((as_text(seq), *(values if verdict is None else verdict)))
+                for target, cols, batch in zip(targets, into, decided, strict=True):
+                    if batch:
+                        insert_batches(conn, target.table_name, [c.name for c in cols], [batch])
             if flags is not None:
                 flags.drop(conn)
             if conn.dialect.name == "postgresql":  # rows came with their seq: the next append numbers after them
-                after = sa.select(sa.func.coalesce(sa.func.max(target.table.c.seq), 0) + 1).scalar_subquery()
-                conn.execute(sa.select(sa.func.setval(sa.func.pg_get_serial_sequence(target.table_name, "seq"),
-                                                      after, False)))
+                for target in targets:
+                    after = sa.select(sa.func.coalesce(sa.func.max(target.table.c.seq), 0) + 1).scalar_subquery()
+                    conn.execute(sa.select(sa.func.setval(
+                        sa.func.pg_get_serial_sequence(target.table_name, "seq"), after, False)))
         return accepted.vf_id, refused.vf_id
 
     def join(self, left: Side, right: Side, kind: JoinKind = "INNER",
@@ -116,3 +116,19 @@ def _write_rows(writer: RowWriter, rows: Iterable[Mapping[str, str | None]]) -> 
         out.append(tuple(map(row.get, writer.names)))
     if out:
         writer.write_tuples(writer.names, out)
+
+
+def _decide(conn: sa.Connection, table: sa.Table, columns: Mapping[str, Any], verdicts: Verdicts) -> sa.Table:
+    """A temporary table of the rows that may fail a rule: ``seq`` and the error as the checks word it
+    ('' if no rule fails after all: the row is accepted; NULL where SQL cannot be sure: the row checks
+    decide), each evaluated once per row."""
+    flags = sa.Table(f"flagged_{uuid.uuid4().hex}", sa.MetaData(),
+                     sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"),  # SQLite: the rowid
+                               primary_key=True, autoincrement=False),
+                     sa.Column("error", sa.Text), prefixes=["TEMPORARY"])
+    flags.create(conn)
+    dialect = conn.dialect.name
+    conn.execute(sa.insert(flags).from_select(
+        ["seq", "error"], sa.select(table.c.seq, error_text(verdicts, columns, dialect))
+        .where(may_fail(verdicts.rules, columns, dialect))))
+    return flags
