@@ -134,6 +134,27 @@ def raw_join(raw: Raw) -> None:
     raw.commit()
 
 
+def raw_split(raw: Raw) -> None:
+    """The database's floor for Validate on this data: copy the rows that pass (only ``category``'s
+    minLength fails here) into one new table and the others, as error text + JSON content, into another,
+    in one transaction — the writing any durable, in-database Validate must do, without its checks."""
+    cols = ", ".join(f"c{i}" for i in range(8))
+    key_def = "seq bigserial PRIMARY KEY, " if raw.postgres else ""
+    category = f"c{INDEX['category']}"
+    as_json = "json_build_object" if raw.postgres else "json_object"
+    pairs = ", ".join(f"'{n}', c{i}" for i, n in enumerate(COLUMNS))
+    content = f"{as_json}({pairs})"
+    raw.begin()
+    raw.execute(f"CREATE TABLE raw_valid ({key_def}{', '.join(f'c{i} text' for i in range(8))})")
+    raw.execute(f"INSERT INTO raw_valid ({cols}) SELECT {cols} FROM raw_left WHERE length({category}) >= 5 "
+                f"ORDER BY {raw.seq}")
+    raw.execute(f"CREATE TABLE raw_refused ({key_def}error text, content text)")
+    raw.execute(f"INSERT INTO raw_refused (error, content) SELECT 'category: length ' || length({category}) || "
+                f"' is less than minLength 5', CAST({content} AS text) FROM raw_left WHERE length({category}) < 5 "
+                f"ORDER BY {raw.seq}")
+    raw.commit()
+
+
 def raw_map(raw: Raw) -> int:
     names = ", ".join(f"c{i}" for i in range(8))
     key_def = "seq bigserial PRIMARY KEY, " if raw.postgres else ""
@@ -244,14 +265,16 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS)
         frames = [pd.read_csv(left_csv, dtype=str, keep_default_na=False)]
         m["pandera"] = measure("pandera lazy validate (DataFrame in memory)", lambda: pandera_validate(frames[0]))
         frames.clear()
+        m["raw_split"] = measure("raw INSERT … SELECT of both outputs (the database's floor)", lambda: raw_split(raw))
         m["pandera_load"] = measure("pandas read_csv + pandera lazy validate", lambda: pandera_validate(
             pd.read_csv(left_csv, dtype=str, keep_default_na=False)))
         validated, rejected = (store.summary(m["validate"].value[k], 0)[0] for k in ("validated", "rejected"))
         assert rejected == m["pandera"].value, (rejected, m["pandera"].value)
         lines += [
-            ratio_row("Validate vs pandera (in memory)", m["validate"], m["pandera"], 1.5)
+            ratio_row("Validate vs pandera (in memory)", m["validate"], m["pandera"], 1.0)
             + f" ({validated:,} valid, {rejected:,} rejected)",
             ratio_row("Validate vs read_csv + pandera", m["validate"], m["pandera_load"], 1.5),
+            ratio_row("Validate vs raw INSERT … SELECT of its outputs", m["validate"], m["raw_split"], 1.5),
         ]
 
     if "map" in steps:

@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.joins import join_into
 from connector_ops.resources.virtual_files.loaders import insert_batches
@@ -45,10 +46,10 @@ class Transforms(Writing, Querying):
         each other row, what ``refuse`` returned (``refused_columns``); their ids. Both keep each row's
         source ``seq``, so the order holds whichever way a row went and whoever decided it.
 
-        With ``verdicts`` (Validate's rules and words), the database decides: one pass flags the rows that
-        may fail (:mod:`.suspect_sql`) and words their errors (:mod:`.refusal_sql`), then one
-        ``INSERT … SELECT`` copies the rest to the accepted file and one writes the worded rows to the
-        refused file. Only the rows SQL cannot judge surely are read and handed to ``refuse``.
+        With ``verdicts`` (Validate's rules and words), the database decides (:func:`_decide`): the rows that
+        may fail (:mod:`.suspect_sql`) are worded (:mod:`.refusal_sql`) straight into the refused file, and
+        the rest copied to the accepted file, each by one ``INSERT … SELECT``. Only the rows SQL cannot
+        judge surely are read and handed to ``refuse``.
         """
         with self.writing() as conn:
             source = self.info(conn, vf_id)
@@ -60,16 +61,10 @@ class Transforms(Writing, Querying):
             into = [[t.table.c.seq, *(t.column_map()[n] for n in cols)]
                     for t, cols in zip(targets, (names, refused_columns), strict=True)]
             rows = sa.select(table.c.seq, *(columns[n] for n in names))
-            flags = None
+            undecided = None
             if verdicts is not None:
-                flags = _decide(conn, table, columns, verdicts)
-                on = flags.c.seq == table.c.seq
-                failed = sa.exists(sa.select(flags.c.seq).where(on, sa.func.coalesce(flags.c.error, "?") != ""))
-                conn.execute(sa.insert(targets[0].table).from_select(into[0], rows.where(~failed)))
-                worded = sa.select(table.c.seq, flags.c.error, content_json(names, columns, conn.dialect.name))
-                conn.execute(sa.insert(targets[1].table).from_select(
-                    into[1], worded.join_from(table, flags, on).where(flags.c.error != "")))
-                rows = rows.join_from(table, flags, on).where(flags.c.error.is_(None))
+                undecided = _decide(conn, table, columns, names, verdicts, targets, into)
+                rows = rows.join_from(table, undecided, undecided.c.seq == table.c.seq)
             as_text = str if conn.dialect.name == "postgresql" else int  # COPY's text format takes strings
             for page in stream(conn, rows.order_by(table.c.seq), batch_size or SCAN_BATCH):
                 decided: tuple[list, list] = ([], [])
@@ -79,8 +74,8 @@ class Transforms(Writing, Querying):
                 for target, cols, batch in zip(targets, into, decided, strict=True):
                     if batch:
                         insert_batches(conn, target.table_name, [c.name for c in cols], [batch])
-            if flags is not None:
-                flags.drop(conn)
+            if undecided is not None:
+                undecided.drop(conn)
             if conn.dialect.name == "postgresql":  # rows came with their seq: the next append numbers after them
                 for target in targets:
                     after = sa.select(sa.func.coalesce(sa.func.max(target.table.c.seq), 0) + 1).scalar_subquery()
@@ -118,17 +113,30 @@ def _write_rows(writer: RowWriter, rows: Iterable[Mapping[str, str | None]]) -> 
         writer.write_tuples(writer.names, out)
 
 
-def _decide(conn: sa.Connection, table: sa.Table, columns: Mapping[str, Any], verdicts: Verdicts) -> sa.Table:
-    """A temporary table of the rows that may fail a rule: ``seq`` and the error as the checks word it
-    ('' if no rule fails after all: the row is accepted; NULL where SQL cannot be sure: the row checks
-    decide), each evaluated once per row."""
-    flags = sa.Table(f"flagged_{uuid.uuid4().hex}", sa.MetaData(),
-                     sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"),  # SQLite: the rowid
-                               primary_key=True, autoincrement=False),
-                     sa.Column("error", sa.Text), prefixes=["TEMPORARY"])
-    flags.create(conn)
+def _decide(conn: sa.Connection, table: sa.Table, columns: Mapping[str, Any], names: Sequence[str],
+            verdicts: Verdicts, targets: Sequence[VirtualFileInfo], into: Sequence[Sequence[Any]]) -> sa.Table:
+    """Split in SQL; returns a temporary table of the ``seq`` of the rows SQL could not judge surely.
+
+    One pass writes every flagged row to the refused file with its error and content (the condition, the
+    words and the JSON evaluated once per row, no join); the rows whose error came out '' (no rule failed
+    after all) are taken out again, the accepted file gets every row the refused file does not hold, and
+    the rows whose error is NULL (undecided) move from the refused file to the returned table."""
+    accepted, refused = (t.table for t in targets)
     dialect = conn.dialect.name
-    conn.execute(sa.insert(flags).from_select(
-        ["seq", "error"], sa.select(table.c.seq, error_text(verdicts, columns, dialect))
+    if dialect == "postgresql":  # the anti-join's hash of ``seq`` fits in memory instead of spilling
+        conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
+    error = into[1][1]
+    conn.execute(sa.insert(refused).from_select(into[1], sa.select(
+        table.c.seq, error_text(verdicts, columns, dialect), content_json(names, columns, dialect))
         .where(may_fail(verdicts.rules, columns, dialect))))
-    return flags
+    conn.execute(sa.delete(refused).where(error == ""))
+    held = sa.exists(sa.select(refused.c.seq).where(refused.c.seq == table.c.seq))
+    conn.execute(sa.insert(accepted).from_select(into[0], sa.select(table.c.seq, *(columns[n] for n in names))
+                                                 .where(~held)))
+    undecided = sa.Table(f"undecided_{uuid.uuid4().hex}", sa.MetaData(),
+                         sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"),  # SQLite: the rowid
+                                   primary_key=True, autoincrement=False), prefixes=["TEMPORARY"])
+    undecided.create(conn)
+    conn.execute(sa.insert(undecided).from_select(["seq"], sa.select(refused.c.seq).where(error.is_(None))))
+    conn.execute(sa.delete(refused).where(error.is_(None)))
+    return undecided
