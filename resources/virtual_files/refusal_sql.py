@@ -44,24 +44,21 @@ def error_text(verdicts: Verdicts, columns: Mapping[str, Any], dialect: str) -> 
     be sure (the row checks decide those rows)."""
     d = Dialect(dialect)
     words = verdicts.wording
-    problems, unsure = [], []
+    problems = []
     for rule in verdicts.rules:
         value = columns.get(rule.column)
         if value is None:  # a column the file does not have: missing in every row
             if rule.required:
                 problems.append(_concat("; ", rule.column, ": ", words["missing"]))
             continue
-        if rule.kind != "string" or not d.postgres:
-            unsure.append(_unsure(rule, value, d))
         required = (sa.case((value.is_(None), _concat("; ", rule.column, ": ", words["missing"])),
                             else_=_concat("; ", rule.column, ": ", words["empty"]))
                     if rule.required else _text(""))
-        problems.append(sa.case((surely_passes(rule, value, d), _text("")), (absent(rule, value), required),
-                                else_=_problems(rule, value, words, d)))
-    if not problems:
-        return _text("")
-    text = sa.func.substr(_concat(*problems), 3)
-    return sa.case((sa.or_(*unsure), sa.null()), else_=text) if unsure else text
+        cases = [(surely_passes(rule, value, d), _text("")), (absent(rule, value), required)]
+        if rule.kind != "string" or not d.postgres:  # NULL: one NULL piece makes the whole text NULL
+            cases.append((_unsure(rule, value, d), sa.null()))
+        problems.append(sa.case(*cases, else_=_problems(rule, value, words, d)))
+    return sa.func.substr(_concat(*problems), 3) if problems else _text("")
 
 
 def content_json(names: Sequence[str], columns: Mapping[str, Any], dialect: str) -> Any:

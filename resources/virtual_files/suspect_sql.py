@@ -66,9 +66,12 @@ def may_fail(rules: Sequence[RuleShape], columns: Mapping[str, Any], dialect: st
 def surely_passes(rule: RuleShape, value: Any, d: Dialect) -> Any:
     """True (never NULL) where the value surely meets the rule: a few cheap tests on the raw text (signs,
     leading and trailing zeros, text beyond ASCII and, on SQLite, a NUL are left to the exact checks)."""
-    present = _plainly_meets(rule, value, d)
-    return sa.func.coalesce(sa.case((absent(rule, value), sa.literal(not rule.required)),
-                                    else_=sa.true() if present is None else present), sa.false())
+    present = _plainly_meets(rule, value, d)  # never NULL for a present value
+    if present is None:
+        return sa.not_(absent(rule, value)) if rule.required else sa.true()
+    if rule.required:  # present and meets it; a NULL value stops at the first test
+        return sa.and_(value.is_not(None), *([] if rule.allow_empty else [value != ""]), present)
+    return sa.or_(absent(rule, value), present)
 
 
 def absent(rule: RuleShape, value: Any) -> Any:
