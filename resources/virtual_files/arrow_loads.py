@@ -23,6 +23,7 @@ from connector_ops.resources.virtual_files import sqlite_ingest
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.csv_columns import csv_batches
+from connector_ops.resources.virtual_files.loaders import open_copy
 from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.writing import Writing
 
@@ -101,7 +102,7 @@ class ArrowLoading(Writing):
                 sql.SQL(", ").join(sql.Identifier(internal_name(o)) for o in writer.ordinals))
             if not columns:
                 return writer.vf_id
-            with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
+            with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
                 for batch in batches:
                     if batch.num_rows:
                         buffer = io.BytesIO()

@@ -9,7 +9,9 @@ two wait for each other (measured 2.6× raw ``COPY`` for Push, against 1.3× str
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -61,6 +63,23 @@ def _executemany_batches(conn: sa.Connection, table_name: str, columns: Sequence
     return n
 
 
+#: buffers (≤ 512 KiB each) queued for psycopg's COPY writer thread at most
+COPY_QUEUE = 8
+
+
+def open_copy(cursor: Any, statement: Any) -> Any:
+    """``cursor.copy(statement)`` whose writer thread queues at most ``COPY_QUEUE`` buffers.
+
+    psycopg writes ``COPY`` data from a thread so that we parse while it sends, but its queue holds 1,024
+    buffers: when the server stores rows more slowly than Arrow parses them (a quiet client, a busy
+    server), a Push queued 115 MiB. A short queue keeps the overlap and bounds the memory."""
+    from psycopg.copy import QueuedLibpqWriter
+
+    writer = QueuedLibpqWriter(cursor)
+    writer._queue = queue.Queue(maxsize=COPY_QUEUE)  # psycopg has no option for it; its worker reads this
+    return cursor.copy(statement, writer=writer)
+
+
 def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
                   batches: Iterable[list[Sequence]]) -> int:
     import psycopg
@@ -71,7 +90,7 @@ def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
     )
     n = 0
     try:
-        with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
+        with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
             for batch in batches:
                 if batch:
                     copy.write(copy_text(batch, len(columns)))
