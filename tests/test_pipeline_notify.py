@@ -98,23 +98,23 @@ def test_the_sensor_mails_a_run_once(tmp_path: Path, resources: dict, files: Any
     success, failure = compiled.notify_sensors
     assert (success.name, failure.name) == ("cities_notify_success", "cities_notify_failure")
     assert success.default_status == dg.DefaultSensorStatus.RUNNING
-    instance = dg.DagsterInstance.ephemeral()
-    result = compiled.job.execute_in_process(resources=resources, instance=instance)  # no notify: a daemon's run
-    assert outbox(resources) == []
-    [ended] = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS)
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = compiled.job.execute_in_process(resources=resources, instance=instance)  # no notify: a daemon's run
+        assert outbox(resources) == []
+        [ended] = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS)
 
-    def evaluate() -> Any:
-        context = dg.build_run_status_sensor_context(
-            sensor_name=success.name, dagster_event=ended.dagster_event, dagster_instance=instance,
-            dagster_run=instance.get_run_by_id(result.run_id),
-            resources={"mail": resources["mail"], "platform_files": files})
-        return success(context)
+        def evaluate() -> Any:  # the context closes the resources it built (else the garbage collector does, late)
+            with dg.build_run_status_sensor_context(
+                    sensor_name=success.name, dagster_event=ended.dagster_event, dagster_instance=instance,
+                    dagster_run=instance.get_run_by_id(result.run_id),
+                    resources={"mail": resources["mail"], "platform_files": files}) as context:
+                return success(context)
 
-    assert evaluate() is None
-    [message] = outbox(resources)
-    assert message["Subject"] == "cities: success" and len(message["Attachments"]) == 1
-    assert isinstance(evaluate(), dg.SkipReason)  # already notified: no second mail
-    assert len(outbox(resources)) == 1
+        assert evaluate() is None
+        [message] = outbox(resources)
+        assert message["Subject"] == "cities: success" and len(message["Attachments"]) == 1
+        assert isinstance(evaluate(), dg.SkipReason)  # already notified: no second mail
+        assert len(outbox(resources)) == 1
 
 
 def test_notify_problems_are_reported_with_lines(tmp_path: Path) -> None:
