@@ -49,14 +49,23 @@ def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | No
 
 
 def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None, options: dict) -> str | None:
-    """The virtual file's id, or None when the slow path must read the file (nothing was written)."""
+    """The virtual file's id, or None when the slow path must read the file (nothing was written). On
+    PostgreSQL the bytes go to ``COPY`` as they are; a file with lines ``COPY`` would read otherwise (empty
+    ones, ``\\.`` alone) is read again through Arrow."""
+    from connector_ops.resources.virtual_files.csv_copy import NotForCopy
+
     if not store.columnar_load_pays(size):
         return None
-    with open_file() as raw, track(f"push {name}", size, "B") as reporter:
-        try:
-            opened = data_rows(reading_with_progress(raw, reporter), **options)
-            return None if opened is None else store.create_from_csv(*opened, options["delimiter"])
-        except Exception as exc:  # whatever went wrong, the slow path reads the file and words the error
-            log.debug("push %s: the columnar path gave up (%s: %s); reading it row by row", name,
-                      type(exc).__name__, exc)
-            return None
+    for through_arrow in (False, True):
+        with open_file() as raw, track(f"push {name}", size, "B") as reporter:
+            try:
+                opened = data_rows(reading_with_progress(raw, reporter), **options)
+                return None if opened is None else store.create_from_csv(*opened, options["delimiter"],
+                                                                         through_arrow=through_arrow)
+            except NotForCopy:
+                continue
+            except Exception as exc:  # whatever went wrong, the slow path reads the file and words the error
+                log.debug("push %s: the columnar path gave up (%s: %s); reading it row by row", name,
+                          type(exc).__name__, exc)
+                return None
+    return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
 import sqlalchemy as sa
@@ -22,7 +22,8 @@ from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files import sqlite_ingest
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
-from connector_ops.resources.virtual_files.csv_columns import csv_batches
+from connector_ops.resources.virtual_files.csv_columns import BLOCK, CheckedBytes, csv_batches
+from connector_ops.resources.virtual_files.csv_copy import CopyableLines, copy_statement, copyable_delimiter
 from connector_ops.resources.virtual_files.loaders import open_copy
 from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.writing import Writing
@@ -40,15 +41,21 @@ class ArrowLoading(Writing):
             return True
         return sqlite_path(self.database_url) is not None and size is not None and size >= SQLITE_CHILD_MIN_BYTES
 
-    def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str) -> str:
+    def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str, *,
+                        through_arrow: bool = False) -> str:
         """A new virtual file from CSV data rows (``stream`` starts after any header; plain RFC 4180
         quoting, UTF-8, ``width`` fields a row: :mod:`.csv_columns`); returns its id. Raises on anything
-        else, leaving nothing."""
+        else, leaving nothing. On PostgreSQL the checked bytes go to ``COPY`` as they are (:mod:`.csv_copy`)
+        and :class:`.csv_copy.NotForCopy` asks for another try ``through_arrow``."""
         unique_columns(columns)
         path = sqlite_path(self.database_url) if self.dialect == "sqlite" else None
         if path is not None:
             return self._in_child(path, columns, {"format": "csv", "delimiter": delimiter},
                                   lambda sink: _copy_stream(stream, sink))
+        if self.dialect == "postgresql" and not through_arrow and copyable_delimiter(delimiter):
+            checked = CopyableLines(CheckedBytes(stream, delimiter.encode()))
+            return self._copy(columns, lambda table, names: copy_statement(table, names, delimiter),
+                              iter(lambda: checked.read(BLOCK), b""))
         return self.create_from_arrow(columns, csv_batches(stream, len(columns), delimiter))
 
     def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
@@ -91,23 +98,36 @@ class ArrowLoading(Writing):
         return vf_id
 
     def _copy_csv(self, columns: Sequence[str], batches: Iterable[Any]) -> str:
+        """Arrow batches as CSV (strings quoted where needed, a null an empty unquoted field: NULL)."""
         import pyarrow.csv as pacsv
         from psycopg import sql
 
         options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+
+        def statement(table: str, names: Sequence[str]) -> Any:
+            return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+                sql.Identifier(table), sql.SQL(", ").join(sql.Identifier(n) for n in names))
+
+        def chunks() -> Iterator[Any]:
+            for batch in batches:
+                if batch.num_rows:
+                    buffer = io.BytesIO()
+                    pacsv.write_csv(batch, buffer, write_options=options)
+                    yield buffer.getbuffer()
+
+        return self._copy(columns, statement, chunks())
+
+    def _copy(self, columns: Sequence[str], statement: Callable[[str, Sequence[str]], Any],
+              chunks: Iterable[Any]) -> str:
+        """A new virtual file filled by one streamed ``COPY`` (``statement(table, internal column names)``)."""
         with self.writing() as conn:
             writer = self.new_file(conn, columns)
-            statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-                sql.Identifier(writer.table_name),
-                sql.SQL(", ").join(sql.Identifier(internal_name(o)) for o in writer.ordinals))
             if not columns:
                 return writer.vf_id
-            with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
-                for batch in batches:
-                    if batch.num_rows:
-                        buffer = io.BytesIO()
-                        pacsv.write_csv(batch, buffer, write_options=options)
-                        copy.write(buffer.getbuffer())
+            sql_text = statement(writer.table_name, [internal_name(o) for o in writer.ordinals])
+            with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, sql_text) as copy:
+                for chunk in chunks:
+                    copy.write(chunk)
         return writer.vf_id
 
 

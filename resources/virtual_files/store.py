@@ -72,10 +72,12 @@ class VirtualFileStore(Resource):
         """Whether loading ``size`` bytes column-wise (``create_from_csv``/``create_from_arrow``) is faster."""
         return self.sql.columnar_load_pays(size)
 
-    def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str) -> str:
+    def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str, *,
+                        through_arrow: bool = False) -> str:
         """A new virtual file from CSV data rows parsed column-wise (plain RFC 4180 quoting, UTF-8, one field
-        per column); returns its id. Raises on anything else, leaving nothing (the caller reads row-wise)."""
-        return self.sql.create_from_csv(columns, stream, delimiter)
+        per column); returns its id. Raises on anything else, leaving nothing (the caller reads row-wise);
+        ``csv_copy.NotForCopy`` asks for another try ``through_arrow`` (PostgreSQL)."""
+        return self.sql.create_from_csv(columns, stream, delimiter, through_arrow=through_arrow)
 
     def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
         """A new virtual file with ``columns`` holding every Arrow record batch (columns aligned with
