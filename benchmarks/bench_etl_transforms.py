@@ -37,9 +37,11 @@ from benchmarks.common import (
     TABLE_HEADER,
     Measurement,
     measure,
+    measure_settled,
     postgres_url,
     ratio_row,
     sample_csv,
+    settled,
 )
 from connector_ops import invoke
 from connector_ops.environment import resources_for
@@ -234,7 +236,8 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS)
         return invoke("etl.push", {"platformFile": files.add_file(path).to_json()}, resources)["virtualFileId"]
 
     m: dict[str, Measurement] = {}
-    m["push_both"] = measure("connector-ops push left + right", lambda: (push(left_csv), push(right_csv)))
+    m["push_both"], push_settling = measure_settled("connector-ops push left + right",
+                                                    lambda: (push(left_csv), push(right_csv)), store)
     left, right = m["push_both"].value
     raw.copy_of(vf_table(store, left), "raw_left")
     raw.copy_of(vf_table(store, right), "raw_right")
@@ -243,8 +246,8 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS)
     if "join" in steps:
         join = {"join": {"left": {"virtualFileId": left, "customId": "L", "key": "id"},
                          "right": {"virtualFileId": right, "customId": "R", "key": "id"}}}
-        m["join"] = measure("connector-ops join (INNER, + rejection file)",
-                            lambda: invoke("etl.join", join, resources))
+        m["join"], join_settling = measure_settled("connector-ops join (INNER, + rejection file)",
+                                                   lambda: invoke("etl.join", join, resources), store)
         m["raw_join"] = measure("raw INSERT … SELECT … JOIN (+ rejection)", lambda: raw_join(raw))
         m["pandas_join"] = measure("pandas read_csv ×2 + merge (+ indicator)",
                                    lambda: pandas_join(left_csv, right_csv))
@@ -258,10 +261,17 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS)
             ratio_row("Join: push both + join vs pandas end to end", push_join, m["pandas_join"], 1.0),
             ratio_row("Join (files already loaded) vs pandas end to end", m["join"], m["pandas_join"], 1.0),
         ]
+        if push_settling is not None and join_settling is not None:  # SQLite: steps return at commit
+            both = Measurement("push both + join + their checkpoints", push_join.seconds
+                               + push_settling.settle_seconds + join_settling.settle_seconds, push_join.peak_mib)
+            lines += [
+                ratio_row("Join + its checkpoints vs raw SQL", settled(m["join"], join_settling), m["raw_join"], 1.5),
+                ratio_row("Join: push both + join + their checkpoints vs pandas", both, m["pandas_join"], 1.0),
+            ]
 
     if "validate" in steps:
-        m["validate"] = measure("connector-ops validate (virtual file form)",
-                                lambda: invoke("etl.validate", {"content": left, "schema": SCHEMA}, resources))
+        m["validate"], _ = measure_settled("connector-ops validate (virtual file form)", lambda: invoke(
+            "etl.validate", {"content": left, "schema": SCHEMA}, resources), store)
         frames = [pd.read_csv(left_csv, dtype=str, keep_default_na=False)]
         m["pandera"] = measure("pandera lazy validate (DataFrame in memory)", lambda: pandera_validate(frames[0]))
         frames.clear()
@@ -278,14 +288,14 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS)
         ]
 
     if "map" in steps:
-        m["map"] = measure("connector-ops map (Python row function)", lambda: invoke(
-            "etl.map", {"virtualFileId": left, "action": "bench_upper_name"}, resources))
+        m["map"], _ = measure_settled("connector-ops map (Python row function)", lambda: invoke(
+            "etl.map", {"virtualFileId": left, "action": "bench_upper_name"}, resources), store)
         m["raw_map"] = measure("raw loop: keyset read, same function, rewrite", lambda: raw_map(raw))
         lines.append(ratio_row("Map vs raw loop", m["map"], m["raw_map"], 1.5))
 
     if "delete" in steps:
-        m["delete"] = measure("connector-ops delete rows (3-clause filter)", lambda: invoke(
-            "etl.delete_rows", {"virtualFileId": left, "request": DELETE_FILTER}, resources))
+        m["delete"], _ = measure_settled("connector-ops delete rows (3-clause filter)", lambda: invoke(
+            "etl.delete_rows", {"virtualFileId": left, "request": DELETE_FILTER}, resources), store)
         m["raw_delete"] = measure("raw SQL DELETE (same meaning)", lambda: raw_delete(raw))
         assert m["delete"].value["deletedCount"] == m["raw_delete"].value, (m["delete"].value, m["raw_delete"].value)
         lines.insert(2, ratio_row("Delete Rows, 3 clauses", m["delete"], m["raw_delete"], 1.5)

@@ -79,6 +79,69 @@ def measure(name: str, fn: Callable[[], Any]) -> Measurement:
     return Measurement(name, seconds, peak, value)
 
 
+def _pid_status(pid: int, field: str) -> int:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@dataclass
+class Settling:
+    """What a SQLite step left to background work once it returned (at its commit): the time its
+    write-ahead-log checkpoints still took (the loader process's and this process's checkpoint thread),
+    and the loader process's peak RSS (and growth, when it was already running before the step)."""
+
+    settle_seconds: float
+    loader_peak_mib: float | None = None
+    loader_delta_mib: float | None = None
+
+    def text(self) -> str:
+        out = f"checkpoints after return {self.settle_seconds:.2f} s"
+        if self.loader_peak_mib is not None:
+            grew = "started in this step" if self.loader_delta_mib is None else f"Δ {self.loader_delta_mib:.0f} MiB"
+            out += f"; loader peak RSS {self.loader_peak_mib:.0f} MiB ({grew})"
+        return out
+
+
+def measure_settled(name: str, fn: Callable[[], Any], store: Any) -> tuple[Measurement, Settling | None]:
+    """``measure``, then wait for the step's background checkpoints so the next step runs alone; on SQLite
+    also what that took and the loader process's memory (``None`` on PostgreSQL)."""
+    from connector_ops.resources.virtual_files import checkpoints
+    from connector_ops.resources.virtual_files.array_cursors import sqlite_path
+
+    path = sqlite_path(store.database_url) if store.database_url.startswith("sqlite") else None
+    if path is None:
+        return measure(name, fn), None
+    from connector_ops.resources.virtual_files.sqlite_loader import loader_for
+
+    loader = loader_for(path)
+    before_pid = loader.pid
+    before = 0
+    if before_pid is not None:
+        with contextlib.suppress(OSError), open(f"/proc/{before_pid}/clear_refs", "w") as handle:
+            handle.write("5")
+        before = _pid_status(before_pid, "VmRSS:")
+    m = measure(name, fn)
+    pid = loader.pid
+    start = time.perf_counter()
+    loader.sync()
+    checkpoints.wait()
+    settling = Settling(time.perf_counter() - start)
+    if pid is not None:
+        peak = _pid_status(pid, "VmHWM:")
+        settling.loader_peak_mib = peak / 2**20
+        settling.loader_delta_mib = (peak - before) / 2**20 if pid == before_pid else None
+    print(f"  {'':55s} {settling.text()}", flush=True)
+    return m, settling
+
+
+def settled(m: Measurement, settling: Settling) -> Measurement:
+    """``m`` with the background checkpoints it left counted in."""
+    return Measurement(f"{m.name} + its checkpoints", m.seconds + settling.settle_seconds, m.peak_mib, m.value)
+
+
 @contextlib.contextmanager
 def postgres_url() -> Iterator[str]:
     """``CONNECTOR_OPS_BENCH_DATABASE_URL`` or a throwaway pgserver for the run."""

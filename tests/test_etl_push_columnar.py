@@ -20,7 +20,7 @@ from connector_ops.etl import push_csv
 from connector_ops.etl.csv_fast import data_rows
 from connector_ops.etl.readers import read_csv
 from connector_ops.kernel.errors import InvalidInput
-from connector_ops.resources.virtual_files import arrow_loads
+from connector_ops.resources.virtual_files import sqlite_loader
 from connector_ops.resources.virtual_files.csv_columns import csv_batches
 from tests.conftest import CSV_SPECTRUM
 from tests.test_etl_push_pull import SPECTRUM_CASES, push, rows
@@ -31,7 +31,7 @@ ALPHABET = ['a', 'b', ' ', ',', ';', '"', '\n', '\r\n', '\r', 'é', '🙂', '\t'
 @pytest.fixture
 def fast_only(monkeypatch, caplog):
     """Every push takes the columnar path (also small files on SQLite); the slow path would fail the test."""
-    monkeypatch.setattr(arrow_loads, "SQLITE_CHILD_MIN_BYTES", 0)
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
     caplog.set_level("DEBUG", logger=push_csv.__name__)
 
     def no_slow_path(*args, **kwargs):
@@ -48,7 +48,7 @@ def slow_only(monkeypatch):
 @pytest.fixture
 def counted(monkeypatch, caplog):
     """The columnar path for every size, and the reasons Push fell back to the slow path."""
-    monkeypatch.setattr(arrow_loads, "SQLITE_CHILD_MIN_BYTES", 0)
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
     caplog.set_level("DEBUG", logger=push_csv.__name__)
     calls = []
 

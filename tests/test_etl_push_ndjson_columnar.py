@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from connector_ops import ConnectorError, invoke
 from connector_ops.etl import actions, ndjson_fast
-from connector_ops.resources.virtual_files import arrow_loads
+from connector_ops.resources.virtual_files import ndjson_columns, sqlite_loader
 
 KEYS = ["id", "name", "note", "a b", "é", "x\"y"]
 TEXT = st.one_of(st.text(alphabet=st.sampled_from([*'ab ,;"\\/\n\r\té🙂{}[]:', "\u2028"]), max_size=8),
@@ -28,7 +28,7 @@ TEXT = st.one_of(st.text(alphabet=st.sampled_from([*'ab ,;"\\/\n\r\té🙂{}[]:'
 @pytest.fixture
 def paths(monkeypatch):
     """Columnar for every size; records whether the row reader ran."""
-    monkeypatch.setattr(arrow_loads, "SQLITE_CHILD_MIN_BYTES", 0)
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
     ran: list[str] = []
     real = actions.read_json
 
@@ -103,7 +103,8 @@ def test_a_bom_under_plain_utf8_is_the_row_readers_call(resources, monkeypatch, 
 
 
 def test_a_late_new_key_or_type_change_falls_back_and_leaves_nothing(resources, monkeypatch, paths):
-    monkeypatch.setattr(ndjson_fast, "BLOCK", 64)  # several Arrow blocks in a small file
+    monkeypatch.setattr(ndjson_fast, "BLOCK", 64)  # several Arrow blocks in a small file (probe and load)
+    monkeypatch.setattr(ndjson_columns, "BLOCK", 64)
     head = b"".join(b'{"a": "%d"}\n' % i for i in range(40))
     before = resources["virtual_files"].inventory()
     for tail in (b'{"a": "x", "b": "new"}\n', b'{"a": 7}\n'):

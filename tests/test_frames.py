@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from connector_ops import ConnectorError, invoke, pull_frame, push_frame
-from connector_ops.resources.virtual_files import arrow_loads
+from connector_ops.resources.virtual_files import sqlite_loader
 from tests.test_etl_push_pull import push, rows
 
 # penguins as vega-datasets ships them (JSON, nulls for what was not measured)
@@ -27,7 +27,7 @@ PENGUINS = [
 def load_path(request, monkeypatch):
     """SQLite loads small frames row-wise and large ones column-wise in a child process: run both."""
     if request.param == "columns":
-        monkeypatch.setattr(arrow_loads, "SQLITE_CHILD_MIN_BYTES", 0)
+        monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
     return request.param
 
 

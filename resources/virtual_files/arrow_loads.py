@@ -1,11 +1,12 @@
-"""Column-wise loads into a new virtual file: CSV data rows or Arrow record batches (Push's fast path,
-DataFrame push).
+"""Column-wise loads into a new virtual file: CSV data rows, NDJSON or Arrow record batches (Push's fast
+path, DataFrame push).
 
-SQLite: ADBC in a child process (:mod:`.sqlite_ingest`; it pays ≈ 0.6 s to start, so only loads of at
-least ``SQLITE_CHILD_MIN_BYTES`` use it); smaller ones go through the row loader. PostgreSQL: each Arrow
-batch is written as CSV by Arrow's C writer (every string quoted; a missing value an empty unquoted field,
-which ``COPY`` reads as NULL) into one ``COPY … (FORMAT csv)``, so the server parses in C while we convert
-the next batch. Either way the virtual file exists only if the whole load succeeded.
+SQLite: ADBC in the loader process (:mod:`.sqlite_loader`, :mod:`.sqlite_ingest`), which parses CSV and
+NDJSON itself from the bytes it is sent; it is started once and reused (``sqlite_loader.worth_it`` says
+from which size a load uses it); smaller loads go through the row loader. PostgreSQL: each Arrow batch
+is written as CSV by Arrow's C writer (every string quoted; a missing value an empty unquoted field, which
+``COPY`` reads as NULL) into one ``COPY … (FORMAT csv)``, so the server parses in C while we convert the
+next batch. Either way the virtual file exists only if the whole load succeeded.
 """
 
 from __future__ import annotations
@@ -19,17 +20,15 @@ import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
 from connector_ops.resources.virtual_files import catalog as cat
-from connector_ops.resources.virtual_files import sqlite_ingest
+from connector_ops.resources.virtual_files import ndjson_columns, sqlite_loader
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.csv_columns import BLOCK, CheckedBytes, csv_batches
 from connector_ops.resources.virtual_files.csv_copy import CopyableLines, copy_statement, copyable_delimiter
 from connector_ops.resources.virtual_files.loaders import open_copy
+from connector_ops.resources.virtual_files.ndjson_columns import ndjson_batches
 from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.writing import Writing
-
-#: below this size a SQLite load goes through the row loader (the child's start would cost more)
-SQLITE_CHILD_MIN_BYTES = 16 << 20
 
 
 class ArrowLoading(Writing):
@@ -39,7 +38,8 @@ class ArrowLoading(Writing):
         """Whether a load of ``size`` bytes is faster column-wise than through the row loader."""
         if self.dialect != "sqlite":
             return True
-        return sqlite_path(self.database_url) is not None and size is not None and size >= SQLITE_CHILD_MIN_BYTES
+        path = sqlite_path(self.database_url)
+        return path is not None and sqlite_loader.worth_it(path, size)
 
     def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str, *,
                         through_arrow: bool = False) -> str:
@@ -57,6 +57,16 @@ class ArrowLoading(Writing):
             return self._copy(columns, lambda table, names: copy_statement(table, names, delimiter),
                               iter(lambda: checked.read(BLOCK), b""))
         return self.create_from_arrow(columns, csv_batches(stream, len(columns), delimiter))
+
+    def create_from_ndjson(self, columns: Sequence[str], stream: IO[bytes]) -> str:
+        """A new virtual file from NDJSON whose values are all strings or null, with ``columns`` its keys in
+        order (:mod:`.ndjson_columns`); returns its id. Raises on anything else, leaving nothing."""
+        unique_columns(columns)
+        path = sqlite_path(self.database_url) if self.dialect == "sqlite" else None
+        if path is not None and columns:
+            return self._in_child(path, columns, {"format": "ndjson", "block": ndjson_columns.BLOCK},
+                                  lambda sink: _copy_stream(stream, sink))
+        return self.create_from_arrow(columns, ndjson_batches(stream, columns, ndjson_columns.BLOCK))
 
     def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
         """A new virtual file with ``columns`` holding every Arrow record batch (columns aligned with
@@ -89,8 +99,8 @@ class ArrowLoading(Writing):
         spec = {"path": path, "table_name": info.table_name, "columns": list(columns), "inserts": inserts,
                 "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())), **source}
         try:
-            sqlite_ingest.run(spec, feed)
-        except sqlite_ingest.IngestFailed:
+            sqlite_loader.loader_for(path).load(spec, feed)
+        except sqlite_loader.IngestFailed:
             with self.reading() as conn:  # a child that died after its commit: the file is there, whole
                 if conn.execute(sa.select(cat.virtual_file.c.id).where(cat.virtual_file.c.id == vf_id)).first():
                     return vf_id

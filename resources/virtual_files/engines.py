@@ -2,7 +2,8 @@
 
 SQLite: WAL, ``synchronous=NORMAL``, a busy timeout (parallel Dagster steps share the file), and real
 transactions around DDL (pysqlite's legacy mode would auto-commit ``CREATE TABLE``), with
-``BEGIN IMMEDIATE`` for writers so two writers never deadlock on a lock upgrade.
+``BEGIN IMMEDIATE`` for writers so two writers never deadlock on a lock upgrade; WAL checkpoints in a
+background thread once a write transaction has ended (:mod:`.checkpoints`), not inside its commit.
 PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses.
 """
 
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from connector_ops.resources.virtual_files.catalog import metadata
+from connector_ops.resources.virtual_files.checkpoints import after_write
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -35,14 +37,15 @@ def normalise_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def _setup_sqlite(engine: sa.Engine) -> None:
+def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
     @sa.event.listens_for(engine, "connect")
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see "begin" below)
         cur = dbapi_conn.cursor()
-        # cache 32 MiB; sorts for CREATE INDEX spill to temp files, so memory stays flat with file size
+        # cache 32 MiB; sorts for CREATE INDEX spill to temp files, so memory stays flat with file size;
+        # no checkpoint inside a commit: :mod:`.checkpoints` runs them in the background
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=60000", "foreign_keys=ON",
-                       "cache_size=-32768"):
+                       "cache_size=-32768", *(("wal_autocheckpoint=0",) if path else ())):
             cur.execute(f"PRAGMA {pragma}")
         cur.close()
         for name, (nargs, fn) in SQLITE_FUNCTIONS.items():
@@ -52,6 +55,14 @@ def _setup_sqlite(engine: sa.Engine) -> None:
     def on_begin(conn: sa.Connection) -> None:
         immediate = conn.get_execution_options().get("cop_write", False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if immediate:
+            conn.connection.info["cop_wrote"] = True
+
+    if path:
+        @sa.event.listens_for(engine.pool, "checkin")
+        def on_checkin(_dbapi_conn: Any, record: Any) -> None:
+            if record is not None and record.info.pop("cop_wrote", False):  # a write transaction ended
+                after_write(path)
 
 
 def get_engine(url: str) -> sa.Engine:
@@ -63,10 +74,11 @@ def get_engine(url: str) -> sa.Engine:
             return engine
         parsed = make_url(key)
         if parsed.get_backend_name() == "sqlite":
-            if parsed.database and parsed.database != ":memory:":
-                Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = parsed.database if parsed.database and parsed.database != ":memory:" else None
+            if path:
+                Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             engine = sa.create_engine(key, connect_args={"timeout": 60, "check_same_thread": False})
-            _setup_sqlite(engine)
+            _setup_sqlite(engine, path)
         else:
             engine = sa.create_engine(key, pool_pre_ping=True)
         try:

@@ -1,106 +1,337 @@
-"""Bulk-load a new SQLite virtual file through the ADBC SQLite driver, in a child process.
+"""The SQLite loader process: bulk-loads new virtual files through the ADBC SQLite driver, one request after
+another, for as long as its parent keeps it (:mod:`.sqlite_loader` is the parent's side).
 
-ADBC binds whole Arrow columns in C (``adbc_ingest``): measured 2× faster than the ``sqlite3`` CLI's
-``.import``. But the driver links its own copy of SQLite, and two copies of SQLite in one process corrupt a
-database they both open (their POSIX locks cancel each other: sqlite.org/howtocorrupt.html §2.2.1, seen
-here as "database disk image is malformed"). So the load runs in a child process (``python -m`` this
-module), which creates the row table, its catalog rows and its rows in one ``BEGIN IMMEDIATE`` transaction
-(it waits for other writers as ours do) and commits only if everything worked. The parent streams the
-data to the child's stdin: CSV data rows (parsed and checked there, :mod:`.csv_columns`) or an Arrow IPC
-stream. The child costs ≈ 0.6 s to start, so the store uses it for large loads only.
+ADBC binds whole Arrow columns in C (``adbc_ingest``): faster than the ``sqlite3`` CLI's ``.import``. But
+the driver links its own copy of SQLite, and two copies of SQLite in one process corrupt a database they
+both open (their POSIX locks cancel each other: sqlite.org/howtocorrupt.html §2.2.1, seen here as
+"database disk image is malformed"). So loads run in this separate process, started once and reused
+(its start, ≈ 0.2 s, would otherwise be paid by every Push).
+
+Each request creates the row table, its catalog rows and its rows in one ``BEGIN IMMEDIATE`` transaction
+(it waits for other writers as ours do) and commits only if everything worked. Protocol, over stdin and
+stdout:
+
+* parent: the request as one JSON line; the loader answers ``ready`` (so a parent that finds this
+  process gone — it leaves after the idle seconds it was started with — restarts it before sending any
+  data); ``{"op": "sync"}`` is answered ``synced`` once the loader is idle;
+* parent: the data as frames (a 4-byte big-endian length, then the bytes): CSV data rows, NDJSON, or an
+  Arrow IPC stream, per the request's ``format``; a zero length ends the data, ``ABORT`` withdraws it;
+* loader: ``committed``, or ``failed <JSON message>`` — possibly before the data has ended (the parent
+  then stops sending and withdraws); either way the loader reads on to the end of the data.
+
+The data rows are parsed in a thread a few batches ahead of the inserts (the parsers release the GIL;
+the two cores work at once) and at most ``AHEAD`` batches are held, so memory does not grow with the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
-import subprocess
+import queue
+import select
+import struct
 import sys
-import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Iterator
 from typing import IO, Any
 
 MODULE = "connector_ops.resources.virtual_files.sqlite_ingest"
+READY = b"ready\n"
 COMMITTED = b"committed\n"
+SYNCED = b"synced\n"
+FAILED = b"failed "
+END, ABORT = 0, 0xFFFFFFFF
+FRAME = struct.Struct(">I")
+#: record batches parsed ahead of the inserts (≈ 1 MiB of input each)
+AHEAD = 4
 
 
-class IngestFailed(RuntimeError):
-    """The child rolled back (its last error line is the message)."""
+class Withdrawn(Exception):
+    """The parent withdrew the data (its reading failed): roll back."""
 
 
-def run(spec: dict[str, Any], feed: Callable[[IO[bytes]], None]) -> None:
-    """Load in a child: ``spec`` says what to create (see :func:`_ingest`), ``feed`` writes the data."""
-    with tempfile.TemporaryFile() as report, tempfile.TemporaryFile() as errors:
-        child = subprocess.Popen([sys.executable, "-m", MODULE, json.dumps(spec)], stdin=subprocess.PIPE,
-                                 stdout=report, stderr=errors)
-        assert child.stdin is not None
-        try:
-            with contextlib.suppress(BrokenPipeError):  # the child stopped reading: its exit code tells
-                feed(child.stdin)
-                child.stdin.close()
-        except BaseException:
-            child.kill()  # nothing is committed: the child's transaction dies with it
-            child.wait()
-            raise
-        with contextlib.suppress(BrokenPipeError):
-            child.stdin.close()
-        child.wait()
-        report.seek(0)
-        if report.read() != COMMITTED:  # the exit code alone could be a crash after the commit
-            errors.seek(0)
-            lines = errors.read().decode("utf-8", "replace").strip().splitlines() or ["no message"]
-            raise IngestFailed(lines[-1])
+class Inbox:
+    """The parent's requests and data on a file descriptor, with a buffer this module can see into (a
+    ``BufferedReader`` cannot say whether it holds bytes without blocking)."""
+
+    def __init__(self, fd: int) -> None:
+        self._raw = io.FileIO(fd, "rb", closefd=False)
+        self._buffer = bytearray()
+
+    def wait(self, seconds: float) -> bool:
+        """Whether something arrived within ``seconds``."""
+        if self._buffer:
+            return True
+        poller = select.poll()
+        poller.register(self._raw, select.POLLIN)
+        return bool(poller.poll(int(seconds * 1000)))
+
+    def readline(self) -> bytes:
+        """The next line (``b""`` once the parent has closed the stream)."""
+        while (end := self._buffer.find(b"\n")) < 0:
+            chunk = self._raw.read(1 << 16)
+            if not chunk:
+                return b""
+            self._buffer += chunk
+        line = bytes(self._buffer[:end + 1])
+        del self._buffer[:end + 1]
+        return line
+
+    def readinto(self, view: memoryview) -> int:
+        """Up to ``len(view)`` bytes (0: the parent closed the stream)."""
+        if self._buffer:
+            n = min(len(view), len(self._buffer))
+            view[:n] = self._buffer[:n]
+            del self._buffer[:n]
+            return n
+        return self._raw.readinto(view) or 0
+
+    def exactly(self, n: int) -> bytes:
+        out = bytearray(n)
+        view, got = memoryview(out), 0
+        while got < n:
+            read = self.readinto(view[got:])
+            if not read:
+                raise EOFError("the parent closed the data stream")
+            got += read
+        return bytes(out)
 
 
-def _ingest(spec: dict[str, Any], source: IO[bytes]) -> None:
-    """The driver's own API, not its DB-API module (which imports pandas and polars: +0.4 s to start)."""
-    import adbc_driver_manager as adbc
-    import adbc_driver_sqlite
-    import pyarrow as pa
+class Frames(io.RawIOBase):
+    """One request's data: the frames in ``inbox`` up to the end (or the withdrawal)."""
 
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+        self._left = 0  # bytes left in the current frame
+        self.done = False  # the end (or the withdrawal) was read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            if self.done:
+                return 0
+            (length,) = FRAME.unpack(self._inbox.exactly(FRAME.size))
+            if length == ABORT:
+                self.done = True
+                raise Withdrawn("the parent withdrew the data")
+            if length == END:
+                self.done = True
+                return 0
+            self._left = length
+        view = memoryview(buffer).cast("B")
+        n = self._inbox.readinto(view[:min(len(view), self._left)])
+        if not n:
+            raise EOFError("the parent closed the data stream mid-frame")
+        self._left -= n
+        return n
+
+    def drain(self) -> None:
+        """Read (and drop) what remains of the data, up to the next request."""
+        with contextlib.suppress(Withdrawn):
+            while self.read(1 << 20):
+                pass
+
+
+def batches_of(spec: dict[str, Any], source: IO[bytes]) -> Iterator[Any]:
+    """The record batches of the request's data; a byte left over after the last one is an error."""
     if spec["format"] == "csv":
         from connector_ops.resources.virtual_files.csv_columns import csv_batches
 
-        reader = csv_batches(source, len(spec["columns"]), spec["delimiter"])
+        yield from csv_batches(source, len(spec["columns"]), spec["delimiter"])
+    elif spec["format"] == "ndjson":
+        from connector_ops.resources.virtual_files.ndjson_columns import ndjson_batches
+
+        yield from ndjson_batches(source, spec["columns"], spec["block"])
     else:
-        reader = pa.ipc.open_stream(source)
-    with contextlib.closing(adbc_driver_sqlite.connect(spec["path"])) as database, \
-            contextlib.closing(adbc.AdbcConnection(database)) as conn:
+        import pyarrow as pa
 
-        def execute(sql: str) -> None:
-            with contextlib.closing(adbc.AdbcStatement(conn)) as statement:
-                statement.set_sql_query(sql)
-                statement.execute_update()
+        yield from pa.ipc.open_stream(source)
+    if source.read(1):
+        raise ValueError("bytes after the end of the data")
 
-        for pragma in ("busy_timeout=60000", "synchronous=NORMAL", "foreign_keys=ON"):
-            execute(f"PRAGMA {pragma}")
-        execute("BEGIN IMMEDIATE")
+
+class ReadAhead:
+    """Pulls record batches from ``batches`` in a thread, at most ``AHEAD`` ahead of the consumer, as
+    ``reader`` (columns renamed ``c0…`` like the row table's). What ``batches`` raises is kept in ``error``
+    and ends the batches (the load then fails on it)."""
+
+    def __init__(self, batches: Iterator[Any], width: int) -> None:
+        import pyarrow as pa
+
+        self.error: BaseException | None = None
+        self._schema = pa.schema([(f"c{i}", pa.string()) for i in range(width)])
+        self._queue: queue.Queue[Any] = queue.Queue(AHEAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(batches,), daemon=True)
+        self._thread.start()
+        self.reader = pa.RecordBatchReader.from_batches(self._schema, self._batches())
+
+    def _run(self, batches: Iterator[Any]) -> None:
+        import pyarrow as pa
+
+        try:
+            for batch in batches:
+                if not self._put(pa.RecordBatch.from_arrays(batch.columns, schema=self._schema)):
+                    return
+        except BaseException as exc:  # handed to the consumer: the load fails on it
+            self.error = exc
+        self._put(None)
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(item, timeout=0.1)
+                return True
+        return False
+
+    def _batches(self) -> Iterator[Any]:
+        while (batch := self._queue.get()) is not None:
+            yield batch
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        """Stop the thread (the consumer may have stopped early) and wait for it."""
+        self._stop.set()
+        self._thread.join()
+
+
+class Database:
+    """A new ADBC connection to the SQLite file at ``path``, with the store's settings, except that it
+    never checkpoints by itself (:func:`serve` does, after answering)."""
+
+    def __init__(self, path: str) -> None:
+        import adbc_driver_manager as adbc
+        import adbc_driver_sqlite
+
+        self._adbc = adbc
+        self._database = adbc_driver_sqlite.connect(path)
+        self.conn = adbc.AdbcConnection(self._database)
+        for pragma in ("busy_timeout=60000", "synchronous=NORMAL", "foreign_keys=ON", "wal_autocheckpoint=0"):
+            self.execute(f"PRAGMA {pragma}")
+
+    def execute(self, sql: str) -> None:
+        with contextlib.closing(self._adbc.AdbcStatement(self.conn)) as statement:
+            statement.set_sql_query(sql)
+            statement.execute_update()
+
+    def ingest(self, table_name: str, reader: Any) -> None:
+        """Append the record batches of ``reader`` to ``table_name`` (column names alike)."""
+        with contextlib.closing(self._adbc.AdbcStatement(self.conn)) as statement:
+            statement.set_options(**{"adbc.ingest.target_table": table_name,
+                                     "adbc.ingest.mode": "adbc.ingest.mode.append"})
+            statement.bind_stream(reader)
+            statement.execute_update()
+
+    def close(self) -> None:
+        self.conn.close()
+        self._database.close()
+
+
+def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
+    """One load: the table, its catalog rows and the rows of ``source``, in one transaction, committed
+    only if everything worked."""
+    ahead = ReadAhead(batches_of(spec, source), len(spec["columns"]))
+    try:
+        db.execute("BEGIN IMMEDIATE")
         try:
             for sql in [spec["ddl"], *spec["inserts"]]:
-                execute(sql)
-            with contextlib.closing(adbc.AdbcStatement(conn)) as statement:
-                statement.set_options(**{"adbc.ingest.target_table": spec["table_name"],
-                                         "adbc.ingest.mode": "adbc.ingest.mode.append"})
-                statement.bind_stream(reader)
-                statement.execute_update()
-            execute("COMMIT")
+                db.execute(sql)
+            db.ingest(spec["table_name"], ahead.reader)
+            if ahead.error is not None:  # the driver's message about a failed stream says less
+                raise ahead.error
+            db.execute("COMMIT")
         except BaseException:
-            execute("ROLLBACK")
+            db.execute("ROLLBACK")
             raise
+    except BaseException:
+        if ahead.error is not None:
+            raise ahead.error from None
+        raise
+    finally:
+        ahead.close()
+
+
+class Checkpointer:
+    """Copies each load's pages from the write-ahead log into the database file (``wal_checkpoint``,
+    ≈ 0.4 s per 100 MB, mostly ``fsync``) in a thread, after the load's answer: the parent goes on, and
+    so does the next load (a passive checkpoint and a writer do not wait for each other). The rows are
+    committed and visible before that, as after any commit of the store's own connections (whose
+    checkpoints SQLite also runs after the commit)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Database] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def after(self, db: Database) -> None:
+        """Checkpoint ``db``'s database, then close ``db``."""
+        self._queue.put(db)
+
+    def _run(self) -> None:
+        while True:
+            db = self._queue.get()
+            try:
+                with contextlib.suppress(Exception):  # one that cannot finish now happens later
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                with contextlib.suppress(Exception):
+                    db.close()
+            finally:
+                self._queue.task_done()
+
+    def wait(self) -> None:
+        """Until every checkpoint asked for is done."""
+        self._queue.join()
+
+
+def serve(inbox: Inbox, replies: IO[bytes], idle: float) -> None:
+    """Answer requests until the parent closes the stream (or sends none for ``idle`` seconds); each
+    load's checkpoint follows in the :class:`Checkpointer` (``sync`` is answered once they are done)."""
+    checkpointer = Checkpointer()
+    while inbox.wait(idle) and (line := inbox.readline()):
+        spec = json.loads(line)
+        if spec.get("op") == "sync":
+            checkpointer.wait()
+            _reply(replies, SYNCED)
+            continue
+        _reply(replies, READY)
+        data = Frames(inbox)
+        db: Database | None = None
+        try:
+            db = Database(spec["path"])
+            ingest(db, spec, io.BufferedReader(data, 1 << 20))
+        except BaseException as exc:
+            _reply(replies, FAILED + json.dumps(f"{type(exc).__name__}: {exc}").encode() + b"\n")
+            data.drain()
+            if db is not None:
+                with contextlib.suppress(Exception):
+                    db.close()
+        else:
+            _reply(replies, COMMITTED)
+            checkpointer.after(db)
+    checkpointer.wait()
+
+
+def _reply(replies: IO[bytes], message: bytes) -> None:
+    replies.write(message)
+    replies.flush()
 
 
 def main() -> None:
-    """Report the commit on stdout, then leave at once: Arrow's reader threads can abort the interpreter's
-    teardown ("terminate called without an active exception"), which must not look like a failed load."""
+    """Serve, then leave at once: Arrow's threads can abort the interpreter's teardown ("terminate called
+    without an active exception"), which must not look like a failure."""
     try:
-        _ingest(json.loads(sys.argv[1]), sys.stdin.buffer)
-    except BaseException as exc:
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        os._exit(1)
-    sys.stdout.buffer.write(COMMITTED)
-    sys.stdout.buffer.flush()
-    os._exit(0)
+        import adbc_driver_manager  # noqa: F401  (while the parent prepares its first request)
+        import adbc_driver_sqlite  # noqa: F401
+        import pyarrow  # noqa: F401
+
+        serve(Inbox(sys.stdin.fileno()), sys.stdout.buffer, float(sys.argv[1]))
+    finally:
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,12 @@ read back, so "missing" and "empty string" stay different.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.kernel.resource import Resource
+from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.shapes import (
     SCAN_BATCH,
     JoinKind,
@@ -45,6 +47,14 @@ class VirtualFileStore(Resource):
 
     database_url: str
     """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user:password@host/db`` (secret)."""
+
+    def close(self) -> None:
+        """Stop this database's SQLite loader process, if this process started one (a later column-wise
+        load starts it again)."""
+        loaders = sys.modules.get("connector_ops.resources.virtual_files.sqlite_loader")
+        path = self.database_url.startswith("sqlite") and sqlite_path(self.database_url)
+        if loaders is not None and path:
+            loaders.close_loader(path)
 
     def single_host(self) -> str | None:
         if self.database_url.startswith("sqlite"):
@@ -69,7 +79,14 @@ class VirtualFileStore(Resource):
         return self.sql.create_from_dicts(batches, columns, field)
 
     def columnar_load_pays(self, size: int | None) -> bool:
-        """Whether loading ``size`` bytes column-wise (``create_from_csv``/``create_from_arrow``) is faster."""
+        """Whether loading ``size`` bytes column-wise (``create_from_csv``/``create_from_arrow``) is faster.
+        On a SQLite file this is answered (and the loader process started) before SQLAlchemy is imported,
+        so the two overlap."""
+        path = sqlite_path(self.database_url) if self.database_url.startswith("sqlite") else None
+        if path is not None:
+            from connector_ops.resources.virtual_files.sqlite_loader import worth_it
+
+            return worth_it(path, size)
         return self.sql.columnar_load_pays(size)
 
     def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str, *,
@@ -78,6 +95,12 @@ class VirtualFileStore(Resource):
         per column); returns its id. Raises on anything else, leaving nothing (the caller reads row-wise);
         ``csv_copy.NotForCopy`` asks for another try ``through_arrow`` (PostgreSQL)."""
         return self.sql.create_from_csv(columns, stream, delimiter, through_arrow=through_arrow)
+
+    def create_from_ndjson(self, columns: Sequence[str], stream: IO[bytes]) -> str:
+        """A new virtual file from NDJSON whose every value is a string or null and whose keys are ``columns``,
+        parsed column-wise; returns its id. Raises on anything else (other keys or types, not one object a
+        line), leaving nothing (the caller reads row-wise)."""
+        return self.sql.create_from_ndjson(columns, stream)
 
     def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
         """A new virtual file with ``columns`` holding every Arrow record batch (columns aligned with

@@ -56,7 +56,9 @@ def _long_push_notebook(path: Path) -> None:
         f"    w.writerows((f'SO-{{i}}', ('North', 'South', 'East', 'West')[i % 4], f'Widget {{i % 97}}', i % 50,"
         f" i / 7) for i in range({LONG_PUSH_ROWS}))",
         "%connectors add-file big.csv -o big",
-        '%etl push -o big_vf {"platformFile": {{big}}}',
+        # a Push long enough for the bar's 0.5 s delay: the columnar path loads 250k rows in less, so the
+        # file is read as cp1252 (the row-by-row reader, same progress reporting)
+        '%etl push -o big_vf {"platformFile": {{big}}, "parameters": {"encoding": "cp1252"}}',
         "print('pushed', big_vf['virtualFileId'])",
     ]
     book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])

@@ -1,0 +1,79 @@
+"""NDJSON rows as Arrow record batches of strings: Arrow's C JSON reader, with an audit that the file is
+NDJSON (one object per line).
+
+The caller (``connector_ops.etl.ndjson_fast``) has already decided from the first block that every value
+is a string or null; here the file is read with an explicit all-string schema, so a later value of
+another type, or another key, fails the read. Arrow also accepts an object spread over several lines and
+several objects on one line, which NDJSON (and the row reader) refuses: the bytes are audited as Arrow
+reads them, and once the last batch is out the number of non-blank lines must equal the number of rows,
+else :class:`NotNDJSON` is raised — before the load commits, so nothing is left.
+
+Memory: Arrow's reader, left to its thread pool, parses blocks ahead of a slow consumer (+100 MiB at
+1 MiB blocks); it runs single-threaded here, and the load overlaps it with the inserts instead
+(:mod:`.sqlite_ingest` reads batches ahead in a thread; PostgreSQL's ``COPY`` runs in the server).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
+
+#: Arrow's block: the unit of parsing and of memory
+BLOCK = 1 << 20
+_BLANK = re.compile(rb"\n[ \t\r]*(?=\n)")
+
+
+class NotNDJSON(ValueError):
+    """Arrow read the bytes, but not as one object per line."""
+
+
+class _LineAudit(io.RawIOBase):
+    """Counts the non-blank lines of the bytes read through it, whole lines at a time."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._partial = b""
+        self.lines = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        chunk = self._stream.read(len(view))
+        if not chunk:
+            if self._partial.strip():
+                self.lines += 1
+            self._partial = b""
+            return 0
+        view[:len(chunk)] = chunk
+        cut = chunk.rfind(b"\n") + 1
+        if not cut:
+            self._partial += chunk
+            return len(chunk)
+        whole = self._partial + chunk[:cut] if self._partial else chunk[:cut]
+        self._partial = chunk[cut:]
+        # every whole line ends with \n; a blank one is \n, spaces, \n (the start counts as \n)
+        self.lines += whole.count(b"\n") - len(_BLANK.findall(b"\n" + whole))
+        return len(chunk)
+
+
+def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK) -> Iterator[Any]:
+    """Record batches of ``columns`` (in that order), every value read as text (no date inference); any
+    other key, a value that is not a string or null, or bytes that are not one object per line, raise."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    audit = _LineAudit(stream)
+    parse = pj.ParseOptions(explicit_schema=pa.schema([(c, pa.string()) for c in columns]),
+                            unexpected_field_behavior="error")
+    reader = pj.open_json(io.BufferedReader(audit, block),
+                          read_options=pj.ReadOptions(block_size=block, use_threads=True), parse_options=parse)
+    rows = 0
+    for batch in reader:
+        rows += batch.num_rows
+        yield batch
+    if rows != audit.lines:
+        raise NotNDJSON(f"{rows} objects on {audit.lines} lines")

@@ -1,0 +1,48 @@
+"""SQLite WAL checkpoints off the writers' path (resources/virtual_files/checkpoints.py): the store's
+connections never checkpoint inside a commit; after a large write a background thread copies the log into
+the database file; readers and writers see the same rows throughout."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from connector_ops.resources.virtual_files import checkpoints
+from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+
+def test_the_store_connections_leave_checkpoints_to_the_thread(tmp_path):
+    store = VirtualFileStore(database_url=f"sqlite:///{tmp_path / 'vf.db'}")
+    with store.sql.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
+
+
+def test_a_large_write_is_checkpointed_in_the_background(tmp_path, monkeypatch):
+    path = tmp_path / "vf.db"
+    store = VirtualFileStore(database_url=f"sqlite:///{path}")
+    asked: list[str] = []
+    real = checkpoints.checkpoint
+
+    def recording(p: str) -> None:
+        asked.append(p)
+        real(p)
+
+    monkeypatch.setattr(checkpoints, "checkpoint", recording)
+    small = store.create_from_batches(["a"], [[("x",)]])
+    checkpoints.wait()
+    assert asked == []  # a small log is left alone
+    big = store.create_from_batches(["a", "b"], [[(str(i), "v" * 60) for i in range(100_000)]])
+    checkpoints.wait()
+    assert asked == [str(path)]
+    conn = sqlite3.connect(path)
+    try:
+        busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    finally:
+        conn.close()
+    assert busy == 0 and log == done  # everything was already copied into the database file
+    assert store.summary(big, 1) == (100_000, ["a", "b"], [{"a": "0", "b": "v" * 60}])
+    assert store.summary(small, 0)[0] == 1
+
+
+def test_a_checkpoint_of_a_removed_file_creates_nothing(tmp_path):
+    checkpoints.checkpoint(str(tmp_path / "gone.db"))
+    assert not (tmp_path / "gone.db").exists()
