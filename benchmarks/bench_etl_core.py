@@ -40,6 +40,7 @@ from benchmarks.common import (
     ratio_row,
     sample_csv,
     settled,
+    warm_up,
 )
 from connector_ops import invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
@@ -49,21 +50,6 @@ QUERY_VALUES = CITIES[:20]
 
 
 # -- connector-ops -------------------------------------------------------------------------------
-def warm_up(resources: dict[str, Any], csv_path: Path, work: Path) -> None:
-    """Pay the process's one-time costs before any step is measured, and show them: a Push of the file's
-    first 8 MiB imports the action's modules and, on the columnar path, starts Arrow's thread pool and its
-    allocator's per-thread arenas (≈ +60–75 MiB on the first parse, kept for reuse). Otherwise they would
-    land on whichever step comes first; a step's peak Δ is then what the step itself holds, the figure
-    that must stay flat from 1M to 4M rows."""
-    slice_path = work / "warm-up.csv"
-    with csv_path.open("rb") as source:
-        head = source.read(8 << 20)
-    slice_path.write_bytes(head[: head.rfind(b"\n") + 1])
-    pf = resources["platform_files"].add_file(slice_path).to_json()
-    measure("warm-up: Push of the first 8 MiB (not a step)",
-            lambda: invoke("etl.push", {"platformFile": pf}, resources))
-
-
 def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work: Path) -> dict[str, Measurement]:
     pf = resources["platform_files"].add_file(csv_path).to_json()
     out: dict[str, Measurement] = {}
