@@ -8,9 +8,9 @@ several objects on one line, which NDJSON (and the row reader) refuses: the byte
 reads them, and once the last batch is out the number of non-blank lines must equal the number of rows,
 else :class:`NotNDJSON` is raised — before the load commits, so nothing is left.
 
-Memory: Arrow's reader, left to its thread pool, parses blocks ahead of a slow consumer (+100 MiB at
-1 MiB blocks); it runs single-threaded here, and the load overlaps it with the inserts instead
-(:mod:`.sqlite_ingest` reads batches ahead in a thread; PostgreSQL's ``COPY`` runs in the server).
+Memory: Arrow's reader, left to its thread pool, parses blocks ahead of a slow consumer; only the SQLite
+loader process lets it (:mod:`.sqlite_ingest`, which also reads batches ahead of the inserts in a thread);
+on PostgreSQL it parses alone while the server's ``COPY`` stores the previous batches.
 """
 
 from __future__ import annotations
@@ -60,9 +60,12 @@ class _LineAudit(io.RawIOBase):
         return len(chunk)
 
 
-def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK) -> Iterator[Any]:
+def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK, *,
+                   threads: bool = False) -> Iterator[Any]:
     """Record batches of ``columns`` (in that order), every value read as text (no date inference); any
-    other key, a value that is not a string or null, or bytes that are not one object per line, raise."""
+    other key, a value that is not a string or null, or bytes that are not one object per line, raise.
+    ``threads``: Arrow's thread pool parses blocks ahead (the SQLite loader process, where the parse is the
+    longer half of the work; its pool and arenas cost ≈ 60 MiB, so the store's own process parses alone)."""
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -70,7 +73,7 @@ def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK
     parse = pj.ParseOptions(explicit_schema=pa.schema([(c, pa.string()) for c in columns]),
                             unexpected_field_behavior="error")
     reader = pj.open_json(io.BufferedReader(audit, block),
-                          read_options=pj.ReadOptions(block_size=block, use_threads=True), parse_options=parse)
+                          read_options=pj.ReadOptions(block_size=block, use_threads=threads), parse_options=parse)
     rows = 0
     for batch in reader:
         rows += batch.num_rows

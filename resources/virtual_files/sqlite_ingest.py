@@ -145,7 +145,7 @@ def batches_of(spec: dict[str, Any], source: IO[bytes]) -> Iterator[Any]:
     elif spec["format"] == "ndjson":
         from connector_ops.resources.virtual_files.ndjson_columns import ndjson_batches
 
-        yield from ndjson_batches(source, spec["columns"], spec["block"])
+        yield from ndjson_batches(source, spec["columns"], spec["block"], threads=True)
     else:
         import pyarrow as pa
 
