@@ -3,10 +3,12 @@ path, DataFrame push).
 
 SQLite: ADBC in the loader process (:mod:`.sqlite_loader`, :mod:`.sqlite_ingest`), which parses CSV and
 NDJSON itself from the bytes it is sent; it is started once and reused (``sqlite_loader.worth_it`` says
-from which size a load uses it); smaller loads go through the row loader. PostgreSQL: each Arrow batch
-is written as CSV by Arrow's C writer (every string quoted; a missing value an empty unquoted field, which
-``COPY`` reads as NULL) into one ``COPY … (FORMAT csv)``, so the server parses in C while we convert the
-next batch. Either way the virtual file exists only if the whole load succeeded.
+from which size a load uses it); smaller loads go through the row loader. PostgreSQL: checked CSV bytes
+go straight into the server's own ``COPY … (FORMAT csv)`` (:mod:`.csv_copy`); Arrow batches (NDJSON,
+DataFrames, CSV with lines ``COPY`` reads otherwise) are written as CSV by Arrow's C writer (strings quoted
+where needed; a missing value an empty unquoted field, which ``COPY`` reads as NULL) into one ``COPY``, so
+the server parses in C while we convert the next batch. Either way the virtual file exists only if the
+whole load succeeded.
 """
 
 from __future__ import annotations
