@@ -105,7 +105,8 @@ class Loader:
     @property
     def pid(self) -> int | None:
         """The running loader's process id (``None`` before the first load or after closing)."""
-        return self._child.pid if self._child is not None and self._child.poll() is None else None
+        child = self._child  # read once: another thread may end it meanwhile
+        return child.pid if child is not None and child.poll() is None else None
 
     def warm(self) -> None:
         """Start the loader now if it is not running (it loads its libraries while the caller prepares)."""
@@ -173,8 +174,9 @@ class Loader:
         raise AssertionError("unreachable")
 
     def _start(self) -> subprocess.Popen:
+        # its own session: a Ctrl-C at the terminal interrupts the parent, which then decides (kills it)
         self._child = subprocess.Popen([sys.executable, "-m", MODULE, str(IDLE_SECONDS)], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         return self._child
 
     def _kill(self) -> None:
