@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
+from connector_ops.resources.virtual_files.keys_after import keys_built_after
 from connector_ops.resources.virtual_files.shapes import JoinKind, Side
 
 if TYPE_CHECKING:
@@ -90,21 +91,9 @@ def _default_columns(left: Side, l_cols: Mapping[str, sa.ColumnElement], right: 
 
 
 def _insert(conn: sa.Connection, writer: RowWriter, select: sa.Select) -> None:
-    """``INSERT INTO <new file> (c0, …) SELECT …``: ``seq`` numbers rows in the SELECT's order.
-
-    PostgreSQL: the new file's primary key (its ``seq`` index) is built after the rows are in, in one
-    sorted pass, instead of one index entry per inserted row: 1.7 s instead of 2.3 s for the benchmark's
-    900k-row rejection file. The table is new in this transaction, so no one else sees it meanwhile, and
-    it ends with the same constraint (same name) as any other row table."""
+    """``INSERT INTO <new file> (c0, …) SELECT …``: ``seq`` numbers rows in the SELECT's order (on
+    PostgreSQL with the file's primary key built after its rows: :mod:`.keys_after`)."""
     table = row_table(writer.table_name, writer.ordinals)
     target = [table.c[internal_name(o)] for o in writer.ordinals]  # never empty: a key column exists
-    insert = sa.insert(table).from_select(target, select)
-    if conn.dialect.name != "postgresql":
-        conn.execute(insert)
-        return
-    quote = conn.dialect.identifier_preparer.quote
-    key = conn.execute(sa.text("SELECT conname FROM pg_constraint WHERE conrelid = CAST(:t AS regclass) "
-                               "AND contype = 'p'"), {"t": quote(writer.table_name)}).scalar_one()
-    conn.exec_driver_sql(f"ALTER TABLE {quote(writer.table_name)} DROP CONSTRAINT {quote(key)}")
-    conn.execute(insert)
-    conn.exec_driver_sql(f"ALTER TABLE {quote(writer.table_name)} ADD CONSTRAINT {quote(key)} PRIMARY KEY (seq)")
+    with keys_built_after(conn, [writer.table_name]):
+        conn.execute(sa.insert(table).from_select(target, select))

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.joins import join_into
+from connector_ops.resources.virtual_files.keys_after import keys_built_after
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import Querying
 from connector_ops.resources.virtual_files.refusal_sql import content_json, error_text
@@ -60,22 +61,23 @@ class Transforms(Writing, Querying):
             targets = [self.info(conn, f.vf_id) for f in (accepted, refused)]
             into = [[t.table.c.seq, *(t.column_map()[n] for n in cols)]
                     for t, cols in zip(targets, (names, refused_columns), strict=True)]
-            rows = sa.select(table.c.seq, *(columns[n] for n in names))
-            undecided = None
-            if verdicts is not None:
-                undecided = _decide(conn, table, columns, names, verdicts, targets, into)
-                rows = rows.join_from(table, undecided, undecided.c.seq == table.c.seq)
-            as_text = str if conn.dialect.name == "postgresql" else int  # COPY's text format takes strings
-            for page in stream(conn, rows.order_by(table.c.seq), batch_size or SCAN_BATCH):
-                decided: tuple[list, list] = ([], [])
-                for seq, *values in page:
-                    verdict = refuse(row_of(names, values))
-                    decided[verdict is not None].append((as_text(seq), *(values if verdict is None else verdict)))
-                for target, cols, batch in zip(targets, into, decided, strict=True):
-                    if batch:
-                        insert_batches(conn, target.table_name, [c.name for c in cols], [batch])
-            if undecided is not None:
-                undecided.drop(conn)
+            with keys_built_after(conn, [t.table_name for t in targets]):  # PostgreSQL: one sort each
+                rows = sa.select(table.c.seq, *(columns[n] for n in names))
+                undecided = None
+                if verdicts is not None:
+                    undecided = _decide(conn, table, columns, names, verdicts, targets, into)
+                    rows = rows.join_from(table, undecided, undecided.c.seq == table.c.seq)
+                as_text = str if conn.dialect.name == "postgresql" else int  # COPY's text format takes strings
+                for page in stream(conn, rows.order_by(table.c.seq), batch_size or SCAN_BATCH):
+                    decided: tuple[list, list] = ([], [])
+                    for seq, *values in page:
+                        verdict = refuse(row_of(names, values))
+                        decided[verdict is not None].append((as_text(seq), *(values if verdict is None else verdict)))
+                    for target, cols, batch in zip(targets, into, decided, strict=True):
+                        if batch:
+                            insert_batches(conn, target.table_name, [c.name for c in cols], [batch])
+                if undecided is not None:
+                    undecided.drop(conn)
             if conn.dialect.name == "postgresql":  # rows came with their seq: the next append numbers after them
                 for target in targets:
                     after = sa.select(sa.func.coalesce(sa.func.max(target.table.c.seq), 0) + 1).scalar_subquery()
