@@ -83,7 +83,7 @@ def _plainly_meets(rule: RuleShape, value: Any, d: Dialect) -> Any:
     """Does a present value meet the rule, read plainly (digits and one point, nothing else)? False is
     "not sure"; None when every present value meets it (a string without bounds)."""
     length = sa.func.length(value)
-    tests = [] if d.postgres else [sa.func.instr(value, sa.func.char(0)) == 0]  # SQLite stops at a NUL
+    tests = [] if d.postgres else [sa.not_(d.has_nul(value))]  # SQLite's functions stop at a NUL
     if rule.kind == "boolean":
         return sa.and_(*tests, sa.not_(not_boolean(value, d)))
     if rule.kind == "string":
@@ -91,15 +91,14 @@ def _plainly_meets(rule: RuleShape, value: Any, d: Dialect) -> Any:
                  ([length <= rule.high] if rule.high is not None else [])
         return sa.and_(*tests, *bounds) if bounds else None
     if rule.kind == "integer":
-        tests += [value != "", sa.not_(d.has_other_than(value, "0-9"))]
+        tests.append(sa.not_(_not_integer(value, d)))  # no sign: signed values are left to the exact check
         if rule.high is not None:
             tests.append(length <= rule.high)  # leading zeros counted: at least the digits the check counts
         if rule.low is not None:
             tests.append(d.greatest(sa.func.length(sa.func.ltrim(value, "0")), 1) >= rule.low)
         return sa.and_(*tests)
     dot = d.position(value, ".")
-    tests += [value.not_in(["", "."]), sa.not_(d.has_other_than(value, "0-9.")),
-              sa.not_(d.matches_any(value, ("*.*.*",), r"\..*\."))]
+    tests.append(sa.not_(_not_decimal(value, d)))
     if rule.precision is not None:
         p, s = rule.precision
         tests.append(sa.case((dot == 0, length <= p - s), else_=sa.and_(dot - 1 <= p - s, length - dot <= s)))
@@ -131,17 +130,25 @@ def _unsigned(value: Any) -> Any:
     return sa.case((sa.func.substr(value, 1, 1).in_(["+", "-"]), sa.func.substr(value, 2)), else_=value)
 
 
+def _not_integer(digits: Any, d: Dialect) -> Any:
+    """Is the unsigned text anything but one or more digits?"""
+    return sa.or_(digits == "", d.has_other_than(digits, "0-9"))
+
+
+def _not_decimal(digits: Any, d: Dialect) -> Any:
+    """Is the unsigned text anything but digits with at most one point (not empty, not a point alone)?"""
+    return sa.or_(digits.in_(["", "."]), d.has_other_than(digits, "0-9."),
+                  d.matches_any(digits, ("*.*.*",), r"\..*\."))
+
+
 def integer_parts(value: Any, d: Dialect) -> Number:
     body = _unsigned(value)
-    return Number(sa.or_(body == "", d.has_other_than(body, "0-9")),
-                  d.greatest(sa.func.length(sa.func.ltrim(body, "0")), 1))
+    return Number(_not_integer(body, d), d.greatest(sa.func.length(sa.func.ltrim(body, "0")), 1))
 
 
 def float_parts(value: Any, d: Dialect) -> Number:
-    """Digits with at most one point, not empty, not a point alone."""
     body = _unsigned(value)
-    two_points = d.matches_any(body, ("*.*.*",), r"\..*\.")
-    malformed = sa.or_(body.in_(["", "."]), d.has_other_than(body, "0-9."), two_points)
+    malformed = _not_decimal(body, d)
     dot = d.position(body, ".")
     before = sa.case((dot > 0, sa.func.substr(body, 1, dot - 1)), else_=body)
     after = sa.case((dot > 0, sa.func.substr(body, dot + 1)), else_="")
