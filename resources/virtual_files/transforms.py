@@ -63,20 +63,12 @@ class Transforms(Writing, Querying):
                     for t, cols in zip(targets, (names, refused_columns), strict=True)]
             with keys_built_after(conn, [t.table_name for t in targets]):  # PostgreSQL: one sort each
                 rows = sa.select(table.c.seq, *(columns[n] for n in names))
-                undecided = None
-                if verdicts is not None:
+                if verdicts is None:
+                    _refuse_in_python(conn, rows, names, refuse, targets, into, batch_size)
+                else:
                     undecided = _decide(conn, table, columns, names, verdicts, targets, into)
-                    rows = rows.join_from(table, undecided, undecided.c.seq == table.c.seq)
-                as_text = str if conn.dialect.name == "postgresql" else int  # COPY's text format takes strings
-                for page in stream(conn, rows.order_by(table.c.seq), batch_size or SCAN_BATCH):
-                    decided: tuple[list, list] = ([], [])
-                    for seq, *values in page:
-                        verdict = refuse(row_of(names, values))
-                        decided[verdict is not None].append((as_text(seq), *(values if verdict is None else verdict)))
-                    for target, cols, batch in zip(targets, into, decided, strict=True):
-                        if batch:
-                            insert_batches(conn, target.table_name, [c.name for c in cols], [batch])
-                if undecided is not None:
+                    _refuse_in_python(conn, rows.join_from(table, undecided, undecided.c.seq == table.c.seq),
+                                      names, refuse, targets, into, batch_size)
                     undecided.drop(conn)
             if conn.dialect.name == "postgresql":  # rows came with their seq: the next append numbers after them
                 for target in targets:
@@ -113,6 +105,22 @@ def _write_rows(writer: RowWriter, rows: Iterable[Mapping[str, str | None]]) -> 
         out.append(tuple(map(row.get, writer.names)))
     if out:
         writer.write_tuples(writer.names, out)
+
+
+def _refuse_in_python(conn: sa.Connection, rows: sa.Select, names: Sequence[str], refuse: Refusal,
+                      targets: Sequence[VirtualFileInfo], into: Sequence[Sequence[Any]],
+                      batch_size: int | None) -> None:
+    """Hand each of ``rows`` (``seq`` and the values of ``names``) to ``refuse`` and write it, with its
+    ``seq``, to the accepted file or its verdict to the refused file, a page at a time."""
+    as_text = str if conn.dialect.name == "postgresql" else int  # COPY's text format takes strings
+    for page in stream(conn, rows.order_by(rows.selected_columns[0]), batch_size or SCAN_BATCH):
+        decided: tuple[list, list] = ([], [])
+        for seq, *values in page:
+            verdict = refuse(row_of(names, values))
+            decided[verdict is not None].append((as_text(seq), *(values if verdict is None else verdict)))
+        for target, cols, batch in zip(targets, into, decided, strict=True):
+            if batch:
+                insert_batches(conn, target.table_name, [c.name for c in cols], [batch])
 
 
 def _decide(conn: sa.Connection, table: sa.Table, columns: Mapping[str, Any], names: Sequence[str],
