@@ -26,8 +26,8 @@ from connector_ops.resources.virtual_files import ndjson_columns, sqlite_loader
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.csv_columns import BLOCK, CheckedBytes, csv_batches
-from connector_ops.resources.virtual_files.csv_copy import CopyableLines, copy_statement, copyable_delimiter
-from connector_ops.resources.virtual_files.loaders import open_copy
+from connector_ops.resources.virtual_files.csv_copy import COPY_OPTIONS, CopyableLines, copyable_delimiter
+from connector_ops.resources.virtual_files.loaders import copy_sql, open_copy
 from connector_ops.resources.virtual_files.ndjson_columns import ndjson_batches
 from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.writing import Writing
@@ -56,8 +56,7 @@ class ArrowLoading(Writing):
                                   lambda sink: _copy_stream(stream, sink))
         if self.dialect == "postgresql" and not through_arrow and copyable_delimiter(delimiter):
             checked = CopyableLines(CheckedBytes(stream, delimiter.encode()))
-            return self._copy(columns, lambda table, names: copy_statement(table, names, delimiter),
-                              iter(lambda: checked.read(BLOCK), b""))
+            return self._copy(columns, iter(lambda: checked.read(BLOCK), b""), COPY_OPTIONS, delimiter=delimiter)
         return self.create_from_arrow(columns, csv_batches(stream, len(columns), delimiter))
 
     def create_from_ndjson(self, columns: Sequence[str], stream: IO[bytes]) -> str:
@@ -112,13 +111,8 @@ class ArrowLoading(Writing):
     def _copy_csv(self, columns: Sequence[str], batches: Iterable[Any]) -> str:
         """Arrow batches as CSV (strings quoted where needed, a null an empty unquoted field: NULL)."""
         import pyarrow.csv as pacsv
-        from psycopg import sql
 
         options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
-
-        def statement(table: str, names: Sequence[str]) -> Any:
-            return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-                sql.Identifier(table), sql.SQL(", ").join(sql.Identifier(n) for n in names))
 
         def chunks() -> Iterator[Any]:
             for batch in batches:
@@ -127,17 +121,16 @@ class ArrowLoading(Writing):
                     pacsv.write_csv(batch, buffer, write_options=options)
                     yield buffer.getbuffer()
 
-        return self._copy(columns, statement, chunks())
+        return self._copy(columns, chunks(), " (FORMAT csv)")
 
-    def _copy(self, columns: Sequence[str], statement: Callable[[str, Sequence[str]], Any],
-              chunks: Iterable[Any]) -> str:
-        """A new virtual file filled by one streamed ``COPY`` (``statement(table, internal column names)``)."""
+    def _copy(self, columns: Sequence[str], chunks: Iterable[Any], options: str, **literals: str) -> str:
+        """A new virtual file filled by one streamed ``COPY`` with ``options`` (:func:`.loaders.copy_sql`)."""
         with self.writing() as conn:
             writer = self.new_file(conn, columns)
             if not columns:
                 return writer.vf_id
-            sql_text = statement(writer.table_name, [internal_name(o) for o in writer.ordinals])
-            with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, sql_text) as copy:
+            statement = copy_sql(writer.table_name, [internal_name(o) for o in writer.ordinals], options, **literals)
+            with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
                 for chunk in chunks:
                     copy.write(chunk)
         return writer.vf_id

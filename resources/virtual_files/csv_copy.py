@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
 from typing import IO, Any
 
 #: two line breaks in a row make an empty line (a CRLF is one break: LF LF, LF CR, CR CR are two)
@@ -76,14 +75,9 @@ class CopyableLines(io.RawIOBase):
         return lines
 
 
-def copy_statement(table_name: str, columns: Sequence[str], delimiter: str) -> Any:
-    """``COPY table (columns) FROM STDIN`` in CSV format as the ``csv`` module reads it."""
-    from psycopg import sql
-
-    names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv, DELIMITER {}, QUOTE '\"', ESCAPE '\"', "
-                   "FORCE_NOT_NULL ({}), ENCODING 'UTF8')").format(
-        sql.Identifier(table_name), names, sql.Literal(delimiter), names)
+#: the options of ``COPY … FROM STDIN`` (:func:`.loaders.copy_sql`) that read CSV as the ``csv`` module does
+COPY_OPTIONS = (" (FORMAT csv, DELIMITER {delimiter}, QUOTE '\"', ESCAPE '\"', FORCE_NOT_NULL ({columns}), "
+                "ENCODING 'UTF8')")
 
 
 def copyable_delimiter(delimiter: str) -> bool:

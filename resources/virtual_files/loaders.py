@@ -67,6 +67,16 @@ def _executemany_batches(conn: sa.Connection, table_name: str, columns: Sequence
 COPY_QUEUE = 8
 
 
+def copy_sql(table_name: str, columns: Sequence[str], options: str = "", **literals: str) -> Any:
+    """``COPY table (columns) FROM STDIN`` and ``options``: a template in which ``{columns}`` is the column
+    list again and every other field one of ``literals``, quoted as SQL literals."""
+    from psycopg import sql
+
+    return sql.SQL("COPY {table} ({columns}) FROM STDIN" + options).format(
+        table=sql.Identifier(table_name), columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        **{name: sql.Literal(value) for name, value in literals.items()})
+
+
 def open_copy(cursor: Any, statement: Any) -> Any:
     """``cursor.copy(statement)`` whose writer thread queues at most ``COPY_QUEUE`` buffers.
 
@@ -83,11 +93,8 @@ def open_copy(cursor: Any, statement: Any) -> Any:
 def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
                   batches: Iterable[list[Sequence]]) -> int:
     import psycopg
-    from psycopg import sql
 
-    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(table_name), sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-    )
+    statement = copy_sql(table_name, columns)
     n = 0
     try:
         with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
