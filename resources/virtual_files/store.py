@@ -52,14 +52,18 @@ class VirtualFileStore(Resource):
         """Stop this database's SQLite loader process, if this process started one (a later column-wise
         load starts it again)."""
         loaders = sys.modules.get("connector_ops.resources.virtual_files.sqlite_loader")
-        path = self.database_url.startswith("sqlite") and sqlite_path(self.database_url)
-        if loaders is not None and path:
-            loaders.close_loader(path)
+        if loaders is not None and self._sqlite_file is not None:
+            loaders.close_loader(self._sqlite_file)
 
     def single_host(self) -> str | None:
         if self.database_url.startswith("sqlite"):
             return "virtual files are in a SQLite file of one host; set CONNECTOR_OPS_DATABASE_URL to PostgreSQL"
         return None
+
+    @property
+    def _sqlite_file(self) -> str | None:
+        """The SQLite file of ``database_url`` (``None``: PostgreSQL, or SQLite in memory)."""
+        return sqlite_path(self.database_url) if self.database_url.startswith("sqlite") else None
 
     @property
     def sql(self) -> SqlStore:
@@ -82,11 +86,10 @@ class VirtualFileStore(Resource):
         """Whether loading ``size`` bytes column-wise (``create_from_csv``/``create_from_arrow``) is faster.
         On a SQLite file this is answered (and the loader process started) before SQLAlchemy is imported,
         so the two overlap."""
-        path = sqlite_path(self.database_url) if self.database_url.startswith("sqlite") else None
-        if path is not None:
+        if self._sqlite_file is not None:
             from connector_ops.resources.virtual_files.sqlite_loader import worth_it
 
-            return worth_it(path, size)
+            return worth_it(self._sqlite_file, size)
         return self.sql.columnar_load_pays(size)
 
     def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str, *,
