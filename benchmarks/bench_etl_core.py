@@ -72,7 +72,6 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
                                                 lambda: push_frame(frames[0], resources), store)
         frames.clear()
         out["pull_df"] = measure("connector-ops pull_frame (pandas)", lambda: len(pull_frame(vf, resources=resources)))
-        store = resources["virtual_files"]
         with store.sql.reading() as conn:
             table = store.sql.info(conn, vf).table_name
         select = f'SELECT {", ".join(f"c{i}" for i in range(8))} FROM "{table}" ORDER BY seq'

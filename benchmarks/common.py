@@ -44,8 +44,9 @@ def sample_csv(rows: int) -> Path:
     return path
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as handle:
+def _status(field: str, pid: int | str = "self") -> int:
+    """A memory figure of ``/proc/<pid>/status`` in bytes (0 when the process is gone)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as handle:
         for line in handle:
             if line.startswith(field):
                 return int(line.split()[1]) * 1024
@@ -77,14 +78,6 @@ def measure(name: str, fn: Callable[[], Any]) -> Measurement:
     peak = max(_status("VmHWM:") - before, 0) / 2**20
     print(f"  {name:55s} {seconds:8.2f} s  peak +{peak:7.1f} MiB", flush=True)
     return Measurement(name, seconds, peak, value)
-
-
-def _pid_status(pid: int, field: str) -> int:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith(field):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 @dataclass
@@ -122,7 +115,7 @@ def measure_settled(name: str, fn: Callable[[], Any], store: Any) -> tuple[Measu
     if before_pid is not None:
         with contextlib.suppress(OSError), open(f"/proc/{before_pid}/clear_refs", "w") as handle:
             handle.write("5")
-        before = _pid_status(before_pid, "VmRSS:")
+        before = _status("VmRSS:", before_pid)
     m = measure(name, fn)
     pid = loader.pid
     start = time.perf_counter()
@@ -130,7 +123,7 @@ def measure_settled(name: str, fn: Callable[[], Any], store: Any) -> tuple[Measu
     checkpoints.wait()
     settling = Settling(time.perf_counter() - start)
     if pid is not None:
-        peak = _pid_status(pid, "VmHWM:")
+        peak = _status("VmHWM:", pid)
         settling.loader_peak_mib = peak / 2**20
         settling.loader_delta_mib = (peak - before) / 2**20 if pid == before_pid else None
     print(f"  {'':55s} {settling.text()}", flush=True)
