@@ -121,3 +121,31 @@ def test_date_like_strings_stay_text_on_the_columnar_path(resources, monkeypatch
     assert ran == []
     assert result == ("rows", ["day", "at", "n"], [
         {"day": "2026-01-05", "at": "2026-01-05T10:00:00Z", "n": "007"}, {"day": "2026-13-45"}], 2)
+
+
+class _Trickle:
+    """A stream that hands out its bytes in reads of the given sizes (then what is left), so lines and
+    runs of blanks straddle the reads wherever hypothesis puts the cuts."""
+
+    def __init__(self, data: bytes, sizes: list[int]) -> None:
+        self._data, self._sizes, self._at = data, sizes, 0
+
+    def read(self, n: int) -> bytes:
+        size = min(n, self._sizes.pop(0) if self._sizes else n)
+        chunk = self._data[self._at:self._at + size]
+        self._at += len(chunk)
+        return chunk
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(lines=st.lists(st.sampled_from(["{}", '{"a": "x"}', " {}", "", " ", "\t", "\r", " \r \t", "x", "\r{}"]),
+                      max_size=30),
+       last_newline=st.booleans(), sizes=st.lists(st.integers(1, 12), max_size=40))
+def test_the_line_audit_counts_non_blank_lines_across_any_cuts(lines, last_newline, sizes):
+    """The audit's count is the lines that hold anything but spaces, tabs and CRs, however the reads fall."""
+    data = "\n".join(lines).encode() + (b"\n" if last_newline and lines else b"")
+    audit = ndjson_columns._LineAudit(_Trickle(data, sizes))
+    buffer = bytearray(16)
+    while audit.readinto(buffer):
+        pass
+    assert audit.lines == sum(1 for line in data.split(b"\n") if line.strip(b" \t\r"))

@@ -22,7 +22,9 @@ from typing import IO, Any
 
 #: Arrow's block: the unit of parsing and of memory
 BLOCK = 1 << 20
-_BLANK = re.compile(rb"\n[ \t\r]*(?=\n)")
+_BLANK = re.compile(rb"\n[ \t\r]*(?=\n)")  # a blank line, from the newline before it
+_BLANK_START = re.compile(rb"\n[\n \t\r]")  # where one may start (one pass, unlike four finds)
+_NOT_BLANK = re.compile(rb"[^ \t\r\n]")
 
 
 class NotNDJSON(ValueError):
@@ -30,11 +32,13 @@ class NotNDJSON(ValueError):
 
 
 class _LineAudit(io.RawIOBase):
-    """Counts the non-blank lines of the bytes read through it, whole lines at a time."""
+    """Counts the non-blank lines of the bytes read through it, a chunk at a time without copying lines:
+    newlines are counted in C, and the blank lines (only spaces, tabs and CRs) looked for only in a chunk
+    that has a newline followed by one of those."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
-        self._partial = b""
+        self._blank_tail = True  # the line read so far (after the last newline) is blank
         self.lines = 0
 
     def readable(self) -> bool:
@@ -44,19 +48,20 @@ class _LineAudit(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         chunk = self._stream.read(len(view))
         if not chunk:
-            if self._partial.strip():
-                self.lines += 1
-            self._partial = b""
+            self.lines += not self._blank_tail
+            self._blank_tail = True
             return 0
         view[:len(chunk)] = chunk
-        cut = chunk.rfind(b"\n") + 1
-        if not cut:
-            self._partial += chunk
+        first = chunk.find(b"\n")
+        if first < 0:
+            self._blank_tail = self._blank_tail and not _NOT_BLANK.search(chunk)
             return len(chunk)
-        whole = self._partial + chunk[:cut] if self._partial else chunk[:cut]
-        self._partial = chunk[cut:]
-        # every whole line ends with \n; a blank one is \n, spaces, \n (the start counts as \n)
-        self.lines += whole.count(b"\n") - len(_BLANK.findall(b"\n" + whole))
+        last = chunk.rfind(b"\n")
+        blank = self._blank_tail and not _NOT_BLANK.search(chunk, 0, first)
+        if _BLANK_START.search(chunk, first, last + 1):
+            blank += len(_BLANK.findall(chunk, first, last + 1))
+        self.lines += chunk.count(b"\n") - blank
+        self._blank_tail = not _NOT_BLANK.search(chunk, last + 1)
         return len(chunk)
 
 
