@@ -45,6 +45,13 @@ class Dialect:
         """SQLite only (PostgreSQL text holds no NUL): its length() and GLOB stop at one."""
         return sa.func.instr(value, sa.func.char(0)) > 0
 
+    def octets(self, value: Any) -> Any:
+        """The value's length in bytes, never less than its length in characters; on SQLite counted past a
+        NUL (``length()`` of the text stops there; of a BLOB it is the stored size)."""
+        if self.postgres:
+            return sa.func.octet_length(value)
+        return sa.func.length(sa.cast(value, sa.LargeBinary))
+
     def greatest(self, *values: Any) -> Any:
         return sa.func.greatest(*values) if self.postgres else sa.func.max(*values)
 
@@ -83,13 +90,15 @@ def _plainly_meets(rule: RuleShape, value: Any, d: Dialect) -> Any:
     """Does a present value meet the rule, read plainly (digits and one point, nothing else)? False is
     "not sure"; None when every present value meets it (a string without bounds)."""
     length = sa.func.length(value)
+    if rule.kind == "string":  # no NUL test on SQLite: a NUL makes length() short, which only fails a low
+        # bound, and the bytes (never fewer than the characters) bound a high one
+        longest = length if d.postgres else d.octets(value)
+        bounds = ([length >= rule.low] if rule.low is not None else []) + \
+                 ([longest <= rule.high] if rule.high is not None else [])
+        return sa.and_(*bounds) if bounds else None
     tests = [] if d.postgres else [sa.not_(d.has_nul(value))]  # SQLite's functions stop at a NUL
     if rule.kind == "boolean":
         return sa.and_(*tests, sa.not_(not_boolean(value, d)))
-    if rule.kind == "string":
-        bounds = ([length >= rule.low] if rule.low is not None else []) + \
-                 ([length <= rule.high] if rule.high is not None else [])
-        return sa.and_(*tests, *bounds) if bounds else None
     if rule.kind == "integer":
         tests.append(sa.not_(_not_integer(value, d)))  # no sign: signed values are left to the exact check
         if rule.high is not None:
