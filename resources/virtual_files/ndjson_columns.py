@@ -57,7 +57,7 @@ class _LineAudit(io.RawIOBase):
             self._blank_tail = self._blank_tail and not _NOT_BLANK.search(chunk)
             return len(chunk)
         last = chunk.rfind(b"\n")
-        blank = self._blank_tail and not _NOT_BLANK.search(chunk, 0, first)
+        blank = int(self._blank_tail and not _NOT_BLANK.search(chunk, 0, first))  # the line ending at first
         if _BLANK_START.search(chunk, first, last + 1):
             blank += len(_BLANK.findall(chunk, first, last + 1))
         self.lines += chunk.count(b"\n") - blank
