@@ -9,7 +9,7 @@ stored (``infer_types`` turns a column into numbers only where that loses nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from connector_ops.etl.readers import cell_text
@@ -116,9 +116,8 @@ def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | Non
     """The rows of ``vf_id`` as a DataFrame (or a pyarrow Table): strings, missing values as nulls."""
     import pyarrow as pa
 
-    names, pages = store.scan_tuples(vf_id, columns, field=field)
-    schema = pa.schema([(n, pa.string()) for n in names])
-    table = pa.Table.from_batches(list(_batches(schema, pages)), schema)
+    names, batches = store.scan_arrow(vf_id, columns, field=field)
+    table = pa.Table.from_batches(list(batches), pa.schema([(n, pa.string()) for n in names]))
     if infer_types:
         table = pa.table([_lossless(c) for c in table.columns], names=names)
     if kind == "pyarrow":
@@ -128,16 +127,6 @@ def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | Non
 
         return pl.from_arrow(table)
     return table.to_pandas()
-
-
-def _batches(schema: Any, pages: Iterator[list[tuple]]) -> Iterator[Any]:
-    import pyarrow as pa
-
-    for page in pages:
-        if not page:
-            continue
-        by_column = list(zip(*page, strict=True)) if schema.names else []
-        yield pa.RecordBatch.from_arrays([pa.array(values, pa.string()) for values in by_column], schema=schema)
 
 
 def _lossless(column: Any) -> Any:

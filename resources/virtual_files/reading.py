@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files.arrow_reads import arrow_batches
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.core import StoreCore
 from connector_ops.resources.virtual_files.fetching import fetch_all
 from connector_ops.resources.virtual_files.rows import as_dicts, keyset_pages, select_rows
@@ -46,7 +48,20 @@ class Reading(StoreCore):
         names = next(pages)
         return names, pages  # type: ignore[return-value]
 
+    def scan_arrow(self, vf_id: str, columns: Sequence[str] | None = None, *,
+                   field: str = "schema") -> tuple[list[str], Iterator[Any]]:
+        """``(column names, Arrow record batches of strings)`` in row order, read in one snapshot
+        (:mod:`.arrow_reads`); ``columns`` as for :meth:`scan_tuples`."""
+        batches = self._scan(vf_id, columns, field, arrow_batches)
+        names = next(batches)
+        return names, batches
+
     def _pages(self, vf_id: str, columns: Sequence[str] | None, batch_size: int, field: str) -> Iterator[Any]:
+        return self._scan(vf_id, columns, field, lambda conn, info, names: keyset_pages(conn, info, names, batch_size))
+
+    def _scan(self, vf_id: str, columns: Sequence[str] | None, field: str,
+              read: Callable[[sa.Connection, VirtualFileInfo, list[str]], Iterator[Any]]) -> Iterator[Any]:
+        """The column names, then what ``read`` yields, in one snapshot opened at the first ``next``."""
         with self.reading() as conn:
             info = self.info(conn, vf_id)
             names = list(info.names) if columns is None else list(columns)
@@ -54,7 +69,7 @@ class Reading(StoreCore):
             if unknown:
                 raise InvalidInput(field, f"unknown column(s) {unknown}; the virtual file has {list(info.names)}")
             yield names
-            yield from keyset_pages(conn, info, names, batch_size)
+            yield from read(conn, info, names)
 
     def read_range(self, vf_id: str, after_seq: int, upto_seq: int | None,
                    generation: int | None = None) -> list[Row]:

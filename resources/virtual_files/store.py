@@ -140,6 +140,12 @@ class VirtualFileStore(Resource):
         and orders columns (an unknown one is an ``InvalidInput`` on ``field``)."""
         return self.sql.scan_tuples(vf_id, columns, batch_size=batch_size, field=field)
 
+    def scan_arrow(self, vf_id: str, columns: Sequence[str] | None = None, *,
+                   field: str = "schema") -> tuple[list[str], Iterator[Any]]:
+        """``(column names, Arrow record batches of strings)`` in row order, read in one snapshot; a missing
+        value is null. ``columns`` as for :meth:`scan_tuples`."""
+        return self.sql.scan_arrow(vf_id, columns, field=field)
+
     def read_range(self, vf_id: str, after_seq: int, upto_seq: int | None,
                    generation: int | None = None) -> list[Row]:
         """Rows with ``after_seq < seq <= upto_seq`` (a fan-out batch), refused if the file was replaced."""

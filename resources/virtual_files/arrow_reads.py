@@ -1,0 +1,86 @@
+"""A virtual file's rows as Arrow record batches of strings (``pull_frame``, ``%etl pull --df``).
+
+PostgreSQL: the server writes the rows as CSV (``COPY (SELECT …) TO STDOUT``, every present value quoted)
+and Arrow's C parser reads them, so no value becomes a Python object on the way. ``FORCE_QUOTE *`` is what
+keeps a missing value apart from an empty one: NULL is the only unquoted empty field, and Arrow is told
+that only an unquoted empty field is null. Elsewhere the keyset pages of :mod:`.rows` become Arrow arrays a
+page at a time. Either way the rows are read in one snapshot, in row order, in bounded memory.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
+from connector_ops.resources.virtual_files.rows import keyset_pages
+
+#: Arrow's block (the unit of parsing and of memory)
+BLOCK = 1 << 20
+
+
+def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) -> Iterator[Any]:
+    """Record batches of ``names`` (columns of ``info``, in that order; strings, a missing value null)."""
+    if conn.dialect.name == "postgresql" and names:
+        yield from _copied(conn, info, names)
+        return
+    import pyarrow as pa
+
+    schema = pa.schema([(n, pa.string()) for n in names])
+    for page in keyset_pages(conn, info, names):
+        if page:
+            by_column = list(zip(*page, strict=True)) if names else []
+            yield pa.RecordBatch.from_arrays([pa.array(values, pa.string()) for values in by_column], schema=schema)
+
+
+def _copied(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) -> Iterator[Any]:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    columns = info.column_map()
+    query = sa.select(*(columns[n] for n in names)).order_by(info.table.c.seq)
+    statement = f"COPY ({query.compile(dialect=conn.dialect)}) TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
+    schema = pa.schema([(n, pa.string()) for n in names])
+    fields = [f"f{i}" for i in range(len(names))]  # the user's names may repeat; Arrow's reader wants them apart
+    with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
+        buffered = io.BufferedReader(_CopyOut(copy), BLOCK)
+        if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)
+            return
+        reader = pacsv.open_csv(
+            buffered,
+            read_options=pacsv.ReadOptions(column_names=fields, block_size=BLOCK, use_threads=False),
+            parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(fields, pa.string()), null_values=[""],
+                                                 strings_can_be_null=True, quoted_strings_can_be_null=False))
+        for batch in reader:
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+
+
+class _CopyOut(io.RawIOBase):
+    """The bytes of a ``COPY … TO STDOUT`` as a stream. psycopg hands them over a row at a time; they are
+    gathered into whole buffers, so the per-row work stays one call and an append."""
+
+    def __init__(self, copy: Any) -> None:
+        self._copy = copy
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        parts, size = [self._left], len(self._left)
+        while size < len(view):
+            data = self._copy.read()
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+        gathered = b"".join(parts)
+        n = min(size, len(view))
+        view[:n] = memoryview(gathered)[:n]
+        self._left = gathered[n:]
+        return n

@@ -1,0 +1,54 @@
+"""A virtual file read as Arrow batches (pull_frame's path) holds exactly the rows a row scan reads: every
+string as stored, a missing value null and an empty one "", in row order — on PostgreSQL through the
+server's CSV ``COPY`` and Arrow's parser, elsewhere a page at a time. Both databases."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pyarrow as pa
+
+from connector_ops.resources.virtual_files import arrow_reads
+
+HOSTILE = ["", " ", '"', '""', ",", "\n", "\r\n", "\r", "a,b", 'say "hi"', "\\", "\\N", "NULL", "null", "é",
+           "🙂", "\t", "x" * 300, "\u2028", "0", "007", '"\n"', "\\.", ";"]
+
+
+def scanned(store: Any, vf_id: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    names, batches = store.scan_arrow(vf_id, columns)
+    table = pa.Table.from_batches(list(batches), pa.schema([(n, pa.string()) for n in names]))
+    assert table.column_names == names
+    return [dict(zip(names, row, strict=True)) for row in zip(*(c.to_pylist() for c in table.columns), strict=True)]
+
+
+def expected(store: Any, vf_id: str, columns: list[str]) -> list[dict[str, Any]]:
+    return [{n: row.get(n) for n in columns} for row in store.rows(vf_id)]
+
+
+def test_random_hostile_values_read_back_exactly(store: Any, monkeypatch) -> None:
+    monkeypatch.setattr(arrow_reads, "BLOCK", 4096)  # many blocks, rows cut across them
+    rnd = random.Random(7)
+    names = ["a", "b c", 'd "q"']
+    rows: list[dict[str, str]] = [dict.fromkeys(names, "first")]  # the columns, in this order
+    for _ in range(400):
+        row = {n: "".join(rnd.choices(HOSTILE, k=rnd.randint(0, 3))) for n in names if rnd.random() > 0.2}
+        rows.append(row)
+    vf = store.create_from_rows(rows)
+    assert scanned(store, vf) == expected(store, vf, names)
+    assert scanned(store, vf, ["b c", "a", "b c"]) == [
+        {"b c": r.get("b c"), "a": r.get("a")} for r in store.rows(vf)]  # a repeated name: one key in a dict
+
+
+def test_one_column_with_missing_and_empty_values(store: Any) -> None:
+    """On PostgreSQL a row whose only value is missing is an empty line in the CSV: it is a row, null."""
+    vf = store.create_from_rows([{"a": "x"}, {}, {"a": ""}, {}])
+    assert scanned(store, vf) == [{"a": "x"}, {"a": None}, {"a": ""}, {"a": None}]
+
+
+def test_no_rows_and_no_columns(store: Any) -> None:
+    empty = store.create_from_batches(["a", "b"], [])
+    assert scanned(store, empty) == []
+    assert store.scan_arrow(empty)[0] == ["a", "b"]
+    none = store.create_from_rows([{}, {}])
+    assert store.scan_arrow(none)[0] == [] and scanned(store, none) == []
