@@ -24,13 +24,13 @@ BLOCK = 1 << 20
 
 def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) -> Iterator[Any]:
     """Record batches of ``names`` (columns of ``info``, in that order; strings, a missing value null)."""
-    if conn.dialect.name == "postgresql" and names:
+    if not names:  # rows without values: nothing Arrow can hold
+        return
+    if conn.dialect.name == "postgresql":
         yield from _copied(conn, info, names)
         return
     import pyarrow as pa
 
-    if not names:  # rows without values: nothing Arrow can hold
-        return
     schema = pa.schema([(n, pa.string()) for n in names])
     rows = pa.struct([(f"f{i}", pa.string()) for i in range(len(names))])
     for page in keyset_pages(conn, info, names):
