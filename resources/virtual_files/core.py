@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from pydantic import field_validator
 
-from connector_ops.kernel.errors import NotFound
+from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
@@ -52,8 +52,15 @@ class StoreCore(Resource):
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[sa.Connection]:
-        with self.engine.execution_options(**WRITE).begin() as conn:
-            yield conn
+        """A write transaction; a value the database cannot hold is the caller's invalid input (400)."""
+        try:
+            with self.engine.execution_options(**WRITE).begin() as conn:
+                yield conn
+        except Exception as exc:
+            problem = unstorable_value(exc)
+            if problem is None:
+                raise
+            raise problem from None
 
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every virtual file's id and creation time (UTC), oldest first: what garbage collection weighs."""
@@ -116,3 +123,17 @@ class StoreCore(Resource):
 def as_utc(moment: datetime) -> datetime:
     """SQLite hands back ``CURRENT_TIMESTAMP`` without a zone; it is UTC."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def unstorable_value(exc: BaseException) -> InvalidInput | None:
+    """PostgreSQL's refusal of a value, worded for the user: a NUL (no PostgreSQL text holds one), or a
+    character the database's encoding has no place for (a LATIN1 database and an emoji). The driver's
+    error may come bare (``COPY``) or wrapped by SQLAlchemy; its first line is kept, not the statement."""
+    orig = getattr(exc, "orig", None) or exc
+    state = getattr(orig, "sqlstate", None)
+    first = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
+    if state == "22021" and "0x00" in first:  # character_not_in_repertoire
+        return InvalidInput("", "a value holds a NUL character (\\x00), which PostgreSQL cannot store")
+    if state == "22P05":  # untranslatable_character
+        return InvalidInput("", f"a value holds a character this database's encoding cannot store ({first})")
+    return None

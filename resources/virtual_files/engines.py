@@ -79,8 +79,8 @@ def get_engine(url: str) -> sa.Engine:
                 Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             engine = sa.create_engine(key, connect_args={"timeout": 60, "check_same_thread": False})
             _setup_sqlite(engine, path)
-        else:
-            engine = sa.create_engine(key, pool_pre_ping=True)
+        else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
+            engine = sa.create_engine(key, pool_pre_ping=True, connect_args={"client_encoding": "utf8"})
         try:
             _create_catalog(engine)
         except Exception:

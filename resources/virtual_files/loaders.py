@@ -15,8 +15,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from connector_ops.kernel.errors import InvalidInput
-
 
 def insert_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
     """Insert ``rows`` (sequences aligned with ``columns``, internal names) into ``table_name``."""
@@ -92,21 +90,14 @@ def open_copy(cursor: Any, statement: Any) -> Any:
 
 def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
                   batches: Iterable[list[Sequence]]) -> int:
-    import psycopg
-
     statement = copy_sql(table_name, columns)
     n = 0
-    try:
-        with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
-            for batch in batches:
-                if batch:
-                    copy.write(copy_text(batch, len(columns)))
-                    n += len(batch)
-    except psycopg.errors.DataError as exc:
-        if "0x00" in str(exc):
-            raise InvalidInput("", "a value holds a NUL character (\\x00), which PostgreSQL cannot store") from None
-        raise
-    return n
+    with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
+        for batch in batches:
+            if batch:
+                copy.write(copy_text(batch, len(columns)))
+                n += len(batch)
+    return n  # a value PostgreSQL cannot hold is worded by the store's ``writing`` (core.unstorable_value)
 
 
 def copy_text(rows: list[Sequence], width: int) -> bytes:
