@@ -140,21 +140,26 @@ def raw_join(raw: Raw) -> None:
 def raw_split(raw: Raw) -> None:
     """The database's floor for Validate on this data: copy the rows that pass (only ``category``'s
     minLength fails here) into one new table and the others, as error text + JSON content, into another,
-    in one transaction — the writing any durable, in-database Validate must do, without its checks."""
+    in one transaction — the writing any durable, in-database Validate must do, without its checks. No
+    primary keys are built (Validate builds two)."""
     cols = ", ".join(f"c{i}" for i in range(8))
-    key_def = "seq bigserial PRIMARY KEY, " if raw.postgres else ""
     category = f"c{INDEX['category']}"
     as_json = "json_build_object" if raw.postgres else "json_object"
     pairs = ", ".join(f"'{n}', c{i}" for i, n in enumerate(COLUMNS))
     content = f"{as_json}({pairs})"
+    error = f"'category: length ' || length({category}) || ' is less than minLength 5'"
     raw.begin()
-    raw.execute(f"CREATE TABLE raw_valid ({key_def}{', '.join(f'c{i} text' for i in range(8))})")
-    raw.execute(f"INSERT INTO raw_valid ({cols}) SELECT {cols} FROM raw_left WHERE length({category}) >= 5 "
-                f"ORDER BY {raw.seq}")
-    raw.execute(f"CREATE TABLE raw_refused ({key_def}error text, content text)")
-    raw.execute(f"INSERT INTO raw_refused (error, content) SELECT 'category: length ' || length({category}) || "
-                f"' is less than minLength 5', CAST({content} AS text) FROM raw_left WHERE length({category}) < 5 "
-                f"ORDER BY {raw.seq}")
+    if raw.postgres:  # CREATE TABLE … AS: its SELECT runs on parallel workers (an INSERT … SELECT's does not)
+        raw.execute(f"CREATE TABLE raw_valid AS SELECT seq, {cols} FROM raw_left WHERE length({category}) >= 5")
+        raw.execute(f"CREATE TABLE raw_refused AS SELECT seq, {error} AS error, CAST({content} AS text) AS content "
+                    f"FROM raw_left WHERE length({category}) < 5")
+    else:
+        raw.execute(f"CREATE TABLE raw_valid ({', '.join(f'c{i} text' for i in range(8))})")
+        raw.execute(f"INSERT INTO raw_valid ({cols}) SELECT {cols} FROM raw_left WHERE length({category}) >= 5 "
+                    f"ORDER BY rowid")
+        raw.execute("CREATE TABLE raw_refused (error text, content text)")
+        raw.execute(f"INSERT INTO raw_refused (error, content) SELECT {error}, {content} FROM raw_left "
+                    f"WHERE length({category}) < 5 ORDER BY rowid")
     raw.commit()
 
 

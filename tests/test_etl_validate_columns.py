@@ -160,3 +160,31 @@ def test_a_wide_file_is_worded_like_a_narrow_one(store: Any) -> None:
     assert store.rows(rejected) == [{"error": row_error(rules, r), "content": _content(r)} for r in store.rows(vf)
                                     if row_error(rules, r)]
     assert len(store.rows(rejected)) == 4
+
+
+def test_validates_new_files_are_shaped_like_any_other_on_postgresql(postgres_url: str, tmp_path) -> None:
+    """On PostgreSQL Validate makes its files by CREATE TABLE … AS (parallel workers); each must end up
+    as any row table: ``seq`` not null, drawn from its own sequence, the primary key; text columns.
+    (SQLite fills the tables it created.)"""
+    from connector_ops.environment import resources_for
+    from tests.virtual_files import StoreForTests
+
+    store = StoreForTests.of(resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
+                                                    "CONNECTOR_OPS_DATABASE_URL": postgres_url})["virtual_files"])
+    vf = store.create_from_rows([{"n": "1", "s": "a"}, {"n": "x", "s": "b"}])
+    accepted, rejected = validate_file(store, vf, compile_schema({"n": {"type": "integer"}}))
+
+    def shape(vf_id: str) -> tuple:
+        with store.reading() as conn:
+            table = store.info(conn, vf_id).table_name
+            columns = conn.execute(sa.text(
+                "SELECT column_name, data_type, is_nullable, column_default LIKE 'nextval(%' FROM "
+                "information_schema.columns WHERE table_name = :t ORDER BY ordinal_position"), {"t": table}).all()
+            key = conn.execute(sa.text("SELECT pg_get_constraintdef(oid), conname = :t || '_pkey' FROM pg_constraint "
+                                       "WHERE conrelid = CAST(:t AS regclass) AND contype = 'p'"), {"t": table}).all()
+            return [tuple(c) for c in columns], [tuple(k) for k in key]
+
+    plain = store.create_from_rows([{"n": "1", "s": "a"}])
+    assert shape(accepted) == shape(plain)
+    columns, key = shape(rejected)
+    assert columns == shape(plain)[0] and key == [("PRIMARY KEY (seq)", True)]

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.joins import join_into
-from connector_ops.resources.virtual_files.keys_after import keys_built_after
+from connector_ops.resources.virtual_files.keys_after import filled, keys_built_after
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import Querying
 from connector_ops.resources.virtual_files.refusal_sql import content_json, error_text
@@ -136,13 +136,12 @@ def _decide(conn: sa.Connection, table: sa.Table, columns: Mapping[str, Any], na
     if dialect == "postgresql":  # the anti-join's hash of ``seq`` fits in memory instead of spilling
         conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
     error = into[1][1]
-    conn.execute(sa.insert(refused).from_select(into[1], sa.select(
-        table.c.seq, error_text(verdicts, columns, dialect), content_json(names, columns, dialect))
-        .where(may_fail(verdicts.rules, columns, dialect))))
+    filled(conn, refused, sa.select(table.c.seq, error_text(verdicts, columns, dialect),
+                                    content_json(names, columns, dialect))
+           .where(may_fail(verdicts.rules, columns, dialect)))
     conn.execute(sa.delete(refused).where(error == ""))
     held = sa.exists(sa.select(refused.c.seq).where(refused.c.seq == table.c.seq))
-    conn.execute(sa.insert(accepted).from_select(into[0], sa.select(table.c.seq, *(columns[n] for n in names))
-                                                 .where(~held)))
+    filled(conn, accepted, sa.select(table.c.seq, *(columns[n] for n in names)).where(~held))
     undecided = sa.Table(f"undecided_{uuid.uuid4().hex}", sa.MetaData(),
                          sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"),  # SQLite: the rowid
                                    primary_key=True, autoincrement=False), prefixes=["TEMPORARY"])
