@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
-from connector_ops.resources.virtual_files.keys_after import keys_built_after
+from connector_ops.resources.virtual_files.keys_after import filled, keys_built_after, numbered_after_rows
 from connector_ops.resources.virtual_files.shapes import JoinKind, Side
 
 if TYPE_CHECKING:
@@ -49,9 +49,14 @@ def join_into(conn: sa.Connection, left: Side, left_info: VirtualFileInfo, right
 
     partner = sa.exists().where(r_key == l_key)
     rejection = new_file(list(left_info.names))
-    unmatched = (sa.select(*l_cols.values()).where(sa.not_(sa.and_(l_key.is_not(None), l_key != "", partner)))
-                 .order_by(l_table.c.seq))
-    _insert(conn, rejection, unmatched)
+    unmatched = sa.not_(sa.and_(l_key.is_not(None), l_key != "", partner))
+    if conn.dialect.name == "postgresql":  # rows keep the left's seq: no sort, no sequence, parallel workers
+        table = row_table(rejection.table_name, rejection.ordinals)
+        with keys_built_after(conn, [rejection.table_name]):
+            filled(conn, table, sa.select(l_table.c.seq, *l_cols.values()).where(unmatched))
+        numbered_after_rows(conn, [table])
+    else:  # SQLite numbers the rows it appends fastest itself (a given rowid costs a seek per row)
+        _insert(conn, rejection, sa.select(*l_cols.values()).where(unmatched).order_by(l_table.c.seq))
     return output, rejection
 
 

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.joins import join_into
-from connector_ops.resources.virtual_files.keys_after import filled, keys_built_after
+from connector_ops.resources.virtual_files.keys_after import filled, keys_built_after, numbered_after_rows
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import Querying
 from connector_ops.resources.virtual_files.refusal_sql import content_json, error_text
@@ -70,11 +70,7 @@ class Transforms(Writing, Querying):
                     _refuse_in_python(conn, rows.join_from(table, undecided, undecided.c.seq == table.c.seq),
                                       names, refuse, targets, into, batch_size)
                     undecided.drop(conn)
-            if conn.dialect.name == "postgresql":  # rows came with their seq: the next append numbers after them
-                for target in targets:
-                    after = sa.select(sa.func.coalesce(sa.func.max(target.table.c.seq), 0) + 1).scalar_subquery()
-                    conn.execute(sa.select(sa.func.setval(
-                        sa.func.pg_get_serial_sequence(target.table_name, "seq"), after, False)))
+            numbered_after_rows(conn, [t.table for t in targets])
         return accepted.vf_id, refused.vf_id
 
     def join(self, left: Side, right: Side, kind: JoinKind = "INNER",
