@@ -139,3 +139,29 @@ def test_joined_files_keep_their_row_key_and_take_appends(resources):
         assert store.summary(vf, 100)[2] == [*before, {"k": "new"}]
     assert store.summary(result["virtualFileId"], 0)[0] == 7 + 1  # key "3": 7 rows, and the appended one
     assert store.summary(result["rejectionFileId"], 0)[0] == 43 + 1
+
+
+def test_join_inputs_get_statistics_on_postgresql(postgres_url, tmp_path):
+    """Files fresh from a load have no planner statistics; Join gathers them first (without them the
+    planner sorted the whole left file for a merge join instead of hashing the right one)."""
+    from connector_ops.environment import resources_for
+
+    resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
+                                       "CONNECTOR_OPS_DATABASE_URL": postgres_url})
+    store = resources["virtual_files"]
+    left = store.create_from_dicts([[{"k": str(i % 7), "a": f"a{i}"} for i in range(500)]])
+    right = store.create_from_dicts([[{"key": "3", "b": "b"}]])
+
+    with store.sql.writing() as conn:  # autovacuum must not get there first
+        names = [store.sql.info(conn, vf).table_name for vf in (left, right)]
+        for name in names:
+            conn.exec_driver_sql(f'ALTER TABLE "{name}" SET (autovacuum_enabled = false)')
+
+    def tuples() -> list[float]:
+        with store.sql.reading() as conn:
+            return [conn.exec_driver_sql(f"SELECT reltuples FROM pg_class WHERE relname = '{n}'").scalar()
+                    for n in names]
+
+    assert tuples() == [-1, -1]  # never analyzed (PostgreSQL ≥ 14)
+    join(resources, left, right)
+    assert tuples() == [500, 1]

@@ -19,7 +19,12 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
-from connector_ops.resources.virtual_files.keys_after import filled, keys_built_after, numbered_after_rows
+from connector_ops.resources.virtual_files.keys_after import (
+    analyzed,
+    filled,
+    keys_built_after,
+    numbered_after_rows,
+)
 from connector_ops.resources.virtual_files.shapes import JoinKind, Side
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ def join_into(conn: sa.Connection, left: Side, left_info: VirtualFileInfo, right
     else:
         columns = _default_columns(left, l_cols, right, r_cols)
 
+    analyzed(conn, [left_info.table_name, right_info.table_name])
     matches = sa.and_(l_key == r_key, l_key != "")
     joined = l_table.join(r_table, matches, isouter=kind == "LEFT")
     output = new_file([name for name, _ in columns])

@@ -72,3 +72,19 @@ def numbered_after_rows(conn: sa.Connection, tables: Sequence[sa.Table]) -> None
     for table in tables:
         after = sa.select(sa.func.coalesce(sa.func.max(table.c.seq), 0) + 1).scalar_subquery()
         conn.execute(sa.select(sa.func.setval(sa.func.pg_get_serial_sequence(table.name, "seq"), after, False)))
+
+
+def analyzed(conn: sa.Connection, table_names: Sequence[str]) -> None:
+    """PostgreSQL: gather statistics on those of the tables that never had any (a file just loaded or
+    made in this transaction), so the planner joins them as they are: without them it guessed the Join
+    benchmark's 100k-row right file at a sixth of its size and sorted 1M left rows for a merge join
+    (1.16 s) instead of hashing the right file (0.69 s). A small sample is enough for that: the default
+    one took 0.27 s on the 1M-row left file."""
+    if conn.dialect.name != "postgresql":
+        return
+    quote = conn.dialect.identifier_preparer.quote
+    never = conn.execute(sa.text("SELECT relname FROM pg_class WHERE relname IN :names AND reltuples < 0")
+                         .bindparams(sa.bindparam("names", expanding=True)), {"names": list(table_names)}).scalars()
+    for name in never:
+        conn.exec_driver_sql("SET LOCAL default_statistics_target = 10")  # a sample of 3,000 rows: ≈ 0.03 s
+        conn.exec_driver_sql(f"ANALYZE {quote(name)}")

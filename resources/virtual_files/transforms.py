@@ -16,7 +16,12 @@ import sqlalchemy as sa
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.joins import join_into
-from connector_ops.resources.virtual_files.keys_after import filled, keys_built_after, numbered_after_rows
+from connector_ops.resources.virtual_files.keys_after import (
+    analyzed,
+    filled,
+    keys_built_after,
+    numbered_after_rows,
+)
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import Querying
 from connector_ops.resources.virtual_files.refusal_sql import content_json, error_text
@@ -136,6 +141,7 @@ def _decide(conn: sa.Connection, table: sa.Table, columns: Mapping[str, Any], na
                                     content_json(names, columns, dialect))
            .where(may_fail(verdicts.rules, columns, dialect)))
     conn.execute(sa.delete(refused).where(error == ""))
+    analyzed(conn, [refused.name])  # its size known, the anti-join hashes it and not the source
     held = sa.exists(sa.select(refused.c.seq).where(refused.c.seq == table.c.seq))
     filled(conn, accepted, sa.select(table.c.seq, *(columns[n] for n in names)).where(~held))
     undecided = sa.Table(f"undecided_{uuid.uuid4().hex}", sa.MetaData(),
