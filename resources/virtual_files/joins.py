@@ -12,7 +12,7 @@ first (once per virtual file, kept for later joins and queries); PostgreSQL hash
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -49,20 +49,12 @@ def join_into(conn: sa.Connection, left: Side, left_info: VirtualFileInfo, right
     matches = sa.and_(l_key == r_key, l_key != "")
     joined = l_table.join(r_table, matches, isouter=kind == "LEFT")
     output = new_file([name for name, _ in columns])
-    select = (sa.select(*(expr for _, expr in columns)).select_from(joined)
-              .order_by(l_table.c.seq, r_table.c.seq))
-    _insert(conn, output, select)
+    _write(conn, output, [expr for _, expr in columns], joined, None, (l_table.c.seq, r_table.c.seq))
 
     partner = sa.exists().where(r_key == l_key)
     rejection = new_file(list(left_info.names))
     unmatched = sa.not_(sa.and_(l_key.is_not(None), l_key != "", partner))
-    if conn.dialect.name == "postgresql":  # rows keep the left's seq: no sort, no sequence, parallel workers
-        table = row_table(rejection.table_name, rejection.ordinals)
-        with keys_built_after(conn, [rejection.table_name]):
-            filled(conn, table, sa.select(l_table.c.seq, *l_cols.values()).where(unmatched))
-        numbered_after_rows(conn, [table])
-    else:  # SQLite numbers the rows it appends fastest itself (a given rowid costs a seek per row)
-        _insert(conn, rejection, sa.select(*l_cols.values()).where(unmatched).order_by(l_table.c.seq))
+    _write(conn, rejection, list(l_cols.values()), l_table, unmatched, (l_table.c.seq,), seq=l_table.c.seq)
     return output, rejection
 
 
@@ -101,10 +93,24 @@ def _default_columns(left: Side, l_cols: Mapping[str, sa.ColumnElement], right: 
     return columns
 
 
-def _insert(conn: sa.Connection, writer: RowWriter, select: sa.Select) -> None:
-    """``INSERT INTO <new file> (c0, …) SELECT …``: ``seq`` numbers rows in the SELECT's order (on
-    PostgreSQL with the file's primary key built after its rows: :mod:`.keys_after`)."""
+def _write(conn: sa.Connection, writer: RowWriter, values: Sequence[sa.ColumnElement], source: sa.FromClause,
+           where: sa.ColumnElement | None, order: Sequence[sa.ColumnElement],
+           seq: sa.ColumnElement | None = None) -> None:
+    """The rows of ``values`` from ``source`` (``where``) into the new file of ``writer``, numbered in
+    ``order``. PostgreSQL: a parallel ``CREATE TABLE … AS`` (:func:`.keys_after.filled`), each row bringing
+    its ``seq`` (``seq`` itself, which keeps that order, or its rank in ``order``). SQLite numbers the rows
+    it appends itself, fastest (a given rowid costs a seek per row)."""
+    rows = sa.select(*values).select_from(source)
+    if where is not None:
+        rows = rows.where(where)
+    if conn.dialect.name != "postgresql":
+        table = row_table(writer.table_name, writer.ordinals)
+        target = [table.c[internal_name(o)] for o in writer.ordinals]  # never empty: a key column exists
+        conn.execute(sa.insert(table).from_select(target, rows.order_by(*order)))
+        return
     table = row_table(writer.table_name, writer.ordinals)
-    target = [table.c[internal_name(o)] for o in writer.ordinals]  # never empty: a key column exists
+    numbered = rows.with_only_columns(seq if seq is not None else sa.func.row_number().over(order_by=order),
+                                      *values, maintain_column_froms=True)
     with keys_built_after(conn, [writer.table_name]):
-        conn.execute(sa.insert(table).from_select(target, select))
+        filled(conn, table, numbered)
+    numbered_after_rows(conn, [table])
