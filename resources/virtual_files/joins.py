@@ -100,15 +100,14 @@ def _write(conn: sa.Connection, writer: RowWriter, values: Sequence[sa.ColumnEle
     ``order``. PostgreSQL: a parallel ``CREATE TABLE … AS`` (:func:`.keys_after.filled`), each row bringing
     its ``seq`` (``seq`` itself, which keeps that order, or its rank in ``order``). SQLite numbers the rows
     it appends itself, fastest (a given rowid costs a seek per row)."""
+    table = row_table(writer.table_name, writer.ordinals)
     rows = sa.select(*values).select_from(source)
     if where is not None:
         rows = rows.where(where)
     if conn.dialect.name != "postgresql":
-        table = row_table(writer.table_name, writer.ordinals)
         target = [table.c[internal_name(o)] for o in writer.ordinals]  # never empty: a key column exists
         conn.execute(sa.insert(table).from_select(target, rows.order_by(*order)))
         return
-    table = row_table(writer.table_name, writer.ordinals)
     numbered = rows.with_only_columns(seq if seq is not None else sa.func.row_number().over(order_by=order),
                                       *values, maintain_column_froms=True)
     with keys_built_after(conn, [writer.table_name]):

@@ -84,7 +84,9 @@ def analyzed(conn: sa.Connection, table_names: Sequence[str]) -> None:
         return
     quote = conn.dialect.identifier_preparer.quote
     never = conn.execute(sa.text("SELECT relname FROM pg_class WHERE relname IN :names AND reltuples < 0")
-                         .bindparams(sa.bindparam("names", expanding=True)), {"names": list(table_names)}).scalars()
-    for name in never:
+                         .bindparams(sa.bindparam("names", expanding=True)), {"names": list(table_names)}
+                         ).scalars().all()
+    if never:
         conn.exec_driver_sql("SET LOCAL default_statistics_target = 10")  # a sample of 3,000 rows: ≈ 0.03 s
+    for name in never:
         conn.exec_driver_sql(f"ANALYZE (SKIP_LOCKED) {quote(name)}")  # another transaction analyzing it: go on
