@@ -131,7 +131,8 @@ def _decide(conn: sa.Connection, table: sa.Table, columns: Mapping[str, Any], na
     One pass writes every flagged row to the refused file with its error and content (the condition, the
     words and the JSON evaluated once per row, no join); the rows whose error came out '' (no rule failed
     after all) are taken out again, the accepted file gets every row the refused file does not hold, and
-    the rows whose error is NULL (undecided) move from the refused file to the returned table."""
+    the rows whose error is NULL (undecided) move from the refused file to the returned table. On
+    PostgreSQL both files are made by a parallel ``CREATE TABLE … AS`` (:func:`.keys_after.filled`)."""
     accepted, refused = (t.table for t in targets)
     dialect = conn.dialect.name
     if dialect == "postgresql":  # the anti-join's hash of ``seq`` fits in memory instead of spilling
