@@ -102,9 +102,8 @@ def measure_settled(name: str, fn: Callable[[], Any], store: Any) -> tuple[Measu
     """``measure``, then wait for the step's background checkpoints so the next step runs alone; on SQLite
     also what that took and the loader process's memory (``None`` on PostgreSQL)."""
     from connector_ops.resources.virtual_files import checkpoints
-    from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 
-    path = sqlite_path(store.database_url) if store.database_url.startswith("sqlite") else None
+    path = store.sqlite_file
     if path is None:
         return measure(name, fn), None
     from connector_ops.resources.virtual_files.sqlite_loader import loader_for

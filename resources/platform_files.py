@@ -30,6 +30,7 @@ from connector_ops.kernel.atomic import atomic_write, sweep_leftovers
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of
 from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
 from connector_ops.kernel.resource import Resource
+from connector_ops.kernel.streams import ChunkStream
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
@@ -79,28 +80,6 @@ class PendingFile:
         self._handle.flush()
 
 
-class _HttpStream(io.RawIOBase):
-    """A readable binary stream over an httpx streamed response (bounded memory)."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self._chunks = response.iter_bytes(CHUNK)
-        self._buffer = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, target: Any) -> int:
-        while not self._buffer:
-            try:
-                self._buffer = next(self._chunks)
-            except StopIteration:
-                return 0
-        n = min(len(target), len(self._buffer))
-        target[:n] = self._buffer[:n]
-        self._buffer = self._buffer[n:]
-        return n
-
-
 def _body(response: httpx.Response, link: str, missing: str) -> IO[bytes]:
     """The streamed body of a file's response; a 404 is ``NotFound(missing)``, another error status an
     ``UpstreamError`` (retryable when the server may answer later)."""
@@ -109,7 +88,7 @@ def _body(response: httpx.Response, link: str, missing: str) -> IO[bytes]:
     if response.status_code >= 400:
         raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}",
                             retryable=response.status_code in RETRYABLE_HTTP)
-    return io.BufferedReader(_HttpStream(response), CHUNK)
+    return io.BufferedReader(ChunkStream(response.iter_bytes(CHUNK)), CHUNK)
 
 
 class PlatformFileStore(Resource):

@@ -81,6 +81,13 @@ def resources(env: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.fixture
+def postgres_resources(postgres_url: str, tmp_path: Path) -> dict[str, Any]:
+    """Resources on the PostgreSQL server only, for what only PostgreSQL does."""
+    return resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
+                                  "CONNECTOR_OPS_DATABASE_URL": postgres_url})
+
+
+@pytest.fixture
 def store(resources: dict[str, Any]) -> Any:
     from tests.virtual_files import StoreForTests
 

@@ -141,13 +141,10 @@ def test_joined_files_keep_their_row_key_and_take_appends(resources):
     assert store.summary(result["rejectionFileId"], 0)[0] == 43 + 1
 
 
-def test_join_inputs_get_statistics_on_postgresql(postgres_url, tmp_path):
+def test_join_inputs_get_statistics_on_postgresql(postgres_resources):
     """Files fresh from a load have no planner statistics; Join gathers them first (without them the
     planner sorted the whole left file for a merge join instead of hashing the right one)."""
-    from connector_ops.environment import resources_for
-
-    resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
-                                       "CONNECTOR_OPS_DATABASE_URL": postgres_url})
+    resources = postgres_resources
     store = resources["virtual_files"]
     left = store.create_from_dicts([[{"k": str(i % 7), "a": f"a{i}"} for i in range(500)]])
     right = store.create_from_dicts([[{"key": "3", "b": "b"}]])

@@ -162,15 +162,13 @@ def test_a_wide_file_is_worded_like_a_narrow_one(store: Any) -> None:
     assert len(store.rows(rejected)) == 4
 
 
-def test_validates_new_files_are_shaped_like_any_other_on_postgresql(postgres_url: str, tmp_path) -> None:
+def test_validates_new_files_are_shaped_like_any_other_on_postgresql(postgres_resources: dict) -> None:
     """On PostgreSQL Validate makes its files by CREATE TABLE … AS (parallel workers); each must end up
     as any row table: ``seq`` not null, drawn from its own sequence, the primary key; text columns.
     (SQLite fills the tables it created.)"""
-    from connector_ops.environment import resources_for
     from tests.virtual_files import StoreForTests
 
-    store = StoreForTests.of(resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
-                                                    "CONNECTOR_OPS_DATABASE_URL": postgres_url})["virtual_files"])
+    store = StoreForTests.of(postgres_resources["virtual_files"])
     vf = store.create_from_rows([{"n": "1", "s": "a"}, {"n": "x", "s": "b"}])
     accepted, rejected = validate_file(store, vf, compile_schema({"n": {"type": "integer"}}))
 

@@ -36,11 +36,16 @@ from connector_ops.resources.virtual_files.writing import Writing
 class ArrowLoading(Writing):
     """``create_from_csv`` and ``create_from_arrow``: a new virtual file loaded column by column."""
 
+    @property
+    def sqlite_file(self) -> str | None:
+        """The SQLite file the loader process writes into (``None``: PostgreSQL, or SQLite in memory)."""
+        return sqlite_path(self.database_url) if self.dialect == "sqlite" else None
+
     def columnar_load_pays(self, size: int | None) -> bool:
         """Whether a load of ``size`` bytes is faster column-wise than through the row loader."""
         if self.dialect != "sqlite":
             return True
-        path = sqlite_path(self.database_url)
+        path = self.sqlite_file
         return path is not None and sqlite_loader.worth_it(path, size)
 
     def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str, *,
@@ -50,7 +55,7 @@ class ArrowLoading(Writing):
         else, leaving nothing. On PostgreSQL the checked bytes go to ``COPY`` as they are (:mod:`.csv_copy`)
         and :class:`.csv_copy.NotForCopy` asks for another try ``through_arrow``."""
         unique_columns(columns)
-        path = sqlite_path(self.database_url) if self.dialect == "sqlite" else None
+        path = self.sqlite_file
         if path is not None:
             return self._in_child(path, columns, {"format": "csv", "delimiter": delimiter},
                                   lambda sink: _copy_stream(stream, sink))
@@ -63,7 +68,7 @@ class ArrowLoading(Writing):
         """A new virtual file from NDJSON whose values are all strings or null, with ``columns`` its keys in
         order (:mod:`.ndjson_columns`); returns its id. Raises on anything else, leaving nothing."""
         unique_columns(columns)
-        path = sqlite_path(self.database_url) if self.dialect == "sqlite" else None
+        path = self.sqlite_file
         if path is not None and columns:
             return self._in_child(path, columns, {"format": "ndjson", "block": ndjson_columns.BLOCK},
                                   lambda sink: _copy_stream(stream, sink))
@@ -80,7 +85,7 @@ class ArrowLoading(Writing):
                    for b in batches)
         if self.dialect == "postgresql":
             return self._copy_csv(columns, strings)
-        path = sqlite_path(self.database_url)
+        path = self.sqlite_file
         if path is not None and columns and self.columnar_load_pays(size):
             return self._in_child(path, columns, {"format": "arrow"}, lambda sink: _write_ipc(schema, strings, sink))
         return self.create_from_batches(columns, (_tuples(b) for b in strings))

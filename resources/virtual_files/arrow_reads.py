@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from connector_ops.kernel.streams import ChunkStream
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.rows import keyset_pages
 
@@ -48,7 +49,7 @@ def _copied(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) ->
     schema = pa.schema([(n, pa.string()) for n in names])
     fields = [f"f{i}" for i in range(len(names))]  # the user's names may repeat; Arrow's reader wants them apart
     with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
-        buffered = io.BufferedReader(_CopyOut(copy), BLOCK)
+        buffered = io.BufferedReader(ChunkStream(copy), BLOCK)  # psycopg hands it over a row at a time
         if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)
             return
         reader = pacsv.open_csv(
@@ -59,30 +60,3 @@ def _copied(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) ->
                                                  strings_can_be_null=True, quoted_strings_can_be_null=False))
         for batch in reader:
             yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-
-
-class _CopyOut(io.RawIOBase):
-    """The bytes of a ``COPY … TO STDOUT`` as a stream. psycopg hands them over a row at a time; they are
-    gathered into whole buffers, so the per-row work stays one call and an append."""
-
-    def __init__(self, copy: Any) -> None:
-        self._copy = copy
-        self._left = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
-        view = memoryview(buffer).cast("B")
-        parts, size = [self._left], len(self._left)
-        while size < len(view):
-            data = self._copy.read()
-            if not data:
-                break
-            parts.append(data)
-            size += len(data)
-        gathered = b"".join(parts)
-        n = min(size, len(view))
-        view[:n] = memoryview(gathered)[:n]
-        self._left = gathered[n:]
-        return n

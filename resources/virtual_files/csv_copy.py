@@ -75,9 +75,9 @@ class CopyableLines(io.RawIOBase):
         return lines
 
 
-#: the options of ``COPY … FROM STDIN`` (:func:`.loaders.copy_sql`) that read CSV as the ``csv`` module does
-COPY_OPTIONS = (" (FORMAT csv, DELIMITER {delimiter}, QUOTE '\"', ESCAPE '\"', FORCE_NOT_NULL ({columns}), "
-                "ENCODING 'UTF8')")
+#: the options of ``COPY … FROM STDIN`` (:func:`.loaders.copy_sql`) that read CSV as the ``csv`` module does (the
+#: bytes are UTF-8, as every session of the store speaks: :mod:`.engines`)
+COPY_OPTIONS = " (FORMAT csv, DELIMITER {delimiter}, QUOTE '\"', ESCAPE '\"', FORCE_NOT_NULL ({columns}))"
 
 
 def copyable_delimiter(delimiter: str) -> bool:

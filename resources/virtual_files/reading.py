@@ -44,32 +44,31 @@ class Reading(StoreCore):
         ``columns`` selects and orders columns (an unknown name is an ``InvalidInput`` on ``field``).
         The snapshot is opened now, so the names and the rows always agree.
         """
-        pages = self._pages(vf_id, columns, batch_size, field)
-        names = next(pages)
-        return names, pages  # type: ignore[return-value]
+        return self._scan(vf_id, columns, field,
+                          lambda conn, info, names: keyset_pages(conn, info, names, batch_size))
 
     def scan_arrow(self, vf_id: str, columns: Sequence[str] | None = None, *,
                    field: str = "schema") -> tuple[list[str], Iterator[Any]]:
         """``(column names, Arrow record batches of strings)`` in row order, read in one snapshot
         (:mod:`.arrow_reads`); ``columns`` as for :meth:`scan_tuples`."""
-        batches = self._scan(vf_id, columns, field, arrow_batches)
-        names = next(batches)
-        return names, batches
-
-    def _pages(self, vf_id: str, columns: Sequence[str] | None, batch_size: int, field: str) -> Iterator[Any]:
-        return self._scan(vf_id, columns, field, lambda conn, info, names: keyset_pages(conn, info, names, batch_size))
+        return self._scan(vf_id, columns, field, arrow_batches)
 
     def _scan(self, vf_id: str, columns: Sequence[str] | None, field: str,
-              read: Callable[[sa.Connection, VirtualFileInfo, list[str]], Iterator[Any]]) -> Iterator[Any]:
-        """The column names, then what ``read`` yields, in one snapshot opened at the first ``next``."""
-        with self.reading() as conn:
-            info = self.info(conn, vf_id)
-            names = list(info.names) if columns is None else list(columns)
-            unknown = [n for n in names if n not in info.names]
-            if unknown:
-                raise InvalidInput(field, f"unknown column(s) {unknown}; the virtual file has {list(info.names)}")
-            yield names
-            yield from read(conn, info, names)
+              read: Callable[[sa.Connection, VirtualFileInfo, list[str]], Iterator[Any]]
+              ) -> tuple[list[str], Iterator[Any]]:
+        """``(column names, what read yields)``; the snapshot is opened now, so the names and the rows agree."""
+        def scan() -> Iterator[Any]:
+            with self.reading() as conn:
+                info = self.info(conn, vf_id)
+                names = list(info.names) if columns is None else list(columns)
+                unknown = [n for n in names if n not in info.names]
+                if unknown:
+                    raise InvalidInput(field, f"unknown column(s) {unknown}; the virtual file has {list(info.names)}")
+                yield names
+                yield from read(conn, info, names)
+
+        items = scan()
+        return next(items), items
 
     def read_range(self, vf_id: str, after_seq: int, upto_seq: int | None,
                    generation: int | None = None) -> list[Row]:

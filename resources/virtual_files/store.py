@@ -52,8 +52,8 @@ class VirtualFileStore(Resource):
         """Stop this database's SQLite loader process, if this process started one (a later column-wise
         load starts it again)."""
         loaders = sys.modules.get("connector_ops.resources.virtual_files.sqlite_loader")
-        if loaders is not None and self._sqlite_file is not None:
-            loaders.close_loader(self._sqlite_file)
+        if loaders is not None and self.sqlite_file is not None:
+            loaders.close_loader(self.sqlite_file)
 
     def single_host(self) -> str | None:
         if self.database_url.startswith("sqlite"):
@@ -61,7 +61,7 @@ class VirtualFileStore(Resource):
         return None
 
     @property
-    def _sqlite_file(self) -> str | None:
+    def sqlite_file(self) -> str | None:
         """The SQLite file of ``database_url`` (``None``: PostgreSQL, or SQLite in memory)."""
         return sqlite_path(self.database_url) if self.database_url.startswith("sqlite") else None
 
@@ -86,10 +86,10 @@ class VirtualFileStore(Resource):
         """Whether loading ``size`` bytes column-wise (``create_from_csv``/``create_from_arrow``) is faster.
         On a SQLite file this is answered (and the loader process started) before SQLAlchemy is imported,
         so the two overlap."""
-        if self._sqlite_file is not None:
+        if self.sqlite_file is not None:
             from connector_ops.resources.virtual_files.sqlite_loader import worth_it
 
-            return worth_it(self._sqlite_file, size)
+            return worth_it(self.sqlite_file, size)
         return self.sql.columnar_load_pays(size)
 
     def create_from_csv(self, columns: Sequence[str], stream: IO[bytes], delimiter: str, *,
