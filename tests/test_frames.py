@@ -88,3 +88,13 @@ def test_errors_are_the_actions_errors(env):
     with pytest.raises(ConnectorError) as info:
         push_frame(pd.DataFrame([[1, 2]], columns=["a", "a"]))
     assert info.value.status == 400 and "column names must be unique" in info.value.summary()
+
+
+def test_pulling_an_unknown_column_is_a_400_naming_it(files, env):
+    """Both read paths (PostgreSQL's COPY, SQLite's pages) check the columns before reading a row."""
+    vf = push(files, b"a,b\n1,2\n")
+    with pytest.raises(ConnectorError) as info:
+        pull_frame(vf, ["a", "zzz"])
+    assert info.value.status == 400
+    assert info.value.summary().startswith("etl.pull failed (400): columns: unknown column(s) ['zzz']")
+    assert pull_frame(vf, ["b"], kind="pyarrow").to_pylist() == [{"b": "2"}]  # nothing else changed
