@@ -162,3 +162,38 @@ def test_join_inputs_get_statistics_on_postgresql(postgres_resources):
     assert tuples() == [-1, -1]  # never analyzed (PostgreSQL ≥ 14)
     join(resources, left, right)
     assert tuples() == [500, 1]
+
+
+def test_rejection_is_an_anti_join_on_postgresql(postgres_url, tmp_path):
+    """The rejection file's rows come from an anti-join, never a subplan run per left row: with the right
+    file's keys larger than work_mem, that subplan scanned the whole right file once per left row (a 4M ×
+    400k Join did not end in 5 minutes). The statement the Join ran is explained on the same tables."""
+    import sqlalchemy as sa
+
+    from connector_ops.environment import resources_for
+
+    tight = f"{postgres_url}{'&' if '?' in postgres_url else '?'}options=-cwork_mem%3D64kB"
+    resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
+                                       "CONNECTOR_OPS_DATABASE_URL": tight})
+    store = resources["virtual_files"]
+    left = store.create_from_dicts([[{"k": str(i), "a": "x"} for i in range(0, 6000, 3)] + [{"k": ""}, {"a": "y"}]])
+    right = store.create_from_dicts([[{"key": str(i), "b": "b"} for i in range(5000)]])
+    statements: list[tuple[str, object]] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        statements.append((statement, parameters))
+
+    sa.event.listen(store.sql.engine, "before_cursor_execute", seen)
+    try:
+        result = join(resources, left, right)
+    finally:
+        sa.event.remove(store.sql.engine, "before_cursor_execute", seen)
+    rejecting = [(s, p) for s, p in statements if s.startswith("CREATE TABLE") and "EXISTS" in s]
+    assert len(rejecting) == 1
+    statement, parameters = rejecting[0]
+    with store.sql.reading() as conn:
+        assert conn.exec_driver_sql("SHOW work_mem").scalar() == "64kB"
+        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + statement.split(" AS ", 1)[1], parameters).scalars())
+    assert "Anti Join" in plan and "SubPlan" not in plan, plan
+    rejected = store.summary(result["rejectionFileId"], 0)[0]
+    assert rejected == 2000 - 1667 + 2  # keys ≥ 5000 and the two rows without a key
