@@ -149,7 +149,8 @@ def raw_split(raw: Raw) -> None:
     content = f"{as_json}({pairs})"
     error = f"'category: length ' || length({category}) || ' is less than minLength 5'"
     raw.begin()
-    if raw.postgres:  # CREATE TABLE … AS: its SELECT runs on parallel workers (an INSERT … SELECT's does not)
+    if raw.postgres:  # CREATE TABLE … AS: its SELECT runs on parallel workers (an INSERT … SELECT's does not),
+        raw.execute("SET LOCAL parallel_tuple_cost = 0.01")  # as readily as in keys_after.filled
         raw.execute(f"CREATE TABLE raw_valid AS SELECT seq, {cols} FROM raw_left WHERE length({category}) >= 5")
         raw.execute(f"CREATE TABLE raw_refused AS SELECT seq, {error} AS error, CAST({content} AS text) AS content "
                     f"FROM raw_left WHERE length({category}) < 5")

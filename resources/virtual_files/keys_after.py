@@ -58,6 +58,9 @@ def filled(conn: sa.Connection, table: sa.Table, select: sa.Select) -> None:
     labelled = select.with_only_columns(*typed, maintain_column_froms=True)
     compiled = labelled.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
     conn.exec_driver_sql(f"DROP TABLE {name}")  # its sequence goes with it
+    # the leader writes the rows while the workers find them: at the default (0.1) the planner priced
+    # handing rows over so high that it kept Join's 900k-row anti-join in one process (0.99 s → 0.84 s)
+    conn.exec_driver_sql("SET LOCAL parallel_tuple_cost = 0.01")
     conn.exec_driver_sql(f"CREATE TABLE {name} AS {compiled}", compiled.params)
     conn.exec_driver_sql(f"CREATE SEQUENCE {sequence} OWNED BY {name}.seq")
     conn.exec_driver_sql(f"ALTER TABLE {name} ALTER seq SET NOT NULL, "
