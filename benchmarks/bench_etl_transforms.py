@@ -132,8 +132,8 @@ def raw_join(raw: Raw) -> None:
                 f"JOIN raw_right r ON l.{key} = r.{key} AND l.{key} <> '' ORDER BY l.{raw.seq}, r.{raw.seq}")
     raw.execute(f"CREATE TABLE raw_rej ({key_def}{', '.join(f'c{i} text' for i in range(8))})")
     raw.execute(f"INSERT INTO raw_rej ({', '.join(f'c{i}' for i in range(8))}) SELECT {left_cols} FROM raw_left l "
-                f"WHERE NOT (l.{key} IS NOT NULL AND l.{key} <> '' AND EXISTS "
-                f"(SELECT 1 FROM raw_right r WHERE r.{key} = l.{key})) ORDER BY l.{raw.seq}")
+                f"WHERE NOT EXISTS (SELECT 1 FROM raw_right r WHERE r.{key} = l.{key} AND l.{key} <> '') "
+                f"ORDER BY l.{raw.seq}")
     raw.commit()
 
 
