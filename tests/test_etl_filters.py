@@ -281,3 +281,27 @@ def test_postgresql_range_comparisons_use_code_point_order():
     where = compile_filter({"v": {"$gt": "B"}}, {"v": table.c.c0}, dialect="postgresql")
     sql = str(sa.select(table.c.seq).where(where).compile(dialect=postgresql.dialect()))
     assert 'vf_x.c0 COLLATE "C" >' in sql
+
+
+def test_regex_under_or_probes_its_matches_on_postgresql(postgres_resources):
+    """On PostgreSQL a ``$regex`` leaf refers to its matches in a temporary table. Under ``$or`` the
+    reference stays a subplan; as ``seq IN (…)`` it scanned every match for every row once they outgrew
+    work_mem (30k rows: 27 s). As ``EXISTS`` it probes the table's key. The plan is read under a
+    work_mem too small to hash 20k matches."""
+    import sqlalchemy as sa
+
+    from connector_ops.resources.virtual_files.filters import compile_filter
+
+    store = postgres_resources["virtual_files"]
+    vf = store.create_from_dicts([[{"n": str(i), "m": "y"} for i in range(20000)]])
+    flt = {"$or": [{"n": {"$regex": "^[0-9]"}}, {"m": "x"}]}
+    with store.sql.writing() as conn:
+        info = store.sql.info(conn, vf)
+        where = compile_filter(flt, info.column_map(info.table), dialect="postgresql", conn=conn)
+        conn.exec_driver_sql("SET LOCAL work_mem = '64kB'")
+        query = sa.select(info.table.c.seq).where(where)
+        compiled = query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+        plan = conn.exec_driver_sql(f"EXPLAIN {compiled}").scalars().all()
+        assert conn.execute(query).all() == [(seq,) for seq in range(1, 20001)]
+    scans = [line for line in plan if "cop_rx_" in line]
+    assert scans and all("Index" in line for line in scans), plan
