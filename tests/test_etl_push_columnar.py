@@ -156,3 +156,27 @@ def test_errors_keep_their_exact_line_after_the_fast_path_gives_up(files, env, c
         invoke("etl.push", {"platformFile": pf})
     assert info.value.status == 400 and message in info.value.body["message"], info.value.body
     assert len(counted) == 1
+
+
+@pytest.mark.parametrize("name", ["plain.csv", "ndjson.json", "frame"])
+def test_pushed_files_end_with_their_row_key(files, store, fast_only, name):
+    """On PostgreSQL the columnar loads build the primary key after the rows (one sorted pass): every
+    pushed file ends with the same constraint as any row table, and appended rows follow in order."""
+    from connector_ops import push_frame
+
+    rows_in = [{"a": str(i), "b": "x" if i % 2 else None} for i in range(300)]
+    if name == "frame":
+        import pandas as pd
+
+        vf = push_frame(pd.DataFrame(rows_in))
+    else:
+        as_json = name.endswith(".json")
+        lines = ([json.dumps({k: v for k, v in r.items() if v is not None}) for r in rows_in] if as_json
+                 else ["a,b", *(f"{r['a']},{r['b'] or ''}" for r in rows_in)])
+        pf = files.add_bytes("\n".join(lines).encode(), name, "application/json" if as_json else "text/csv")
+        vf = invoke("etl.push", {"platformFile": pf.to_json()})["virtualFileId"]
+    with store.reading() as conn:
+        table = store.info(conn, vf).table_name
+    assert store.row_key(vf) in (None, [(f"{table}_pkey", "PRIMARY KEY (seq)")])
+    store.append({vf: [{"a": "new"}]})
+    assert [r["a"] for r in store.rows(vf)] == [*(r["a"] for r in rows_in), "new"]

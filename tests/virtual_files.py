@@ -59,3 +59,15 @@ class StoreForTests(VirtualFileStore):
             return conn.execute(
                 sa.select(cat.virtual_file.c.id).where(cat.virtual_file.c.id == vf_id)
             ).first() is not None
+
+    def row_key(self, vf_id: str) -> list[tuple[str, str]] | None:
+        """PostgreSQL: the row table's primary-key constraints as (name, definition), which every row table
+        must end with as ``[("<table>_pkey", "PRIMARY KEY (seq)")]``, however it was filled. SQLite: None
+        (``seq`` is the rowid, the table itself)."""
+        with self.reading() as conn:
+            if conn.dialect.name != "postgresql":
+                return None
+            table = self.info(conn, vf_id).table_name
+            return [tuple(r) for r in conn.execute(sa.text(
+                "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE conrelid = CAST(:t AS regclass) AND contype = 'p'"), {"t": f'"{table}"'})]
