@@ -195,3 +195,25 @@ def test_rejection_is_an_anti_join_on_postgresql(postgres_url, tmp_path):
     assert "Anti Join" in plan and "SubPlan" not in plan, plan
     rejected = store.summary(result["rejectionFileId"], 0)[0]
     assert rejected == 2000 - 1667 + 2  # keys ≥ 5000 and the two rows without a key
+
+
+def test_output_order_holds_when_row_keys_are_huge_on_postgresql(postgres_resources):
+    """The output's ``seq`` is ``l.seq × (largest right seq + 1) + r.seq`` where that fits in ``bigint``;
+    files whose row keys have grown past that number their output rows instead, in the same order."""
+    from tests.virtual_files import StoreForTests
+
+    resources = postgres_resources
+    store = StoreForTests.of(resources["virtual_files"])
+    left = store.create_from_dicts([[{"k": "1", "a": "first"}]])
+    right = store.create_from_dicts([[{"key": "1", "b": "r1"}]])
+    for vf in (left, right):  # as after 2³² appended rows
+        with store.sql.writing() as conn:
+            table = store.info(conn, vf).table_name
+            conn.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('\"{table}\"', 'seq'), {2 ** 32})")
+    store.append({left: [{"k": "2", "a": "second"}, {"k": "1", "a": "third"}]})
+    store.append({right: [{"key": "2", "b": "r2"}, {"key": "1", "b": "r3"}]})
+    result = join(resources, left, right)
+    assert [(r["a"], r["b"]) for r in store.rows(result["virtualFileId"])] == [
+        ("first", "r1"), ("first", "r3"), ("second", "r2"), ("third", "r1"), ("third", "r3")]
+    store.append({result["virtualFileId"]: [{"a": "new"}]})
+    assert store.rows(result["virtualFileId"])[-1] == {"a": "new"}

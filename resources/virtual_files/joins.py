@@ -49,7 +49,8 @@ def join_into(conn: sa.Connection, left: Side, left_info: VirtualFileInfo, right
     matches = sa.and_(l_key == r_key, l_key != "")
     joined = l_table.join(r_table, matches, isouter=kind == "LEFT")
     output = new_file([name for name, _ in columns])
-    _write(conn, output, [expr for _, expr in columns], joined, None, (l_table.c.seq, r_table.c.seq))
+    _write(conn, output, [expr for _, expr in columns], joined, None, (l_table.c.seq, r_table.c.seq),
+           seq=_pair_seq(conn, left_info, right_info, l_table.c.seq, r_table.c.seq))
 
     rejection = new_file(list(left_info.names))
     # NOT EXISTS alone, the left key's test inside it: PostgreSQL makes that an anti-join (hashed, spilling
@@ -58,6 +59,23 @@ def join_into(conn: sa.Connection, left: Side, left_info: VirtualFileInfo, right
     unmatched = sa.not_(sa.exists().where(r_key == l_key, l_key != ""))
     _write(conn, rejection, list(l_cols.values()), l_table, unmatched, (l_table.c.seq,), seq=l_table.c.seq)
     return output, rejection
+
+
+def _pair_seq(conn: sa.Connection, left_info: VirtualFileInfo, right_info: VirtualFileInfo,
+              l_seq: sa.ColumnElement, r_seq: sa.ColumnElement) -> sa.ColumnElement | None:
+    """PostgreSQL: each output row's ``seq`` as ``l.seq × (the right file's largest seq + 1) + r.seq``,
+    unique and in (left row, right row) order without numbering the rows: a ``row_number()`` window sorts
+    every output row first (on disk past work_mem) and keeps the statement off parallel workers (1M × 100k:
+    0.42 s → 0.30 s). The largest seq is read by the statement itself, in its own snapshot. ``None``
+    (number the rows) where the product could leave ``bigint``; SQLite numbers rows itself."""
+    if conn.dialect.name != "postgresql":
+        return None
+    tops = [conn.execute(sa.select(sa.func.coalesce(sa.func.max(info.table.c.seq), 0))).scalar_one()
+            for info in (left_info, right_info)]
+    if (tops[0] + 1) * (tops[1] + 1) > 2 ** 62:  # room for the files to grow meanwhile
+        return None
+    width = sa.select(sa.func.coalesce(sa.func.max(right_info.table.c.seq), 0) + 1).correlate(None).scalar_subquery()
+    return l_seq * width + sa.func.coalesce(r_seq, 0)  # LEFT: a left row without partner has one output row
 
 
 def _key(columns: Mapping[str, sa.ColumnElement], side: Side, field: str,
@@ -100,7 +118,7 @@ def _write(conn: sa.Connection, writer: RowWriter, values: Sequence[sa.ColumnEle
            seq: sa.ColumnElement | None = None) -> None:
     """The rows of ``values`` from ``source`` (``where``) into the new file of ``writer``, numbered in
     ``order``. PostgreSQL: a parallel ``CREATE TABLE … AS`` (:func:`.keys_after.filled`), each row bringing
-    its ``seq`` (``seq`` itself, which keeps that order, or its rank in ``order``). SQLite numbers the rows
+    its ``seq`` (``seq``, any values that keep that order, or else its rank in ``order``). SQLite numbers the rows
     it appends itself, fastest (a given rowid costs a seek per row)."""
     table = row_table(writer.table_name, writer.ordinals)
     rows = sa.select(*values).select_from(source)
