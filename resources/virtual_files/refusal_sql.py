@@ -72,18 +72,32 @@ def content_json(names: Sequence[str], columns: Mapping[str, Any], dialect: str)
                      else_=_concat(f", {json.dumps(n, ensure_ascii=False)}: ", _json(columns[n], d)))
              for n in names]
     each = _concat("{", sa.func.substr(_concat(*items), 3), "}")
-    if d.postgres or 2 * len(names) > SQLITE_MAX_ARGS:
+    if d.postgres:
+        at_once = _pg_object(names, columns)
+    elif 2 * len(names) <= SQLITE_MAX_ARGS:
+        at_once = _spaced(sa.func.json_object(*(x for n in names for x in (n, columns[n])), type_=sa.Text))
+    else:
         return each
     whole = sa.and_(*(columns[n].is_not(None) for n in names))
-    return sa.case((whole, _spaced(sa.func.json_object(*(x for n in names for x in (n, columns[n])),
-                                                       type_=sa.Text))), else_=each)
+    return sa.case((whole, at_once), else_=each)
 
 
+# A row with no missing value is one JSON object built by one call, its separators then made Python's:
+# inside a JSON string every ``"`` is escaped, so ``","``, ``":"`` and ``" : "`` occur only between
+# members and after keys. A quarter less time per refused row on SQLite than a ``json_quote`` per value;
+# on PostgreSQL 1M rows took 1.8 s instead of 3.3 s.
 def _spaced(compact: Any) -> Any:
-    """SQLite's ``json_object`` of strings (``{"a":"x","b":"y"}``) with Python's separators. Inside a JSON
-    string every ``"`` is escaped, so ``","`` and ``":"`` occur only between members and after keys. One
-    call instead of a ``json_quote`` per value: about a quarter less time per refused row."""
+    """SQLite's ``json_object`` of strings (``{"a":"x","b":"y"}``) with Python's separators."""
     return sa.func.replace(sa.func.replace(compact, '","', '", "'), '":"', '": "', type_=sa.Text)
+
+
+def _pg_object(names: Sequence[str], columns: Mapping[str, Any]) -> Any:
+    """PostgreSQL's ``json_object(keys, values)`` (``{"a" : "x", "b" : "y"}``) with Python's separators."""
+    from sqlalchemy.dialects import postgresql
+
+    keys = postgresql.array([_text(n) for n in names], type_=sa.Text)
+    values = postgresql.array([columns[n] for n in names], type_=sa.Text)
+    return sa.func.replace(sa.cast(sa.func.json_object(keys, values), sa.Text), '" : "', '": "', type_=sa.Text)
 
 
 # -- each rule's problems ------------------------------------------------------------------------
