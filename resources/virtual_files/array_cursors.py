@@ -24,8 +24,11 @@ def digest_of(items: list[Any]) -> str:
 
 
 def sqlite_path(url: str) -> str | None:
-    """The file of a ``sqlite:///…`` URL; ``None`` for an in-memory database."""
-    path = url.split("://", 1)[1].removeprefix("/").split("?", 1)[0]
+    """The file of a ``sqlite:///…`` URL; ``None`` for an in-memory database or another database's URL."""
+    scheme, _, rest = url.partition("://")
+    if scheme.split("+", 1)[0] != "sqlite":
+        return None
+    path = rest.removeprefix("/").split("?", 1)[0]
     return None if path in ("", ":memory:") else path
 
 

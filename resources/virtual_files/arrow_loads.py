@@ -40,7 +40,7 @@ class ArrowLoading(Writing):
     @property
     def sqlite_file(self) -> str | None:
         """The SQLite file the loader process writes into (``None``: PostgreSQL, or SQLite in memory)."""
-        return sqlite_path(self.database_url) if self.dialect == "sqlite" else None
+        return sqlite_path(self.database_url)
 
     def columnar_load_pays(self, size: int | None) -> bool:
         """Whether a load of ``size`` bytes is faster column-wise than through the row loader."""

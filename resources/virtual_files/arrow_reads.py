@@ -27,27 +27,26 @@ def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[st
     """Record batches of ``names`` (columns of ``info``, in that order; strings, a missing value null)."""
     if not names:  # rows without values: nothing Arrow can hold
         return
-    if conn.dialect.name == "postgresql":
-        yield from _copied(conn, info, names)
-        return
     import pyarrow as pa
 
     schema = pa.schema([(n, pa.string()) for n in names])
+    if conn.dialect.name == "postgresql":
+        yield from _copied(conn, info, schema)
+        return
     rows = pa.struct([(f"f{i}", pa.string()) for i in range(len(names))])
     for page in keyset_pages(conn, info, names):
         if page:  # the page's tuples converted in C, then split into columns (3x faster than zip(*page))
             yield pa.RecordBatch.from_arrays(pa.array(page, type=rows).flatten(), schema=schema)
 
 
-def _copied(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) -> Iterator[Any]:
+def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     columns = info.column_map()
-    query = sa.select(*(columns[n] for n in names)).order_by(info.table.c.seq)
+    query = sa.select(*(columns[n] for n in schema.names)).order_by(info.table.c.seq)
     statement = f"COPY ({query.compile(dialect=conn.dialect)}) TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
-    schema = pa.schema([(n, pa.string()) for n in names])
-    fields = [f"f{i}" for i in range(len(names))]  # the user's names may repeat; Arrow's reader wants them apart
+    fields = [f"f{i}" for i in range(len(schema.names))]  # the user's names may repeat; Arrow's reader wants them apart
     with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
         buffered = io.BufferedReader(ChunkStream(copy), BLOCK)  # psycopg hands it over a row at a time
         if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)

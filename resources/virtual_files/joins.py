@@ -70,12 +70,16 @@ def _pair_seq(conn: sa.Connection, left_info: VirtualFileInfo, right_info: Virtu
     (number the rows) where the product could leave ``bigint``; SQLite numbers rows itself."""
     if conn.dialect.name != "postgresql":
         return None
-    tops = [conn.execute(sa.select(sa.func.coalesce(sa.func.max(info.table.c.seq), 0))).scalar_one()
-            for info in (left_info, right_info)]
-    if (tops[0] + 1) * (tops[1] + 1) > 2 ** 62:  # room for the files to grow meanwhile
+    left_top, right_top = (_top(info) for info in (left_info, right_info))
+    left_width, right_width = conn.execute(sa.select(left_top, right_top)).one()
+    if left_width * right_width > 2 ** 62:  # room for the files to grow meanwhile
         return None
-    width = sa.select(sa.func.coalesce(sa.func.max(right_info.table.c.seq), 0) + 1).correlate(None).scalar_subquery()
-    return l_seq * width + sa.func.coalesce(r_seq, 0)  # LEFT: a left row without partner has one output row
+    return l_seq * right_top + sa.func.coalesce(r_seq, 0)  # LEFT: a left row without partner has one output row
+
+
+def _top(info: VirtualFileInfo) -> sa.ScalarSelect:
+    """The file's largest ``seq`` + 1, as a value of the statement it is part of."""
+    return sa.select(sa.func.coalesce(sa.func.max(info.table.c.seq), 0) + 1).correlate(None).scalar_subquery()
 
 
 def _key(columns: Mapping[str, sa.ColumnElement], side: Side, field: str,

@@ -63,7 +63,7 @@ class VirtualFileStore(Resource):
     @property
     def sqlite_file(self) -> str | None:
         """The SQLite file of ``database_url`` (``None``: PostgreSQL, or SQLite in memory)."""
-        return sqlite_path(self.database_url) if self.database_url.startswith("sqlite") else None
+        return sqlite_path(self.database_url)
 
     @property
     def sql(self) -> SqlStore:
