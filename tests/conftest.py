@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -80,11 +81,18 @@ def resources(env: dict[str, str]) -> dict[str, Any]:
     return resources_for(environ=env)
 
 
+def resources_on(url: str, home: Path, **settings: str) -> dict[str, Any]:
+    """Resources on the database at ``url``, its query given ``settings`` too (``options``,
+    ``application_name``: a URL of its own is an engine, so sessions, of its own)."""
+    if settings:
+        url += ("&" if "?" in url else "?") + urlencode(settings)
+    return resources_for(environ={"CONNECTOR_OPS_HOME": str(home), "CONNECTOR_OPS_DATABASE_URL": url})
+
+
 @pytest.fixture
 def postgres_resources(postgres_url: str, tmp_path: Path) -> dict[str, Any]:
     """Resources on the PostgreSQL server only, for what only PostgreSQL does."""
-    return resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
-                                  "CONNECTOR_OPS_DATABASE_URL": postgres_url})
+    return resources_on(postgres_url, tmp_path / "home")
 
 
 @pytest.fixture

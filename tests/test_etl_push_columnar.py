@@ -175,9 +175,7 @@ def test_pushed_files_end_with_their_row_key(files, store, fast_only, name):
                  else ["a,b", *(f"{r['a']},{r['b'] or ''}" for r in rows_in)])
         pf = files.add_bytes("\n".join(lines).encode(), name, "application/json" if as_json else "text/csv")
         vf = invoke("etl.push", {"platformFile": pf.to_json()})["virtualFileId"]
-    with store.reading() as conn:
-        table = store.info(conn, vf).table_name
-    assert store.row_key(vf) in (None, [(f"{table}_pkey", "PRIMARY KEY (seq)")])
+    assert store.row_key(vf) in (None, store.ROW_KEY)
     store.append({vf: [{"a": "new"}]})
     assert [r["a"] for r in store.rows(vf)] == [*(r["a"] for r in rows_in), "new"]
 
@@ -186,15 +184,11 @@ def test_rows_appended_after_a_push_follow_it_from_any_session_on_postgresql(pos
     """A PostgreSQL Push numbers its rows from a sequence that hands its session many values at a time
     (``keys_after.numbered_in_bulk``); afterwards the sequence is back to one value at a time and that
     session holds none: rows appended by either session follow in the order they were appended."""
-    from connector_ops.environment import resources_for
+    from tests.conftest import resources_on
     from tests.virtual_files import StoreForTests
 
-    def store_on(url: str) -> StoreForTests:
-        env = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"), "CONNECTOR_OPS_DATABASE_URL": url}
-        return StoreForTests.of(resources_for(environ=env)["virtual_files"])
-
-    store = store_on(postgres_url)
-    other = store_on(f"{postgres_url}{'&' if '?' in postgres_url else '?'}application_name=other")  # its own engine
+    store, other = (StoreForTests.of(resources_on(postgres_url, tmp_path / "home", **named)["virtual_files"])
+                    for named in ({}, {"application_name": "other"}))  # the other: its own engine
     vf = store.create_from_csv(["a"], io.BytesIO(b"1\n2\n3\n"), ",")
     other.append({vf: [{"a": "other"}]})
     store.append({vf: [{"a": "same"}]})

@@ -178,11 +178,9 @@ def test_validates_new_files_are_shaped_like_any_other_on_postgresql(postgres_re
             columns = conn.execute(sa.text(
                 "SELECT column_name, data_type, is_nullable, column_default LIKE 'nextval(%' FROM "
                 "information_schema.columns WHERE table_name = :t ORDER BY ordinal_position"), {"t": table}).all()
-            key = conn.execute(sa.text("SELECT pg_get_constraintdef(oid), conname = :t || '_pkey' FROM pg_constraint "
-                                       "WHERE conrelid = CAST(:t AS regclass) AND contype = 'p'"), {"t": table}).all()
-            return [tuple(c) for c in columns], [tuple(k) for k in key]
+        return [tuple(c) for c in columns], store.row_key(vf_id)
 
     plain = store.create_from_rows([{"n": "1", "s": "a"}])
     assert shape(accepted) == shape(plain)
     columns, key = shape(rejected)
-    assert columns == shape(plain)[0] and key == [("PRIMARY KEY (seq)", True)]
+    assert columns == shape(plain)[0] and key == store.ROW_KEY

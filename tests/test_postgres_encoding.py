@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from connector_ops import ConnectorError, invoke, pull_frame, push_frame
-from connector_ops.environment import resources_for
 from connector_ops.resources.virtual_files.engines import dispose_all
+from tests.conftest import resources_on
 
 
 @pytest.fixture
@@ -38,8 +38,7 @@ def latin1_url(postgres_url: str) -> Iterator[str]:
 
 
 def test_text_round_trips_through_a_latin1_database(latin1_url: str, tmp_path) -> None:
-    resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
-                                       "CONNECTOR_OPS_DATABASE_URL": latin1_url})
+    resources = resources_on(latin1_url, tmp_path / "home")
     csv = "name,city\nRenée,Zürich\nÅsa,\"Malmö, Skåne\"\n".encode()
     pf = resources["platform_files"].add_bytes(csv, "people.csv", "text/csv").to_json()
     vf = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]

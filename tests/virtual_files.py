@@ -6,7 +6,7 @@ The product never reads a whole file into memory nor builds one from a list; tes
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
@@ -60,14 +60,16 @@ class StoreForTests(VirtualFileStore):
                 sa.select(cat.virtual_file.c.id).where(cat.virtual_file.c.id == vf_id)
             ).first() is not None
 
+    #: what :meth:`row_key` is for every row table on PostgreSQL, however it was filled
+    ROW_KEY: ClassVar[list[tuple[str, str]]] = [("<table>_pkey", "PRIMARY KEY (seq)")]
+
     def row_key(self, vf_id: str) -> list[tuple[str, str]] | None:
-        """PostgreSQL: the row table's primary-key constraints as (name, definition), which every row table
-        must end with as ``[("<table>_pkey", "PRIMARY KEY (seq)")]``, however it was filled. SQLite: None
-        (``seq`` is the rowid, the table itself)."""
+        """PostgreSQL: the row table's primary-key constraints as (name, definition), the table's own name
+        written ``<table>``. SQLite: None (``seq`` is the rowid, the table itself)."""
         with self.reading() as conn:
             if conn.dialect.name != "postgresql":
                 return None
             table = self.info(conn, vf_id).table_name
-            return [tuple(r) for r in conn.execute(sa.text(
+            return [(name.replace(table, "<table>"), definition) for name, definition in conn.execute(sa.text(
                 "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
                 "WHERE conrelid = CAST(:t AS regclass) AND contype = 'p'"), {"t": f'"{table}"'})]
