@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from benchmarks.common import (
     TABLE_HEADER,
     Measurement,
     measure,
+    measure_alternating,
     measure_settled,
     postgres_url,
     ratio_row,
@@ -52,8 +54,18 @@ BATCH = 10_000
 QUERY_VALUES = CITIES[:20]
 
 
+@dataclass
+class Side:
+    """One side of the run once its Push is done: what was measured, the read-only row steps still to
+    measure (alternating with the other side's, :func:`measure_alternating`), and what to close after."""
+
+    measured: dict[str, Measurement]
+    calls: dict[str, tuple[str, Callable[[], Any]]] = field(default_factory=dict)
+    close: Callable[[], Any] = lambda: None
+
+
 # -- connector-ops -------------------------------------------------------------------------------
-def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work: Path) -> dict[str, Measurement]:
+def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work: Path) -> Side:
     pf = resources["platform_files"].add_file(csv_path).to_json()
     out: dict[str, Measurement] = {}
     warm_up(resources, csv_path, work)  # on SQLite this also starts the loader process
@@ -82,7 +94,7 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
                                   lambda: len(pd.read_sql(select, store.sql.engine)))
     if "rows" not in steps:
         invoke("etl.clean", {"virtualFileId": vf}, resources)
-        return out
+        return Side(out)
 
     def iterate_all() -> int:
         total, has_next = 0, True
@@ -92,19 +104,20 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
             has_next = page["hasNext"]
         return total
 
-    out["iterate"] = measure("connector-ops iterate (10k batches)", iterate_all)
     out["first_query"] = measure("connector-ops first query (builds the index)",
                                  lambda: invoke("etl.query", {"virtualFileId": vf, "query": {"city": "none"}},
                                                 resources))
-    out["query"] = measure("connector-ops query ×20", lambda: sum(
-        len(invoke("etl.query", {"virtualFileId": vf, "query": {"city": c}}, resources)["result"])
-        for c in QUERY_VALUES))
-    out["regex"] = measure("connector-ops query $regex or city (1 of 9 rows)", lambda: len(
-        invoke("etl.query", {"virtualFileId": vf, "query": REGEX_QUERY}, resources)["result"]))
-    out["pull"] = measure("connector-ops pull csv", lambda: invoke(
-        "etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "out.csv"}, resources))
-    invoke("etl.clean", {"virtualFileId": vf}, resources)
-    return out
+    calls = {
+        "iterate": ("connector-ops iterate (10k batches)", iterate_all),
+        "query": ("connector-ops query ×20", lambda: sum(
+            len(invoke("etl.query", {"virtualFileId": vf, "query": {"city": c}}, resources)["result"])
+            for c in QUERY_VALUES)),
+        "regex": ("connector-ops query $regex or city (1 of 9 rows)", lambda: len(
+            invoke("etl.query", {"virtualFileId": vf, "query": REGEX_QUERY}, resources)["result"])),
+        "pull": ("connector-ops pull csv", lambda: invoke(
+            "etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "out.csv"}, resources)),
+    }
+    return Side(out, calls, lambda: invoke("etl.clean", {"virtualFileId": vf}, resources))
 
 
 def sample_ndjson(csv_path: Path) -> Path:
@@ -147,7 +160,7 @@ def keyset_scan(fetch_page: Any, keep: Callable[[tuple], bool] | None = None) ->
 
 
 # -- raw SQLite ----------------------------------------------------------------------------------
-def raw_sqlite(db_path: Path, csv_path: Path, work: Path, steps: frozenset[str]) -> dict[str, Measurement]:
+def raw_sqlite(db_path: Path, csv_path: Path, work: Path, steps: frozenset[str]) -> Side:
     conn = sqlite3.connect(db_path, isolation_level=None)
     for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-65536"):
         conn.execute(f"PRAGMA {pragma}")
@@ -183,19 +196,14 @@ def raw_sqlite(db_path: Path, csv_path: Path, work: Path, steps: frozenset[str])
         out["push_cli"] = measure("sqlite3 CLI .import (separate process)", cli_import)
     if "rows" not in steps:
         conn.close()
-        return out
+        return Side(out)
     names = [f"c{i}" for i in range(8)]
 
     page = f"SELECT rowid, {', '.join(names)} FROM raw WHERE rowid > ? ORDER BY rowid LIMIT ?"
-    out["iterate"] = measure("raw keyset scan",
-                             lambda: keyset_scan(lambda last: conn.execute(page, (last, BATCH)).fetchall()))
-    out["regex"] = measure("raw keyset scan + re", lambda: regex_scan(
-        lambda last: conn.execute(page, (last, BATCH)).fetchall()))
     conn.execute("CREATE INDEX raw_city ON raw (c2)")
-    out["query"] = measure("raw indexed SELECT ×20", lambda: sum(
-        len([dict(zip(COLUMNS, r, strict=True)) for r in
-             conn.execute(f"SELECT {', '.join(names)} FROM raw WHERE c2 = ? ORDER BY rowid", (c,))])
-        for c in QUERY_VALUES))
+
+    def fetch_page(last: int) -> list[tuple]:
+        return conn.execute(page, (last, BATCH)).fetchall()
 
     def export() -> None:
         with (work / "raw.csv").open("w", newline="", encoding="utf-8") as handle:
@@ -205,13 +213,20 @@ def raw_sqlite(db_path: Path, csv_path: Path, work: Path, steps: frozenset[str])
             while rows := cursor.fetchmany(BATCH):
                 writer.writerows(rows)
 
-    out["pull"] = measure("raw SELECT + csv.writer", export)
-    conn.close()
-    return out
+    calls = {
+        "iterate": ("raw keyset scan", lambda: keyset_scan(fetch_page)),
+        "query": ("raw indexed SELECT ×20", lambda: sum(
+            len([dict(zip(COLUMNS, r, strict=True)) for r in
+                 conn.execute(f"SELECT {', '.join(names)} FROM raw WHERE c2 = ? ORDER BY rowid", (c,))])
+            for c in QUERY_VALUES)),
+        "regex": ("raw keyset scan + re", lambda: regex_scan(fetch_page)),
+        "pull": ("raw SELECT + csv.writer", export),
+    }
+    return Side(out, calls, conn.close)
 
 
 # -- raw PostgreSQL ------------------------------------------------------------------------------
-def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) -> dict[str, Measurement]:
+def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) -> Side:
     import psycopg
 
     conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True)
@@ -228,17 +243,20 @@ def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) ->
                 copy.write(chunk)
 
     out["push"] = measure("raw COPY FROM STDIN (csv bytes)", push)
-    if "rows" not in steps:
+
+    def close() -> None:
         conn.execute("DROP TABLE raw")
         conn.close()
-        return out
+
+    if "rows" not in steps:
+        close()
+        return Side(out)
 
     page = f"SELECT seq, {', '.join(names)} FROM raw WHERE seq > %s ORDER BY seq LIMIT %s"
-    out["iterate"] = measure("raw keyset scan",
-                             lambda: keyset_scan(lambda last: conn.execute(page, (last, BATCH)).fetchall()))
-    out["regex"] = measure("raw keyset scan + re", lambda: regex_scan(
-        lambda last: conn.execute(page, (last, BATCH)).fetchall()))
     conn.execute("CREATE INDEX raw_city ON raw (c2)")
+
+    def fetch_page(last: int) -> list[tuple]:
+        return conn.execute(page, (last, BATCH)).fetchall()
 
     def query() -> int:
         total = 0
@@ -247,8 +265,6 @@ def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) ->
                 cur.execute(f"SELECT {', '.join(names)} FROM raw WHERE c2 = %s ORDER BY seq", (c,))
                 total += len([dict(zip(COLUMNS, r, strict=True)) for r in cur.fetchall()])
         return total
-
-    out["query"] = measure("raw indexed SELECT ×20", query)
 
     def export() -> None:
         with (work / "raw.csv").open("w", newline="", encoding="utf-8") as handle, conn.cursor("export") as cur:
@@ -262,10 +278,13 @@ def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) ->
         conn.commit()
         conn.autocommit = True
 
-    out["pull"] = measure("raw SELECT + csv.writer", export)
-    conn.execute("DROP TABLE raw")
-    conn.close()
-    return out
+    calls = {
+        "iterate": ("raw keyset scan", lambda: keyset_scan(fetch_page)),
+        "query": ("raw indexed SELECT ×20", query),
+        "regex": ("raw keyset scan + re", lambda: regex_scan(fetch_page)),
+        "pull": ("raw SELECT + csv.writer", export),
+    }
+    return Side(out, calls, close)
 
 
 #: issue 13: Push ≤ 1.2× raw COPY on PostgreSQL, ≤ 0.7× the sqlite3 CLI; the row steps keep issue 2's targets
@@ -297,6 +316,16 @@ def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Meas
     return lines
 
 
+def both_sides(mine: Side, raw: Side, repeat: int) -> tuple[dict[str, Measurement], dict[str, Measurement]]:
+    """Both sides' measurements, with their row steps measured alternating; then both closed."""
+    print("  row steps, ours and the baseline alternating:" if mine.calls else "", flush=True)
+    ours_rows, raw_rows = measure_alternating({step: (call, raw.calls[step]) for step, call in mine.calls.items()},
+                                              repeat)
+    mine.close()
+    raw.close()
+    return mine.measured | ours_rows, raw.measured | raw_rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -304,6 +333,8 @@ def main() -> None:
     parser.add_argument("--steps", default=",".join(sorted(STEPS)),
                         help="rows (Iterate/Query/Pull), ndjson (NDJSON Push), frames (DataFrame push/pull); "
                              "Push always runs")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds of the row steps, ours and the baseline alternating (median reported)")
     args = parser.parse_args()
     steps = frozenset(args.steps.split(",")) & STEPS
     csv_path = sample_csv(args.rows)
@@ -316,13 +347,13 @@ def main() -> None:
             if db == "sqlite":
                 env = {"CONNECTOR_OPS_HOME": str(work / "home"),
                        "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{work / 'ours.db'}"}
-                mine = ours(resources_for(environ=env), csv_path, steps, work)
-                raw = raw_sqlite(work / "raw.db", csv_path, work, steps)
+                mine, raw = both_sides(ours(resources_for(environ=env), csv_path, steps, work),
+                                       raw_sqlite(work / "raw.db", csv_path, work, steps), args.repeat)
             else:
                 with postgres_url() as url:
                     env = {"CONNECTOR_OPS_HOME": str(work / "home"), "CONNECTOR_OPS_DATABASE_URL": url}
-                    mine = ours(resources_for(environ=env), csv_path, steps, work)
-                    raw = raw_postgres(url, csv_path, work, steps)
+                    mine, raw = both_sides(ours(resources_for(environ=env), csv_path, steps, work),
+                                           raw_postgres(url, csv_path, work, steps), args.repeat)
             lines += report(db, args.rows, mine, raw)
     print("\n".join(lines))
 
