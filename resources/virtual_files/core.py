@@ -8,6 +8,7 @@ the store: actions call whole operations and never see one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -22,6 +23,20 @@ from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine
 from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.urls import database_url_problem
+
+
+@functools.cache
+def _lookup(dialect: str, lock: bool) -> sa.Select:
+    """The catalog entry's one query, built once per kind: every action starts with it, and building and
+    keying it anew each time took more than running it (SQLite ≈ 200 µs of a 700 µs Query)."""
+    vf, col = cat.virtual_file, cat.vf_column
+    query = (
+        sa.select(vf.c.table_name, vf.c.generation, col.c.ordinal, col.c.name, col.c.indexed)
+        .select_from(vf.outerjoin(col, col.c.vf_id == vf.c.id))
+        .where(vf.c.id == sa.bindparam("vf_id"))
+        .order_by(col.c.ordinal)
+    )
+    return query.with_for_update(of=vf, read=not lock) if dialect == "postgresql" else query
 
 
 class StoreCore(Resource):
@@ -79,16 +94,7 @@ class StoreCore(Resource):
         """
         if not isinstance(vf_id, str) or not vf_id:
             raise NotFound(f"virtual file {vf_id!r} not found")
-        vf, col = cat.virtual_file, cat.vf_column
-        query = (
-            sa.select(vf.c.table_name, vf.c.generation, col.c.ordinal, col.c.name, col.c.indexed)
-            .select_from(vf.outerjoin(col, col.c.vf_id == vf.c.id))
-            .where(vf.c.id == vf_id)
-            .order_by(col.c.ordinal)
-        )
-        if conn.dialect.name == "postgresql":
-            query = query.with_for_update(of=vf, read=not lock)
-        rows = conn.execute(query).all()  # one round trip: the file and its columns
+        rows = conn.execute(_lookup(conn.dialect.name, lock), {"vf_id": vf_id}).all()  # the file and its columns
         if not rows:
             raise NotFound(f"virtual file {vf_id!r} not found")
         head = rows[0]
