@@ -254,7 +254,8 @@ def test_delete_rows_unknown_file_is_500_and_query_keeps_plain_equality(store, r
 
 
 def test_regex_on_many_rows_crosses_batches(store, resources):
-    """The PostgreSQL path evaluates $regex in keyset batches: more rows than one batch."""
+    """The PostgreSQL path reads a $regex column in batches and stores each batch's matches while its cursor is
+    still open: more rows than one batch."""
     from connector_ops.resources.virtual_files import filters
 
     rows = [{"n": str(i)} for i in range(filters.REGEX_BATCH + 7)]

@@ -18,8 +18,8 @@ The rules that make the SQL agree with MongoDB (differentially tested against mo
   the value's length whatever the pattern, so ``^(a+)+$`` cannot stall a query. The syntax is Python's
   (flags ``i m s x``; ``$`` also matches before a final newline, as in Python and MongoDB's PCRE) minus
   backreferences and lookaround, which are refused with a 400. It is a UDF on SQLite; on PostgreSQL, whose
-  regular expressions are neither, the matching ``seq`` values are computed in Python in keyset batches
-  into a temporary table the SQL then refers to.
+  regular expressions are neither, the column is read through one server-side cursor, matched in Python,
+  and the matching ``seq`` values go into a temporary table the SQL then refers to.
 * Long lists stay one parameter: ``$in`` with more than ``LONG_IN`` values binds them as one array
   (``= ANY(:values)`` on PostgreSQL, ``IN (SELECT value FROM json_each(:values))`` on SQLite), so 100,000
   values never meet a driver's parameter limit. Wide ``$or``/``$and`` compile to balanced trees, so 3,000
@@ -44,6 +44,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.virtual_files.engines import SQLITE_FUNCTIONS
+from connector_ops.resources.virtual_files.fetching import stream
 
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 FIELD_OPERATORS = {"$eq", "$ne", "$in", "$nin", "$exists", "$regex", "$options", "$not", *COMPARISONS}
@@ -55,7 +56,7 @@ UNSUPPORTED = {
     "$geoIntersects", "$near", "$nearSphere", "$sampleRate", "$getField",
 }
 REGEX_OPTIONS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
-REGEX_BATCH = 10_000
+REGEX_BATCH = 20_000
 #: ``$in`` lists longer than this are bound as one array parameter
 LONG_IN = 100
 #: children of one SQL AND/OR node; wider ones become a balanced tree of groups
@@ -449,9 +450,9 @@ class _PythonRegexSeqs:
 
     PostgreSQL's regular expressions (ARE) differ from Python's and MongoDB's (``.`` matches a newline,
     ``^``/``$`` ignore lines, ``\\b`` is a backspace), so translating patterns would change results. The
-    column is read in keyset batches and the matching ``seq`` values are inserted into a temporary table
-    (dropped at commit); the leaf becomes ``EXISTS`` of the row's ``seq`` in that table, two-valued by
-    nature.
+    column is read through one server-side cursor and the matching ``seq`` values are inserted into a
+    temporary table (dropped at commit); the leaf becomes ``EXISTS`` of the row's ``seq`` in that table,
+    two-valued by nature.
     """
 
     def __init__(self, conn: sa.Connection | None) -> None:
@@ -479,20 +480,13 @@ class _PythonRegexSeqs:
                            sa.Column("seq", sa.BigInteger, primary_key=True),
                            prefixes=["TEMPORARY"], postgresql_on_commit="DROP")
         matches.create(conn)
-        seq = table.c.seq
-        query = sa.select(seq, column).where(column.is_not(None)).order_by(seq).limit(REGEX_BATCH)
-        last = None
-        while True:
-            rows = conn.execute(query if last is None else query.where(seq > last)).all()
-            if not rows:
-                break
-            last = rows[-1][0]
+        # one server-side cursor, in no order (keyset pages of SQLAlchemy rows took 2.6 s for 1M values;
+        # this, 1.4 s), and the driver's own tuples
+        for rows in stream(conn, sa.select(table.c.seq, column).where(column.is_not(None)), REGEX_BATCH):
             hits = [s for s, value in rows if found(value)]
             if hits:  # one statement a batch (an executemany of 111k rows took 4 s)
                 conn.execute(sa.insert(matches).from_select(["seq"], sa.select(sa.func.unnest(
                     sa.bindparam("hits", hits, type_=postgresql.ARRAY(sa.BigInteger))))))
-            if len(rows) < REGEX_BATCH:
-                break
         return matches
 
 
