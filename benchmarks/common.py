@@ -77,8 +77,6 @@ def measure_alternating(pairs: dict[str, Pair], repeat: int) -> tuple[dict[str, 
 
     A short step measured once, minutes away from its baseline, moves with the host's speed: the two sides
     alternate so a slow spell lands on both, and the median drops a single slow run."""
-    import statistics
-
     taken: dict[str, tuple[list[Measurement], list[Measurement]]] = {step: ([], []) for step in pairs}
     for round_ in range(repeat):
         if repeat > 1:
@@ -89,10 +87,16 @@ def measure_alternating(pairs: dict[str, Pair], repeat: int) -> tuple[dict[str, 
     out: tuple[dict[str, Measurement], dict[str, Measurement]] = ({}, {})
     for step, sides in taken.items():
         for runs, side in zip(sides, out, strict=True):
-            times = tuple(m.seconds for m in runs)
-            side[step] = Measurement(runs[0].name, statistics.median(times), max(m.peak_mib for m in runs),
-                                     runs[-1].value, times)
+            side[step] = median_of(runs)
     return out
+
+
+def median_of(runs: list[Measurement]) -> Measurement:
+    """One step's runs as one measurement: the median time, every run's time, the largest peak."""
+    import statistics
+
+    times = tuple(m.seconds for m in runs)
+    return Measurement(runs[0].name, statistics.median(times), max(m.peak_mib for m in runs), runs[-1].value, times)
 
 
 def measure(name: str, fn: Callable[[], Any]) -> Measurement:
