@@ -26,6 +26,7 @@ import argparse
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +232,17 @@ def pandera_validate(frame: Any) -> int:
     return 0
 
 
+def alternating(repeat: int, ours: Callable[[int], Measurement],
+                theirs: Callable[[int], Measurement]) -> tuple[Measurement, Measurement]:
+    """``repeat`` rounds of ours then the baseline (each given the round's number, to set up what it needs
+    unmeasured); the median of each side (:func:`benchmarks.common.median_of`)."""
+    runs: tuple[list[Measurement], list[Measurement]] = ([], [])
+    for round_ in range(repeat):
+        runs[0].append(ours(round_))
+        runs[1].append(theirs(round_))
+    return median_of(runs[0]), median_of(runs[1])
+
+
 # -- the run -------------------------------------------------------------------------------------
 def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS, repeat: int = 3) -> list[str]:
     import pandas as pd
@@ -296,24 +308,35 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS,
             ratio_row("Validate vs raw INSERT … SELECT of its outputs", m["validate"], m["raw_split"], 1.5),
         ]
 
-    if "map" in steps:
-        m["map"], _ = measure_settled("connector-ops map (Python row function)", lambda: invoke(
-            "etl.map", {"virtualFileId": left, "action": "bench_upper_name"}, resources), store)
-        m["raw_map"] = measure("raw loop: keyset read, same function, rewrite", lambda: raw_map(raw))
+    if "map" in steps:  # each round writes a new file, and a new raw table
+        def our_map(_round: int) -> Measurement:
+            measured, _ = measure_settled("connector-ops map (Python row function)", lambda: invoke(
+                "etl.map", {"virtualFileId": left, "action": "bench_upper_name"}, resources), store)
+            invoke("etl.clean", {"virtualFileId": measured.value["virtualFileId"]}, resources)
+            return measured
+
+        def their_map(_round: int) -> Measurement:
+            raw.execute("DROP TABLE IF EXISTS raw_mapped")
+            return measure("raw loop: keyset read, same function, rewrite", lambda: raw_map(raw))
+
+        m["map"], m["raw_map"] = alternating(repeat, our_map, their_map)
         lines.append(ratio_row("Map vs raw loop", m["map"], m["raw_map"], 1.5))
 
     if "delete" in steps:  # each round deletes from a fresh Push of the left file and a raw copy of it
-        runs: tuple[list[Measurement], list[Measurement]] = ([], [])
-        for round_ in range(repeat):
+        def our_delete(round_: int) -> Measurement:
             fresh = left if round_ == 0 else push(left_csv)
             raw.copy_of(vf_table(store, fresh), "raw_left")
-            runs[0].append(measure_settled("connector-ops delete rows (3-clause filter)", lambda vf=fresh: invoke(
-                "etl.delete_rows", {"virtualFileId": vf, "request": DELETE_FILTER}, resources), store)[0])
-            runs[1].append(measure("raw SQL DELETE (same meaning)", lambda: raw_delete(raw)))
-            assert runs[0][-1].value["deletedCount"] == runs[1][-1].value, (runs[0][-1].value, runs[1][-1].value)
+            measured, _ = measure_settled("connector-ops delete rows (3-clause filter)", lambda: invoke(
+                "etl.delete_rows", {"virtualFileId": fresh, "request": DELETE_FILTER}, resources), store)
             if fresh != left:
                 invoke("etl.clean", {"virtualFileId": fresh}, resources)
-        m["delete"], m["raw_delete"] = (median_of(r) for r in runs)
+            return measured
+
+        def their_delete(_round: int) -> Measurement:
+            return measure("raw SQL DELETE (same meaning)", lambda: raw_delete(raw))
+
+        m["delete"], m["raw_delete"] = alternating(repeat, our_delete, their_delete)
+        assert m["delete"].value["deletedCount"] == m["raw_delete"].value, (m["delete"].value, m["raw_delete"].value)
         lines.insert(2, ratio_row("Delete Rows, 3 clauses", m["delete"], m["raw_delete"], 1.5)
                      + f" ({m['delete'].value['deletedCount']:,} rows deleted)")
 
@@ -330,7 +353,7 @@ def main() -> None:
     parser.add_argument("--steps", default=",".join(sorted(STEPS)),
                         help=f"comma-separated subset of {', '.join(sorted(STEPS))} (Push always runs)")
     parser.add_argument("--repeat", type=int, default=3,
-                        help="rounds of Delete Rows, each on a fresh Push and a raw copy (median reported)")
+                        help="rounds of Map and of Delete Rows (each on a fresh Push and a raw copy); median reported")
     args = parser.parse_args()
     steps = frozenset(args.steps.split(","))
     if not steps <= STEPS:
