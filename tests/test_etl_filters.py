@@ -308,6 +308,25 @@ def test_regex_under_or_probes_its_matches_on_postgresql(postgres_resources):
     assert scans and all("Index" in line for line in scans), plan
 
 
+def test_a_regex_gives_its_query_room_to_hash_the_matches_on_postgresql(postgres_resources):
+    """The Query probing a ``$regex`` leaf's matches hashes them when they fit in work_mem, and else probes
+    their key once per row (4M rows, 448k matches: 11.0 s against 8.3 s hashed). The transaction that
+    materialises them raises work_mem for itself alone."""
+    from connector_ops.resources.virtual_files.engines import HASH_WORK_MEM
+    from connector_ops.resources.virtual_files.filters import compile_filter
+
+    store = postgres_resources["virtual_files"]
+    vf = store.create_from_dicts([[{"n": "a"}, {"n": "b"}]])
+    with store.sql.reading() as conn:
+        before = conn.exec_driver_sql("SHOW work_mem").scalar_one()
+        info = store.sql.info(conn, vf)
+        compile_filter({"$or": [{"n": {"$regex": "a"}}, {"n": "c"}]}, info.column_map(info.table),
+                       dialect="postgresql", conn=conn)
+        assert conn.exec_driver_sql("SHOW work_mem").scalar_one() == HASH_WORK_MEM != before
+    with store.sql.reading() as conn:
+        assert conn.exec_driver_sql("SHOW work_mem").scalar_one() == before
+
+
 def test_the_regex_finder_agrees_with_re2_search():
     """``$regex`` calls RE2's matcher straight (google-re2's ``search`` costs ≈ 7 µs a value in Python);
     it must answer as ``search`` does, on the internals of the google-re2 installed here."""

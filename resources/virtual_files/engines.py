@@ -29,6 +29,15 @@ _LOCK = threading.Lock()
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
 
 WRITE = {"cop_write": True}
+#: PostgreSQL work_mem for a transaction that hashes a set of row keys: 4M rows' ``seq`` fit in it
+HASH_WORK_MEM = "64MB"
+
+
+def room_to_hash_keys(conn: sa.Connection) -> None:
+    """Let this PostgreSQL transaction hash up to ``HASH_WORK_MEM`` of row keys (Validate's anti-join, the
+    ``$regex`` matches a Query probes). Past the default 4MB the planner spills the hash to disk or, for a
+    subplan under ``OR``, probes an index once per row."""
+    conn.exec_driver_sql(f"SET LOCAL work_mem = '{HASH_WORK_MEM}'")
 
 
 @functools.lru_cache(maxsize=64)

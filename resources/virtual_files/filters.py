@@ -43,7 +43,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from connector_ops.kernel.errors import InvalidInput
-from connector_ops.resources.virtual_files.engines import SQLITE_FUNCTIONS
+from connector_ops.resources.virtual_files.engines import SQLITE_FUNCTIONS, room_to_hash_keys
 from connector_ops.resources.virtual_files.fetching import stream
 
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
@@ -480,6 +480,7 @@ class _PythonRegexSeqs:
                            sa.Column("seq", sa.BigInteger, primary_key=True),
                            prefixes=["TEMPORARY"], postgresql_on_commit="DROP")
         matches.create(conn)
+        room_to_hash_keys(conn)  # the query probing them: 4M rows, 448k matches, 11.0 s → 8.3 s
         # one server-side cursor, in no order (keyset pages of SQLAlchemy rows took 2.6 s for 1M values;
         # this, 1.4 s), and the driver's own tuples
         for rows in stream(conn, sa.select(table.c.seq, column).where(column.is_not(None)), REGEX_BATCH):

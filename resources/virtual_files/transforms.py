@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
+from connector_ops.resources.virtual_files.engines import room_to_hash_keys
 from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.joins import join_into
 from connector_ops.resources.virtual_files.keys_after import (
@@ -136,7 +137,7 @@ def _decide(conn: sa.Connection, table: sa.Table, columns: Mapping[str, Any], na
     accepted, refused = (t.table for t in targets)
     dialect = conn.dialect.name
     if dialect == "postgresql":  # the anti-join's hash of ``seq`` fits in memory instead of spilling
-        conn.exec_driver_sql("SET LOCAL work_mem = '64MB'")
+        room_to_hash_keys(conn)
     error = into[1][1]
     filled(conn, refused, sa.select(table.c.seq, error_text(verdicts, columns, dialect),
                                     content_json(names, columns, dialect))
