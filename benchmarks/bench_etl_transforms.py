@@ -315,8 +315,9 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS,
             ratio_row("Validate vs raw INSERT … SELECT of its outputs", m["validate"], m["raw_split"], 1.5),
         ]
 
-    if "map" in steps:  # each round writes a new file, and a new raw table
+    if "map" in steps:  # each round writes a new file, and a new raw table, from clean buffers
         def our_map(_round: int) -> Measurement:
+            raw.clean_buffers()
             measured, _ = measure_settled("connector-ops map (Python row function)", lambda: invoke(
                 "etl.map", {"virtualFileId": left, "action": "bench_upper_name"}, resources), store)
             invoke("etl.clean", {"virtualFileId": measured.value["virtualFileId"]}, resources)
@@ -324,6 +325,7 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS,
 
         def their_map(_round: int) -> Measurement:
             raw.execute("DROP TABLE IF EXISTS raw_mapped")
+            raw.clean_buffers()
             return measure("raw loop: keyset read, same function, rewrite", lambda: raw_map(raw))
 
         m["map"], m["raw_map"] = alternating(repeat, our_map, their_map)
