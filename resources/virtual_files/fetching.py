@@ -8,6 +8,7 @@ export never holds more than one page in memory.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -43,11 +44,26 @@ def _compile(conn: sa.Connection, stmt: sa.Executable) -> tuple[str, Any]:
 
 def fetch_all(conn: sa.Connection, stmt: sa.Executable) -> list[tuple]:
     """All rows of ``stmt`` as driver tuples."""
+    with _executed(conn, stmt) as cursor:
+        return cursor.fetchall()
+
+
+def fetch_pages(conn: sa.Connection, stmt: sa.Executable, size: int) -> Iterator[list[tuple]]:
+    """The rows of ``stmt`` as driver tuples, ``size`` at a time, from one client-side cursor (one round
+    trip): for a result the caller keeps whole anyway, but converts a page at a time, so that beside what it
+    built only one page of tuples is alive."""
+    with _executed(conn, stmt) as cursor:
+        while rows := cursor.fetchmany(size):
+            yield rows
+
+
+@contextlib.contextmanager
+def _executed(conn: sa.Connection, stmt: sa.Executable) -> Iterator[Any]:
     sql, params = _compile(conn, stmt)
     cursor = conn.connection.driver_connection.cursor()
     try:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        yield cursor
     finally:
         cursor.close()
 

@@ -15,9 +15,8 @@ from connector_ops.kernel.notices import warn
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore
-from connector_ops.resources.virtual_files.fetching import fetch_all
 from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns, filter_warnings
-from connector_ops.resources.virtual_files.rows import as_dicts, select_rows
+from connector_ops.resources.virtual_files.rows import fetch_dicts, select_rows
 from connector_ops.resources.virtual_files.shapes import Row
 
 
@@ -68,7 +67,7 @@ class Querying(StoreCore):
                     query = select_rows(info).where(where).order_by(table.c.seq)
                     if limit is not None:
                         query = query.limit(limit)
-                    return as_dicts(info.names, fetch_all(conn, query))
+                    return fetch_dicts(conn, info.names, query)
             self._create_indexes(info, equality_columns(flt))
 
     @staticmethod

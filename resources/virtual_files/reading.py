@@ -20,7 +20,7 @@ from connector_ops.resources.virtual_files.arrow_reads import arrow_batches
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.core import StoreCore
 from connector_ops.resources.virtual_files.fetching import fetch_all
-from connector_ops.resources.virtual_files.rows import as_dicts, keyset_pages, select_rows
+from connector_ops.resources.virtual_files.rows import as_dicts, fetch_dicts, keyset_pages, select_rows
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 
 DEFAULT_CURSOR = "default"
@@ -34,8 +34,8 @@ class Reading(StoreCore):
         with self.reading() as conn:
             info = self.info(conn, vf_id)
             count = conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one()
-            first = fetch_all(conn, select_rows(info).order_by(info.table.c.seq).limit(n))
-            return count, list(info.names), as_dicts(info.names, first)
+            first = fetch_dicts(conn, info.names, select_rows(info).order_by(info.table.c.seq).limit(n))
+            return count, list(info.names), first
 
     def scan_tuples(self, vf_id: str, columns: Sequence[str] | None = None, *, batch_size: int = SCAN_BATCH,
                     field: str = "schema") -> tuple[list[str], Iterator[list[tuple]]]:
@@ -85,7 +85,7 @@ class Reading(StoreCore):
             query = select_rows(info).where(table.c.seq > after_seq).order_by(table.c.seq)
             if upto_seq is not None:
                 query = query.where(table.c.seq <= upto_seq)
-            return as_dicts(info.names, fetch_all(conn, query))
+            return fetch_dicts(conn, info.names, query)
 
     def batch_bounds(self, vf_id: str, batch_size: int) -> tuple[int, list[tuple[int, int]]]:
         """``(generation, [(after_seq, upto_seq), …])`` splitting the file into batches of ``batch_size``."""

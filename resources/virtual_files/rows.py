@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 import sqlalchemy as sa
 
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
-from connector_ops.resources.virtual_files.fetching import stream
+from connector_ops.resources.virtual_files.fetching import fetch_pages, stream
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 
 
@@ -40,6 +40,12 @@ def select_rows(info: VirtualFileInfo) -> sa.Select:
     """The value columns in catalog order, then ``seq`` last (see :func:`as_dicts`)."""
     table = info.table
     return sa.select(*(table.c[internal_name(o)] for o in info.ordinals), table.c.seq)
+
+
+def fetch_dicts(conn: sa.Connection, names: Sequence[str], query: sa.Select) -> list[Row]:
+    """All rows of a :func:`select_rows` query as dicts, converted a page at a time: a Query keeping 448k
+    rows held their tuples and their dicts at once (503 MiB)."""
+    return [row for page in fetch_pages(conn, query, SCAN_BATCH) for row in as_dicts(names, page)]
 
 
 def as_dicts(names: Sequence[str], rows: list[tuple]) -> list[Row]:
