@@ -318,7 +318,8 @@ def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Meas
 
 def both_sides(mine: Side, raw: Side, repeat: int) -> tuple[dict[str, Measurement], dict[str, Measurement]]:
     """Both sides' measurements, with their row steps measured alternating; then both closed."""
-    print("  row steps, ours and the baseline alternating:" if mine.calls else "", flush=True)
+    if mine.calls:
+        print("  row steps, ours and the baseline alternating:", flush=True)
     ours_rows, raw_rows = measure_alternating({step: (call, raw.calls[step]) for step, call in mine.calls.items()},
                                               repeat)
     mine.close()

@@ -26,7 +26,6 @@ import argparse
 import sqlite3
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,9 @@ from benchmarks.common import (
     COLUMNS,
     TABLE_HEADER,
     Measurement,
+    alternating,
     measure,
     measure_settled,
-    median_of,
     postgres_url,
     ratio_row,
     sample_csv,
@@ -237,17 +236,6 @@ def pandera_validate(frame: Any) -> int:
     except pandera.errors.SchemaErrors as exc:
         return exc.failure_cases["index"].nunique()
     return 0
-
-
-def alternating(repeat: int, ours: Callable[[int], Measurement],
-                theirs: Callable[[int], Measurement]) -> tuple[Measurement, Measurement]:
-    """``repeat`` rounds of ours then the baseline (each given the round's number, to set up what it needs
-    unmeasured); the median of each side (:func:`benchmarks.common.median_of`)."""
-    runs: tuple[list[Measurement], list[Measurement]] = ([], [])
-    for round_ in range(repeat):
-        runs[0].append(ours(round_))
-        runs[1].append(theirs(round_))
-    return median_of(runs[0]), median_of(runs[1])
 
 
 # -- the run -------------------------------------------------------------------------------------

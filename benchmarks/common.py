@@ -72,23 +72,27 @@ Pair = tuple[tuple[str, Callable[[], Any]], tuple[str, Callable[[], Any]]]
 
 
 def measure_alternating(pairs: dict[str, Pair], repeat: int) -> tuple[dict[str, Measurement], dict[str, Measurement]]:
-    """Each step ours then its baseline, back to back, ``repeat`` rounds over all steps; per side the median
-    time, every run's time and the largest peak.
+    """Each step ours then its baseline, back to back, ``repeat`` rounds (:func:`alternating`); per side and
+    step the median time, every run's time and the largest peak."""
+    out: tuple[dict[str, Measurement], dict[str, Measurement]] = ({}, {})
+    for step, ((name, fn), (base_name, base_fn)) in pairs.items():
+        out[0][step], out[1][step] = alternating(
+            repeat, lambda _round, n=name, f=fn: measure(n, f), lambda _round, n=base_name, f=base_fn: measure(n, f))
+    return out
+
+
+def alternating(repeat: int, ours: Callable[[int], Measurement],
+                theirs: Callable[[int], Measurement]) -> tuple[Measurement, Measurement]:
+    """``repeat`` rounds of ours then the baseline (each given the round's number, to set up unmeasured what
+    it needs); the median of each side.
 
     A short step measured once, minutes away from its baseline, moves with the host's speed: the two sides
     alternate so a slow spell lands on both, and the median drops a single slow run."""
-    taken: dict[str, tuple[list[Measurement], list[Measurement]]] = {step: ([], []) for step in pairs}
+    runs: tuple[list[Measurement], list[Measurement]] = ([], [])
     for round_ in range(repeat):
-        if repeat > 1:
-            print(f"  -- round {round_ + 1} of {repeat}", flush=True)
-        for step, sides in pairs.items():
-            for (name, fn), runs in zip(sides, taken[step], strict=True):
-                runs.append(measure(name, fn))
-    out: tuple[dict[str, Measurement], dict[str, Measurement]] = ({}, {})
-    for step, sides in taken.items():
-        for runs, side in zip(sides, out, strict=True):
-            side[step] = median_of(runs)
-    return out
+        runs[0].append(ours(round_))
+        runs[1].append(theirs(round_))
+    return median_of(runs[0]), median_of(runs[1])
 
 
 def median_of(runs: list[Measurement]) -> Measurement:
