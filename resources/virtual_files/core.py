@@ -77,6 +77,30 @@ class StoreCore(Resource):
                 raise
             raise problem from None
 
+    @contextlib.contextmanager
+    def reading_beside(self, conn: sa.Connection) -> Iterator[sa.Connection]:
+        """A connection that reads what the open transaction of ``conn`` reads, so that ``conn`` can keep one
+        ``COPY`` streaming while the rows it is fed are fetched.
+
+        PostgreSQL: a second connection whose read-only transaction imports the snapshot ``conn`` exports.
+        One connection cannot fetch a page while a ``COPY`` is open, so a Map alternated: the server stored a
+        page while the client waited, then the client built the next one while the server idled (1M rows:
+        2.1 s of 6.4 s waiting for ``COPY`` to finish). The importer does not see what ``conn`` wrote, only
+        the committed rows ``conn``'s catalog lock keeps still. Close it before ``conn`` drops or replaces a
+        table it read. SQLite: ``conn`` itself (its reads and writes interleave on one connection).
+        """
+        if conn.dialect.name != "postgresql":
+            yield conn
+            return
+        from psycopg import sql
+
+        snapshot = conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
+        options = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+        with self.engine.connect().execution_options(**options) as reader, reader.begin():
+            driver = reader.connection.driver_connection
+            driver.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+            yield reader
+
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every virtual file's id and creation time (UTC), oldest first: what garbage collection weighs."""
         vf = cat.virtual_file

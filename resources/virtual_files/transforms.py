@@ -1,14 +1,18 @@
 """Whole transforms of virtual files, each one transaction: map rows, split rows (Validate), join.
 
-The store reads the source by keyset pages inside the transaction that writes the result and hands
-rows (dicts, missing values left out) to the action's code; the action decides what becomes of each
-row and never sees a connection. Anything the action's code raises rolls the whole transform back.
+The store reads the source by keyset pages as the transaction that writes the result sees it (on
+PostgreSQL a Map reads through a second connection on that transaction's snapshot, see
+:meth:`~.core.StoreCore.reading_beside`) and hands rows (dicts, missing values left out) to the action's
+code; the action decides what becomes of each row and never sees a connection. Anything the action's code
+raises rolls the whole transform back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,9 +31,22 @@ from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import Querying
 from connector_ops.resources.virtual_files.refusal_sql import content_json, error_text
 from connector_ops.resources.virtual_files.rows import keyset_pages, row_of
-from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, JoinKind, PageFunction, Refusal, Side, Verdicts
+from connector_ops.resources.virtual_files.shapes import (
+    SCAN_BATCH,
+    JoinKind,
+    PageFunction,
+    Refusal,
+    Side,
+    Values,
+    Verdicts,
+)
 from connector_ops.resources.virtual_files.suspect_sql import may_fail
 from connector_ops.resources.virtual_files.writing import RowWriter, Writing
+
+#: PostgreSQL: rows a Map hands to its function, and then to ``COPY``, at a time (≈ 100 KB), so that the
+#: server stores one slice while the function runs on the next. With whole 10,000-row pages and a ``COPY``
+#: per page the two took turns (1M rows: 0.74–0.78× the raw loop, against 1.05×).
+MAP_SLICE = 1_000
 
 
 class Transforms(Writing, Querying):
@@ -43,8 +60,14 @@ class Transforms(Writing, Querying):
             source = writer.replaced if overwrite else self.info(writer.conn, vf_id)
             assert source is not None
             names = source.names
-            for page in keyset_pages(writer.conn, source, names, batch_size or SCAN_BATCH):
-                _write_rows(writer, transform([row_of(names, values) for values in page]))
+            batch_size = batch_size or SCAN_BATCH
+            # both closed before ``create`` drops a replaced table, also when ``transform`` raises: a failed
+            # Map's traceback keeps its frames, and with them a cursor still open on a pooled connection
+            with (self.reading_beside(writer.conn) as reader,
+                  contextlib.closing(keyset_pages(reader, source, names, batch_size)) as pages):
+                if reader is not writer.conn:  # the server stores a slice while the function runs on the next
+                    pages = _sliced(pages, MAP_SLICE)
+                _write_pages(writer, (transform([row_of(names, values) for values in page]) for page in pages))
         return writer.vf_id
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
@@ -92,21 +115,45 @@ class Transforms(Writing, Querying):
         return output.vf_id, rejection.vf_id
 
 
-def _write_rows(writer: RowWriter, rows: Iterable[Mapping[str, str | None]]) -> None:
-    """Rows as tuples of the writer's columns; before a row with new keys, the rows so far are written
-    and the columns added (a plain dict of strings with known keys is the hot path)."""
-    out: list[tuple[str | None, ...]] = []
-    known = set(writer.names)
-    for row in rows:
-        if not row.keys() <= known:
-            if out:
-                writer.write_tuples(writer.names, out)
-                out = []
-            writer.ensure_columns(row)
-            known = set(writer.names)
-        out.append(tuple(map(row.get, writer.names)))
-    if out:
-        writer.write_tuples(writer.names, out)
+def _sliced(pages: Iterable[list[tuple]], size: int) -> Iterator[list[tuple]]:
+    """The rows of ``pages`` in pages of at most ``size``."""
+    for page in pages:
+        if len(page) <= size:
+            yield page
+        else:
+            yield from (page[start:start + size] for start in range(0, len(page), size))
+
+
+def _write_pages(writer: RowWriter, pages: Iterable[list[Mapping[str, str | None]]]) -> None:
+    """Pages of rows (dicts) as tuples of the writer's columns, consumed lazily through one
+    ``write_batches`` (one ``COPY``) for as long as the rows bring no new keys. At a row that does, that
+    stream ends, the columns are added, and the next one starts with that row."""
+    pages = iter(pages)
+    while True:
+        held: list[list[Mapping[str, str | None]]] = []
+        writer.write_batches(writer.names, _known_rows(pages, list(writer.names), held))
+        if not held:
+            return
+        writer.ensure_columns(held[0][0])
+        pages = itertools.chain(held, pages)
+
+
+def _known_rows(pages: Iterator[list[Mapping[str, str | None]]], names: list[str],
+                held: list[list[Mapping[str, str | None]]]) -> Iterator[list[Values]]:
+    """Each page's rows as tuples aligned with ``names`` (a dict of strings with known keys is the hot path),
+    until a row has a key ``names`` lacks: the rest of its page, from that row, goes into ``held``."""
+    known = set(names)
+    for page in pages:
+        out = []
+        for row in page:
+            if not row.keys() <= known:
+                held.append(page[len(out):])
+                break
+            out.append(tuple(map(row.get, names)))
+        if out:
+            yield out
+        if held:
+            return
 
 
 def _refuse_in_python(conn: sa.Connection, rows: sa.Select, names: Sequence[str], refuse: Refusal,
