@@ -1,9 +1,9 @@
 """Map (spec 4.C): apply a row function to every row of a virtual file, streamed in batches.
 
-The store reads the source by keyset pages inside the same transaction that writes the result, so an
-overwrite never loses rows appended meanwhile, and a function that raises (or returns something that
-is not a row) rolls everything back: the virtual files are exactly as they were, and the error names
-the row (1-based position in the file) and the reason.
+The store reads the source by keyset pages as the transaction that writes the result sees it, while that
+transaction holds the file, so an overwrite never loses rows appended meanwhile; a function that raises (or
+returns something that is not a row) rolls everything back: the virtual files are exactly as they were,
+and the error names the row (1-based position in the file) and the reason.
 """
 
 from __future__ import annotations
