@@ -118,10 +118,8 @@ class Transforms(Writing, Querying):
 def _sliced(pages: Iterable[list[tuple]], size: int) -> Iterator[list[tuple]]:
     """The rows of ``pages`` in pages of at most ``size``."""
     for page in pages:
-        if len(page) <= size:
-            yield page
-        else:
-            yield from (page[start:start + size] for start in range(0, len(page), size))
+        for start in range(0, len(page), size):
+            yield page[start:start + size]
 
 
 def _write_pages(writer: RowWriter, pages: Iterable[list[Mapping[str, str | None]]]) -> None:
