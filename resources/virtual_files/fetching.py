@@ -53,8 +53,7 @@ def fetch_pages(conn: sa.Connection, stmt: sa.Executable, size: int) -> Iterator
     trip): for a result the caller keeps whole anyway, but converts a page at a time, so that beside what it
     built only one page of tuples is alive."""
     with _executed(conn, stmt) as cursor:
-        while rows := cursor.fetchmany(size):
-            yield rows
+        yield from _pages(cursor, size)
 
 
 @contextlib.contextmanager
@@ -79,7 +78,18 @@ def stream(conn: sa.Connection, stmt: sa.Executable, batch_size: int) -> Iterato
         cursor = driver.cursor()
     try:
         cursor.execute(sql, params)
-        while rows := cursor.fetchmany(batch_size):
-            yield rows
+        yield from _pages(cursor, batch_size)
     finally:
         cursor.close()
+
+
+def _pages(cursor: Any, size: int) -> Iterator[list[tuple]]:
+    """``fetchmany(size)`` until the cursor is done. A page is let go before the next is fetched: a loop
+    variable would keep it alive while the consumer works on it and while the driver builds the next
+    (a Map then held two pages at once, and ran slower for it)."""
+    while True:
+        rows = cursor.fetchmany(size)
+        if not rows:
+            return
+        yield rows
+        del rows

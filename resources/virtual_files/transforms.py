@@ -36,6 +36,7 @@ from connector_ops.resources.virtual_files.shapes import (
     JoinKind,
     PageFunction,
     Refusal,
+    Row,
     Side,
     Values,
     Verdicts,
@@ -67,7 +68,7 @@ class Transforms(Writing, Querying):
                   contextlib.closing(keyset_pages(reader, source, names, batch_size)) as pages):
                 if reader is not writer.conn:  # the server stores a slice while the function runs on the next
                     pages = _sliced(pages, MAP_SLICE)
-                _write_pages(writer, (transform([row_of(names, values) for values in page]) for page in pages))
+                _write_pages(writer, _mapped(pages, names, transform))
         return writer.vf_id
 
     def split_rows(self, vf_id: str, refuse: Refusal, refused_columns: Sequence[str],
@@ -115,6 +116,18 @@ class Transforms(Writing, Querying):
         return output.vf_id, rejection.vf_id
 
 
+def _mapped(pages: Iterable[list[tuple]], names: Sequence[str], transform: PageFunction) -> Iterator[list[Row]]:
+    """``transform`` of each page's rows (dicts); a page and its dicts are let go before the next page is
+    fetched (see :func:`.loaders.insert_batches`)."""
+    for page in pages:
+        rows = [row_of(names, values) for values in page]
+        del page
+        out = transform(rows)
+        del rows
+        yield out
+        del out
+
+
 def _sliced(pages: Iterable[list[tuple]], size: int) -> Iterator[list[tuple]]:
     """The rows of ``pages`` in pages of at most ``size``."""
     for page in pages:
@@ -148,8 +161,10 @@ def _known_rows(pages: Iterator[list[Mapping[str, str | None]]], names: list[str
                 held.append(page[len(out):])
                 break
             out.append(tuple(map(row.get, names)))
+        del page  # the page's dicts go before the next page is built (see loaders.insert_batches)
         if out:
             yield out
+        del out
         if held:
             return
 
