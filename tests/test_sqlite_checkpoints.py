@@ -46,3 +46,21 @@ def test_a_large_write_is_checkpointed_in_the_background(tmp_path, monkeypatch):
 def test_a_checkpoint_of_a_removed_file_creates_nothing(tmp_path):
     checkpoints.checkpoint(str(tmp_path / "gone.db"))
     assert not (tmp_path / "gone.db").exists()
+
+
+def test_writes_that_follow_each_other_start_the_log_over(tmp_path):
+    """SQLite starts the log over only when a write begins on a log that is wholly checkpointed. Writes that
+    followed each other faster than the background checkpoint each appended to the log instead, and the
+    file kept its largest size: a Map and a clean, four times over, left 4 × the Map's log. A write now
+    waits for the checkpoint still running on its file."""
+    path = tmp_path / "vf.db"
+    store = VirtualFileStore(database_url=f"sqlite:///{path}")
+    rows = [[(str(i), "v" * 60) for i in range(100_000)]]
+    store.drop(store.create_from_batches(["a", "b"], rows))
+    checkpoints.wait()
+    one_write = (tmp_path / "vf.db-wal").stat().st_size
+    for _ in range(4):
+        store.drop(store.create_from_batches(["a", "b"], rows))  # no pause: the next write comes at once
+    checkpoints.wait()
+    assert (tmp_path / "vf.db-wal").stat().st_size <= 1.5 * one_write
+    assert store.inventory() == []

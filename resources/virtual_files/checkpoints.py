@@ -11,6 +11,13 @@ the commit, as before, and with ``synchronous=NORMAL`` a commit in WAL mode was 
 itself. A passive checkpoint waits for no reader or writer; one that cannot finish now (a long reader)
 copies what it can, and the next write asks again. A process that ends leaves the log to the next
 connection (the last one to close a database checkpoints it, as SQLite always does).
+
+SQLite starts the log over only when a write begins on a log that is wholly checkpointed; otherwise the
+write appends to it, and the file keeps its largest size. Writes that follow each other faster than the
+thread (a pipeline's steps in one process, a Map and a clean) would each append: four of them left four
+times one write's log on disk. So a write waits first for a checkpoint still running on its file
+(:func:`before_write`); SQLite's own checkpoint made the next writer wait the same way, inside the commit
+before it.
 """
 
 from __future__ import annotations
@@ -25,9 +32,14 @@ from pathlib import Path
 #: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
 WAL_BYTES = 4 << 20
 
+#: how long a write waits for a checkpoint of its file before it goes on regardless (and appends to the log)
+SETTLE_SECONDS = 60.0
+
 _queue: queue.Queue[str] = queue.Queue()
 _pending: set[str] = set()
+_unfinished: dict[str, int] = {}  # checkpoints asked for and not yet done, per file
 _lock = threading.Lock()
+_finished = threading.Condition(_lock)
 _thread: threading.Thread | None = None
 
 
@@ -45,6 +57,7 @@ def after_write(path: str) -> None:
         if path in _pending:
             return
         _pending.add(path)
+        _unfinished[path] = _unfinished.get(path, 0) + 1
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_run, name="sqlite-checkpoints", daemon=True)
             _thread.start()
@@ -59,7 +72,19 @@ def _run() -> None:
         try:
             checkpoint(path)
         finally:
+            with _finished:
+                _unfinished[path] -= 1
+                if not _unfinished[path]:
+                    del _unfinished[path]
+                _finished.notify_all()
             _queue.task_done()
+
+
+def before_write(path: str) -> None:
+    """A write transaction on the SQLite file at ``path`` is about to begin: wait until no checkpoint of
+    that file is queued or running, so that the log is wholly copied and SQLite can start it over."""
+    with _finished:
+        _finished.wait_for(lambda: path not in _unfinished, timeout=SETTLE_SECONDS)
 
 
 def checkpoint(path: str) -> None:

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from connector_ops.resources.virtual_files.catalog import metadata
-from connector_ops.resources.virtual_files.checkpoints import after_write
+from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -67,6 +67,8 @@ def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
     @sa.event.listens_for(engine, "begin")
     def on_begin(conn: sa.Connection) -> None:
         immediate = conn.get_execution_options().get("cop_write", False)
+        if immediate and path:  # the log wholly checkpointed first, so that SQLite starts it over
+            before_write(path)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
         if immediate:
             conn.connection.info["cop_wrote"] = True
