@@ -33,10 +33,10 @@ from pathlib import Path
 #: the log not yet copied from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
 WAL_BYTES = 4 << 20
 
-#: where the WAL-index header (the ``-shm`` file, host byte order) keeps the page size, the frames in the
-#: log and the frames already copied: https://www.sqlite.org/walformat.html, "The WAL-Index Header"
-_PAGE_SIZE, _FRAMES, _COPIED = struct.Struct("=H"), struct.Struct("=I"), struct.Struct("=I")
-_FRAME_HEADER = 24
+#: the start of the ``-shm`` file (host byte order, https://www.sqlite.org/walformat.html): the WAL-index
+#: header's page size (u16 at 14) and frames in the log (u32 at 16), then the checkpoint's frames copied
+#: (u32 at 96); each frame in the log is a page plus a 24-byte header
+_SHM_HEAD, _FRAME_HEADER = 100, 24
 
 #: how long a write waits for a checkpoint of its file before it goes on regardless (and appends to the log)
 SETTLE_SECONDS = 60.0
@@ -89,15 +89,16 @@ def uncopied_bytes(path: str) -> int:
     large and had a checkpoint of its own."""
     try:
         with open(path + "-shm", "rb") as shm:
-            head = shm.read(100)
+            head = shm.read(_SHM_HEAD)
     except OSError:
         return 0
-    if len(head) < 100:
+    if len(head) < _SHM_HEAD:
         return 0
-    page_size = _PAGE_SIZE.unpack_from(head, 14)[0]
-    page_size = 65536 if page_size == 1 else page_size
-    frames = _FRAMES.unpack_from(head, 16)[0] - _COPIED.unpack_from(head, 96)[0]
-    return max(frames, 0) * (page_size + _FRAME_HEADER)
+    page_size = struct.unpack_from("=H", head, 14)[0]
+    page_size = 65536 if page_size == 1 else page_size  # 65536 does not fit in 16 bits: SQLite writes 1
+    frames = struct.unpack_from("=I", head, 16)[0]
+    copied = struct.unpack_from("=I", head, 96)[0]
+    return max(frames - copied, 0) * (page_size + _FRAME_HEADER)
 
 
 def before_write(path: str) -> None:

@@ -26,7 +26,8 @@ def insert_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
     """Insert every batch of ``batches`` (consumed lazily, in order). Nothing else may use ``conn``
     until this returns: on PostgreSQL the batches stream through one open ``COPY``. A batch is let go
     once stored, before the next is asked for: a ``for`` loop's variable would keep it alive while the
-    producer builds the next one, and a Map then held two pages of rows (+15 MiB at 10,000 rows a page)."""
+    producer builds the next one, and a Map then held two pages of rows (1M rows: peak 62 → 53 MiB once
+    no stage did)."""
     if not columns:  # rows without any column: nothing to COPY, insert defaults
         return _default_rows(conn, table_name, batches)
     if conn.dialect.name == "postgresql":
