@@ -65,24 +65,3 @@ def test_writes_that_follow_each_other_start_the_log_over(tmp_path):
     assert (tmp_path / "vf.db-wal").stat().st_size <= 1.5 * one_write
     assert store.inventory() == []
 
-
-def test_small_writes_after_a_large_one_ask_for_no_checkpoint(tmp_path, monkeypatch):
-    """The log file keeps its largest size when SQLite starts it over, so its size does not say what is left
-    to copy. After one large write, every small one (an Iterate's cursor, one appended row) had a checkpoint
-    of its own, and the next write waited for it. What counts is the log not yet copied, from the WAL-index
-    header."""
-    path = tmp_path / "vf.db"
-    store = VirtualFileStore(database_url=f"sqlite:///{path}")
-    big = store.create_from_batches(["a", "b"], [[(str(i), "v" * 60) for i in range(100_000)]])
-    checkpoints.wait()
-    assert checkpoints.uncopied_bytes(str(path)) == 0
-    asked: list[str] = []
-    real = checkpoints.checkpoint
-    monkeypatch.setattr(checkpoints, "checkpoint", lambda p: (asked.append(p), real(p)))
-    for i in range(5):
-        store.append({big: [{"a": str(i)}]})
-    checkpoints.wait()
-    assert (tmp_path / "vf.db-wal").stat().st_size >= checkpoints.WAL_BYTES  # the file is still large
-    assert 0 < checkpoints.uncopied_bytes(str(path)) < checkpoints.WAL_BYTES
-    assert asked == []
-    assert store.summary(big, 0)[0] == 100_005

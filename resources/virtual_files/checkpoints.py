@@ -4,14 +4,13 @@ In WAL mode a commit appends pages to the ``-wal`` file; a checkpoint copies the
 and ``fsync``s both (≈ 0.4 s per 100 MB here). SQLite's automatic checkpoint runs it inside the commit
 that crosses 1000 pages, so a Join or a Validate writing a million rows waited for it before returning.
 The store's connections turn that off (``wal_autocheckpoint=0``, :mod:`.engines`) and hand the work to
-this thread instead: after a write transaction ends, if the log holds at least ``WAL_BYTES`` not yet
-copied (:func:`uncopied_bytes`), the thread runs the same passive checkpoint on its own connection
-(the ``sqlite3`` module lets go of the GIL while SQLite works). Nothing about visibility or durability
-changes: the rows are committed and visible at the commit, as before, and with ``synchronous=NORMAL`` a
-commit in WAL mode was never ``fsync``ed by itself. A passive checkpoint waits for no reader or writer;
-one that cannot finish now (a long reader) copies what it can, and the next write asks again. A process
-that ends leaves the log to the next connection (the last one to close a database checkpoints it, as
-SQLite always does).
+this thread instead: after a write transaction ends, if the log holds at least ``WAL_BYTES``, the thread
+runs the same passive checkpoint on its own connection (the ``sqlite3`` module lets go of the GIL while
+SQLite works). Nothing about visibility or durability changes: the rows are committed and visible at
+the commit, as before, and with ``synchronous=NORMAL`` a commit in WAL mode was never ``fsync``ed by
+itself. A passive checkpoint waits for no reader or writer; one that cannot finish now (a long reader)
+copies what it can, and the next write asks again. A process that ends leaves the log to the next
+connection (the last one to close a database checkpoints it, as SQLite always does).
 
 SQLite starts the log over only when a write begins on a log that is wholly checkpointed; otherwise the
 write appends to it, and the file keeps its largest size. Writes that follow each other faster than the
@@ -24,19 +23,14 @@ before it.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import sqlite3
-import struct
 import threading
 from pathlib import Path
 
-#: the log not yet copied from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
+#: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
 WAL_BYTES = 4 << 20
-
-#: the start of the ``-shm`` file (host byte order, https://www.sqlite.org/walformat.html): the WAL-index
-#: header's page size (u16 at 14) and frames in the log (u32 at 16), then the checkpoint's frames copied
-#: (u32 at 96); each frame in the log is a page plus a 24-byte header
-_SHM_HEAD, _FRAME_HEADER = 100, 24
 
 #: how long a write waits for a checkpoint of its file before it goes on regardless (and appends to the log)
 SETTLE_SECONDS = 60.0
@@ -53,7 +47,11 @@ def after_write(path: str) -> None:
     """A write transaction on the SQLite file at ``path`` ended: checkpoint in the background if the log
     is large enough (and no checkpoint of that file is waiting already)."""
     global _thread
-    if uncopied_bytes(path) < WAL_BYTES:
+    try:
+        size = os.stat(path + "-wal").st_size
+    except OSError:
+        return
+    if size < WAL_BYTES:
         return
     with _lock:
         if path in _pending:
@@ -80,25 +78,6 @@ def _run() -> None:
                     del _unfinished[path]
                 _finished.notify_all()
             _queue.task_done()
-
-
-def uncopied_bytes(path: str) -> int:
-    """How much of the log of the SQLite file at ``path`` is not yet copied into the database file (0 if
-    it cannot be read). The log file's size does not say: SQLite starts the log over in place and the
-    file keeps its largest size, so after one large write every small one (an Iterate's cursor) looked
-    large and had a checkpoint of its own."""
-    try:
-        with open(path + "-shm", "rb") as shm:
-            head = shm.read(_SHM_HEAD)
-    except OSError:
-        return 0
-    if len(head) < _SHM_HEAD:
-        return 0
-    page_size = struct.unpack_from("=H", head, 14)[0]
-    page_size = 65536 if page_size == 1 else page_size  # 65536 does not fit in 16 bits: SQLite writes 1
-    frames = struct.unpack_from("=I", head, 16)[0]
-    copied = struct.unpack_from("=I", head, 96)[0]
-    return max(frames - copied, 0) * (page_size + _FRAME_HEADER)
 
 
 def before_write(path: str) -> None:
