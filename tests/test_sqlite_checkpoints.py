@@ -65,3 +65,27 @@ def test_writes_that_follow_each_other_start_the_log_over(tmp_path):
     assert (tmp_path / "vf.db-wal").stat().st_size <= 1.5 * one_write
     assert store.inventory() == []
 
+
+
+def test_small_writes_after_a_large_one_ask_for_no_checkpoint(tmp_path, monkeypatch):
+    """The ``-wal`` file keeps its largest length unless cut down (``journal_size_limit``): without that,
+    every small write after one large write (an Iterate call storing its cursor) asked for a checkpoint
+    and its ``fsync``, and the next write waited for it."""
+    path = tmp_path / "vf.db"
+    store = VirtualFileStore(database_url=f"sqlite:///{path}")
+    big = store.create_from_batches(["a", "b"], [[(str(i), "v" * 60) for i in range(100_000)]])
+    checkpoints.wait()
+    asked: list[str] = []
+    real = checkpoints.checkpoint
+
+    def recording(p: str) -> None:
+        asked.append(p)
+        real(p)
+
+    monkeypatch.setattr(checkpoints, "checkpoint", recording)
+    for i in range(5):
+        store.append({big: [{"a": str(i), "b": "w"}]})
+    checkpoints.wait()
+    assert asked == []
+    assert (tmp_path / "vf.db-wal").stat().st_size == checkpoints.WAL_BYTES  # cut down at the restart
+    assert store.summary(big, 0)[0] == 100_005

@@ -4,7 +4,7 @@ In WAL mode a commit appends pages to the ``-wal`` file; a checkpoint copies the
 and ``fsync``s both (≈ 0.4 s per 100 MB here). SQLite's automatic checkpoint runs it inside the commit
 that crosses 1000 pages, so a Join or a Validate writing a million rows waited for it before returning.
 The store's connections turn that off (``wal_autocheckpoint=0``, :mod:`.engines`) and hand the work to
-this thread instead: after a write transaction ends, if the log holds at least ``WAL_BYTES``, the thread
+this thread instead: after a write transaction ends, if the log holds more than ``WAL_BYTES``, the thread
 runs the same passive checkpoint on its own connection (the ``sqlite3`` module lets go of the GIL while
 SQLite works). Nothing about visibility or durability changes: the rows are committed and visible at
 the commit, as before, and with ``synchronous=NORMAL`` a commit in WAL mode was never ``fsync``ed by
@@ -18,6 +18,14 @@ thread (a pipeline's steps in one process, a Map and a clean) would each append:
 times one write's log on disk. So a write waits first for a checkpoint still running on its file
 (:func:`before_write`); SQLite's own checkpoint made the next writer wait the same way, inside the commit
 before it.
+
+The log's size is read from the ``-wal`` file's length, which is right only because the connections also
+set ``journal_size_limit`` to ``WAL_BYTES``: at the first commit after SQLite starts the log over, it cuts
+the file down to that limit (or to that commit's frames, if more). Without it the file keeps its largest
+size, so after one large write every small one (each Iterate call stores its cursor) asked for a
+checkpoint and its ``fsync``, and the next write waited for it: SQLite Iterate ran 7–15 % slower. The
+shared-memory index holds the exact count, but opening and closing that file from Python drops the locks
+SQLite holds on it (https://www.sqlite.org/howtocorrupt.html, 2.2), so we never touch it.
 """
 
 from __future__ import annotations
@@ -29,8 +37,12 @@ import sqlite3
 import threading
 from pathlib import Path
 
-#: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
+#: the log size above which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB), and
+#: the connections' ``journal_size_limit``
 WAL_BYTES = 4 << 20
+
+#: the pragmas every connection that writes to a store file sets, beside its own
+WRITER_PRAGMAS = ("wal_autocheckpoint=0", f"journal_size_limit={WAL_BYTES}")
 
 #: how long a write waits for a checkpoint of its file before it goes on regardless (and appends to the log)
 SETTLE_SECONDS = 60.0
@@ -45,13 +57,14 @@ _thread: threading.Thread | None = None
 
 def after_write(path: str) -> None:
     """A write transaction on the SQLite file at ``path`` ended: checkpoint in the background if the log
-    is large enough (and no checkpoint of that file is waiting already)."""
+    has grown past ``WAL_BYTES`` since SQLite last started it over (and no checkpoint of that file is
+    waiting already)."""
     global _thread
     try:
         size = os.stat(path + "-wal").st_size
     except OSError:
         return
-    if size < WAL_BYTES:
+    if size <= WAL_BYTES:  # the limit itself is the length of a log cut down after a restart
         return
     with _lock:
         if path in _pending:
