@@ -68,9 +68,9 @@ def test_writes_that_follow_each_other_start_the_log_over(tmp_path):
 
 
 def test_small_writes_after_a_large_one_ask_for_no_checkpoint(tmp_path, monkeypatch):
-    """The ``-wal`` file keeps its largest length unless cut down (``journal_size_limit``): without that,
-    every small write after one large write (an Iterate call storing its cursor) asked for a checkpoint
-    and its ``fsync``, and the next write waited for it."""
+    """The ``-wal`` file keeps its largest length: when that was the measure, every small write after one
+    large write (an Iterate call storing its cursor) asked for a checkpoint and its ``fsync``, and the next
+    write waited for it. The measure is the log SQLite wrote since it started it over."""
     path = tmp_path / "vf.db"
     store = VirtualFileStore(database_url=f"sqlite:///{path}")
     big = store.create_from_batches(["a", "b"], [[(str(i), "v" * 60) for i in range(100_000)]])
@@ -87,5 +87,31 @@ def test_small_writes_after_a_large_one_ask_for_no_checkpoint(tmp_path, monkeypa
         store.append({big: [{"a": str(i), "b": "w"}]})
     checkpoints.wait()
     assert asked == []
-    assert (tmp_path / "vf.db-wal").stat().st_size == checkpoints.WAL_BYTES  # cut down at the restart
+    assert checkpoints.log_bytes(str(path)) < 100_000 < (tmp_path / "vf.db-wal").stat().st_size
     assert store.summary(big, 0)[0] == 100_005
+
+
+def test_the_log_is_measured_from_its_restart(tmp_path):
+    """``log_bytes`` counts the frames of the log SQLite is writing now, not those left in the file from
+    before it started over; as SQLite itself reports them (``wal_checkpoint``'s frame count)."""
+    path = tmp_path / "raw.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for pragma in ("journal_mode=WAL", "wal_autocheckpoint=0"):
+            conn.execute(f"PRAGMA {pragma}")
+        assert checkpoints.log_bytes(str(path)) == 0  # no log yet
+        conn.execute("CREATE TABLE t (a)")
+        with conn:  # one transaction
+            conn.execute("BEGIN")
+            conn.executemany("INSERT INTO t VALUES (?)", (("x" * 200,) for _ in range(50_000)))
+        _, large, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        frame = 24 + conn.execute("PRAGMA page_size").fetchone()[0]
+        assert checkpoints.log_bytes(str(path)) == large * frame
+        conn.execute("INSERT INTO t VALUES ('y')")  # the log starts over: a frame or two at its start
+        _, small, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert 0 < small < 5
+        assert checkpoints.log_bytes(str(path)) == small * frame
+        assert (tmp_path / "raw.db-wal").stat().st_size >= large * frame  # the file kept its length
+    finally:
+        conn.close()
+    assert checkpoints.log_bytes(str(path)) == 0  # the last connection checkpointed and removed it

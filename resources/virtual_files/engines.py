@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from connector_ops.resources.virtual_files.catalog import metadata
-from connector_ops.resources.virtual_files.checkpoints import WRITER_PRAGMAS, after_write, before_write
+from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -56,9 +56,9 @@ def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see "begin" below)
         cur = dbapi_conn.cursor()
         # cache 32 MiB; sorts for CREATE INDEX spill to temp files, so memory stays flat with file size;
-        # no checkpoint inside a commit, and the log cut down when it starts over: :mod:`.checkpoints`
+        # no checkpoint inside a commit: :mod:`.checkpoints` runs them in the background
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=60000", "foreign_keys=ON",
-                       "cache_size=-32768", *(WRITER_PRAGMAS if path else ())):
+                       "cache_size=-32768", *(("wal_autocheckpoint=0",) if path else ())):
             cur.execute(f"PRAGMA {pragma}")
         cur.close()
         for name, (nargs, fn) in SQLITE_FUNCTIONS.items():

@@ -37,8 +37,6 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
-from connector_ops.resources.virtual_files.checkpoints import WRITER_PRAGMAS
-
 MODULE = "connector_ops.resources.virtual_files.sqlite_ingest"
 READY = b"ready\n"
 COMMITTED = b"committed\n"
@@ -213,7 +211,7 @@ class Database:
         self._adbc = adbc
         self._database = adbc_driver_sqlite.connect(path)
         self.conn = adbc.AdbcConnection(self._database)
-        for pragma in ("busy_timeout=60000", "synchronous=NORMAL", "foreign_keys=ON", *WRITER_PRAGMAS):
+        for pragma in ("busy_timeout=60000", "synchronous=NORMAL", "foreign_keys=ON", "wal_autocheckpoint=0"):
             self.execute(f"PRAGMA {pragma}")
 
     def execute(self, sql: str) -> None:
