@@ -198,3 +198,30 @@ def test_fan_out_batches_refuse_a_replaced_file(files, env, store):
         writer.write_tuples(["n"], [["x"], ["y"], ["z"]])
     with pytest.raises(NotFound, match="replaced"):
         read_batch(store, batches[1])
+
+
+def test_an_index_build_sorts_in_bounded_memory_on_sqlite(tmp_path):
+    """SQLite sizes a sort's memory by the connection's cache: an index is built under the smaller cache,
+    and the connection gets its full cache back afterwards (repeated Queries read their pages from it)."""
+    import sqlalchemy as sa
+
+    from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, SQLITE_SORT_KIB
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+    store = VirtualFileStore(database_url=f"sqlite:///{tmp_path / 'vf.db'}")
+    vf = store.create_from_batches(["city"], [[("Paris",), ("Lyon",)]])
+    engine = store.sql.engine
+    during: list[int] = []
+
+    def watch(_conn, cursor, statement, *_args) -> None:
+        if statement.startswith("CREATE INDEX"):
+            during.append(cursor.connection.execute("PRAGMA cache_size").fetchone()[0])
+
+    sa.event.listen(engine, "before_cursor_execute", watch)
+    try:
+        assert store.find(vf, {"city": "Lyon"}) == [{"city": "Lyon"}]
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", watch)
+    assert during == [-SQLITE_SORT_KIB]
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_CACHE_KIB

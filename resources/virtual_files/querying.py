@@ -15,6 +15,7 @@ from connector_ops.kernel.notices import warn
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore
+from connector_ops.resources.virtual_files.engines import sorting_in_bounded_memory
 from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns, filter_warnings
 from connector_ops.resources.virtual_files.rows import fetch_dicts, select_rows
 from connector_ops.resources.virtual_files.shapes import Row
@@ -40,9 +41,9 @@ class Querying(StoreCore):
             for ordinal in wanted:
                 if ordinal in info.indexed:
                     continue
-                sa.Index(f"ix_{info.table_name}_{internal_name(ordinal)}", table.c[internal_name(ordinal)]).create(
-                    conn, checkfirst=True
-                )
+                with sorting_in_bounded_memory(conn):
+                    sa.Index(f"ix_{info.table_name}_{internal_name(ordinal)}",
+                             table.c[internal_name(ordinal)]).create(conn, checkfirst=True)
                 conn.execute(
                     sa.update(cat.vf_column)
                     .where((cat.vf_column.c.vf_id == info.id) & (cat.vf_column.c.ordinal == ordinal))
