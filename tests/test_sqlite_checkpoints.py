@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from connector_ops.resources.virtual_files import checkpoints
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
@@ -16,17 +18,23 @@ def test_the_store_connections_leave_checkpoints_to_the_thread(tmp_path):
         assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
 
 
-def test_a_large_write_is_checkpointed_in_the_background(tmp_path, monkeypatch):
-    path = tmp_path / "vf.db"
-    store = VirtualFileStore(database_url=f"sqlite:///{path}")
-    asked: list[str] = []
+@pytest.fixture
+def asked(monkeypatch) -> list[str]:
+    """The files the background thread is asked to checkpoint, in order (the checkpoints still run)."""
+    paths: list[str] = []
     real = checkpoints.checkpoint
 
     def recording(p: str) -> None:
-        asked.append(p)
+        paths.append(p)
         real(p)
 
     monkeypatch.setattr(checkpoints, "checkpoint", recording)
+    return paths
+
+
+def test_a_large_write_is_checkpointed_in_the_background(tmp_path, asked):
+    path = tmp_path / "vf.db"
+    store = VirtualFileStore(database_url=f"sqlite:///{path}")
     small = store.create_from_batches(["a"], [[("x",)]])
     checkpoints.wait()
     assert asked == []  # a small log is left alone
@@ -66,8 +74,7 @@ def test_writes_that_follow_each_other_start_the_log_over(tmp_path):
     assert store.inventory() == []
 
 
-
-def test_small_writes_after_a_large_one_ask_for_no_checkpoint(tmp_path, monkeypatch):
+def test_small_writes_after_a_large_one_ask_for_no_checkpoint(tmp_path, asked):
     """The ``-wal`` file keeps its largest length: when that was the measure, every small write after one
     large write (an Iterate call storing its cursor) asked for a checkpoint and its ``fsync``, and the next
     write waited for it. The measure is the log SQLite wrote since it started it over."""
@@ -75,14 +82,7 @@ def test_small_writes_after_a_large_one_ask_for_no_checkpoint(tmp_path, monkeypa
     store = VirtualFileStore(database_url=f"sqlite:///{path}")
     big = store.create_from_batches(["a", "b"], [[(str(i), "v" * 60) for i in range(100_000)]])
     checkpoints.wait()
-    asked: list[str] = []
-    real = checkpoints.checkpoint
-
-    def recording(p: str) -> None:
-        asked.append(p)
-        real(p)
-
-    monkeypatch.setattr(checkpoints, "checkpoint", recording)
+    asked.clear()
     for i in range(5):
         store.append({big: [{"a": str(i), "b": "w"}]})
     checkpoints.wait()
