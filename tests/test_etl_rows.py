@@ -225,3 +225,28 @@ def test_an_index_build_sorts_in_bounded_memory_on_sqlite(tmp_path):
     assert during == [-SQLITE_SORT_KIB]
     with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_CACHE_KIB
+
+
+def test_a_reader_does_not_wait_for_its_commit_to_be_flushed_on_postgresql(postgres_resources):
+    """A reader's ``FOR SHARE`` on the catalog gives it a transaction id, so its commit waited for the
+    write-ahead log's flush (a third of a Query here). Its lookup turns ``synchronous_commit`` off for that
+    transaction alone; a writer, reading its sources or locking its file, keeps it on."""
+    store = postgres_resources["virtual_files"]
+    vf = store.create_from_dicts([[{"n": "a"}, {"n": "b"}]])
+
+    def setting(conn) -> str:
+        return conn.exec_driver_sql("SHOW synchronous_commit").scalar_one()
+
+    with store.sql.reading() as conn:
+        assert setting(conn) == "on"
+        store.sql.info(conn, vf)
+        assert setting(conn) == "off"
+        held = conn.exec_driver_sql("SELECT txid_current_if_assigned()").scalar_one()
+        assert held is not None  # the share lock is still taken (it is what gives the reader an id)
+    with store.sql.writing() as conn:
+        store.sql.info(conn, vf)
+        store.sql.info(conn, vf, lock=True)
+        assert setting(conn) == "on"
+    with store.sql.reading() as conn:
+        assert setting(conn) == "on"  # only for the transaction that looked up
+    assert store.find(vf, {"n": "b"}) == [{"n": "b"}]

@@ -26,12 +26,20 @@ from connector_ops.resources.virtual_files.urls import database_url_problem
 
 
 @functools.cache
-def _lookup(dialect: str, lock: bool) -> sa.Select:
+def _lookup(dialect: str, lock: bool, reader: bool) -> sa.Select:
     """The catalog entry's one query, built once per kind: every action starts with it, and building and
-    keying it anew each time took more than running it (SQLite ≈ 200 µs of a 700 µs Query)."""
+    keying it anew each time took more than running it (SQLite ≈ 200 µs of a 700 µs Query).
+
+    On PostgreSQL a read transaction's ``FOR SHARE`` gives it a transaction id, and so a commit record
+    that waits for the write-ahead log's flush. A reader's commit has nothing to keep, so its lookup also
+    turns ``synchronous_commit`` off for that transaction alone (``set_config(…, true)``, in the same
+    statement: no extra round trip). 300 transactions of lookup + 20-row SELECT + commit: 1,211 µs each
+    with the flush, 793 µs without, 794 µs with no lock at all (a script).
+    """
     vf, col = cat.virtual_file, cat.vf_column
+    relaxed = [sa.func.set_config("synchronous_commit", "off", sa.true())] if reader else []
     query = (
-        sa.select(vf.c.table_name, vf.c.generation, col.c.ordinal, col.c.name, col.c.indexed)
+        sa.select(vf.c.table_name, vf.c.generation, col.c.ordinal, col.c.name, col.c.indexed, *relaxed)
         .select_from(vf.outerjoin(col, col.c.vf_id == vf.c.id))
         .where(vf.c.id == sa.bindparam("vf_id"))
         .order_by(col.c.ordinal)
@@ -118,7 +126,11 @@ class StoreCore(Resource):
         """
         if not isinstance(vf_id, str) or not vf_id:
             raise NotFound(f"virtual file {vf_id!r} not found")
-        rows = conn.execute(_lookup(conn.dialect.name, lock), {"vf_id": vf_id}).all()  # the file and its columns
+        dialect = conn.dialect.name
+        # a transaction begun without WRITE writes nothing (every writer begins with it: SQLite's BEGIN
+        # IMMEDIATE and the checkpoints depend on that), so its commit need not wait for a flush
+        reader = dialect == "postgresql" and not lock and not conn.get_execution_options().get("cop_write")
+        rows = conn.execute(_lookup(dialect, lock, reader), {"vf_id": vf_id}).all()  # the file and its columns
         if not rows:
             raise NotFound(f"virtual file {vf_id!r} not found")
         head = rows[0]
