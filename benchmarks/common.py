@@ -95,6 +95,11 @@ def alternating(repeat: int, ours: Callable[[int], Measurement],
     return median_of(runs[0]), median_of(runs[1])
 
 
+def medians(rounds: list[dict[str, Measurement]]) -> dict[str, Measurement]:
+    """Rounds that each measure several things (ours and the baselines, in turn): the median of each."""
+    return {key: median_of([measured[key] for measured in rounds]) for key in rounds[0]}
+
+
 def median_of(runs: list[Measurement]) -> Measurement:
     """One step's runs as one measurement: the median time, every run's time, the largest peak."""
     import statistics
