@@ -77,7 +77,8 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
         out["push_settled"] = settled(out["push"], settling)
     vf = out["push"].value["virtualFileId"]
     if steps & {"ndjson", "frames"}:  # compared with the CSV Push, so measured beside one in every round
-        out.update(medians([_push_round(resources, csv_path, steps, vf, round_, out["push"])
+        nd = resources["platform_files"].add_file(sample_ndjson(csv_path)).to_json() if "ndjson" in steps else None
+        out.update(medians([_push_round(resources, csv_path, (pf, nd), steps, vf, round_, out["push"])
                             for round_ in range(repeat)]))
     if "rows" not in steps:
         invoke("etl.clean", {"virtualFileId": vf}, resources)
@@ -107,18 +108,18 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
     return Side(out, calls, lambda: invoke("etl.clean", {"virtualFileId": vf}, resources))
 
 
-def _push_round(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], vf: str, round_: int,
-                first_push: Measurement) -> dict[str, Measurement]:
+def _push_round(resources: dict[str, Any], csv_path: Path, sources: tuple[dict, dict | None],
+                steps: frozenset[str], vf: str, round_: int, first_push: Measurement) -> dict[str, Measurement]:
     """One round of the steps measured against our CSV Push: a CSV Push (the run's first one in round 0),
     the NDJSON Push of the same rows, ``push_frame`` of them, and ``pull_frame`` against ``read_sql``.
-    What a round pushed is cleaned at its end (not the first Push: the row steps read it)."""
+    ``sources``: the CSV's and the NDJSON's platform files, added once for every round. What a round
+    pushed is cleaned at its end (not the first Push: the row steps read it)."""
     store = resources["virtual_files"]
-    pf = resources["platform_files"].add_file(csv_path).to_json()
+    pf, nd = sources
     measured = {"push_csv": first_push} if round_ == 0 else {"push_csv": measure_settled(
         "connector-ops push", lambda: invoke("etl.push", {"platformFile": pf}, resources), store)[0]}
     made = [] if round_ == 0 else [measured["push_csv"].value["virtualFileId"]]
-    if "ndjson" in steps:
-        nd = resources["platform_files"].add_file(sample_ndjson(csv_path)).to_json()
+    if nd is not None:
         measured["push_ndjson"], _ = measure_settled("connector-ops push NDJSON (same rows)", lambda: invoke(
             "etl.push", {"platformFile": nd}, resources), store)
         made.append(measured["push_ndjson"].value["virtualFileId"])

@@ -260,6 +260,7 @@ def run(db: str, url: str, work: Path, rows: int, steps: frozenset[str] = STEPS,
     raw.copy_of(vf_table(store, right), "raw_right")
 
     lines = [f"\n### {db}, {rows:,} left rows × 8 columns, {max(rows // 10, 1):,} right rows\n", TABLE_HEADER]
+
     def cleaned(*vf_ids: str) -> None:
         for vf_id in vf_ids:
             invoke("etl.clean", {"virtualFileId": vf_id}, resources)

@@ -20,7 +20,7 @@ from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
-from connector_ops.resources.virtual_files.engines import WRITE, get_engine
+from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
 from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.urls import database_url_problem
 
@@ -127,9 +127,8 @@ class StoreCore(Resource):
         if not isinstance(vf_id, str) or not vf_id:
             raise NotFound(f"virtual file {vf_id!r} not found")
         dialect = conn.dialect.name
-        # a transaction begun without WRITE writes nothing (every writer begins with it: SQLite's BEGIN
-        # IMMEDIATE and the checkpoints depend on that), so its commit need not wait for a flush
-        reader = dialect == "postgresql" and not lock and not conn.get_execution_options().get("cop_write")
+        # a transaction begun without WRITE writes nothing, so its commit need not wait for a flush
+        reader = dialect == "postgresql" and not lock and not is_writing(conn)
         rows = conn.execute(_lookup(dialect, lock, reader), {"vf_id": vf_id}).all()  # the file and its columns
         if not rows:
             raise NotFound(f"virtual file {vf_id!r} not found")

@@ -30,6 +30,12 @@ _LOCK = threading.Lock()
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
 
 WRITE = {"cop_write": True}
+
+
+def is_writing(conn: sa.Connection) -> bool:
+    """Whether ``conn``'s transaction was begun with :data:`WRITE`, as every writer's is: SQLite's ``BEGIN
+    IMMEDIATE`` and the checkpoints, and PostgreSQL readers' unflushed commits, depend on it."""
+    return bool(conn.get_execution_options().get("cop_write", False))
 #: PostgreSQL work_mem for a transaction that hashes a set of row keys: 4M rows' ``seq`` fit in it
 HASH_WORK_MEM = "64MB"
 #: SQLite's page cache per connection, KiB. 20 Queries on 1M rows look up ≈ 20k table pages by rowid:
@@ -89,7 +95,7 @@ def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
 
     @sa.event.listens_for(engine, "begin")
     def on_begin(conn: sa.Connection) -> None:
-        immediate = conn.get_execution_options().get("cop_write", False)
+        immediate = is_writing(conn)
         if immediate and path:  # the log wholly checkpointed first, so that SQLite starts it over
             before_write(path)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
