@@ -56,11 +56,17 @@ class Dialect:
         return sa.func.greatest(*values) if self.postgres else sa.func.max(*values)
 
 
+#: the rules' cheap tests from the cheapest (a length or two) to the dearest (a float's patterns and point): the
+#: condition stops at a row's first failing rule, so a row that fails a cheap rule skips the dear ones (SQLite,
+#: 1M rows, the benchmark's five rules, 3/8 of the rows failing a string's minLength: 0.85 s → 0.60 s)
+COST_RANK = {"string": 0, "boolean": 1, "integer": 2, "float": 3}
+
+
 def may_fail(rules: Sequence[RuleShape], columns: Mapping[str, Any], dialect: str) -> Any:
     """The condition: true (never NULL) for every row that breaks a rule, and maybe a few that do not."""
     d = Dialect(dialect)
     passes = []
-    for rule in rules:
+    for rule in sorted(rules, key=lambda r: COST_RANK[r.kind]):  # stable: the schema's order within a kind
         value = columns.get(rule.column)
         if value is None:  # a column the file does not have: missing in every row
             if rule.required:
