@@ -250,3 +250,23 @@ def test_a_reader_does_not_wait_for_its_commit_to_be_flushed_on_postgresql(postg
     with store.sql.reading() as conn:
         assert setting(conn) == "on"  # only for the transaction that looked up
     assert store.find(vf, {"n": "b"}) == [{"n": "b"}]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pages_become_the_same_dicts_whichever_way_they_are_built(seed):
+    """``as_dicts`` builds a page without missing or empty values in one go, and any other page row by row:
+    both ways give what ``row_of`` gives each row (a missing value left out, an empty one kept, a trailing
+    ``seq`` cut off)."""
+    import random
+
+    from connector_ops.resources.virtual_files.rows import as_dicts, row_of
+
+    rng = random.Random(seed)
+    names = ["a", "b", "c"]
+    for _ in range(50):
+        choices = ["x", "é", "0"] + ([None, ""] if rng.random() < 0.5 else [])
+        page = [(*(rng.choice(choices) for _ in names), seq) for seq in range(1, rng.randint(1, 20))]
+        assert as_dicts(names, page) == [row_of(names, row) for row in page]
+        assert as_dicts(names, [row[:-1] for row in page]) == [row_of(names, row[:-1]) for row in page]
+    mixed = [("x", None, "", 1), ("x", "y", "z", 2)]
+    assert as_dicts(names, mixed) == [{"a": "x", "c": ""}, {"a": "x", "b": "y", "c": "z"}]

@@ -30,7 +30,7 @@ from connector_ops.resources.virtual_files.keys_after import (
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import Querying
 from connector_ops.resources.virtual_files.refusal_sql import content_json, error_text
-from connector_ops.resources.virtual_files.rows import keyset_pages, row_of
+from connector_ops.resources.virtual_files.rows import as_dicts, keyset_pages, row_of
 from connector_ops.resources.virtual_files.shapes import (
     SCAN_BATCH,
     JoinKind,
@@ -121,7 +121,7 @@ def _mapped(pages: Iterable[list[tuple]], names: Sequence[str], transform: PageF
     """``transform`` of each page's rows (dicts); a page and its dicts are let go before the next page is
     fetched (see :func:`.loaders.insert_batches`)."""
     for page in pages:
-        rows = [row_of(names, values) for values in page]
+        rows = as_dicts(names, page)
         del page
         out = transform(rows)
         del rows
