@@ -3,7 +3,9 @@
 The store reads the source by keyset pages as the transaction that writes the result sees it, while that
 transaction holds the file, so an overwrite never loses rows appended meanwhile; a function that raises (or
 returns something that is not a row) rolls everything back: the virtual files are exactly as they were,
-and the error names the row (1-based position in the file) and the reason.
+and the error names the row (1-based position in the file) and the reason. What the function returns is
+checked a page at a time (``BATCH`` rows), after it has run on the page: the first wrong row of the page
+is reported, though the function may already have run on the rows after it.
 """
 
 from __future__ import annotations
