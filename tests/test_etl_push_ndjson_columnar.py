@@ -136,3 +136,71 @@ def test_the_line_audit_counts_non_blank_lines_across_any_cuts(lines, last_newli
     while audit.readinto(buffer):
         pass
     assert audit.lines == sum(1 for line in data.split(b"\n") if line.strip(b" \t\r"))
+
+
+# -- JSON arrays laid out one object per line (connector_ops.etl.json_array_lines) -----------------
+def array_text(rows: list[dict], newline: str, own_brackets: bool, spaced: bool, blank: bool) -> bytes:
+    """``rows`` as a JSON array, one object per line; brackets on their own lines or beside the objects."""
+    lines = [json.dumps(r, ensure_ascii=spaced, separators=(", ", ": ") if spaced else (",", ":")) for r in rows]
+    body = ("  ," if spaced else ",").join(newline + ("  " + newline if blank and i == 1 else "") + line
+                                           for i, line in enumerate(lines)).removeprefix(newline)
+    return ("[" + newline + body + newline + "]" + newline if own_brackets else "[" + body + "]").encode()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(rows=rows_strategy, newline=st.sampled_from(["\n", "\r\n"]), own_brackets=st.booleans(),
+       spaced=st.booleans(), blank=st.booleans())
+def test_a_json_array_one_object_per_line_reads_the_same_on_both_paths(resources, monkeypatch, paths, rows, newline,
+                                                                       own_brackets, spaced, blank):
+    data = array_text(rows, newline, own_brackets, spaced, blank)
+    assert [{k: v for k, v in r.items()} for r in json.loads(data)] == rows  # the layout is a JSON array
+    result, ran = both(resources, data, monkeypatch, paths)
+    if any(r for r in rows):  # an object with keys: Arrow read it, the row reader never ran
+        assert result[0] == "rows" and ran == [], ran
+
+
+@pytest.mark.parametrize("data", [
+    b'[\n{"a": "1"},\n{"a": "2"},\n]\n',               # a comma after the last item
+    b'[\n,{"a": "1"}\n]\n',                             # a comma before the first
+    b'[\n{"a": "1"},,\n{"a": "2"}\n]\n',                # two commas
+    b'[\n{"a": "1"}\n{"a": "2"}\n]\n',                  # no comma between items
+    b'[{"a": "1"}, {"a": "2"}]\n',                      # items side by side on one line
+    b'[\n{"a": "1"}\n,{"a": "2"}\n]\n',                 # the comma at the start of the next line
+    b'[\n  {\n    "a": "1"\n  },\n  {\n    "a": "2"\n  }\n]\n',  # pretty-printed, an object over lines
+    b'[\n{"a": "1"},\n{"a": "2"}\n',                    # no closing bracket
+    b'[\n{"a": "1"},\n{"a": "2"}\n]\n]\n',              # a bracket too many
+    b'[\n{"a": "1"},\n{"a": "2"}\n] x\n',               # something after the array
+    b'[\n{"a": "1"},\n{"a": 2}\n]\n',                   # a number
+    b'[\n{"a": "1"},\n["1"]\n]\n',                      # an item that is not an object
+    b'[]\n',
+    b'\xef\xbb\xbf[\n{"a": "1"}\n]\n',                  # a BOM: the row reader's JSON parser refuses it
+])
+def test_arrays_laid_out_otherwise_go_to_the_row_reader(resources, monkeypatch, paths, data):
+    _result, ran = both(resources, data, monkeypatch, paths)
+    assert ran == ["rows"]
+
+
+def test_an_array_longer_than_a_block_with_a_late_fault_leaves_nothing(resources, monkeypatch, paths):
+    monkeypatch.setattr(ndjson_fast, "BLOCK", 64)  # several Arrow blocks in a small file (probe and load)
+    monkeypatch.setattr(ndjson_columns, "BLOCK", 64)
+    items = b",\n".join(b'{"a": "%d"}' % i for i in range(40))
+    before = resources["virtual_files"].inventory()
+    result, ran = both(resources, b"[\n" + items + b"\n]\n", monkeypatch, paths)
+    assert ran == [] and result[0] == "rows" and result[3] == 40
+    result, ran = both(resources, b"[\n" + items + b",\n]\n", monkeypatch, paths)
+    assert ran == ["rows"] and result[0] == "error"
+    assert len(resources["virtual_files"].inventory()) == len(before) + 2  # the two good pushes, nothing else
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(rows=st.lists(st.dictionaries(st.sampled_from(KEYS), TEXT, max_size=3), min_size=1, max_size=8),
+       newline=st.sampled_from(["\n", "\r\n"]), own_brackets=st.booleans(), spaced=st.booleans(),
+       size=st.integers(1, 12))
+def test_an_array_becomes_the_same_lines_however_the_reads_fall(rows, newline, own_brackets, spaced, size):
+    """The objects come out one per line, as they are, whatever sizes the reads underneath have."""
+    from connector_ops.etl.json_array_lines import ArrayLines
+
+    data = array_text(rows, newline, own_brackets, spaced, blank=False)
+    lines = ArrayLines(Trickle(data, size))
+    out = b"".join(iter(lambda: lines.read(7), b""))
+    assert [json.loads(line) for line in out.split(b"\n") if line.strip()] == rows

@@ -1,4 +1,5 @@
-"""Push of NDJSON on a columnar path: Arrow's C JSON reader when every value is a string or null.
+"""Push of NDJSON (and of JSON arrays laid out like it) on a columnar path: Arrow's C JSON reader when every
+value is a string or null.
 
 The row reader (:func:`.readers.read_json`) calls ``json.loads`` once per line and keeps a number's exact
 text (``1.50`` stays ``"1.50"``), which Arrow cannot: it reads numbers as doubles. But most NDJSON that
@@ -16,17 +17,22 @@ goes to the row reader (nothing written) whenever Arrow's reading could differ f
 * a BOM under an explicit ``utf-8`` (the row reader refuses it; Arrow skips it), ``linesToIgnore``, a
   ``schema``: not tried.
 
+A JSON array laid out one object per line (what Pull's JSON export writes) takes the same path, handed on
+as NDJSON by :mod:`.json_array_lines`; any other layout goes to the row reader.
+
 Errors are never worded here: the row reader reads the file again and says exactly what and where.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
+from connector_ops.etl.json_array_lines import ArrayLines, is_array
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.resources.virtual_files.ndjson_columns import BLOCK
@@ -78,6 +84,15 @@ def columns_of(stream: IO[bytes], encoding: str) -> list[str] | None:
     return list(columns)
 
 
+def _array_lines(stream: IO[bytes]) -> IO[bytes]:
+    """A JSON array as NDJSON (:mod:`.json_array_lines`), read in whole blocks as :func:`columns_of` wants."""
+    return io.BufferedReader(ArrayLines(stream), BLOCK)
+
+
+def _as_is(stream: IO[bytes]) -> IO[bytes]:
+    return stream
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     row = dict(pairs)
     if len(row) != len(pairs):
@@ -92,11 +107,14 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         return None
     try:
         with open_file() as probe:
-            columns = columns_of(probe, encoding)
+            array = is_array(probe.read(64))
+        lines: Callable[[IO[bytes]], IO[bytes]] = _array_lines if array else _as_is
+        with open_file() as probe:
+            columns = columns_of(lines(probe), encoding)
         if columns is None:
             return None
         with open_file() as raw, track(f"push {name}", size, "B") as reporter:
-            return store.create_from_ndjson(columns, reading_with_progress(raw, reporter))
+            return store.create_from_ndjson(columns, lines(reading_with_progress(raw, reporter)))
     except Exception as exc:  # whatever went wrong, the row reader reads the file and words the error
         log.debug("push %s: the columnar NDJSON path gave up (%s: %s)", name, type(exc).__name__, exc)
         return None

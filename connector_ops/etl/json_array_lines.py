@@ -1,0 +1,119 @@
+"""A JSON array laid out one object per line, handed on as NDJSON, so that it can take the columnar path
+(:mod:`.ndjson_fast`). It is the layout Pull's JSON export writes, and most exports and ``jq``-style tools:
+
+    [
+    {"id": "1", "name": "Ann"},
+    {"id": "2", "name": "Bob"}
+    ]
+
+The bytes pass through unchanged but for the brackets and the commas between items. A comma is taken for a
+separator only where it follows an object's ``}`` and ends its line (spaces, tabs and CRs aside): a raw
+line break never occurs inside a JSON string, so such a comma is always between values. Any other layout —
+an object over several lines, items side by side on one line, a comma where no item ends — is left as it
+is and so is not NDJSON afterwards: Arrow's read or the store's line audit fails it, and the row reader
+reads the file. Two faults that dropping the brackets and separators could hide are caught here, as is a
+line too long to hold (:class:`NotOneObjectPerLine`): a comma after the last item, and anything but an
+item before the closing bracket or after it.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import IO
+
+_BOM = b"\xef\xbb\xbf"
+_SPACE = b" \t\r\n"
+#: a separator: an object's closing brace, a comma, the end of the line (both kept, the comma dropped)
+_SEPARATOR = re.compile(rb"\}[ \t\r]*,(?=[ \t\r]*\n)")
+#: an object ending its line without a separator
+_UNSEPARATED = re.compile(rb"\}[ \t\r]*\n")
+#: a line longer than this is left to the row reader, so what waits here stays bounded
+LONGEST_LINE = 8 << 20
+
+
+class NotOneObjectPerLine(ValueError):
+    """The bytes are not a JSON array of objects laid out one per line: the row reader reads the file."""
+
+
+def is_array(head: bytes) -> bool:
+    """Does a file starting with ``head`` hold a JSON array (what the row reader tests, too)?"""
+    return head.lstrip(_BOM + _SPACE).startswith(b"[")
+
+
+class ArrayLines(io.RawIOBase):
+    """``stream`` (a JSON array laid out one object per line) as NDJSON, whole lines at a time."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._opened = False  # has the opening bracket been passed
+        self._held = b""  # the last line with anything in it, and what follows (before the bracket: what precedes it)
+        self._out = b""  # lines handed on but not yet read
+        self._last = b""  # the last byte of the lines handed on, blanks aside, as the file had it
+        self._unended = False  # they end with an object and no separator: only the closing bracket may follow
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        while not self._out and not self._ended:
+            self._take(self._stream.read(max(len(view), 1 << 16)))
+        size = min(len(view), len(self._out))
+        view[:size] = self._out[:size]
+        self._out = self._out[size:]
+        return size
+
+    def _take(self, chunk: bytes) -> None:
+        if not chunk:
+            self._end()
+            return
+        data = self._held + chunk
+        if not self._opened:
+            body = data.lstrip(_SPACE)  # a BOM too is "not an array": the row reader's JSON parser refuses it
+            if not body:
+                self._held = data
+                self._bounded()
+                return
+            if not body.startswith(b"["):
+                raise NotOneObjectPerLine("not a JSON array")
+            self._opened, data = True, body[1:]
+        # the last line with anything in it waits, ended or not: it may hold the closing bracket
+        cut = data[:data.rfind(b"\n") + 1].rstrip(_SPACE).rfind(b"\n") + 1
+        lines, self._held = data[:cut], data[cut:]
+        self._bounded()
+        if lines:
+            self._out = self._separated(lines)
+
+    def _end(self) -> None:
+        self._ended = True
+        if not self._opened:
+            raise NotOneObjectPerLine("not a JSON array")
+        tail = self._held.rstrip(_SPACE)
+        if not tail.endswith(b"]"):
+            raise NotOneObjectPerLine("the array does not end with its closing bracket")
+        body = tail[:-1].rstrip(_SPACE)
+        cut = body.rfind(b"\n") + 1  # the line before the bracket, after any lines still held before it
+        before, last = self._separated(body[:cut]), body[cut:]
+        if last and self._unended:
+            raise NotOneObjectPerLine("two items without a comma between them")
+        if (last[-1:] or self._last) != b"}":  # a comma after the last item, or no item at all
+            raise NotOneObjectPerLine("the array does not end with an object")
+        self._out = before + last + b"\n"
+
+    def _separated(self, lines: bytes) -> bytes:
+        """Whole lines with their separators dropped. Every object they end must end with a separator but
+        the last one, which then may only be followed by the closing bracket (``_unended``)."""
+        kept = lines.rstrip(_SPACE)
+        if not kept:
+            return lines
+        bare = _UNSEPARATED.search(lines)
+        if self._unended or (bare is not None and bare.start() < len(kept) - 1):
+            raise NotOneObjectPerLine("two items without a comma between them")
+        self._unended, self._last = bare is not None, kept[-1:]
+        return _SEPARATOR.sub(b"}", lines)
+
+    def _bounded(self) -> None:
+        if len(self._held) > LONGEST_LINE:
+            raise NotOneObjectPerLine(f"a line longer than {LONGEST_LINE} bytes")
