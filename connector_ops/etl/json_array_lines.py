@@ -28,12 +28,28 @@ _SPACE = b" \t\r\n"
 _SEPARATOR = re.compile(rb"\}[ \t\r]*,(?=[ \t\r]*\n)")
 #: an object ending its line without a separator
 _UNSEPARATED = re.compile(rb"\}[ \t\r]*\n")
+_NEWLINE, _COMMA, _BRACE, _BLANK = b"\n,} "
 #: a line longer than this is left to the row reader, so what waits here stays bounded
 LONGEST_LINE = 8 << 20
 
 
 class NotOneObjectPerLine(ValueError):
     """The bytes are not a JSON array of objects laid out one per line: the row reader reads the file."""
+
+
+def _commas_blanked(lines: bytes) -> bytearray | None:
+    """The usual layout, each line an item and its comma (``…},\\n``), with those commas made spaces; ``None``
+    for any other. Found and changed by numpy, at C speed: 1.1 ms a MiB, against 2.7 ms for ``bytes.count``
+    twice and ``bytes.replace`` (the first take of this module spent 0.4 s of a 1M-row Push there)."""
+    import numpy as np
+
+    out = bytearray(lines)
+    view = np.frombuffer(out, dtype=np.uint8)
+    ends = np.flatnonzero(view == _NEWLINE)
+    if not len(ends) or ends[0] < 2 or not ((view[ends - 1] == _COMMA) & (view[ends - 2] == _BRACE)).all():
+        return None
+    view[ends - 1] = _BLANK
+    return out
 
 
 def is_array(head: bytes) -> bool:
@@ -48,7 +64,7 @@ class ArrayLines(io.RawIOBase):
         self._stream = stream
         self._opened = False  # has the opening bracket been passed
         self._held = b""  # the last line with anything in it, and what follows (before the bracket: what precedes it)
-        self._out = b""  # lines handed on but not yet read
+        self._out = memoryview(b"")  # lines handed on but not yet read
         self._last = b""  # the last byte of the lines handed on, blanks aside, as the file had it
         self._unended = False  # they end with an object and no separator: only the closing bracket may follow
         self._ended = False
@@ -84,7 +100,7 @@ class ArrayLines(io.RawIOBase):
         lines, self._held = data[:cut], data[cut:]
         self._bounded()
         if lines:
-            self._out = self._separated(lines)
+            self._out = memoryview(self._separated(lines))
 
     def _end(self) -> None:
         self._ended = True
@@ -100,11 +116,18 @@ class ArrayLines(io.RawIOBase):
             raise NotOneObjectPerLine("two items without a comma between them")
         if (last[-1:] or self._last) != b"}":  # a comma after the last item, or no item at all
             raise NotOneObjectPerLine("the array does not end with an object")
-        self._out = before + last + b"\n"
+        self._out = memoryview(before + last + b"\n")
 
-    def _separated(self, lines: bytes) -> bytes:
+    def _separated(self, lines: bytes) -> bytes | bytearray:
         """Whole lines with their separators dropped. Every object they end must end with a separator but
         the last one, which then may only be followed by the closing bracket (``_unended``)."""
+        if not lines:
+            return lines
+        if not self._unended:
+            plain = _commas_blanked(lines)
+            if plain is not None:
+                self._last = b","
+                return plain
         kept = lines.rstrip(_SPACE)
         if not kept:
             return lines
