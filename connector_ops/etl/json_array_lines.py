@@ -6,14 +6,15 @@
     {"id": "2", "name": "Bob"}
     ]
 
-The bytes pass through unchanged but for the brackets and the commas between items. A comma is taken for a
-separator only where it follows an object's ``}`` and ends its line (spaces, tabs and CRs aside): a raw
-line break never occurs inside a JSON string, so such a comma is always between values. Any other layout —
-an object over several lines, items side by side on one line, a comma where no item ends — is left as it
-is and so is not NDJSON afterwards: Arrow's read or the store's line audit fails it, and the row reader
-reads the file. Two faults that dropping the brackets and separators could hide are caught here, as is a
-line too long to hold (:class:`NotOneObjectPerLine`): a comma after the last item, and anything but an
-item before the closing bracket or after it.
+The bytes pass through unchanged but for the brackets and the commas between items (dropped, or made
+spaces where every line is an item and its comma). A comma is taken for a separator only where it follows
+an object's ``}`` and ends its line (spaces, tabs and CRs aside): a raw line break never occurs inside a
+JSON string, so such a comma is always between values. Any other layout — an object over several lines,
+items side by side on one line, a comma where no item ends — is left as it is and so is not NDJSON
+afterwards: Arrow's read or the store's line audit fails it, and the row reader reads the file. The faults
+that dropping brackets and separators could hide are caught here (:class:`NotOneObjectPerLine`): two items
+without a comma between them, a comma after the last item, anything but an item before the closing bracket
+or after it; so is a line too long to hold.
 """
 
 from __future__ import annotations
