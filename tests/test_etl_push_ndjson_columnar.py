@@ -204,3 +204,16 @@ def test_an_array_becomes_the_same_lines_however_the_reads_fall(rows, newline, o
     lines = ArrayLines(Trickle(data, size))
     out = b"".join(iter(lambda: lines.read(7), b""))
     assert [json.loads(line) for line in out.split(b"\n") if line.strip()] == rows
+
+
+def test_what_pull_writes_as_json_comes_back_on_the_columnar_path(resources, monkeypatch, paths):
+    """Pull's JSON export (one object per line, a missing value left out) is pushed back column-wise."""
+    monkeypatch.setattr(ndjson_fast, "FAST", True)
+    rows = [{"id": str(i), "name": f"n{i}\n\"q\"", **({"note": "é"} if i % 3 else {})} for i in range(50)]
+    source = resources["virtual_files"].create_from_dicts([rows])
+    pulled = invoke("etl.pull", {"virtualFileId": source, "exportType": "json", "exportName": "rows.json"},
+                    resources)["platformFile"]
+    paths.clear()
+    again = invoke("etl.push", {"platformFile": pulled}, resources)["virtualFileId"]
+    assert paths == []  # Arrow read it, the row reader never ran
+    assert resources["virtual_files"].summary(again, 100) == resources["virtual_files"].summary(source, 100)
