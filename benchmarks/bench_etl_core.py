@@ -13,8 +13,9 @@ Baselines run in the same process on the same data and database server:
 - Regex (``rows`` step): a Query with ``$regex`` under ``$or``, against a raw keyset scan filtered by Python's
   ``re`` (``$regex`` is Python's syntax, so neither database runs it for us).
 - Pull: raw SELECT streamed into ``csv.writer``.
-- NDJSON Push (the same rows as one object per line) and ``push_frame`` of the file read by pandas
-  (``dtype=str``) against our CSV Push; ``pull_frame`` against ``pandas.read_sql`` of the same table.
+- NDJSON Push (the same rows as one object per line), the Push of a JSON array of them laid out one object
+  per line (as Pull writes it), and ``push_frame`` of the file read by pandas (``dtype=str``) against our
+  CSV Push; ``pull_frame`` against ``pandas.read_sql`` of the same table.
 """
 
 from __future__ import annotations
@@ -77,8 +78,10 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
         out["push_settled"] = settled(out["push"], settling)
     vf = out["push"].value["virtualFileId"]
     if steps & {"ndjson", "frames"}:  # compared with the CSV Push, so measured beside one in every round
-        nd = resources["platform_files"].add_file(sample_ndjson(csv_path)).to_json() if "ndjson" in steps else None
-        out.update(medians([_push_round(resources, csv_path, (pf, nd), steps, vf, round_, out["push"])
+        others = {key: (f"connector-ops push {name} (same rows)",
+                        resources["platform_files"].add_file(sample(csv_path)).to_json())
+                  for key, name, sample in OTHER_FORMATS} if "ndjson" in steps else {}
+        out.update(medians([_push_round(resources, csv_path, (pf, others), steps, vf, round_, out["push"])
                             for round_ in range(repeat)]))
     if "rows" not in steps:
         invoke("etl.clean", {"virtualFileId": vf}, resources)
@@ -108,21 +111,22 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
     return Side(out, calls, lambda: invoke("etl.clean", {"virtualFileId": vf}, resources))
 
 
-def _push_round(resources: dict[str, Any], csv_path: Path, sources: tuple[dict, dict | None],
+def _push_round(resources: dict[str, Any], csv_path: Path, sources: tuple[dict, dict[str, tuple[str, dict]]],
                 steps: frozenset[str], vf: str, round_: int, first_push: Measurement) -> dict[str, Measurement]:
     """One round of the steps measured against our CSV Push: a CSV Push (the run's first one in round 0),
-    the NDJSON Push of the same rows, ``push_frame`` of them, and ``pull_frame`` against ``read_sql``.
-    ``sources``: the CSV's and the NDJSON's platform files, added once for every round. What a round
-    pushed is cleaned at its end (not the first Push: the row steps read it)."""
+    the Push of the same rows in each of ``OTHER_FORMATS``, ``push_frame`` of them, and ``pull_frame``
+    against ``read_sql``. ``sources``: the CSV's platform file and the other formats' (their labels and
+    files), added once for every round. What a round pushed is cleaned at its end (not the first Push: the
+    row steps read it)."""
     store = resources["virtual_files"]
-    pf, nd = sources
+    pf, others = sources
     measured = {"push_csv": first_push} if round_ == 0 else {"push_csv": measure_settled(
         "connector-ops push", lambda: invoke("etl.push", {"platformFile": pf}, resources), store)[0]}
     made = [] if round_ == 0 else [measured["push_csv"].value["virtualFileId"]]
-    if nd is not None:
-        measured["push_ndjson"], _ = measure_settled("connector-ops push NDJSON (same rows)", lambda: invoke(
-            "etl.push", {"platformFile": nd}, resources), store)
-        made.append(measured["push_ndjson"].value["virtualFileId"])
+    for key, (label, source) in others.items():
+        measured[key], _ = measure_settled(label, lambda source=source: invoke(
+            "etl.push", {"platformFile": source}, resources), store)
+        made.append(measured[key].value["virtualFileId"])
     if "frames" in steps:
         import pandas as pd
 
@@ -155,6 +159,24 @@ def sample_ndjson(csv_path: Path) -> Path:
                 sink.write(json.dumps(row, ensure_ascii=False) + "\n")
         tmp.replace(path)
     return path
+
+
+def sample_json_array(csv_path: Path) -> Path:
+    """The rows of ``csv_path`` as a JSON array laid out one object per line (as Pull writes it), cached."""
+    path = csv_path.with_suffix(".json")
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with sample_ndjson(csv_path).open("rb") as source, tmp.open("wb") as sink:
+            sink.write(b"[\n")
+            for i, line in enumerate(source):
+                sink.write((b",\n" if i else b"") + line.rstrip(b"\n"))
+            sink.write(b"\n]\n")
+        tmp.replace(path)
+    return path
+
+
+#: the formats pushed beside the CSV in every round of the ``ndjson`` step: (key, name, sample file)
+OTHER_FORMATS = (("push_ndjson", "NDJSON", sample_ndjson), ("push_array", "JSON array", sample_json_array))
 
 
 #: a $regex Query (Python's regular expressions, so no database runs it) beside an equality, under $or
@@ -328,8 +350,9 @@ def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Meas
             lines.append(ratio_row("Push + its WAL checkpoint vs the sqlite3 CLI", mine["push_settled"],
                                    raw["push_cli"], 0.7))
     csv_push = mine.get("push_csv", mine["push"])  # the median of the rounds' CSV Pushes, beside those steps
-    if "push_ndjson" in mine:
-        lines.append(ratio_row("Push NDJSON vs Push CSV", mine["push_ndjson"], csv_push, 1.5))
+    for key, name, _ in OTHER_FORMATS:
+        if key in mine:
+            lines.append(ratio_row(f"Push {name} vs Push CSV", mine[key], csv_push, 1.5))
     if "push_df" in mine:
         lines.append(ratio_row("push_frame vs Push CSV", mine["push_df"], csv_push, 1.2))
         lines.append(ratio_row("pull_frame vs pandas.read_sql", mine["pull_df"], mine["read_sql"], 1.0))
@@ -355,8 +378,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--databases", default="sqlite,postgresql")
     parser.add_argument("--steps", default=",".join(sorted(STEPS)),
-                        help="rows (Iterate/Query/Pull), ndjson (NDJSON Push), frames (DataFrame push/pull); "
-                             "Push always runs")
+                        help="rows (Iterate/Query/Pull), ndjson (NDJSON and JSON array Push), frames (DataFrame "
+                             "push/pull); Push always runs")
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of the row steps (ours and the baseline alternating) and of the NDJSON "
                              "and DataFrame steps (each beside a CSV Push); median reported")
