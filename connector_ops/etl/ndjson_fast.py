@@ -106,10 +106,9 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
     if not FAST or not store.columnar_load_pays(size):
         return None
     try:
-        with open_file() as probe:
-            array = is_array(probe.read(64))
-        lines: Callable[[IO[bytes]], IO[bytes]] = _array_lines if array else _as_is
-        with open_file() as probe:
+        with open_file() as raw_probe:
+            probe = raw_probe if hasattr(raw_probe, "peek") else io.BufferedReader(raw_probe)
+            lines: Callable[[IO[bytes]], IO[bytes]] = _array_lines if is_array(probe.peek(64)) else _as_is
             columns = columns_of(lines(probe), encoding)
         if columns is None:
             return None
