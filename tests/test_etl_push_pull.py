@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connector_ops import ConnectorError, invoke
 from tests.conftest import CSV_SPECTRUM
@@ -308,3 +310,23 @@ def test_pull_bad_export_name_is_refused_before_reading(files, env, store):
     exc = error("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "bad\nname"})
     assert exc.status == 400 and exc.body["message"].startswith("exportName:")
     assert store.engine.pool.checkedout() == 0  # no read transaction left open
+
+
+NAMES = ["id", "a%sb", "x\"y", "é", "%", "line\nbreak"]
+VALUE = st.one_of(st.none(), st.text(alphabet=st.sampled_from([*'ab ,;%"\\/\n\r\t\x00\x1fé🙂{}[]:', "\u2028"]),
+                                     max_size=6))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(width=st.integers(0, len(NAMES)), data=st.data())
+def test_json_export_writes_each_row_as_json_dumps_would(width, data):
+    """Pull's JSON writer encodes a page without missing values by one call, and any other page row by row:
+    both give, byte for byte, ``json.dumps`` of each row's dict of present values, one object per line."""
+    from connector_ops.etl.writers import json_chunks
+
+    names = NAMES[:width]
+    pages = data.draw(st.lists(st.lists(st.tuples(*[VALUE] * width), max_size=6), max_size=4))
+    written = b"".join(json_chunks(names, pages, encoding="utf-8")).decode()
+    objects = [json.dumps({n: v for n, v in zip(names, row, strict=True) if v is not None}, ensure_ascii=False,
+                          separators=(",", ":")) for page in pages for row in page]
+    assert written == ("[\n" + ",\n".join(objects) + "\n]\n" if objects else "[]\n")
