@@ -7,7 +7,9 @@ PostgreSQL: ``CONNECTOR_OPS_TEST_DATABASE_URL`` if set, else a throwaway server 
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="xdg-"))  # pgserver's platformdirs wants a private one
+if "XDG_RUNTIME_DIR" not in os.environ:  # pgserver's platformdirs wants a private one; gone when the tests end
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="xdg-")
+    atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 from connector_ops.environment import resources_for
 from tests import loopback_only

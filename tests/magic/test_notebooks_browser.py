@@ -115,7 +115,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def browser(lab: dict[str, Any]) -> Iterator[Any]:
+def browser(lab: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     chromium, chromedriver = _require_browser()
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager, were it ever asked, must not download
     from selenium import webdriver
@@ -130,7 +130,10 @@ def browser(lab: dict[str, Any]) -> Iterator[Any]:
                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
         options.add_argument(flag)
     try:
-        driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+        # Chromium's own scratch files (its singleton socket's directory, which a killed browser leaves
+        # behind) go to the test's temporary directory, not to /tmp
+        scratch = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+        driver = webdriver.Chrome(service=Service(executable_path=chromedriver, env=scratch), options=options)
     except Exception as exc:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"Chromium did not start under CI=true: {exc}")
