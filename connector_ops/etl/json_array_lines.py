@@ -54,7 +54,7 @@ def _commas_blanked(lines: bytes) -> bytearray | None:
 
 
 def is_array(head: bytes) -> bool:
-    """Does a file starting with ``head`` hold a JSON array (what the row reader tests, too)?"""
+    """Does a file starting with ``head`` hold a JSON array? (The row reader's test too, so both paths agree.)"""
     return head.lstrip(_BOM + _SPACE).startswith(b"[")
 
 

@@ -35,6 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 from connector_ops.etl.json_array_lines import ArrayLines, is_array
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
+from connector_ops.kernel.streams import peekable
 from connector_ops.resources.virtual_files.ndjson_columns import BLOCK
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         return None
     try:
         with open_file() as raw_probe:
-            probe = raw_probe if hasattr(raw_probe, "peek") else io.BufferedReader(raw_probe)
+            probe = peekable(raw_probe)
             lines: Callable[[IO[bytes]], IO[bytes]] = _array_lines if is_array(probe.peek(64)) else _as_is
             columns = columns_of(lines(probe), encoding)
         if columns is None:

@@ -21,9 +21,11 @@ from typing import IO, Any
 import ijson
 from ijson.common import ObjectBuilder
 
+from connector_ops.etl.json_array_lines import is_array
 from connector_ops.etl.quarantine import Quarantine, record_text
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_DEPTH, check_column_names, check_payload, deeper_than, too_many_digits
+from connector_ops.kernel.streams import peekable
 
 BATCH = 10_000
 FIELD = "platformFile"
@@ -147,9 +149,8 @@ def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
               reopen: Reopen | None = None, quarantine: Quarantine | None = None) -> RecordBatches:
     """Batches of rows from a JSON array of objects or from NDJSON (one object per line). With a
     ``quarantine``, an NDJSON line that is not a JSON object is refused into it instead of failing."""
-    buffered = stream if hasattr(stream, "peek") else io.BufferedReader(stream)  # type: ignore[arg-type]
-    head = buffered.peek(64).lstrip(b"\xef\xbb\xbf \t\r\n")
-    if head.startswith(b"[") and lines_to_ignore == 0:
+    buffered = peekable(stream)
+    if is_array(buffered.peek(64)) and lines_to_ignore == 0:
         yield from _json_array(buffered)
     else:
         yield from _ndjson(buffered, lines_to_ignore, encoding, reopen, quarantine)

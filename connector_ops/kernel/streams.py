@@ -12,6 +12,11 @@ from collections.abc import Iterable
 from typing import Any
 
 
+def peekable(stream: Any) -> Any:
+    """``stream`` if it can ``peek``, else a ``BufferedReader`` over it (which can)."""
+    return stream if hasattr(stream, "peek") else io.BufferedReader(stream)
+
+
 class ChunkStream(io.RawIOBase):
     """The bytes of ``chunks`` (bytes or buffers), in order, as a raw stream; wrap it in a ``BufferedReader``."""
 

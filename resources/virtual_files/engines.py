@@ -29,13 +29,16 @@ _LOCK = threading.Lock()
 #: name -> (nargs, fn) registered on every SQLite connection (e.g. the ``$regex`` matcher).
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
 
-WRITE = {"cop_write": True}
+_WRITE_OPTION = "cop_write"
+WRITE = {_WRITE_OPTION: True}
 
 
 def is_writing(conn: sa.Connection) -> bool:
     """Whether ``conn``'s transaction was begun with :data:`WRITE`, as every writer's is: SQLite's ``BEGIN
     IMMEDIATE`` and the checkpoints, and PostgreSQL readers' unflushed commits, depend on it."""
-    return bool(conn.get_execution_options().get("cop_write", False))
+    return bool(conn.get_execution_options().get(_WRITE_OPTION, False))
+
+
 #: PostgreSQL work_mem for a transaction that hashes a set of row keys: 4M rows' ``seq`` fit in it
 HASH_WORK_MEM = "64MB"
 #: SQLite's page cache per connection, KiB. 20 Queries on 1M rows look up ≈ 20k table pages by rowid:

@@ -53,7 +53,7 @@ def as_dicts(names: Sequence[str], rows: list[tuple]) -> list[Row]:
     """Rows (value tuples aligned with ``names``, maybe with a trailing ``seq``, as :func:`select_rows` and
     :func:`keyset_pages` give them) -> dicts, as :func:`row_of` makes them. A page without a missing or
     empty value (one test in C for the whole page) builds its dicts without a call per row: 10k rows of
-    8 columns 10.9 ms → 7.6 ms, a third of a second on every million rows read (Iterate, Map)."""
+    8 columns 10.9 ms → 7.6 ms, a third of a second on every million rows read (Iterate, Query, Map)."""
     if all(map(all, rows)):
         return [dict(zip(names, r)) for r in rows]  # noqa: B905 - a trailing seq is cut off, see row_of
     return [row_of(names, r) for r in rows]
