@@ -12,11 +12,12 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING
 
 from connector_ops.etl import models as m
+from connector_ops.etl.json_readers import is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.push_csv import push_csv
 from connector_ops.etl.quarantine import COLUMNS as QUARANTINE_COLUMNS
 from connector_ops.etl.quarantine import Quarantine
-from connector_ops.etl.readers import cell_text, is_json, read_json
+from connector_ops.etl.readers import cell_text
 from connector_ops.etl.writers import csv_chunks, json_chunks
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import reading_with_progress, track

@@ -38,18 +38,39 @@ def too_many_digits() -> str:
     return f"a number with more than {MAX_INT_DIGITS} digits"
 
 
+def lone_surrogate(text: str) -> str | None:
+    """The first half of a UTF-16 surrogate pair that stands alone in ``text``, as ``\\udXXX``, else ``None``.
+
+    JSON can spell one (``"\\ud800"``; Python's ``json`` reads it as it is), but it is no character: UTF-8
+    cannot encode it, so no database, file or HTTP body can take it, and it would fail deep inside an
+    action as a 500. ``isascii`` is a flag lookup, so text without one costs next to nothing."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"\\u{ord(text[exc.start]):04x}"
+    return None
+
+
+def holds_surrogate(half: str) -> str:
+    return f"holds {half}, half of a UTF-16 surrogate pair without its other half, which is not a character"
+
+
 def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: bool = True) -> None:
     """Refuse what no action can handle, naming the first offending field: nesting deeper than ``limit``,
     an integer too long for text, a NUL character in a key or a string (no database text column, header
-    or file name can hold one). Iterative, so the check itself cannot exhaust the stack; a cyclic
-    structure (from Python callers) ends at the depth limit. ``nul=False`` lets NUL through (data
-    values the store itself checks)."""
+    or file name can hold one), half a surrogate pair (:func:`lone_surrogate`). Iterative, so the check
+    itself cannot exhaust the stack; a cyclic structure (from Python callers) ends at the depth limit.
+    ``nul=False`` lets NUL through (data values the store itself checks)."""
     stack: list[tuple[Any, tuple[str | int, ...], int]] = [(value, (field,) if field else (), 0)]
     while stack:
         item, path, depth = stack.pop()
         if isinstance(item, str):
             if nul and "\x00" in item:
                 raise InvalidInput(field_path(path), "holds a NUL character (\\u0000)")
+            if (half := lone_surrogate(item)) is not None:
+                raise InvalidInput(field_path(path), holds_surrogate(half))
             continue
         if isinstance(item, int) and not isinstance(item, bool):
             if item.bit_length() > _MAX_INT_BITS and len(str_of_int(item)) > MAX_INT_DIGITS:
@@ -62,8 +83,11 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
             raise InvalidInput(field_path(path), deeper_than(limit))
         if is_map:
             for key, child in item.items():
-                if nul and isinstance(key, str) and "\x00" in key:
-                    raise InvalidInput(field_path(path), f"a key holds a NUL character: {key!r}")
+                if isinstance(key, str):
+                    if nul and "\x00" in key:
+                        raise InvalidInput(field_path(path), f"a key holds a NUL character: {key!r}")
+                    if (half := lone_surrogate(key)) is not None:
+                        raise InvalidInput(field_path(path), f"a key {holds_surrogate(half)}")
                 stack.append((child, (*path, str(key)), depth + 1))
         else:
             stack.extend((child, (*path, i), depth + 1) for i, child in enumerate(item))

@@ -1,0 +1,227 @@
+"""Streaming readers of JSON rows for Push: a JSON array of objects, or NDJSON (one object per line).
+
+Two parsers, one reading. Python's ``json`` (C) reads one line at a time: NDJSON, and a JSON array laid out
+one object per line, handed on as lines by :class:`.json_array_lines.ArrayLines` (what Pull writes, and
+most exports). ``ijson`` (yajl events, built into objects in Python: ≈ 4× slower) reads any other array.
+
+For an array the line parser is only a faster way to the event parser's rows: it hands on an item only when
+yajl would read it the same, and at the first thing it cannot vouch for — another layout, ``NaN``, an escaped
+surrogate (yajl makes a lone one ``?``), any error at all — the event parser reads the file again from the
+start, passes over the items already handed on, and goes on from there or words the error. So an array
+gives the same rows and the same errors whichever parser read it, and nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import json.scanner
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+from itertools import islice
+from typing import IO, Any
+
+import ijson
+from ijson.common import ObjectBuilder
+
+from connector_ops.etl.json_array_lines import ArrayLines, is_array
+from connector_ops.etl.quarantine import Quarantine
+from connector_ops.etl.readers import (
+    BATCH,
+    FIELD,
+    RecordBatches,
+    Reopen,
+    cell_text,
+    decode_error,
+    skip_lines,
+    text_stream,
+)
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import MAX_DEPTH, check_payload, deeper_than, too_many_digits
+from connector_ops.kernel.streams import peekable
+
+#: the values a row may hold without any conversion to text
+_TEXT = frozenset({str, type(None)})
+#: containers: a row holding one is checked for depth (a flat row cannot be too deep)
+_CONTAINERS = frozenset({dict, list})
+#: ``\\uD800``–``\\uDFFF``: half of a UTF-16 pair (an emoji's, usually), or a lone half no text can hold
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # yajl refuses NaN and Infinity; json reads them
+
+
+#: one decoder, made once: ``json.loads`` with options builds a new one per call
+_NDJSON_LINE = json.JSONDecoder(parse_float=Decimal).decode
+#: the decoder's C scanner itself, for array items: their errors are never worded (the event parser words them)
+_SCAN_ITEM = json.scanner.make_scanner(json.JSONDecoder(parse_float=Decimal, parse_constant=_no_constant))
+_JSON_SPACE = " \t\r\n"
+#: the text of a value of these types is ``str`` of it (a bool's is not: ``type(True)`` is not ``int``)
+_STR_IS_TEXT = {int: str, Decimal: str}
+
+
+def is_json(name: str, content_type: str) -> bool:
+    lowered = name.lower()
+    return "json" in content_type.lower() or lowered.endswith((".json", ".ndjson", ".jsonl"))
+
+
+def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
+              reopen: Reopen | None = None, quarantine: Quarantine | None = None) -> RecordBatches:
+    """Batches of rows from a JSON array of objects or from NDJSON (one object per line). With a
+    ``quarantine``, an NDJSON line that is not a JSON object is refused into it instead of failing.
+    ``reopen`` lets an array laid out one object per line be read by lines (see the module's docstring)."""
+    buffered = peekable(stream)
+    if not is_array(buffered.peek(64)) or lines_to_ignore:
+        yield from _ndjson(buffered, lines_to_ignore, encoding, reopen, quarantine)
+    elif reopen is None:
+        yield from _json_array(buffered)
+    else:
+        yield from _array_by_lines(buffered, reopen)
+
+
+def _row(value: Any, where: str) -> dict[str, str | None]:
+    """A JSON object as a row, every value text (:func:`.readers.cell_text`). Its keys are text already."""
+    if not isinstance(value, dict):
+        raise InvalidInput(FIELD, f"{where}: expected a JSON object (a row), found {type(value).__name__}")
+    if _TEXT.issuperset(map(type, value.values())):
+        return value
+    return {k: v if type(v) is str else _STR_IS_TEXT.get(type(v), cell_text)(v) for k, v in value.items()}
+
+
+def _is_flat_row(value: Any) -> bool:
+    return type(value) is dict and _CONTAINERS.isdisjoint(map(type, value.values()))
+
+
+# -- a JSON array ------------------------------------------------------------------------------------
+def _array_by_lines(stream: IO[bytes], reopen: Reopen) -> RecordBatches:
+    rows = _item_rows(stream)
+    handed = 0
+    while True:
+        try:
+            batch = list(islice(rows, BATCH))
+        except Exception:
+            break
+        if not batch:
+            return
+        yield batch
+        handed += len(batch)
+    with reopen() as again:
+        yield from _json_array(peekable(again), skip=handed)
+
+
+def _item_rows(stream: IO[bytes]) -> Iterator[dict[str, str | None]]:
+    """The array's items, one per line, as rows; raises at anything yajl might read otherwise."""
+    lines = io.TextIOWrapper(io.BufferedReader(ArrayLines(stream), 1 << 16), encoding="utf-8", newline="")
+    for line in lines:
+        if line.isspace():
+            continue
+        if _SURROGATE_ESCAPE.search(line):
+            raise ValueError("an escaped surrogate")
+        start = 0 if line.startswith("{") else len(line) - len(line.lstrip(_JSON_SPACE))
+        value, end = _SCAN_ITEM(line, start)
+        if line[end:].strip(_JSON_SPACE):
+            raise ValueError("more than one value on the line")
+        if not _is_flat_row(value):
+            check_payload(value, limit=MAX_DEPTH, nul=False)  # an item nested as deep as yajl's reading refuses
+        yield _row(value, "an item")
+
+
+def _json_array(stream: IO[bytes], skip: int = 0) -> RecordBatches:
+    """The event parser's rows, but for the first ``skip`` items (handed on already)."""
+    batch: list[dict[str, str | None]] = []
+    index = 0
+    try:
+        for index, item in enumerate(_array_items(stream), 1):
+            if index > skip:
+                batch.append(_row(item, f"item {index}"))
+            if len(batch) >= BATCH:
+                yield batch
+                batch = []
+    except ijson.JSONError as exc:
+        raise InvalidInput(FIELD, f"malformed JSON after item {index}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(FIELD, f"the file is not valid UTF-8 ({exc.reason})") from None
+    except (ValueError, SystemError):  # yajl's C backend wraps int()'s digit limit in a SystemError
+        raise InvalidInput(FIELD, f"holds {too_many_digits()}") from None  # yajl parses ahead: no item number
+    if batch:
+        yield batch
+
+
+def _array_items(stream: IO[bytes]) -> Iterator[Any]:
+    """The items of the top-level array, built from ijson's flat events: ``ijson.items`` builds a path
+    string per event (memory quadratic in the depth), and nothing there bounds the nesting."""
+    events = ijson.basic_parse(stream)
+    next(events, None)  # the top-level "[" (read_json peeked it)
+    depth, index, builder = 1, 1, None
+    for event, value in events:
+        if event in ("start_map", "start_array"):
+            depth += 1
+            if depth - 1 > MAX_DEPTH:
+                raise InvalidInput(FIELD, f"item {index}: {deeper_than()}")
+        elif event in ("end_map", "end_array"):
+            depth -= 1
+            if depth == 0:
+                continue  # the end of the top-level array
+        if builder is None and depth == 1:
+            yield value  # a bare scalar item (refused by the caller: rows are objects)
+            index += 1
+            continue
+        if builder is None:
+            builder = ObjectBuilder()
+        builder.event(event, value)
+        if depth == 1:
+            yield builder.value
+            builder, index = None, index + 1
+
+
+# -- NDJSON ------------------------------------------------------------------------------------------
+def _json_line(line: str, number: int) -> Any:
+    """One NDJSON line, or a 400 naming it: malformed, nested too deeply, a number too long for Python,
+    half a surrogate pair."""
+    try:
+        if line.startswith("\ufeff"):  # json.loads's own test, which the decoder skips
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", line, 0)
+        value = _NDJSON_LINE(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(FIELD, f"line {number}: malformed JSON ({exc.msg}, column {exc.colno}); "
+                                  "expected a JSON array of objects or one object per line") from None
+    except RecursionError:
+        raise InvalidInput(FIELD, f"line {number}: {deeper_than()}") from None
+    except ValueError:  # int()'s digit limit
+        raise InvalidInput(FIELD, f"line {number}: holds {too_many_digits()}") from None
+    if not _is_flat_row(value) or _SURROGATE_ESCAPE.search(line):
+        try:
+            check_payload(value, limit=MAX_DEPTH + 1, nul=False)  # the row object itself is one level
+        except InvalidInput as exc:
+            raise InvalidInput(FIELD, f"line {number}: {exc}") from None
+    return value
+
+
+def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None,
+            quarantine: Quarantine | None = None) -> RecordBatches:
+    text = text_stream(stream, encoding)
+    batch: list[dict[str, str | None]] = []
+    number = 0
+    try:
+        number = skip_lines(text, lines_to_ignore)
+        for line in text:
+            number += 1
+            if not line.strip():
+                continue
+            try:
+                row = _row(_json_line(line, number), f"line {number}")
+            except InvalidInput as exc:
+                if quarantine is None:
+                    raise
+                quarantine.refuse(number, exc.problem.removeprefix(f"line {number}: "), line.rstrip("\r\n"))
+                continue
+            batch.append(row)
+            if len(batch) >= BATCH:
+                yield batch
+                batch = []
+    except UnicodeDecodeError as exc:
+        raise decode_error(exc, encoding, reopen) from None
+    if batch:
+        yield batch
