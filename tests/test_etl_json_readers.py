@@ -180,3 +180,20 @@ def test_half_a_surrogate_pair_in_any_payload_is_a_400_naming_the_field(resource
     assert caught.value.status == 400
     assert caught.value.message.startswith(f"{field}: ") or f"{field}: a key holds" in caught.value.message
     assert "half of a UTF-16 surrogate pair without its other half" in caught.value.message
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(batches=st.lists(st.lists(st.one_of(
+    st.just({"a": "1", "b": "2"}), st.just({"b": "x", "a": None}), st.just({"a": "", "b": "y"}),
+    st.just({"a": "1"}), st.just({"c": "3", "a": "4"}), st.just({"a": "5", "b": "6", "c": "7"})),
+    min_size=1, max_size=5), min_size=1, max_size=4))
+def test_batches_of_dicts_are_stored_as_row_by_row(resources, batches):
+    """The store aligns a batch whose rows share the first one's keys in one go, any other row by row: the
+    columns come in the order their keys first appear, a key a row lacks is a missing value."""
+    columns = list(dict.fromkeys(k for batch in batches for row in batch for k in row))
+    expected = [{k: row[k] for k in columns if row.get(k) is not None} for batch in batches for row in batch]
+    store = resources["virtual_files"]
+    vf = store.create_from_dicts(batches)
+    count, names, first = store.summary(vf, 100)
+    assert (count, names, first) == (len(expected), columns, expected)
+    store.drop(vf)

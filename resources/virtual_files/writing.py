@@ -7,6 +7,7 @@ A new file exists only if its whole load succeeds; an append to several files is
 from __future__ import annotations
 
 import contextlib
+import operator
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -69,9 +70,15 @@ class RowWriter:
         return insert_batches(self.conn, self.table_name, internal, batches)
 
     def write_dicts(self, rows: Sequence[Mapping[str, str | None]]) -> int:
-        """Rows as dicts; new keys become new columns first."""
+        """Rows as dicts; new keys become new columns first. Rows that all have the first one's keys (a
+        reader's usual batch) are aligned in C by one ``itemgetter``, with no step per row in Python."""
         if not rows:
             return 0
+        keys = rows[0].keys()
+        if len(keys) > 1 and set(map(type, rows)) == {dict} and all(map(keys.__eq__, map(dict.keys, rows))):
+            names = list(keys)
+            self.ensure_columns(names)
+            return self.write_tuples(names, list(map(operator.itemgetter(*names), rows)))
         seen: dict[str, None] = {}
         for row in rows:
             seen.update(dict.fromkeys(row))
