@@ -16,7 +16,9 @@ Baselines run in the same process on the same data and database server:
   ``json.dumps``, a page joined at a time.
 - NDJSON Push (the same rows as one object per line), the Push of a JSON array of them laid out one object
   per line (as Pull writes it), and ``push_frame`` of the file read by pandas (``dtype=str``) against our
-  CSV Push; ``pull_frame`` against ``pandas.read_sql`` of the same table.
+  CSV Push; ``pull_frame`` against ``pandas.read_sql`` of the same table. With ``--steps typed`` (not run by
+  default), the same NDJSON and JSON array with ``id`` and ``amount`` as JSON numbers, which the row reader
+  reads, against the CSV Push too (no target of their own).
 """
 
 from __future__ import annotations
@@ -80,10 +82,10 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
     if settling is not None:  # SQLite: the push returned at commit; its WAL checkpoint followed in the loader
         out["push_settled"] = settled(out["push"], settling)
     vf = out["push"].value["virtualFileId"]
-    if steps & {"ndjson", "frames"}:  # compared with the CSV Push, so measured beside one in every round
-        others = {key: (f"connector-ops push {name} (same rows)",
-                        resources["platform_files"].add_file(sample(csv_path)).to_json())
-                  for key, name, sample in OTHER_FORMATS} if "ndjson" in steps else {}
+    if steps & {"ndjson", "typed", "frames"}:  # compared with the CSV Push, so measured beside one in every round
+        others = {f.key: (f"connector-ops push {f.name} (same rows)",
+                          resources["platform_files"].add_file(f.sample(csv_path)).to_json())
+                  for f in OTHER_FORMATS if f.step in steps}
         out.update(medians([_push_round(resources, csv_path, (pf, others), steps, vf, round_, out["push"])
                             for round_ in range(repeat)]))
     if "rows" not in steps:
@@ -166,10 +168,13 @@ def sample_ndjson(csv_path: Path) -> Path:
 
 def sample_json_array(csv_path: Path) -> Path:
     """The rows of ``csv_path`` as a JSON array laid out one object per line (as Pull writes it), cached."""
-    path = csv_path.with_suffix(".json")
+    return _as_array(sample_ndjson(csv_path), csv_path.with_suffix(".json"))
+
+
+def _as_array(ndjson: Path, path: Path) -> Path:
     if not path.exists():
         tmp = path.with_suffix(".tmp")
-        with sample_ndjson(csv_path).open("rb") as source, tmp.open("wb") as sink:
+        with ndjson.open("rb") as source, tmp.open("wb") as sink:
             sink.write(b"[\n")
             for i, line in enumerate(source):
                 sink.write((b",\n" if i else b"") + line.rstrip(b"\n"))
@@ -178,8 +183,46 @@ def sample_json_array(csv_path: Path) -> Path:
     return path
 
 
-#: the formats pushed beside the CSV in every round of the ``ndjson`` step: (key, name, sample file)
-OTHER_FORMATS = (("push_ndjson", "NDJSON", sample_ndjson), ("push_array", "JSON array", sample_json_array))
+NUMBERS = frozenset({"id", "amount"})
+
+
+def sample_typed_ndjson(csv_path: Path) -> Path:
+    """The rows of ``csv_path`` as NDJSON whose ``id`` and ``amount`` are JSON numbers, written as the CSV
+    has them (``5.00``), so that they are stored as the same text: the same rows as the CSV Push, but not on
+    the columnar path (Arrow would read numbers as doubles), the row reader's work."""
+    path = csv_path.with_name(csv_path.stem + "_typed.ndjson")
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with csv_path.open(newline="", encoding="utf-8") as source, tmp.open("w", encoding="utf-8") as sink:
+            for row in csv.DictReader(source):
+                values = (v if k in NUMBERS else json.dumps(v, ensure_ascii=False) for k, v in row.items())
+                sink.write("{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in zip(row, values, strict=True)) + "}\n")
+        tmp.replace(path)
+    return path
+
+
+def sample_typed_array(csv_path: Path) -> Path:
+    """:func:`sample_typed_ndjson`'s rows as a JSON array laid out one object per line."""
+    return _as_array(sample_typed_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_typed.json"))
+
+
+@dataclass(frozen=True)
+class OtherFormat:
+    """A file of the CSV's rows in another format, pushed beside the CSV Push in every round of ``step``."""
+
+    key: str
+    name: str
+    sample: Callable[[Path], Path]
+    step: str
+    target: float | None  # against the CSV Push; None: reported, no target of its own
+
+
+OTHER_FORMATS = (
+    OtherFormat("push_ndjson", "NDJSON", sample_ndjson, "ndjson", 1.5),
+    OtherFormat("push_array", "JSON array", sample_json_array, "ndjson", 1.5),  # held to NDJSON's target
+    OtherFormat("push_typed_ndjson", "NDJSON with numbers", sample_typed_ndjson, "typed", None),
+    OtherFormat("push_typed_array", "JSON array with numbers", sample_typed_array, "typed", None),
+)
 
 
 def write_pages(path: Path, kind: str, pages: Iterable[list[tuple]]) -> None:
@@ -351,7 +394,8 @@ def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) ->
 #: issue 13: Push ≤ 1.2× raw COPY on PostgreSQL, ≤ 0.7× the sqlite3 CLI; the row steps keep issue 2's targets
 TARGETS = {"push": 1.2, "iterate": 1.5, "query": 1.5, "regex": 1.5, "pull": 1.5, "pull_json": 1.5}
 LABELS = {"pull_json": "Pull JSON"}
-STEPS = frozenset({"rows", "ndjson", "frames"})
+STEPS = frozenset({"rows", "ndjson", "typed", "frames"})
+DEFAULT_STEPS = "frames,ndjson,rows"
 
 
 def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Measurement]) -> list[str]:
@@ -367,9 +411,9 @@ def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Meas
             lines.append(ratio_row("Push + its WAL checkpoint vs the sqlite3 CLI", mine["push_settled"],
                                    raw["push_cli"], 0.7))
     csv_push = mine.get("push_csv", mine["push"])  # the median of the rounds' CSV Pushes, beside those steps
-    for key, name, _ in OTHER_FORMATS:
-        if key in mine:
-            lines.append(ratio_row(f"Push {name} vs Push CSV", mine[key], csv_push, 1.5))
+    for f in OTHER_FORMATS:
+        if f.key in mine:
+            lines.append(ratio_row(f"Push {f.name} vs Push CSV", mine[f.key], csv_push, f.target))
     if "push_df" in mine:
         lines.append(ratio_row("push_frame vs Push CSV", mine["push_df"], csv_push, 1.2))
         lines.append(ratio_row("pull_frame vs pandas.read_sql", mine["pull_df"], mine["read_sql"], 1.0))
@@ -394,9 +438,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--databases", default="sqlite,postgresql")
-    parser.add_argument("--steps", default=",".join(sorted(STEPS)),
-                        help="rows (Iterate/Query/Pull), ndjson (NDJSON and JSON array Push), frames (DataFrame "
-                             "push/pull); Push always runs")
+    parser.add_argument("--steps", default=DEFAULT_STEPS,
+                        help="rows (Iterate/Query/Pull), ndjson (NDJSON and JSON array Push), typed (the same "
+                             "with numbers: the row reader), frames (DataFrame push/pull); Push always runs")
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of the row steps (ours and the baseline alternating) and of the NDJSON "
                              "and DataFrame steps (each beside a CSV Push); median reported")
