@@ -96,12 +96,14 @@ def _is_flat_row(value: Any) -> bool:
 
 # -- a JSON array ------------------------------------------------------------------------------------
 def _array_by_lines(stream: IO[bytes], reopen: Reopen) -> RecordBatches:
+    """Batches read by lines while that holds; then the event parser's, from the first item not handed on."""
     rows = _item_rows(stream)
     handed = 0
     while True:
         try:
             batch = list(islice(rows, BATCH))
-        except Exception:
+        except Exception:  # whatever it is (a fault, another layout, a value to doubt), the event parser judges it
+            rows.close()
             break
         if not batch:
             return
