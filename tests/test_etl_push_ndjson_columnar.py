@@ -79,9 +79,26 @@ def test_all_string_ndjson_reads_the_same_on_both_paths(resources, monkeypatch, 
 
 
 @pytest.mark.parametrize("data", [
-    b'{"a": "1"}\n{"a": 2}\n',                      # a number: its exact text needs the row reader
-    b'{"a": "1.50", "b": 1.50}\n',
-    b'{"a": true}\n',
+    b'{"a": "1"}\n{"a": 2}\n',                      # numbers and booleans stored as they are written
+    b'{"a": "1.50", "b": 1.50, "c": -0.0, "d": -12}\n',
+    b'{"a": true, "b": false, "c": null}\n{"a": 0.000001, "b": 0}\n',
+    b'{"a": "x\\" 1"}\n{"a": 7}\n',                # an escaped quote, but not on a number's line
+])
+def test_numbers_and_booleans_stored_as_written_take_the_columnar_path(resources, monkeypatch, paths, data):
+    result, ran = both(resources, data, monkeypatch, paths)
+    assert ran == [] and result[0] == "rows"
+
+
+@pytest.mark.parametrize("data", [
+    b'{"a": 1e5}\n',                                 # numbers whose stored text is not their own: 1E+5,
+    b'{"a": -0}\n',                                  # 0,
+    b'{"a": 0.0000001}\n',                           # 1E-7
+    b'{"a": ' + b'9' * 101 + b'}\n',                # more than 100 characters
+    b'{"a": "x\\": 1", "b": 7}\n',                  # an escaped quote on a line with a number
+    b'{"a": 01}\n',                                  # not JSON: the row reader words it
+    b'{"a": 1.}\n',
+    b'{"a": tru}\n',
+    b'{"a": -}\n',
     b'{"a": {"b": "c"}}\n',
     b'{"a": ["x"]}\n',
     b'{"a": "1", "a": "2"}\n',                       # a key twice: the row reader keeps the last
@@ -108,11 +125,11 @@ def test_a_late_new_key_or_type_change_falls_back_and_leaves_nothing(resources, 
     monkeypatch.setattr(ndjson_columns, "BLOCK", 64)
     head = b"".join(b'{"a": "%d"}\n' % i for i in range(40))
     before = resources["virtual_files"].inventory()
-    for tail in (b'{"a": "x", "b": "new"}\n', b'{"a": 7}\n'):
+    for tail in (b'{"a": "x", "b": "new"}\n', b'{"a": 7e0}\n', b'{"a": ["7"]}\n'):
         result, ran = both(resources, head + tail, monkeypatch, paths)
         assert ran == ["rows"] and result[0] == "rows" and result[3] == 41
     after = resources["virtual_files"].inventory()
-    assert len(after) == len(before) + 4  # two pushes per case, no leftover of a given-up fast path
+    assert len(after) == len(before) + 6  # two pushes per case, no leftover of a given-up fast path
 
 
 def test_date_like_strings_stay_text_on_the_columnar_path(resources, monkeypatch, paths):
@@ -170,7 +187,7 @@ def test_a_json_array_one_object_per_line_reads_the_same_on_both_paths(resources
     b'[\n{"a": "1"},\n{"a": "2"}\n',                    # no closing bracket
     b'[\n{"a": "1"},\n{"a": "2"}\n]\n]\n',              # a bracket too many
     b'[\n{"a": "1"},\n{"a": "2"}\n] x\n',               # something after the array
-    b'[\n{"a": "1"},\n{"a": 2}\n]\n',                   # a number
+    b'[\n{"a": "1"},\n{"a": 2e0}\n]\n',                 # a number stored otherwise than written (2E+0)
     b'[\n{"a": "1"},\n["1"]\n]\n',                      # an item that is not an object
     b'[]\n',
     b'\xef\xbb\xbf[\n{"a": "1"}\n]\n',                  # a BOM: the row reader's JSON parser refuses it

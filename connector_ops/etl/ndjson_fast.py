@@ -1,14 +1,16 @@
 """Push of NDJSON (and of JSON arrays laid out like it) on a columnar path: Arrow's C JSON reader when every
-value is a string or null.
+value is a string or null, or a number or boolean whose stored text is its own.
 
-The row reader (:func:`.readers.read_json`) calls ``json.loads`` once per line and keeps a number's exact
-text (``1.50`` stays ``"1.50"``), which Arrow cannot: it reads numbers as doubles. But most NDJSON that
-people load into rows is all strings — exports of our own Pull, of databases, of logs — and for that
-Arrow reads exactly what the row reader reads, several times faster. So Arrow is asked first, and the file
-goes to the row reader (nothing written) whenever Arrow's reading could differ from it:
+The row reader (:func:`.json_readers.read_json`) calls ``json`` once per line and keeps a number's exact
+text (``1.50`` stays ``"1.50"``), which Arrow cannot: it reads numbers as doubles. So the numbers and
+booleans whose stored text is the text they are written in (nearly all: ``7``, ``1.50``, ``true``) are
+made strings of that text in the bytes first (:mod:`.json_scalars`); then Arrow reads exactly what the row
+reader reads, several times faster. Arrow is asked first, and the file goes to the row reader (nothing
+written) whenever Arrow's reading could differ from it:
 
-* a column whose type is not string or null (a number, a boolean, an object, an array): the first block
-  decides (:func:`columns_of`), and a later block that disagrees fails the read;
+* a number or boolean :mod:`.json_scalars` cannot vouch for (``1e5``, ``-0``, an escaped quote in the file);
+* a column whose type is not string or null (an object, an array): the first block decides
+  (:func:`columns_of`), and a later block that disagrees fails the read;
 * a key twice in one object, a lone surrogate, bytes that are not UTF-8, a line that is not an object,
   an empty file: Arrow fails too;
 * Arrow accepts an object spread over several lines and several objects on one line, which NDJSON (and the
@@ -33,6 +35,7 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.etl.json_array_lines import ArrayLines, is_array
+from connector_ops.etl.json_scalars import ScalarsAsText
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.kernel.streams import peekable
@@ -86,12 +89,14 @@ def columns_of(stream: IO[bytes], encoding: str) -> list[str] | None:
 
 
 def _array_lines(stream: IO[bytes]) -> IO[bytes]:
-    """A JSON array as NDJSON (:mod:`.json_array_lines`), read in whole blocks as :func:`columns_of` wants."""
-    return io.BufferedReader(ArrayLines(stream), BLOCK)
+    """A JSON array as NDJSON (:mod:`.json_array_lines`), its numbers and booleans as text (:mod:`.json_scalars`),
+    read in whole blocks as :func:`columns_of` wants."""
+    return io.BufferedReader(ScalarsAsText(io.BufferedReader(ArrayLines(stream), BLOCK)), BLOCK)
 
 
-def _as_is(stream: IO[bytes]) -> IO[bytes]:
-    return stream
+def _ndjson_lines(stream: IO[bytes]) -> IO[bytes]:
+    """NDJSON with its numbers and booleans as text (:mod:`.json_scalars`)."""
+    return io.BufferedReader(ScalarsAsText(stream), BLOCK)
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -109,7 +114,7 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
     try:
         with open_file() as raw_probe:
             probe = peekable(raw_probe)
-            lines: Callable[[IO[bytes]], IO[bytes]] = _array_lines if is_array(probe.peek(64)) else _as_is
+            lines: Callable[[IO[bytes]], IO[bytes]] = _array_lines if is_array(probe.peek(64)) else _ndjson_lines
             columns = columns_of(lines(probe), encoding)
         if columns is None:
             return None

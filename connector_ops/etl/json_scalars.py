@@ -1,0 +1,165 @@
+"""NDJSON whose numbers and booleans are written as strings of the very text the row reader stores for them,
+so that a file with numbers can take the columnar path (:mod:`.ndjson_fast`) too.
+
+Arrow reads a JSON number as a double and cannot give its text back (``1.50`` must stay ``"1.50"``), so it
+only reads files of strings. But the row reader stores a number as ``str`` of what ``json`` makes of it, and
+for most numbers that is the number's own text: ``7``, ``-12``, ``1.50``, ``-0.0``. So those are quoted
+here, in the bytes, before Arrow reads them, and so are ``true`` and ``false`` (stored as that text).
+
+Every value in a key's place (after ``":``, with at most one space between) that starts like a number or a
+boolean must be one of those, or the whole file goes to the row reader (:class:`NotPlainScalars`): a number
+with an exponent (``1e5`` is stored ``1E+5``), ``-0`` (stored ``0``), a fraction with six zeros after the
+point (``0.0000001`` is stored ``1E-7``), a number of more than 100 characters, or anything that is not
+JSON at all (``01``, ``1.``, ``tru``), which the row reader words. So does an escaped quote on a line with
+a number or boolean: without one, a ``"`` followed by ``:`` can only end a key, so no string's content is
+ever taken for a value (strings of escaped quotes alone are left as they are). Values in nested objects
+may be quoted as well; the nested object still sends the file to the row reader.
+
+The work is a handful of numpy passes over whole lines (:func:`scalars_quoted`), at C speed.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import IO, Any
+
+import numpy as np
+
+from connector_ops.etl.json_array_lines import LONGEST_LINE
+
+_QUOTE, _COLON, _SPACE, _MINUS, _DOT, _ZERO, _BACKSLASH, _NEWLINE = (ord(c) for c in '": -.0\\\n')
+#: a number's or a boolean's text ends at one of these
+_ENDS = np.zeros(256, dtype=bool)
+_ENDS[list(b",}] \t\r\n")] = True
+_DIGIT = np.zeros(256, dtype=bool)
+_DIGIT[list(b"0123456789")] = True
+_NUMBER_CHAR = _DIGIT.copy()
+_NUMBER_CHAR[[_MINUS, _DOT]] = True
+_LONGEST_NUMBER = 100
+_WORDS = [np.frombuffer(word, dtype=np.uint8) for word in (b"true", b"false")]
+
+
+class NotPlainScalars(ValueError):
+    """A number or boolean whose stored text is not its own (or that is not JSON): the row reader reads the file."""
+
+
+def scalars_quoted(lines: bytes) -> bytes:
+    """Whole NDJSON lines with each number and boolean in a key's place written as a string of its text."""
+    if b'":' not in lines:
+        return lines
+    v = np.frombuffer(lines, dtype=np.uint8)
+    n = len(v)
+    starts = np.flatnonzero((v[:-1] == _QUOTE) & (v[1:] == _COLON)) + 2
+    starts = starts[starts < n]
+    starts = starts + (v[starts] == _SPACE)
+    starts = starts[starts < n]
+    first = v[starts]
+    is_number = _NUMBER_CHAR[first]
+    is_word = (first == b"t"[0]) | (first == b"f"[0])
+    starts = starts[is_number | is_word]
+    if not len(starts):
+        return lines
+    if b'\\"' in lines:
+        _check_no_escaped_quote_beside(v, starts)
+    ends_at = np.append(np.flatnonzero(_ENDS[v]), n)
+    ends = ends_at[np.searchsorted(ends_at, starts)]
+    is_word = is_word[is_number | is_word]
+    _check_words(v, starts[is_word], ends[is_word])
+    _check_numbers(v, starts[~is_word], ends[~is_word])
+    at = np.empty(2 * len(starts), dtype=np.int64)
+    at[0::2], at[1::2] = starts, ends
+    return np.insert(v, at, _QUOTE).tobytes()
+
+
+def _check_no_escaped_quote_beside(v: np.ndarray, starts: np.ndarray) -> None:
+    """Only an escaped quote puts ``":`` inside a string (an unescaped one would end it), and a string never
+    spans lines: a line without one holds no value that is not a value."""
+    escaped = np.flatnonzero((v[:-1] == _BACKSLASH) & (v[1:] == _QUOTE))
+    newlines = np.flatnonzero(v == _NEWLINE)
+    if np.isin(np.searchsorted(newlines, starts), np.searchsorted(newlines, escaped)).any():
+        raise NotPlainScalars("an escaped quote on a line with a number or boolean")
+
+
+def _check_words(v: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+    if not len(starts):
+        return
+    fits = np.zeros(len(starts), dtype=bool)
+    for word in _WORDS:
+        same = (ends - starts) == len(word)
+        for offset, byte in enumerate(word):
+            same &= v[np.minimum(starts + offset, len(v) - 1)] == byte
+        fits |= same
+    if not fits.all():
+        raise NotPlainScalars("a value that is neither true nor false")
+
+
+def _check_numbers(v: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+    """Every token ``v[start:end]`` is ``-?(0|[1-9][0-9]*)(\\.[0-9]+)?`` (JSON's number without an exponent),
+    not ``-0``, not ``0.000000…``, at most 100 characters: its text is what the row reader stores."""
+    if not len(starts):
+        return
+    n = len(v)
+    marks = np.zeros(n + 1, dtype=np.int8)  # +1 where a number starts, -1 where it ends (never the same place)
+    marks[starts], marks[ends] = 1, -1
+    inside = np.cumsum(marks[:n], dtype=np.int8).astype(bool)
+    if not _NUMBER_CHAR[v[inside]].all():
+        raise NotPlainScalars("a number with an exponent, or not a number")
+    minus = np.flatnonzero(inside & (v == _MINUS))
+    if not np.isin(minus, starts).all():
+        raise NotPlainScalars("a minus sign inside a number")
+    dots = inside & (v == _DOT)
+    dot_at = np.flatnonzero(dots)
+    if len(dot_at) and not (_DIGIT[v[dot_at - 1]] & _DIGIT[v[np.minimum(dot_at + 1, n - 1)]] & (dot_at + 1 < n)).all():
+        raise NotPlainScalars("a point without a digit on each side")
+    counted = np.concatenate(([0], np.cumsum(dots)))
+    if ((counted[ends] - counted[starts]) > 1).any() or ((ends - starts) > _LONGEST_NUMBER).any():
+        raise NotPlainScalars("two points in a number, or a number too long")
+    digits = starts + (v[starts] == _MINUS)
+
+    def at(offset: int) -> Any:  # the byte ``offset`` after each number's first digit (a delimiter past its end)
+        return v[np.minimum(digits + offset, n - 1)]
+
+    if (digits >= ends).any() or not _DIGIT[at(0)].all():
+        raise NotPlainScalars("a sign without digits")
+    zero = at(0) == _ZERO
+    if (zero & (digits + 1 < ends) & _DIGIT[at(1)]).any():
+        raise NotPlainScalars("a leading zero")
+    if (zero & (v[starts] == _MINUS) & (digits + 1 == ends)).any():
+        raise NotPlainScalars("-0, stored as 0")
+    tiny = zero & (digits + 8 <= ends) & (at(1) == _DOT)
+    for offset in range(2, 8):
+        tiny &= at(offset) == _ZERO
+    if tiny.any():
+        raise NotPlainScalars("six zeros after the point, stored in scientific notation")
+
+
+class ScalarsAsText(io.RawIOBase):
+    """``stream`` (NDJSON) with :func:`scalars_quoted` applied, whole lines at a time."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._held = b""  # the line begun but not yet ended
+        self._out = memoryview(b"")
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        while not self._out and not self._ended:
+            chunk = self._stream.read(max(len(view), 1 << 16))
+            if chunk:
+                data = self._held + chunk
+                cut = data.rfind(b"\n") + 1
+                data, self._held = data[:cut], data[cut:]
+                if len(self._held) > LONGEST_LINE:
+                    raise NotPlainScalars(f"a line longer than {LONGEST_LINE} bytes")
+            else:
+                data, self._held, self._ended = self._held, b"", True
+            if data:
+                self._out = memoryview(scalars_quoted(data))
+        size = min(len(view), len(self._out))
+        view[:size] = self._out[:size]
+        self._out = self._out[size:]
+        return size

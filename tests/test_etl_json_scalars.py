@@ -1,0 +1,124 @@
+"""Numbers and booleans quoted in the bytes so that NDJSON with them takes the columnar path
+(:mod:`connector_ops.etl.json_scalars`): a line comes out either refused (the row reader reads the file) or
+as JSON that holds, in every top-level value that is now text, exactly the text the row reader stores for
+the original value, and that is valid JSON exactly when the original was. Then Push end to end: the same
+rows on the columnar path and through the row reader, both databases.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connector_ops.etl.json_scalars import NotPlainScalars, ScalarsAsText, scalars_quoted
+from connector_ops.etl.readers import cell_text
+from tests.test_etl_push_ndjson_columnar import both, paths  # noqa: F401 - the fixture
+
+NUMBERS = ["0", "7", "-12", "1.50", "-0.0", "0.000001", "0.0000001", "-0", "1e5", "2.5E-3", "01", "1.", ".5",
+           "-", "1.2.3", "1-2", "--1", "9" * 100, "9" * 101, "3.14159265358979323846264338327950288"]
+WORDS = ["true", "false", "null", "tru", "falsey", "nul", "NaN", "Infinity"]
+STRINGS = ['"x"', '""', '"a\\": 1, \\"b\\": 2"', '"x\\": 1 "', '"x\\":true, y"', '"say \\"7\\""', '"\\\\"',
+           '"é 🙂"', '"1"', '"true"', '"\\u0022: 3"']
+NESTED = ['{"b": 1}', '[1, 2.50, true]', '{}', "[]"]
+GOOD = ["0", "7", "-12", "1.50", "-0.0", "0.000001", "true", "false", "null", '"x"', '"1"']
+VALUE = st.one_of(st.sampled_from(GOOD), st.sampled_from(NUMBERS + WORDS + STRINGS + NESTED))
+KEY = st.sampled_from(['"a"', '"b"', '"a b"', '"é"', '"k\\"q"', '""'])
+SPACE = st.sampled_from(["", " ", "  ", "\t"])
+
+
+@st.composite
+def lines(draw: Any) -> str:
+    pairs = draw(st.lists(st.tuples(KEY, SPACE, VALUE, SPACE), max_size=3))
+    body = ",".join(f"{k}:{before}{v}{after}" for k, before, v, after in pairs)
+    return draw(st.sampled_from(["{%s}", "{ %s }", "{%s", "%s}", "[%s]"])) % body
+
+
+def parsed(line: str) -> Any:
+    try:
+        return ("ok", json.loads(line, parse_float=Decimal))
+    except ValueError:
+        return ("bad", None)
+
+
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(line=lines(), newline=st.sampled_from(["\n", "\r\n", ""]))
+def test_quoted_lines_say_what_the_row_reader_stores(line, newline):
+    """One line at a time: a chunk of several is refused as a whole if any of its lines is."""
+    try:
+        quoted = scalars_quoted((line + newline).encode()).decode()
+    except NotPlainScalars:
+        return
+    assert quoted.endswith(newline)
+    (was, original), (now, text) = parsed(line), parsed(quoted)
+    assert was == now, (line, quoted)  # quoting never makes a broken line JSON, nor breaks a good one
+    if was == "ok" and isinstance(original, dict):
+        assert list(text) == list(original)
+        for key, value in text.items():
+            if value is None or isinstance(value, str):  # what Arrow reads: it must be the stored text
+                assert value == cell_text(original[key]), (line, key)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(rows=st.lists(lines(), min_size=1, max_size=6), size=st.integers(1, 40))
+def test_whole_lines_are_quoted_however_the_reads_fall(rows, size):
+    data = ("\n".join(rows) + "\n").encode()
+    try:
+        expected = scalars_quoted(data)
+    except NotPlainScalars:
+        expected = None
+
+    class Trickle(io.RawIOBase):
+        def __init__(self) -> None:
+            self.rest = data
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            chunk, self.rest = self.rest[:size], self.rest[size:]
+            buffer[:len(chunk)] = chunk
+            return len(chunk)
+
+    try:
+        got = io.BufferedReader(ScalarsAsText(Trickle()), 7).read()
+    except NotPlainScalars:
+        got = None
+    assert got == expected
+
+
+class Bare(str):
+    """A number's text, written into the JSON as it is."""
+
+
+TYPED = st.one_of(st.none(), st.text(alphabet='ab "\\:,1é', max_size=5), st.booleans(), st.integers(-10**30, 10**30),
+                  st.sampled_from(["1.50", "-0.0", "0.000001", "12.25", "1e5", "-0"]).map(Bare))
+STORED_OTHERWISE = {"1e5", "-0"}
+
+
+def typed_line(row: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{json.dumps(k)}: {v if isinstance(v, Bare) else json.dumps(v, ensure_ascii=False)}"
+                           for k, v in row.items()) + "}"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(rows=st.lists(st.dictionaries(st.sampled_from(["id", "name", "n", "ok"]), TYPED, min_size=1, max_size=4),
+                     min_size=1, max_size=20), array=st.booleans())
+def test_typed_rows_push_the_same_on_both_paths(resources, monkeypatch, paths, rows, array):  # noqa: F811
+    lines_ = [typed_line(r) for r in rows]
+    text = ("[\n" + ",\n".join(lines_) + "\n]\n") if array else "\n".join(lines_) + "\n"
+    result, ran = both(resources, text.encode(), monkeypatch, paths)
+    values = [v for r in rows for v in r.values()]
+    plain = not any(v in STORED_OTHERWISE or (isinstance(v, str) and ('"' in v or "\\" in v)) for v in values)
+    if plain:
+        assert result[0] == "rows" and ran == [], "plain numbers and booleans did not take the columnar path"
+
+
+@pytest.mark.parametrize("data", [b"", b"\n", b'{"a": "x"}', b'{"a": 1}', b"[1, 2]\n"])
+def test_edges(data):
+    assert io.BufferedReader(ScalarsAsText(io.BytesIO(data))).read() == scalars_quoted(data)
