@@ -125,11 +125,17 @@ def test_a_late_new_key_or_type_change_falls_back_and_leaves_nothing(resources, 
     monkeypatch.setattr(ndjson_columns, "BLOCK", 64)
     head = b"".join(b'{"a": "%d"}\n' % i for i in range(40))
     before = resources["virtual_files"].inventory()
-    for tail in (b'{"a": "x", "b": "new"}\n', b'{"a": 7e0}\n', b'{"a": ["7"]}\n'):
-        result, ran = both(resources, head + tail, monkeypatch, paths)
+    typed = b"".join(b'{"a": %d}\n' % i for i in range(40))  # numbers from the first block: quoted
+    cases = [(head, tail) for tail in (b'{"a": "x", "b": "new"}\n', b'{"a": 7e0}\n', b'{"a": ["7"]}\n',
+                                       b'{"a": 7}\n')]  # a first number after a first block of strings
+    cases += [(typed, b'{"a": 1e5}\n'), (typed, b'{"a": -0}\n'), (typed, b'{"a": "x\\" 1", "b": 2}\n')]
+    for first, tail in cases:
+        result, ran = both(resources, first + tail, monkeypatch, paths)
         assert ran == ["rows"] and result[0] == "rows" and result[3] == 41
+    result, ran = both(resources, typed + b'{"a": 41}\n', monkeypatch, paths)
+    assert ran == [] and result[3] == 41
     after = resources["virtual_files"].inventory()
-    assert len(after) == len(before) + 6  # two pushes per case, no leftover of a given-up fast path
+    assert len(after) == len(before) + 2 * (len(cases) + 1)  # two pushes per case, no leftover of a fast path
 
 
 def test_date_like_strings_stay_text_on_the_columnar_path(resources, monkeypatch, paths):

@@ -8,9 +8,11 @@ made strings of that text in the bytes first (:mod:`.json_scalars`); then Arrow 
 reader reads, several times faster. Arrow is asked first, and the file goes to the row reader (nothing
 written) whenever Arrow's reading could differ from it:
 
-* a number or boolean :mod:`.json_scalars` cannot vouch for (``1e5``, ``-0``, an escaped quote in the file);
+* a number or boolean :mod:`.json_scalars` cannot vouch for (``1e5``, ``-0``, an escaped quote on its line);
 * a column whose type is not string or null (an object, an array): the first block decides
-  (:func:`columns_of`), and a later block that disagrees fails the read;
+  (:func:`columns_of`), and a later block that disagrees fails the read. The first block also decides
+  whether numbers and booleans are quoted: a file of strings is read as it is, without that pass, and a
+  number that first appears after the first block fails the read;
 * a key twice in one object, a lone surrogate, bytes that are not UTF-8, a line that is not an object,
   an empty file: Arrow fails too;
 * Arrow accepts an object spread over several lines and several objects on one line, which NDJSON (and the
@@ -35,7 +37,7 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.etl.json_array_lines import ArrayLines, is_array
-from connector_ops.etl.json_scalars import ScalarsAsText
+from connector_ops.etl.json_scalars import ScalarsAsText, scalars_quoted
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.kernel.streams import peekable
@@ -54,8 +56,9 @@ Open = Callable[[], AbstractContextManager[IO[bytes]]]
 _BOM = b"\xef\xbb\xbf"
 
 
-def columns_of(stream: IO[bytes], encoding: str) -> list[str] | None:
-    """The column names if Arrow may read this NDJSON, judged from its first ``BLOCK`` bytes, else ``None``.
+def columns_of(head: bytes, encoding: str) -> list[str] | None:
+    """The column names if Arrow may read this NDJSON, judged from its first block (:func:`_head`, numbers
+    and booleans already quoted), else ``None``.
 
     Read with ``json`` (no Arrow in this process: on SQLite the loader process parses): every non-blank
     line of the block must be one object whose values are strings or null; the columns are the keys in the
@@ -64,9 +67,6 @@ def columns_of(stream: IO[bytes], encoding: str) -> list[str] | None:
     normal = encoding.lower().replace("_", "-")
     if normal not in ("utf-8-sig", "utf-8", "utf8"):
         return None
-    head = stream.read(BLOCK)
-    if len(head) == BLOCK:  # a partial last line is left for the load to judge
-        head = head[:head.rfind(b"\n") + 1]
     if head.startswith(_BOM):
         if normal != "utf-8-sig":
             return None
@@ -88,15 +88,27 @@ def columns_of(stream: IO[bytes], encoding: str) -> list[str] | None:
     return list(columns)
 
 
+def _head(stream: IO[bytes]) -> bytes:
+    """The first block's whole lines (a partial last line is left for the load to judge)."""
+    head = stream.read(BLOCK)
+    return head[:head.rfind(b"\n") + 1] if len(head) == BLOCK else head
+
+
+Lines = Callable[[IO[bytes]], IO[bytes]]
+
+
 def _array_lines(stream: IO[bytes]) -> IO[bytes]:
-    """A JSON array as NDJSON (:mod:`.json_array_lines`), its numbers and booleans as text (:mod:`.json_scalars`),
-    read in whole blocks as :func:`columns_of` wants."""
-    return io.BufferedReader(ScalarsAsText(io.BufferedReader(ArrayLines(stream), BLOCK)), BLOCK)
+    """A JSON array as NDJSON (:mod:`.json_array_lines`), read in whole blocks as :func:`_head` wants."""
+    return io.BufferedReader(ArrayLines(stream), BLOCK)
 
 
-def _ndjson_lines(stream: IO[bytes]) -> IO[bytes]:
-    """NDJSON with its numbers and booleans as text (:mod:`.json_scalars`)."""
-    return io.BufferedReader(ScalarsAsText(stream), BLOCK)
+def _as_is(stream: IO[bytes]) -> IO[bytes]:
+    return stream
+
+
+def _scalars_as_text(lines: Lines) -> Lines:
+    """``lines`` with their numbers and booleans as text (:mod:`.json_scalars`)."""
+    return lambda stream: io.BufferedReader(ScalarsAsText(lines(stream)), BLOCK)
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -114,8 +126,12 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
     try:
         with open_file() as raw_probe:
             probe = peekable(raw_probe)
-            lines: Callable[[IO[bytes]], IO[bytes]] = _array_lines if is_array(probe.peek(64)) else _ndjson_lines
-            columns = columns_of(lines(probe), encoding)
+            lines: Lines = _array_lines if is_array(probe.peek(64)) else _as_is
+            head = _head(lines(probe))
+        quoted = scalars_quoted(head)
+        if quoted != head:  # numbers or booleans in the first block: the file is read with them quoted
+            lines = _scalars_as_text(lines)
+        columns = columns_of(quoted, encoding)
         if columns is None:
             return None
         with open_file() as raw, track(f"push {name}", size, "B") as reporter:
