@@ -122,3 +122,12 @@ def test_typed_rows_push_the_same_on_both_paths(resources, monkeypatch, paths, r
 @pytest.mark.parametrize("data", [b"", b"\n", b'{"a": "x"}', b'{"a": 1}', b"[1, 2]\n"])
 def test_edges(data):
     assert io.BufferedReader(ScalarsAsText(io.BytesIO(data))).read() == scalars_quoted(data)
+
+
+def test_a_line_too_long_to_hold_is_the_row_readers(monkeypatch):
+    from connector_ops.etl import json_scalars
+
+    monkeypatch.setattr(json_scalars, "LONGEST_LINE", 1 << 16)  # a line waits whole: so much and no more
+    stream = io.BufferedReader(ScalarsAsText(io.BytesIO(b'{"a": 1}\n{"a": "' + b"x" * (1 << 17) + b'"}\n')), 8)
+    with pytest.raises(NotPlainScalars):
+        stream.read()

@@ -19,9 +19,10 @@ or after it; so is a line too long to hold.
 
 from __future__ import annotations
 
-import io
 import re
 from typing import IO
+
+from connector_ops.kernel.streams import Transformed
 
 _BOM = b"\xef\xbb\xbf"
 _SPACE = b" \t\r\n"
@@ -58,29 +59,15 @@ def is_array(head: bytes) -> bool:
     return head.lstrip(_BOM + _SPACE).startswith(b"[")
 
 
-class ArrayLines(io.RawIOBase):
+class ArrayLines(Transformed):
     """``stream`` (a JSON array laid out one object per line) as NDJSON, whole lines at a time."""
 
     def __init__(self, stream: IO[bytes]) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._opened = False  # has the opening bracket been passed
         self._held = b""  # the last line with anything in it, and what follows (before the bracket: what precedes it)
-        self._out = memoryview(b"")  # lines handed on but not yet read
         self._last = b""  # the last byte of the lines handed on, blanks aside, as the file had it
         self._unended = False  # they end with an object and no separator: only the closing bracket may follow
-        self._ended = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        view = memoryview(buffer).cast("B")
-        while not self._out and not self._ended:
-            self._take(self._stream.read(max(len(view), 1 << 16)))
-        size = min(len(view), len(self._out))
-        view[:size] = self._out[:size]
-        self._out = self._out[size:]
-        return size
 
     def _take(self, chunk: bytes) -> None:
         if not chunk:

@@ -1,8 +1,10 @@
-"""A readable binary stream over an iterator of byte chunks (an HTTP body, the rows of a ``COPY … TO``).
+"""Readable binary streams made of others: over an iterator of byte chunks (:class:`ChunkStream`: an HTTP
+body, the rows of a ``COPY … TO``), or another stream's chunks transformed (:class:`Transformed`: a JSON
+array handed on as NDJSON, numbers quoted).
 
-Each read gathers whole chunks up to the reader's buffer, so chunks as small as one row (psycopg hands out
-``COPY`` data a row at a time) cost an append each, not a read call each; memory stays one buffer plus one
-chunk.
+Each read of a ``ChunkStream`` gathers whole chunks up to the reader's buffer, so chunks as small as one row
+(psycopg hands out ``COPY`` data a row at a time) cost an append each, not a read call each; memory stays
+one buffer plus one chunk.
 """
 
 from __future__ import annotations
@@ -15,6 +17,32 @@ from typing import Any
 def peekable(stream: Any) -> Any:
     """``stream`` if it can ``peek``, else a ``BufferedReader`` over it (which can)."""
     return stream if hasattr(stream, "peek") else io.BufferedReader(stream)
+
+
+class Transformed(io.RawIOBase):
+    """What :meth:`_take` makes of ``stream``'s chunks, as a raw stream; wrap it in a ``BufferedReader``.
+    ``_take`` gets each chunk read (``b""`` at the end), sets ``_out`` to what is ready, and ``_ended`` once
+    nothing more will be."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._out = memoryview(b"")  # made but not yet read
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        while not self._out and not self._ended:
+            self._take(self._stream.read(max(len(view), 1 << 16)))
+        size = min(len(view), len(self._out))
+        view[:size] = self._out[:size]
+        self._out = self._out[size:]
+        return size
+
+    def _take(self, chunk: bytes) -> None:
+        raise NotImplementedError
 
 
 class ChunkStream(io.RawIOBase):
