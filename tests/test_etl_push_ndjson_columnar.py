@@ -9,11 +9,12 @@ row reader and give its result or its error. Both databases.
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from connector_ops import ConnectorError, invoke
@@ -187,7 +188,6 @@ def test_a_json_array_one_object_per_line_reads_the_same_on_both_paths(resources
     b'[\n,{"a": "1"}\n]\n',                             # a comma before the first
     b'[\n{"a": "1"},,\n{"a": "2"}\n]\n',                # two commas
     b'[\n{"a": "1"}\n{"a": "2"}\n]\n',                  # no comma between items
-    b'[{"a": "1"}, {"a": "2"}]\n',                      # items side by side on one line
     b'[\n{"a": "1"}\n,{"a": "2"}\n]\n',                 # the comma at the start of the next line
     b'[\n  {\n    "a": "1"\n  },\n  {\n    "a": "2"\n  }\n]\n',  # pretty-printed, an object over lines
     b'[\n{"a": "1"},\n{"a": "2"}\n',                    # no closing bracket
@@ -225,6 +225,44 @@ def test_an_array_becomes_the_same_lines_however_the_reads_fall(rows, newline, o
 
     data = array_text(rows, newline, own_brackets, spaced, blank=False)
     lines = ArrayLines(Trickle(data, size))
+    out = b"".join(iter(lambda: lines.read(7), b""))
+    assert [json.loads(line) for line in out.split(b"\n") if line.strip()] == rows
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(rows=rows_strategy, spaced=st.booleans())
+def test_a_json_array_of_items_side_by_side_reads_the_same_on_both_paths(resources, monkeypatch, paths, rows,
+                                                                          spaced):
+    """``json.dumps(rows)``'s layout: split one item per line, unless a string holds a separator."""
+    data = json.dumps(rows, ensure_ascii=spaced, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    result, ran = both(resources, data, monkeypatch, paths)
+    if any(r for r in rows) and b"}," not in data.replace(b"}, {", b"").replace(b"},{", b"") and not any(
+            "}," in (v or "") for r in rows for v in r.values()):
+        assert result[0] == "rows" and ran == [], ran
+
+
+@pytest.mark.parametrize("data", [
+    b'[{"a": "x}, {y"}, {"a": "2"}]',                 # a separator inside a string: the row reader's
+    b'[{"a": "1"} , {"a": "2"}]',                     # a separator spelled otherwise
+    b'[{"a": "1"}{"a": "2"}]',                        # no comma
+    b'[{"a": "1"}, {"a": "2"},]',                     # a comma after the last item
+    b'[{"a": {"b": "1"}, "c": "2"}, {"a": "3"}]',     # a nested object
+    b'[{"a": [{"b": "1"}, {"b": "2"}]}]',             # objects side by side inside an item
+])
+def test_items_side_by_side_the_split_cannot_vouch_for_go_to_the_row_reader(resources, monkeypatch, paths, data):
+    _result, ran = both(resources, data, monkeypatch, paths)
+    assert ran == ["rows"]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(rows=st.lists(st.dictionaries(st.sampled_from(KEYS), TEXT, max_size=3), min_size=1, max_size=8),
+       spaced=st.booleans(), size=st.integers(1, 12))
+def test_items_side_by_side_become_one_per_line_however_the_reads_fall(rows, spaced, size):
+    from connector_ops.etl.json_array_lines import ArrayLines, ItemsSplit
+
+    assume(not any("}," in (v or "") for r in rows for v in r.values()))
+    data = json.dumps(rows, separators=(", ", ": ") if spaced else (",", ":")).encode()
+    lines = ArrayLines(io.BufferedReader(ItemsSplit(Trickle(data, size)), 5))
     out = b"".join(iter(lambda: lines.read(7), b""))
     assert [json.loads(line) for line in out.split(b"\n") if line.strip()] == rows
 

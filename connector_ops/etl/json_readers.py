@@ -2,7 +2,8 @@
 
 Two parsers, one reading. Python's ``json`` (C) reads one line at a time: NDJSON, and a JSON array laid out
 one object per line, handed on as lines by :class:`.json_array_lines.ArrayLines` (what Pull writes, and
-most exports). ``ijson`` (yajl events, built into objects in Python: ≈ 4× slower) reads any other array.
+most exports), or with its items side by side, split one per line first (:class:`.json_array_lines.ItemsSplit`:
+what ``json.dump`` writes). ``ijson`` (yajl events, built into objects in Python: ≈ 4× slower) reads any other array.
 
 For an array the line parser is only a faster way to the event parser's rows: it hands on an item only when
 yajl would read it the same, and at the first thing it cannot vouch for — another layout, ``NaN``, an escaped
@@ -25,7 +26,7 @@ from typing import IO, Any
 import ijson
 from ijson.common import ObjectBuilder
 
-from connector_ops.etl.json_array_lines import ArrayLines, is_array
+from connector_ops.etl.json_array_lines import ArrayLines, ItemsSplit, is_array, is_compact
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
     BATCH,
@@ -73,12 +74,13 @@ def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
     ``quarantine``, an NDJSON line that is not a JSON object is refused into it instead of failing.
     ``reopen`` lets an array laid out one object per line be read by lines (see the module's docstring)."""
     buffered = peekable(stream)
-    if not is_array(buffered.peek(64)) or lines_to_ignore:
+    start = buffered.peek(1 << 16)
+    if not is_array(start) or lines_to_ignore:
         yield from _ndjson(buffered, lines_to_ignore, encoding, reopen, quarantine)
     elif reopen is None:
         yield from _json_array(buffered)
     else:
-        yield from _array_by_lines(buffered, reopen)
+        yield from _array_by_lines(io.BufferedReader(ItemsSplit(buffered)) if is_compact(start) else buffered, reopen)
 
 
 def _row(value: Any, where: str) -> dict[str, str | None]:

@@ -21,8 +21,10 @@ written) whenever Arrow's reading could differ from it:
 * a BOM under an explicit ``utf-8`` (the row reader refuses it; Arrow skips it), ``linesToIgnore``, a
   ``schema``: not tried.
 
-A JSON array laid out one object per line (what Pull's JSON export writes) takes the same path, handed on
-as NDJSON by :mod:`.json_array_lines`; any other layout goes to the row reader.
+A JSON array laid out one object per line (what Pull's JSON export writes), or with its items side by side
+on one line (what ``json.dump`` and ``JSON.stringify`` write), takes the same path, handed on as NDJSON by
+:mod:`.json_array_lines`; any other layout (pretty-printed, an object over several lines) goes to the row
+reader.
 
 Errors are never worded here: the row reader reads the file again and says exactly what and where.
 """
@@ -36,7 +38,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
-from connector_ops.etl.json_array_lines import ArrayLines, is_array
+from connector_ops.etl.json_array_lines import ArrayLines, ItemsSplit, is_array, is_compact
 from connector_ops.etl.json_scalars import ScalarsAsText, scalars_quoted
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
@@ -102,6 +104,11 @@ def _array_lines(stream: IO[bytes]) -> IO[bytes]:
     return io.BufferedReader(ArrayLines(stream), BLOCK)
 
 
+def _compact_array_lines(stream: IO[bytes]) -> IO[bytes]:
+    """A JSON array of items side by side (``json.dump``'s layout), one per line first (:class:`.ItemsSplit`)."""
+    return _array_lines(io.BufferedReader(ItemsSplit(stream), BLOCK))
+
+
 def _as_is(stream: IO[bytes]) -> IO[bytes]:
     return stream
 
@@ -126,7 +133,10 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
     try:
         with open_file() as raw_probe:
             probe = peekable(raw_probe)
-            lines: Lines = _array_lines if is_array(probe.peek(64)) else _as_is
+            start = probe.peek(1 << 16)
+            lines: Lines = _as_is
+            if is_array(start):
+                lines = _compact_array_lines if is_compact(start) else _array_lines
             head = _head(lines(probe))
         quoted = scalars_quoted(head)
         if quoted != head:  # numbers or booleans in the first block: the file is read with them quoted
