@@ -58,6 +58,10 @@ def _commas_blanked(lines: bytes) -> bytearray | None:
 _SEPARATORS = (b"}, {", b"},{")
 
 
+#: how much of a file :func:`is_array` and :func:`is_compact` look at: the first item and its separator
+LAYOUT_PEEK = 1 << 20
+
+
 def is_compact(head: bytes) -> bool:
     """Does the array starting with ``head`` hold its items side by side on the first line (``json.dump``'s and
     ``JSON.stringify``'s default layout), rather than one per line? Then :class:`ItemsSplit` lays it out."""

@@ -26,7 +26,7 @@ from typing import IO, Any
 import ijson
 from ijson.common import ObjectBuilder
 
-from connector_ops.etl.json_array_lines import ArrayLines, ItemsSplit, is_array, is_compact
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, ItemsSplit, is_array, is_compact
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
     BATCH,
@@ -73,8 +73,8 @@ def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
     """Batches of rows from a JSON array of objects or from NDJSON (one object per line). With a
     ``quarantine``, an NDJSON line that is not a JSON object is refused into it instead of failing.
     ``reopen`` lets an array laid out one object per line be read by lines (see the module's docstring)."""
-    buffered = peekable(stream)
-    start = buffered.peek(1 << 16)
+    buffered = peekable(stream, LAYOUT_PEEK)
+    start = buffered.peek(LAYOUT_PEEK)
     if not is_array(start) or lines_to_ignore:
         yield from _ndjson(buffered, lines_to_ignore, encoding, reopen, quarantine)
     elif reopen is None:

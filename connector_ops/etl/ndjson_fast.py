@@ -38,7 +38,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
-from connector_ops.etl.json_array_lines import ArrayLines, ItemsSplit, is_array, is_compact
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, ItemsSplit, is_array, is_compact
 from connector_ops.etl.json_scalars import ScalarsAsText, scalars_quoted
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
@@ -132,8 +132,8 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         return None
     try:
         with open_file() as raw_probe:
-            probe = peekable(raw_probe)
-            start = probe.peek(1 << 16)
+            probe = peekable(raw_probe, LAYOUT_PEEK)
+            start = probe.peek(LAYOUT_PEEK)
             lines: Lines = _as_is
             if is_array(start):
                 lines = _compact_array_lines if is_compact(start) else _array_lines

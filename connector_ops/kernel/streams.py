@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from typing import Any
 
 
-def peekable(stream: Any) -> Any:
-    """``stream`` if it can ``peek``, else a ``BufferedReader`` over it (which can)."""
-    return stream if hasattr(stream, "peek") else io.BufferedReader(stream)
+def peekable(stream: Any, size: int = io.DEFAULT_BUFFER_SIZE) -> Any:
+    """``stream`` if it can ``peek`` (and ``size`` is the default), else a ``BufferedReader`` over it whose
+    ``peek`` shows up to ``size`` bytes."""
+    return stream if hasattr(stream, "peek") and size == io.DEFAULT_BUFFER_SIZE else io.BufferedReader(stream, size)
 
 
 class Transformed(io.RawIOBase):
