@@ -262,7 +262,7 @@ def test_items_side_by_side_become_one_per_line_however_the_reads_fall(rows, spa
 
     assume(not any("}," in (v or "") for r in rows for v in r.values()))
     data = json.dumps(rows, separators=(", ", ": ") if spaced else (",", ":")).encode()
-    lines = ArrayLines(io.BufferedReader(ItemsSplit(Trickle(data, size)), 5))
+    lines = ArrayLines(io.BufferedReader(ItemsSplit(Trickle(data, size), b"}, {" if spaced else b"},{"), 5))
     out = b"".join(iter(lambda: lines.read(7), b""))
     assert [json.loads(line) for line in out.split(b"\n") if line.strip()] == rows
 

@@ -56,42 +56,39 @@ def _commas_blanked(lines: bytes) -> bytearray | None:
 
 #: how ``json.dumps`` and ``JSON.stringify`` separate items by default
 _SEPARATORS = (b"}, {", b"},{")
-
-
-#: how much of a file :func:`is_array` and :func:`is_compact` look at: the first item and its separator
+#: how much of a file :func:`is_array` and :func:`separator_of` look at: the first item and its separator
 LAYOUT_PEEK = 1 << 20
 
 
-def is_compact(head: bytes) -> bool:
-    """Does the array starting with ``head`` hold its items side by side on the first line (``json.dump``'s and
-    ``JSON.stringify``'s default layout), rather than one per line? Then :class:`ItemsSplit` lays it out."""
+def separator_of(head: bytes) -> bytes | None:
+    """The separator between items (``}, {`` or ``},{``) if the array starting with ``head`` holds its items
+    side by side on its first line (``json.dump``'s and ``JSON.stringify``'s default layout) rather than one
+    per line; then :class:`ItemsSplit` lays it out. ``None`` for any other layout."""
     first_line = head.lstrip(_BOM + _SPACE).split(b"\n", 1)[0]
-    return any(separator in first_line for separator in _SEPARATORS)
+    return next((separator for separator in _SEPARATORS if separator in first_line), None)
 
 
 class ItemsSplit(Transformed):
-    """A JSON array whose items sit side by side, with a line break after each separator ``},`` that is
-    followed by ``{`` (``}, {`` or ``},{``): one object per line, for :class:`ArrayLines`. A separator spelled
-    otherwise leaves items side by side, and one inside a string gets a raw line break, which no JSON string
-    may hold: either way the line is no longer one object, and the row reader reads the file."""
+    """A JSON array whose items sit side by side, with a line break after each ``separator``'s comma (the one
+    the first line uses): one object per line, for :class:`ArrayLines`. A separator spelled otherwise leaves
+    items side by side, and one inside a string gets a raw line break, which no JSON string may hold: either
+    way the line is no longer one object, and the row reader reads the file."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], separator: bytes) -> None:
         super().__init__(stream)
+        self._separator, self._split = separator, separator.replace(b",", b",\n")
         self._held = b""  # from the last ``}`` read: a separator may straddle two reads
 
     def _take(self, chunk: bytes) -> None:
         data = self._held + chunk
         if chunk:
-            cut = data.rfind(b"}")
-            cut = 0 if cut < 0 else cut
+            cut = max(data.rfind(b"}"), 0)
             data, self._held = data[:cut], data[cut:]
             if len(self._held) > LONGEST_LINE:
                 raise NotOneObjectPerLine(f"an item longer than {LONGEST_LINE} bytes")
         else:
             self._held, self._ended = b"", True
-        for separator in _SEPARATORS:
-            data = data.replace(separator, b"},\n{")
-        self._out = memoryview(data)
+        self._out = memoryview(data.replace(self._separator, self._split))
 
 
 def is_array(head: bytes) -> bool:

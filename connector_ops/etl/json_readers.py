@@ -26,7 +26,7 @@ from typing import IO, Any
 import ijson
 from ijson.common import ObjectBuilder
 
-from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, ItemsSplit, is_array, is_compact
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, ItemsSplit, is_array, separator_of
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
     BATCH,
@@ -80,7 +80,9 @@ def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
     elif reopen is None:
         yield from _json_array(buffered)
     else:
-        yield from _array_by_lines(io.BufferedReader(ItemsSplit(buffered)) if is_compact(start) else buffered, reopen)
+        separator = separator_of(start)
+        items = buffered if separator is None else io.BufferedReader(ItemsSplit(buffered, separator))
+        yield from _array_by_lines(items, reopen)
 
 
 def _row(value: Any, where: str) -> dict[str, str | None]:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
-from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, ItemsSplit, is_array, is_compact
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, ItemsSplit, is_array, separator_of
 from connector_ops.etl.json_scalars import ScalarsAsText, scalars_quoted
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
@@ -104,9 +104,9 @@ def _array_lines(stream: IO[bytes]) -> IO[bytes]:
     return io.BufferedReader(ArrayLines(stream), BLOCK)
 
 
-def _compact_array_lines(stream: IO[bytes]) -> IO[bytes]:
+def _split_array_lines(separator: bytes) -> Lines:
     """A JSON array of items side by side (``json.dump``'s layout), one per line first (:class:`.ItemsSplit`)."""
-    return _array_lines(io.BufferedReader(ItemsSplit(stream), BLOCK))
+    return lambda stream: _array_lines(io.BufferedReader(ItemsSplit(stream, separator), BLOCK))
 
 
 def _as_is(stream: IO[bytes]) -> IO[bytes]:
@@ -136,7 +136,8 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
             start = probe.peek(LAYOUT_PEEK)
             lines: Lines = _as_is
             if is_array(start):
-                lines = _compact_array_lines if is_compact(start) else _array_lines
+                separator = separator_of(start)
+                lines = _array_lines if separator is None else _split_array_lines(separator)
             head = _head(lines(probe))
         quoted = scalars_quoted(head)
         if quoted != head:  # numbers or booleans in the first block: the file is read with them quoted
