@@ -77,16 +77,23 @@ def by_events(data: bytes) -> Any:
 
 
 def layout(items: list[str], newline: str, own_brackets: bool, indent: str) -> bytes:
-    """One item per line, or (``newline`` a separator itself, ``", "`` or ``","``) side by side on one line."""
+    """One item per line, or (``newline`` a separator itself, ``", "`` or ``","``) side by side on one line, or
+    (``"pretty"``) each object's pairs on lines of their own, indented."""
     if newline in (", ", ","):
         return ("[" + newline.join(items) + "]\n").encode()
+    if newline == "pretty":
+        def pretty(item: str) -> str:
+            if item.startswith("{") and item.endswith("}"):
+                item = "{\n    " + item[1:-1].replace(", ", ",\n    ") + "\n  }"
+            return "  " + item
+        return ("[\n" + ",\n".join(map(pretty, items)) + "\n]\n").encode()
     body = ("," + newline).join(indent + item for item in items)
     text = ("[" + newline + body + newline + "]" if own_brackets else "[" + body + "]") + newline
     return text.encode()
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(items=st.lists(ITEM, max_size=12), newline=st.sampled_from(["\n", "\r\n", ", ", ","]),
+@given(items=st.lists(ITEM, max_size=12), newline=st.sampled_from(["\n", "\r\n", ", ", ",", "pretty"]),
        own_brackets=st.booleans(), indent=st.sampled_from(["", "  "]), batch=st.integers(1, 4),
        fault=st.one_of(st.none(), st.integers(0, 12)),
        fault_kind=st.sampled_from(["two on a line", "over two lines", "no comma", "trailing comma", "after"]))
@@ -112,11 +119,13 @@ def test_an_array_read_by_lines_gives_what_the_event_parser_gives(monkeypatch, i
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(items=st.lists(PLAIN, min_size=1, max_size=12), newline=st.sampled_from(["\n", "\r\n", ", ", ","]),
+@given(items=st.lists(PLAIN, min_size=1, max_size=12), newline=st.sampled_from(["\n", "\r\n", ", ", ",", "pretty"]),
        indent=st.sampled_from(["", "  "]))
 def test_plain_objects_one_per_line_are_read_by_lines_alone(items, newline, indent):
-    """Also side by side on one line (json.dump's layout), as long as no string holds a separator."""
+    """Also side by side on one line (json.dump's layout) as long as no string holds a separator, and
+    pretty-printed as long as none holds an escaped quote either."""
     assume(newline in ("\n", "\r\n") or not any("}," in item for item in items))
+    assume(newline != "pretty" or not any('\\"' in item or "\n" in item for item in items))
     data = layout(items, newline, True, indent)
     got, opened = read_by_lines(data)
     assert got == by_events(data) and got[0] == "rows"

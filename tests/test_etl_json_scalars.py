@@ -39,7 +39,7 @@ def lines(draw: Any) -> str:
     return draw(st.sampled_from(["{%s}", "{ %s }", "{%s", "%s}", "[%s]"])) % body
 
 
-def parsed(line: str) -> Any:
+def parsed(line: str | bytes) -> Any:
     try:
         return ("ok", json.loads(line, parse_float=Decimal))
     except ValueError:

@@ -189,7 +189,7 @@ def test_a_json_array_one_object_per_line_reads_the_same_on_both_paths(resources
     b'[\n{"a": "1"},,\n{"a": "2"}\n]\n',                # two commas
     b'[\n{"a": "1"}\n{"a": "2"}\n]\n',                  # no comma between items
     b'[\n{"a": "1"}\n,{"a": "2"}\n]\n',                 # the comma at the start of the next line
-    b'[\n  {\n    "a": "1"\n  },\n  {\n    "a": "2"\n  }\n]\n',  # pretty-printed, an object over lines
+    b'[\n  {\n    "a": "1"\n  },\n  {\n    "a": "\\"2\\""\n  }\n]\n',  # pretty-printed, an escaped quote
     b'[\n{"a": "1"},\n{"a": "2"}\n',                    # no closing bracket
     b'[\n{"a": "1"},\n{"a": "2"}\n]\n]\n',              # a bracket too many
     b'[\n{"a": "1"},\n{"a": "2"}\n] x\n',               # something after the array

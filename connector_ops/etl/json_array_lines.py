@@ -15,6 +15,9 @@ afterwards: Arrow's read or the store's line audit fails it, and the row reader 
 that dropping brackets and separators could hide are caught here (:class:`NotOneObjectPerLine`): two items
 without a comma between them, a comma after the last item, anything but an item before the closing bracket
 or after it; so is a line too long to hold.
+
+An array with its items side by side on one line (``[{…}, {…}]``, what ``json.dump`` and ``JSON.stringify``
+write) is first laid out one item per line by :class:`ItemsSplit`.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ class ItemsSplit(Transformed):
 
     def __init__(self, stream: IO[bytes], separator: bytes) -> None:
         super().__init__(stream)
-        self._separator, self._split = separator, separator.replace(b",", b",\n")
+        self._separator, self._split = separator, separator.replace(b",", b",\n", 1)
         self._held = b""  # from the last ``}`` read: a separator may straddle two reads
 
     def _take(self, chunk: bytes) -> None:

@@ -2,8 +2,9 @@
 
 Two parsers, one reading. Python's ``json`` (C) reads one line at a time: NDJSON, and a JSON array laid out
 one object per line, handed on as lines by :class:`.json_array_lines.ArrayLines` (what Pull writes, and
-most exports), or with its items side by side, split one per line first (:class:`.json_array_lines.ItemsSplit`:
-what ``json.dump`` writes). ``ijson`` (yajl events, built into objects in Python: ≈ 4× slower) reads any other array.
+most exports), or with its items side by side or pretty-printed, laid out one per line first
+(:func:`.json_layouts.items_per_line`: what ``json.dump`` writes, with or without ``indent``). ``ijson``
+(yajl events, built into objects in Python: ≈ 4× slower) reads any other array.
 
 For an array the line parser is only a faster way to the event parser's rows: it hands on an item only when
 yajl would read it the same, and at the first thing it cannot vouch for — another layout, ``NaN``, an escaped
@@ -26,7 +27,8 @@ from typing import IO, Any
 import ijson
 from ijson.common import ObjectBuilder
 
-from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, ItemsSplit, is_array, separator_of
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
+from connector_ops.etl.json_layouts import items_per_line
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
     BATCH,
@@ -80,9 +82,7 @@ def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
     elif reopen is None:
         yield from _json_array(buffered)
     else:
-        separator = separator_of(start)
-        items = buffered if separator is None else io.BufferedReader(ItemsSplit(buffered, separator))
-        yield from _array_by_lines(items, reopen)
+        yield from _array_by_lines(items_per_line(buffered, start, 1 << 16), reopen)
 
 
 def _row(value: Any, where: str) -> dict[str, str | None]:

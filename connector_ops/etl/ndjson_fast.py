@@ -21,10 +21,9 @@ written) whenever Arrow's reading could differ from it:
 * a BOM under an explicit ``utf-8`` (the row reader refuses it; Arrow skips it), ``linesToIgnore``, a
   ``schema``: not tried.
 
-A JSON array laid out one object per line (what Pull's JSON export writes), or with its items side by side
-on one line (what ``json.dump`` and ``JSON.stringify`` write), takes the same path, handed on as NDJSON by
-:mod:`.json_array_lines`; any other layout (pretty-printed, an object over several lines) goes to the row
-reader.
+A JSON array laid out one object per line (what Pull's JSON export writes), with its items side by side on
+one line (what ``json.dump`` and ``JSON.stringify`` write) or pretty-printed takes the same path, handed on
+as NDJSON (:mod:`.json_layouts`, :mod:`.json_array_lines`); any other layout goes to the row reader.
 
 Errors are never worded here: the row reader reads the file again and says exactly what and where.
 """
@@ -38,7 +37,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
-from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, ItemsSplit, is_array, separator_of
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
+from connector_ops.etl.json_layouts import items_per_line
 from connector_ops.etl.json_scalars import ScalarsAsText, scalars_quoted
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
@@ -104,9 +104,10 @@ def _array_lines(stream: IO[bytes]) -> IO[bytes]:
     return io.BufferedReader(ArrayLines(stream), BLOCK)
 
 
-def _split_array_lines(separator: bytes) -> Lines:
-    """A JSON array of items side by side (``json.dump``'s layout), one per line first (:class:`.ItemsSplit`)."""
-    return lambda stream: _array_lines(io.BufferedReader(ItemsSplit(stream, separator), BLOCK))
+def _array_items(start: bytes) -> Lines:
+    """A JSON array starting with ``start``, one item per line first as far as its layout allows
+    (:func:`.json_layouts.items_per_line`), as NDJSON."""
+    return lambda stream: _array_lines(items_per_line(stream, start, BLOCK))
 
 
 def _as_is(stream: IO[bytes]) -> IO[bytes]:
@@ -134,10 +135,7 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         with open_file() as raw_probe:
             probe = peekable(raw_probe, LAYOUT_PEEK)
             start = probe.peek(LAYOUT_PEEK)
-            lines: Lines = _as_is
-            if is_array(start):
-                separator = separator_of(start)
-                lines = _array_lines if separator is None else _split_array_lines(separator)
+            lines: Lines = _array_items(start) if is_array(start) else _as_is
             head = _head(lines(probe))
         quoted = scalars_quoted(head)
         if quoted != head:  # numbers or booleans in the first block: the file is read with them quoted
