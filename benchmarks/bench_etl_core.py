@@ -15,10 +15,11 @@ Baselines run in the same process on the same data and database server:
 - Pull: raw SELECT streamed into ``csv.writer``; Pull to JSON: the same SELECT, each row's dict through
   ``json.dumps``, a page joined at a time.
 - NDJSON Push (the same rows as one object per line), the Push of a JSON array of them laid out one object
-  per line (as Pull writes it) and of one with its items side by side on one line (``json.dump``'s layout),
-  and ``push_frame`` of the file read by pandas (``dtype=str``) against our CSV Push; ``pull_frame`` against
-  ``pandas.read_sql`` of the same table. With ``--steps typed`` (not run by default), the same three files
-  with ``id`` and ``amount`` as JSON numbers, against the CSV Push too (no target of their own).
+  per line (as Pull writes it), with its items side by side on one line (``json.dump``'s layout) and
+  pretty-printed (``indent=2``), and ``push_frame`` of the file read by pandas (``dtype=str``) against our
+  CSV Push; ``pull_frame`` against ``pandas.read_sql`` of the same table. With ``--steps typed`` (not run by
+  default), the same four files with ``id`` and ``amount`` as JSON numbers, against the CSV Push too (no
+  target of their own).
 """
 
 from __future__ import annotations
@@ -176,14 +177,25 @@ def sample_compact_array(csv_path: Path) -> Path:
     return _as_array(sample_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_compact.json"), compact=True)
 
 
-def _as_array(ndjson: Path, path: Path, *, compact: bool = False) -> Path:
+def sample_pretty_array(csv_path: Path) -> Path:
+    """The rows of ``csv_path`` as a pretty-printed JSON array (``json.dump(rows, indent=2)``'s layout)."""
+    return _as_array(sample_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_pretty.json"), pretty=True)
+
+
+def _pretty(line: bytes) -> bytes:
+    """One NDJSON object of the benchmark's rows as ``indent=2`` lays it out: its pairs split where ``, "``
+    starts the next key (no value of these rows holds a quote)."""
+    return b"  {\n    " + line.strip()[1:-1].replace(b', "', b',\n    "') + b"\n  }"
+
+
+def _as_array(ndjson: Path, path: Path, *, compact: bool = False, pretty: bool = False) -> Path:
     if not path.exists():
         tmp = path.with_suffix(".tmp")
         opening, separator, closing = (b"[", b", ", b"]") if compact else (b"[\n", b",\n", b"\n]\n")
         with ndjson.open("rb") as source, tmp.open("wb") as sink:
             sink.write(opening)
             for i, line in enumerate(source):
-                sink.write((separator if i else b"") + line.rstrip(b"\n"))
+                sink.write((separator if i else b"") + (_pretty(line) if pretty else line.rstrip(b"\n")))
             sink.write(closing)
         tmp.replace(path)
     return path
@@ -212,6 +224,12 @@ def sample_typed_array(csv_path: Path) -> Path:
     return _as_array(sample_typed_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_typed.json"))
 
 
+def sample_typed_pretty_array(csv_path: Path) -> Path:
+    """:func:`sample_typed_ndjson`'s rows as a pretty-printed JSON array."""
+    return _as_array(sample_typed_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_typed_pretty.json"),
+                     pretty=True)
+
+
 def sample_typed_compact_array(csv_path: Path) -> Path:
     """:func:`sample_typed_ndjson`'s rows as a JSON array with its items side by side on one line."""
     return _as_array(sample_typed_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_typed_compact.json"),
@@ -233,9 +251,12 @@ OTHER_FORMATS = (
     OtherFormat("push_ndjson", "NDJSON", sample_ndjson, "ndjson", 1.5),
     OtherFormat("push_array", "JSON array", sample_json_array, "ndjson", 1.5),  # held to NDJSON's target
     OtherFormat("push_compact", "JSON array on one line", sample_compact_array, "ndjson", 1.5),
+    OtherFormat("push_pretty", "JSON array pretty-printed", sample_pretty_array, "ndjson", 1.5),
     OtherFormat("push_typed_ndjson", "NDJSON with numbers", sample_typed_ndjson, "typed", None),
     OtherFormat("push_typed_array", "JSON array with numbers", sample_typed_array, "typed", None),
     OtherFormat("push_typed_compact", "JSON array on one line with numbers", sample_typed_compact_array, "typed",
+                None),
+    OtherFormat("push_typed_pretty", "JSON array pretty-printed with numbers", sample_typed_pretty_array, "typed",
                 None),
 )
 
