@@ -29,6 +29,8 @@ from connector_ops.kernel.streams import Transformed
 
 _BOM = b"\xef\xbb\xbf"
 _SPACE = b" \t\r\n"
+#: what :func:`is_array` lets come before an array's ``[`` (the row reader's parser refuses the BOM itself)
+LEADING = _BOM + _SPACE
 #: a separator: an object's closing brace, a comma, the end of the line (both kept, the comma dropped)
 _SEPARATOR = re.compile(rb"\}[ \t\r]*,(?=[ \t\r]*\n)")
 #: an object ending its line without a separator
@@ -67,7 +69,7 @@ def separator_of(head: bytes) -> bytes | None:
     """The separator between items (``}, {`` or ``},{``) if the array starting with ``head`` holds its items
     side by side on its first line (``json.dump``'s and ``JSON.stringify``'s default layout) rather than one
     per line; then :class:`ItemsSplit` lays it out. ``None`` for any other layout."""
-    first_line = head.lstrip(_BOM + _SPACE).split(b"\n", 1)[0]
+    first_line = head.lstrip(LEADING).split(b"\n", 1)[0]
     return next((separator for separator in _SEPARATORS if separator in first_line), None)
 
 
@@ -96,7 +98,7 @@ class ItemsSplit(Transformed):
 
 def is_array(head: bytes) -> bool:
     """Does a file starting with ``head`` hold a JSON array? (The row reader's test too, so both paths agree.)"""
-    return head.lstrip(_BOM + _SPACE).startswith(b"[")
+    return head.lstrip(LEADING).startswith(b"[")
 
 
 class ArrayLines(Transformed):

@@ -32,7 +32,7 @@ from typing import IO
 
 import numpy as np
 
-from connector_ops.etl.json_array_lines import _BOM, _SPACE, LONGEST_LINE, ItemsSplit, separator_of
+from connector_ops.etl.json_array_lines import LEADING, LONGEST_LINE, ItemsSplit, separator_of
 from connector_ops.kernel.streams import Transformed
 
 _NEWLINE, _CR, _QUOTE, _SPACE_BYTE = b'\n\r" '
@@ -48,7 +48,7 @@ class NotPretty(ValueError):
 def item_indentation(head: bytes) -> bytes | None:
     """The indentation of the items of the array starting with ``head`` if it is pretty-printed (``[``, a line
     break, the indentation, ``{`` and a line break), else ``None``."""
-    body = head.lstrip(_BOM + _SPACE)
+    body = head.lstrip(LEADING)
     if not body.startswith(b"["):
         return None
     after = body[1:].lstrip(b" \t\r")
