@@ -89,9 +89,9 @@ def test_pretty_arrays_push_the_same_on_both_paths(resources, monkeypatch, paths
     assert result[0] == "rows" and ran == [], "a plain pretty-printed array did not take the columnar path"
 
 
-def test_escaped_quotes_send_the_file_on():
-    """Counting quotes cannot place a line break after an escaped quote: ``"x\\"`` + break + `` y"`` would read as a
-    break between two strings. Such a file goes to the next reader."""
+def test_a_line_break_after_an_escaped_quote_is_inside_its_string():
+    """Counting every quote would place a line break after an escaped quote (``"x\\"`` + break + `` y"``) between
+    two strings, and join a broken file into one that reads; escaped quotes are not counted."""
     data = b'[\n  {\n    "a": "x\\"\n y", "b": "z\\" w"\n  }\n]'
     assert parsed(data)[0] == "bad"  # a raw line break inside a string
     try:
@@ -99,3 +99,9 @@ def test_escaped_quotes_send_the_file_on():
     except NotPretty:
         return
     raise AssertionError(f"joined a broken file into {out!r}")
+
+
+def test_escaped_quotes_are_told_from_real_ones():
+    rows = [{"a": 'say "hi"', "b": "back\\slash\\", "c": '\\"', "d": 1}, {"a": "x"}]
+    data = json.dumps(rows, indent=2).encode()
+    assert json.loads(joined(data, ord(" "))) == rows

@@ -17,8 +17,8 @@ unindenting first.
 Dropping a line break may only ever drop whitespace between tokens, so each one is checked first, and the
 file goes to the next reader (:class:`NotPretty`) unless every line break
 
-* stands an even number of quotes into the bytes, so outside any string (a line break inside one is not
-  JSON, and dropping it would make a broken file read), which needs a file without escaped quotes; and
+* stands an even number of quotes into the bytes, escaped quotes aside, so outside any string (a line break
+  inside one is not JSON, and dropping it would make a broken file read); and
 * has a space, a tab or one of ``[]{},:`` on one side or the other, so that no two tokens are joined
   (``tru`` and ``e``, ``1`` and ``2``); a CR only ever comes right before it.
 
@@ -33,6 +33,7 @@ from typing import IO
 import numpy as np
 
 from connector_ops.etl.json_array_lines import LEADING, LONGEST_LINE, ItemsSplit, separator_of
+from connector_ops.etl.json_scalars import escaped
 from connector_ops.kernel.streams import Transformed
 
 _NEWLINE, _CR, _QUOTE, _SPACE_BYTE = b'\n\r" '
@@ -63,14 +64,14 @@ def item_indentation(head: bytes) -> bytes | None:
 def joined(block: bytes, before: int) -> bytes:
     """``block`` (whole lines: it ends where a line break starts, or at the end of the file) without its line
     breaks; ``before`` is the byte before the block (a space at the start)."""
-    if b'\\"' in block:
-        raise NotPretty("an escaped quote: strings cannot be told apart by counting quotes")
     v = np.frombuffer(block, dtype=np.uint8)
     n = len(v)
     breaks = np.flatnonzero(v == _NEWLINE)
     if not len(breaks):
         return block
     quotes = np.flatnonzero(v == _QUOTE)
+    if b'\\"' in block:
+        quotes = quotes[~escaped(v, quotes)]
     if len(quotes) % 2 or (np.searchsorted(quotes, breaks) % 2).any():
         raise NotPretty("a line break inside a string")
     cr = (breaks > 0) & (v[np.maximum(breaks - 1, 0)] == _CR)
