@@ -206,8 +206,8 @@ NUMBERS = frozenset({"id", "amount"})
 
 def sample_typed_ndjson(csv_path: Path) -> Path:
     """The rows of ``csv_path`` as NDJSON whose ``id`` and ``amount`` are JSON numbers, written as the CSV
-    has them (``5.00``), so that they are stored as the same text: the same rows as the CSV Push, but not on
-    the columnar path (Arrow would read numbers as doubles), the row reader's work."""
+    has them (``5.00``), so that they are stored as the same text: the same rows as the CSV Push, which the
+    columnar path reads only once their numbers are quoted (``connector_ops.etl.json_scalars``)."""
     path = csv_path.with_name(csv_path.stem + "_typed.ndjson")
     if not path.exists():
         tmp = path.with_suffix(".tmp")

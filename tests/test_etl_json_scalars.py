@@ -134,9 +134,7 @@ def test_edges(data):
 
 
 def test_a_line_too_long_to_hold_is_the_row_readers(monkeypatch):
-    from connector_ops.etl import json_scalars
-
-    monkeypatch.setattr(json_scalars, "LONGEST_LINE", 1 << 16)  # a line waits whole: so much and no more
+    monkeypatch.setattr(ScalarsAsText, "longest", 1 << 16)  # a line waits whole: so much and no more
     stream = io.BufferedReader(ScalarsAsText(io.BytesIO(b'{"a": 1}\n{"a": "' + b"x" * (1 << 17) + b'"}\n')), 8)
     with pytest.raises(NotPlainScalars):
         stream.read()

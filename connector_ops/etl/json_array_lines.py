@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import IO
 
-from connector_ops.kernel.streams import Transformed
+from connector_ops.kernel.streams import Transformed, WholePieces
 
 _BOM = b"\xef\xbb\xbf"
 _SPACE = b" \t\r\n"
@@ -73,27 +73,26 @@ def separator_of(head: bytes) -> bytes | None:
     return next((separator for separator in _SEPARATORS if separator in first_line), None)
 
 
-class ItemsSplit(Transformed):
+class ItemsSplit(WholePieces):
     """A JSON array whose items sit side by side, with a line break after each ``separator``'s comma (the one
     the first line uses): one object per line, for :class:`ArrayLines`. A separator spelled otherwise leaves
     items side by side, and one inside a string gets a raw line break, which no JSON string may hold: either
     way the line is no longer one object, and the row reader reads the file."""
 
+    longest = LONGEST_LINE
+
     def __init__(self, stream: IO[bytes], separator: bytes) -> None:
         super().__init__(stream)
         self._separator, self._split = separator, separator.replace(b",", b",\n", 1)
-        self._held = b""  # from the last ``}`` read: a separator may straddle two reads
 
-    def _take(self, chunk: bytes) -> None:
-        data = self._held + chunk
-        if chunk:
-            cut = max(data.rfind(b"}"), 0)
-            data, self._held = data[:cut], data[cut:]
-            if len(self._held) > LONGEST_LINE:
-                raise NotOneObjectPerLine(f"an item longer than {LONGEST_LINE} bytes")
-        else:
-            self._held, self._ended = b"", True
-        self._out = memoryview(data.replace(self._separator, self._split))
+    def _cut(self, data: bytes) -> int:
+        return max(data.rfind(b"}"), 0)  # from the last ``}``: a separator may straddle two reads
+
+    def _made(self, pieces: bytes) -> bytes:
+        return pieces.replace(self._separator, self._split)
+
+    def _too_long(self) -> None:
+        raise NotOneObjectPerLine(f"an item longer than {self.longest} bytes")
 
 
 def is_array(head: bytes) -> bool:

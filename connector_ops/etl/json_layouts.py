@@ -34,7 +34,7 @@ import numpy as np
 
 from connector_ops.etl.json_array_lines import LEADING, LONGEST_LINE, ItemsSplit, separator_of
 from connector_ops.etl.json_scalars import escaped
-from connector_ops.kernel.streams import Transformed
+from connector_ops.kernel.streams import WholePieces
 
 _NEWLINE, _CR, _QUOTE, _SPACE_BYTE = b'\n\r" '
 #: what keeps two tokens apart when a line break between them goes
@@ -70,7 +70,7 @@ def joined(block: bytes, before: int) -> bytes:
     if not len(breaks):
         return block
     quotes = np.flatnonzero(v == _QUOTE)
-    if b'\\"' in block:
+    if b"\\" in block:  # a quote may be escaped
         quotes = quotes[~escaped(v, quotes)]
     if len(quotes) % 2 or (np.searchsorted(quotes, breaks) % 2).any():
         raise NotPretty("a line break inside a string")
@@ -85,28 +85,26 @@ def joined(block: bytes, before: int) -> bytes:
     return block.translate(None, b"\r\n")
 
 
-class Joined(Transformed):
+class Joined(WholePieces):
     """``stream`` (a pretty-printed JSON array) without its line breaks (:func:`joined`)."""
+
+    longest = LONGEST_LINE
 
     def __init__(self, stream: IO[bytes]) -> None:
         super().__init__(stream)
-        self._held = b""  # from the last line break read
-        self._before = _SPACE_BYTE  # the byte before the held bytes
+        self._before = _SPACE_BYTE  # the byte before the pieces to come
 
-    def _take(self, chunk: bytes) -> None:
-        data = self._held + chunk
-        if chunk:
-            cut = max(data.rfind(b"\n"), 0)
-            cut -= cut > 0 and data[cut - 1] == _CR  # a CR goes with its line break
-            data, self._held = data[:cut], data[cut:]
-            if len(self._held) > LONGEST_LINE:
-                raise NotPretty(f"a line longer than {LONGEST_LINE} bytes")
-        else:
-            self._held, self._ended = b"", True
-        if data:
-            out = joined(data, self._before)
-            self._before = data[-1]
-            self._out = memoryview(out)
+    def _cut(self, data: bytes) -> int:
+        cut = max(data.rfind(b"\n"), 0)  # at the last line break, which waits with its indentation
+        return cut - (cut > 0 and data[cut - 1] == _CR)  # a CR goes with its line break
+
+    def _made(self, pieces: bytes) -> bytes:
+        out = joined(pieces, self._before)
+        self._before = pieces[-1]
+        return out
+
+    def _too_long(self) -> None:
+        raise NotPretty(f"a line longer than {self.longest} bytes")
 
 
 def items_per_line(stream: IO[bytes], head: bytes, size: int) -> IO[bytes]:

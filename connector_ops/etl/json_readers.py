@@ -28,7 +28,6 @@ import ijson
 from ijson.common import ObjectBuilder
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
-from connector_ops.etl.json_layouts import items_per_line
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
     BATCH,
@@ -82,6 +81,8 @@ def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
     elif reopen is None:
         yield from _json_array(buffered)
     else:
+        from connector_ops.etl.json_layouts import items_per_line  # numpy: kept out of every action's import
+
         yield from _array_by_lines(items_per_line(buffered, start, 1 << 16), reopen)
 
 

@@ -24,12 +24,12 @@ The work is a few numpy passes over whole lines (:func:`scalars_quoted`): 0.7 ms
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from connector_ops.etl.json_array_lines import LONGEST_LINE
-from connector_ops.kernel.streams import Transformed
+from connector_ops.kernel.streams import WholePieces
 
 _QUOTE, _COLON, _SPACE, _MINUS, _DOT, _ZERO, _BACKSLASH, _NEWLINE, _T, _F, _NINE, _SLASH = (
     ord(c) for c in '": -.0\\\ntf9/')
@@ -38,10 +38,13 @@ _ENDS = np.zeros(256, dtype=bool)
 _ENDS[list(b",}] \t\r\n")] = True
 _DIGIT = np.zeros(256, dtype=bool)
 _DIGIT[list(b"0123456789")] = True
-_NUMBER_CHAR = _DIGIT.copy()
-_NUMBER_CHAR[[_MINUS, _DOT]] = True
 _LONGEST_NUMBER = 100
 _WORDS = [np.frombuffer(word, dtype=np.uint8) for word in (b"true", b"false")]
+
+
+def _number_chars(b: np.ndarray) -> np.ndarray:
+    """Which bytes are ``-``, ``.`` or a digit: two comparisons (uint8 wraps below ``-``), no table lookup."""
+    return (b - _MINUS <= _NINE - _MINUS) & (b != _SLASH)
 
 
 class NotPlainScalars(ValueError):
@@ -64,8 +67,8 @@ def scalars_quoted(lines: bytes) -> bytes:
     colons, starts = colons[starts < n], starts[starts < n]
     first = v[starts]
     is_word = (first == _T) | (first == _F)
-    picked = _NUMBER_CHAR[first] | is_word
-    if picked.any() and b'\\"' in lines:  # only an escaped quote can put a key's ``":`` inside a string
+    picked = _number_chars(first) | is_word
+    if picked.any() and b"\\" in lines:  # only an escaped quote can put a key's ``":`` inside a string
         picked &= ~_inside_strings(v, colons, picked)
     colons, starts, is_word = colons[picked], starts[picked], is_word[picked]
     if not len(starts):
@@ -98,27 +101,23 @@ def escaped(v: np.ndarray, quotes: np.ndarray) -> np.ndarray:
 
 def _inside_strings(v: np.ndarray, colons: np.ndarray, picked: np.ndarray) -> np.ndarray:
     """Which of the ``picked`` ``colons`` (each after a quote) do not end a key, judged on the lines that hold an
-    escaped quote (each line on its own, so that how the bytes were cut into reads never matters)."""
+    escaped quote (each line on its own, so that how the bytes were cut into reads never matters): there, a
+    quote before a ``:`` ends a key when an even number of unescaped quotes stand from the line's start up to
+    it, itself included (a string never spans lines in JSON). The others open a string (``": 1 "`` is a
+    value, not a key's end) or sit inside one (an escaped quote is never counted, and an odd number of quotes
+    stands before it)."""
+    quotes = np.flatnonzero(v == _QUOTE)
+    is_escaped = escaped(v, quotes)
     newlines = np.flatnonzero(v == _NEWLINE)
-    escapes = np.flatnonzero((v[:-1] == _BACKSLASH) & (v[1:] == _QUOTE))
-    doubtful = picked & np.isin(np.searchsorted(newlines, colons), np.searchsorted(newlines, escapes))
+    line_of_colon = np.searchsorted(newlines, colons)
+    doubtful = picked & np.isin(line_of_colon, np.searchsorted(newlines, quotes[is_escaped]))
     inside = np.zeros(len(colons), dtype=bool)
     if doubtful.any():
-        inside[doubtful] = ~_ending_keys(v, colons[doubtful] - 1)
+        real, key_quotes = quotes[~is_escaped], colons[doubtful] - 1
+        line_starts = np.append(-1, newlines)[line_of_colon[doubtful]] + 1
+        count = np.searchsorted(real, key_quotes, side="right") - np.searchsorted(real, line_starts)
+        inside[doubtful] = count % 2 == 1
     return inside
-
-
-def _ending_keys(v: np.ndarray, key_quotes: np.ndarray) -> np.ndarray:
-    """Which of ``key_quotes`` (each before a ``:``) end a string: an even number of unescaped quotes from its
-    line's start up to it, itself included (a string never spans lines in JSON). The others open a string
-    (``": 1 "`` is a value, not a key's end) or sit inside one (an escaped quote is never counted, and an
-    odd number of quotes stands before it)."""
-    quotes = np.flatnonzero(v == _QUOTE)
-    quotes = quotes[~escaped(v, quotes)]
-    newlines = np.flatnonzero(v == _NEWLINE)
-    line_starts = np.append(-1, newlines)[np.searchsorted(newlines, key_quotes)] + 1
-    count = np.searchsorted(quotes, key_quotes, side="right") - np.searchsorted(quotes, line_starts)
-    return count % 2 == 0
 
 
 def _word_ends(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -149,7 +148,7 @@ def _number_ends(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
     if not len(starts):
         return starts
     n = len(v)
-    chars = np.flatnonzero((v - _MINUS <= _NINE - _MINUS) & (v != _SLASH))  # - . 0-9 (uint8 wraps below '-')
+    chars = np.flatnonzero(_number_chars(v))
     run_last = np.append(np.flatnonzero(np.diff(chars) != 1), len(chars) - 1)  # index in chars of each run's end
     first = np.searchsorted(chars, starts)
     last = run_last[np.searchsorted(run_last, first)]
@@ -186,21 +185,16 @@ def _number_ends(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return ends
 
 
-class ScalarsAsText(Transformed):
+class ScalarsAsText(WholePieces):
     """``stream`` (NDJSON) with :func:`scalars_quoted` applied, whole lines at a time."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
-        super().__init__(stream)
-        self._held = b""  # the line begun but not yet ended
+    longest = LONGEST_LINE
 
-    def _take(self, chunk: bytes) -> None:
-        if chunk:
-            data = self._held + chunk
-            cut = data.rfind(b"\n") + 1
-            data, self._held = data[:cut], data[cut:]
-            if len(self._held) > LONGEST_LINE:
-                raise NotPlainScalars(f"a line longer than {LONGEST_LINE} bytes")
-        else:
-            data, self._held, self._ended = self._held, b"", True
-        if data:
-            self._out = memoryview(scalars_quoted(data))
+    def _cut(self, data: bytes) -> int:
+        return data.rfind(b"\n") + 1
+
+    def _made(self, pieces: bytes) -> bytes:
+        return scalars_quoted(pieces)
+
+    def _too_long(self) -> None:
+        raise NotPlainScalars(f"a line longer than {self.longest} bytes")

@@ -8,7 +8,8 @@ made strings of that text in the bytes first (:mod:`.json_scalars`); then Arrow 
 reader reads, several times faster. Arrow is asked first, and the file goes to the row reader (nothing
 written) whenever Arrow's reading could differ from it:
 
-* a number or boolean :mod:`.json_scalars` cannot vouch for (``1e5``, ``-0``, an escaped quote on its line);
+* a number or boolean :mod:`.json_scalars` cannot vouch for (``1e5``, ``-0``, one beside a string that opens
+  with ``:``);
 * a column whose type is not string or null (an object, an array): the first block decides
   (:func:`columns_of`), and a later block that disagrees fails the read. The first block also decides
   whether numbers and booleans are quoted: a file of strings is read as it is, without that pass, and a
@@ -38,8 +39,6 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
-from connector_ops.etl.json_layouts import items_per_line
-from connector_ops.etl.json_scalars import ScalarsAsText, scalars_quoted
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.kernel.streams import peekable
@@ -107,6 +106,8 @@ def _array_lines(stream: IO[bytes]) -> IO[bytes]:
 def _array_items(start: bytes) -> Lines:
     """A JSON array starting with ``start``, one item per line first as far as its layout allows
     (:func:`.json_layouts.items_per_line`), as NDJSON."""
+    from connector_ops.etl.json_layouts import items_per_line  # numpy: kept out of every action's import
+
     return lambda stream: _array_lines(items_per_line(stream, start, BLOCK))
 
 
@@ -116,6 +117,8 @@ def _as_is(stream: IO[bytes]) -> IO[bytes]:
 
 def _scalars_as_text(lines: Lines) -> Lines:
     """``lines`` with their numbers and booleans as text (:mod:`.json_scalars`)."""
+    from connector_ops.etl.json_scalars import ScalarsAsText
+
     return lambda stream: io.BufferedReader(ScalarsAsText(lines(stream)), BLOCK)
 
 
@@ -137,6 +140,8 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
             start = probe.peek(LAYOUT_PEEK)
             lines: Lines = _array_items(start) if is_array(start) else _as_is
             head = _head(lines(probe))
+        from connector_ops.etl.json_scalars import scalars_quoted  # numpy: kept out of every action's import
+
         quoted = scalars_quoted(head)
         if quoted != head:  # numbers or booleans in the first block: the file is read with them quoted
             lines = _scalars_as_text(lines)

@@ -1,6 +1,6 @@
 """Readable binary streams made of others: over an iterator of byte chunks (:class:`ChunkStream`: an HTTP
-body, the rows of a ``COPY … TO``), or another stream's chunks transformed (:class:`Transformed`: a JSON
-array handed on as NDJSON, numbers quoted).
+body, the rows of a ``COPY … TO``), or another stream's chunks transformed (:class:`Transformed`,
+:class:`WholePieces`: a JSON array handed on as NDJSON, numbers quoted).
 
 Each read of a ``ChunkStream`` gathers whole chunks up to the reader's buffer, so chunks as small as one row
 (psycopg hands out ``COPY`` data a row at a time) cost an append each, not a read call each; memory stays
@@ -44,6 +44,39 @@ class Transformed(io.RawIOBase):
 
     def _take(self, chunk: bytes) -> None:
         raise NotImplementedError
+
+
+class WholePieces(Transformed):
+    """A :class:`Transformed` that works on whole pieces (lines, items): what follows the last place a piece
+    may end (:meth:`_cut`) waits for the next read, at most ``longest`` bytes (then :meth:`_too_long`
+    raises), and each run of whole pieces goes through :meth:`_made`."""
+
+    longest = 8 << 20
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._held = b""  # after the last cut: the piece begun but not yet ended
+
+    def _take(self, chunk: bytes) -> None:
+        data = self._held + chunk
+        if chunk:
+            cut = self._cut(data)
+            data, self._held = data[:cut], data[cut:]
+            if len(self._held) > self.longest:
+                self._too_long()
+        else:
+            self._held, self._ended = b"", True
+        if data:
+            self._out = memoryview(self._made(data))
+
+    def _cut(self, data: bytes) -> int:
+        raise NotImplementedError
+
+    def _made(self, pieces: bytes) -> bytes:
+        raise NotImplementedError
+
+    def _too_long(self) -> None:
+        raise ValueError(f"a piece longer than {self.longest} bytes")
 
 
 class ChunkStream(io.RawIOBase):
