@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from connector_ops.etl.readers import cell_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
+from connector_ops.kernel.limits import holds_surrogate, lone_surrogate
 from connector_ops.resources.virtual_files.shapes import unique_columns
 
 if TYPE_CHECKING:
@@ -35,9 +36,15 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
     if _pandas(frame):
         frame = _columns_as_text(frame)
         try:
-            return pa.Table.from_pandas(frame, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in an object column: each value as its text
-            return pa.table({c: pa.array([_text(v) for v in frame[c]], pa.string()) for c in frame.columns})
+            try:
+                return pa.Table.from_pandas(frame, preserve_index=False)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in an object column: each value as text
+                return pa.table({c: pa.array([_text(v) for v in frame[c]], pa.string()) for c in frame.columns})
+        except UnicodeEncodeError:
+            where = _surrogate_at(frame, field)
+            if where is None:
+                raise
+            raise where from None
     if type(frame).__module__.split(".")[0] == "polars" and hasattr(frame, "to_arrow"):
         return frame.to_arrow()
     if isinstance(frame, pa.RecordBatch):
@@ -46,6 +53,15 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
         return frame
     raise InvalidInput(field, f"expected a pandas DataFrame, got {type(frame).__name__} "
                               "(a polars DataFrame or a pyarrow Table works too)")
+
+
+def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
+    """Where in the pandas ``frame`` a string holds half a surrogate pair (Arrow only says that one does)."""
+    for column in frame.columns:
+        for label, value in frame[column].items():
+            if isinstance(value, str) and (half := lone_surrogate(value)) is not None:
+                return InvalidInput(f"{field}.{column}", f"the value at index {label!r} {holds_surrogate(half)}")
+    return None
 
 
 def _columns_as_text(frame: Any) -> Any:

@@ -251,6 +251,29 @@ def test_a_function_returning_a_non_row_and_a_failing_cast(store, resources):
     assert info.value.message == "row 1: cast(first=integer) failed: ValueError: cast: first=' Ann ' is not an integer"
 
 
+def half_a_pair(row):
+    """An emoji cut in half, as slicing UTF-16 text can leave it."""
+    row["first"] = "\ud83d"
+    return row
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_function_returning_half_a_surrogate_pair_is_a_400_and_changes_nothing(store, resources, overwrite):
+    vf = store.create_from_rows(ROWS)
+    with store.reading() as conn:
+        files_before = conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": "tests.test_etl_map:half_a_pair",
+                           "overwriteVirtualFile": overwrite}, resources)
+    assert info.value.status == 400, info.value.summary()
+    assert info.value.message == ("tests.test_etl_map:half_a_pair returned what the database cannot store: a value "
+                                  "holds \\ud83d, half of a UTF-16 surrogate pair without its other half, which is "
+                                  "not a character")
+    assert store.rows(vf) == ROWS
+    with store.reading() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar() == files_before
+
+
 def wrong_then_failing(row):
     """Row 2 returns something that is not a row; row 3 raises; the others are fine."""
     if row["n"] == "1":

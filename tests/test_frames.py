@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from connector_ops import ConnectorError, invoke, pull_frame, push_frame
+from connector_ops.environment import resources_for
 from connector_ops.resources.virtual_files import sqlite_loader
 from tests.test_etl_push_pull import push, rows
 
@@ -88,6 +89,21 @@ def test_errors_are_the_actions_errors(env):
     with pytest.raises(ConnectorError) as info:
         push_frame(pd.DataFrame([[1, 2]], columns=["a", "a"]))
     assert info.value.status == 400 and "column names must be unique" in info.value.summary()
+
+
+@pytest.mark.parametrize("column", [["ok", "bad \ud800"], [1, "\udc00"]], ids=["strings", "mixed"])
+def test_half_a_surrogate_pair_is_a_400_naming_its_column_and_index(files, env, load_path, column):
+    """Python text may hold what no text file or database can (UTF-8 cannot encode it): said where, not a 500."""
+    frame = pd.DataFrame({"a": ["x", "y"] * 3000, "b": pd.Series(column * 3000, dtype=object, index=range(10, 6010))},
+                         index=range(10, 6010))  # object: pandas' own string type refuses such text itself
+    store = resources_for(environ=env)["virtual_files"]
+    before = store.inventory()
+    with pytest.raises(ConnectorError) as info:
+        push_frame(frame)
+    assert info.value.status == 400
+    assert "frame.b: the value at index 11 holds \\ud" in info.value.summary()
+    assert "half of a UTF-16 surrogate pair" in info.value.summary()
+    assert store.inventory() == before
 
 
 def test_pulling_an_unknown_column_is_a_400_naming_it(files, env):

@@ -17,9 +17,10 @@ from typing import Any
 from connector_ops.etl import models as m
 from connector_ops.etl.map_functions import RowFunction, resolve
 from connector_ops.etl.readers import cell_text
-from connector_ops.kernel.errors import ActionFailed
+from connector_ops.kernel.errors import ActionFailed, InvalidInput
 from connector_ops.kernel.progress import track
 from connector_ops.registry import action
+from connector_ops.resources.virtual_files.core import UnstorableValue
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
@@ -59,7 +60,10 @@ def apply_map(store: VirtualFileStore, vf_id: str, fn: RowFunction, label: str, 
         return out
 
     with track(f"map {label}", None, "rows") as reporter:
-        return store.map_rows(vf_id, transform, overwrite=overwrite, batch_size=BATCH)
+        try:
+            return store.map_rows(vf_id, transform, overwrite=overwrite, batch_size=BATCH)
+        except UnstorableValue as exc:  # the source's values were stored already: the function made this one
+            raise InvalidInput("", f"{label} returned what the database cannot store: {exc.problem}") from None
 
 
 _TEXT = frozenset({str, type(None)})

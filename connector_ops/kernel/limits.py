@@ -53,6 +53,18 @@ def lone_surrogate(text: str) -> str | None:
     return None
 
 
+def surrogate_refused(exc: BaseException | None) -> str | None:
+    """The lone surrogate (as ``\\udXXX``) that ``exc`` or an error under it failed to encode, else ``None``:
+    where a value is only found out when it is encoded, deep in a driver or in Arrow."""
+    seen = 0
+    while exc is not None and seen < 8:  # the error itself, what a wrapper keeps of it (``orig``), its cause
+        if isinstance(exc, UnicodeEncodeError) and exc.reason == "surrogates not allowed":
+            return f"\\u{ord(exc.object[exc.start]):04x}"
+        exc = getattr(exc, "orig", None) or exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        seen += 1
+    return None
+
+
 def holds_surrogate(half: str) -> str:
     return f"holds {half}, half of a UTF-16 surrogate pair without its other half, which is not a character"
 

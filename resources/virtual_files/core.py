@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from pydantic import field_validator
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.limits import holds_surrogate, surrogate_refused
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
@@ -166,15 +167,26 @@ def as_utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def unstorable_value(exc: BaseException) -> InvalidInput | None:
-    """PostgreSQL's refusal of a value, worded for the user: a NUL (no PostgreSQL text holds one), or a
-    character the database's encoding has no place for (a LATIN1 database and an emoji). The driver's
-    error may come bare (``COPY``) or wrapped by SQLAlchemy; its first line is kept, not the statement."""
+class UnstorableValue(InvalidInput):
+    """A value the database cannot take (:func:`unstorable_value`), found as it was written."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("", problem)
+
+
+def unstorable_value(exc: BaseException) -> UnstorableValue | None:
+    """A value no database can take, worded for the user: half a UTF-16 surrogate pair (a Map function or a
+    Python caller made one; UTF-8 cannot encode it), or PostgreSQL's refusal of a NUL (no PostgreSQL text holds
+    one) or of a character the database's encoding has no place for (a LATIN1 database and an emoji). The
+    driver's error may come bare (``COPY``) or wrapped by SQLAlchemy; its first line is kept, not the statement."""
+    half = surrogate_refused(exc)
+    if half is not None:
+        return UnstorableValue(f"a value {holds_surrogate(half)}")
     orig = getattr(exc, "orig", None) or exc
     state = getattr(orig, "sqlstate", None)
     first = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
     if state == "22021" and "0x00" in first:  # character_not_in_repertoire
-        return InvalidInput("", "a value holds a NUL character (\\x00), which PostgreSQL cannot store")
+        return UnstorableValue("a value holds a NUL character (\\x00), which PostgreSQL cannot store")
     if state == "22P05":  # untranslatable_character
-        return InvalidInput("", f"a value holds a character this database's encoding cannot store ({first})")
+        return UnstorableValue(f"a value holds a character this database's encoding cannot store ({first})")
     return None
