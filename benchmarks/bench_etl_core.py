@@ -19,7 +19,9 @@ Baselines run in the same process on the same data and database server:
   pretty-printed (``indent=2``), and ``push_frame`` of the file read by pandas (``dtype=str``) against our
   CSV Push; ``pull_frame`` against ``pandas.read_sql`` of the same table. With ``--steps typed`` (not run by
   default), the same four files with ``id`` and ``amount`` as JSON numbers, against the CSV Push too (no
-  target of their own).
+  target of their own). With ``--steps odd``, that NDJSON with ``amount`` written with an exponent and
+  ``category`` a list in one row of a hundred, and in every row (lines rewritten by the row reader's
+  conversion on the columnar path).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
     if settling is not None:  # SQLite: the push returned at commit; its WAL checkpoint followed in the loader
         out["push_settled"] = settled(out["push"], settling)
     vf = out["push"].value["virtualFileId"]
-    if steps & {"ndjson", "typed", "frames"}:  # compared with the CSV Push, so measured beside one in every round
+    if steps & {"ndjson", "typed", "odd", "frames"}:  # compared with the CSV Push: measured beside one every round
         others = {f.key: (f"connector-ops push {f.name} (same rows)",
                           resources["platform_files"].add_file(f.sample(csv_path)).to_json())
                   for f in OTHER_FORMATS if f.step in steps}
@@ -219,6 +221,37 @@ def sample_typed_ndjson(csv_path: Path) -> Path:
     return path
 
 
+def _rewritten_rows(csv_path: Path, suffix: str, every: int) -> Path:
+    """:func:`sample_typed_ndjson`'s rows with every ``every``-th row's ``amount`` written with an exponent
+    (``5.25`` as ``525e-2``, stored ``5.25``) and its ``category`` a list (``["alpha"]``): values the
+    bytes cannot quote, so those lines are rewritten as the row reader stores them."""
+    path = csv_path.with_name(csv_path.stem + suffix)
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with sample_typed_ndjson(csv_path).open("rb") as source, tmp.open("wb") as sink:
+            for i, line in enumerate(source):
+                if i % every == 0:
+                    row = json.loads(line, parse_float=str)
+                    whole, _, cents = row["amount"].partition(".")
+                    row["amount"] = f"{int(whole + cents)}e-{len(cents)}" if cents else f"{whole}e0"
+                    row["category"] = [row["category"]]
+                    line = ("{" + ", ".join(f"{json.dumps(k)}: {v if k == 'amount' else json.dumps(v)}"
+                                            for k, v in row.items()) + "}\n").encode()
+                sink.write(line)
+        tmp.replace(path)
+    return path
+
+
+def sample_some_odd_ndjson(csv_path: Path) -> Path:
+    """One row in a hundred with values the bytes cannot quote (:func:`_rewritten_rows`)."""
+    return _rewritten_rows(csv_path, "_odd100.ndjson", 100)
+
+
+def sample_all_odd_ndjson(csv_path: Path) -> Path:
+    """Every row with values the bytes cannot quote (:func:`_rewritten_rows`)."""
+    return _rewritten_rows(csv_path, "_odd1.ndjson", 1)
+
+
 def sample_typed_array(csv_path: Path) -> Path:
     """:func:`sample_typed_ndjson`'s rows as a JSON array laid out one object per line."""
     return _as_array(sample_typed_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_typed.json"))
@@ -258,6 +291,8 @@ OTHER_FORMATS = (
                 None),
     OtherFormat("push_typed_pretty", "JSON array pretty-printed with numbers", sample_typed_pretty_array, "typed",
                 None),
+    OtherFormat("push_odd_some", "NDJSON, 1 row in 100 nested and 1e-2", sample_some_odd_ndjson, "odd", None),
+    OtherFormat("push_odd_all", "NDJSON, every row nested and 1e-2", sample_all_odd_ndjson, "odd", None),
 )
 
 
@@ -430,7 +465,7 @@ def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) ->
 #: issue 13: Push ≤ 1.2× raw COPY on PostgreSQL, ≤ 0.7× the sqlite3 CLI; the row steps keep issue 2's targets
 TARGETS = {"push": 1.2, "iterate": 1.5, "query": 1.5, "regex": 1.5, "pull": 1.5, "pull_json": 1.5}
 LABELS = {"pull_json": "Pull JSON"}
-STEPS = frozenset({"rows", "ndjson", "typed", "frames"})
+STEPS = frozenset({"rows", "ndjson", "typed", "odd", "frames"})
 DEFAULT_STEPS = "frames,ndjson,rows"
 
 
@@ -476,7 +511,8 @@ def main() -> None:
     parser.add_argument("--databases", default="sqlite,postgresql")
     parser.add_argument("--steps", default=DEFAULT_STEPS,
                         help="rows (Iterate/Query/Pull), ndjson (NDJSON and JSON array Push), typed (the same "
-                             "with numbers: the row reader), frames (DataFrame push/pull); Push always runs")
+                             "with numbers), odd (NDJSON with lines the bytes cannot quote), frames "
+                             "(DataFrame push/pull); Push always runs")
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of the row steps (ours and the baseline alternating) and of the NDJSON "
                              "and DataFrame steps (each beside a CSV Push); median reported")

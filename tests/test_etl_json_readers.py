@@ -140,6 +140,23 @@ def test_nesting_at_the_limit_reads_the_same(levels):
     assert (got[0] == "rows") == (levels <= MAX_DEPTH)
 
 
+@pytest.mark.parametrize("levels", [MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 2])
+@pytest.mark.parametrize("in_strings", [0, 200], ids=["bare", "brackets-in-strings"])
+def test_an_ndjson_line_at_the_limit_is_judged_by_its_nesting_not_its_brackets(levels, in_strings):
+    """A line is walked only when it has more brackets than the limit allows levels; brackets inside strings
+    make it walked, never refused (NDJSON's row object is a level of its own: one more than an array item)."""
+    line = nested(levels)[:-1] + ', "s": "' + "[{" * in_strings + '"}'
+    data = ('{"a": "1"}\n' + line + "\n").encode()
+    try:
+        got = [row for batch in json_readers.read_json(io.BytesIO(data), lines_to_ignore=0, encoding="utf-8")
+               for row in batch]
+    except InvalidInput as exc:
+        assert levels > MAX_DEPTH + 1 and "line 2: a[0]" in str(exc)
+        assert str(exc).endswith(f"nested deeper than {MAX_DEPTH + 1} levels")
+    else:
+        assert levels <= MAX_DEPTH + 1 and got[1]["s"] == "[{" * in_strings
+
+
 def test_numbers_keep_their_text_and_a_late_fault_leaves_the_rows_handed_on_to_the_event_parser(monkeypatch):
     monkeypatch.setattr(json_readers, "BATCH", 2)
     items = ['{"n": ' + str(i) + ', "x": 1.50, "b": true, "l": [1, 2.0]}' for i in range(7)]

@@ -45,8 +45,6 @@ from connector_ops.kernel.streams import peekable
 
 #: the values a row may hold without any conversion to text
 _TEXT = frozenset({str, type(None)})
-#: containers: a row holding one is checked for depth (a flat row cannot be too deep)
-_CONTAINERS = frozenset({dict, list})
 #: ``\\uD800``–``\\uDFFF``: half of a UTF-16 pair (an emoji's, usually), or a lone half no text can hold
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
@@ -95,8 +93,11 @@ def _row(value: Any, where: str) -> dict[str, str | None]:
     return {k: v if type(v) is str else _STR_IS_TEXT.get(type(v), cell_text)(v) for k, v in value.items()}
 
 
-def _is_flat_row(value: Any) -> bool:
-    return type(value) is dict and _CONTAINERS.isdisjoint(map(type, value.values()))
+def _within(line: str, limit: int) -> bool:
+    """Can no value on ``line`` nest deeper than ``limit`` levels? Each level opens a bracket, so a line with no
+    more brackets than that (those inside strings counted too) cannot, and its value need not be walked
+    (:func:`~connector_ops.kernel.limits.check_payload`: 8 µs of a 12 µs line with one nested value)."""
+    return line.count("{") + line.count("[") <= limit
 
 
 # -- a JSON array ------------------------------------------------------------------------------------
@@ -130,7 +131,7 @@ def _item_rows(stream: IO[bytes]) -> Iterator[dict[str, str | None]]:
         value, end = _SCAN_ITEM(line, start)
         if line[end:].strip(_JSON_SPACE):
             raise ValueError("more than one value on the line")
-        if not _is_flat_row(value):
+        if not _within(line, MAX_DEPTH):
             check_payload(value, limit=MAX_DEPTH, nul=False)  # an item nested as deep as yajl's reading refuses
         yield _row(value, "an item")
 
@@ -198,12 +199,23 @@ def _json_line(line: str, number: int) -> Any:
         raise InvalidInput(FIELD, f"line {number}: {deeper_than()}") from None
     except ValueError:  # int()'s digit limit
         raise InvalidInput(FIELD, f"line {number}: holds {too_many_digits()}") from None
-    if not _is_flat_row(value) or _SURROGATE_ESCAPE.search(line):
+    if _SURROGATE_ESCAPE.search(line) or not _within(line, MAX_DEPTH + 1):
         try:
             check_payload(value, limit=MAX_DEPTH + 1, nul=False)  # the row object itself is one level
         except InvalidInput as exc:
             raise InvalidInput(FIELD, f"line {number}: {exc}") from None
     return value
+
+
+def stored_line(line: bytes) -> bytes:
+    """One NDJSON line (UTF-8, its line break kept) as a line of the row it stores: every value the text this
+    reader stores for it (:func:`_row`), as a JSON string. The columnar path's way with the lines whose values
+    it cannot make text itself (:mod:`.json_scalars`): a nested value, ``1e5``. A line this reader would refuse
+    raises :class:`~connector_ops.kernel.errors.InvalidInput` (the columnar path then gives the file up to it)."""
+    text = line.decode("utf-8")
+    body = text.rstrip("\r\n")
+    row = _row(_json_line(body, 0), "line")
+    return (json.dumps(row, ensure_ascii=False) + text[len(body):]).encode()
 
 
 def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None,

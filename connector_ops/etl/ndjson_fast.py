@@ -8,12 +8,14 @@ made strings of that text in the bytes first (:mod:`.json_scalars`); then Arrow 
 reader reads, several times faster. Arrow is asked first, and the file goes to the row reader (nothing
 written) whenever Arrow's reading could differ from it:
 
-* a number or boolean :mod:`.json_scalars` cannot vouch for (``1e5``, ``-0``, one beside a string that opens
-  with ``:``);
-* a column whose type is not string or null (an object, an array): the first block decides
-  (:func:`columns_of`), and a later block that disagrees fails the read. The first block also decides
-  whether numbers and booleans are quoted: a file of strings is read as it is, without that pass, and a
-  number that first appears after the first block fails the read;
+* a line whose values :mod:`.json_scalars` cannot quote (a nested value, ``1e5``, ``-0``) is written again by
+  the row reader's own conversion (:func:`.json_readers.stored_line`, ≈ 15 µs a line); when more than half
+  the first block's lines would be, the row reader reads the file, which it does faster then. A line that
+  conversion refuses, and a number beside a string that opens with ``: 1``, fail the read;
+* a column whose type is not string or null: the first block decides (:func:`columns_of`), and a later
+  block that disagrees fails the read. The first block also decides whether values are quoted at all: a
+  file of strings is read as it is, without that pass, and a number or nested value that first appears
+  after the first block fails the read;
 * a key twice in one object, a lone surrogate, bytes that are not UTF-8, a line that is not an object,
   an empty file: Arrow fails too;
 * Arrow accepts an object spread over several lines and several objects on one line, which NDJSON (and the
@@ -39,6 +41,7 @@ from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
+from connector_ops.etl.json_readers import stored_line
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.kernel.streams import peekable
@@ -116,10 +119,11 @@ def _as_is(stream: IO[bytes]) -> IO[bytes]:
 
 
 def _scalars_as_text(lines: Lines) -> Lines:
-    """``lines`` with their numbers and booleans as text (:mod:`.json_scalars`)."""
+    """``lines`` with their numbers and booleans as text (:mod:`.json_scalars`), and the lines it cannot
+    quote as the row reader stores them."""
     from connector_ops.etl.json_scalars import ScalarsAsText
 
-    return lambda stream: io.BufferedReader(ScalarsAsText(lines(stream)), BLOCK)
+    return lambda stream: io.BufferedReader(ScalarsAsText(lines(stream), stored_line), BLOCK)
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -142,8 +146,11 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
             head = _head(lines(probe))
         from connector_ops.etl.json_scalars import scalars_quoted  # numpy: kept out of every action's import
 
-        quoted = scalars_quoted(head)
-        if quoted != head:  # numbers or booleans in the first block: the file is read with them quoted
+        rewritten: list[bytes] = []
+        quoted = scalars_quoted(head, lambda line: rewritten.append(line) or stored_line(line))
+        if 2 * len(rewritten) > head.count(b"\n") + 1:  # 1M such lines: 23 s rewritten, 14 s by the row reader
+            return None
+        if quoted != head:  # numbers, booleans or nested values in the first block: the file is read quoted
             lines = _scalars_as_text(lines)
         columns = columns_of(quoted, encoding)
         if columns is None:
