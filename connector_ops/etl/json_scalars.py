@@ -52,7 +52,8 @@ def _number_chars(b: np.ndarray) -> np.ndarray:
 
 
 class NotPlainScalars(ValueError):
-    """A number or boolean whose stored text is not its own (or that is not JSON): the row reader reads the file."""
+    """A value the bytes cannot make text (a nested value, a number whose stored text is not its own, not JSON)
+    and no ``rewrite`` for its line, or a line too long to hold: the row reader reads the file."""
 
 
 def scalars_quoted(lines: bytes, rewrite: Callable[[bytes], bytes] | None = None) -> bytes:
