@@ -141,26 +141,28 @@ def test_a_bom_under_plain_utf8_is_the_row_readers_call(resources, monkeypatch, 
     assert ran == [] and result == ("rows", ["a"], [{"a": "1"}], 1)
 
 
-def test_a_late_new_key_or_type_change_falls_back_and_leaves_nothing(resources, monkeypatch, paths):
+def test_a_late_new_key_falls_back_a_late_type_is_read_again_quoted_and_nothing_is_left(resources, monkeypatch,
+                                                                                          paths):
     monkeypatch.setattr(ndjson_fast, "BLOCK", 64)  # several Arrow blocks in a small file (probe and load)
     monkeypatch.setattr(ndjson_columns, "BLOCK", 64)
     head = b"".join(b'{"a": "%d"}\n' % i for i in range(40))
     before = resources["virtual_files"].inventory()
     typed = b"".join(b'{"a": %d}\n' % i for i in range(40))  # numbers from the first block: quoted
-    cases = [(head, tail) for tail in (b'{"a": "x", "b": "new"}\n', b'{"a": 7e0}\n', b'{"a": ["7"]}\n',
-                                       b'{"a": 7}\n')]  # a first number after a first block of strings
-    cases += [(typed, b'{"a": 1, "b": "new"}\n'), (typed, b'{"a": 1, "b": {"new": 1}}\n')]
+    cases = [(head, b'{"a": "x", "b": "new"}\n'), (typed, b'{"a": 1, "b": "new"}\n'),
+             (typed, b'{"a": 1, "b": {"new": 1}}\n')]  # a key the first block did not have: the row reader's
     for first, tail in cases:
         result, ran = both(resources, first + tail, monkeypatch, paths)
         assert ran == ["rows"] and result[0] == "rows" and result[3] == 41
     result, ran = both(resources, typed + b'{"a": 01}\n', monkeypatch, paths)  # a late fault: the row reader's words
     assert ran == ["rows"] and result[0] == "error" and "line 41" in result[2]
-    late = [b'{"a": 41}\n', b'{"a": 1e5}\n', b'{"a": -0}\n', b'{"a": {"b": [1]}}\n', b'{"a": "x\\" 1"}\n']
-    for tail in late:  # numbers quoted from the first block on: a late odd value is rewritten, not a fallback
-        result, ran = both(resources, typed + tail, monkeypatch, paths)
+    late = [(typed, tail) for tail in (b'{"a": 41}\n', b'{"a": 1e5}\n', b'{"a": -0}\n', b'{"a": {"b": [1]}}\n',
+                                       b'{"a": "x\\" 1"}\n')]  # quoted from the first block on: odd lines rewritten
+    late += [(head, tail) for tail in (b'{"a": 7e0}\n', b'{"a": ["7"]}\n', b'{"a": 7}\n', b'{"a": true}\n')]
+    for first, tail in late:  # after a first block of strings: read again with the quoting pass
+        result, ran = both(resources, first + tail, monkeypatch, paths)
         assert ran == [] and result[3] == 41, tail
     after = resources["virtual_files"].inventory()
-    assert len(after) == len(before) + 2 * (len(cases) + len(late))  # two pushes per case, no leftover
+    assert len(after) == len(before) + 2 * (len(cases) + len(late))  # two pushes a case (none for the error)
 
 
 def test_date_like_strings_stay_text_on_the_columnar_path(resources, monkeypatch, paths):
