@@ -302,3 +302,24 @@ def test_what_pull_writes_as_json_comes_back_on_the_columnar_path(resources, mon
     again = invoke("etl.push", {"platformFile": pulled}, resources)["virtualFileId"]
     assert paths == []  # Arrow read it, the row reader never ran
     assert resources["virtual_files"].summary(again, 100) == resources["virtual_files"].summary(source, 100)
+
+
+def test_a_load_that_fails_mid_file_leaves_the_loader_ready_for_the_next(resources, monkeypatch, paths):
+    """A load that fails early in a file of several MiB (a number after a first block of strings), read again
+    at once with the quoting pass, three times, then a plain file: no load hangs or sees another's bytes.
+    (The race this once lost, a drain beside Arrow's read-ahead thread, is forced in test_sqlite_loader.)"""
+    import threading
+
+    rows = b"".join(b'{"a": "%d", "b": "%s"}\n' % (i, b"x" * 40) for i in range(150_000))
+    late = rows[:rows.index(b'\n', 40_000) + 1] + b'{"a": 7, "b": "y"}\n' + rows[rows.index(b'\n', 40_000) + 1:]
+    outcome: list[Any] = []
+
+    def pushes() -> None:
+        for data in (late, late, late, rows):
+            outcome.append(pushed(resources, data, monkeypatch, fast=True)[3])
+
+    worker = threading.Thread(target=pushes, daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), f"a load hung after {len(outcome)} pushes"
+    assert outcome == [150_001] * 3 + [150_000] and paths == []

@@ -197,3 +197,35 @@ def test_a_process_with_many_open_files(store):
     finally:
         for fd in held:
             os.close(fd)
+
+
+def test_a_drain_beside_a_reader_thread_keeps_the_frames_whole():
+    """A failed load drains its data while Arrow's read-ahead thread may still be reading it (it hung a
+    retried Push): whatever the interleaving, the drain stops at the data's end and the next request's
+    line is read whole. Tiny frames, a reader thread reading while the drain starts, many times over."""
+    import threading
+
+    from connector_ops.resources.virtual_files.sqlite_ingest import FRAME, Frames, Inbox
+
+    for attempt in range(200):
+        read_fd, write_fd = os.pipe()
+        data = b"".join(FRAME.pack(3) + b"abc" for _ in range(2_000)) + FRAME.pack(0) + b'{"next": %d}\n' % attempt
+
+        def write(data: bytes = data, fd: int = write_fd) -> None:
+            with os.fdopen(fd, "wb") as sink:
+                for start in range(0, len(data), 7):
+                    sink.write(data[start:start + 7])
+                    sink.flush()
+
+        inbox = Inbox(read_fd)
+        frames = Frames(inbox)
+        writer = threading.Thread(target=write, daemon=True)
+        reader = threading.Thread(target=lambda frames=frames: [frames.read(5) for _ in range(500)], daemon=True)
+        writer.start()
+        reader.start()
+        frames.drain()
+        reader.join(10)
+        writer.join(10)
+        assert not reader.is_alive() and not writer.is_alive(), attempt
+        assert inbox.readline() == b'{"next": %d}\n' % attempt
+        os.close(read_fd)

@@ -100,17 +100,28 @@ class Inbox:
 
 
 class Frames(io.RawIOBase):
-    """One request's data: the frames in ``inbox`` up to the end (or the withdrawal)."""
+    """One request's data: the frames in ``inbox`` up to the end (or the withdrawal).
+
+    Arrow's readers read ahead from threads of their own, which may still be reading when a failed load
+    drains the rest of its data (:meth:`drain`); two readers of one pipe would tear its frames apart and
+    both wait for bytes that never come (a failed NDJSON load followed by the next load hung so). So every
+    read holds a lock, and once the drain has begun every other read gets the end."""
 
     def __init__(self, inbox: Inbox) -> None:
         self._inbox = inbox
         self._left = 0  # bytes left in the current frame
         self.done = False  # the end (or the withdrawal) was read
+        self._lock = threading.Lock()
+        self._drained = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
+        with self._lock:
+            return 0 if self._drained else self._next(buffer)
+
+    def _next(self, buffer: Any) -> int:
         while not self._left:
             if self.done:
                 return 0
@@ -130,9 +141,11 @@ class Frames(io.RawIOBase):
         return n
 
     def drain(self) -> None:
-        """Read (and drop) what remains of the data, up to the next request."""
-        with contextlib.suppress(Withdrawn):
-            while self.read(1 << 20):
+        """Read (and drop) what remains of the data, up to the next request; from now on, readers get the end."""
+        buffer = bytearray(1 << 20)
+        with self._lock, contextlib.suppress(Withdrawn):
+            self._drained = True
+            while self._next(buffer):
                 pass
 
 
