@@ -21,7 +21,8 @@ Baselines run in the same process on the same data and database server:
   default), the same four files with ``id`` and ``amount`` as JSON numbers, against the CSV Push too (no
   target of their own). With ``--steps odd``, that NDJSON with ``amount`` written with an exponent and
   ``category`` a list in one row of a hundred, and in every row (lines rewritten by the row reader's
-  conversion on the columnar path).
+  conversion on the columnar path); and the strings NDJSON with one ``amount`` a number half-way (read
+  again with the quoting pass).
 """
 
 from __future__ import annotations
@@ -221,35 +222,52 @@ def sample_typed_ndjson(csv_path: Path) -> Path:
     return path
 
 
-def _rewritten_rows(csv_path: Path, suffix: str, every: int) -> Path:
-    """:func:`sample_typed_ndjson`'s rows with every ``every``-th row's ``amount`` written with an exponent
-    (``5.25`` as ``525e-2``, stored ``5.25``) and its ``category`` a list (``["alpha"]``): values the
-    bytes cannot quote, so those lines are rewritten as the row reader stores them."""
-    path = csv_path.with_name(csv_path.stem + suffix)
+def _edited(source: Path, path: Path, edit: Callable[[int, bytes], bytes]) -> Path:
+    """``path`` (made once, cached): the lines of ``source``, each through ``edit(index, line)``."""
     if not path.exists():
         tmp = path.with_suffix(".tmp")
-        with sample_typed_ndjson(csv_path).open("rb") as source, tmp.open("wb") as sink:
-            for i, line in enumerate(source):
-                if i % every == 0:
-                    row = json.loads(line, parse_float=str)
-                    whole, _, cents = row["amount"].partition(".")
-                    row["amount"] = f"{int(whole + cents)}e-{len(cents)}" if cents else f"{whole}e0"
-                    row["category"] = [row["category"]]
-                    line = ("{" + ", ".join(f"{json.dumps(k)}: {v if k == 'amount' else json.dumps(v)}"
-                                            for k, v in row.items()) + "}\n").encode()
-                sink.write(line)
+        with source.open("rb") as lines, tmp.open("wb") as sink:
+            sink.writelines(edit(i, line) for i, line in enumerate(lines))
         tmp.replace(path)
     return path
 
 
+def _odd_line(line: bytes) -> bytes:
+    """A typed row with ``amount`` written with an exponent (``5.25`` as ``525e-2``, stored ``5.25``) and
+    ``category`` a list (``["alpha"]``): values the bytes cannot quote, so the line is rewritten as the row
+    reader stores it."""
+    row = json.loads(line, parse_float=str)
+    whole, _, cents = row["amount"].partition(".")
+    row["amount"] = f"{int(whole + cents)}e-{len(cents)}" if cents else f"{whole}e0"
+    row["category"] = [row["category"]]
+    return ("{" + ", ".join(f"{json.dumps(k)}: {v if k == 'amount' else json.dumps(v)}"
+                            for k, v in row.items()) + "}\n").encode()
+
+
 def sample_some_odd_ndjson(csv_path: Path) -> Path:
-    """One row in a hundred with values the bytes cannot quote (:func:`_rewritten_rows`)."""
-    return _rewritten_rows(csv_path, "_odd100.ndjson", 100)
+    """:func:`sample_typed_ndjson` with one row in a hundred made :func:`_odd_line`."""
+    return _edited(sample_typed_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_odd100.ndjson"),
+                   lambda i, line: _odd_line(line) if i % 100 == 0 else line)
+
+
+def sample_late_number_ndjson(csv_path: Path) -> Path:
+    """The strings NDJSON (:func:`sample_ndjson`) with the ``amount`` of the row half-way written as a JSON
+    number: the first block holds only strings, so the file is first read without the quoting pass."""
+    half = int(csv_path.stem.rsplit("_", 1)[1]) // 2
+
+    def edit(i: int, line: bytes) -> bytes:
+        if i != half:
+            return line
+        amount = json.loads(line)["amount"].encode()
+        return line.replace(b'"amount": "%s"' % amount, b'"amount": %s' % amount)
+
+    return _edited(sample_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_late_number.ndjson"), edit)
 
 
 def sample_all_odd_ndjson(csv_path: Path) -> Path:
-    """Every row with values the bytes cannot quote (:func:`_rewritten_rows`)."""
-    return _rewritten_rows(csv_path, "_odd1.ndjson", 1)
+    """:func:`sample_typed_ndjson` with every row made :func:`_odd_line`."""
+    return _edited(sample_typed_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_odd1.ndjson"),
+                   lambda _i, line: _odd_line(line))
 
 
 def sample_typed_array(csv_path: Path) -> Path:
@@ -293,6 +311,8 @@ OTHER_FORMATS = (
                 None),
     OtherFormat("push_odd_some", "NDJSON, 1 row in 100 nested and 1e-2", sample_some_odd_ndjson, "odd", None),
     OtherFormat("push_odd_all", "NDJSON, every row nested and 1e-2", sample_all_odd_ndjson, "odd", None),
+    OtherFormat("push_late_number", "NDJSON of strings, a number half-way", sample_late_number_ndjson, "odd",
+                None),
 )
 
 

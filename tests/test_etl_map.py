@@ -160,22 +160,27 @@ def test_pages_of_whole_rows_and_pages_of_other_rows_are_written_alike(store, re
     assert out == [{k: v for k, v in row.items() if v is not None} for row in returned if row is not None]
 
 
+def failed_map(store, resources, action: str, overwrite: bool) -> ConnectorError:
+    """Map ``action`` over ``ROWS``, which must fail; the file and the set of files are as they were."""
+    vf = store.create_from_rows(ROWS)
+    with store.reading() as conn:
+        files_before = conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": action, "overwriteVirtualFile": overwrite}, resources)
+    assert store.rows(vf) == ROWS
+    with store.reading() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar() == files_before
+    return info.value
+
+
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_failing_function_names_the_row_and_changes_nothing(store, resources, overwrite, monkeypatch):
     from connector_ops.etl import mapping
 
     monkeypatch.setattr(mapping, "BATCH", 1)  # the failure comes after earlier batches were written
-    vf = store.create_from_rows(ROWS)
-    with store.reading() as conn:
-        files_before = conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar()
-    with pytest.raises(ConnectorError) as info:
-        invoke("etl.map", {"virtualFileId": vf, "action": "tests.test_etl_map:explode_on_bob",
-                           "overwriteVirtualFile": overwrite}, resources)
-    assert info.value.status == 500
-    assert info.value.message == "row 2: tests.test_etl_map:explode_on_bob failed: ValueError: no Bobs"
-    assert store.rows(vf) == ROWS
-    with store.reading() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar() == files_before
+    error = failed_map(store, resources, "tests.test_etl_map:explode_on_bob", overwrite)
+    assert error.status == 500
+    assert error.message == "row 2: tests.test_etl_map:explode_on_bob failed: ValueError: no Bobs"
     # the failure broke off a COPY (PostgreSQL) mid-stream: the connections it left behind work
     _, _, rows = run(store, resources, "upper(first) | keep(first)", overwrite=overwrite)
     assert rows == [{"first": " ANN "}, {"first": "BOB"}, {"first": "CY"}]
@@ -259,19 +264,11 @@ def half_a_pair(row):
 
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_function_returning_half_a_surrogate_pair_is_a_400_and_changes_nothing(store, resources, overwrite):
-    vf = store.create_from_rows(ROWS)
-    with store.reading() as conn:
-        files_before = conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar()
-    with pytest.raises(ConnectorError) as info:
-        invoke("etl.map", {"virtualFileId": vf, "action": "tests.test_etl_map:half_a_pair",
-                           "overwriteVirtualFile": overwrite}, resources)
-    assert info.value.status == 400, info.value.summary()
-    assert info.value.message == ("tests.test_etl_map:half_a_pair returned what the database cannot store: a value "
-                                  "holds \\ud83d, half of a UTF-16 surrogate pair without its other half, which is "
-                                  "not a character")
-    assert store.rows(vf) == ROWS
-    with store.reading() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM cop_virtual_file").scalar() == files_before
+    error = failed_map(store, resources, "tests.test_etl_map:half_a_pair", overwrite)
+    assert error.status == 400, error.summary()
+    assert error.message == ("tests.test_etl_map:half_a_pair returned what the database cannot store: a value "
+                             "holds \\ud83d, half of a UTF-16 surrogate pair without its other half, which is "
+                             "not a character")
 
 
 def wrong_then_failing(row):
