@@ -121,6 +121,9 @@ def test_lines_the_bytes_cannot_quote_are_written_as_the_row_reader_stores_them(
     b'{"a": -}\n',
     b'{"a": 1, "b": {"c": 01}}\n',                   # a nested value the row reader refuses
     b'{"a": {}}\n{"a": []}\n{"a": [1]}\n{"a": 3}\n',  # most lines to rewrite: the row reader is faster
+    b'{"a": 1}\n{"a": 2}\n{"a": [NaN]}\n',          # NDJSON's reader takes NaN, an array's refuses: its call
+    b'[\n{"a": 1},\n{"a": 2},\n{"a": [-Infinity]}\n]\n',
+    b'[\n{"a": 1},\n{"a": 2},\n{"a": ' + b"[" * 100 + b"]" * 100 + b'}\n]\n',  # an item a level too deep
     b'{"a": 1, "b": "\\ud800"}\n{"a": [2]}\n',
     b'{"a": "1", "a": "2"}\n',                       # a key twice: the row reader keeps the last
     b'{"a":\n"1"}\n',                                # an object over two lines: not NDJSON

@@ -210,12 +210,18 @@ def _json_line(line: str, number: int) -> Any:
 def stored_line(line: bytes) -> bytes:
     """One NDJSON line (UTF-8, its line break kept) as a line of the row it stores: every value the text this
     reader stores for it (:func:`_row`), as a JSON string. The columnar path's way with the lines whose values
-    it cannot make text itself (:mod:`.json_scalars`): a nested value, ``1e5``. A line this reader would refuse
-    raises :class:`~connector_ops.kernel.errors.InvalidInput` (the columnar path then gives the file up to it)."""
+    it cannot make text itself (:mod:`.json_scalars`): a nested value, ``1e5``. The line may be an NDJSON line
+    or an array's item, whose readers differ at the edges, so it is held to the stricter of both: a line either
+    would refuse raises :class:`~connector_ops.kernel.errors.InvalidInput`, and the columnar path gives the
+    file up to the row reader, which reads it by its own rules."""
     text = line.decode("utf-8")
     body = text.rstrip("\r\n")
-    row = _row(_json_line(body, 0), "line")
-    return (json.dumps(row, ensure_ascii=False) + text[len(body):]).encode()
+    if "NaN" in body or "Infinity" in body:  # NDJSON's reader takes them, an array's refuses (even in strings)
+        raise InvalidInput(FIELD, "NaN or Infinity, or a string holding those words")
+    value = _json_line(body, 0)
+    if not _within(body, MAX_DEPTH):  # an array's item is a level deeper than an NDJSON line's row
+        check_payload(value, limit=MAX_DEPTH, nul=False)
+    return (json.dumps(_row(value, "line"), ensure_ascii=False) + text[len(body):]).encode()
 
 
 def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None,
