@@ -22,7 +22,8 @@ Baselines run in the same process on the same data and database server:
   target of their own). With ``--steps odd``, that NDJSON with ``amount`` written with an exponent and
   ``category`` a list in one row of a hundred, and in every row (lines rewritten by the row reader's
   conversion on the columnar path); and the strings NDJSON with one ``amount`` a number half-way (read
-  again with the quoting pass).
+  again with the quoting pass), and with a key the other rows lack half-way (every key found, then read
+  again).
 """
 
 from __future__ import annotations
@@ -264,6 +265,14 @@ def sample_late_number_ndjson(csv_path: Path) -> Path:
     return _edited(sample_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_late_number.ndjson"), edit)
 
 
+def sample_late_key_ndjson(csv_path: Path) -> Path:
+    """The strings NDJSON (:func:`sample_ndjson`) with a key the other rows lack (``"extra"``) in the row
+    half-way: the first block lacks it, so every key of the file is found before it is read again."""
+    half = int(csv_path.stem.rsplit("_", 1)[1]) // 2
+    return _edited(sample_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_late_key.ndjson"),
+                   lambda i, line: line.replace(b"}\n", b', "extra": "x"}\n') if i == half else line)
+
+
 def sample_all_odd_ndjson(csv_path: Path) -> Path:
     """:func:`sample_typed_ndjson` with every row made :func:`_odd_line`."""
     return _edited(sample_typed_ndjson(csv_path), csv_path.with_name(csv_path.stem + "_odd1.ndjson"),
@@ -313,6 +322,7 @@ OTHER_FORMATS = (
     OtherFormat("push_odd_all", "NDJSON, every row nested and 1e-2", sample_all_odd_ndjson, "odd", None),
     OtherFormat("push_late_number", "NDJSON of strings, a number half-way", sample_late_number_ndjson, "odd",
                 None),
+    OtherFormat("push_late_key", "NDJSON of strings, a new key half-way", sample_late_key_ndjson, "odd", None),
 )
 
 

@@ -12,10 +12,11 @@ written) whenever Arrow's reading could differ from it:
   the row reader's own conversion (:func:`.json_readers.stored_line`, ≈ 15 µs a line); when more than half
   the first block's lines would be, the row reader reads the file, which it does faster then. A line that
   conversion refuses, and a number beside a string that opens with ``: 1``, fail the read;
-* a key the first block does not have: the first block decides the columns (:func:`columns_of`), and a
-  later key fails the read. The first block also decides whether values are quoted at all: a file of
-  strings is read as it is, without that pass (0.7 ms a MiB saved); a number, boolean or nested value that
-  first appears after the first block fails that read, and the file is read again with the pass;
+* the first block decides the columns (:func:`columns_of`) and whether values are quoted at all (a file of
+  strings is read as it is: 0.7 ms a MiB saved). A key it lacks fails the read; then every key of the file
+  is found (:func:`every_key`: Arrow infers each block's keys) and the file read again with all of them. A
+  number, boolean or nested value first seen after it fails the read too; then the file is read again with
+  the pass. Each retry is taken once: another failure sends the file to the row reader;
 * a key twice in one object, a lone surrogate, bytes that are not UTF-8, a line that is not an object,
   an empty file: Arrow fails too;
 * Arrow accepts an object spread over several lines and several objects on one line, which NDJSON (and the
@@ -62,6 +63,8 @@ _BOM = b"\xef\xbb\xbf"
 #: Arrow's words when a value after the first block is not a string (its explicit schema's type): a number,
 #: boolean or nested value the first block did not have, which the quoting pass makes text
 _TYPE_CHANGED = re.compile(r"changed from string to (number|boolean|array|object)")
+#: Arrow's words when a line has a key the explicit schema (the first block's keys) lacks
+_NEW_KEY = "unexpected field"
 
 
 def columns_of(head: bytes, encoding: str) -> list[str] | None:
@@ -169,15 +172,19 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         columns = columns_of(quoted, encoding)
         if columns is None:
             return None
-        if quoted != head:  # numbers, booleans or nested values in the first block: the file is read quoted
-            return _loaded(store, open_file, name, size, columns, _scalars_as_text(lines))
-        try:
-            return _loaded(store, open_file, name, size, columns, lines)
-        except Exception as exc:
-            if not _TYPE_CHANGED.search(str(exc)):
-                raise
-            log.debug("push %s: a value that is not a string after the first block; read again quoted", name)
-            return _loaded(store, open_file, name, size, columns, _scalars_as_text(lines))
+        quoting, widened = quoted != head, False  # numbers, booleans or nested values in the first block: quoted
+        while True:
+            try:
+                return _loaded(store, open_file, name, size, columns, _scalars_as_text(lines) if quoting else lines)
+            except Exception as exc:
+                if not quoting and _TYPE_CHANGED.search(str(exc)):
+                    log.debug("push %s: a value that is not a string after the first block; read again quoted", name)
+                    quoting = True
+                elif not widened and _NEW_KEY in str(exc):
+                    log.debug("push %s: a key after the first block; every key found, then read again", name)
+                    columns, widened = every_key(open_file, _scalars_as_text(lines), columns), True
+                else:
+                    raise
     except Exception as exc:  # whatever went wrong, the row reader reads the file and words the error
         log.debug("push %s: the columnar NDJSON path gave up (%s: %s)", name, type(exc).__name__, exc)
         return None
@@ -187,3 +194,27 @@ def _loaded(store: VirtualFileStore, open_file: Open, name: str, size: int | Non
             lines: Lines) -> str:
     with open_file() as raw, track(f"push {name}", size, "B") as reporter:
         return store.create_from_ndjson(columns, lines(reading_with_progress(raw, reporter)))
+
+
+def every_key(open_file: Open, lines: Lines, first: list[str]) -> list[str]:
+    """``first`` and then every other key of the file, in the order each first appears (the row reader's
+    order of columns): Arrow infers each block's keys, a block at a time (memory stays one block)."""
+    import pyarrow.json as pj
+
+    keys = dict.fromkeys(first)
+
+    def add(block: bytes) -> None:
+        if block.strip():
+            options = pj.ReadOptions(use_threads=False, block_size=len(block) + 1)
+            keys.update(dict.fromkeys(pj.read_json(io.BytesIO(block), read_options=options).schema.names))
+
+    with open_file() as raw:
+        stream, rest = lines(raw), b""
+        while chunk := stream.read(BLOCK):
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            add(data[:cut])
+            rest = data[cut:]
+        add(rest)
+    check_column_names(list(keys), "platformFile")
+    return list(keys)
