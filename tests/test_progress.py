@@ -41,3 +41,27 @@ def test_push_pull_upload_and_download_report_their_bytes(files, env):
     assert by_name["pull o.csv"][1] == pulled["size"]
     assert by_name["download big.csv"] == (downloaded["size"], downloaded["size"])
     assert all(closed for *_, closed in recorder.reports)  # every bar is closed (disappears) when done
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_ndjson_read_again_says_so_and_reports_every_pass(files, env, monkeypatch):
+    """A late number or a late key makes the columnar path read the file again (and, for a key, list every
+    key first): each pass is a bar of its own that says why, and each reads the whole file."""
+    from connector_ops.etl import ndjson_fast
+    from connector_ops.resources.virtual_files import ndjson_columns, sqlite_loader
+
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
+    monkeypatch.setattr(ndjson_fast, "BLOCK", 4096)
+    monkeypatch.setattr(ndjson_columns, "BLOCK", 4096)
+    rows = b'{"a": "x"}\n' * 2_000
+    cases = {"n.ndjson": (rows + b'{"a": 7}\n', ["push n.ndjson",
+                                                 "push n.ndjson (again: a value not text, seen late)"]),
+             "k.ndjson": (rows + b'{"a": "y", "b": "z"}\n', ["push k.ndjson", "push k.ndjson (listing keys)",
+                                                             "push k.ndjson (again: a key seen late)"])}
+    for name, (data, bars) in cases.items():
+        recorder = Recorder()
+        with reporting_to(recorder.factory):
+            invoke("etl.push", {"platformFile": files.add_bytes(data, name).to_json()})
+        assert [d for d, *_ in recorder.reports] == bars
+        assert all(total == len(data) for _, total, _, _ in recorder.reports)
+        assert recorder.reports[-1][2] == len(data) and all(closed for *_, closed in recorder.reports)

@@ -173,16 +173,19 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         if columns is None:
             return None
         quoting, widened = quoted != head, False  # numbers, booleans or nested values in the first block: quoted
+        label = f"push {name}"
         while True:
             try:
-                return _loaded(store, open_file, name, size, columns, _scalars_as_text(lines) if quoting else lines)
+                return _loaded(store, open_file, label, size, columns, _scalars_as_text(lines) if quoting else lines)
             except Exception as exc:
                 if not quoting and _TYPE_CHANGED.search(str(exc)):
                     log.debug("push %s: a value that is not a string after the first block; read again quoted", name)
-                    quoting = True
+                    quoting, label = True, f"push {name} (again: a value not text, seen late)"
                 elif not widened and _NEW_KEY in str(exc):
                     log.debug("push %s: a key after the first block; every key found, then read again", name)
-                    columns, widened = every_key(open_file, _scalars_as_text(lines), columns), True
+                    columns = every_key(open_file, _scalars_as_text(lines), columns, f"push {name} (listing keys)",
+                                        size)
+                    widened, label = True, f"push {name} (again: a key seen late)"
                 else:
                     raise
     except Exception as exc:  # whatever went wrong, the row reader reads the file and words the error
@@ -190,15 +193,17 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         return None
 
 
-def _loaded(store: VirtualFileStore, open_file: Open, name: str, size: int | None, columns: list[str],
+def _loaded(store: VirtualFileStore, open_file: Open, label: str, size: int | None, columns: list[str],
             lines: Lines) -> str:
-    with open_file() as raw, track(f"push {name}", size, "B") as reporter:
+    with open_file() as raw, track(label, size, "B") as reporter:
         return store.create_from_ndjson(columns, lines(reading_with_progress(raw, reporter)))
 
 
-def every_key(open_file: Open, lines: Lines, first: list[str]) -> list[str]:
+def every_key(open_file: Open, lines: Lines, first: list[str], label: str = "listing keys",
+              size: int | None = None) -> list[str]:
     """``first`` and then every other key of the file, in the order each first appears (the row reader's
-    order of columns): Arrow infers each block's keys, a block at a time (memory stays one block)."""
+    order of columns): Arrow infers each block's keys, a block at a time (memory stays one block). The
+    reading is reported as ``label`` (a whole pass over a file that may be large)."""
     import pyarrow.json as pj
 
     keys = dict.fromkeys(first)
@@ -208,8 +213,8 @@ def every_key(open_file: Open, lines: Lines, first: list[str]) -> list[str]:
             options = pj.ReadOptions(use_threads=False, block_size=len(block) + 1)
             keys.update(dict.fromkeys(pj.read_json(io.BytesIO(block), read_options=options).schema.names))
 
-    with open_file() as raw:
-        stream, rest = lines(raw), b""
+    with open_file() as raw, track(label, size, "B") as reporter:
+        stream, rest = lines(reading_with_progress(raw, reporter)), b""
         while chunk := stream.read(BLOCK):
             data = rest + chunk
             cut = data.rfind(b"\n") + 1
