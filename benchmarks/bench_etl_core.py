@@ -37,7 +37,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,8 +217,7 @@ def sample_typed_ndjson(csv_path: Path) -> Path:
         tmp = path.with_suffix(".tmp")
         with csv_path.open(newline="", encoding="utf-8") as source, tmp.open("w", encoding="utf-8") as sink:
             for row in csv.DictReader(source):
-                values = (v if k in NUMBERS else json.dumps(v, ensure_ascii=False) for k, v in row.items())
-                sink.write("{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in zip(row, values, strict=True)) + "}\n")
+                sink.write(_object_line(row, NUMBERS))
         tmp.replace(path)
     return path
 
@@ -241,8 +240,13 @@ def _odd_line(line: bytes) -> bytes:
     whole, _, cents = row["amount"].partition(".")
     row["amount"] = f"{int(whole + cents)}e-{len(cents)}" if cents else f"{whole}e0"
     row["category"] = [row["category"]]
-    return ("{" + ", ".join(f"{json.dumps(k)}: {v if k == 'amount' else json.dumps(v)}"
-                            for k, v in row.items()) + "}\n").encode()
+    return _object_line(row, {"amount"}).encode()
+
+
+def _object_line(row: dict[str, Any], bare: Collection[str]) -> str:
+    """``row`` as one line of JSON, the values of the keys in ``bare`` written as they are (number text)."""
+    return "{" + ", ".join(f"{json.dumps(k)}: {v if k in bare else json.dumps(v, ensure_ascii=False)}"
+                           for k, v in row.items()) + "}\n"
 
 
 def sample_some_odd_ndjson(csv_path: Path) -> Path:

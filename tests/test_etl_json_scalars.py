@@ -20,7 +20,7 @@ from connector_ops.etl.json_readers import stored_line
 from connector_ops.etl.json_scalars import NotPlainScalars, ScalarsAsText, scalars_quoted
 from connector_ops.etl.readers import cell_text
 from connector_ops.kernel.errors import InvalidInput
-from tests.test_etl_push_ndjson_columnar import both, paths  # noqa: F401 - the fixture
+from tests.test_etl_push_ndjson_columnar import Trickle, both, paths  # noqa: F401 - the fixture
 
 NUMBERS = ["0", "7", "-12", "1.50", "-0.0", "0.000001", "0.0000001", "-0", "1e5", "2.5E-3", "01", "1.", ".5",
            "-", "1.2.3", "1-2", "--1", "9" * 100, "9" * 4301, "3.14159265358979323846264338327950288"]
@@ -98,20 +98,8 @@ def test_whole_lines_are_quoted_however_the_reads_fall(rewrite, rows, size):
     except (NotPlainScalars, InvalidInput):
         assert expected is None
 
-    class Trickle(io.RawIOBase):
-        def __init__(self) -> None:
-            self.rest = data
-
-        def readable(self) -> bool:
-            return True
-
-        def readinto(self, buffer: Any) -> int:
-            chunk, self.rest = self.rest[:size], self.rest[size:]
-            buffer[:len(chunk)] = chunk
-            return len(chunk)
-
     try:
-        got = io.BufferedReader(ScalarsAsText(Trickle(), rewrite), 7).read()
+        got = io.BufferedReader(ScalarsAsText(Trickle(data, size), rewrite), 7).read()
     except (NotPlainScalars, InvalidInput):
         got = None
     assert got == expected

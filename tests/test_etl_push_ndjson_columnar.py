@@ -104,6 +104,7 @@ def test_numbers_and_booleans_stored_as_written_take_the_columnar_path(resources
     b'{"a": 1, "b": ": {"}\n{"a": "x\\"", "b": {}}\n{"a": 3}\n',  # a string that looks like a nested value's start
     b'[\n{"a": "1"},\n{"a": 2e0}\n]\n',                # an array's items: 2e0 is stored 2E+0
     b'[{"a": {"b": "1"}, "c": "2"}, {"a": "3"}]',      # side by side, the first holding a nested object
+    b'{"a": "\\ud83d\\ude42", "b": [1]}\n{"a": "x"}\n',  # an escaped surrogate pair on a rewritten line
     b'[{"a": [1, {"b": null}]}, {"a": 2}]',
     b'[\n  {\n    "a": {\n      "b": 1e-7\n    }\n  }\n]',
 ])

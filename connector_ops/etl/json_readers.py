@@ -123,17 +123,24 @@ def _item_rows(stream: IO[bytes]) -> Iterator[dict[str, str | None]]:
     """The array's items, one per line, as rows; raises at anything yajl might read otherwise."""
     lines = io.TextIOWrapper(io.BufferedReader(ArrayLines(stream), 1 << 16), encoding="utf-8", newline="")
     for line in lines:
-        if line.isspace():
-            continue
-        if _SURROGATE_ESCAPE.search(line):
-            raise ValueError("an escaped surrogate")
-        start = 0 if line.startswith("{") else len(line) - len(line.lstrip(_JSON_SPACE))
-        value, end = _SCAN_ITEM(line, start)
-        if line[end:].strip(_JSON_SPACE):
-            raise ValueError("more than one value on the line")
-        if not _within(line, MAX_DEPTH):
-            check_payload(value, limit=MAX_DEPTH, nul=False)  # an item nested as deep as yajl's reading refuses
-        yield _row(value, "an item")
+        if not line.isspace():
+            yield _item(line)
+
+
+def _item(line: str, *, pairs: bool = False) -> dict[str, str | None]:
+    """An array's item on a line of its own, as a row; raises at anything yajl might read otherwise (an escaped
+    surrogate, ``NaN``, more than one value, nesting as deep as yajl's reading refuses, not JSON). ``pairs``:
+    a whole escaped surrogate pair passes (yajl reads it alike); half of one still raises."""
+    doubt = _SURROGATE_ESCAPE.search(line)
+    if doubt and not pairs:
+        raise ValueError("an escaped surrogate")
+    start = 0 if line.startswith("{") else len(line) - len(line.lstrip(_JSON_SPACE))
+    value, end = _SCAN_ITEM(line, start)
+    if line[end:].strip(_JSON_SPACE):
+        raise ValueError("more than one value on the line")
+    if doubt or not _within(line, MAX_DEPTH):
+        check_payload(value, limit=MAX_DEPTH, nul=False)
+    return _row(value, "an item")
 
 
 def _json_array(stream: IO[bytes], skip: int = 0) -> RecordBatches:
@@ -210,18 +217,19 @@ def _json_line(line: str, number: int) -> Any:
 def stored_line(line: bytes) -> bytes:
     """One NDJSON line (UTF-8, its line break kept) as a line of the row it stores: every value the text this
     reader stores for it (:func:`_row`), as a JSON string. The columnar path's way with the lines whose values
-    it cannot make text itself (:mod:`.json_scalars`): a nested value, ``1e5``. The line may be an NDJSON line
-    or an array's item, whose readers differ at the edges, so it is held to the stricter of both: a line either
-    would refuse raises :class:`~connector_ops.kernel.errors.InvalidInput`, and the columnar path gives the
-    file up to the row reader, which reads it by its own rules."""
+    it cannot make text itself (:mod:`.json_scalars`): a nested value, ``1e5``.
+
+    The line may be an NDJSON line or an array's item, whose readers differ at the edges, so it is read by the
+    stricter, the array's line parser (:func:`_item`: no ``NaN``, a level less of nesting, no half of a
+    surrogate pair). A line it would not vouch for raises :class:`~connector_ops.kernel.errors.InvalidInput`, and
+    the columnar path gives the file up to the row reader, which reads it by its own rules."""
     text = line.decode("utf-8")
     body = text.rstrip("\r\n")
-    if "NaN" in body or "Infinity" in body:  # NDJSON's reader takes them, an array's refuses (even in strings)
-        raise InvalidInput(FIELD, "NaN or Infinity, or a string holding those words")
-    value = _json_line(body, 0)
-    if not _within(body, MAX_DEPTH):  # an array's item is a level deeper than an NDJSON line's row
-        check_payload(value, limit=MAX_DEPTH, nul=False)
-    return (json.dumps(_row(value, "line"), ensure_ascii=False) + text[len(body):]).encode()
+    try:
+        row = _item(body, pairs=True)
+    except (ValueError, RecursionError, StopIteration) as exc:  # the scanner's, and the checks' in _item
+        raise InvalidInput(FIELD, f"a line left to the row reader: {exc!r}") from None
+    return (json.dumps(row, ensure_ascii=False) + text[len(body):]).encode()
 
 
 def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None,
