@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.streams import ChunkStream
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
+from connector_ops.resources.virtual_files.paced import Paced
 from connector_ops.resources.virtual_files.rows import keyset_pages
 
 #: Arrow's block (the unit of parsing and of memory)
@@ -48,7 +49,8 @@ def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator
     statement = f"COPY ({query.compile(dialect=conn.dialect)}) TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
     fields = [f"f{i}" for i in range(len(schema.names))]  # the user's names may repeat; Arrow's reader wants them apart
     with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
-        buffered = io.BufferedReader(ChunkStream(copy), BLOCK)  # psycopg hands it over a row at a time
+        paced = Paced(ChunkStream(copy), BLOCK)
+        buffered = io.BufferedReader(paced, BLOCK)  # psycopg hands it over a row at a time
         if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)
             return
         reader = pacsv.open_csv(
@@ -57,5 +59,5 @@ def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator
             parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
             convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(fields, pa.string()), null_values=[""],
                                                  strings_can_be_null=True, quoted_strings_can_be_null=False))
-        for batch in reader:
+        for batch in paced.taken(reader):
             yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)

@@ -18,6 +18,8 @@ import re
 from functools import lru_cache
 from typing import IO, Any
 
+from connector_ops.resources.virtual_files.paced import Paced
+
 BLOCK = 1 << 20
 #: a quoted field still open after this many bytes is left to the slow path, so the check stays linear
 LONGEST_QUOTED = 8 << 20
@@ -80,10 +82,11 @@ def csv_batches(stream: IO[bytes], width: int, delimiter: str) -> Any:
     import pyarrow.csv as pacsv
 
     names = [f"c{i}" for i in range(width)]
-    buffered = io.BufferedReader(CheckedBytes(stream, delimiter.encode()), BLOCK)
+    paced = Paced(CheckedBytes(stream, delimiter.encode()), BLOCK)
+    buffered = io.BufferedReader(paced, BLOCK)
     if not buffered.peek(1):  # no data rows (Arrow calls an empty input an error)
         return pa.RecordBatchReader.from_batches(pa.schema([(n, pa.string()) for n in names]), [])
-    return pacsv.open_csv(
+    reader = pacsv.open_csv(
         buffered,
         read_options=pacsv.ReadOptions(column_names=names, block_size=BLOCK),
         parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char='"', double_quote=True, escape_char=False,
@@ -91,3 +94,4 @@ def csv_batches(stream: IO[bytes], width: int, delimiter: str) -> Any:
         convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), check_utf8=True,
                                              strings_can_be_null=False, quoted_strings_can_be_null=False),
     )
+    return pa.RecordBatchReader.from_batches(reader.schema, paced.taken(reader))

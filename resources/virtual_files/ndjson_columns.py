@@ -8,9 +8,10 @@ several objects on one line, which NDJSON (and the row reader) refuses: the byte
 reads them, and once the last batch is out the number of non-blank lines must equal the number of rows,
 else :class:`NotNDJSON` is raised — before the load commits, so nothing is left.
 
-Memory: Arrow's reader, left to its thread pool, parses blocks ahead of a slow consumer; only the SQLite
-loader process lets it (:mod:`.sqlite_ingest`, which also reads batches ahead of the inserts in a thread);
-on PostgreSQL it parses alone while the server's ``COPY`` stores the previous batches.
+Memory: Arrow's reader reads at most a few blocks ahead of the batches taken (:mod:`.paced`). Left to its
+thread pool, it parses blocks ahead of a slow consumer; only the SQLite loader process lets it
+(:mod:`.sqlite_ingest`, which also reads batches ahead of the inserts in a thread); on PostgreSQL it parses
+alone while the server's ``COPY`` stores the previous batches.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import io
 import re
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
+
+from connector_ops.resources.virtual_files.paced import Paced
 
 #: Arrow's block: the unit of parsing and of memory
 BLOCK = 1 << 20
@@ -75,12 +78,13 @@ def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK
     import pyarrow.json as pj
 
     audit = _LineAudit(stream)
+    paced = Paced(audit, block)
     parse = pj.ParseOptions(explicit_schema=pa.schema([(c, pa.string()) for c in columns]),
                             unexpected_field_behavior="error")
-    reader = pj.open_json(io.BufferedReader(audit, block),
+    reader = pj.open_json(io.BufferedReader(paced, block),
                           read_options=pj.ReadOptions(block_size=block, use_threads=threads), parse_options=parse)
     rows = 0
-    for batch in reader:
+    for batch in paced.taken(reader):
         rows += batch.num_rows
         yield batch
     if rows != audit.lines:

@@ -1,0 +1,85 @@
+"""Arrow's streaming readers held to a few blocks of read-ahead.
+
+``pyarrow.csv.open_csv`` and ``pyarrow.json.open_json`` read their input in a background thread of Arrow's
+I/O pool, up to 32 blocks ahead of whoever takes the batches (Arrow's background generator queue; with or
+without ``use_threads``). Ours take them slowly: PostgreSQL's ``COPY`` stores rows more slowly than Arrow
+parses them, and so do the SQLite loader's inserts. So up to 34 MiB of input waited in that queue (measured
+with 1 MiB blocks and a consumer that takes 20 ms a batch), and the heap it churned through is what kept a
+4M-row NDJSON Push on PostgreSQL at 65–99 MiB of peak growth, against 33–57 MiB at 1M rows.
+
+:class:`Paced` sits under Arrow's buffered reader and makes a read wait while the bytes read are more than
+``limit`` blocks ahead of the batches taken. Arrow gives one batch per block (an empty one for a block of
+blank lines) and needs at most the next block to finish a batch's last line (a longer line is its error,
+"straddling object"), so a few blocks always suffice. Should a reader ever need more, a consumer left
+waiting ``STALL`` seconds for a batch lets the read through: pacing may slow a read, never stop it.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+#: blocks Arrow may read ahead of the batches taken: the next batch's block and the one that ends its last
+#: line, and two being parsed by the SQLite loader's threads
+AHEAD = 4
+#: seconds a read waits while the consumer waits for a batch before it is let through (never, so far)
+STALL = 1.0
+
+
+class Paced(io.RawIOBase):
+    """``raw`` read at most ``limit`` blocks of ``block`` bytes ahead of the batches taken through
+    :meth:`taken`; wrap it in a ``BufferedReader`` for Arrow. Once the consumer is done (the batches ended,
+    or it stopped taking them), a read gets the end."""
+
+    def __init__(self, raw: Any, block: int, limit: int | None = None, stall: float | None = None) -> None:
+        self._raw = raw
+        self._block = block
+        self._limit = (AHEAD if limit is None else limit) * block
+        self._stall = STALL if stall is None else stall
+        self._ahead = 0  # bytes read beyond the blocks of the batches taken
+        self._wanted = True  # the consumer waits for a batch (or has not taken one yet)
+        self._done = False
+        self._turn = threading.Condition()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        with self._turn:
+            while not self._done and self._ahead >= self._limit:
+                if not self._turn.wait(self._stall) and self._wanted:
+                    break  # the consumer has waited for a batch all this time: this read is what it needs
+            if self._done:
+                return 0
+        n = self._raw.readinto(buffer)
+        with self._turn:
+            self._ahead += n or 0
+        return n
+
+    def taken(self, batches: Iterable[Any]) -> Iterator[Any]:
+        """``batches`` (read from this stream), each one taken letting Arrow read a block more; when they end,
+        or the consumer stops taking them, every read waiting here gets the end."""
+        source = iter(batches)
+        try:
+            while True:
+                self._set(wanted=True)
+                try:
+                    batch = next(source)
+                except StopIteration:
+                    return
+                finally:
+                    self._set(wanted=False, took=True)
+                yield batch
+        finally:
+            with self._turn:
+                self._done = True
+                self._turn.notify_all()
+
+    def _set(self, *, wanted: bool, took: bool = False) -> None:
+        with self._turn:
+            self._wanted = wanted
+            if took:
+                self._ahead = max(0, self._ahead - self._block)
+            self._turn.notify_all()

@@ -1,0 +1,139 @@
+"""Arrow's streaming readers read only a few blocks ahead of a slow consumer (:mod:`.paced`), without ever
+stopping a read the consumer needs, and let go of their reading thread when the consumer stops."""
+
+from __future__ import annotations
+
+import io
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from connector_ops.resources.virtual_files import csv_columns, paced
+from connector_ops.resources.virtual_files.csv_columns import csv_batches
+from connector_ops.resources.virtual_files.ndjson_columns import ndjson_batches
+from connector_ops.resources.virtual_files.paced import Paced
+
+BLOCK = 1 << 16
+BLOCKS = 40
+
+
+class Counted(io.RawIOBase):
+    """``data`` as a raw stream that counts the bytes read from it."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+        self.read_bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+        n = self._data.readinto(buffer)
+        self.read_bytes += n
+        return n
+
+
+def _ndjson(data: Counted) -> Iterator[Any]:
+    return ndjson_batches(io.BufferedReader(data, BLOCK), ["a", "b"], BLOCK)
+
+
+def _csv(data: Counted) -> Iterator[Any]:
+    return iter(csv_batches(io.BufferedReader(data, BLOCK), 2, ","))
+
+
+READERS: dict[str, tuple[bytes, Callable[[Counted], Iterator[Any]]]] = {
+    "ndjson": (b'{"a": "' + b"x" * 40 + b'", "b": "y"}\n', _ndjson),
+    "csv": (b"x" * 40 + b",y\n", _csv),
+}
+
+
+def most_ahead(kind: str) -> tuple[float, int]:
+    """The most blocks read beyond the batches a slow consumer had taken, and the rows it took."""
+    line, batches = READERS[kind]
+    data = Counted(line * (BLOCKS * BLOCK // len(line)))
+    ahead, rows = 0.0, 0
+    for taken, batch in enumerate(batches(data)):
+        rows += batch.num_rows
+        time.sleep(0.01)  # the database storing the batch: Arrow's thread reads meanwhile
+        ahead = max(ahead, data.read_bytes / BLOCK - taken)
+    return ahead, rows
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(csv_columns, "BLOCK", BLOCK)
+
+
+@pytest.mark.parametrize("kind", READERS)
+def test_a_slow_consumer_has_only_a_few_blocks_read_ahead_of_it(kind: str, monkeypatch) -> None:
+    line = READERS[kind][0]
+    ahead, rows = most_ahead(kind)
+    assert rows == BLOCKS * BLOCK // len(line)
+    assert ahead <= paced.AHEAD + 1
+    monkeypatch.setattr(paced, "AHEAD", 1000)  # unpaced: Arrow's own queue holds up to 32 blocks
+    assert most_ahead(kind)[0] > 20
+
+
+class ArrowLike:
+    """Reads ``stream`` in a thread of its own, as Arrow's I/O thread does, a batch being ``first`` blocks
+    and then one block each; the batches come out of its queue."""
+
+    def __init__(self, stream: Paced, first: int = 1) -> None:
+        self._queue: queue.Queue[bytes | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._read, args=(io.BufferedReader(stream, BLOCK), first),
+                                       daemon=True)
+        self.thread.start()
+
+    def _read(self, buffered: io.BufferedReader, first: int) -> None:
+        self._queue.put(b"".join(buffered.read(BLOCK) for _ in range(first)))
+        while block := buffered.read(BLOCK):
+            self._queue.put(block)
+        self._queue.put(None)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._queue.get, None)
+
+
+def test_a_busy_consumer_holds_the_reader_back_however_long_it_takes() -> None:
+    data = Counted(bytes(8 * BLOCK))
+    stream = Paced(data, BLOCK, limit=2, stall=0.02)
+    arrow = ArrowLike(stream)
+    taken = stream.taken(arrow)
+    next(taken)  # the consumer busy with its first batch from now on: many stalls long
+    time.sleep(0.3)
+    assert data.read_bytes == 3 * BLOCK  # the batch's block and two ahead
+    next(taken)
+    time.sleep(0.1)
+    assert data.read_bytes == 4 * BLOCK
+    assert sum(map(len, taken)) == 6 * BLOCK
+    arrow.thread.join(5)
+    assert not arrow.thread.is_alive()
+
+
+def test_a_reader_needing_more_blocks_than_the_limit_is_let_through_while_its_consumer_waits() -> None:
+    stream = Paced(io.BytesIO(bytes(8 * BLOCK)), BLOCK, limit=1, stall=0.05)
+    batches: list[bytes] = []
+    started = time.monotonic()
+    consumer = threading.Thread(target=lambda: batches.extend(stream.taken(ArrowLike(stream, first=5))), daemon=True)
+    consumer.start()
+    consumer.join(5)
+    assert not consumer.is_alive()
+    assert [len(b) // BLOCK for b in batches] == [5, 1, 1, 1]
+    assert time.monotonic() - started >= 3 * 0.05  # it waited before each block past the limit
+
+
+def test_a_read_waiting_gets_the_end_once_the_consumer_stops() -> None:
+    data = Counted(bytes(8 * BLOCK))
+    stream = Paced(data, BLOCK, limit=1)
+    arrow = ArrowLike(stream)
+    taken = stream.taken(arrow)
+    next(taken)
+    arrow.thread.join(0.1)
+    assert arrow.thread.is_alive()  # waiting to read the third block
+    taken.close()  # the consumer failed, or has what it wanted
+    arrow.thread.join(5)
+    assert not arrow.thread.is_alive() and data.read_bytes == 2 * BLOCK
