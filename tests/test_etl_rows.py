@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from connector_ops import ConnectorError, invoke
@@ -225,6 +227,25 @@ def test_an_index_build_sorts_in_bounded_memory_on_sqlite(tmp_path):
     assert during == [-SQLITE_SORT_KIB]
     with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_CACHE_KIB
+
+
+def test_a_new_file_is_filled_under_a_small_page_cache_on_sqlite(tmp_path):
+    """The pages a load writes stay in SQLite's cache, dirty, until it is full: a new file is filled under
+    the small cache, and the connection gets its full cache back afterwards, after a failed load too."""
+    from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, SQLITE_LOAD_KIB
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+    store = VirtualFileStore(database_url=f"sqlite:///{tmp_path / 'vf.db'}")
+    for fails in (False, True):
+        with pytest.raises(RuntimeError) if fails else contextlib.nullcontext(), \
+                store.sql.create(["city"]) as writer:
+            writer.write_tuples(["city"], [("Paris",)])
+            assert writer.conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_LOAD_KIB
+            if fails:
+                raise RuntimeError("the source failed")
+        with store.sql.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_CACHE_KIB
+    assert len(store.inventory()) == 1
 
 
 def test_a_reader_does_not_wait_for_its_commit_to_be_flushed_on_postgresql(postgres_resources):

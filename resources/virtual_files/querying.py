@@ -15,7 +15,7 @@ from connector_ops.kernel.notices import warn
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore
-from connector_ops.resources.virtual_files.engines import sorting_in_bounded_memory
+from connector_ops.resources.virtual_files.engines import SQLITE_SORT_KIB, page_cache
 from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns, filter_warnings
 from connector_ops.resources.virtual_files.rows import fetch_dicts, select_rows
 from connector_ops.resources.virtual_files.shapes import Row
@@ -41,7 +41,7 @@ class Querying(StoreCore):
             for ordinal in wanted:
                 if ordinal in info.indexed:
                     continue
-                with sorting_in_bounded_memory(conn):
+                with page_cache(conn, SQLITE_SORT_KIB):
                     sa.Index(f"ix_{info.table_name}_{internal_name(ordinal)}",
                              table.c[internal_name(ordinal)]).create(conn, checkfirst=True)
                 conn.execute(

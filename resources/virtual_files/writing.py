@@ -19,6 +19,7 @@ from connector_ops.kernel.scoped import batched
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore
+from connector_ops.resources.virtual_files.engines import SQLITE_LOAD_KIB, page_cache
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Values
 
@@ -98,7 +99,7 @@ class Writing(StoreCore):
         With ``replace=vf_id`` the rows of that virtual file are swapped for the new ones atomically
         (same id, new generation: running iterations start over).
         """
-        with self.writing() as conn:
+        with self.writing() as conn, page_cache(conn, SQLITE_LOAD_KIB):
             if replace is None:
                 old, writer = None, self.new_file(conn, columns, field)
             else:
