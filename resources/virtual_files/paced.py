@@ -17,9 +17,12 @@ waiting ``STALL`` seconds for a batch lets the read through: pacing may slow a r
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: blocks Arrow may read ahead of the batches taken: the next batch's block and the one that ends its last
 #: line, and two being parsed by the SQLite loader's threads
@@ -50,6 +53,7 @@ class Paced(io.RawIOBase):
         with self._turn:
             while not self._done and self._ahead >= self._limit:
                 if not self._turn.wait(self._stall) and self._wanted:
+                    log.debug("a read let through: the consumer waited %.1f s for a batch", self._stall)
                     break  # the consumer has waited for a batch all this time: this read is what it needs
             if self._done:
                 return 0
