@@ -30,7 +30,8 @@ STRINGS = ['"x"', '""', '"a\\": 1, \\"b\\": 2"', '"x\\": 1 "', '"x\\":true, y"',
 NESTED = ['{"b": 1}', '[1, 2.50, true]', '{}', "[]"]
 GOOD = ["0", "7", "-12", "1.50", "-0.0", "0.000001", "true", "false", "null", '"x"', '"1"']
 VALUE = st.one_of(st.sampled_from(GOOD), st.sampled_from(NUMBERS + WORDS + STRINGS + NESTED))
-KEY = st.sampled_from(['"a"', '"b"', '"a b"', '"é"', '"k\\"q"', '""'])
+KEY = st.sampled_from(['"a"', '"b"', '"a b"', '"é"', '"k\\"q"', '""',
+                      '":1"', '"k:"', '"k: "', '"a,"', '"{"', '"["', '": 1 "', '":true "'])  # quotes to count
 SPACE = st.sampled_from(["", " ", "  ", "\t"])
 
 
@@ -39,13 +40,6 @@ def lines(draw: Any) -> str:
     pairs = draw(st.lists(st.tuples(KEY, SPACE, VALUE, SPACE), max_size=3))
     body = ",".join(f"{k}:{before}{v}{after}" for k, before, v, after in pairs)
     return draw(st.sampled_from(["{%s}", "{ %s }", "{%s", "%s}", "[%s]"])) % body
-
-
-def _colon_led(value: Any) -> bool:
-    """Does ``value`` hold a string that starts with ``:`` (its ``":`` looks like a key's end)?"""
-    if isinstance(value, str):
-        return value.startswith(":")
-    return isinstance(value, list | tuple) and any(map(_colon_led, value))
 
 
 def parsed(line: str | bytes) -> Any:
@@ -68,9 +62,7 @@ def test_quoted_lines_say_what_the_row_reader_stores(rewrite, line, newline):
         return
     assert quoted.endswith(newline)
     (was, original), (now, text) = parsed(line), parsed(quoted)
-    assert was == "ok" or now == "bad", (line, quoted)  # quoting never makes a broken line JSON, and breaks
-    assert was == now or _colon_led(json.loads(line, object_pairs_hook=list)), (line, quoted)  # a good one only
-    # where a string opens with ":" (pairs kept as pairs: a key twice hides one in a dict)
+    assert was == now, (line, quoted)  # quoting never breaks a line, nor makes a broken one JSON
     if now == "ok" and isinstance(original, dict):
         assert list(text) == list(original)
         for key, value in text.items():

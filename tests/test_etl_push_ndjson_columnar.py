@@ -85,6 +85,9 @@ def test_all_string_ndjson_reads_the_same_on_both_paths(resources, monkeypatch, 
     b'{"a": true, "b": false, "c": null}\n{"a": 0.000001, "b": 0}\n',
     b'{"a": "x\\" 1"}\n{"a": 7}\n',                # an escaped quote, but not on a number's line
     b'{"a": "x\\": 1", "b": 7}\n',                  # an escaped quote and a '": 1' inside a string
+    b'{"a": ": 1 ", "b": 7}\n{"a":": true","b":false}\n',  # strings that open with ':' beside numbers
+    b'[\n{"a": [": 1", ":2 "], "b": 7},\n{"a": "x", "b": 8}\n]\n',  # in an array (its line rewritten)
+    b'{"k: ": 1, "{": 2, ": 3 ": 4}\n',                  # keys ending or starting so
 ])
 def test_numbers_and_booleans_stored_as_written_take_the_columnar_path(resources, monkeypatch, paths, data):
     result, ran = both(resources, data, monkeypatch, paths)

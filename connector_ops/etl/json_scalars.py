@@ -15,11 +15,10 @@ stored ``1E-7``), a number of more than 100 characters, anything that is not JSO
 (:func:`.json_readers.stored_line`), which writes it again with every value as the text it stores, or
 refuses it (and the file goes to the row reader, which words the error). Without ``rewrite`` such lines
 refuse the bytes (:class:`NotPlainScalars`). A ``"`` followed by ``:`` ends a key unless it is escaped, sits
-inside a string after an escaped one, or opens a string value that starts with ``:``. On a line with an
-escaped quote, quotes are counted (escaped ones aside) and a ``":`` that does not end a key is left alone;
-elsewhere counting would cost more than the rest together, so a string value such as ``": 1 "`` gets
-quotes inside it, is no longer JSON, and sends the file to the row reader: slower, never wrong (a string
-value such as ``": {"`` merely has its line rewritten).
+inside a string after an escaped one, or opens a string that starts with ``:`` (``"a": ": 1 "``,
+``[": 1"]``). Where one of those may be the case — a line with an escaped quote, a quote after ``:``, ``,``,
+``[`` or ``{`` — the line's quotes are counted (escaped ones aside) and a ``":`` that does not end a key is
+left alone; counting every line would cost more than the rest together.
 
 The work is a few numpy passes over whole lines (:func:`scalars_quoted`): 0.7 ms a MiB of strings,
 ≈ 7 ms a MiB of the benchmark's rows with two numbers each; a rewritten line costs ≈ 9 µs in Python.
@@ -43,6 +42,12 @@ _ENDS[list(b",}] \t\r\n")] = True
 _DIGIT = np.zeros(256, dtype=bool)
 _DIGIT[list(b"0123456789")] = True
 _LONGEST_NUMBER = 100
+#: what may stand before a quote that opens a string (after whitespace), and the whitespace looked past
+_OPENERS = np.zeros(256, dtype=bool)
+_OPENERS[list(b":,[{")] = True
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[list(b" \t\r")] = True
+_LOOK_BACK = 4
 _WORDS = [np.frombuffer(word, dtype=np.uint8) for word in (b"true", b"false")]
 
 
@@ -75,8 +80,10 @@ def scalars_quoted(lines: bytes, rewrite: Callable[[bytes], bytes] | None = None
     is_word = (first == _T) | (first == _F)
     nested = (first == _BRACE) | (first == _BRACKET)
     picked = _number_chars(first) | is_word | nested
-    if picked.any() and b"\\" in lines:  # only an escaped quote can put a key's ``":`` inside a string
-        picked &= ~_inside_strings(v, colons, picked)
+    if picked.any():  # a ``":`` inside a string: after an escaped quote, or where a quote opens the string
+        opening = picked & _opens_string(v, colons)
+        if opening.any() or b"\\" in lines:
+            picked &= ~_inside_strings(v, colons, picked, opening)
     starts, is_word, nested = starts[picked], is_word[picked], nested[picked]
     if not len(starts):
         return lines
@@ -138,18 +145,33 @@ def escaped(v: np.ndarray, quotes: np.ndarray) -> np.ndarray:
     return after_slash & ((at - first) % 2 == 0)  # a run of at - first + 1 backslashes: odd
 
 
-def _inside_strings(v: np.ndarray, colons: np.ndarray, picked: np.ndarray) -> np.ndarray:
-    """Which of the ``picked`` ``colons`` (each after a quote) do not end a key, judged on the lines that hold an
-    escaped quote (each line on its own, so that how the bytes were cut into reads never matters): there, a
-    quote before a ``:`` ends a key when an even number of unescaped quotes stand from the line's start up to
-    it, itself included (a string never spans lines in JSON). The others open a string (``": 1 "`` is a
-    value, not a key's end) or sit inside one (an escaped quote is never counted, and an odd number of quotes
-    stands before it)."""
+def _opens_string(v: np.ndarray, colons: np.ndarray) -> np.ndarray:
+    """Which ``colons`` (each after a quote) follow a quote that may open a string rather than end a key: one
+    after ``:``, ``,``, ``[`` or ``{`` and whitespace (``"a": ": 1 "``, ``[": 1"]``), or after more whitespace
+    than is looked at. A key may end with one of those too (``"k:": 1``): :func:`_inside_strings` counts."""
+    undecided = np.ones(len(colons), dtype=bool)
+    opens = np.zeros(len(colons), dtype=bool)
+    for back in range(2, 2 + _LOOK_BACK):
+        at = colons - back
+        byte = v[np.maximum(at, 0)]
+        undecided &= at >= 0
+        opens |= undecided & _OPENERS[byte]
+        undecided &= _WHITESPACE[byte]
+    return opens | undecided
+
+
+def _inside_strings(v: np.ndarray, colons: np.ndarray, picked: np.ndarray, opening: np.ndarray) -> np.ndarray:
+    """Which of the ``picked`` ``colons`` (each after a quote) do not end a key, judged where that is in doubt:
+    on the lines that hold an escaped quote, and at the ``opening`` ones. Each line on its own (so that how the
+    bytes were cut into reads never matters), a quote before a ``:`` ends a key when an even number of
+    unescaped quotes stand from the line's start up to it, itself included (a string never spans lines in
+    JSON). The others open a string (``": 1 "`` is a value, not a key's end) or sit inside one (an escaped
+    quote is never counted, and an odd number of quotes stands before it)."""
     quotes = np.flatnonzero(v == _QUOTE)
     is_escaped = escaped(v, quotes)
     newlines = np.flatnonzero(v == _NEWLINE)
     line_of_colon = np.searchsorted(newlines, colons)
-    doubtful = picked & np.isin(line_of_colon, np.searchsorted(newlines, quotes[is_escaped]))
+    doubtful = picked & (opening | np.isin(line_of_colon, np.searchsorted(newlines, quotes[is_escaped])))
     inside = np.zeros(len(colons), dtype=bool)
     if doubtful.any():
         real, key_quotes = quotes[~is_escaped], colons[doubtful] - 1

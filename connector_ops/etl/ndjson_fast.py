@@ -11,7 +11,7 @@ written) whenever Arrow's reading could differ from it:
 * a line whose values :mod:`.json_scalars` cannot quote (a nested value, ``1e5``, ``-0``) is written again by
   the row reader's own conversion (:func:`.json_readers.stored_line`, ≈ 9 µs a line); when more than half
   the first block's lines would be, the row reader reads the file, which it does faster then. A line that
-  conversion refuses, and a number beside a string that opens with ``: 1``, fail the read;
+  conversion refuses fails the read;
 * the first block decides the columns (:func:`columns_of`) and whether values are quoted at all (a file of
   strings is read as it is: 0.7 ms a MiB saved). A key it lacks fails the read; then every key of the file
   is found (:func:`every_key`: Arrow infers each block's keys) and the file read again with all of them. A
