@@ -158,6 +158,12 @@ def test_a_line_too_long_to_hold_is_the_row_readers(monkeypatch):
         stream.read()
 
 
+@pytest.mark.parametrize("lines", [b'": 1 "\n{"a": 2}\n', b'{"a": 2}\n": 1 "\n', b'{"a": 2}\n[": 1", ":true "]\n'])
+def test_a_string_first_on_its_line_is_left_alone(lines):
+    """Not an object (the row reader refuses such a line), but a string that opens with ``:`` stays one."""
+    assert scalars_quoted(lines) == lines.replace(b'"a": 2', b'"a": "2"')
+
+
 def test_quotes_are_counted_escaped_ones_aside():
     """A key ending in a backslash (``"k\\\\"``) ends at its quote; a ``":`` after an escaped quote, or opening a
     string, is inside one and is left alone."""

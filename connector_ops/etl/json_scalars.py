@@ -44,7 +44,7 @@ _DIGIT[list(b"0123456789")] = True
 _LONGEST_NUMBER = 100
 #: what may stand before a quote that opens a string (after whitespace), and the whitespace looked past
 _OPENERS = np.zeros(256, dtype=bool)
-_OPENERS[list(b":,[{")] = True
+_OPENERS[list(b":,[{\n")] = True
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\r")] = True
 _LOOK_BACK = 4
@@ -147,15 +147,15 @@ def escaped(v: np.ndarray, quotes: np.ndarray) -> np.ndarray:
 
 def _opens_string(v: np.ndarray, colons: np.ndarray) -> np.ndarray:
     """Which ``colons`` (each after a quote) follow a quote that may open a string rather than end a key: one
-    after ``:``, ``,``, ``[`` or ``{`` and whitespace (``"a": ": 1 "``, ``[": 1"]``), or after more whitespace
-    than is looked at. A key may end with one of those too (``"k:": 1``): :func:`_inside_strings` counts."""
+    after ``:``, ``,``, ``[`` or ``{`` and whitespace (``"a": ": 1 "``, ``[": 1"]``), first on its line, or
+    after more whitespace than is looked at. A key may end with one of those too (``"k:": 1``):
+    :func:`_inside_strings` counts."""
     undecided = np.ones(len(colons), dtype=bool)
     opens = np.zeros(len(colons), dtype=bool)
     for back in range(2, 2 + _LOOK_BACK):
         at = colons - back
         byte = v[np.maximum(at, 0)]
-        undecided &= at >= 0
-        opens |= undecided & _OPENERS[byte]
+        opens |= undecided & ((at < 0) | _OPENERS[byte])  # after a delimiter, or first on its line
         undecided &= _WHITESPACE[byte]
     return opens | undecided
 
