@@ -84,7 +84,7 @@ class ArrowLike:
 
     def __init__(self, stream: Paced, first: int = 1) -> None:
         self._queue: queue.Queue[bytes | None] = queue.Queue()
-        self.thread = threading.Thread(target=self._read, args=(io.BufferedReader(stream, BLOCK), first),
+        self.thread = threading.Thread(target=self._read, args=(stream.buffered(), first),
                                        daemon=True)
         self.thread.start()
 

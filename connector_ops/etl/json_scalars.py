@@ -81,7 +81,8 @@ def scalars_quoted(lines: bytes, rewrite: Callable[[bytes], bytes] | None = None
     nested = (first == _BRACE) | (first == _BRACKET)
     picked = _number_chars(first) | is_word | nested
     if picked.any():  # a ``":`` inside a string: after an escaped quote, or where a quote opens the string
-        opening = picked & _opens_string(v, colons)
+        opening = picked.copy()
+        opening[picked] = _opens_string(v, colons[picked])  # only before the values that would be quoted
         if opening.any() or b"\\" in lines:
             picked &= ~_inside_strings(v, colons, picked, opening)
     starts, is_word, nested = starts[picked], is_word[picked], nested[picked]

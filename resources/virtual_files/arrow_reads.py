@@ -9,7 +9,6 @@ page at a time. Either way the rows are read in one snapshot, in row order, in b
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -49,8 +48,8 @@ def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator
     statement = f"COPY ({query.compile(dialect=conn.dialect)}) TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
     fields = [f"f{i}" for i in range(len(schema.names))]  # the user's names may repeat; Arrow's reader wants them apart
     with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
-        paced = Paced(ChunkStream(copy), BLOCK)
-        buffered = io.BufferedReader(paced, BLOCK)  # psycopg hands it over a row at a time
+        paced = Paced(ChunkStream(copy), BLOCK)  # psycopg hands it over a row at a time
+        buffered = paced.buffered()
         if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)
             return
         reader = pacsv.open_csv(

@@ -83,7 +83,7 @@ def csv_batches(stream: IO[bytes], width: int, delimiter: str) -> Any:
 
     names = [f"c{i}" for i in range(width)]
     paced = Paced(CheckedBytes(stream, delimiter.encode()), BLOCK)
-    buffered = io.BufferedReader(paced, BLOCK)
+    buffered = paced.buffered()
     if not buffered.peek(1):  # no data rows (Arrow calls an empty input an error)
         return pa.RecordBatchReader.from_batches(pa.schema([(n, pa.string()) for n in names]), [])
     reader = pacsv.open_csv(

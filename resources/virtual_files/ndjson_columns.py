@@ -81,7 +81,7 @@ def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK
     paced = Paced(audit, block)
     parse = pj.ParseOptions(explicit_schema=pa.schema([(c, pa.string()) for c in columns]),
                             unexpected_field_behavior="error")
-    reader = pj.open_json(io.BufferedReader(paced, block),
+    reader = pj.open_json(paced.buffered(),
                           read_options=pj.ReadOptions(block_size=block, use_threads=threads), parse_options=parse)
     rows = 0
     for batch in paced.taken(reader):

@@ -33,7 +33,7 @@ STALL = 1.0
 
 class Paced(io.RawIOBase):
     """``raw`` read at most ``limit`` blocks of ``block`` bytes ahead of the batches taken through
-    :meth:`taken`; wrap it in a ``BufferedReader`` for Arrow. Once the consumer is done (the batches ended,
+    :meth:`taken`; Arrow reads it through :meth:`buffered`. Once the consumer is done (the batches ended,
     or it stopped taking them), a read gets the end."""
 
     def __init__(self, raw: Any, block: int, limit: int | None = None, stall: float | None = None) -> None:
@@ -48,6 +48,10 @@ class Paced(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
+
+    def buffered(self) -> io.BufferedReader:
+        """This stream buffered a block at a time, as Arrow reads it (so its reads are the blocks counted)."""
+        return io.BufferedReader(self, self._block)
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         with self._turn:
