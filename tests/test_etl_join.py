@@ -137,12 +137,22 @@ def test_joined_files_keep_their_row_key_and_take_appends(resources):
     assert store.summary(result["rejectionFileId"], 0)[0] == 43 + 1
 
 
-def test_join_inputs_get_statistics_on_postgresql(postgres_resources):
+@pytest.mark.parametrize("load", ["rows", "copy"])
+def test_join_inputs_get_statistics_on_postgresql(postgres_resources, load):
     """Files fresh from a load have no planner statistics; Join gathers them first (without them the
-    planner sorted the whole left file for a merge join instead of hashing the right one)."""
+    planner sorted the whole left file for a merge join instead of hashing the right one). A ``COPY`` load
+    builds the primary key after the rows, which tells the planner the table's size but not its columns'
+    values: statistics are judged by the columns' (``pg_stats``), not by the size."""
+    import io
+
     resources = postgres_resources
     store = resources["virtual_files"]
-    left = store.create_from_dicts([[{"k": str(i % 7), "a": f"a{i}"} for i in range(500)]])
+    left_rows = [{"k": str(i % 7), "a": f"a{i}"} for i in range(500)]
+    if load == "rows":
+        left = store.create_from_dicts([left_rows])
+    else:
+        data = "".join(f"{r['k']},{r['a']}\n" for r in left_rows).encode()
+        left = store.create_from_csv(["k", "a"], io.BytesIO(data), ",")
     right = store.create_from_dicts([[{"key": "3", "b": "b"}]])
 
     with store.sql.writing() as conn:  # autovacuum must not get there first
@@ -150,14 +160,16 @@ def test_join_inputs_get_statistics_on_postgresql(postgres_resources):
         for name in names:
             conn.exec_driver_sql(f'ALTER TABLE "{name}" SET (autovacuum_enabled = false)')
 
-    def tuples() -> list[float]:
+    def state() -> list[tuple[float, int]]:
         with store.sql.reading() as conn:
-            return [conn.exec_driver_sql(f"SELECT reltuples FROM pg_class WHERE relname = '{n}'").scalar()
-                    for n in names]
+            return [conn.exec_driver_sql(f"SELECT reltuples, (SELECT count(*) FROM pg_stats WHERE tablename = '{n}') "
+                                         f"FROM pg_class WHERE relname = '{n}'").one() for n in names]
 
-    assert tuples() == [-1, -1]  # never analyzed (PostgreSQL ≥ 14)
+    before = state()
+    assert [columns for _, columns in before] == [0, 0]  # no column statistics
+    assert before[0][0] == (-1 if load == "rows" else 500)  # -1: never analyzed (PostgreSQL ≥ 14)
     join(resources, left, right)
-    assert tuples() == [500, 1]
+    assert state() == [(500, 3), (1, 3)]  # seq and the two columns
 
 
 def test_rejection_is_an_anti_join_on_postgresql(postgres_url, tmp_path):

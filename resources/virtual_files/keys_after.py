@@ -112,11 +112,17 @@ def analyzed(conn: sa.Connection, table_names: Sequence[str]) -> None:
     made in this transaction), so the planner joins them as they are: without them it guessed the Join
     benchmark's 100k-row right file at a sixth of its size and sorted 1M left rows for a merge join
     (1.16 s) instead of hashing the right file (0.69 s). A small sample is enough for that: the default
-    one took 0.27 s on the 1M-row left file."""
+    one took 0.27 s on the 1M-row left file.
+
+    "Never had any" is judged by the columns' statistics (``pg_stats``), not by the table's size
+    (``reltuples``): a load whose primary key is built after its rows (:func:`keys_built_after`) has its size
+    counted by that build but nothing known of its values. Judged by size, pushed files passed for analyzed
+    and the planner merge-joined them again (Join's output 0.48 s, against 0.29 s analyzed, at 1M × 100k)."""
     if conn.dialect.name != "postgresql":
         return
     quote = conn.dialect.identifier_preparer.quote
-    never = conn.execute(sa.text("SELECT relname FROM pg_class WHERE relname IN :names AND reltuples < 0")
+    never = conn.execute(sa.text("SELECT relname FROM pg_class c WHERE relname IN :names AND relkind = 'r' "
+                                 "AND NOT EXISTS (SELECT FROM pg_stats s WHERE s.tablename = c.relname)")
                          .bindparams(sa.bindparam("names", expanding=True)), {"names": list(table_names)}
                          ).scalars().all()
     if never:
