@@ -17,6 +17,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+
+def _code_under_test() -> None:
+    """Refuse to time another checkout's code. An editable install maps ``connector_ops.resources`` and
+    ``connector_ops.pipelines`` (top-level folders of the repository) to the tree it was installed from, so a
+    benchmark run from a second worktree (the "before" side of an A/B) would time that tree's actions over
+    the installed tree's store, and compare the new code with itself. Symbolic links in the worktree's
+    ``connector_ops`` folder make it find its own."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ("connector_ops", "connector_ops.resources", "connector_ops.pipelines"):
+        spec = importlib.util.find_spec(name)
+        origin = Path(spec.origin).resolve() if spec and spec.origin else None
+        if origin is None or root not in origin.parents:
+            raise SystemExit(f"{name} comes from {origin}, not from {root}: run this checkout's own code with\n"
+                             f"  ln -s ../resources {root}/connector_ops/resources\n"
+                             f"  ln -s ../pipelines {root}/connector_ops/pipelines")
+
+
+_code_under_test()
 DATA_DIR = Path(__file__).parent / ".data"
 CITIES = [f"City-{i:04d}" for i in range(1000)]
 CATEGORIES = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
