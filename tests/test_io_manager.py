@@ -72,10 +72,14 @@ def test_a_missing_output_is_a_clear_failure(env: dict[str, str]) -> None:
                                                                      f"{first.run_id}/use/result": "vf-1"}
     StepOutputs(env["CONNECTOR_OPS_DATABASE_URL"]).delete_runs([first.run_id])
     manager = StepOutputIOManager()
-    upstream = dg.build_output_context(step_key="make", name="result", run_id=first.run_id)
-    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(dg.Failure) as caught:
-        manager.load_input(dg.build_input_context(name="value", dagster_type=resolve_dagster_type(str),
-                                                  upstream_output=upstream, instance=instance))
+    # contexts (and the instance) closed by the test: left to the garbage collector, their resources were
+    # torn down at the interpreter's exit, after SQLite's connections ("Exception during reset" noise)
+    with (dg.DagsterInstance.ephemeral() as instance,
+          dg.build_output_context(step_key="make", name="result", run_id=first.run_id, instance=instance) as upstream,
+          dg.build_input_context(name="value", dagster_type=resolve_dagster_type(str), upstream_output=upstream,
+                                 instance=instance) as context,
+          pytest.raises(dg.Failure) as caught):
+        manager.load_input(context)
     assert "input 'value': step output" in caught.value.description
     assert "re-execute from that step" in caught.value.description
 
