@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import random
 
 import pandas as pd
@@ -143,8 +144,6 @@ def test_join_inputs_get_statistics_on_postgresql(postgres_resources, load):
     planner sorted the whole left file for a merge join instead of hashing the right one). A ``COPY`` load
     builds the primary key after the rows, which tells the planner the table's size but not its columns'
     values: statistics are judged by the columns' (``pg_stats``), not by the size."""
-    import io
-
     resources = postgres_resources
     store = resources["virtual_files"]
     left_rows = [{"k": str(i % 7), "a": f"a{i}"} for i in range(500)]
