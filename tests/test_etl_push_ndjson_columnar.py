@@ -248,12 +248,13 @@ def test_an_array_longer_than_a_block_with_a_late_fault_leaves_nothing(resources
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(rows=st.lists(st.dictionaries(st.sampled_from(KEYS), TEXT, max_size=3), min_size=1, max_size=8),
        newline=st.sampled_from(["\n", "\r\n"]), own_brackets=st.booleans(), spaced=st.booleans(),
-       size=st.integers(1, 12))
-def test_an_array_becomes_the_same_lines_however_the_reads_fall(rows, newline, own_brackets, spaced, size):
-    """The objects come out one per line, as they are, whatever sizes the reads underneath have."""
+       blank=st.booleans(), size=st.integers(1, 12))
+def test_an_array_becomes_the_same_lines_however_the_reads_fall(rows, newline, own_brackets, spaced, blank, size):
+    """The objects come out one per line, as they are, whatever sizes the reads underneath have (and wherever
+    a read ends: after an object, a comma, a CR, blanks or an empty line)."""
     from connector_ops.etl.json_array_lines import ArrayLines
 
-    data = array_text(rows, newline, own_brackets, spaced, blank=False)
+    data = array_text(rows, newline, own_brackets, spaced, blank)
     lines = ArrayLines(Trickle(data, size))
     out = b"".join(iter(lambda: lines.read(7), b""))
     assert [json.loads(line) for line in out.split(b"\n") if line.strip()] == rows
