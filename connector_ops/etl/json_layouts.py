@@ -74,15 +74,19 @@ def joined(block: bytes, before: int) -> bytes:
         quotes = quotes[~escaped(v, quotes)]
     if len(quotes) % 2 or (np.searchsorted(quotes, breaks) % 2).any():
         raise NotPretty("a line break inside a string")
-    cr = (breaks > 0) & (v[np.maximum(breaks - 1, 0)] == _CR)
-    if block.count(b"\r") != cr.sum():
-        raise NotPretty("a CR that does not end a line")
-    starts = breaks - cr
+    crlf = b"\r" in block  # without a CR, a count and a byte-by-byte translate are spared (215 MB: 0.2 s)
+    if crlf:
+        cr = (breaks > 0) & (v[np.maximum(breaks - 1, 0)] == _CR)
+        if block.count(b"\r") != cr.sum():
+            raise NotPretty("a CR that does not end a line")
+        starts = breaks - cr
+    else:
+        starts = breaks
     previous = np.where(starts > 0, v[np.maximum(starts - 1, 0)], before)
     following = np.where(breaks + 1 < n, v[np.minimum(breaks + 1, n - 1)], _NEWLINE)  # past the block: a break
     if not (_APART[previous] | _APART[following]).all():
         raise NotPretty("a line break between two tokens")
-    return block.translate(None, b"\r\n")
+    return block.translate(None, b"\r\n") if crlf else block.replace(b"\n", b"")
 
 
 class Joined(WholePieces):
