@@ -137,7 +137,7 @@ class ArrayLines(Transformed):
         end = data.rfind(b"\n") + 1
         if end > 1 and data[end - 2] not in _SPACE:  # the usual: that line is the last whole one, found in place
             cut = data.rfind(b"\n", 0, end - 1) + 1
-        else:  # past trailing blanks and empty lines (copying the lines: 0.05 s in 178 MB)
+        else:  # past trailing blanks and empty lines, on a copy of the lines (0.05 s per 178 MB read this way)
             cut = data[:end].rstrip(_SPACE).rfind(b"\n") + 1
         lines, self._held = data[:cut], data[cut:]
         self._bounded()
