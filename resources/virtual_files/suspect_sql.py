@@ -39,7 +39,7 @@ class Dialect:
         return sa.or_(*(value.op("GLOB", is_comparison=True)(g) for g in globs))
 
     def has_twice(self, value: Any, char: str) -> Any:
-        """True where ``value`` holds ``char`` (no pattern character) twice or more. On PostgreSQL ``LIKE``
+        """True where ``value`` holds ``char`` (not a LIKE or GLOB wildcard) twice or more. On PostgreSQL ``LIKE``
         costs less than a regular expression: 1M rows took 0.065 s, against 0.145 s for ``\\..*\\.`` (a script)."""
         if self.postgres:
             return value.like(f"%{char}%{char}%")
