@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.streams import ChunkStream
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
+from connector_ops.resources.virtual_files.crlf_blocks import WholeCRLF
 from connector_ops.resources.virtual_files.paced import Paced
 from connector_ops.resources.virtual_files.rows import keyset_pages
 
@@ -53,7 +54,7 @@ def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator
         if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)
             return
         reader = pacsv.open_csv(
-            buffered,
+            WholeCRLF(buffered),
             read_options=pacsv.ReadOptions(column_names=fields, block_size=BLOCK, use_threads=False),
             parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
             convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(fields, pa.string()), null_values=[""],

@@ -18,6 +18,7 @@ import re
 from functools import lru_cache
 from typing import IO, Any
 
+from connector_ops.resources.virtual_files.crlf_blocks import WholeCRLF
 from connector_ops.resources.virtual_files.paced import Paced
 
 BLOCK = 1 << 20
@@ -87,7 +88,7 @@ def csv_batches(stream: IO[bytes], width: int, delimiter: str) -> Any:
     if not buffered.peek(1):  # no data rows (Arrow calls an empty input an error)
         return pa.RecordBatchReader.from_batches(pa.schema([(n, pa.string()) for n in names]), [])
     reader = pacsv.open_csv(
-        buffered,
+        WholeCRLF(buffered),
         read_options=pacsv.ReadOptions(column_names=names, block_size=BLOCK),
         parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char='"', double_quote=True, escape_char=False,
                                          newlines_in_values=True, ignore_empty_lines=True),
