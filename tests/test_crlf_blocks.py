@@ -34,7 +34,7 @@ def straddling(row_count: int = 6) -> tuple[bytes, list[str]]:
 @pytest.mark.parametrize("ask", [2, 3, 7, 64])
 def test_no_read_ends_on_the_cr_of_a_crlf_and_the_bytes_are_unchanged(size, ask):
     data = b"\r\n\r\r\n\n\r" * 9 + b"a\r\nb\r" + b"\r\n" * 20 + b"\r"
-    stream, reads = WholeCRLF(Trickle(data, size)), []
+    stream, reads = WholeCRLF(io.BufferedReader(Trickle(data, size), size)), []
     while chunk := stream.read(ask):
         assert len(chunk) <= ask
         reads.append(chunk)

