@@ -167,7 +167,7 @@ def test_files_of_many_blocks_push_as_the_csv_module_reads_them(files, env, coun
     preamble = rnd.choice([0, 2])
     data, delimiter = random_csv(rnd, stray_quotes=False, rows=250_000, min_rows=150_000, preamble=preamble,
                                  alphabet=BIG_ALPHABET, ragged=1 / 100_000 if seed == 5 else 0,
-                                 empty=1 / 100_000 if seed == 4 else 0)  # PostgreSQL: COPY can't skip them
+                                 empty=1 / 100_000 if seed == 4 else 0)  # on PostgreSQL: Arrow, not COPY
     if fault:
         at = rnd.randrange(len(data) // 2, len(data))
         data = data[:at] + fault + data[at:]
