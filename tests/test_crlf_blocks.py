@@ -3,7 +3,8 @@
 Arrow's CSV reader drops an LF that opens a buffer after one that ended with a CR, quoted or not; Push's
 columnar path and ``pull_frame`` on PostgreSQL feed it through :class:`.crlf_blocks.WholeCRLF`. Found by the
 differential test of files of many blocks (``test_etl_push_columnar``), where one value in 14 MiB came back
-without its LF.
+without its LF. Each test below but the first fails without the guard on pyarrow 26.0.1 (pyarrow is not
+pinned, so no test asserts the upstream bug itself: a release that fixes it must not fail the build).
 """
 
 from __future__ import annotations
@@ -40,19 +41,6 @@ def test_no_read_ends_on_the_cr_of_a_crlf_and_the_bytes_are_unchanged(size, ask)
         reads.append(chunk)
     assert b"".join(reads) == data
     assert not any(a.endswith(b"\r") and b.startswith(b"\n") for a, b in itertools.pairwise(reads))
-
-
-def test_arrow_alone_loses_the_lf_so_the_guard_is_needed():
-    """The upstream bug itself: if this starts failing, Arrow is fixed and :mod:`.crlf_blocks` may go."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    data, values = straddling()
-    table = pacsv.read_csv(io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=["n", "v"],
-                                                                          block_size=BLOCK),
-                           parse_options=pacsv.ParseOptions(newlines_in_values=True),
-                           convert_options=pacsv.ConvertOptions(column_types={"v": pa.string()}))
-    assert table.column("v")[0].as_py() == values[0].replace("\r\n", "\r")
 
 
 def test_push_reads_a_straddling_crlf_whole(monkeypatch):
