@@ -22,13 +22,9 @@ from tests.test_csv_copy import Trickle
 BLOCK = 64
 
 
-def straddling(row_count: int = 6) -> tuple[bytes, list[str]]:
-    """Data rows ``n,"…\\r\\n…"`` whose first quoted CRLF has its CR at the end of the first ``BLOCK`` bytes."""
-    pad = BLOCK - len(b'0,"') - 1  # the CR is byte BLOCK - 1
-    values = ["x" * pad + "\r\ny", *(f"v{i}\r\nw" for i in range(1, row_count))]
-    data = b"".join(f'{i},"{v}"\n'.encode() for i, v in enumerate(values))
-    assert data[BLOCK - 1:BLOCK + 1] == b"\r\n"
-    return data, values
+def straddling(prefix: bytes) -> list[str]:
+    """Values holding a CRLF each; the first, written right after ``prefix``, has its CR at byte ``BLOCK - 1``."""
+    return ["x" * (BLOCK - len(prefix) - 1) + "\r\ny", *(f"v{i}\r\nw" for i in range(1, 6))]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 64, 1000])
@@ -45,7 +41,9 @@ def test_no_read_ends_on_the_cr_of_a_crlf_and_the_bytes_are_unchanged(size, ask)
 
 def test_push_reads_a_straddling_crlf_whole(monkeypatch):
     monkeypatch.setattr(csv_columns, "BLOCK", BLOCK)
-    data, values = straddling()
+    values = straddling(b'0,"')
+    data = b"".join(f'{i},"{v}"\n'.encode() for i, v in enumerate(values))
+    assert data[BLOCK - 1:BLOCK + 1] == b"\r\n"
     table = csv_columns.csv_batches(io.BytesIO(data), 2, ",").read_all()
     assert table.column("c1").to_pylist() == values
 
@@ -54,7 +52,6 @@ def test_pull_frame_reads_a_straddling_crlf_whole(env, store, monkeypatch):
     """On PostgreSQL the server's ``COPY … TO`` output is what Arrow reads, in blocks; SQLite's pages are
     never CSV, and must give the same."""
     monkeypatch.setattr(arrow_reads, "BLOCK", BLOCK)
-    pad = BLOCK - len(b'"0","') - 1  # COPY quotes every value: the CR is again byte BLOCK - 1
-    values = ["x" * pad + "\r\ny", *(f"v{i}\r\nw" for i in range(1, 6))]
+    values = straddling(b'"0","')  # COPY quotes every value
     vf = store.create_from_rows([{"n": str(i), "v": v} for i, v in enumerate(values)])
     assert pull_frame(vf)["v"].tolist() == values

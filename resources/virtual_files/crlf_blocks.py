@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-_CR, _LF = 13, 10
+_CR = 13
 
 
 class WholeCRLF(io.RawIOBase):
@@ -22,18 +22,16 @@ class WholeCRLF(io.RawIOBase):
 
     def __init__(self, stream: io.BufferedReader) -> None:
         self._stream = stream
-        self._held = b""  # a CR held back from the last read
+        self._cr_held = False  # the last read ended one byte early, on a CR it kept for this one
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        held = len(self._held)
-        view[:held] = self._held
-        total = held + (self._stream.readinto(view[held:]) or 0)
-        self._held = b""
-        if total > 1 and view[total - 1] == _CR and self._stream.peek(1)[:1] == b"\n":
-            self._held = b"\r"
-            total -= 1
-        return total
+        start = 0
+        if self._cr_held:
+            view[0], start = _CR, 1
+        total = start + (self._stream.readinto(view[start:]) or 0)
+        self._cr_held = total > 1 and view[total - 1] == _CR and self._stream.peek(1)[:1] == b"\n"
+        return total - 1 if self._cr_held else total
