@@ -3,7 +3,8 @@
 SQLite: WAL, ``synchronous=NORMAL``, a busy timeout (parallel Dagster steps share the file), and real
 transactions around DDL (pysqlite's legacy mode would auto-commit ``CREATE TABLE``), with
 ``BEGIN IMMEDIATE`` for writers so two writers never deadlock on a lock upgrade; WAL checkpoints in a
-background thread once a write transaction has ended (:mod:`.checkpoints`), not inside its commit.
+background thread once a write transaction has ended (:mod:`.checkpoints`), not inside its commit; and
+statements that stop on Ctrl-C (:mod:`.sqlite_interrupts`).
 PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses.
 """
 
@@ -22,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 from connector_ops.resources.virtual_files.catalog import metadata
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
+from connector_ops.resources.virtual_files.sqlite_interrupts import InterruptibleConnection
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -128,7 +130,8 @@ def get_engine(url: str) -> sa.Engine:
             path = parsed.database if parsed.database and parsed.database != ":memory:" else None
             if path:
                 Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            engine = sa.create_engine(key, connect_args={"timeout": 60, "check_same_thread": False})
+            engine = sa.create_engine(key, connect_args={"timeout": 60, "check_same_thread": False,
+                                                         "factory": InterruptibleConnection})
             _setup_sqlite(engine, path)
         else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
             engine = sa.create_engine(key, pool_pre_ping=True, connect_args={"client_encoding": "utf8"})

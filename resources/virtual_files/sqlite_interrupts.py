@@ -1,0 +1,106 @@
+"""SQLite connections whose statements stop when the process is interrupted: Ctrl-C at the terminal,
+Jupyter's Stop, Dagster's "Terminate" (each a SIGINT).
+
+Python runs a signal's handler only between bytecodes of the main thread. A statement runs inside
+SQLite's C code, so a Ctrl-C during a Join of two large files waited for the Join to end: a fan-out Join
+ignored it for the 5 minutes it was given. (psycopg cancels a PostgreSQL statement on its own, within
+0.1 s.) :class:`InterruptibleConnection` gives Python that chance: SQLite calls its progress handler every
+:data:`PROGRESS_STEPS` virtual-machine instructions, and a pending handler runs as the call begins. What
+the handler raises makes SQLite abandon the statement, and the transaction rolls back (an invalidated
+connection is closed by SQLAlchemy), so nothing is half-written.
+
+pysqlite does not pass on an exception raised in a callback: it reports the statement as
+``OperationalError('interrupted')`` (the progress handler) or ``OperationalError('user-defined function
+raised exception')`` (a function such as ``$regex``'s, which the signal may reach first). The cursors
+here raise what was meant instead: the function's own exception when it raised one (recorded by the
+wrapper :meth:`InterruptibleConnection.create_function` puts around it), else :class:`KeyboardInterrupt`,
+since only a signal's handler can raise where nothing records it: as a Python function is entered,
+before any ``try`` of its own. Dagster's handler raises its ``DagsterExecutionInterruptedError``, which
+arrives as ``KeyboardInterrupt``; Dagster treats the two alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+#: SQLite virtual-machine instructions between two calls of the progress handler: ≈ 1 ms of a Join or a
+#: scan, and a Python call per step that costs nothing measurable
+PROGRESS_STEPS = 100_000
+
+_ABANDONED = frozenset({"interrupted", "user-defined function raised exception"})
+
+
+def _signals_in() -> int:
+    """The progress handler: a pending signal's handler runs as this is entered; 0 means go on."""
+    return 0
+
+
+class _Failure:
+    """The last exception one of a connection's functions raised itself (not a signal as it was entered)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+
+def _translated(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` of the cursor, raising what stopped the statement instead of pysqlite's report of it."""
+    @functools.wraps(method)
+    def call(self: InterruptibleCursor, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if str(exc) not in _ABANDONED:
+                raise
+            failure = self.connection.failure
+            error, failure.error = failure.error, None
+            raise (error or KeyboardInterrupt()) from None
+    return call
+
+
+class InterruptibleCursor(sqlite3.Cursor):
+    connection: InterruptibleConnection
+
+    execute = _translated(sqlite3.Cursor.execute)
+    executemany = _translated(sqlite3.Cursor.executemany)
+    executescript = _translated(sqlite3.Cursor.executescript)
+    fetchone = _translated(sqlite3.Cursor.fetchone)
+    fetchmany = _translated(sqlite3.Cursor.fetchmany)
+    fetchall = _translated(sqlite3.Cursor.fetchall)
+
+
+class InterruptibleConnection(sqlite3.Connection):
+    """A ``sqlite3`` connection (``sqlite3.connect(…, factory=InterruptibleConnection)``) whose statements
+    stop on a signal, run through :class:`InterruptibleCursor`. Its ``execute`` shortcut is not one of them
+    (pysqlite makes that cursor in C): use ``cursor().execute``, as SQLAlchemy and this package do."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failure = _Failure()
+        self.set_progress_handler(_signals_in, PROGRESS_STEPS)
+
+    def cursor(self, factory: Any = InterruptibleCursor) -> Any:  # type: ignore[override]
+        return super().cursor(factory)
+
+    def create_function(self, name: str, narg: int, func: Callable[..., Any] | None, *,  # type: ignore[override]
+                        deterministic: bool = False) -> None:
+        if func is not None:
+            func = _recording(func, self.failure)
+        super().create_function(name, narg, func, deterministic=deterministic)
+
+
+def _recording(func: Callable[..., Any], failure: _Failure) -> Callable[..., Any]:
+    """``func``, noting in ``failure`` what it raises, so that its own error is told from a signal's (the
+    holder, not the connection, is captured: no cycle through pysqlite's C structures)."""
+    @functools.wraps(func)
+    def call(*args: Any) -> Any:
+        try:
+            return func(*args)
+        except BaseException as exc:
+            failure.error = exc
+            raise
+    return call
