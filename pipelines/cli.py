@@ -19,7 +19,7 @@ import click
 from connector_ops.environment import RESOURCE_KEYS
 from connector_ops.pipelines.catalog import find_pipeline, pipeline_files, read_catalog
 from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
-from connector_ops.pipelines.runner import run_compiled
+from connector_ops.pipelines.runner import PipelineRun, run_compiled
 from connector_ops.session import Session
 
 
@@ -168,17 +168,26 @@ def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, v
         print("\nwhere the outputs went:")
         for line in lines:
             print(f"  {line}")
+    if run.interrupted:  # Ctrl-C: the shell's convention for a command ended by SIGINT
+        print(f"\nrun {run.run_id} interrupted: {', '.join(run.interrupted)} stopped before the end; "
+              "what it was writing was not kept", file=sys.stderr)
+        _not_run(run)
+        raise SystemExit(130)
     if not run.success:
         for step_id, error in run.errors.items():
             print(f"\nstep {step_id} failed: {error.summary()}", file=sys.stderr)
             print(_json(error.body))
         if not run.errors:
             print("\nthe run failed before any step ran (see the log: -v)", file=sys.stderr)
-        skipped = [step for step, status in run.status.items() if status in ("skipped", "not run")]
-        if skipped:
-            print(f"not run because of the failure: {', '.join(skipped)}", file=sys.stderr)
+        _not_run(run, "because of the failure")
         raise SystemExit(1)
     print(f"\nrun {run.run_id} succeeded", file=sys.stderr)
+
+
+def _not_run(run: PipelineRun, why: str = "") -> None:
+    skipped = [step for step, status in run.status.items() if status in ("skipped", "not run")]
+    if skipped:
+        print(f"not run{' ' + why if why else ''}: {', '.join(skipped)}", file=sys.stderr)
 
 
 @click.command("gc")

@@ -171,6 +171,8 @@ def pipeline_command(magics: ConnectorMagics, words: list[str], recorder: Record
     if error is not None:
         data, metadata = magics.shell.display_formatter.format(run)  # what ran and what failed, shown
         magics.shell.display_pub.publish(data=data, metadata=metadata)  # before the one-line error
+        if run.interrupted:  # the cell ends as Stop ends any cell
+            raise KeyboardInterrupt
         raise error
     return run
 

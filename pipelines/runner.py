@@ -100,6 +100,13 @@ def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, ve
     return PipelineRun(compiled.pipeline.name, result, compiled)
 
 
+def _interrupted(event: dg.DagsterEvent) -> bool:
+    """Whether a ``STEP_FAILURE`` is Dagster's report of an interrupt (``ErrorSource.INTERRUPT``, not
+    exported by Dagster: compared by name): the step was stopped, and what it was writing rolled back."""
+    data = event.step_failure_data
+    return data is not None and data.error_source.name == "INTERRUPT"
+
+
 SHOWN_CHARS = 160
 
 
@@ -121,6 +128,8 @@ class PipelineRun:
         self.status: dict[str, str] = {}
         self.steps: dict[str, Any] = {}
         self.errors: dict[str, ConnectorError] = {}
+        #: steps stopped by an interrupt (Ctrl-C, Jupyter's Stop, Dagster's Terminate), not by a failure
+        self.interrupted: list[str] = []
         if compiled is not None:
             self.status = {step.id: "not run" for step in compiled.pipeline.steps}
             self.steps = step_outputs(compiled, result)
@@ -128,7 +137,10 @@ class PipelineRun:
             if event.step_key is None:
                 continue
             step = self._step_of(event.step_key)
-            if event.event_type == dg.DagsterEventType.STEP_FAILURE:
+            if event.event_type == dg.DagsterEventType.STEP_FAILURE and _interrupted(event):
+                self.status[step] = "interrupted"
+                self.interrupted.append(step)
+            elif event.event_type == dg.DagsterEventType.STEP_FAILURE:
                 self.status[step] = "failed"
                 self.errors.setdefault(step, error_of_failed_step(event))
             elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and self.status.get(step) != "failed":
@@ -170,7 +182,7 @@ class PipelineRun:
             if not actions:
                 row.pop("action")
             rows.append(row)
-        verdict = "succeeded" if self.success else "FAILED"
+        verdict = "succeeded" if self.success else "INTERRUPTED" if self.interrupted else "FAILED"
         return StatusTable(f"pipeline {self.name} {verdict} (run {self.run_id[:8]})", rows)
 
     def _repr_html_(self) -> str:
@@ -185,5 +197,9 @@ class PipelineRun:
             return None
         for step, error in self.errors.items():
             return ConnectorError(error.status, {"message": f"step {step}: {error.summary()}"},
+                                  action=f"pipeline {self.name}")
+        if self.interrupted:
+            stopped = ", ".join(self.interrupted)
+            return ConnectorError(500, {"message": f"interrupted: {stopped} stopped before the end"},
                                   action=f"pipeline {self.name}")
         return ConnectorError(500, {"message": "the run failed before any step ran"}, action=f"pipeline {self.name}")

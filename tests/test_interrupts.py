@@ -3,14 +3,15 @@ kernel (Dagster's Terminate is the same SIGINT in its run worker), on both datab
 within seconds instead of running to its end, leaves no file behind, and the session goes on.
 
 The long action is a Join that fans out: every row of both files has the same key, so the output has
-``FANOUT²`` rows, minutes of work on either database. The signal is sent once the Join's statement runs:
-PostgreSQL lists it as active; SQLite's log grows past what the Pushes wrote."""
+``FANOUT²`` rows, more than 30 s of work on either database. The signal is sent once the Join's statement
+runs (:func:`joining`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -48,19 +49,37 @@ def stored(url: str) -> tuple[set[str], set[str]]:
     return ids, {name for name in sa.inspect(engine).get_table_names() if name.startswith("vf_")}
 
 
-def joining(url: str) -> Callable[[], bool]:
-    """Whether another process's Join statement is running on the store at ``url``."""
+def writing(url: str) -> bool:
+    """Whether another process writes to the store at ``url`` now: SQLite's write lock is taken; PostgreSQL
+    lists a ``CREATE TABLE`` (the Join's) as active."""
     if url.startswith("sqlite"):
-        log = Path(url.removeprefix("sqlite:///") + "-wal")
-        return lambda: log.exists() and log.stat().st_size > (32 << 20)
-    engine = get_engine(url)
+        probe = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:  # database is locked
+            return True
+        finally:
+            probe.close()
+    with get_engine(url).connect() as conn:
+        return bool(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
+            "AND datname = current_database() AND query LIKE 'CREATE TABLE%'")).scalar_one())
 
-    def active() -> bool:
-        with engine.connect() as conn:
-            return bool(conn.execute(sa.text(
-                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
-                "AND datname = current_database() AND query LIKE 'CREATE TABLE%'")).scalar_one())
-    return active
+
+def joining(url: str) -> Callable[[], bool]:
+    """Whether another process's Join statement runs: it has written for half a second without a break
+    (a step's output or a file's catalog entry is written in milliseconds)."""
+    since: list[float] = []
+
+    def long_write() -> bool:
+        if not writing(url):
+            since.clear()
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] >= 0.5
+    return long_write
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -73,53 +92,95 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
 def assert_nothing_left(url: str, before: tuple[set[str], set[str]]) -> None:
     """The Join's files are gone with its transaction, and its statement with them (PostgreSQL's server
     stops it: psycopg cancels it)."""
-    wait_for(lambda: not joining(url)() if url.startswith("postgresql") else True, PROMPT, "the server's stop")
+    wait_for(lambda: not writing(url), PROMPT, "the end of the Join's writing")
     assert stored(url) == before
+
+
+def long_join_pipeline(folder: Path, left: str, right: str) -> Path:
+    """A pipeline whose first step is the long Join, and whose second step needs its output."""
+    path = folder / "long_join.yaml"
+    path.write_text(json.dumps({"name": "long_join", "steps": [
+        {"id": "join", "action": "etl.join", "input": join_of(left, right)},
+        {"id": "count", "action": "etl.iterate", "input": {"content": "${join.virtualFileId}", "maxBatchSize": 1}},
+    ]}))
+    return path
+
+
+def ctrl_c(args: list[str], env: dict[str, str], url: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the command, press Ctrl-C once its Join runs; what it did, and how long it took to end after."""
+    child = subprocess.Popen([SCRIPT, *args], env={**os.environ, **env}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(joining(url), 60, "the Join's statement")
+        child.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out, err = child.communicate(timeout=60)
+        return subprocess.CompletedProcess(args, child.returncode, out, err), time.monotonic() - sent
+    finally:
+        child.kill()
 
 
 def test_ctrl_c_stops_a_long_join_at_the_command_line(env, files, database_url, tmp_path):
     left, right = fanout_files(files)
     before = stored(database_url)
     (tmp_path / "join.json").write_text(json.dumps(join_of(left, right)))
-    child = subprocess.Popen([SCRIPT, "invoke", "etl.join", f"@{tmp_path / 'join.json'}"], env={**os.environ, **env},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(joining(database_url), 60, "the Join's statement")
-        child.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        out, err = child.communicate(timeout=60)
-        took = time.monotonic() - sent
-    finally:
-        child.kill()
+    done, took = ctrl_c(["invoke", "etl.join", f"@{tmp_path / 'join.json'}"], env, database_url)
     assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
-    assert child.returncode == 1 and "Aborted!" in err and out == "", (child.returncode, out, err)
-    assert "Traceback" not in err
+    assert done.returncode == 1 and "Aborted!" in done.stderr and done.stdout == "", done
+    assert "Traceback" not in done.stderr
     assert_nothing_left(database_url, before)
     assert invoke("etl.query", {"virtualFileId": left, "query": {"v": "7"}})["result"] == [{"k": "k", "v": "7"}]
 
 
-def test_jupyters_stop_stops_a_long_join_and_the_kernel_goes_on(env, files, database_url):
+def test_ctrl_c_stops_a_pipeline_run_and_says_so(env, files, database_url, tmp_path):
+    """``connector-ops pipeline run`` (a Dagster run, whose interrupt is Dagster's own exception): the step
+    is reported interrupted, not failed, the step after it not run, and the exit status is the shell's for
+    SIGINT. On PostgreSQL the server stops the statement too (psycopg alone cancels only on
+    ``KeyboardInterrupt``)."""
+    left, right = fanout_files(files)
+    before = stored(database_url)
+    done, took = ctrl_c(["pipeline", "run", str(long_join_pipeline(tmp_path, left, right))], env, database_url)
+    assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
+    assert done.returncode == 130, done
+    assert "interrupted: join stopped before the end" in done.stderr and "not run: count" in done.stderr, done
+    assert "failed" not in done.stderr and "Traceback" not in done.stderr, done
+    assert_nothing_left(database_url, before)
+
+
+def test_jupyters_stop_stops_a_long_cell_and_the_kernel_goes_on(env, files, database_url, tmp_path):
+    """``%etl join``, then ``%pipeline run`` of the same Join: each cell ends as Jupyter's Stop ends any cell,
+    and the next cell works in the same kernel."""
     from jupyter_client.manager import start_new_kernel
 
     left, right = fanout_files(files)
     before = stored(database_url)
     manager, client = start_new_kernel(kernel_name="python3", env={**os.environ, **env}, startup_timeout=60)
-    try:
-        assert client.execute_interactive("%load_ext connector_ops", timeout=60)["content"]["status"] == "ok"
-        started = client.execute(f"%etl join {json.dumps(join_of(left, right))}")
+
+    def stopped(code: str) -> None:
+        started = client.execute(code)
         wait_for(joining(database_url), 60, "the Join's statement")
         manager.interrupt_kernel()
         sent = time.monotonic()
         reply = client.get_shell_msg(timeout=60)
         took = time.monotonic() - sent
         assert reply["parent_header"]["msg_id"] == started
-        assert took < PROMPT, f"stopped {took:.1f} s after Stop"
-        assert (reply["content"]["status"], reply["content"]["ename"]) == ("error", "KeyboardInterrupt")
+        assert took < PROMPT, f"{code}: stopped {took:.1f} s after Stop"
+        assert (reply["content"]["status"], reply["content"]["ename"]) == ("error", "KeyboardInterrupt"), code
         assert_nothing_left(database_url, before)
-        after = client.execute_interactive(
-            f"%etl query -o found {json.dumps({'virtualFileId': left, 'query': {'v': '7'}})}\n"
-            "assert found == {'result': [{'k': 'k', 'v': '7'}]}, found", timeout=60)
-        assert after["content"]["status"] == "ok", after["content"]
+
+    def works(code: str) -> None:
+        reply = client.execute_interactive(code, timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+
+    try:
+        works("%load_ext connector_ops")
+        stopped(f"%etl join {json.dumps(join_of(left, right))}")
+        works(f"%etl query -o found {json.dumps({'virtualFileId': left, 'query': {'v': '7'}})}\n"
+              "assert found == {'result': [{'k': 'k', 'v': '7'}]}, found")
+        stopped(f"%pipeline run -o run {long_join_pipeline(tmp_path, left, right)}")
+        works("assert run.interrupted == ['join'] and run.status == {'join': 'interrupted', 'count': 'not run'}, "
+              "run.status\n"
+              "assert 'long_join INTERRUPTED' in get_ipython().display_formatter.format(run)[0]['text/plain']")
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

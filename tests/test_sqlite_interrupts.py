@@ -1,4 +1,4 @@
-"""A SQLite statement stops when a signal's handler raises (:mod:`.sqlite_interrupts`): promptly, with the
+"""A SQLite statement stops when a signal's handler raises (:mod:`.interrupts`): promptly, with the
 handler's exception or ``KeyboardInterrupt`` instead of pysqlite's ``OperationalError('interrupted')``; a
 function's own error stays itself. The signal is SIGUSR1 with a handler of the test's own, so that a late
 one cannot stop pytest. The entry points users interrupt are in ``test_interrupts.py``."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from connector_ops.resources.virtual_files.sqlite_interrupts import InterruptibleConnection
+from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
 
 #: a statement of pure virtual-machine work that runs for many seconds: counting to 10^8
 LONG = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000000) "

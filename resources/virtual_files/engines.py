@@ -4,8 +4,9 @@ SQLite: WAL, ``synchronous=NORMAL``, a busy timeout (parallel Dagster steps shar
 transactions around DDL (pysqlite's legacy mode would auto-commit ``CREATE TABLE``), with
 ``BEGIN IMMEDIATE`` for writers so two writers never deadlock on a lock upgrade; WAL checkpoints in a
 background thread once a write transaction has ended (:mod:`.checkpoints`), not inside its commit; and
-statements that stop on Ctrl-C (:mod:`.sqlite_interrupts`).
-PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses.
+statements that stop on Ctrl-C (:mod:`.interrupts`).
+PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses; statements cancelled
+in the server by any interrupt (:mod:`.interrupts`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from connector_ops.resources.virtual_files.catalog import metadata
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
-from connector_ops.resources.virtual_files.sqlite_interrupts import InterruptibleConnection
+from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection, cancel_on_interrupt
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -135,6 +136,7 @@ def get_engine(url: str) -> sa.Engine:
             _setup_sqlite(engine, path)
         else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
             engine = sa.create_engine(key, pool_pre_ping=True, connect_args={"client_encoding": "utf8"})
+            cancel_on_interrupt(engine)
         try:
             _create_catalog(engine)
         except Exception:

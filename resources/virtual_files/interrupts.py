@@ -1,13 +1,12 @@
-"""SQLite connections whose statements stop when the process is interrupted: Ctrl-C at the terminal,
-Jupyter's Stop, Dagster's "Terminate" (each a SIGINT).
+"""Statements that stop when the process is interrupted: Ctrl-C at the terminal, Jupyter's Stop,
+Dagster's "Terminate" (each a SIGINT, whose handler raises ``KeyboardInterrupt``, or in a Dagster step
+``DagsterExecutionInterruptedError``). A stopped statement's transaction rolls back: nothing is half-written.
 
-Python runs a signal's handler only between bytecodes of the main thread. A statement runs inside
-SQLite's C code, so a Ctrl-C during a Join of two large files waited for the Join to end: a fan-out Join
-ignored it for the 5 minutes it was given. (psycopg cancels a PostgreSQL statement on its own, within
-0.1 s.) :class:`InterruptibleConnection` gives Python that chance: SQLite calls its progress handler every
-:data:`PROGRESS_STEPS` virtual-machine instructions, and a pending handler runs as the call begins. What
-the handler raises makes SQLite abandon the statement, and the transaction rolls back (an invalidated
-connection is closed by SQLAlchemy), so nothing is half-written.
+**SQLite.** Python runs a signal's handler only between bytecodes of the main thread. A statement runs
+inside SQLite's C code, so a Ctrl-C during a Join of two large files waited for the Join to end: a fan-out
+Join ignored it for the 5 minutes it was given. :class:`InterruptibleConnection` gives Python that chance:
+SQLite calls its progress handler every :data:`PROGRESS_STEPS` virtual-machine instructions, and a pending
+handler runs as the call begins. What the handler raises makes SQLite abandon the statement.
 
 pysqlite does not pass on an exception raised in a callback: it reports the statement as
 ``OperationalError('interrupted')`` (the progress handler) or ``OperationalError('user-defined function
@@ -15,16 +14,25 @@ raised exception')`` (a function such as ``$regex``'s, which the signal may reac
 here raise what was meant instead: the function's own exception when it raised one (recorded by the
 wrapper :meth:`InterruptibleConnection.create_function` puts around it), else :class:`KeyboardInterrupt`,
 since only a signal's handler can raise where nothing records it: as a Python function is entered,
-before any ``try`` of its own. Dagster's handler raises its ``DagsterExecutionInterruptedError``, which
-arrives as ``KeyboardInterrupt``; Dagster treats the two alike.
+before any ``try`` of its own. Dagster's exception arrives as ``KeyboardInterrupt``; Dagster treats the
+two alike.
+
+**PostgreSQL.** psycopg's wait for a result answers a signal at once, and on ``KeyboardInterrupt`` (or
+``SystemExit``) it also cancels the statement in the server. Dagster's exception is neither, so a
+terminated run's step left its statement running in the server after the step had ended: a fan-out
+Join went on for over 10 s, holding its locks and writing rows no one would keep.
+:func:`cancel_on_interrupt` cancels it for any such exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sqlite3
 from collections.abc import Callable
 from typing import Any
+
+import sqlalchemy as sa
 
 #: SQLite virtual-machine instructions between two calls of the progress handler: ≈ 1 ms of a Join or a
 #: scan, and a Python call per step that costs nothing measurable
@@ -104,3 +112,21 @@ def _recording(func: Callable[..., Any], failure: _Failure) -> Callable[..., Any
             failure.error = exc
             raise
     return call
+
+
+def cancel_on_interrupt(engine: sa.Engine) -> None:
+    """PostgreSQL: when an exception that is not an ``Exception`` (an interrupt) ends the wait for a
+    statement's result and the statement still runs, cancel it in the server before SQLAlchemy throws the
+    connection away (a closed connection does not stop it). psycopg has already done so for
+    ``KeyboardInterrupt``, and the connection is then no longer busy."""
+    from psycopg import pq
+
+    @sa.event.listens_for(engine, "handle_error")
+    def cancel(context: sa.engine.ExceptionContext) -> None:
+        if isinstance(context.original_exception, Exception) or context.connection is None:
+            return
+        # nothing here may raise: what a handler raises replaces the interrupt
+        with contextlib.suppress(Exception):  # the server gone, or slow to answer: the interrupt goes on
+            driver = context.connection.connection.driver_connection
+            if driver is not None and driver.pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
+                driver.cancel_safe(timeout=5.0)
