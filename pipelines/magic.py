@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
@@ -67,6 +68,9 @@ def compile_file(path: Path, overrides: list[str]) -> Any:
         raise PipelineUsageError("; ".join(str(p) for p in exc.problems), action=f"pipeline {path.name}") from None
 
 
+logger = logging.getLogger(__name__)
+
+
 def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple[dg.JobDefinition, Any]:
     """(job, compiled YAML pipeline or None): a YAML file, a pipeline of the catalog, or a job name."""
     path = Path(target).expanduser()
@@ -104,7 +108,10 @@ def _dagster_imported() -> None:
         nothing()
 
     with interrupts_deferred():
-        run_in_process(connector_ops_warm_up, {}, instance=dg.DagsterInstance.ephemeral())
+        try:
+            run_in_process(connector_ops_warm_up, {}, instance=dg.DagsterInstance.ephemeral())
+        except Exception:  # only a safeguard: the user's run goes ahead, and reports its own problems
+            logger.debug("the empty run before the first %%pipeline run failed", exc_info=True)
 
 
 def run_job(job: dg.JobDefinition, resources: Mapping[str, Any]) -> dg.ExecuteInProcessResult:
