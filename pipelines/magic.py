@@ -36,6 +36,8 @@ from connector_ops.pipelines.recorder import Recorder, pipeline_name_for
 from connector_ops.pipelines.runner import PipelineRun
 from connector_ops.pipelines.runner import run_job as run_in_process
 
+logger = logging.getLogger(__name__)
+
 USAGE = "%pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]"
 RECORD_USAGE = "%pipeline record [stop] | %pipeline show | %pipeline export FILE.yaml [--name NAME]"
 COMMANDS = "run, record, show, export"
@@ -66,9 +68,6 @@ def compile_file(path: Path, overrides: list[str]) -> Any:
         return compile_pipeline(load_pipeline(path, overrides=overrides))
     except PipelineError as exc:
         raise PipelineUsageError("; ".join(str(p) for p in exc.problems), action=f"pipeline {path.name}") from None
-
-
-logger = logging.getLogger(__name__)
 
 
 def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple[dg.JobDefinition, Any]:
