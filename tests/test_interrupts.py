@@ -134,6 +134,30 @@ def test_ctrl_c_stops_a_long_join_at_the_command_line(env, files, database_url, 
     assert invoke("etl.query", {"virtualFileId": left, "query": {"v": "7"}})["result"] == [{"k": "k", "v": "7"}]
 
 
+def test_ctrl_c_stops_a_long_regex_query_at_the_command_line(env, files, database_url, tmp_path):
+    """200 ``$regex`` under ``$or`` on 100k rows: SQLite calls the matcher 20M times in one statement, so the
+    signal may reach it inside the function (on PostgreSQL the matches are found in Python). The Query
+    alone runs for more than 20 s on either database."""
+    text = "k,v\n" + "".join(f"k,value {i}\n" for i in range(100_000))
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(text.encode(), "values.csv").to_json()})["virtualFileId"]
+    (tmp_path / "query.json").write_text(json.dumps(
+        {"virtualFileId": vf, "query": {"$or": [{"v": {"$regex": f"^x{i}y$"}} for i in range(200)]}}))
+    child = subprocess.Popen([SCRIPT, "invoke", "etl.query", f"@{tmp_path / 'query.json'}"],
+                             env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)  # the command has started (≈ 1 s) and is inside the Query
+        assert child.poll() is None, "the Query ended before the test could interrupt it"
+        child.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out, err = child.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        child.kill()
+    assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
+    assert child.returncode == 1 and "Aborted!" in err and out == "", (child.returncode, out, err)
+    assert "Traceback" not in err and "500" not in err, err
+
+
 def test_ctrl_c_stops_a_pipeline_run_and_says_so(env, files, database_url, tmp_path):
     """``connector-ops pipeline run`` (a Dagster run, whose interrupt is Dagster's own exception): the step
     is reported interrupted, not failed, the step after it not run, and the exit status is the shell's for
