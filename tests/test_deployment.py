@@ -33,6 +33,7 @@ from tests.deployment import (
     wait_for,
 )
 from tests.servers import free_port
+from tests.store_activity import joining, orphans, writing
 from tests.test_pipelines_sales_report import INVALID_ROWS, SALES_ROWS, TEST_ROWS
 
 pytestmark = pytest.mark.postgres
@@ -46,6 +47,23 @@ steps:
     input:
       platformFile: "${file:customers.csv}"
 """
+
+#: a Join that fans out (every row has the same key): 225M output rows, minutes of work on either database
+LONG_JOIN = """name: long_join
+description: A Join of minutes, for the test of Terminate
+steps:
+  - {id: left, action: etl.push, input: {platformFile: "${file:fanout.csv}"}}
+  - {id: right, action: etl.push, input: {platformFile: "${file:fanout.csv}"}}
+  - id: join
+    action: etl.join
+    input:
+      join:
+        left: {virtualFileId: "${left.virtualFileId}", customId: L, key: k}
+        right: {virtualFileId: "${right.virtualFileId}", customId: R, key: k}
+"""
+FANOUT_ROWS = 15_000
+TERMINATE = """mutation($id: String!) { terminateRun(runId: $id) { __typename
+  ... on TerminateRunFailure { message } ... on PythonError { message } } }"""
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +79,8 @@ def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     extra_pipelines.mkdir()
     (extra_pipelines / "minutely.yaml").write_text(EVERY_MINUTE)
     (extra_pipelines / "customers.csv").write_text("id,name\n1,Ada\n2,Grace\n")
+    (extra_pipelines / "long_join.yaml").write_text(LONG_JOIN)
+    (extra_pipelines / "fanout.csv").write_text("k,v\n" + "".join(f"k,{i}\n" for i in range(FANOUT_ROWS)))
     pg_url, drop = create_database(postgres_url)
     redis_port = free_port()
     env = {  # the webserver, the daemon and the Celery workers
@@ -288,3 +308,24 @@ def test_a_second_host_runs_its_share_of_the_steps(deployed: Deployment,
     assert compared >= 5
     assert not (far / "home" / "files").exists() or not any((far / "home" / "files").iterdir())
     print(f"\nsales_batches on a near and a far worker: steps {dict(hosts)}")
+
+
+@pytest.mark.parametrize("location", ["connector_ops", "on_sqlite"])
+def test_terminate_in_the_ui_stops_a_long_join_at_once(deployed: Deployment, location: str, postgres_url: str) -> None:
+    """The UI's Terminate on a run whose step is inside one long SQL statement: the run worker's interrupt
+    stops the statement (SQLite: our progress handler; PostgreSQL: a cancel in the server, which psycopg does
+    not send for Dagster's exception), so the run is CANCELED within seconds, the server runs nothing more of
+    it, and no table is left without its catalog entry."""
+    url = deployed.locations[location].get("CONNECTOR_OPS_DATABASE_URL", postgres_url)
+    run_id = deployed.launch("long_join", location)
+    wait_for(joining(url), "the Join's statement", 120, deployed.procs)
+    terminated = graphql(deployed.url, TERMINATE, {"id": run_id})["terminateRun"]
+    assert terminated["__typename"] == "TerminateRunSuccess", terminated
+    sent = time.monotonic()
+    result = deployed.wait(run_id, timeout=180)
+    took = time.monotonic() - sent
+    assert result["status"] == "CANCELED", result
+    assert took < 20, f"CANCELED {took:.1f} s after Terminate"
+    wait_for(lambda: not writing(url), "the end of the Join's writing", 10)
+    assert not orphans(url)
+    print(f"\nlong_join ({location}) terminated: CANCELED {took:.1f} s after Terminate")

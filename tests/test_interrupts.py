@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import sqlalchemy as sa
 from connector_ops import invoke
 from connector_ops.kernel.deferred import interrupts_deferred
 from connector_ops.resources.virtual_files.engines import get_engine
+from tests.store_activity import joining, writing
 
 FANOUT = 10_000
 #: how long an interrupted action may take to stop; the uninterrupted Join takes far longer
@@ -49,39 +49,6 @@ def stored(url: str) -> tuple[set[str], set[str]]:
     with engine.connect() as conn:
         ids = set(conn.execute(sa.text("SELECT id FROM cop_virtual_file")).scalars())
     return ids, {name for name in sa.inspect(engine).get_table_names() if name.startswith("vf_")}
-
-
-def writing(url: str) -> bool:
-    """Whether another process writes to the store at ``url`` now: SQLite's write lock is taken; PostgreSQL
-    lists a ``CREATE TABLE`` (the Join's) as active."""
-    if url.startswith("sqlite"):
-        probe = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
-            return False
-        except sqlite3.OperationalError:  # database is locked
-            return True
-        finally:
-            probe.close()
-    with get_engine(url).connect() as conn:
-        return bool(conn.execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
-            "AND datname = current_database() AND query LIKE 'CREATE TABLE%'")).scalar_one())
-
-
-def joining(url: str) -> Callable[[], bool]:
-    """Whether another process's Join statement runs: it has written for half a second without a break
-    (a step's output or a file's catalog entry is written in milliseconds)."""
-    since: list[float] = []
-
-    def long_write() -> bool:
-        if not writing(url):
-            since.clear()
-            return False
-        since[:] = since or [time.monotonic()]
-        return time.monotonic() - since[0] >= 0.5
-    return long_write
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:

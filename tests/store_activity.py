@@ -1,0 +1,54 @@
+"""What another process does to a store, seen from the test: writing now, running a long statement such as a
+Join, and tables the catalog does not know (what an interrupted writer would leave if its transaction had
+not rolled back)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+from connector_ops.resources.virtual_files.engines import get_engine
+
+
+def writing(url: str) -> bool:
+    """Whether another process writes to the store at ``url`` now: SQLite's write lock is taken; PostgreSQL
+    lists a ``CREATE TABLE`` (the Join's) as active."""
+    if url.startswith("sqlite"):
+        probe = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:  # database is locked
+            return True
+        finally:
+            probe.close()
+    with get_engine(url).connect() as conn:
+        return bool(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
+            "AND datname = current_database() AND query LIKE 'CREATE TABLE%'")).scalar_one())
+
+
+def joining(url: str) -> Callable[[], bool]:
+    """Whether another process's Join statement runs: it has written for half a second without a break
+    (a step's output or a file's catalog entry is written in milliseconds)."""
+    since: list[float] = []
+
+    def long_write() -> bool:
+        if not writing(url):
+            since.clear()
+            return False
+        since[:] = since or [time.monotonic()]
+        return time.monotonic() - since[0] >= 0.5
+    return long_write
+
+
+def orphans(url: str) -> set[str]:
+    """Row tables in the database that no catalog entry names."""
+    engine = get_engine(url)
+    with engine.connect() as conn:
+        named = set(conn.execute(sa.text("SELECT table_name FROM cop_virtual_file")).scalars())
+    return {t for t in sa.inspect(engine).get_table_names() if t.startswith("vf_")} - named
