@@ -46,9 +46,13 @@ def joining(url: str) -> Callable[[], bool]:
     return long_write
 
 
+def row_tables(url: str) -> set[str]:
+    """The virtual files' row tables in the database, whether the catalog names them or not."""
+    return {name for name in sa.inspect(get_engine(url)).get_table_names() if name.startswith("vf_")}
+
+
 def orphans(url: str) -> set[str]:
     """Row tables in the database that no catalog entry names."""
-    engine = get_engine(url)
-    with engine.connect() as conn:
+    with get_engine(url).connect() as conn:
         named = set(conn.execute(sa.text("SELECT table_name FROM cop_virtual_file")).scalars())
-    return {t for t in sa.inspect(engine).get_table_names() if t.startswith("vf_")} - named
+    return row_tables(url) - named

@@ -1,6 +1,7 @@
 """Interrupting a long action where users do: Ctrl-C at the command line, and Jupyter's Stop in a real
-kernel (Dagster's Terminate is the same SIGINT in its run worker), on both databases. The action stops
-within seconds instead of running to its end, leaves no file behind, and the session goes on.
+kernel, on both databases (Dagster's Terminate, the same SIGINT in a run worker, is tested with the
+deployment in ``test_deployment.py``). The action stops within seconds instead of running to its end,
+leaves no file behind, and the session goes on.
 
 The long action is a Join that fans out: every row of both files has the same key, so the output has
 ``FANOUT²`` rows, more than 30 s of work on either database. The signal is sent once the Join's statement
@@ -24,7 +25,7 @@ import sqlalchemy as sa
 from connector_ops import invoke
 from connector_ops.kernel.deferred import interrupts_deferred
 from connector_ops.resources.virtual_files.engines import get_engine
-from tests.store_activity import joining, writing
+from tests.store_activity import joining, row_tables, writing
 
 FANOUT = 10_000
 #: how long an interrupted action may take to stop; the uninterrupted Join takes far longer
@@ -45,10 +46,9 @@ def join_of(left: str, right: str) -> dict[str, Any]:
 
 def stored(url: str) -> tuple[set[str], set[str]]:
     """The virtual files in the catalog, and the row tables in the database."""
-    engine = get_engine(url)
-    with engine.connect() as conn:
+    with get_engine(url).connect() as conn:
         ids = set(conn.execute(sa.text("SELECT id FROM cop_virtual_file")).scalars())
-    return ids, {name for name in sa.inspect(engine).get_table_names() if name.startswith("vf_")}
+    return ids, row_tables(url)
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -184,7 +184,7 @@ def test_an_interrupt_during_deferred_work_is_raised_after_it():
     try:
         with interrupts_deferred():
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.2)  # the handler has run by now: the sleep is cut short by a handler that raises
+            time.sleep(0.2)  # the signal's handler runs meanwhile, and only notes it
             done = True
     except BaseException as exc:  # not pytest.raises: a KeyboardInterrupt from elsewhere would stop the session
         raised: BaseException | None = exc

@@ -110,6 +110,6 @@ def test_other_errors_and_results_are_pysqlites(conn):
 
 
 def test_a_statement_that_ends_is_not_stopped_by_the_handler(conn):
-    """The progress handler runs thousands of times in a long statement and lets it go on."""
+    """The progress handler runs hundreds of times in this statement and lets it go on."""
     assert conn.cursor().execute(LONG.format(condition="x % 1000000 = 0").replace("100000000", "3000000")
                                  ).fetchall() == [(3,)]
