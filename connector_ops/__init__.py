@@ -39,5 +39,12 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:  # pragma: no cover - exercised through %load_ext
-    for extension in EXTENSIONS:
-        ipython.extension_manager.load_extension(extension)
+    """The magics, with Stop held back while they load (:mod:`connector_ops.kernel.deferred`), and pandas
+    loaded with them: the first output shown would import it (and numpy, pyarrow), and a Stop that cut that
+    import in half left the kernel unable to show a table ("partially initialized module 'pandas'")."""
+    from connector_ops.kernel.deferred import interrupts_deferred
+
+    with interrupts_deferred():
+        import pandas  # noqa: F401
+        for extension in EXTENSIONS:
+            ipython.extension_manager.load_extension(extension)

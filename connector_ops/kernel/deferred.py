@@ -5,6 +5,9 @@ registered elsewhere. Imported again, the module registers it twice. Dagster's s
 that, and every later run in the process then fails: "Multiple deserializers registered for storage name
 `ExternalPresetData`". It happened when Jupyter's Stop hit the first ``%pipeline run`` of a kernel, while
 Dagster imported the modules a run needs, and the kernel was unusable for pipelines until it was restarted.
+A Stop in a kernel's first ``%etl`` cell, while pandas and numpy loaded for its output, did the same to
+every later table ("partially initialized module 'pandas'", "module 'numpy' has no attribute
+'logical_and'").
 """
 
 from __future__ import annotations
