@@ -66,6 +66,17 @@ def test_a_long_statement_stops_at_a_signal_with_keyboard_interrupt(conn, signal
     assert time.monotonic() - started < 2  # the statement alone runs for tens of seconds
 
 
+def test_the_connections_execute_shortcut_stops_too(conn, signalled_after):
+    signalled_after(0.3)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        conn.execute(LONG.format(condition="x % 7 = 0")).fetchall()
+    assert time.monotonic() - started < 2
+    conn.executescript("CREATE TABLE s (a); INSERT INTO s VALUES (1);")
+    conn.executemany("INSERT INTO s VALUES (?)", [(2,), (3,)])
+    assert conn.execute("SELECT a FROM s ORDER BY a").fetchall() == [(1,), (2,), (3,)]
+
+
 def test_a_signal_reaching_a_function_stops_the_statement(conn, signalled_after):
     """In a function the statement calls per row, the handler runs as the function is entered (dropped by
     pysqlite: KeyboardInterrupt) or inside its body (recorded: the handler's own exception)."""

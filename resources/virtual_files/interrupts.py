@@ -83,8 +83,8 @@ class InterruptibleCursor(sqlite3.Cursor):
 
 class InterruptibleConnection(sqlite3.Connection):
     """A ``sqlite3`` connection (``sqlite3.connect(…, factory=InterruptibleConnection)``) whose statements
-    stop on a signal, run through :class:`InterruptibleCursor`. Its ``execute`` shortcut is not one of them
-    (pysqlite makes that cursor in C): use ``cursor().execute``, as SQLAlchemy and this package do."""
+    stop on a signal, run through :class:`InterruptibleCursor`, its ``execute`` shortcuts' too (pysqlite
+    would make their cursor in C, past :meth:`cursor`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -93,6 +93,15 @@ class InterruptibleConnection(sqlite3.Connection):
 
     def cursor(self, factory: Any = InterruptibleCursor) -> Any:  # type: ignore[override]
         return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:  # type: ignore[override]
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any:  # type: ignore[override]
+        return self.cursor().executemany(sql, parameters)
+
+    def executescript(self, script: str, /) -> Any:  # type: ignore[override]
+        return self.cursor().executescript(script)
 
     def create_function(self, name: str, narg: int, func: Callable[..., Any] | None, *,  # type: ignore[override]
                         deterministic: bool = False) -> None:
