@@ -47,7 +47,8 @@ def graphql(url: str, query: str, variables: dict[str, Any] | None = None) -> di
     return body["data"]
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float, procs: Sequence[Process] = ()) -> None:
+def wait_for(check: Callable[[], bool], what: str, timeout: float, procs: Sequence[Process] = (),
+             interval: float = 0.3) -> None:
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(Exception):
@@ -56,7 +57,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float, procs: Sequen
         for proc in procs:
             proc.assert_alive()
         assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
-        time.sleep(0.3)
+        time.sleep(interval)
 
 
 class Process:

@@ -9,13 +9,14 @@ runs (:func:`joining`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import sqlalchemy as sa
 from connector_ops import invoke
 from connector_ops.kernel.deferred import interrupts_deferred
 from connector_ops.resources.virtual_files.engines import get_engine
+from tests.deployment import wait_for
 from tests.store_activity import joining, row_tables, writing
 
 FANOUT = 10_000
@@ -51,17 +53,20 @@ def stored(url: str) -> tuple[set[str], set[str]]:
     return ids, row_tables(url)
 
 
-def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
+def soon(check: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    wait_for(check, what, seconds, interval=0.01)
+
+
+def after(seconds: float) -> Callable[[], bool]:
+    """True from ``seconds`` from now on."""
     deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not within {seconds} s"
-        time.sleep(0.05)
+    return lambda: time.monotonic() >= deadline
 
 
 def assert_nothing_left(url: str, before: tuple[set[str], set[str]]) -> None:
     """The Join's files are gone with its transaction, and its statement with them (PostgreSQL's server
     stops it: psycopg cancels it)."""
-    wait_for(lambda: not writing(url), PROMPT, "the end of the Join's writing")
+    soon(lambda: not writing(url), "the end of the Join's writing", PROMPT)
     assert stored(url) == before
 
 
@@ -75,12 +80,14 @@ def long_join_pipeline(folder: Path, left: str, right: str) -> Path:
     return path
 
 
-def ctrl_c(args: list[str], env: dict[str, str], url: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run the command, press Ctrl-C once its Join runs; what it did, and how long it took to end after."""
+def ctrl_c(args: list[str], env: dict[str, str], running: Callable[[], bool]
+           ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the command, press Ctrl-C once ``running()``; what it did, and how long it took to end after."""
     child = subprocess.Popen([SCRIPT, *args], env={**os.environ, **env}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(joining(url), 60, "the Join's statement")
+        soon(running, "the long statement")
+        assert child.poll() is None, "the command ended before the test could interrupt it"
         child.send_signal(signal.SIGINT)
         sent = time.monotonic()
         out, err = child.communicate(timeout=60)
@@ -93,7 +100,7 @@ def test_ctrl_c_stops_a_long_join_at_the_command_line(env, files, database_url, 
     left, right = fanout_files(files)
     before = stored(database_url)
     (tmp_path / "join.json").write_text(json.dumps(join_of(left, right)))
-    done, took = ctrl_c(["invoke", "etl.join", f"@{tmp_path / 'join.json'}"], env, database_url)
+    done, took = ctrl_c(["invoke", "etl.join", f"@{tmp_path / 'join.json'}"], env, joining(database_url))
     assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
     assert done.returncode == 1 and "Aborted!" in done.stderr and done.stdout == "", done
     assert "Traceback" not in done.stderr
@@ -104,25 +111,15 @@ def test_ctrl_c_stops_a_long_join_at_the_command_line(env, files, database_url, 
 def test_ctrl_c_stops_a_long_regex_query_at_the_command_line(env, files, database_url, tmp_path):
     """200 ``$regex`` under ``$or`` on 100k rows: SQLite calls the matcher 20M times in one statement, so the
     signal may reach it inside the function (on PostgreSQL the matches are found in Python). The Query
-    alone runs for more than 20 s on either database."""
+    alone runs for more than 20 s on either database; Ctrl-C comes 4 s after the command starts (≈ 1 s)."""
     text = "k,v\n" + "".join(f"k,value {i}\n" for i in range(100_000))
     vf = invoke("etl.push", {"platformFile": files.add_bytes(text.encode(), "values.csv").to_json()})["virtualFileId"]
     (tmp_path / "query.json").write_text(json.dumps(
         {"virtualFileId": vf, "query": {"$or": [{"v": {"$regex": f"^x{i}y$"}} for i in range(200)]}}))
-    child = subprocess.Popen([SCRIPT, "invoke", "etl.query", f"@{tmp_path / 'query.json'}"],
-                             env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(4)  # the command has started (≈ 1 s) and is inside the Query
-        assert child.poll() is None, "the Query ended before the test could interrupt it"
-        child.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        out, err = child.communicate(timeout=60)
-        took = time.monotonic() - sent
-    finally:
-        child.kill()
+    done, took = ctrl_c(["invoke", "etl.query", f"@{tmp_path / 'query.json'}"], env, after(4))
     assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
-    assert child.returncode == 1 and "Aborted!" in err and out == "", (child.returncode, out, err)
-    assert "Traceback" not in err and "500" not in err, err
+    assert done.returncode == 1 and "Aborted!" in done.stderr and done.stdout == "", done
+    assert "Traceback" not in done.stderr and "500" not in done.stderr, done
 
 
 def test_ctrl_c_stops_a_pipeline_run_and_says_so(env, files, database_url, tmp_path):
@@ -132,7 +129,8 @@ def test_ctrl_c_stops_a_pipeline_run_and_says_so(env, files, database_url, tmp_p
     ``KeyboardInterrupt``)."""
     left, right = fanout_files(files)
     before = stored(database_url)
-    done, took = ctrl_c(["pipeline", "run", str(long_join_pipeline(tmp_path, left, right))], env, database_url)
+    done, took = ctrl_c(["pipeline", "run", str(long_join_pipeline(tmp_path, left, right))], env,
+                        joining(database_url))
     assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
     assert done.returncode == 130, done
     assert "interrupted: join stopped before the end" in done.stderr and "not run: count" in done.stderr, done
@@ -140,43 +138,62 @@ def test_ctrl_c_stops_a_pipeline_run_and_says_so(env, files, database_url, tmp_p
     assert_nothing_left(database_url, before)
 
 
-def test_jupyters_stop_stops_a_long_cell_and_the_kernel_goes_on(env, files, database_url, tmp_path):
-    """``%etl join``, then ``%pipeline run`` of the same Join: each cell ends as Jupyter's Stop ends any cell,
-    and the next cell works in the same kernel."""
+@contextlib.contextmanager
+def kernel(env: dict[str, str], loaded: str = "") -> Iterator[tuple[Any, Any]]:
+    """A new Jupyter kernel with ``%load_ext connector_ops`` done, ``(manager, client)``; ``loaded``: code
+    that must pass right after it."""
     from jupyter_client.manager import start_new_kernel
 
-    left, right = fanout_files(files)
-    before = stored(database_url)
-    manager, client = start_new_kernel(kernel_name="python3", env={**os.environ, **env}, startup_timeout=60)
-
-    def stopped(code: str) -> None:
-        started = client.execute(code)
-        wait_for(joining(database_url), 60, "the Join's statement")
-        manager.interrupt_kernel()
-        sent = time.monotonic()
-        reply = client.get_shell_msg(timeout=60)
-        took = time.monotonic() - sent
-        assert reply["parent_header"]["msg_id"] == started
-        assert took < PROMPT, f"{code}: stopped {took:.1f} s after Stop"
-        assert (reply["content"]["status"], reply["content"]["ename"]) == ("error", "KeyboardInterrupt"), code
-        assert_nothing_left(database_url, before)
-
-    def works(code: str) -> None:
-        reply = client.execute_interactive(code, timeout=60)
-        assert reply["content"]["status"] == "ok", reply["content"]
-
+    manager, client = start_new_kernel(kernel_name="python3", env=env, startup_timeout=60)
     try:
-        works("%load_ext connector_ops")
-        stopped(f"%etl join {json.dumps(join_of(left, right))}")
-        works(f"%etl query -o found {json.dumps({'virtualFileId': left, 'query': {'v': '7'}})}\n"
-              "assert found == {'result': [{'k': 'k', 'v': '7'}]}, found")
-        stopped(f"%pipeline run -o run {long_join_pipeline(tmp_path, left, right)}")
-        works("assert run.interrupted == ['join'] and run.status == {'join': 'interrupted', 'count': 'not run'}, "
-              "run.status\n"
-              "assert 'long_join INTERRUPTED' in get_ipython().display_formatter.format(run)[0]['text/plain']")
+        works(client, f"%load_ext connector_ops\n{loaded}")
+        yield manager, client
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
+
+
+def works(client: Any, code: str) -> None:
+    reply = client.execute_interactive(code, timeout=60)
+    assert reply["content"]["status"] == "ok", reply["content"]
+
+
+def stop_cell(manager: Any, client: Any, code: str, running: Callable[[], bool]) -> tuple[dict[str, Any], float]:
+    """Run the cell, press Stop once ``running()``; its reply (or its end, if it ended first), how long after
+    the Stop that came, once the kernel is idle again (it drops requests that come while it winds an error
+    down)."""
+    started = client.execute(code)
+    soon(running, "the long statement")
+    manager.interrupt_kernel()
+    sent = time.monotonic()
+    reply = client.get_shell_msg(timeout=60)
+    took = time.monotonic() - sent
+    assert reply["parent_header"]["msg_id"] == started
+    while not ((msg := client.get_iopub_msg(timeout=60))["msg_type"] == "status"
+               and msg["parent_header"].get("msg_id") == started and msg["content"]["execution_state"] == "idle"):
+        pass
+    return reply, took
+
+
+def test_jupyters_stop_stops_a_long_cell_and_the_kernel_goes_on(env, files, database_url, tmp_path):
+    """``%etl join``, then ``%pipeline run`` of the same Join: each cell ends as Jupyter's Stop ends any cell,
+    and the next cell works in the same kernel."""
+    left, right = fanout_files(files)
+    before = stored(database_url)
+    with kernel({**os.environ, **env}) as (manager, client):
+        def stopped(code: str) -> None:
+            reply, took = stop_cell(manager, client, code, joining(database_url))
+            assert took < PROMPT, f"{code}: stopped {took:.1f} s after Stop"
+            assert (reply["content"]["status"], reply["content"]["ename"]) == ("error", "KeyboardInterrupt"), code
+            assert_nothing_left(database_url, before)
+
+        stopped(f"%etl join {json.dumps(join_of(left, right))}")
+        works(client, f"%etl query -o found {json.dumps({'virtualFileId': left, 'query': {'v': '7'}})}\n"
+                      "assert found == {'result': [{'k': 'k', 'v': '7'}]}, found")
+        stopped(f"%pipeline run -o run {long_join_pipeline(tmp_path, left, right)}")
+        works(client, "assert run.interrupted == ['join'] and run.status == {'join': 'interrupted', "
+                      "'count': 'not run'}, run.status\n"
+                      "assert 'long_join INTERRUPTED' in get_ipython().display_formatter.format(run)[0]['text/plain']")
 
 
 def test_an_interrupt_during_deferred_work_is_raised_after_it():
@@ -203,28 +220,12 @@ def sqlite_kernel_env(tmp_path: Path) -> dict[str, str]:
             "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'vf.db'}"}
 
 
-def stopped_early_then_again(env: dict[str, str], cell: str, delay: float, loaded: str = "") -> dict[str, Any]:
-    """In a new kernel: the first ``cell`` stopped ``delay`` s after it starts (or done before the Stop
-    came: either is fine), then the same cell again; its reply. ``loaded``: code that must pass right after
-    ``%load_ext``."""
-    from jupyter_client.manager import start_new_kernel
-
-    manager, client = start_new_kernel(kernel_name="python3", env=env, startup_timeout=60)
-    try:
-        reply = client.execute_interactive(f"%load_ext connector_ops\n{loaded}", timeout=60)
-        assert reply["content"]["status"] == "ok", reply["content"]
-        first = client.execute(cell)
-        time.sleep(delay)
-        manager.interrupt_kernel()
-        client.get_shell_msg(timeout=60)
-        while not (  # idle again: the kernel drops requests that come while it winds an error down
-                (msg := client.get_iopub_msg(timeout=60))["msg_type"] == "status"
-                and msg["parent_header"].get("msg_id") == first and msg["content"]["execution_state"] == "idle"):
-            pass
-        return client.execute_interactive(cell, timeout=60)
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
+def stopped_early_then_again(env: dict[str, str], cell: str, delay: float, loaded: str = "") -> None:
+    """In a new kernel, the first ``cell`` stopped ``delay`` s after it starts (or done before the Stop came:
+    either is fine); then the same cell must work."""
+    with kernel(env, loaded) as (manager, client):
+        stop_cell(manager, client, cell, after(delay))
+        works(client, cell)
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.1])
@@ -235,9 +236,7 @@ def test_a_stop_early_in_a_kernels_first_pipeline_run_leaves_pipelines_working(s
     small = tmp_path / "small.yaml"
     small.write_text(json.dumps({"name": "small", "steps": [
         {"id": "rows", "action": "etl.iterate", "input": {"content": [{"a": "1"}], "maxBatchSize": 1}}]}))
-    reply = stopped_early_then_again(sqlite_kernel_env, f"%pipeline run -o again {small}\nassert again.success",
-                                     delay)
-    assert reply["content"]["status"] == "ok", reply["content"]
+    stopped_early_then_again(sqlite_kernel_env, f"%pipeline run -o again {small}\nassert again.success", delay)
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.2, 0.4])
@@ -253,6 +252,5 @@ def test_a_stop_early_in_a_kernels_first_cell_leaves_tables_working(sqlite_kerne
             '%etl push -o p {"platformFile": {{f}}}\n'
             '%etl pull --df d {"virtualFileId": "{{p.virtualFileId}}"}\n'
             "assert d.to_dict('records') == [{'a': 1, 'b': 2}], d")  # numbers where no text changes
-    reply = stopped_early_then_again(sqlite_kernel_env, cell, delay,
-                                     loaded="import sys\nassert {'pandas', 'numpy', 'pyarrow'} <= set(sys.modules)")
-    assert reply["content"]["status"] == "ok", reply["content"]
+    stopped_early_then_again(sqlite_kernel_env, cell, delay,
+                             loaded="import sys\nassert {'pandas', 'numpy', 'pyarrow'} <= set(sys.modules)")

@@ -56,25 +56,16 @@ def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
     connection.close()
 
 
-def test_a_long_statement_stops_at_a_signal_with_keyboard_interrupt(conn, signalled_after):
+@pytest.mark.parametrize("through", ["cursor", "execute shortcut"])
+def test_a_long_statement_stops_at_a_signal_with_keyboard_interrupt(conn, signalled_after, through):
     """The handler raises in the progress handler as it is entered, where pysqlite drops what it raised:
-    KeyboardInterrupt stands for it."""
+    KeyboardInterrupt stands for it. The connection's ``execute`` shortcut too (its cursor made in C)."""
+    executor = conn.cursor() if through == "cursor" else conn
     signalled_after(0.3)
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        conn.cursor().execute(LONG.format(condition="x % 7 = 0")).fetchall()
+        executor.execute(LONG.format(condition="x % 7 = 0")).fetchall()
     assert time.monotonic() - started < 2  # the statement alone runs for tens of seconds
-
-
-def test_the_connections_execute_shortcut_stops_too(conn, signalled_after):
-    signalled_after(0.3)
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        conn.execute(LONG.format(condition="x % 7 = 0")).fetchall()
-    assert time.monotonic() - started < 2
-    conn.executescript("CREATE TABLE s (a); INSERT INTO s VALUES (1);")
-    conn.executemany("INSERT INTO s VALUES (?)", [(2,), (3,)])
-    assert conn.execute("SELECT a FROM s ORDER BY a").fetchall() == [(1,), (2,), (3,)]
 
 
 def test_a_signal_reaching_a_function_stops_the_statement(conn, signalled_after):
@@ -118,6 +109,9 @@ def test_other_errors_and_results_are_pysqlites(conn):
     assert cursor.fetchone() == (2,)
     assert cursor.fetchall() == [(3,), (4,)]
     assert isinstance(conn.cursor(), sqlite3.Cursor)
+    conn.executescript("CREATE TABLE s (a); INSERT INTO s VALUES (1);")  # the connection's shortcuts
+    conn.executemany("INSERT INTO s VALUES (?)", [(2,), (3,)])
+    assert conn.execute("SELECT a FROM s ORDER BY a").fetchall() == [(1,), (2,), (3,)]
 
 
 def test_a_statement_that_ends_is_not_stopped_by_the_handler(conn):
