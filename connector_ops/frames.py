@@ -1,18 +1,17 @@
 """DataFrames in and out of virtual files through Arrow: pandas, polars and pyarrow tables, no CSV between.
 
-Push: every column becomes text the way Push stores a file's values — strings as they are, integers in
-decimal, a float column whose values are all whole numbers (pandas' way of holding integers with gaps) as
-integers (``3750``, not ``3750.0``), booleans as ``true``/``false`` — and a missing value (``None``,
-``NaN``, ``NaT``, a null) stays missing, never ``""``. Pull: the strings and missing values exactly as
+Push: every value becomes the text the same frame written to a file would hold
+(:mod:`connector_ops.frame_text`), and a missing value (``None``, ``NaN``, ``NaT``, a null) stays missing,
+never ``""``. A Series is a one-column frame. Pull: the strings and missing values exactly as
 stored (``infer_types`` turns a column into numbers only where that loses nothing: ``"007"`` stays text).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from connector_ops.etl.readers import cell_text
+from connector_ops.frame_text import NOT_UTF8, NotText, float_text, text_column, value_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import holds_surrogate, lone_surrogate
 from connector_ops.resources.virtual_files.shapes import unique_columns
@@ -22,24 +21,39 @@ if TYPE_CHECKING:
 
 Kind = Literal["pandas", "polars", "pyarrow"]
 BATCH_ROWS = 65_536
-_INTEGER = r"-?(?:0|[1-9][0-9]{0,17})"  # canonical decimal integers that fit in int64
+_INTEGER = r"(?:0|-?[1-9][0-9]{0,17})"  # canonical decimal integers that fit in int64 ("-0" is not one)
 
 
 def _pandas(frame: Any) -> bool:
     return type(frame).__module__.split(".")[0] == "pandas" and hasattr(frame, "iloc")
 
 
+def as_frame(frame: Any, field: str = "frame") -> Any:
+    """A pandas or polars Series as a one-column frame (named as ``to_csv`` would name it); a pandas frame
+    with its named index as columns and every column name a unique string (a column of several levels
+    named ``"('x', 'a')"``, as pyarrow and polars name it); anything else as it is."""
+    if type(frame).__module__.split(".")[0] in ("pandas", "polars") and hasattr(frame, "to_frame") \
+            and not hasattr(frame, "columns"):
+        frame = frame.to_frame()
+    if not _pandas(frame):
+        return frame
+    if [n for n in getattr(frame.index, "names", [None]) if n is not None]:
+        frame = frame.reset_index()
+    frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
+    unique_columns(list(frame.columns), f"{field}.columns")
+    return frame
+
+
 def to_arrow(frame: Any, field: str = "frame") -> Any:
-    """``frame`` as a ``pyarrow.Table`` (a pandas index with a name becomes a column; the default one is dropped)."""
+    """``frame`` (after :func:`as_frame`) as a ``pyarrow.Table``; a pandas frame's index is dropped."""
     import pyarrow as pa
 
     if _pandas(frame):
-        frame = _columns_as_text(frame)
         try:
             try:
                 return pa.Table.from_pandas(frame, preserve_index=False)
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in an object column: each value as text
-                return pa.table({c: pa.array([_text(v) for v in frame[c]], pa.string()) for c in frame.columns})
+                return pa.table({c: _values_as_text(frame[c], field) for c in frame.columns})
         except UnicodeEncodeError:
             where = _surrogate_at(frame, field)
             if where is None:
@@ -55,6 +69,20 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
                               "(a polars DataFrame or a pyarrow Table works too)")
 
 
+def _values_as_text(column: Any, field: str) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pa.array([value_text(v) for v in column], pa.string())
+    except UnicodeDecodeError:
+        for label, value in column.items():
+            try:
+                value_text(value)
+            except UnicodeDecodeError:
+                raise InvalidInput(f"{field}.{column.name}", f"the value at index {label!r} {NOT_UTF8}") from None
+        raise
+
+
 def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
     """Where in the pandas ``frame`` a string holds half a surrogate pair (Arrow only says that one does)."""
     for column in frame.columns:
@@ -64,67 +92,45 @@ def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
     return None
 
 
-def _columns_as_text(frame: Any) -> Any:
-    """A pandas frame with its named index as columns and every column name a unique string."""
-    if [n for n in getattr(frame.index, "names", [None]) if n is not None]:
-        frame = frame.reset_index()
-    frame = frame.rename(columns=str)
-    unique_columns(list(frame.columns))
-    return frame
-
-
-def _text(value: Any) -> str | None:
-    import math
-
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if type(value).__name__ in ("NAType", "NaTType"):
-        return None
-    return cell_text(value) if isinstance(value, bool | int | float | dict | list | str) else str(value)
-
-
-def text_column(column: Any) -> Any:
-    """One Arrow column as strings, missing values as nulls (see the module doc for numbers)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    kind = column.type
-    if pa.types.is_dictionary(kind):
-        column, kind = column.dictionary_decode(), kind.value_type
-    if pa.types.is_floating(kind):
-        column = pc.if_else(pc.is_nan(column), pa.scalar(None, kind), column)  # NaN is a missing value
-        largest = pc.max(pc.abs(column)).as_py()
-        if largest is not None and largest < 2**63 and pc.all(pc.equal(pc.floor(column), column)).as_py():
-            return column.cast(pa.int64()).cast(pa.string())
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind) \
-            or pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind) \
-            or pa.types.is_null(kind) or pa.types.is_decimal(kind):
-        return column.cast(pa.string())
-    return pa.array([_text(v) for v in column.to_pylist()], pa.string())
-
-
 def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str:
     """A new virtual file holding ``frame``'s rows; returns its id. A pandas frame goes to Arrow a slice at a
     time, so memory grows with the slice, not the frame."""
+    frame = as_frame(frame, field)
     if _pandas(frame):
-        frame = _columns_as_text(frame)
         columns = list(frame.columns)
-        parts = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
+        slices = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
+        parts = ((to_arrow(part, field), part.index) for part in slices)
         size = len(frame) * len(columns) * 16  # what the column-wise load needs to know: roughly the bytes
     else:
         table = to_arrow(frame, field)
         columns = [str(n) for n in table.column_names]
-        parts = iter(table.to_batches(max_chunksize=BATCH_ROWS))
+        unique_columns(columns, f"{field}.columns")
+        parts = _positioned(table.to_batches(max_chunksize=BATCH_ROWS))
         size = table.nbytes
-    return store.create_from_arrow(columns, (_as_text(to_arrow(part, field)) for part in parts), size=size)
+    return store.create_from_arrow(columns, (_as_text(part, labels, columns, field) for part, labels in parts),
+                                   size=size)
 
 
-def _as_text(table: Any) -> Any:
+def _positioned(batches: list[Any]) -> Iterator[tuple[Any, range]]:
+    """Each batch with the row positions it holds (what an error names where a frame has no index)."""
+    start = 0
+    for batch in batches:
+        yield batch, range(start, start + batch.num_rows)
+        start += batch.num_rows
+
+
+def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], field: str) -> Any:
     import pyarrow as pa
 
-    return pa.RecordBatch.from_arrays([text_column(c) for c in table.columns],
-                                      names=[f"c{i}" for i in range(table.num_columns)])
+    texts = []
+    for name, column in zip(columns, table.columns, strict=True):
+        try:
+            texts.append(text_column(column))
+        except NotText as exc:
+            label = labels[exc.position]
+            label = label.item() if hasattr(label, "item") and hasattr(label, "dtype") else label  # np.int64(6) as 6
+            raise InvalidInput(f"{field}.{name}", f"the value at index {label!r} {exc.problem}") from None
+    return pa.RecordBatch.from_arrays(texts, names=[f"c{i}" for i in range(table.num_columns)])
 
 
 def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | None = None, *,
@@ -146,7 +152,9 @@ def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | Non
 
 
 def _lossless(column: Any) -> Any:
-    """Integers (or floats) where every value's text is exactly what the number prints as; else the strings."""
+    """Integers (or floats) where every value's text is exactly what Push stores for that number (so a frame
+    pushed and pulled keeps its numbers); else the strings. ``"nan"`` stays text: as a float it would
+    read as a missing value."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -159,7 +167,9 @@ def _lossless(column: Any) -> Any:
         numbers = column.cast(pa.float64())
     except pa.ArrowInvalid:
         return column
-    return numbers if pc.all(pc.equal(numbers.cast(pa.string()), column)).as_py() else column
+    if pc.any(pc.is_nan(numbers)).as_py():
+        return column
+    return numbers if pc.all(pc.equal(float_text(numbers), column)).as_py() else column
 
 
 # -- beside invoke(): the same, with the virtual-file store from the environment -----------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -13,6 +14,7 @@ import pytest
 
 from connector_ops import ConnectorError, invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
+from connector_ops.frame_text import text_column
 from connector_ops.resources.virtual_files import sqlite_loader
 from tests.test_etl_push_pull import push, rows
 
@@ -114,3 +116,75 @@ def test_pulling_an_unknown_column_is_a_400_naming_it(files, env):
     assert info.value.status == 400
     assert info.value.summary().startswith("etl.pull failed (400): columns: unknown column(s) ['zzz']")
     assert pull_frame(vf, ["b"], kind="pyarrow").to_pylist() == [{"b": "2"}]  # nothing else changed
+
+
+def _magnitudes(dtype: type, count: int) -> np.ndarray:
+    """Floats across every magnitude a column may hold (both sides of every switch to an exponent)."""
+    rng = np.random.default_rng(13)
+    wide = rng.standard_normal(count) * 10.0 ** rng.integers(-30, 30, count)
+    money = np.round(rng.standard_normal(count) * 1000, 2)
+    edges = np.array([1.0, -0.0, 0.5, 1e-4, 9.99e-5, 1e-5, 1e15, 1e16, 123456789012.0, 2.0**53, 1 / 3, np.inf, -np.inf])
+    with np.errstate(over="ignore"):  # a half float holds up to 65504: the rest is infinite, as it would be
+        return np.concatenate([wide, money, edges]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_floats_become_the_text_python_prints(dtype):
+    """What to_csv and json.dumps write: Arrow's cast prints the same digits in another form (1, 1.5e-7)."""
+    values = _magnitudes(dtype, 50_000 if dtype is not np.float16 else 500)
+    text = text_column(pa.array(values)).to_pylist()
+    assert text == [str(v) for v in values]  # numpy's str of a float is Python's repr, at the float's own width
+    if dtype is np.float64:
+        assert text == [repr(float(v)) for v in values]
+    assert text == pd.read_csv(io.StringIO(pd.DataFrame({"x": values}).to_csv(index=False)), dtype=str)["x"].tolist()
+
+
+def test_a_frame_pushes_like_the_file_written_from_it(files, env, load_path):
+    """Floats, a Series, columns of two levels: the rows are those of the same frame written to a file (CSV by
+    to_csv where nothing is missing; JSON where something is). Bytes: the text they hold."""
+    frame = pd.DataFrame({"price": [1.0, 2.5, 1e-7], "big": [1e15, 123456789012.5, -0.0],
+                          "when": pd.to_datetime(["2024-01-01", "2024-02-03", "2024-03-04 05:06:07"],
+                                                 format="ISO8601")})
+    csv = frame.to_csv(index=False).encode()
+    assert rows(push_frame(frame)) == rows(push(files, csv))
+    assert rows(push_frame(frame))[0] == {"price": "1.0", "big": "1000000000000000.0", "when": "2024-01-01 00:00:00"}
+    raw = pd.DataFrame({"raw": [b"caf\xc3\xa9", b"", b"x,y"]})  # to_csv would write b'caf\xc3\xa9': we decode
+    assert rows(push_frame(raw)) == rows(push(files, "raw\ncafé\n\"\"\n\"x,y\"\n".encode()))
+    gaps = pd.DataFrame({"x": [0.25, None, 0.0015], "n": [1.0, 2.0, None]})  # n: integers with a gap, in pandas
+    as_json = b'[{"x": 0.25, "n": 1}, {"x": null, "n": 2}, {"x": 0.0015, "n": null}]'
+    assert rows(push_frame(gaps)) == rows(push(files, as_json, "gaps.json", "application/json"))
+    assert rows(push_frame(gaps)) == [{"x": "0.25", "n": "1"}, {"n": "2"}, {"x": "0.0015"}]
+    series = pd.Series([1.5, None], name="s")
+    assert rows(push_frame(series)) == rows(push_frame(series.to_frame())) == [{"s": "1.5"}, {}]
+    assert rows(push_frame(pl.Series("s", [1.5, None]))) == [{"s": "1.5"}, {}]
+    levels = pd.DataFrame([[1, 2]], columns=pd.MultiIndex.from_tuples([("x", "a"), ("x", "b")]))
+    assert rows(push_frame(levels)) == [{"('x', 'a')": "1", "('x', 'b')": "2"}]  # as pyarrow and polars name them
+    assert pl.from_pandas(levels).columns == ["('x', 'a')", "('x', 'b')"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pd.DataFrame({"a": [b"ok", b"\xff"]}, index=[5, 6]),
+    lambda: pd.DataFrame({"a": [b"ok", "text", b"\xff"]}, index=[4, 5, 6]),  # mixed: each value on its own
+    lambda: pa.table({"a": pa.array([b"ok", None, b"\xfe"], pa.binary())}),
+], ids=["bytes", "mixed", "pyarrow"])
+def test_bytes_that_are_not_utf8_are_a_400_naming_their_column_and_index(env, load_path, make):
+    store = resources_for(environ=env)["virtual_files"]
+    before = store.inventory()
+    with pytest.raises(ConnectorError) as info:
+        push_frame(make())
+    assert info.value.status == 400
+    where = 2 if isinstance(make(), pa.Table) else 6  # a frame's index; a table's row
+    assert f"frame.a: the value at index {where} is bytes that are not UTF-8 text" in info.value.summary()
+    assert store.inventory() == before
+
+
+def test_pull_turns_into_numbers_only_what_comes_back_the_same(files, env):
+    """A float frame comes back as floats; "nan" (a missing value as a float) and "-0" (0 as an integer) stay text."""
+    frame = pd.DataFrame({"x": _magnitudes(np.float64, 2000)[np.isfinite(_magnitudes(np.float64, 2000))],
+                          "n": 7})
+    back = pull_frame(push_frame(frame), infer_types=True)
+    pd.testing.assert_frame_equal(back, frame)
+    vf = push(files, b"a,b,c\nnan,-0,1.5e-7\n1.5,1,2\n")
+    typed = pull_frame(vf, infer_types=True)
+    assert typed["a"].tolist() == ["nan", "1.5"] and typed["b"].tolist() == ["-0", "1"]
+    assert typed["c"].tolist() == ["1.5e-7", "2"]  # Push would store 1.5e-07: the text is kept

@@ -54,14 +54,18 @@ class Side:
     key: str
 
 
-def unique_columns(names: Sequence[str]) -> None:
-    """A virtual file's column names are unique, at most ``MAX_COLUMNS``, without NUL (a 400 naming the
-    schema otherwise, before the database is touched)."""
+def unique_columns(names: Sequence[str], field: str = "schema") -> None:
+    """A virtual file's column names are unique, at most ``MAX_COLUMNS``, without NUL (a 400 naming
+    ``field`` otherwise, before the database is touched)."""
+    from collections import Counter
+
     from connector_ops.kernel.errors import InvalidInput
     from connector_ops.kernel.limits import check_column_count
 
-    check_column_count(len(names), "schema")
+    check_column_count(len(names), field)
     if len(set(names)) != len(names):
-        raise InvalidInput("schema", "column names must be unique")
+        twice = [name for name, count in Counter(names).items() if count > 1]
+        raise InvalidInput(field, f"column names must be unique: {', '.join(map(repr, twice[:5]))} "
+                                  f"{'appears' if len(twice) == 1 else 'appear'} more than once")
     if any("\x00" in n for n in names):
-        raise InvalidInput("schema", "a column name holds a NUL character (\\u0000)")
+        raise InvalidInput(field, "a column name holds a NUL character (\\u0000)")
