@@ -17,7 +17,9 @@ Baselines run in the same process on the same data and database server:
 - NDJSON Push (the same rows as one object per line), the Push of a JSON array of them laid out one object
   per line (as Pull writes it), with its items side by side on one line (``json.dump``'s layout) and
   pretty-printed (``indent=2``), and ``push_frame`` of the file read by pandas (``dtype=str``) against our
-  CSV Push; ``pull_frame`` against ``pandas.read_sql`` of the same table. With ``--steps typed`` (not run by
+  CSV Push; ``push_frame`` of the file as an analyst reads it (``read_csv`` with ``parse_dates``: integer,
+  float and datetime columns) against the CSV Push of that frame's ``to_csv``; ``pull_frame`` against
+  ``pandas.read_sql`` of the same table. With ``--steps typed`` (not run by
   default), the same four files with ``id`` and ``amount`` as JSON numbers, against the CSV Push too (no
   target of their own). With ``--steps odd``, that NDJSON with ``amount`` written with an exponent and
   ``category`` a list in one row of a hundred, and in every row (lines rewritten by the row reader's
@@ -145,8 +147,12 @@ def _push_round(resources: dict[str, Any], csv_path: Path, sources: tuple[dict, 
         frames = [pd.read_csv(csv_path, dtype=str, keep_default_na=False)]
         measured["push_df"], _ = measure_settled("connector-ops push_frame (pandas frame in memory)",
                                                  lambda: push_frame(frames[0], resources), store)
+        frames[:] = [typed_frame(csv_path)]
+        measured["push_typed_df"], _ = measure_settled(
+            "connector-ops push_frame (typed: int, float, datetime columns)", lambda: push_frame(frames[0], resources),
+            store)
         frames.clear()
-        made.append(measured["push_df"].value)
+        made += [measured["push_df"].value, measured["push_typed_df"].value]
         measured["pull_df"] = measure("connector-ops pull_frame (pandas)",
                                       lambda: len(pull_frame(vf, resources=resources)))
         with store.sql.reading() as conn:
@@ -311,6 +317,23 @@ class OtherFormat:
     target: float | None  # against the CSV Push; None: reported, no target of its own
 
 
+def typed_frame(csv_path: Path) -> Any:
+    """The sample as an analyst reads it: ``id`` integers, ``amount`` floats, ``date`` datetimes."""
+    import pandas as pd
+
+    return pd.read_csv(csv_path, parse_dates=["date"])
+
+
+def sample_typed_frame_csv(csv_path: Path) -> Path:
+    """:func:`typed_frame` written back by ``to_csv`` (the same data as a file), cached beside the sample."""
+    path = csv_path.with_name(csv_path.stem + "_typed_frame.csv")
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        typed_frame(csv_path).to_csv(tmp, index=False)
+        tmp.replace(path)
+    return path
+
+
 OTHER_FORMATS = (
     OtherFormat("push_ndjson", "NDJSON", sample_ndjson, "ndjson", 1.5),
     OtherFormat("push_array", "JSON array", sample_json_array, "ndjson", 1.5),  # held to NDJSON's target
@@ -324,6 +347,7 @@ OTHER_FORMATS = (
                 None),
     OtherFormat("push_odd_some", "NDJSON, 1 row in 100 nested and 1e-2", sample_some_odd_ndjson, "odd", None),
     OtherFormat("push_odd_all", "NDJSON, every row nested and 1e-2", sample_all_odd_ndjson, "odd", None),
+    OtherFormat("push_typed_csv", "CSV of a typed frame (to_csv)", sample_typed_frame_csv, "frames", None),
     OtherFormat("push_late_number", "NDJSON of strings, a number half-way", sample_late_number_ndjson, "odd",
                 None),
     OtherFormat("push_late_key", "NDJSON of strings, a new key half-way", sample_late_key_ndjson, "odd", None),
@@ -521,6 +545,8 @@ def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Meas
             lines.append(ratio_row(f"Push {f.name} vs Push CSV", mine[f.key], csv_push, f.target))
     if "push_df" in mine:
         lines.append(ratio_row("push_frame vs Push CSV", mine["push_df"], csv_push, 1.2))
+        lines.append(ratio_row("push_frame of a typed frame vs Push of its to_csv", mine["push_typed_df"],
+                               mine["push_typed_csv"], 1.2))
         lines.append(ratio_row("pull_frame vs pandas.read_sql", mine["pull_df"], mine["read_sql"], 1.0))
     if "first_query" in mine:
         lines.append(f"\nFirst query on a column (builds its index once): {mine['first_query'].seconds:.2f} s, "

@@ -12,6 +12,10 @@ The rule is "what the same frame written to a file would hold": what ``DataFrame
   work, and only the values whose form differs are fixed: whole numbers get their ``.0``; numbers Arrow
   wrote with an exponent, and those where Python (or numpy, for a narrower float) switches to one — below
   1e-4, from 1e16 (a float32 from 1e6) — are printed again by numpy. Those are rare in real data.
+- Dates and times as ``to_csv`` writes them: a column of dates only (all at midnight, no time zone) as
+  ``2024-01-01``, else ``2024-01-01 05:06:07`` with as many digits of the second as the column needs (0,
+  3, 6 or 9) and the offset of its time zone (``+01:00``). :func:`timestamp_form` decides over the whole
+  column (a frame goes in slices); Arrow prints, and its text is cut to that form.
 - Bytes as the UTF-8 text they hold; bytes that are not UTF-8 are refused (:class:`NotText`), since no
   text file holds them either.
 - A missing value (``None``, ``NaN``, ``NaT``, a null) stays missing, never ``""``.
@@ -35,8 +39,9 @@ class NotText(ValueError):
 NOT_UTF8 = "is bytes that are not UTF-8 text; decode them to text first"
 
 
-def text_column(column: Any) -> Any:
-    """One Arrow column as strings, missing values as nulls (the module doc says how)."""
+def text_column(column: Any, form: int | None = None) -> Any:
+    """One Arrow column as strings, missing values as nulls (the module doc says how); ``form`` is the
+    :func:`timestamp_form` of the whole column a slice of timestamps comes from."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -51,12 +56,14 @@ def text_column(column: Any) -> Any:
         if largest is not None and largest < 2**63 and pc.all(pc.equal(pc.floor(wide), wide)).as_py():
             return wide.cast(pa.int64()).cast(pa.string())
         return float_text(column)
+    if pa.types.is_timestamp(kind):
+        return timestamp_text(column, timestamp_form(column) if form is None else form)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind) \
             or pa.types.is_binary_view(kind):
         return _utf8(column)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind) \
             or pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_null(kind) \
-            or pa.types.is_decimal(kind):
+            or pa.types.is_decimal(kind) or pa.types.is_date(kind):
         return column.cast(pa.string())
     return pa.array([_at(i, value_text, v) for i, v in enumerate(column.to_pylist())], pa.string())
 
@@ -82,6 +89,38 @@ def float_text(column: Any) -> Any:
     natives = column.to_numpy(zero_copy_only=False)
     again = pa.array([str(natives[i]) for i in pc.indices_nonzero(redo).to_numpy()], pa.string())
     return pc.replace_with_mask(text, redo, again)
+
+
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+def timestamp_form(column: Any) -> int:
+    """How many characters of Arrow's text of a timestamp to keep: 10 (dates only), 19 (whole seconds), or
+    19 + 1 + 3, 6 or 9 (the fewest digits of the second that hold every value), as ``to_csv`` picks."""
+    import numpy as np
+    import pyarrow as pa
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    ticks = np.asarray(column.cast(pa.int64()).drop_null())
+    per_second = _PER_SECOND[column.type.unit]
+    if column.type.tz is None and not np.any(ticks % (86_400 * per_second)):
+        return 10
+    for digits in (0, 3, 6):
+        if 10**digits >= per_second or not np.any(ticks % (per_second // 10**digits)):
+            return 19 + (digits and 1 + digits)
+    return 29
+
+
+def timestamp_text(column: Any, form: int) -> Any:
+    """A timestamp column's text in ``form`` (:func:`timestamp_form`), the offset of its time zone after."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = column.cast(pa.string())  # 2024-01-01 05:06:07.000000, then Z or +0100 where there is a time zone
+    if column.type.tz is None:
+        return pc.utf8_slice_codeunits(text, 0, form)
+    text = pc.replace_substring_regex(text, "Z$", "+0000")
+    return pc.replace_substring_regex(text, f"^(.{{{form}}}).*([+-][0-9][0-9])([0-9][0-9])$", r"\1\2:\3")
 
 
 def value_text(value: Any) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from connector_ops.frame_text import NOT_UTF8, NotText, float_text, text_column, value_text
+from connector_ops.frame_text import NOT_UTF8, NotText, float_text, text_column, timestamp_form, value_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import holds_surrogate, lone_surrogate
 from connector_ops.resources.virtual_files.shapes import unique_columns
@@ -95,9 +95,12 @@ def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
 def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str:
     """A new virtual file holding ``frame``'s rows; returns its id. A pandas frame goes to Arrow a slice at a
     time, so memory grows with the slice, not the frame."""
+    import pyarrow as pa
+
     frame = as_frame(frame, field)
     if _pandas(frame):
         columns = list(frame.columns)
+        forms = {i: timestamp_form(pa.array(frame[c])) for i, c in enumerate(columns) if frame[c].dtype.kind == "M"}
         slices = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
         parts = ((to_arrow(part, field), part.index) for part in slices)
         size = len(frame) * len(columns) * 16  # what the column-wise load needs to know: roughly the bytes
@@ -105,9 +108,10 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str
         table = to_arrow(frame, field)
         columns = [str(n) for n in table.column_names]
         unique_columns(columns, f"{field}.columns")
+        forms = {i: timestamp_form(c) for i, c in enumerate(table.columns) if pa.types.is_timestamp(c.type)}
         parts = _positioned(table.to_batches(max_chunksize=BATCH_ROWS))
         size = table.nbytes
-    return store.create_from_arrow(columns, (_as_text(part, labels, columns, field) for part, labels in parts),
+    return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field) for part, labels in parts),
                                    size=size)
 
 
@@ -119,13 +123,13 @@ def _positioned(batches: list[Any]) -> Iterator[tuple[Any, range]]:
         start += batch.num_rows
 
 
-def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], field: str) -> Any:
+def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: Mapping[int, int], field: str) -> Any:
     import pyarrow as pa
 
     texts = []
-    for name, column in zip(columns, table.columns, strict=True):
+    for i, (name, column) in enumerate(zip(columns, table.columns, strict=True)):
         try:
-            texts.append(text_column(column))
+            texts.append(text_column(column, forms.get(i)))
         except NotText as exc:
             label = labels[exc.position]
             label = label.item() if hasattr(label, "item") and hasattr(label, "dtype") else label  # np.int64(6) as 6

@@ -15,6 +15,7 @@ import pytest
 from connector_ops import ConnectorError, invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
 from connector_ops.frame_text import text_column
+from connector_ops.frames import BATCH_ROWS
 from connector_ops.resources.virtual_files import sqlite_loader
 from tests.test_etl_push_pull import push, rows
 
@@ -160,6 +161,30 @@ def test_a_frame_pushes_like_the_file_written_from_it(files, env, load_path):
     levels = pd.DataFrame([[1, 2]], columns=pd.MultiIndex.from_tuples([("x", "a"), ("x", "b")]))
     assert rows(push_frame(levels)) == [{"('x', 'a')": "1", "('x', 'b')": "2"}]  # as pyarrow and polars name them
     assert pl.from_pandas(levels).columns == ["('x', 'a')", "('x', 'b')"]
+
+
+def _times(*texts: str, tz: str | None = None) -> pd.Series:
+    times = pd.Series(pd.to_datetime(list(texts), format="ISO8601"))
+    return times.dt.tz_localize(tz) if tz else times
+
+
+@pytest.mark.parametrize("times", [
+    _times("2024-01-01", None, "1969-12-31"),
+    _times("2024-01-01", "2024-01-02 03:04:05", None),
+    _times("2024-01-01 00:00:00.5", None, "1960-01-01 23:59:59.25"),
+    _times("2024-01-01 00:00:00.000001", "2024-01-02"),
+    _times("2024-01-01 00:00:00.000000001", "2024-01-02"),
+    _times("2024-01-01", "2024-07-01 03:04:05", None, tz="Europe/Paris"),
+    _times("2024-01-01", None, tz="UTC"),
+], ids=["dates", "seconds", "milliseconds", "microseconds", "nanoseconds", "paris", "utc"])
+def test_times_push_as_to_csv_writes_them(files, env, times):
+    """The form is the whole column's, as to_csv picks it, also when only the last slice needs the seconds.
+    (The text is made before either load path runs: one is enough here.)"""
+    frame = pd.DataFrame({"t": times.iloc[[0] * (BATCH_ROWS + 5) + list(range(len(times)))].reset_index(drop=True)})
+    from_file = pull_frame(push(files, frame.to_csv(index=False).encode()), kind="pyarrow")["t"].to_pylist()
+    pushed = pull_frame(push_frame(frame), kind="pyarrow")["t"].to_pylist()
+    assert pushed == [t or None for t in from_file]  # to_csv writes NaT as ""
+    assert pull_frame(push_frame(pl.from_pandas(frame)), kind="pyarrow")["t"].to_pylist() == pushed
 
 
 @pytest.mark.parametrize("make", [
