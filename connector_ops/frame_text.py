@@ -41,7 +41,7 @@ NOT_UTF8 = "is bytes that are not UTF-8 text; decode them to text first"
 
 def text_column(column: Any, form: int | None = None) -> Any:
     """One Arrow column as strings, missing values as nulls (the module doc says how); ``form`` is the
-    :func:`timestamp_form` of the whole column a slice of timestamps comes from."""
+    :func:`timestamp_form` of the whole column a slice of timestamps comes from (``None``: each value's own)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -57,7 +57,7 @@ def text_column(column: Any, form: int | None = None) -> Any:
             return wide.cast(pa.int64()).cast(pa.string())
         return float_text(column)
     if pa.types.is_timestamp(kind):
-        return timestamp_text(column, timestamp_form(column) if form is None else form)
+        return timestamp_text(column, form)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind) \
             or pa.types.is_binary_view(kind):
         return _utf8(column)
@@ -111,16 +111,24 @@ def timestamp_form(column: Any) -> int:
     return 29
 
 
-def timestamp_text(column: Any, form: int) -> Any:
-    """A timestamp column's text in ``form`` (:func:`timestamp_form`), the offset of its time zone after."""
+def timestamp_text(column: Any, form: int | None) -> Any:
+    """A timestamp column's text in ``form`` (:func:`timestamp_form`), the offset of its time zone after.
+    ``None`` (a stream, whose later batches cannot be seen): each value as Python prints it, its seconds
+    then the digits of the unit where the value has a fraction (``2024-01-01 05:06:07``, ``….500000``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     text = column.cast(pa.string())  # 2024-01-01 05:06:07.000000, then Z or +0100 where there is a time zone
-    if column.type.tz is None:
+    zoned = column.type.tz is not None
+    if form is None:
+        text = pc.replace_substring_regex(text, r"^(.{19})\.0+([Z+-].*)?$", r"\1\2")
+    elif not zoned:
         return pc.utf8_slice_codeunits(text, 0, form)
+    if not zoned:
+        return text
     text = pc.replace_substring_regex(text, "Z$", "+0000")
-    return pc.replace_substring_regex(text, f"^(.{{{form}}}).*([+-][0-9][0-9])([0-9][0-9])$", r"\1\2:\3")
+    kept = "(.*)" if form is None else f"(.{{{form}}}).*"
+    return pc.replace_substring_regex(text, f"^{kept}([+-][0-9][0-9])([0-9][0-9])$", r"\1\2:\3")
 
 
 def value_text(value: Any) -> str | None:

@@ -8,7 +8,8 @@ stored (``infer_types`` turns a column into numbers only where that loses nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from connector_ops.frame_text import NOT_UTF8, NotText, float_text, text_column, timestamp_form, value_text
@@ -65,8 +66,9 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
         return pa.Table.from_batches([frame])
     if isinstance(frame, pa.Table):
         return frame
-    raise InvalidInput(field, f"expected a pandas DataFrame, got {type(frame).__name__} "
-                              "(a polars DataFrame or a pyarrow Table works too)")
+    raise InvalidInput(field, f"expected a pandas DataFrame, got {type(frame).__name__} (a polars DataFrame or "
+                              "LazyFrame, a pyarrow Table or RecordBatchReader, or anything that gives an Arrow "
+                              "stream works too)")
 
 
 def _values_as_text(column: Any, field: str) -> Any:
@@ -94,28 +96,64 @@ def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
 
 def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str:
     """A new virtual file holding ``frame``'s rows; returns its id. A pandas frame goes to Arrow a slice at a
-    time, so memory grows with the slice, not the frame."""
+    time, and a stream a batch at a time, so memory grows with the slice or batch, not the frame."""
     import pyarrow as pa
 
     frame = as_frame(frame, field)
+    stream = arrow_stream(frame)
     if _pandas(frame):
         columns = list(frame.columns)
         forms = {i: timestamp_form(pa.array(frame[c])) for i, c in enumerate(columns) if frame[c].dtype.kind == "M"}
         slices = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
-        parts = ((to_arrow(part, field), part.index) for part in slices)
-        size = len(frame) * len(columns) * 16  # what the column-wise load needs to know: roughly the bytes
+        parts: Iterator[tuple[Any, Sequence[Any]]] = ((to_arrow(part, field), part.index) for part in slices)
+        size: int | None = len(frame) * len(columns) * 16  # what the column-wise load needs: roughly the bytes
+    elif stream is not None:  # its later batches cannot be seen first: each timestamp in its own form
+        names, batches = stream
+        columns, forms = [str(n) for n in names], {}
+        size, batches = _peeked(batches)
+        parts = _positioned(batches)
     else:
         table = to_arrow(frame, field)
         columns = [str(n) for n in table.column_names]
-        unique_columns(columns, f"{field}.columns")
         forms = {i: timestamp_form(c) for i, c in enumerate(table.columns) if pa.types.is_timestamp(c.type)}
         parts = _positioned(table.to_batches(max_chunksize=BATCH_ROWS))
         size = table.nbytes
+    unique_columns(columns, f"{field}.columns")
     return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field) for part, labels in parts),
                                    size=size)
 
 
-def _positioned(batches: list[Any]) -> Iterator[tuple[Any, range]]:
+def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
+    """The column names and record batches of a frame that arrives in batches: a ``pyarrow.RecordBatchReader``
+    (a Parquet dataset's scanner, say), a polars ``LazyFrame`` (collected a batch at a time), or anything
+    else that gives an Arrow stream (``__arrow_c_stream__``: a DuckDB relation, …); ``None`` for the rest."""
+    import pyarrow as pa
+
+    if _pandas(frame) or isinstance(frame, pa.Table | pa.RecordBatch) or \
+            (type(frame).__module__.split(".")[0] == "polars" and hasattr(frame, "to_arrow")):
+        return None
+    if type(frame).__module__.split(".")[0] == "polars" and hasattr(frame, "collect_batches"):
+        names = frame.collect_schema().names()
+        return names, (b for part in frame.collect_batches() for b in part.to_arrow().to_batches())
+    if isinstance(frame, pa.RecordBatchReader) or hasattr(frame, "__arrow_c_stream__"):
+        reader = frame if isinstance(frame, pa.RecordBatchReader) else pa.RecordBatchReader.from_stream(frame)
+        return reader.schema.names, iter(reader)
+    return None
+
+
+def _peeked(batches: Iterator[Any], enough: int = 16 << 20) -> tuple[int, Iterator[Any]]:
+    """The size of a stream's first ``enough`` bytes (all of it, if it is smaller: what decides how it is
+    loaded) and the whole stream again."""
+    first, size = [], 0
+    for batch in batches:
+        first.append(batch)
+        size += batch.nbytes
+        if size >= enough:
+            break
+    return size, itertools.chain(first, batches)
+
+
+def _positioned(batches: Iterable[Any]) -> Iterator[tuple[Any, range]]:
     """Each batch with the row positions it holds (what an error names where a frame has no index)."""
     start = 0
     for batch in batches:

@@ -3,6 +3,7 @@ pushes exactly like the file it came from (missing stays missing, integers with 
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from connector_ops import ConnectorError, invoke, pull_frame, push_frame
@@ -213,3 +215,75 @@ def test_pull_turns_into_numbers_only_what_comes_back_the_same(files, env):
     typed = pull_frame(vf, infer_types=True)
     assert typed["a"].tolist() == ["nan", "1.5"] and typed["b"].tolist() == ["-0", "1"]
     assert typed["c"].tolist() == ["1.5e-7", "2"]  # Push would store 1.5e-07: the text is kept
+
+
+class _ArrowStream:
+    """Anything that gives an Arrow stream through the PyCapsule interface, as a DuckDB relation does."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = table
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.table.__arrow_c_stream__(requested_schema)
+
+
+def _stamped(rows_: int) -> pa.Table:
+    return pa.table({"n": pa.array(range(rows_)), "x": pa.array([i / 4 for i in range(rows_)]),
+                     "t": pa.array([1_700_000_000 + 3601 * i for i in range(rows_)], pa.timestamp("s")),
+                     "s": pa.array([None if i % 7 == 0 else f"r{i}" for i in range(rows_)])})
+
+
+@pytest.mark.parametrize("make", [
+    lambda table: pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=1000)),
+    lambda table: pl.from_arrow(table).lazy().filter(pl.col("n") >= 0),
+    _ArrowStream,
+], ids=["reader", "lazyframe", "c-stream"])
+def test_a_stream_pushes_like_the_table_it_streams(env, load_path, make):
+    table = _stamped(5000)
+    assert rows(push_frame(make(table))) == rows(push_frame(table))
+
+
+def test_a_stream_is_read_ahead_only_as_far_as_deciding_how_to_load_it():
+    """What is held before the first row is written: the first 16 MiB, not the stream."""
+    from connector_ops.frames import _peeked
+
+    handed = []
+
+    def batches():
+        for i in range(100):
+            handed.append(i)
+            yield pa.record_batch({"v": pa.array(["x" * 1024] * 1024)})  # just over 1 MiB each
+
+    size, stream = _peeked(batches())
+    assert len(handed) == 16 and size >= 16 << 20
+    assert sum(b.num_rows for b in stream) == 102_400 and len(handed) == 100
+    assert _peeked(iter([pa.record_batch({"v": ["a"]})]))[0] < 100  # a short stream: its own size
+
+
+def test_a_stream_that_fails_half_way_leaves_nothing(env, load_path):
+    store = resources_for(environ=env)["virtual_files"]
+    before = store.inventory()
+    table = _stamped(3000)
+
+    def batches():
+        yield from table.to_batches(max_chunksize=1000)[:2]
+        raise OSError("the source went away")
+
+    with pytest.raises(ConnectorError) as info:
+        push_frame(pa.RecordBatchReader.from_batches(table.schema, batches()))
+    assert "the source went away" in info.value.summary()
+    assert store.inventory() == before
+
+
+@pytest.mark.parametrize("tz", [None, "Europe/Paris"])
+def test_a_streams_times_are_each_as_python_prints_it(env, tz):
+    """A stream's later batches cannot be seen first, so no form for the whole column: each value its own."""
+    values = [dt.datetime(2024, 1, 1), dt.datetime(2024, 7, 1, 3, 4, 5, 500_000), None, dt.datetime(1969, 12, 31)]
+    times = pa.array(values, pa.timestamp("us"))
+    if tz:
+        times = pc.assume_timezone(times, tz)
+    table = pa.table({"t": times})
+    pushed = pull_frame(push_frame(pa.RecordBatchReader.from_batches(table.schema, table.to_batches())),
+                        kind="pyarrow")["t"].to_pylist()
+    assert pushed == [None if v is None else str(v) for v in times.to_pylist()]
+    assert pushed[1] == ("2024-07-01 03:04:05.500000+02:00" if tz else "2024-07-01 03:04:05.500000")
