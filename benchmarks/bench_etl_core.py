@@ -18,7 +18,8 @@ Baselines run in the same process on the same data and database server:
   per line (as Pull writes it), with its items side by side on one line (``json.dump``'s layout) and
   pretty-printed (``indent=2``), and ``push_frame`` of the file read by pandas (``dtype=str``) against our
   CSV Push; ``push_frame`` of the file as an analyst reads it (``read_csv`` with ``parse_dates``: integer,
-  float and datetime columns) against the CSV Push of that frame's ``to_csv``; ``pull_frame`` against
+  float and datetime columns) and of that frame as a stream (a ``RecordBatchReader`` of its batches; no target:
+  its peak is what a stream's load holds) against the CSV Push of that frame's ``to_csv``; ``pull_frame`` against
   ``pandas.read_sql`` of the same table. With ``--steps typed`` (not run by
   default), the same four files with ``id`` and ``amount`` as JSON numbers, against the CSV Push too (no
   target of their own). With ``--steps odd``, that NDJSON with ``amount`` written with an exponent and
@@ -143,6 +144,7 @@ def _push_round(resources: dict[str, Any], csv_path: Path, sources: tuple[dict, 
         made.append(measured[key].value["virtualFileId"])
     if "frames" in steps:
         import pandas as pd
+        import pyarrow as pa
 
         frames = [pd.read_csv(csv_path, dtype=str, keep_default_na=False)]
         measured["push_df"], _ = measure_settled("connector-ops push_frame (pandas frame in memory)",
@@ -151,8 +153,12 @@ def _push_round(resources: dict[str, Any], csv_path: Path, sources: tuple[dict, 
         measured["push_typed_df"], _ = measure_settled(
             "connector-ops push_frame (typed: int, float, datetime columns)", lambda: push_frame(frames[0], resources),
             store)
-        frames.clear()
-        made += [measured["push_df"].value, measured["push_typed_df"].value]
+        table = pa.Table.from_pandas(frames.pop(), preserve_index=False)  # the stream's source, held before
+        measured["push_stream"], _ = measure_settled(  # … so the peak is what the stream's load adds
+            "connector-ops push_frame (a RecordBatchReader of the typed frame)", lambda: push_frame(
+                pa.RecordBatchReader.from_batches(table.schema, iter(table.to_batches(65_536))), resources), store)
+        del table
+        made += [measured["push_df"].value, measured["push_typed_df"].value, measured["push_stream"].value]
         measured["pull_df"] = measure("connector-ops pull_frame (pandas)",
                                       lambda: len(pull_frame(vf, resources=resources)))
         with store.sql.reading() as conn:
@@ -547,6 +553,8 @@ def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Meas
         lines.append(ratio_row("push_frame vs Push CSV", mine["push_df"], csv_push, 1.2))
         lines.append(ratio_row("push_frame of a typed frame vs Push of its to_csv", mine["push_typed_df"],
                                mine["push_typed_csv"], 1.2))
+        lines.append(ratio_row("push_frame of that frame as a stream (RecordBatchReader) vs Push of its to_csv",
+                               mine["push_stream"], mine["push_typed_csv"], None))
         lines.append(ratio_row("pull_frame vs pandas.read_sql", mine["pull_df"], mine["read_sql"], 1.0))
     if "first_query" in mine:
         lines.append(f"\nFirst query on a column (builds its index once): {mine['first_query'].seconds:.2f} s, "
