@@ -226,8 +226,30 @@ def pull_frame(virtual_file_id: str, columns: Sequence[str] | None = None, *, ki
                infer_types: bool = False, resources: Mapping[str, Any] | None = None) -> Any:
     """The virtual file as a DataFrame (``kind``: pandas, polars or pyarrow), strings and missing values exact;
     ``columns`` selects and orders columns. Errors are :class:`ConnectorError` as from ``invoke("etl.pull", …)``."""
-    return run_with_store("etl.pull", resources, lambda store: frame_from(store, virtual_file_id, columns, kind=kind,
-                                                              infer_types=infer_types, field="columns"))
+
+    def work(store: VirtualFileStore) -> Any:
+        names = _pull_arguments(virtual_file_id, columns, kind)
+        return frame_from(store, virtual_file_id, names, kind=kind, infer_types=infer_types, field="columns")
+
+    return run_with_store("etl.pull", resources, work)
+
+
+def _pull_arguments(virtual_file_id: Any, columns: Any, kind: Any) -> list[str] | None:
+    """``columns`` as a list, or a 400 naming the argument where a Python caller's mistake would otherwise
+    read as something else: a string of columns as its letters, an unknown ``kind`` as pandas, an id that
+    is no string as one not found."""
+    if not isinstance(virtual_file_id, str):
+        raise InvalidInput("virtualFileId", "expected a virtual file id (a string), "
+                                            f"got {type(virtual_file_id).__name__}")
+    try:
+        names = None if columns is None or isinstance(columns, str) else list(columns)
+    except TypeError:  # not iterable
+        names = None
+    if (columns is not None and names is None) or not all(isinstance(c, str) for c in names or []):
+        raise InvalidInput("columns", f"expected a list of column names, got {columns!r}")
+    if kind not in ("pandas", "polars", "pyarrow"):
+        raise InvalidInput("kind", f"expected 'pandas', 'polars' or 'pyarrow', got {kind!r}")
+    return names
 
 
 def run_with_store(action: str, resources: Mapping[str, Any] | None, work: Callable[[VirtualFileStore], Any]) -> Any:

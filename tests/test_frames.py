@@ -287,3 +287,18 @@ def test_a_streams_times_are_each_as_python_prints_it(env, tz):
                         kind="pyarrow")["t"].to_pylist()
     assert pushed == [None if v is None else str(v) for v in times.to_pylist()]
     assert pushed[1] == ("2024-07-01 03:04:05.500000+02:00" if tz else "2024-07-01 03:04:05.500000")
+
+
+@pytest.mark.parametrize(("arguments", "says"), [
+    ({"columns": "a"}, "columns: expected a list of column names, got 'a'"),  # not the columns 'a', 'b', …
+    ({"columns": 5}, "columns: expected a list of column names, got 5"),
+    ({"columns": ["a", 1]}, "columns: expected a list of column names, got ['a', 1]"),
+    ({"kind": "numpy"}, "kind: expected 'pandas', 'polars' or 'pyarrow', got 'numpy'"),  # not pandas by default
+    ({"virtual_file_id": None}, "virtualFileId: expected a virtual file id (a string), got NoneType"),
+])
+def test_a_python_callers_mistake_is_a_400_naming_the_argument(files, env, arguments, says):
+    vf = push(files, b"a,b\n1,2\n")
+    with pytest.raises(ConnectorError) as info:
+        pull_frame(**({"virtual_file_id": vf} | arguments))
+    assert info.value.status == 400 and info.value.summary() == f"etl.pull failed (400): {says}"
+    assert pull_frame(vf, (c for c in ["b"]), kind="pyarrow").to_pylist() == [{"b": "2"}]  # any iterable of names
