@@ -15,6 +15,7 @@ from connector_ops.display import OPTIONS, PREVIEW_BYTES
 from connector_ops.etl.models import PullInput
 from connector_ops.frames import frame_from, frame_into, run_with_store
 from connector_ops.magic_input import InputError
+from connector_ops.registry import get_action, parse_input
 from connector_ops.resources.platform_files import PlatformFileStore
 
 RunAction = Callable[[str, dict[str, Any]], Any]
@@ -44,7 +45,8 @@ def pull_frame(payload: Mapping[str, Any], resources: Mapping[str, Any]) -> Any:
     payload.setdefault("exportName", f"{payload.get('virtualFileId') or 'virtual-file'}.{payload['exportType']}")
 
     def work(store: Any) -> Any:
-        inp = PullInput.model_validate(payload)
+        inp = parse_input(get_action("etl.pull"), payload)  # as the action reads it: a 400 naming the field
+        assert isinstance(inp, PullInput)
         return frame_from(store, inp.virtual_file_id, inp.parameters.schema_, infer_types=True,
                           field="parameters.schema")
 
