@@ -189,6 +189,19 @@ def test_typed_json_pushes_the_same_whichever_way_it_is_written(resources, name)
     assert len(got) == 25
 
 
+@pytest.mark.parametrize("name", ["rows.json", "rows.ndjson"])
+def test_a_number_is_written_as_decimal_writes_it(resources, name):
+    """The README's examples, in both layouts (and so through whichever reader takes each)."""
+    written = {"1e5": "1E+5", "0.0000001": "1E-7", "12e-1": "1.2", "-0": "0", "1.50": "1.50", "-0.0": "-0.0",
+               "12345678901234567890123": "12345678901234567890123"}
+    items = [f'{{"x": {number}}}' for number in written]
+    data = ("[\n" + ",\n".join(items) + "\n]\n" if name.endswith(".json") else "\n".join(items) + "\n").encode()
+    pf = resources["platform_files"].add_bytes(data, name).to_json()
+    vf = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+    got = invoke("etl.iterate", {"content": vf, "maxBatchSize": 100}, resources)["content"]
+    assert [r["x"] for r in got] == list(written.values())
+
+
 def test_push_refuses_half_a_surrogate_pair_in_ndjson_and_reads_arrays_as_before(resources):
     pf = resources["platform_files"].add_bytes(b'{"a": "x\\udc00"}\n', "rows.ndjson").to_json()
     with pytest.raises(ConnectorError) as caught:
