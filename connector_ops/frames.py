@@ -50,6 +50,7 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
     import pyarrow as pa
 
     if _pandas(frame):
+        frame = _pandas_only_as_text(frame)
         try:
             try:
                 return pa.Table.from_pandas(frame, preserve_index=False)
@@ -69,6 +70,25 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
     raise InvalidInput(field, f"expected a pandas DataFrame, got {type(frame).__name__} (a polars DataFrame or "
                               "LazyFrame, a pyarrow Table or RecordBatchReader, or anything that gives an Arrow "
                               "stream works too)")
+
+
+def _pandas_only_as_text(frame: Any) -> Any:
+    """``frame`` with the columns of pandas' own types as pandas prints each value (Arrow refuses them, or
+    takes a Period as its ordinal number): ``2024-01``, ``(0, 1]``, ``(1+2j)``, ``1 days 02:00:00``; and
+    Python ``Decimal`` values each as it prints (``2``, ``1.10``). A sparse column is made dense first."""
+    import pandas as pd
+
+    changed = {}
+    for name in frame.columns:
+        column = frame[name]
+        if isinstance(column.dtype, pd.SparseDtype):
+            column = changed[name] = column.sparse.to_dense()
+        if isinstance(column.dtype, pd.PeriodDtype | pd.IntervalDtype) or column.dtype.kind in "cm":
+            text = column.map(str) if column.dtype.kind == "m" else column.astype(str)  # timedeltas: each whole
+            changed[name] = text.where(column.notna(), None)
+        elif column.dtype == object and pd.api.types.infer_dtype(column, skipna=True) == "decimal":
+            changed[name] = column.map(str, na_action="ignore")  # each its own digits: Arrow pads to one scale
+    return frame.assign(**changed) if changed else frame
 
 
 def _values_as_text(column: Any, field: str) -> Any:

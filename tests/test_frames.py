@@ -4,6 +4,7 @@ pushes exactly like the file it came from (missing stays missing, integers with 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import io
 import json
 
@@ -187,6 +188,27 @@ def test_times_push_as_to_csv_writes_them(files, env, times):
     pushed = pull_frame(push_frame(frame), kind="pyarrow")["t"].to_pylist()
     assert pushed == [t or None for t in from_file]  # to_csv writes NaT as ""
     assert pull_frame(push_frame(pl.from_pandas(frame)), kind="pyarrow")["t"].to_pylist() == pushed
+
+
+@pytest.mark.parametrize("column", [
+    pd.Series(pd.period_range("2024-01", periods=3, freq="M")),  # was the periods' ordinals: 648, 649, 650
+    pd.Series(pd.interval_range(0, 3)),
+    pd.Series([1 + 2j, 3j, 0.5]),  # was a 500: Arrow has no complex numbers
+    pd.Series(pd.to_timedelta(["1 day", "2h", "1.5s"])),  # was Python's "1 day, 0:00:00"; now pandas' own
+    pd.Series(pd.arrays.SparseArray([0, 0, 1.5])),  # was a 500
+    pd.Series([decimal.Decimal("1.10"), decimal.Decimal("2"), decimal.Decimal("-0.001")]),  # was 2.000, padded
+], ids=["period", "interval", "complex", "timedelta", "sparse", "decimal"])
+def test_pandas_own_types_push_as_to_csv_writes_them(files, env, column):
+    """…or, for timedeltas, as pandas prints each value (to_csv picks one form for the column)."""
+    for values in (column, column.reindex(range(len(column) + 1))):  # the second with a missing value
+        frame = pd.DataFrame({"v": values})
+        if values.dtype.kind == "m":
+            expected = [None if pd.isna(v) else str(v) for v in values]
+        else:  # to_csv writes a missing value as ""
+            expected = [v or None for v in pull_frame(push(files, frame.to_csv(index=False).encode()),
+                                                      kind="pyarrow")["v"].to_pylist()]
+        assert pull_frame(push_frame(frame), kind="pyarrow")["v"].to_pylist() == expected
+        assert expected[-1] is None or values is column
 
 
 @pytest.mark.parametrize("make", [
