@@ -58,6 +58,9 @@ def text_column(column: Any, form: int | None = None) -> Any:
         return float_text(column)
     if pa.types.is_timestamp(kind):
         return timestamp_text(column, form)
+    if pa.types.is_duration(kind):  # as pandas prints each (1 days 02:00:00), whichever library made it
+        durations = column.to_pandas()
+        return pa.array(durations.map(str).where(durations.notna(), None), pa.string())
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind) \
             or pa.types.is_binary_view(kind):
         return _utf8(column)

@@ -62,7 +62,10 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
                 raise
             raise where from None
     if type(frame).__module__.split(".")[0] == "polars" and hasattr(frame, "to_arrow"):
-        return frame.to_arrow()
+        import polars as pl
+
+        wide = [name for name, kind in frame.schema.items() if str(kind) in ("Int128", "UInt128")]  # none in Arrow
+        return frame.with_columns(pl.col(wide).cast(pl.String)).to_arrow() if wide else frame.to_arrow()
     if isinstance(frame, pa.RecordBatch):
         return pa.Table.from_batches([frame])
     if isinstance(frame, pa.Table):

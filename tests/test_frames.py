@@ -324,3 +324,12 @@ def test_a_python_callers_mistake_is_a_400_naming_the_argument(files, env, argum
         pull_frame(**({"virtual_file_id": vf} | arguments))
     assert info.value.status == 400 and info.value.summary() == f"etl.pull failed (400): {says}"
     assert pull_frame(vf, (c for c in ["b"]), kind="pyarrow").to_pylist() == [{"b": "2"}]  # any iterable of names
+
+
+def test_polars_types_arrow_lacks_or_prints_its_own_way(env):
+    """An Int128 (no Arrow type) as its digits, was a 500; a duration as pandas prints it, as from pandas."""
+    wide = pl.DataFrame({"a": [2**100, None]}, schema={"a": pl.Int128})
+    assert rows(push_frame(wide)) == [{"a": str(2**100)}, {}]
+    spans = pl.DataFrame({"d": [dt.timedelta(hours=2), None, dt.timedelta(days=1, microseconds=5)]})
+    assert rows(push_frame(spans)) == rows(push_frame(spans.to_pandas())) == [
+        {"d": "0 days 02:00:00"}, {}, {"d": "1 days 00:00:00.000005"}]
