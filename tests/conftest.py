@@ -24,6 +24,7 @@ if "XDG_RUNTIME_DIR" not in os.environ:  # pgserver's platformdirs wants a priva
 
 from connector_ops.environment import resources_for
 from tests import loopback_only
+from tests.signals import signalled_after  # noqa: F401 (a fixture for every test)
 
 loopback_only.install()
 

@@ -7,6 +7,7 @@ import datetime as dt
 import decimal
 import io
 import json
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,8 @@ from connector_ops.environment import resources_for
 from connector_ops.frame_text import text_column
 from connector_ops.frames import BATCH_ROWS
 from connector_ops.resources.virtual_files import sqlite_loader
+from tests.signals import Stop
+from tests.store_activity import orphans
 from tests.test_etl_push_pull import push, rows
 
 # penguins as vega-datasets ships them (JSON, nulls for what was not measured)
@@ -333,3 +336,23 @@ def test_polars_types_arrow_lacks_or_prints_its_own_way(env):
     spans = pl.DataFrame({"d": [dt.timedelta(hours=2), None, dt.timedelta(days=1, microseconds=5)]})
     assert rows(push_frame(spans)) == rows(push_frame(spans.to_pandas())) == [
         {"d": "0 days 02:00:00"}, {}, {"d": "1 days 00:00:00.000005"}]
+
+
+def test_a_stream_stopped_half_way_leaves_nothing_and_the_next_push_works(env, signalled_after):
+    """A Ctrl-C while a long stream is loaded (here the test's own signal): the load is rolled back (on SQLite
+    in the loader process, where a stream this long goes), and the store takes the next push."""
+    store = resources_for(environ=env)["virtual_files"]
+    url = env["CONNECTOR_OPS_DATABASE_URL"]
+    before = store.inventory()
+    schema = pa.schema([("a", pa.string()), ("b", pa.string())])
+
+    def batches(count: int) -> Iterator[pa.RecordBatch]:
+        for i in range(count):
+            yield pa.record_batch({"a": [f"r{i}-{j}" for j in range(20_000)], "b": ["x" * 20] * 20_000}, schema)
+
+    signalled_after(1.5)
+    with pytest.raises(Stop):
+        push_frame(pa.RecordBatchReader.from_batches(schema, batches(10_000)))  # minutes, uninterrupted
+    assert store.inventory() == before and orphans(url) == set()
+    again = push_frame(pa.RecordBatchReader.from_batches(schema, batches(40)))
+    assert pull_frame(again, ["a"], kind="pyarrow").num_rows == 800_000

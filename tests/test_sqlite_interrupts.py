@@ -5,48 +5,19 @@ one cannot stop pytest. The entry points users interrupt are in ``test_interrupt
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
+from tests.signals import Stop
 
 #: a statement of pure virtual-machine work that runs for many seconds: counting to 10^8
 LONG = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000000) "
         "SELECT count(*) FROM c WHERE {condition}")
-
-
-class Stop(BaseException):
-    """What the test's signal handler raises."""
-
-
-@pytest.fixture
-def signalled_after() -> Iterator[Callable[[float], None]]:
-    """``signalled_after(s)``: SIGUSR1 to this process in ``s`` seconds, its handler raising :class:`Stop`
-    until the test ends (a timer still pending then is cancelled first)."""
-    def handler(_signo: int, _frame: object) -> None:
-        raise Stop
-
-    timers: list[threading.Timer] = []
-
-    def arm(seconds: float) -> None:
-        timers.append(threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGUSR1)))
-        timers[-1].start()
-
-    previous = signal.signal(signal.SIGUSR1, handler)
-    try:
-        yield arm
-    finally:
-        for timer in timers:
-            timer.cancel()
-            timer.join()
-        signal.signal(signal.SIGUSR1, previous)
 
 
 @pytest.fixture
