@@ -15,6 +15,7 @@ from connector_ops.etl import models as m
 from connector_ops.etl.json_readers import is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.push_csv import push_csv
+from connector_ops.etl.push_parquet import is_parquet, push_parquet
 from connector_ops.etl.quarantine import COLUMNS as QUARANTINE_COLUMNS
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
@@ -35,7 +36,7 @@ ETL_FILES = ("virtual_files", "platform_files")
 
 @action("etl.push", m.PushInput, m.PushOutput, resources=ETL_FILES, not_found_status=404)
 def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> m.PushOutput:
-    """Load a CSV or JSON platform file into a new virtual file (and, with ``onRowError: quarantine``, its
+    """Load a CSV, JSON or Parquet platform file into a new virtual file (and, with ``onRowError: quarantine``, its
     refused lines into a second one)."""
     pf, params = inp.platform_file, inp.parameters
     if not params.use_first_row_as_schema and params.schema_ is None:
@@ -62,6 +63,8 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
     def reopen() -> AbstractContextManager[IO[bytes]]:  # the fast path's retry; locating a decoding error
         return platform_files.open(pf)
 
+    if is_parquet(pf.name, pf.content_type):
+        return push_parquet(virtual_files, reopen, pf.name, params)
     if not is_json(pf.name, pf.content_type):
         return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
     if quarantine is None and params.lines_to_ignore == 0 and params.schema_ is None:

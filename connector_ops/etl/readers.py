@@ -55,9 +55,17 @@ Reopen = Callable[[], AbstractContextManager[IO[bytes]]]
 
 def decode_error(exc: UnicodeDecodeError, encoding: str, reopen: Reopen | None) -> InvalidInput:
     """The decoder works on 8 KiB chunks, so the parser's line is only near the bad byte: find the exact one."""
+    if reopen is not None and _starts_with(reopen, b"PAR1"):  # a Parquet file named as text
+        return InvalidInput(FIELD, "the file is Parquet (it starts with PAR1), not text: name it .parquet or "
+                                   "give contentType application/vnd.apache.parquet to push it as Parquet")
     where = f"line {_line_of_bad_byte(reopen, encoding)}: " if reopen is not None else ""
     return InvalidInput(FIELD, f"{where}the file is not valid {encoding} ({exc.reason}); "
                                "set parameters.encoding to the file's encoding")
+
+
+def _starts_with(reopen: Reopen, head: bytes) -> bool:
+    with reopen() as raw:
+        return raw.read(len(head)) == head
 
 
 def _line_of_bad_byte(reopen: Reopen, encoding: str) -> int:

@@ -1,0 +1,104 @@
+"""Push of a Parquet file: read a batch at a time by pyarrow and stored through the same Arrow path as
+``push_frame`` (:mod:`connector_ops.frames`), so each value becomes the text ``push_frame`` gives it and a
+null stays missing. Parquet is typed and has no lines, so the CSV parameters do not apply and no row can
+be refused; ``schema`` works as for JSON: those columns first, in that order, then the file's others.
+
+A Parquet file keeps its index at its end, so it is read from a seekable file: one stored here is read
+where it is; one that arrives over HTTP is first copied to a temporary file, a block at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import IO, TYPE_CHECKING, Any
+
+from connector_ops.etl import models as m
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.progress import track
+from connector_ops.resources.virtual_files.shapes import unique_columns
+
+if TYPE_CHECKING:
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+PARQUET_TYPES = ("application/vnd.apache.parquet", "application/x-parquet", "application/parquet")
+MAGIC = b"PAR1"  # a Parquet file's first and last four bytes
+#: the parameters that mean something for text only, by their field names in the input (``useFirstRowAsSchema``
+#: is harmless: a Parquet file names its columns)
+FOR_TEXT_ONLY = {"lines_to_ignore": "linesToIgnore", "csv_delimiter": "csvDelimiter", "encoding": "encoding"}
+BATCH_ROWS = 65_536
+
+
+def is_parquet(name: str, content_type: str) -> bool:
+    """Whether the platform file says it is Parquet, by its name or its content type."""
+    return name.lower().endswith((".parquet", ".pq")) or \
+        content_type.lower().split(";")[0].strip() in PARQUET_TYPES
+
+
+def push_parquet(virtual_files: VirtualFileStore, reopen: Any, name: str, params: m.PushParameters) -> str:
+    """A new virtual file holding the Parquet file's rows; returns its id. Raises, leaving nothing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from connector_ops.frames import frame_into
+
+    given = sorted(FOR_TEXT_ONLY[f] for f in params.model_fields_set & FOR_TEXT_ONLY.keys())
+    if given:
+        raise InvalidInput(f"parameters.{given[0]}", "does not apply to a Parquet file (it has no lines or text)")
+    unique_columns(params.schema_ or [], "parameters.schema")
+    with _seekable(reopen) as raw:
+        try:
+            parquet = pq.ParquetFile(raw)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InvalidInput("platformFile", f"{name} is not a Parquet file that can be read: {exc}") from None
+        names = parquet.schema_arrow.names
+        unique_columns(names, "platformFile")
+        columns = [*(params.schema_ or ()), *(n for n in names if n not in (params.schema_ or ()))]
+        with track(f"push {name}", parquet.metadata.num_rows, "rows") as reporter:
+            batches = _aligned(_read(parquet, name, reporter), columns)
+            return frame_into(virtual_files, pa.RecordBatchReader.from_batches(_schema(parquet, columns), batches),
+                              "platformFile")
+
+
+def _read(parquet: Any, name: str, reporter: Any) -> Iterator[Any]:
+    import pyarrow as pa
+
+    try:
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS):
+            yield batch
+            reporter.update(batch.num_rows)
+    except (pa.ArrowInvalid, OSError) as exc:  # a damaged row group, found as it is read
+        raise InvalidInput("platformFile", f"{name} is not a Parquet file that can be read: {exc}") from None
+
+
+def _schema(parquet: Any, columns: list[str]) -> Any:
+    """The file's Arrow schema in ``columns``' order; a column of ``schema`` the file lacks is all nulls."""
+    import pyarrow as pa
+
+    own = parquet.schema_arrow
+    return pa.schema([own.field(c) if c in own.names else pa.field(c, pa.null()) for c in columns])
+
+
+def _aligned(batches: Iterator[Any], columns: list[str]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    for batch in batches:
+        own = batch.schema.names
+        yield pa.RecordBatch.from_arrays(
+            [batch.column(c) if c in own else pa.nulls(batch.num_rows) for c in columns], names=columns)
+
+
+@contextlib.contextmanager
+def _seekable(reopen: Any) -> Iterator[IO[bytes]]:
+    opened: AbstractContextManager[IO[bytes]] = reopen()
+    with opened as raw:
+        if raw.seekable():
+            yield raw
+            return
+        with tempfile.TemporaryFile(prefix="connector-ops-parquet-") as spooled:
+            shutil.copyfileobj(raw, spooled, 1 << 20)
+            spooled.seek(0)
+            yield spooled

@@ -1,0 +1,104 @@
+"""Push of a Parquet file: the rows ``push_frame`` gives the same table as a stream, in row groups and
+batches, from a file stored here or fetched from another server over HTTP; ``schema`` as for JSON; the
+CSV parameters refused; a damaged file or one named as text a 400 saying so, leaving nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connector_ops import ConnectorError, invoke, pull_frame, push_frame
+from connector_ops.environment import resources_for
+from connector_ops.resources.file_server import create_app
+from connector_ops.resources.platform_files import PlatformFileStore
+from tests.servers import serving
+from tests.test_etl_push_pull import rows
+from tests.test_frames import load_path  # noqa: F401 (a fixture: both SQLite load paths)
+
+TYPED = pa.table({
+    "n": pa.array([1, None, -3], pa.int64()),
+    "x": [0.5, 1.0, None],
+    "t": pa.array([dt.datetime(2024, 1, 1), dt.datetime(2024, 7, 1, 3, 4, 5, 500_000), None], pa.timestamp("us")),
+    "d": [dt.date(2024, 1, 2), None, dt.date(1969, 12, 31)],
+    "s": ["a,b", None, "line\nbreak é"],
+    "ok": [True, False, None],
+    "price": pa.array([decimal.Decimal("1.10"), decimal.Decimal("2.00"), None], pa.decimal128(5, 2)),
+    "tags": [["x", "y"], [], None],
+})
+
+
+def parquet(table: pa.Table, **options) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, **options)
+    return sink.getvalue()
+
+
+def push(files, data: bytes, name: str = "data.parquet", content_type: str = "application/octet-stream",
+         **parameters) -> str:
+    pf = files.add_bytes(data, name, content_type).to_json()
+    return invoke("etl.push", {"platformFile": pf, "parameters": parameters})["virtualFileId"]
+
+
+@pytest.mark.parametrize(("name", "content_type"), [("data.parquet", "application/octet-stream"),
+                                                    ("export", "application/vnd.apache.parquet")])
+def test_a_parquet_file_pushes_as_its_table_pushed_as_a_stream(files, env, name, content_type):
+    stream = pa.RecordBatchReader.from_batches(TYPED.schema, TYPED.to_batches())
+    assert rows(push(files, parquet(TYPED), name, content_type)) == rows(push_frame(stream)) == [
+        {"n": "1", "x": "0.5", "t": "2024-01-01 00:00:00", "d": "2024-01-02", "s": "a,b", "ok": "true",
+         "price": "1.10", "tags": '["x","y"]'},
+        {"x": "1.0", "t": "2024-07-01 03:04:05.500000", "ok": "false", "price": "2.00", "tags": "[]"},
+        {"n": "-3", "d": "1969-12-31", "s": "line\nbreak é"}]
+
+
+def test_row_groups_and_batches_keep_every_row_in_order(files, env, load_path):  # noqa: F811
+    table = pa.table({"i": pa.array(range(150_000)), "s": [f"r{i}" for i in range(150_000)]})
+    vf = push(files, parquet(table, row_group_size=40_000))
+    back = pull_frame(vf, kind="pyarrow")
+    assert back["i"].to_pylist() == [str(i) for i in range(150_000)] and back["s"][149_999].as_py() == "r149999"
+
+
+def test_a_parquet_file_from_another_server_is_spooled_and_pushed(files, env, tmp_path, monkeypatch):
+    """Its index is at its end: a stream over HTTP is copied to a temporary file first."""
+    remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
+    with serving(create_app(remote)) as base:
+        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
+        remote = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base)
+        pf = remote.add_bytes(parquet(TYPED), "remote.parquet", "application/vnd.apache.parquet").to_json()
+        vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
+    assert rows(vf) == rows(push(files, parquet(TYPED)))
+
+
+def test_schema_puts_its_columns_first_as_for_json(files, env):
+    vf = push(files, parquet(TYPED.select(["n", "s"])), schema=["s", "missing"])
+    assert pull_frame(vf, kind="pyarrow").column_names == ["s", "missing", "n"]
+    assert rows(vf)[0] == {"s": "a,b", "n": "1"}
+
+
+@pytest.mark.parametrize(("parameters", "field"), [({"csvDelimiter": ";"}, "csvDelimiter"),
+                                                   ({"linesToIgnore": 1}, "linesToIgnore"),
+                                                   ({"encoding": "latin-1"}, "encoding")])
+def test_the_csv_parameters_are_refused(files, env, parameters, field):
+    with pytest.raises(ConnectorError) as info:
+        push(files, parquet(TYPED), **parameters)
+    assert info.value.summary() == (f"etl.push failed (400): parameters.{field}: does not apply to a Parquet "
+                                    "file (it has no lines or text)")
+
+
+@pytest.mark.parametrize(("data", "name", "says"), [
+    (b"a,b\n1,2\n", "data.parquet", "platformFile: data.parquet is not a Parquet file that can be read: "),
+    (parquet(TYPED)[:-20], "data.parquet", "platformFile: data.parquet is not a Parquet file that can be read: "),
+    (parquet(TYPED), "data.csv", "platformFile: the file is Parquet (it starts with PAR1), not text: name it "
+                                 ".parquet or give contentType application/vnd.apache.parquet"),
+], ids=["text", "truncated", "named-as-csv"])
+def test_a_file_that_cannot_be_read_as_parquet_is_a_400_saying_why(files, env, data, name, says):
+    store = resources_for(environ=env)["virtual_files"]
+    before = store.inventory()
+    with pytest.raises(ConnectorError) as info:
+        push(files, data, name, "text/csv" if name.endswith(".csv") else "application/octet-stream")
+    assert info.value.status == 400 and info.value.summary().startswith(f"etl.push failed (400): {says}")
+    assert store.inventory() == before
