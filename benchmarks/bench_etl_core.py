@@ -19,7 +19,8 @@ Baselines run in the same process on the same data and database server:
   pretty-printed (``indent=2``), and ``push_frame`` of the file read by pandas (``dtype=str``) against our
   CSV Push; ``push_frame`` of the file as an analyst reads it (``read_csv`` with ``parse_dates``: integer,
   float and datetime columns) and of that frame as a stream (a ``RecordBatchReader`` of its batches; no target:
-  its peak is what a stream's load holds) against the CSV Push of that frame's ``to_csv``; ``pull_frame`` against
+  its peak is what a stream's load holds) and the Push of that frame written as Parquet, against the CSV
+  Push of that frame's ``to_csv``; ``pull_frame`` against
   ``pandas.read_sql`` of the same table. With ``--steps typed`` (not run by
   default), the same four files with ``id`` and ``amount`` as JSON numbers, against the CSV Push too (no
   target of their own). With ``--steps odd``, that NDJSON with ``amount`` written with an exponent and
@@ -340,6 +341,16 @@ def sample_typed_frame_csv(csv_path: Path) -> Path:
     return path
 
 
+def sample_typed_parquet(csv_path: Path) -> Path:
+    """:func:`typed_frame` as a Parquet file (pyarrow's defaults), cached beside the sample."""
+    path = csv_path.with_name(csv_path.stem + "_typed_frame.parquet")
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        typed_frame(csv_path).to_parquet(tmp, index=False)
+        tmp.replace(path)
+    return path
+
+
 OTHER_FORMATS = (
     OtherFormat("push_ndjson", "NDJSON", sample_ndjson, "ndjson", 1.5),
     OtherFormat("push_array", "JSON array", sample_json_array, "ndjson", 1.5),  # held to NDJSON's target
@@ -354,6 +365,7 @@ OTHER_FORMATS = (
     OtherFormat("push_odd_some", "NDJSON, 1 row in 100 nested and 1e-2", sample_some_odd_ndjson, "odd", None),
     OtherFormat("push_odd_all", "NDJSON, every row nested and 1e-2", sample_all_odd_ndjson, "odd", None),
     OtherFormat("push_typed_csv", "CSV of a typed frame (to_csv)", sample_typed_frame_csv, "frames", None),
+    OtherFormat("push_parquet", "Parquet of a typed frame", sample_typed_parquet, "frames", None),
     OtherFormat("push_late_number", "NDJSON of strings, a number half-way", sample_late_number_ndjson, "odd",
                 None),
     OtherFormat("push_late_key", "NDJSON of strings, a new key half-way", sample_late_key_ndjson, "odd", None),
@@ -555,6 +567,8 @@ def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Meas
                                mine["push_typed_csv"], 1.2))
         lines.append(ratio_row("push_frame of that frame as a stream (RecordBatchReader) vs Push of its to_csv",
                                mine["push_stream"], mine["push_typed_csv"], None))
+        lines.append(ratio_row("Push of that frame as Parquet vs Push of its to_csv", mine["push_parquet"],
+                               mine["push_typed_csv"], None))
         lines.append(ratio_row("pull_frame vs pandas.read_sql", mine["pull_df"], mine["read_sql"], 1.0))
     if "first_query" in mine:
         lines.append(f"\nFirst query on a column (builds its index once): {mine['first_query'].seconds:.2f} s, "
