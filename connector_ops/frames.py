@@ -8,10 +8,10 @@ stored (``infer_types`` turns a column into numbers only where that loses nothin
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from connector_ops.frame_streams import arrow_stream, peeked, positioned
 from connector_ops.frame_text import NOT_UTF8, NotText, float_text, text_column, timestamp_form, value_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import holds_surrogate, lone_surrogate
@@ -25,7 +25,7 @@ BATCH_ROWS = 65_536
 _INTEGER = r"(?:0|-?[1-9][0-9]{0,17})"  # canonical decimal integers that fit in int64 ("-0" is not one)
 
 
-def _pandas(frame: Any) -> bool:
+def _pandas(frame: Any) -> bool:  # not isinstance: pandas is imported only when a frame is one
     return type(frame).__module__.split(".")[0] == "pandas" and hasattr(frame, "iloc")
 
 
@@ -133,58 +133,22 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str
     elif stream is not None:  # its later batches cannot be seen first: each timestamp in its own form
         names, batches = stream
         columns, forms = [str(n) for n in names], {}
-        size, batches = _peeked(batches)
-        parts = _positioned(batches)
+        size, batches = peeked(batches)
+        parts = positioned(batches)
     else:
         table = to_arrow(frame, field)
         columns = [str(n) for n in table.column_names]
         forms = {i: timestamp_form(c) for i, c in enumerate(table.columns) if pa.types.is_timestamp(c.type)}
-        parts = _positioned(table.to_batches(max_chunksize=BATCH_ROWS))
+        parts = positioned(table.to_batches(max_chunksize=BATCH_ROWS))
         size = table.nbytes
     unique_columns(columns, f"{field}.columns")
     return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field) for part, labels in parts),
                                    size=size)
 
 
-def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
-    """The column names and record batches of a frame that arrives in batches: a ``pyarrow.RecordBatchReader``
-    (a Parquet dataset's scanner, say), a polars ``LazyFrame`` (collected a batch at a time), or anything
-    else that gives an Arrow stream (``__arrow_c_stream__``: a DuckDB relation, …); ``None`` for the rest."""
-    import pyarrow as pa
-
-    if _pandas(frame) or isinstance(frame, pa.Table | pa.RecordBatch) or \
-            (type(frame).__module__.split(".")[0] == "polars" and hasattr(frame, "to_arrow")):
-        return None
-    if type(frame).__module__.split(".")[0] == "polars" and hasattr(frame, "collect_batches"):
-        names = frame.collect_schema().names()
-        return names, (b for part in frame.collect_batches() for b in part.to_arrow().to_batches())
-    if isinstance(frame, pa.RecordBatchReader) or hasattr(frame, "__arrow_c_stream__"):
-        reader = frame if isinstance(frame, pa.RecordBatchReader) else pa.RecordBatchReader.from_stream(frame)
-        return reader.schema.names, iter(reader)
-    return None
-
-
-def _peeked(batches: Iterator[Any], enough: int = 16 << 20) -> tuple[int, Iterator[Any]]:
-    """The size of a stream's first ``enough`` bytes (all of it, if it is smaller: what decides how it is
-    loaded) and the whole stream again."""
-    first, size = [], 0
-    for batch in batches:
-        first.append(batch)
-        size += batch.nbytes
-        if size >= enough:
-            break
-    return size, itertools.chain(first, batches)
-
-
-def _positioned(batches: Iterable[Any]) -> Iterator[tuple[Any, range]]:
-    """Each batch with the row positions it holds (what an error names where a frame has no index)."""
-    start = 0
-    for batch in batches:
-        yield batch, range(start, start + batch.num_rows)
-        start += batch.num_rows
-
-
 def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: Mapping[int, int], field: str) -> Any:
+    """One slice or batch as text columns (:func:`.frame_text.text_column`); a value that cannot become text is
+    a 400 naming its column and its index label (a frame's) or row (a table's or stream's)."""
     import pyarrow as pa
 
     texts = []

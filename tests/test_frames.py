@@ -270,7 +270,7 @@ def test_a_stream_pushes_like_the_table_it_streams(env, load_path, make):
 
 def test_a_stream_is_read_ahead_only_as_far_as_deciding_how_to_load_it():
     """What is held before the first row is written: the first 16 MiB, not the stream."""
-    from connector_ops.frames import _peeked
+    from connector_ops.frame_streams import peeked
 
     handed = []
 
@@ -279,10 +279,10 @@ def test_a_stream_is_read_ahead_only_as_far_as_deciding_how_to_load_it():
             handed.append(i)
             yield pa.record_batch({"v": pa.array(["x" * 1024] * 1024)})  # just over 1 MiB each
 
-    size, stream = _peeked(batches())
+    size, stream = peeked(batches())
     assert len(handed) == 16 and size >= 16 << 20
     assert sum(b.num_rows for b in stream) == 102_400 and len(handed) == 100
-    assert _peeked(iter([pa.record_batch({"v": ["a"]})]))[0] < 100  # a short stream: its own size
+    assert peeked(iter([pa.record_batch({"v": ["a"]})]))[0] < 100  # a short stream: its own size
 
 
 def test_a_stream_that_fails_half_way_leaves_nothing(env, load_path):
