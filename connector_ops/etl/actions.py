@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING
 from connector_ops.etl import models as m
 from connector_ops.etl.json_readers import is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
+from connector_ops.etl.pull_parquet import pull_parquet
 from connector_ops.etl.push_csv import push_csv
 from connector_ops.etl.push_parquet import is_parquet, push_parquet
 from connector_ops.etl.quarantine import COLUMNS as QUARANTINE_COLUMNS
@@ -79,7 +80,9 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
 
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)
 def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> PlatformFileOutput:
-    """Export a virtual file to a new platform file (CSV or JSON), streamed."""
+    """Export a virtual file to a new platform file (CSV, JSON or Parquet), streamed."""
+    if inp.export_type == "parquet":
+        return PlatformFileOutput(platform_file=pull_parquet(inp, virtual_files, platform_files))
     params = inp.parameters
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
     with contextlib.closing(pages):  # the read snapshot ends with the export, even when it fails

@@ -85,7 +85,8 @@ class PullParameters(SpecModel):
 
 class PullInput(SpecModel):
     virtual_file_id: str = Field(min_length=1)
-    export_type: Literal["json", "csv"]
+    export_type: Literal["json", "csv", "parquet"] = Field(
+        description="`csv` or `json` (the spec); extension: `parquet`, every column a string column")
     export_name: FileName
     parameters: PullParameters = Field(default_factory=PullParameters)
 

@@ -1,0 +1,75 @@
+"""Pull to Parquet (an extension): the virtual file's rows read as Arrow batches of strings in one snapshot
+and written by pyarrow, a row group of up to ``GROUP_ROWS`` rows at a time, so memory holds one group. Every
+column is a string column, a missing value a null. The CSV and text parameters do not apply."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from connector_ops.etl import models as m
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.progress import track
+
+if TYPE_CHECKING:
+    from connector_ops.resources.platform_files import PendingFile, PlatformFileStore
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+CONTENT_TYPE = "application/vnd.apache.parquet"
+GROUP_ROWS = 131_072
+#: the parameters that mean something for text only, by their field names in the input
+FOR_TEXT_ONLY = {"add_first_row_as_schema": "addFirstRowAsSchema", "csv_delimiter": "csvDelimiter",
+                 "encoding": "encoding"}
+
+
+def pull_parquet(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> Any:
+    """A new platform file holding the virtual file as Parquet; returns its descriptor."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    given = sorted(FOR_TEXT_ONLY[f] for f in inp.parameters.model_fields_set & FOR_TEXT_ONLY.keys())
+    if given:
+        raise InvalidInput(f"parameters.{given[0]}", "does not apply to a Parquet export (it has no text lines)")
+    names, batches = virtual_files.scan_arrow(inp.virtual_file_id, inp.parameters.schema_, field="parameters.schema")
+    schema = pa.schema([(n, pa.string()) for n in names])
+    # the read snapshot ends with the export, even when it fails; nothing is kept of a failed one
+    with contextlib.closing(batches), platform_files.create(inp.export_name, CONTENT_TYPE) as sink, \
+            track(f"pull {inp.export_name}", None, "rows") as reporter, \
+            pq.ParquetWriter(_Sink(sink), schema) as writer:
+        for group in _groups(batches, schema):
+            writer.write_table(group, row_group_size=GROUP_ROWS)
+            reporter.update(group.num_rows)
+    return sink.descriptor
+
+
+def _groups(batches: Iterator[Any], schema: Any) -> Iterator[Any]:
+    """The batches as tables of about ``GROUP_ROWS`` rows (a Parquet row group each), under our names."""
+    import pyarrow as pa
+
+    held, rows = [], 0
+    for batch in batches:
+        held.append(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+        rows += batch.num_rows
+        if rows >= GROUP_ROWS:
+            yield pa.Table.from_batches(held, schema)
+            held, rows = [], 0
+    if held:
+        yield pa.Table.from_batches(held, schema)
+
+
+class _Sink(io.RawIOBase):
+    """The platform file being written, as the file object pyarrow writes to (it asks where it is)."""
+
+    def __init__(self, pending: PendingFile) -> None:
+        self._pending = pending
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return self._pending.write(bytes(data))
+
+    def tell(self) -> int:
+        return self._pending.size

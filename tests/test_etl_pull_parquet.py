@@ -1,0 +1,66 @@
+"""Pull to Parquet: every column a string column, a missing value a null, rows in order over many row groups;
+``schema`` selects and orders columns; the text parameters refused; a Parquet file pulled pushes back as the
+same rows."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.etl import pull_parquet
+from tests.test_etl_push_pull import push, rows
+
+
+def pull(files, vf: str, **parameters) -> pa.Table:
+    out = invoke("etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": "out.parquet",
+                              "parameters": parameters})
+    assert out["platformFile"]["contentType"] == "application/vnd.apache.parquet"
+    return pq.read_table(io.BytesIO(files.read_bytes(out["platformFile"])))
+
+
+def test_strings_and_missing_values_exact_and_pushed_back_the_same(files, env):
+    vf = push(files, b'code,name,note\n007,Bond,"a,b\nc"\n,Q,\n')
+    invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"extra": "é"}}]})
+    table = pull(files, vf)
+    assert table.schema == pa.schema([(n, pa.string()) for n in ("code", "name", "note", "extra")])
+    assert table.to_pylist() == [{"code": "007", "name": "Bond", "note": "a,b\nc", "extra": None},
+                                 {"code": "", "name": "Q", "note": "", "extra": None},
+                                 {"code": None, "name": None, "note": None, "extra": "é"}]
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    assert rows(push(files, sink.getvalue(), "back.parquet", "application/octet-stream")) == rows(vf)
+
+
+def test_many_row_groups_keep_every_row_in_order(files, env, monkeypatch):
+    monkeypatch.setattr(pull_parquet, "GROUP_ROWS", 1000)
+    vf = push(files, b"i\n" + b"".join(b"%d\n" % i for i in range(25_000)))
+    out = invoke("etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": "out.parquet"})
+    parquet = pq.ParquetFile(io.BytesIO(files.read_bytes(out["platformFile"])))
+    assert parquet.metadata.num_row_groups >= 20
+    assert parquet.read()["i"].to_pylist() == [str(i) for i in range(25_000)]
+
+
+def test_schema_selects_and_orders_columns(files, env):
+    vf = push(files, b"a,b,c\n1,2,3\n")
+    assert pull(files, vf, schema=["c", "a"]).to_pylist() == [{"c": "3", "a": "1"}]
+    with pytest.raises(ConnectorError) as info:
+        pull(files, vf, schema=["zz"])
+    assert info.value.status == 400 and "parameters.schema: unknown column(s) ['zz']" in info.value.summary()
+
+
+@pytest.mark.parametrize(("parameters", "field"), [({"csvDelimiter": ";"}, "csvDelimiter"),
+                                                   ({"addFirstRowAsSchema": False}, "addFirstRowAsSchema"),
+                                                   ({"encoding": "latin-1"}, "encoding")])
+def test_the_text_parameters_are_refused_and_no_file_is_left(files, env, parameters, field):
+    vf = push(files, b"a\n1\n")
+    before = sorted(p.name for p in Path(files.files_dir).iterdir())
+    with pytest.raises(ConnectorError) as info:
+        pull(files, vf, **parameters)
+    assert info.value.summary() == (f"etl.pull failed (400): parameters.{field}: does not apply to a Parquet "
+                                    "export (it has no text lines)")
+    assert sorted(p.name for p in Path(files.files_dir).iterdir()) == before
