@@ -12,8 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from connector_ops import ConnectorError, invoke
+from connector_ops.environment import resources_for
 from connector_ops.etl import pull_parquet
+from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+from connector_ops.pipelines.runner import run_compiled
+from tests.pipeline_files import write
 from tests.test_etl_push_pull import push, rows
+
+CUSTOMERS = Path(__file__).resolve().parents[1] / "pipelines" / "data" / "customers.csv"
 
 
 def pull(files, vf: str, **parameters) -> pa.Table:
@@ -64,3 +70,25 @@ def test_the_text_parameters_are_refused_and_no_file_is_left(files, env, paramet
     assert info.value.summary() == (f"etl.pull failed (400): parameters.{field}: does not apply to a Parquet "
                                     "export (it has no text lines)")
     assert sorted(p.name for p in Path(files.files_dir).iterdir()) == before
+
+
+def test_a_pipeline_pulls_parquet_and_pushes_it_back(files, env, tmp_path):
+    """The same input model behind the Dagster ops: the YAML DSL takes the extension as the action does."""
+    (tmp_path / "customers.csv").write_bytes(CUSTOMERS.read_bytes())
+    compiled = compile_pipeline(load_pipeline(write(tmp_path, """
+        name: parquet_round_trip
+        steps:
+          - id: load
+            action: etl.push
+            input: {platformFile: "${file:customers.csv}"}
+          - id: out
+            action: etl.pull
+            input: {virtualFileId: "${load.virtualFileId}", exportType: parquet, exportName: customers.parquet}
+          - id: back
+            action: etl.push
+            input: {platformFile: "${out.platformFile}"}
+    """)))
+    outcome = run_compiled(compiled, resources_for(environ=env))
+    assert outcome.success, outcome.failure()
+    assert outcome.steps["out"]["platformFile"]["name"] == "customers.parquet"
+    assert rows(outcome.steps["back"]["virtualFileId"]) == rows(outcome.steps["load"]["virtualFileId"])
