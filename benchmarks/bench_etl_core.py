@@ -13,7 +13,8 @@ Baselines run in the same process on the same data and database server:
 - Regex (``rows`` step): a Query with ``$regex`` under ``$or``, against a raw keyset scan filtered by Python's
   ``re`` (``$regex`` is Python's syntax, so neither database runs it for us).
 - Pull: raw SELECT streamed into ``csv.writer``; Pull to JSON: the same SELECT, each row's dict through
-  ``json.dumps``, a page joined at a time.
+  ``json.dumps``, a page joined at a time; Pull to Parquet: the same SELECT's pages into pyarrow's
+  ``ParquetWriter`` (no target of its own).
 - NDJSON Push (the same rows as one object per line), the Push of a JSON array of them laid out one object
   per line (as Pull writes it), with its items side by side on one line (``json.dump``'s layout) and
   pretty-printed (``indent=2``), and ``push_frame`` of the file read by pandas (``dtype=str``) against our
@@ -123,6 +124,8 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
             "etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "out.csv"}, resources)),
         "pull_json": ("connector-ops pull json", lambda: invoke(
             "etl.pull", {"virtualFileId": vf, "exportType": "json", "exportName": "out.json"}, resources)),
+        "pull_parquet": ("connector-ops pull parquet", lambda: invoke(
+            "etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": "out.parquet"}, resources)),
     }
     return Side(out, calls, lambda: invoke("etl.clean", {"virtualFileId": vf}, resources))
 
@@ -374,7 +377,17 @@ OTHER_FORMATS = (
 
 def write_pages(path: Path, kind: str, pages: Iterable[list[tuple]]) -> None:
     """The raw Pull baselines' writing of pages of rows: CSV by ``csv.writer``, JSON (one object per line,
-    as Pull writes it) by ``json.dumps`` of each row's dict, a page joined at a time."""
+    as Pull writes it) by ``json.dumps`` of each row's dict, a page joined at a time; Parquet by pyarrow's
+    writer, a page's columns at a time (string columns, as Pull writes them)."""
+    if kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema([(c, pa.string()) for c in COLUMNS])
+        with pq.ParquetWriter(path, schema) as parquet:
+            for rows in pages:
+                parquet.write_table(pa.table([list(c) for c in zip(*rows, strict=True)], schema=schema))
+        return
     with path.open("w", newline="", encoding="utf-8") as handle:
         if kind == "csv":
             writer = csv.writer(handle, lineterminator="\r\n")
@@ -474,6 +487,7 @@ def raw_sqlite(db_path: Path, csv_path: Path, work: Path, steps: frozenset[str])
         "regex": ("raw keyset scan + re", lambda: regex_scan(fetch_page)),
         "pull": ("raw SELECT + csv.writer", lambda: export("csv")),
         "pull_json": ("raw SELECT + json.dumps of each row's dict", lambda: export("json")),
+        "pull_parquet": ("raw SELECT + pyarrow ParquetWriter", lambda: export("parquet")),
     }
     return Side(out, calls, conn.close)
 
@@ -534,13 +548,15 @@ def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) ->
         "regex": ("raw keyset scan + re", lambda: regex_scan(fetch_page)),
         "pull": ("raw SELECT + csv.writer", lambda: export("csv")),
         "pull_json": ("raw SELECT + json.dumps of each row's dict", lambda: export("json")),
+        "pull_parquet": ("raw SELECT + pyarrow ParquetWriter", lambda: export("parquet")),
     }
     return Side(out, calls, close)
 
 
 #: issue 13: Push ≤ 1.2× raw COPY on PostgreSQL, ≤ 0.7× the sqlite3 CLI; the row steps keep issue 2's targets
-TARGETS = {"push": 1.2, "iterate": 1.5, "query": 1.5, "regex": 1.5, "pull": 1.5, "pull_json": 1.5}
-LABELS = {"pull_json": "Pull JSON"}
+TARGETS = {"push": 1.2, "iterate": 1.5, "query": 1.5, "regex": 1.5, "pull": 1.5, "pull_json": 1.5,
+           "pull_parquet": None}
+LABELS = {"pull_json": "Pull JSON", "pull_parquet": "Pull Parquet"}
 STEPS = frozenset({"rows", "ndjson", "typed", "odd", "frames"})
 DEFAULT_STEPS = "frames,ndjson,rows"
 
