@@ -152,7 +152,7 @@ def test_input_on_line_and_in_cell_is_refused(ip: Any) -> None:
 def test_magic_without_action_lists_the_actions(ip: Any) -> None:
     table = ip.run_line_magic("etl", "")
     text = ip.display_formatter.format(table)[0]["text/plain"]
-    assert "push" in text and "platformFile, parameters?" in text and "Load a CSV or JSON" in text
+    assert "push" in text and "platformFile, parameters?" in text and "Load a CSV, JSON or Parquet" in text
     assert "create_shared_link" in ip.display_formatter.format(ip.run_line_magic("drive", ""))[0]["text/plain"]
 
 
