@@ -115,7 +115,7 @@ def test_validation_reports_every_error_with_file_line_and_step(tmp_path: Path) 
         (7, "load", "unknown action 'etl.pushh'; did you mean etl.push"),
         (15, "q", "unknown field 'bogus' in etl.query input"),
         (16, "a", "steps a -> b -> a form a cycle"),
-        (20, "a", "exportType: Input should be 'json' or 'csv'"),
+        (20, "a", "exportType: Input should be 'json', 'csv' or 'parquet'"),
         (24, "b", "`after` names 'zzz', which is not a step"),
         (26, "b", "${a.platformFile.lnk}: platformFile has no field 'lnk'"),
         (30, "c", "${q.rows}: etl.query has no output field 'rows' (outputs: result)"),
