@@ -334,24 +334,24 @@ def typed_frame(csv_path: Path) -> Any:
     return pd.read_csv(csv_path, parse_dates=["date"])
 
 
-def sample_typed_frame_csv(csv_path: Path) -> Path:
-    """:func:`typed_frame` written back by ``to_csv`` (the same data as a file), cached beside the sample."""
-    path = csv_path.with_name(csv_path.stem + "_typed_frame.csv")
+def _typed_frame_file(csv_path: Path, suffix: str, write: Callable[[Any, Path], None]) -> Path:
+    """:func:`typed_frame` written by ``write``, cached beside the sample (named with ``suffix``)."""
+    path = csv_path.with_name(csv_path.stem + "_typed_frame" + suffix)
     if not path.exists():
         tmp = path.with_suffix(".tmp")
-        typed_frame(csv_path).to_csv(tmp, index=False)
+        write(typed_frame(csv_path), tmp)
         tmp.replace(path)
     return path
+
+
+def sample_typed_frame_csv(csv_path: Path) -> Path:
+    """:func:`typed_frame` written back by ``to_csv`` (the same data as a file)."""
+    return _typed_frame_file(csv_path, ".csv", lambda frame, tmp: frame.to_csv(tmp, index=False))
 
 
 def sample_typed_parquet(csv_path: Path) -> Path:
-    """:func:`typed_frame` as a Parquet file (pyarrow's defaults), cached beside the sample."""
-    path = csv_path.with_name(csv_path.stem + "_typed_frame.parquet")
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        typed_frame(csv_path).to_parquet(tmp, index=False)
-        tmp.replace(path)
-    return path
+    """:func:`typed_frame` as a Parquet file (pyarrow's defaults: one row group up to 1Mi rows)."""
+    return _typed_frame_file(csv_path, ".parquet", lambda frame, tmp: frame.to_parquet(tmp, index=False))
 
 
 OTHER_FORMATS = (
