@@ -119,21 +119,22 @@ def timestamp_form(column: Any) -> int:
 def timestamp_text(column: Any, form: int | None) -> Any:
     """A timestamp column's text in ``form`` (:func:`timestamp_form`), the offset of its time zone after.
     ``None`` (a stream, whose later batches cannot be seen): each value as Python prints it, its seconds
-    then the digits of the unit where the value has a fraction (``2024-01-01 05:06:07``, ``….500000``)."""
+    then the digits of the unit where the value has a fraction (``2024-01-01 05:06:07``, ``….500000``).
+    Arrow's text is cut from its end, so a year of five digits (numpy's can reach 294,247) stays whole."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     text = column.cast(pa.string())  # 2024-01-01 05:06:07.000000, then Z or +0100 where there is a time zone
     zoned = column.type.tz is not None
     if form is None:
-        text = pc.replace_substring_regex(text, r"^(.{19})\.0+([Z+-].*)?$", r"\1\2")
-    elif not zoned:
-        return pc.utf8_slice_codeunits(text, 0, form)
+        text, drop = pc.replace_substring_regex(text, r"^([^.]*)\.0+([Z+-].*)?$", r"\1\2"), 0
+    else:
+        printed = {"s": 0, "ms": 4, "us": 7, "ns": 10}[column.type.unit]  # the fraction Arrow prints, its point too
+        drop = printed - (form - 19) if form > 10 else printed + 9  # …and a date's " 05:06:07"
     if not zoned:
-        return text
+        return pc.utf8_slice_codeunits(text, 0, -drop) if drop else text
     text = pc.replace_substring_regex(text, "Z$", "+0000")
-    kept = "(.*)" if form is None else f"(.{{{form}}}).*"
-    return pc.replace_substring_regex(text, f"^{kept}([+-][0-9][0-9])([0-9][0-9])$", r"\1\2:\3")
+    return pc.replace_substring_regex(text, f"^(.*).{{{drop}}}([+-][0-9][0-9])([0-9][0-9])$", r"\1\2:\3")
 
 
 def value_text(value: Any) -> str | None:

@@ -356,3 +356,13 @@ def test_a_stream_stopped_half_way_leaves_nothing_and_the_next_push_works(env, s
     assert store.inventory() == before and orphans(url) == set()
     again = push_frame(pa.RecordBatchReader.from_batches(schema, batches(40)))
     assert pull_frame(again, ["a"], kind="pyarrow").num_rows == 800_000
+
+
+def test_a_year_of_five_digits_keeps_its_date(env):
+    """numpy's seconds reach the year 294,247, and Arrow prints such a year whole: the text is cut from its end."""
+    seconds = pa.array([253_402_300_799 + 86_400 * 366, 3 * 86_400], pa.timestamp("s"))  # 10000-12-31 23:59:59
+    assert rows(push_frame(pa.table({"t": seconds}))) == [{"t": "10000-12-31 23:59:59"}, {"t": "1970-01-04 00:00:00"}]
+    days = pa.array([86_400 * 3_652_425, 0], pa.timestamp("s"))  # at midnight: dates only
+    assert rows(push_frame(pa.table({"d": days}))) == [{"d": "11970-01-01"}, {"d": "1970-01-01"}]
+    stream = pa.RecordBatchReader.from_batches(pa.schema([("t", seconds.type)]), [pa.record_batch([seconds], ["t"])])
+    assert rows(push_frame(stream))[0] == {"t": "10000-12-31 23:59:59"}
