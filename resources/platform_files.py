@@ -46,10 +46,15 @@ def utc_timestamp(ts: float | None = None) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: types the ``mimetypes`` table lacks (for Parquet, its vendor type ``application/vnd.apache.parquet``)
+_OWN_TYPES = {(".ndjson", ".jsonl"): "application/x-ndjson", (".parquet", ".pq"): "application/vnd.apache.parquet"}
+
+
 def guess_content_type(name: str) -> str:
+    for suffixes, content_type in _OWN_TYPES.items():
+        if name.lower().endswith(suffixes):
+            return content_type
     guessed, _ = mimetypes.guess_type(name, strict=False)
-    if name.lower().endswith((".ndjson", ".jsonl")):
-        return "application/x-ndjson"
     return guessed or "application/octet-stream"
 
 

@@ -102,3 +102,12 @@ def test_a_file_that_cannot_be_read_as_parquet_is_a_400_saying_why(files, env, d
         push(files, data, name, "text/csv" if name.endswith(".csv") else "application/octet-stream")
     assert info.value.status == 400 and info.value.summary().startswith(f"etl.push failed (400): {says}")
     assert store.inventory() == before
+
+
+def test_a_local_parquet_file_added_is_typed_as_parquet(files, env, tmp_path):
+    """``connector-ops files add`` / ``${file:…}``: the type the file server then sends, and Push reads."""
+    path = tmp_path / "typed.parquet"
+    path.write_bytes(parquet(TYPED))
+    pf = files.add_file(path).to_json()
+    assert pf["contentType"] == "application/vnd.apache.parquet"
+    assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == rows(push(files, parquet(TYPED)))
