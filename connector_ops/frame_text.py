@@ -26,6 +26,7 @@ The rule is "what the same frame written to a file would hold": what ``DataFrame
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -70,7 +71,7 @@ def text_column(column: Any, form: int | None = None) -> Any:
             or pa.types.is_integer(kind) or pa.types.is_boolean(kind) or pa.types.is_null(kind) \
             or pa.types.is_decimal(kind) or pa.types.is_date(kind):
         return column.cast(pa.string())
-    return pa.array([_at(i, value_text, v) for i, v in enumerate(column.to_pylist())], pa.string())
+    return values_text(column.to_pylist())
 
 
 def float_text(column: Any) -> Any:
@@ -152,9 +153,17 @@ def value_text(value: Any) -> str | None:
     return cell_text(value) if isinstance(value, bool | int | dict | list | str) else str(value)
 
 
-def _at(position: int, convert: Any, value: Any) -> str | None:
+def values_text(values: Iterable[Any]) -> Any:
+    """Python values as an Arrow string array (:func:`value_text` each); :class:`NotText` at the first that
+    cannot become text."""
+    import pyarrow as pa
+
+    return pa.array([_text_at(position, value) for position, value in enumerate(values)], pa.string())
+
+
+def _text_at(position: int, value: Any) -> str | None:
     try:
-        return convert(value)
+        return value_text(value)
     except UnicodeDecodeError:
         raise NotText(position, NOT_UTF8) from None
 
@@ -164,7 +173,5 @@ def _utf8(column: Any) -> Any:
 
     try:
         return column.cast(pa.string())
-    except pa.ArrowInvalid:
-        for position, value in enumerate(column.to_pylist()):
-            _at(position, value_text, value)
-        raise
+    except pa.ArrowInvalid:  # bytes that are not UTF-8: the values again, one at a time, to say which
+        return values_text(column.to_pylist())

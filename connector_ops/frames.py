@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from connector_ops.frame_streams import arrow_stream, peeked, positioned
-from connector_ops.frame_text import NOT_UTF8, NotText, float_text, text_column, timestamp_form, value_text
+from connector_ops.frame_text import NotText, float_text, text_column, timestamp_form, values_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import holds_surrogate, lone_surrogate
 from connector_ops.resources.virtual_files.shapes import unique_columns
@@ -95,17 +95,17 @@ def _pandas_only_as_text(frame: Any) -> Any:
 
 
 def _values_as_text(column: Any, field: str) -> Any:
-    import pyarrow as pa
-
     try:
-        return pa.array([value_text(v) for v in column], pa.string())
-    except UnicodeDecodeError:
-        for label, value in column.items():
-            try:
-                value_text(value)
-            except UnicodeDecodeError:
-                raise InvalidInput(f"{field}.{column.name}", f"the value at index {label!r} {NOT_UTF8}") from None
-        raise
+        return values_text(column)
+    except NotText as exc:
+        raise _not_text(exc, field, column.name, column.index) from None
+
+
+def _not_text(exc: NotText, field: str, name: str, labels: Sequence[Any]) -> InvalidInput:
+    """A 400 naming the column and the value's index label (a frame's) or row (a table's or stream's)."""
+    label = labels[exc.position]
+    label = label.item() if hasattr(label, "item") and hasattr(label, "dtype") else label  # np.int64(6) as 6
+    return InvalidInput(f"{field}.{name}", f"the value at index {label!r} {exc.problem}")
 
 
 def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
@@ -123,14 +123,13 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str
     import pyarrow as pa
 
     frame = as_frame(frame, field)
-    stream = arrow_stream(frame)
     if _pandas(frame):
         columns = list(frame.columns)
         forms = {i: timestamp_form(pa.array(frame[c])) for i, c in enumerate(columns) if frame[c].dtype.kind == "M"}
         slices = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
         parts: Iterator[tuple[Any, Sequence[Any]]] = ((to_arrow(part, field), part.index) for part in slices)
         size: int | None = len(frame) * len(columns) * 16  # what the column-wise load needs: roughly the bytes
-    elif stream is not None:  # its later batches cannot be seen first: each timestamp in its own form
+    elif (stream := arrow_stream(frame)) is not None:  # later batches unseen: each timestamp its own form
         names, batches = stream
         columns, forms = [str(n) for n in names], {}
         size, batches = peeked(batches)
@@ -156,9 +155,7 @@ def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: M
         try:
             texts.append(text_column(column, forms.get(i)))
         except NotText as exc:
-            label = labels[exc.position]
-            label = label.item() if hasattr(label, "item") and hasattr(label, "dtype") else label  # np.int64(6) as 6
-            raise InvalidInput(f"{field}.{name}", f"the value at index {label!r} {exc.problem}") from None
+            raise _not_text(exc, field, name, labels) from None
     return pa.RecordBatch.from_arrays(texts, names=[f"c{i}" for i in range(table.num_columns)])
 
 

@@ -232,8 +232,8 @@ def test_bytes_that_are_not_utf8_are_a_400_naming_their_column_and_index(env, lo
 
 def test_pull_turns_into_numbers_only_what_comes_back_the_same(files, env):
     """A float frame comes back as floats; "nan" (a missing value as a float) and "-0" (0 as an integer) stay text."""
-    frame = pd.DataFrame({"x": _magnitudes(np.float64, 2000)[np.isfinite(_magnitudes(np.float64, 2000))],
-                          "n": 7})
+    floats = _magnitudes(np.float64, 2000)
+    frame = pd.DataFrame({"x": floats[np.isfinite(floats)], "n": 7})
     back = pull_frame(push_frame(frame), infer_types=True)
     pd.testing.assert_frame_equal(back, frame)
     vf = push(files, b"a,b,c\nnan,-0,1.5e-7\n1.5,1,2\n")

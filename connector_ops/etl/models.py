@@ -6,8 +6,16 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_BATCH_SIZE, text_encoding
 from connector_ops.kernel.platform_file import FileName, HeaderValue, PlatformFile, SpecModel
+
+
+def refuse_given(parameters: SpecModel, fields: frozenset[str], why: str) -> None:
+    """A 400 naming the first (by input name) of ``fields`` the caller gave: ``why`` they do not apply."""
+    given = sorted(type(parameters).model_fields[f].alias or f for f in parameters.model_fields_set & fields)
+    if given:
+        raise InvalidInput(f"parameters.{given[0]}", f"does not apply to {why}")
 
 
 def _delimiter(value: str) -> str:

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from connector_ops.etl import models as m
-from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import track
 
 if TYPE_CHECKING:
@@ -19,9 +18,8 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "application/vnd.apache.parquet"
 GROUP_ROWS = 131_072
-#: the parameters that mean something for text only, by their field names in the input
-FOR_TEXT_ONLY = {"add_first_row_as_schema": "addFirstRowAsSchema", "csv_delimiter": "csvDelimiter",
-                 "encoding": "encoding"}
+#: the parameters that mean something for text only
+FOR_TEXT_ONLY = frozenset({"add_first_row_as_schema", "csv_delimiter", "encoding"})
 
 
 def pull_parquet(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> Any:
@@ -29,9 +27,7 @@ def pull_parquet(inp: m.PullInput, virtual_files: VirtualFileStore, platform_fil
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    given = sorted(FOR_TEXT_ONLY[f] for f in inp.parameters.model_fields_set & FOR_TEXT_ONLY.keys())
-    if given:
-        raise InvalidInput(f"parameters.{given[0]}", "does not apply to a Parquet export (it has no text lines)")
+    m.refuse_given(inp.parameters, FOR_TEXT_ONLY, "a Parquet export (it has no text lines)")
     names, batches = virtual_files.scan_arrow(inp.virtual_file_id, inp.parameters.schema_, field="parameters.schema")
     schema = pa.schema([(n, pa.string()) for n in names])
     # the read snapshot ends with the export, even when it fails; nothing is kept of a failed one
@@ -45,12 +41,12 @@ def pull_parquet(inp: m.PullInput, virtual_files: VirtualFileStore, platform_fil
 
 
 def _groups(batches: Iterator[Any], schema: Any) -> Iterator[Any]:
-    """The batches as tables of about ``GROUP_ROWS`` rows (a Parquet row group each), under our names."""
+    """The batches as tables of about ``GROUP_ROWS`` rows (a Parquet row group each)."""
     import pyarrow as pa
 
     held, rows = [], 0
     for batch in batches:
-        held.append(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+        held.append(batch)
         rows += batch.num_rows
         if rows >= GROUP_ROWS:
             yield pa.Table.from_batches(held, schema)

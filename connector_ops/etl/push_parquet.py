@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 
 PARQUET_TYPES = ("application/vnd.apache.parquet", "application/x-parquet", "application/parquet")
 MAGIC = b"PAR1"  # a Parquet file's first and last four bytes
-#: the parameters that mean something for text only, by their field names in the input (``useFirstRowAsSchema``
-#: is harmless: a Parquet file names its columns)
-FOR_TEXT_ONLY = {"lines_to_ignore": "linesToIgnore", "csv_delimiter": "csvDelimiter", "encoding": "encoding"}
+#: the parameters that mean something for text only (``useFirstRowAsSchema`` is harmless: a Parquet file
+#: names its columns)
+FOR_TEXT_ONLY = frozenset({"lines_to_ignore", "csv_delimiter", "encoding"})
 BATCH_ROWS = 65_536
 
 
@@ -45,15 +45,13 @@ def push_parquet(virtual_files: VirtualFileStore, reopen: Any, name: str, params
 
     from connector_ops.frames import frame_into
 
-    given = sorted(FOR_TEXT_ONLY[f] for f in params.model_fields_set & FOR_TEXT_ONLY.keys())
-    if given:
-        raise InvalidInput(f"parameters.{given[0]}", "does not apply to a Parquet file (it has no lines or text)")
+    m.refuse_given(params, FOR_TEXT_ONLY, "a Parquet file (it has no lines or text)")
     unique_columns(params.schema_ or [], "parameters.schema")
     with _seekable(reopen) as raw:
         try:
             parquet = pq.ParquetFile(raw)
         except (pa.ArrowInvalid, OSError) as exc:
-            raise InvalidInput("platformFile", f"{name} is not a Parquet file that can be read: {exc}") from None
+            raise _unreadable(name, exc) from None
         names = parquet.schema_arrow.names
         unique_columns(names, "platformFile")
         columns = [*(params.schema_ or ()), *(n for n in names if n not in (params.schema_ or ()))]
@@ -71,7 +69,12 @@ def _read(parquet: Any, name: str, reporter: Any) -> Iterator[Any]:
             yield batch
             reporter.update(batch.num_rows)
     except (pa.ArrowInvalid, OSError) as exc:  # a damaged row group, found as it is read
-        raise InvalidInput("platformFile", f"{name} is not a Parquet file that can be read: {exc}") from None
+        raise _unreadable(name, exc) from None
+
+
+def _unreadable(name: str, exc: BaseException) -> InvalidInput:
+    """Not Parquet, or damaged: found as the file is opened (its footer) or as a row group is read."""
+    return InvalidInput("platformFile", f"{name} is not a Parquet file that can be read: {exc}")
 
 
 def _schema(parquet: Any, columns: list[str]) -> Any:
