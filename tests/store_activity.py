@@ -56,3 +56,26 @@ def orphans(url: str) -> set[str]:
     with get_engine(url).connect() as conn:
         named = set(conn.execute(sa.text("SELECT table_name FROM cop_virtual_file")).scalars())
     return row_tables(url) - named
+
+
+def open_snapshots(url: str) -> int:
+    """Read snapshots still open on the store at ``url``, by any connection but the probe's own. SQLite: a
+    reader keeps a full checkpoint from finishing for as long as it reads; a checkpoint the store runs meanwhile
+    (in this process's background thread or in the loader process) only until it ends, so the probe tries for
+    5 s. PostgreSQL: other sessions of the database inside a transaction or a statement (an idle one is
+    in neither)."""
+    if url.startswith("sqlite"):
+        deadline = time.monotonic() + 5
+        while True:
+            probe = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
+            try:
+                busy, _, _ = probe.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                probe.close()
+            if not busy or time.monotonic() > deadline:
+                return int(busy)
+            time.sleep(0.05)
+    with get_engine(url).connect() as conn:
+        return int(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE state <> 'idle' AND pid <> pg_backend_pid() "
+            "AND datname = current_database()")).scalar_one())

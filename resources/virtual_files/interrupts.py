@@ -18,15 +18,14 @@ before any ``try`` of its own. Dagster's exception arrives as ``KeyboardInterrup
 two alike.
 
 **PostgreSQL.** psycopg's wait for a result answers a signal at once, and on ``KeyboardInterrupt`` (or
-``SystemExit``) it also cancels the statement in the server. Dagster's exception is neither, so a
-terminated run's step left its statement running in the server after the step had ended: a fan-out
-Join went on for over 10 s, holding its locks and writing rows no one would keep.
-:func:`cancel_on_interrupt` cancels it for any such exception.
+``SystemExit``) it also cancels the statement in the server. Any other interrupt (Dagster's) left it
+running, and the connection busy: :func:`cancel_on_interrupt` makes the store's connections
+:class:`~.pg_cancel.CancellingConnection` objects, which cancel such a statement as they are rolled back or
+closed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sqlite3
 from collections.abc import Callable
@@ -37,6 +36,9 @@ import sqlalchemy as sa
 #: SQLite virtual-machine instructions between two calls of the progress handler: 1.7 ms of a recursive
 #: count (measured), a Python call each that costs nothing measurable in a Join or a scan (BENCHMARKS.md)
 PROGRESS_STEPS = 100_000
+
+#: how long a PostgreSQL server gets to take a cancel request (psycopg's own figure for ``KeyboardInterrupt``)
+CANCEL_SECONDS = 5.0
 
 _ABANDONED = frozenset({"interrupted", "user-defined function raised exception"})
 
@@ -124,18 +126,10 @@ def _recording(func: Callable[..., Any], failure: _Failure) -> Callable[..., Any
 
 
 def cancel_on_interrupt(engine: sa.Engine) -> None:
-    """PostgreSQL: when an exception that is not an ``Exception`` (an interrupt) ends the wait for a
-    statement's result and the statement still runs, cancel it in the server before SQLAlchemy throws the
-    connection away (a closed connection does not stop it). psycopg has already done so for
-    ``KeyboardInterrupt``, and the connection is then no longer busy."""
-    from psycopg import pq
+    """PostgreSQL: the engine's connections are :class:`~.pg_cancel.CancellingConnection` objects (through
+    SQLAlchemy's ``do_connect`` hook, which is given the arguments it would pass to ``psycopg.connect``)."""
+    from connector_ops.resources.virtual_files.pg_cancel import CancellingConnection
 
-    @sa.event.listens_for(engine, "handle_error")
-    def cancel(context: sa.engine.ExceptionContext) -> None:
-        if isinstance(context.original_exception, Exception) or context.connection is None:
-            return
-        # nothing here may raise: what a handler raises replaces the interrupt
-        with contextlib.suppress(Exception):  # the server gone, or slow to answer: the interrupt goes on
-            driver = context.connection.connection.driver_connection
-            if driver is not None and driver.pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
-                driver.cancel_safe(timeout=5.0)
+    @sa.event.listens_for(engine, "do_connect")
+    def connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        return CancellingConnection.connect(*cargs, **cparams)

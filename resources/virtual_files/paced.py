@@ -44,6 +44,7 @@ class Paced(io.RawIOBase):
         self._ahead = 0  # bytes read beyond the blocks of the batches taken
         self._wanted = True  # the consumer waits for a batch (or has not taken one yet)
         self._done = False
+        self._reading = False  # a read of raw in flight
         self._turn = threading.Condition()
 
     def readable(self) -> bool:
@@ -61,10 +62,25 @@ class Paced(io.RawIOBase):
                     break  # the consumer has waited for a batch all this time: this read is what it needs
             if self._done:
                 return 0
-        n = self._raw.readinto(buffer)
-        with self._turn:
-            self._ahead += n or 0
+            self._reading = True
+        n = 0
+        try:
+            n = self._raw.readinto(buffer)
+        finally:
+            with self._turn:
+                self._ahead += n or 0
+                self._reading = False
+                self._turn.notify_all()
         return n
+
+    def stop(self) -> None:
+        """Every read from now on gets the end; returns once a read of ``raw`` in flight has returned, so that
+        no thread of Arrow's touches ``raw`` after this (the caller makes that read end, if it may wait)."""
+        with self._turn:
+            self._done = True
+            self._turn.notify_all()
+            while self._reading:
+                self._turn.wait()
 
     def taken(self, batches: Iterable[Any]) -> Iterator[Any]:
         """``batches`` (read from this stream), each one taken letting Arrow read a block more; when they end,

@@ -1,0 +1,75 @@
+"""A psycopg connection that stops its running statement when it is rolled back or closed mid-statement.
+
+psycopg answers ``KeyboardInterrupt`` and ``SystemExit`` during its wait for the server by cancelling the
+statement and reading the server's answer, so the connection can roll back. An interrupt that is neither
+(Dagster's ``DagsterExecutionInterruptedError``, a caller's own signal), or one raised in Python code
+between sending a statement and waiting for it, left the statement running in the server and the
+connection busy:
+
+- SQLAlchemy closes such a connection, and a closed connection does not stop its statement: a terminated
+  run's fan-out Join went on writing in the server for over 10 s, holding its locks;
+- where the store reads through the driver itself (a Pull's pages), the rollback as the transaction ended
+  failed with "another command is already in progress", and that error replaced the interrupt: a Pull
+  stopped by Terminate ended as a 500 "database error".
+
+:class:`CancellingConnection` cancels such a statement and reads the server's answer (libpq's own calls),
+so the rollback that follows works and the connection stays usable. A server that does not answer within
+``CANCEL_SECONDS`` costs the connection: it is closed, and its transaction ends with the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import time
+
+import psycopg
+from psycopg import pq
+
+from connector_ops.resources.virtual_files.interrupts import CANCEL_SECONDS
+
+
+class CancellingConnection(psycopg.Connection):
+    _abandoned = False
+
+    def rollback(self) -> None:
+        if not self._stop_statement():
+            super().rollback()
+
+    def close(self) -> None:
+        self._stop_statement()
+        super().close()
+
+    def _stop_statement(self) -> bool:
+        """Cancel a statement still running and read its end; whether the connection had to be given up
+        (now or before), which leaves nothing to roll back."""
+        if not self._abandoned and self.pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
+            try:
+                self.cancel_safe(timeout=CANCEL_SECONDS)
+                _drain(self.pgconn, time.monotonic() + CANCEL_SECONDS)
+            except Exception:  # the server gone or slow: closing is all that is left
+                self._abandoned = True
+                with contextlib.suppress(Exception):
+                    self.pgconn.finish()
+        return self._abandoned
+
+
+def _drain(pgconn: pq.abc.PGconn, deadline: float) -> None:
+    """Read every result of the statement sent (rows of a ``COPY TO`` included) until the connection is idle."""
+    def readable() -> None:
+        if not select.select([pgconn.socket], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise TimeoutError("the server did not end the cancelled statement")
+        pgconn.consume_input()
+
+    while True:
+        while pgconn.is_busy():
+            readable()
+        result = pgconn.get_result()
+        if result is None:
+            return
+        while result.status == pq.ExecStatus.COPY_OUT:
+            size, _ = pgconn.get_copy_data(1)  # without waiting: 0 means none yet, -1 the end
+            if size == -1:
+                break
+            if size == 0:
+                readable()
