@@ -58,12 +58,12 @@ def orphans(url: str) -> set[str]:
     return row_tables(url) - named
 
 
-def open_snapshots(url: str) -> int:
-    """Read snapshots still open on the store at ``url``, by any connection but the probe's own. SQLite: a
-    reader keeps a full checkpoint from finishing for as long as it reads; a checkpoint the store runs meanwhile
-    (in this process's background thread or in the loader process) only until it ends, so the probe tries for
-    5 s. PostgreSQL: other sessions of the database inside a transaction or a statement (an idle one is
-    in neither)."""
+def open_snapshots(url: str, vf_id: str) -> int:
+    """Read snapshots of the virtual file ``vf_id`` still open, by any connection but the probe's own.
+    SQLite: a reader keeps a full checkpoint from finishing for as long as it reads; a checkpoint the store
+    runs meanwhile (in this process's background thread or in the loader process) only until it ends, so
+    the probe tries for 5 s. PostgreSQL: other sessions holding a lock on the file's row table (the
+    server is shared with other tests, whose sessions are not this file's business)."""
     if url.startswith("sqlite"):
         deadline = time.monotonic() + 5
         while True:
@@ -77,5 +77,6 @@ def open_snapshots(url: str) -> int:
             time.sleep(0.05)
     with get_engine(url).connect() as conn:
         return int(conn.execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity WHERE state <> 'idle' AND pid <> pg_backend_pid() "
-            "AND datname = current_database()")).scalar_one())
+            "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            "JOIN cop_virtual_file f ON f.table_name = c.relname "
+            "WHERE f.id = :vf AND l.pid <> pg_backend_pid()"), {"vf": vf_id}).scalar_one())

@@ -35,7 +35,7 @@ def test_an_export_stopped_half_way_keeps_nothing_and_ends_its_snapshot(files, e
     watcher.join()
     assert stopped.traceback
     assert sorted(folder.iterdir()) == before
-    assert open_snapshots(env["CONNECTOR_OPS_DATABASE_URL"]) == 0
+    assert open_snapshots(env["CONNECTOR_OPS_DATABASE_URL"], vf) == 0
     again = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": "out"})
     assert again["platformFile"]["size"] > 1_000_000
     invoke("etl.clean", {"virtualFileId": vf})
