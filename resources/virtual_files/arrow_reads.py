@@ -11,7 +11,7 @@ from the connection before the ``COPY``'s own exit runs. Arrow reads ahead in a 
 exit of an unfinished ``COPY TO`` (and the rollback after it) read the connection in the caller's thread,
 and two threads reading one connection lose each other's answers: one of them waits for bytes the other
 has taken, for ever. A throwaway script that closed a scan early a hundred times hung after 11 closes in
-one run and after 19 in another (the next scan waited for ever); with this, four runs of 100 went through.
+one run and after 19 in another (the next scan waited for ever); with this, five runs of 100 went through.
 Cancelled first, the server ends the ``COPY`` with an error that the read in flight gets;
 :meth:`.Paced.stop` waits for that read and gives every later one the end, so only the caller's thread
 touches the connection afterwards.

@@ -10,7 +10,7 @@ connection busy:
   run's fan-out Join went on writing in the server for over 10 s, holding its locks;
 - where the store reads through the driver itself (a Pull's pages), the rollback as the transaction ended
   failed with "another command is already in progress", and that error replaced the interrupt: a Pull
-  stopped by Terminate ended as a 500 "database error".
+  stopped so (by a test's own signal) ended as a 500 "database error".
 
 :class:`CancellingConnection` cancels such a statement and reads the server's answer (libpq's own calls),
 so the rollback that follows works and the connection stays usable. A server that does not answer within
@@ -68,8 +68,8 @@ def _drain(pgconn: pq.abc.PGconn, deadline: float) -> None:
         if result is None:
             return
         while result.status == pq.ExecStatus.COPY_OUT:
-            size, _ = pgconn.get_copy_data(1)  # without waiting: 0 means none yet, -1 the end
-            if size == -1:
+            size, _ = pgconn.get_copy_data(1)  # without waiting: 0 means none yet, -1 the end (an error raises)
+            if size < 0:
                 break
             if size == 0:
                 readable()
