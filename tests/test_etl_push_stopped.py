@@ -1,0 +1,47 @@
+"""A Push stopped half way (a Ctrl-C; here the test's own signal, whose exception is neither
+``KeyboardInterrupt`` nor an ``Exception``, like Dagster's) of a CSV, NDJSON or Parquet file of seconds'
+work: the exception goes on as itself, no virtual file and no row table are left (on SQLite the load runs in
+the loader process, which rolls it back), and the store takes the next Push."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from connector_ops import invoke
+from connector_ops.environment import resources_for
+from tests.signals import Stop
+from tests.store_activity import orphans
+from tests.test_etl_push_pull import push, rows
+
+ROWS = 1_500_000  # several seconds of Push on either database
+
+
+@pytest.fixture(scope="module")
+def large_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("large")
+    table = pa.table({"a": pa.array(["x" * 60] * ROWS), "b": pa.array([str(i) for i in range(ROWS)])})
+    pacsv.write_csv(table, folder / "large.csv")
+    with (folder / "large.ndjson").open("w") as ndjson:
+        for start in range(0, ROWS, 100_000):
+            ndjson.writelines(f'{{"a": "{"x" * 60}", "b": "{i}"}}\n' for i in range(start, min(ROWS, start + 100_000)))
+    pq.write_table(table, folder / "large.parquet", row_group_size=65_536)
+    return {p.suffix[1:]: p for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("kind", ["csv", "ndjson", "parquet"])
+def test_a_push_stopped_half_way_leaves_nothing_and_the_next_push_works(env, files, large_files, signalled_after,
+                                                                         kind):
+    store = resources_for(environ=env)["virtual_files"]
+    before = store.inventory()
+    pf = files.add_file(large_files[kind]).to_json()
+    signalled_after(0.7)
+    with pytest.raises(Stop):
+        invoke("etl.push", {"platformFile": pf})
+    assert store.inventory() == before
+    assert orphans(env["CONNECTOR_OPS_DATABASE_URL"]) == set()
+    assert rows(push(files, b"a,b\n1,2\n")) == [{"a": "1", "b": "2"}]
