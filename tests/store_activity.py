@@ -60,10 +60,11 @@ def orphans(url: str) -> set[str]:
 
 def open_snapshots(url: str, vf_id: str) -> int:
     """Read snapshots of the virtual file ``vf_id`` still open, by any connection but the probe's own.
-    SQLite: a reader keeps a full checkpoint from finishing for as long as it reads; a checkpoint the store
-    runs meanwhile (in this process's background thread or in the loader process) only until it ends, so
-    the probe tries for 5 s. PostgreSQL: other sessions holding a lock on the file's row table (the
-    server is shared with other tests, whose sessions are not this file's business)."""
+    SQLite (a database file per test, so any reader counts): a reader keeps a full checkpoint from finishing
+    for as long as it reads; a checkpoint the store runs meanwhile (in this process's background thread or in
+    the loader process) only until it ends, so the probe tries for 5 s. PostgreSQL: other sessions holding a
+    lock on the file's row table (the server is shared with other tests, whose sessions are not this file's
+    business)."""
     if url.startswith("sqlite"):
         deadline = time.monotonic() + 5
         while True:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,11 +27,15 @@ def test_an_export_stopped_half_way_keeps_nothing_and_ends_its_snapshot(files, e
     vf = push_frame(pa.table({"a": ["x" * 100] * rows, "b": [str(i) for i in range(rows)]}))
     folder = files.root  # the folder, made as the store starts
     before = sorted(folder.iterdir())
-    watcher = threading.Thread(target=_signal_once_written, args=(folder,))
+    done = threading.Event()  # a watcher left looking after a failure would signal a later test
+    watcher = threading.Thread(target=_signal_once_written, args=(folder, done))
     watcher.start()
-    with pytest.raises(Stop) as stopped:
-        invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": "out"})
-    watcher.join()
+    try:
+        with pytest.raises(Stop) as stopped:
+            invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": "out"})
+    finally:
+        done.set()
+        watcher.join()
     assert stopped.traceback
     assert sorted(folder.iterdir()) == before
     assert open_snapshots(env["CONNECTOR_OPS_DATABASE_URL"], vf) == 0
@@ -41,15 +44,13 @@ def test_an_export_stopped_half_way_keeps_nothing_and_ends_its_snapshot(files, e
     invoke("etl.clean", {"virtualFileId": vf})
 
 
-def _signal_once_written(folder: Path) -> None:
+def _signal_once_written(folder: Path, done: threading.Event) -> None:
     """The test's signal (its handler is ``signalled_after``'s) as soon as a temporary file in ``folder`` holds
-    bytes: the export is under way."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    bytes, the export under way; nothing once ``done`` is set."""
+    while not done.wait(0.001):
         if any(entry.name.startswith(".tmp-") and _size(entry) > 0 for entry in os.scandir(folder)):
             os.kill(os.getpid(), signal.SIGUSR1)
             return
-        time.sleep(0.001)
 
 
 def _size(entry: os.DirEntry) -> int:
