@@ -1,5 +1,6 @@
 """A signal of the test's own (SIGUSR1, whose handler raises :class:`Stop`) that stops a long action as a
-Ctrl-C would, without any risk that a late one stops pytest. ``signalled_after`` is a fixture (conftest)."""
+Ctrl-C would, without any risk that a late one stops pytest. ``signalled_after`` is a fixture (conftest);
+:func:`signal_at` sends the signal at a point of the action's own progress, whatever the machine's speed."""
 
 from __future__ import annotations
 
@@ -36,3 +37,23 @@ def signalled_after() -> Iterator[Callable[[float], None]]:
             timer.cancel()
             timer.join()
         signal.signal(signal.SIGUSR1, previous)
+
+
+def signal_at(units: int, send: Callable[[], None]) -> Callable[[str, int | None, str], object]:
+    """A progress reporter factory (``reporting_to``) whose reporters call ``send`` once the work they report
+    has done ``units`` units (bytes or rows): ``send`` arms ``signalled_after`` for a few milliseconds later,
+    so that the signal finds the action under way wherever it then is (in a wait for the database, most
+    often), as a person's Ctrl-C would."""
+    class Reporter:
+        def __init__(self, _description: str, _total: int | None, _unit: str) -> None:
+            self.done = 0
+
+        def update(self, n: int) -> None:
+            self.done += n
+            if self.done >= units > self.done - n:
+                send()
+
+        def close(self) -> None:
+            pass
+
+    return Reporter

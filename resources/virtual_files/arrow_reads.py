@@ -28,7 +28,6 @@ import sqlalchemy as sa
 from connector_ops.kernel.streams import ChunkStream
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.crlf_blocks import WholeCRLF
-from connector_ops.resources.virtual_files.interrupts import CANCEL_SECONDS
 from connector_ops.resources.virtual_files.paced import Paced
 from connector_ops.resources.virtual_files.rows import keyset_pages
 
@@ -55,6 +54,8 @@ def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[st
 def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.csv as pacsv
+
+    from connector_ops.resources.virtual_files.pg_cancel import CANCEL_SECONDS
 
     columns = info.column_map()
     query = sa.select(*(columns[n] for n in schema.names)).order_by(info.table.c.seq)

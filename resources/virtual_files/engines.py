@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from connector_ops.resources.virtual_files.catalog import metadata
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
-from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection, cancel_on_interrupt
+from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -135,6 +135,8 @@ def get_engine(url: str) -> sa.Engine:
                                                          "factory": InterruptibleConnection})
             _setup_sqlite(engine, path)
         else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
+            from connector_ops.resources.virtual_files.pg_cancel import cancel_on_interrupt
+
             engine = sa.create_engine(key, pool_pre_ping=True, connect_args={"client_encoding": "utf8"})
             cancel_on_interrupt(engine)
         try:

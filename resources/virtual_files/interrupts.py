@@ -19,9 +19,8 @@ two alike.
 
 **PostgreSQL.** psycopg's wait for a result answers a signal at once, and on ``KeyboardInterrupt`` (or
 ``SystemExit``) it also cancels the statement in the server. Any other interrupt (Dagster's) left it
-running, and the connection busy: :func:`cancel_on_interrupt` makes the store's connections
-:class:`~.pg_cancel.CancellingConnection` objects, which cancel such a statement as they are rolled back or
-closed.
+running, and the connection busy: the store's connections are :class:`~.pg_cancel.CancellingConnection`
+objects, which cancel such a statement as they are rolled back or closed.
 """
 
 from __future__ import annotations
@@ -31,14 +30,9 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
-
 #: SQLite virtual-machine instructions between two calls of the progress handler: 1.7 ms of a recursive
 #: count (measured), a Python call each that costs nothing measurable in a Join or a scan (BENCHMARKS.md)
 PROGRESS_STEPS = 100_000
-
-#: how long a PostgreSQL server gets to take a cancel request (psycopg's own figure for ``KeyboardInterrupt``)
-CANCEL_SECONDS = 5.0
 
 _ABANDONED = frozenset({"interrupted", "user-defined function raised exception"})
 
@@ -124,12 +118,3 @@ def _recording(func: Callable[..., Any], failure: _Failure) -> Callable[..., Any
             raise
     return call
 
-
-def cancel_on_interrupt(engine: sa.Engine) -> None:
-    """PostgreSQL: the engine's connections are :class:`~.pg_cancel.CancellingConnection` objects (through
-    SQLAlchemy's ``do_connect`` hook, which is given the arguments it would pass to ``psycopg.connect``)."""
-    from connector_ops.resources.virtual_files.pg_cancel import CancellingConnection
-
-    @sa.event.listens_for(engine, "do_connect")
-    def connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
-        return CancellingConnection.connect(*cargs, **cparams)

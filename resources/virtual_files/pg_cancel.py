@@ -22,11 +22,23 @@ from __future__ import annotations
 import contextlib
 import select
 import time
+from typing import Any
 
 import psycopg
+import sqlalchemy as sa
 from psycopg import pq
 
-from connector_ops.resources.virtual_files.interrupts import CANCEL_SECONDS
+#: how long the server gets to take a cancel request and end the statement (psycopg's own figure for
+#: ``KeyboardInterrupt``)
+CANCEL_SECONDS = 5.0
+
+
+def cancel_on_interrupt(engine: sa.Engine) -> None:
+    """The engine's connections are :class:`CancellingConnection` objects (through SQLAlchemy's
+    ``do_connect`` hook, which is given the arguments it would pass to ``psycopg.connect``)."""
+    @sa.event.listens_for(engine, "do_connect")
+    def connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        return CancellingConnection.connect(*cargs, **cparams)
 
 
 class CancellingConnection(psycopg.Connection):
