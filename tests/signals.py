@@ -40,10 +40,8 @@ def signalled_after() -> Iterator[Callable[[float], None]]:
 
 
 def signal_at(units: int, send: Callable[[], None]) -> Callable[[str, int | None, str], object]:
-    """A progress reporter factory (``reporting_to``) whose reporters call ``send`` once the work they report
-    has done ``units`` units (bytes or rows): ``send`` arms ``signalled_after`` for a few milliseconds later,
-    so that the signal finds the action under way wherever it then is (in a wait for the database, most
-    often), as a person's Ctrl-C would."""
+    """A progress reporter factory (``reporting_to``) whose reporters call ``send`` (which sends the test's
+    signal, now or later) once the work they report has done ``units`` units (bytes or rows)."""
     class Reporter:
         def __init__(self, _description: str, _total: int | None, _unit: str) -> None:
             self.done = 0

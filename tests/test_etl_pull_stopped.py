@@ -1,11 +1,15 @@
 """An export stopped half way (a Ctrl-C; here the test's own signal, whose exception is neither
 ``KeyboardInterrupt`` nor an ``Exception``, like Dagster's) once it has written part of its file: no platform
 file and no temporary file are kept, and its read snapshot ends even while the traceback lives on (a notebook
-keeps the last one), so the virtual file can be dropped and pulled again. The signal comes 50 ms after the
-export reports its first progress (through the reporter an entry point installs, :func:`reporting_to`), with
-seconds of work left."""
+keeps the last one), so the virtual file can be dropped and pulled again. The signal is sent as the export
+reports its first progress (through the reporter an entry point installs, :func:`reporting_to`), so its
+exception is raised in the export's own code while the scan it reads waits, suspended, with most of the
+rows still to come."""
 
 from __future__ import annotations
+
+import os
+import signal
 
 import pyarrow as pa
 import pytest
@@ -26,7 +30,7 @@ def test_an_export_stopped_half_way_keeps_nothing_and_ends_its_snapshot(files, e
     vf = push_frame(pa.table({"a": ["x" * 100] * rows, "b": [str(i) for i in range(rows)]}))
     folder = files.root  # the folder, made as the store starts
     before = sorted(folder.iterdir())
-    with pytest.raises(Stop) as stopped, reporting_to(signal_at(1, lambda: signalled_after(0.05))):
+    with pytest.raises(Stop) as stopped, reporting_to(signal_at(1, lambda: os.kill(os.getpid(), signal.SIGUSR1))):
         invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": "out"})
     assert stopped.traceback
     assert sorted(folder.iterdir()) == before
