@@ -8,9 +8,6 @@ rows still to come."""
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pyarrow as pa
 import pytest
 
@@ -30,7 +27,7 @@ def test_an_export_stopped_half_way_keeps_nothing_and_ends_its_snapshot(files, e
     vf = push_frame(pa.table({"a": ["x" * 100] * rows, "b": [str(i) for i in range(rows)]}))
     folder = files.root  # the folder, made as the store starts
     before = sorted(folder.iterdir())
-    with pytest.raises(Stop) as stopped, reporting_to(signal_at(1, lambda: os.kill(os.getpid(), signal.SIGUSR1))):
+    with pytest.raises(Stop) as stopped, reporting_to(signal_at(1)):
         invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": "out"})
     assert stopped.traceback
     assert sorted(folder.iterdir()) == before

@@ -1,7 +1,8 @@
 """A Push stopped half way (a Ctrl-C; here the test's own signal, whose exception is neither
 ``KeyboardInterrupt`` nor an ``Exception``, like Dagster's) of a CSV, NDJSON or Parquet file of seconds'
-work: the exception goes on as itself, no virtual file and no row table are left (on SQLite the load runs in
-the loader process, which rolls it back), and the store takes the next Push."""
+work, the signal sent as a quarter of the file has been read: the exception goes on as itself, no virtual
+file and no row table are left (on SQLite the load runs in the loader process, which rolls it back), and the
+store takes the next Push."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import pytest
 
 from connector_ops import invoke
 from connector_ops.environment import resources_for
-from tests.signals import Stop
+from connector_ops.kernel.progress import reporting_to
+from tests.signals import Stop, signal_at
 from tests.store_activity import orphans
 from tests.test_etl_push_pull import push, rows
 
-ROWS = 1_500_000  # 2.7-7 s of Push here, whatever the database and format; the signal comes at 0.7 s
+ROWS = 1_500_000  # 2.7-7 s of Push here, whatever the database and format
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +40,8 @@ def test_a_push_stopped_half_way_leaves_nothing_and_the_next_push_works(env, fil
     store = resources_for(environ=env)["virtual_files"]
     before = store.inventory()
     pf = files.add_file(large_files[kind]).to_json()
-    signalled_after(0.7)
-    with pytest.raises(Stop):
+    quarter = (ROWS if kind == "parquet" else pf["size"]) // 4  # Parquet reports rows, text bytes
+    with pytest.raises(Stop), reporting_to(signal_at(quarter)):
         invoke("etl.push", {"platformFile": pf})
     assert store.inventory() == before
     assert orphans(env["CONNECTOR_OPS_DATABASE_URL"]) == set()
