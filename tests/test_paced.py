@@ -137,3 +137,33 @@ def test_a_read_waiting_gets_the_end_once_the_consumer_stops() -> None:
     taken.close()  # the consumer failed, or has what it wanted
     arrow.thread.join(5)
     assert not arrow.thread.is_alive() and data.read_bytes == 2 * BLOCK
+
+
+class Blocking(io.RawIOBase):
+    """A raw stream whose reads wait until ``release`` is set (a network that carries nothing)."""
+
+    def __init__(self) -> None:
+        self.reading, self.release = threading.Event(), threading.Event()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+        self.reading.set()
+        self.release.wait()
+        return 0
+
+
+def test_stop_waits_for_the_read_in_flight_only_as_long_as_it_is_told() -> None:
+    raw = Blocking()
+    stream = Paced(raw, BLOCK)
+    reader = threading.Thread(target=stream.readinto, args=(bytearray(BLOCK),), daemon=True)
+    reader.start()
+    assert raw.reading.wait(5)
+    started = time.monotonic()
+    assert stream.stop(0.2) is False  # the read still in flight: the caller must end it (pg_cancel.give_up)
+    assert 0.2 <= time.monotonic() - started < 2
+    raw.release.set()
+    assert stream.stop() is True
+    reader.join(5)
+    assert stream.readinto(bytearray(BLOCK)) == 0  # every read after the stop gets the end

@@ -14,12 +14,13 @@ has taken, for ever. A throwaway script that closed a scan early a hundred times
 one run and after 19 in another (the next scan waited for ever); with this, five runs of 100 went through.
 Cancelled first, the server ends the ``COPY`` with an error that the read in flight gets;
 :meth:`.Paced.stop` waits for that read and gives every later one the end, so only the caller's thread
-touches the connection afterwards.
+touches the connection afterwards. A server that cannot be reached (the network stopped) answers neither
+the cancel nor the read: the connection is then given up (``CancellingConnection.give_up``), which ends the
+read with an error.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -76,7 +77,13 @@ def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator
             for batch in paced.taken(reader):
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
         except BaseException:  # the consumer stopped early (an interrupt, an error, the scan closed)
-            with contextlib.suppress(Exception):  # the server gone: the read in flight ends with the connection
-                cursor.connection.cancel_safe(timeout=CANCEL_SECONDS)
-            paced.stop()  # Arrow's read in flight, which the cancel ends, is the last: see the module's doc
+            connection = cursor.connection
+            try:
+                connection.cancel_safe(timeout=CANCEL_SECONDS)
+                cancelled = True
+            except Exception:  # the server unreachable
+                cancelled = False
+            if not (cancelled and paced.stop(CANCEL_SECONDS)):  # the read in flight, which the cancel ends
+                connection.give_up()  # no answer: its socket shut, the read in flight ends with an error
+                paced.stop()
             raise

@@ -73,14 +73,14 @@ class Paced(io.RawIOBase):
                 self._turn.notify_all()
         return n
 
-    def stop(self) -> None:
-        """Every read from now on gets the end; returns once a read of ``raw`` in flight has returned, so that
-        no thread of Arrow's touches ``raw`` after this (the caller makes that read end, if it may wait)."""
+    def stop(self, timeout: float | None = None) -> bool:
+        """Every read from now on gets the end; waits (at most ``timeout`` seconds) until a read of ``raw`` in
+        flight has returned, so that no thread of Arrow's touches ``raw`` after this (the caller makes that read
+        end, if it may wait); whether none is in flight now."""
         with self._turn:
             self._done = True
             self._turn.notify_all()
-            while self._reading:
-                self._turn.wait()
+            return self._turn.wait_for(lambda: not self._reading, timeout)
 
     def taken(self, batches: Iterable[Any]) -> Iterator[Any]:
         """``batches`` (read from this stream), each one taken letting Arrow read a block more; when they end,

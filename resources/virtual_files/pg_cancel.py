@@ -15,18 +15,32 @@ connection busy:
 :class:`CancellingConnection` cancels such a statement and reads the server's answer (libpq's own calls),
 so the rollback that follows works and the connection stays usable. A server that does not answer within
 ``CANCEL_SECONDS`` costs the connection: it is closed, and its transaction ends with the session.
+
+The clean-up that follows an interrupt (a server-side cursor's ``CLOSE``, the end of a ``COPY``, the
+rollback) waits for the server too, and psycopg gives those waits no limit: with the network to the server
+stopped (a dropped VPN, a partition; a test freezes a loopback proxy), a stopped Pull waited for ever. While
+an interrupt is on its way, a wait on the connection that goes on ``CANCEL_SECONDS`` is cancelled in the
+server, and ``CANCEL_SECONDS`` later the connection is given up (:meth:`CancellingConnection.give_up`): its
+socket is shut, which ends every wait on it in every thread, and the interrupt goes on as itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import select
+import socket
+import sys
+import threading
 import time
 from typing import Any
 
 import psycopg
 import sqlalchemy as sa
 from psycopg import pq
+
+log = logging.getLogger(__name__)
 
 #: how long the server gets to take a cancel request and end the statement (psycopg's own figure for
 #: ``KeyboardInterrupt``)
@@ -47,10 +61,60 @@ class CancellingConnection(psycopg.Connection):
     def rollback(self) -> None:
         if not self._stop_statement():
             super().rollback()
+        else:  # given up: closed here, in its own thread, so that the pool's ping finds it closed
+            with contextlib.suppress(Exception):
+                self.pgconn.finish()
 
     def close(self) -> None:
         self._stop_statement()
         super().close()
+
+    def cancel_safe(self, *, timeout: float = 30.0) -> None:
+        if not self._abandoned:  # given up: no server to ask (psycopg's own ``COPY`` exit would wait 5 s more)
+            super().cancel_safe(timeout=timeout)
+
+    def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+        """psycopg's wait; while an interrupt is on its way (the clean-up after it), a bounded one."""
+        pending = sys.exception()
+        if pending is None or isinstance(pending, Exception) or args[1:] or "timeout" in kwargs:
+            return super().wait(gen, *args, **kwargs)
+        if self._abandoned:
+            raise pending  # no clean-up on a connection given up: the interrupt goes on
+        ended, acted = threading.Event(), threading.Event()
+
+        def watch() -> None:
+            if ended.wait(CANCEL_SECONDS):
+                return
+            acted.set()
+            with contextlib.suppress(Exception):  # the server unreachable: giving up is all that is left
+                self.cancel_safe(timeout=CANCEL_SECONDS)
+                if ended.wait(CANCEL_SECONDS):
+                    return
+            log.warning("the database did not answer within %.0f s of an interrupt: connection given up",
+                        2 * CANCEL_SECONDS)
+            self.give_up()
+
+        watcher = threading.Thread(target=watch, name="cop-pg-stop-watch", daemon=True)
+        watcher.start()
+        try:
+            return super().wait(gen, *args, **kwargs)
+        except Exception:
+            if not acted.is_set():
+                raise
+        finally:
+            ended.set()
+        raise pending  # the watcher's cancel or shut socket ended this wait: the interrupt goes on, unchained
+
+    def give_up(self) -> None:
+        """Shut the connection's socket: every wait on it, in any thread, ends with an error at once (closing
+        it from here would free what another thread's wait still uses), and no statement is sent again."""
+        self._abandoned = True
+        with contextlib.suppress(Exception):  # already closed
+            shut = socket.socket(fileno=os.dup(self.pgconn.socket))
+            try:
+                shut.shutdown(socket.SHUT_RDWR)
+            finally:
+                shut.close()
 
     def _stop_statement(self) -> bool:
         """Cancel a statement still running and read its end; whether the connection had to be given up
@@ -60,9 +124,7 @@ class CancellingConnection(psycopg.Connection):
                 self.cancel_safe(timeout=CANCEL_SECONDS)
                 _drain(self.pgconn, time.monotonic() + CANCEL_SECONDS)
             except Exception:  # the server gone or slow: closing is all that is left
-                self._abandoned = True
-                with contextlib.suppress(Exception):
-                    self.pgconn.finish()
+                self.give_up()
         return self._abandoned
 
 
