@@ -22,6 +22,7 @@ from connector_ops import invoke
 from connector_ops.frames import push_frame
 from connector_ops.kernel.progress import reporting_to
 from connector_ops.resources.virtual_files import pg_cancel
+from connector_ops.resources.virtual_files.engines import get_engine
 from tests.conftest import resources_on
 from tests.servers.freezing_proxy import FreezingProxy
 from tests.signals import Stop
@@ -69,8 +70,8 @@ def test_a_pull_stopped_while_the_network_is_frozen_ends_within_the_cancel_time(
         try:
             with pytest.raises(Stop), reporting_to(_freeze_then_stop(proxy, raised)):
                 invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": "out"}, resources)
-        finally:
             took = time.monotonic() - raised[0]
+        finally:
             watchdog.cancel()
             proxy.thaw()
         # the clean-up's wait, its cancel's (each CANCEL_SECONDS), and slack; without the limit, the watchdog's
@@ -78,3 +79,4 @@ def test_a_pull_stopped_while_the_network_is_frozen_ends_within_the_cancel_time(
         assert sorted(folder.iterdir()) == before
         again = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": "out"}, resources)
         assert again["platformFile"]["size"] > 0
+        get_engine(url).dispose()  # its sessions, before the proxy they go through closes
