@@ -10,6 +10,7 @@ two wait for each other (measured 2.6× raw ``COPY`` for Push, against 1.3× str
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -84,10 +85,32 @@ def open_copy(cursor: Any, statement: Any) -> Any:
 
     psycopg writes ``COPY`` data from a thread so that we parse while it sends, but its queue holds 1,024
     buffers: when the server stores rows more slowly than Arrow parses them (a quiet client, a busy
-    server), a Push queued 115 MiB. A short queue keeps the overlap and bounds the memory."""
+    server), a Push queued 115 MiB. A short queue keeps the overlap and bounds the memory.
+
+    A ``COPY`` that ends on an error or an interrupt waits for that thread, and the thread waits for the
+    network with no limit: with the network to the server stopped, a stopped Push waited for ever (1 run in
+    19 of a test that freezes a loopback proxy, when the thread was caught inside a write). After twice
+    ``CANCEL_SECONDS`` the connection is given up (``CancellingConnection.give_up``), which ends the
+    thread's write with an error."""
     from psycopg.copy import QueuedLibpqWriter
 
-    writer = QueuedLibpqWriter(cursor)
+    from connector_ops.resources.virtual_files.pg_cancel import CANCEL_SECONDS
+
+    class Writer(QueuedLibpqWriter):
+        def finish(self, exc: BaseException | None = None) -> None:
+            give_up = getattr(self.connection, "give_up", None)
+            if exc is None or give_up is None:
+                super().finish(exc)
+                return
+            timer = threading.Timer(2 * CANCEL_SECONDS, give_up)
+            timer.daemon = True
+            timer.start()
+            try:
+                super().finish(exc)
+            finally:
+                timer.cancel()
+
+    writer = Writer(cursor)
     writer._queue = queue.Queue(maxsize=COPY_QUEUE)  # psycopg has no option for it; its worker reads this
     return cursor.copy(statement, writer=writer)
 

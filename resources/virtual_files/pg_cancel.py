@@ -13,8 +13,11 @@ connection busy:
   stopped so (by a test's own signal) ended as a 500 "database error".
 
 :class:`CancellingConnection` cancels such a statement and reads the server's answer (libpq's own calls),
-so the rollback that follows works and the connection stays usable. A server that does not answer within
-``CANCEL_SECONDS`` costs the connection: it is closed, and its transaction ends with the session.
+so the rollback that follows works and the connection stays usable. It does so as the interrupt leaves
+psycopg's wait, too, as psycopg does for Ctrl-C: the pool's ping of a connection it hands out sets
+``autocommit`` back in a ``finally``, which psycopg refuses while the ping still runs, and that error replaced
+the interrupt (a 500). A server that does not answer within ``CANCEL_SECONDS`` costs the connection: it is
+closed, and its transaction ends with the session.
 
 The clean-up that follows an interrupt (a server-side cursor's ``CLOSE``, the end of a ``COPY``, the
 rollback) waits for the server too, and psycopg gives those waits no limit: with the network to the server
@@ -59,11 +62,10 @@ class CancellingConnection(psycopg.Connection):
     _abandoned = False
 
     def rollback(self) -> None:
-        if not self._stop_statement():
+        if self._stop_statement():
+            self._finish()
+        else:
             super().rollback()
-        else:  # given up: closed here, in its own thread, so that the pool's ping finds it closed
-            with contextlib.suppress(Exception):
-                self.pgconn.finish()
 
     def close(self) -> None:
         self._stop_statement()
@@ -77,7 +79,14 @@ class CancellingConnection(psycopg.Connection):
         """psycopg's wait; while an interrupt is on its way (the clean-up after it), a bounded one."""
         pending = sys.exception()
         if pending is None or isinstance(pending, Exception) or args[1:] or "timeout" in kwargs:
-            return super().wait(gen, *args, **kwargs)
+            try:
+                return super().wait(gen, *args, **kwargs)
+            except Exception:
+                raise
+            except BaseException:  # an interrupt in the wait: the statement stopped, as psycopg does for Ctrl-C,
+                if self._stop_statement():  # so the clean-up after it finds the connection idle (or closed)
+                    self._finish()
+                raise
         if self._abandoned:
             raise pending  # no clean-up on a connection given up: the interrupt goes on
         ended, acted = threading.Event(), threading.Event()
@@ -115,6 +124,12 @@ class CancellingConnection(psycopg.Connection):
                 shut.shutdown(socket.SHUT_RDWR)
             finally:
                 shut.close()
+
+    def _finish(self) -> None:
+        """Close a connection given up, in its own thread: its state then reads as closed (a ping, a rollback,
+        SQLAlchemy's restore of ``autocommit`` skip it), where libpq would still think its statement runs."""
+        with contextlib.suppress(Exception):
+            self.pgconn.finish()
 
     def _stop_statement(self) -> bool:
         """Cancel a statement still running and read its end; whether the connection had to be given up
