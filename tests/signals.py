@@ -43,6 +43,12 @@ def signal_at(units: int) -> Callable[[str, int | None, str], object]:
     """A progress reporter factory (``reporting_to``) whose reporters send the test's signal once the work
     they report has done ``units`` units (bytes or rows): its exception is raised there, in the action's own
     code, with the rest of the work still to do. ``signalled_after`` installs the handler."""
+    return at_progress(units, lambda: os.kill(os.getpid(), signal.SIGUSR1))
+
+
+def at_progress(units: int, then: Callable[[], object]) -> Callable[[str, int | None, str], object]:
+    """A progress reporter factory (``reporting_to``) whose reporters call ``then()`` once the work they report
+    has done ``units`` units (bytes or rows), in the action's own code."""
     class Reporter:
         def __init__(self, _description: str, _total: int | None, _unit: str) -> None:
             self.done = 0
@@ -50,7 +56,7 @@ def signal_at(units: int) -> Callable[[str, int | None, str], object]:
         def update(self, n: int) -> None:
             self.done += n
             if self.done >= units > self.done - n:
-                os.kill(os.getpid(), signal.SIGUSR1)
+                then()
 
         def close(self) -> None:
             pass

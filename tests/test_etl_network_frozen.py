@@ -34,7 +34,7 @@ from connector_ops.resources.virtual_files import pg_cancel
 from connector_ops.resources.virtual_files.engines import get_engine
 from tests.conftest import resources_on
 from tests.servers.freezing_proxy import FreezingProxy
-from tests.signals import Stop
+from tests.signals import Stop, at_progress
 from tests.store_activity import orphans
 
 CANCEL_SECONDS = 1.0  # the time the store gives a server to answer a cancel, shortened for the test
@@ -60,20 +60,10 @@ def frozen_store(postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def _freezing_at(proxy: FreezingProxy, units: int, then: Callable[[], None]) -> Any:
     """A progress reporter factory whose reporters freeze the network once ``units`` are done, then ``then()``."""
-    class Reporter:
-        def __init__(self, _description: str, _total: int | None, _unit: str) -> None:
-            self.done = 0
-
-        def update(self, n: int) -> None:
-            self.done += n
-            if self.done >= units > self.done - n:
-                proxy.freeze()
-                then()
-
-        def close(self) -> None:
-            pass
-
-    return Reporter
+    def freeze_then() -> None:
+        proxy.freeze()
+        then()
+    return at_progress(units, freeze_then)
 
 
 def _stopped_within_limit(proxy: FreezingProxy, action: str, payload: dict, resources: Any,
