@@ -88,8 +88,9 @@ def open_copy(cursor: Any, statement: Any) -> Any:
     server), a Push queued 115 MiB. A short queue keeps the overlap and bounds the memory.
 
     A ``COPY`` that ends on an error or an interrupt waits for that thread, and the thread waits for the
-    network with no limit: with the network to the server stopped, a stopped Push waited for ever (1 run in
-    19 of a test that freezes a loopback proxy, when the thread was caught inside a write). After twice
+    network with no limit: with the network to the server stopped, a stopped Push waited for ever when the
+    thread was caught inside a write (a loopback proxy frozen at a quarter of the file: 1 run in 19;
+    ``tests/test_etl_network_frozen.py`` freezes it at three quarters, and waited every time). After twice
     ``CANCEL_SECONDS`` the connection is given up (``CancellingConnection.give_up``), which ends the
     thread's write with an error."""
     from psycopg.copy import QueuedLibpqWriter
