@@ -11,6 +11,8 @@ The network is a loopback proxy that the test freezes (:mod:`tests.servers.freez
 - Push: frozen at three quarters of the file, and the exception raised by a signal a second later, when
   psycopg's writer thread waits inside a write that the network does not take, and the Push waits for room
   in that thread's queue.
+- Query: frozen before it starts, and the signal sent a second later, while the pool pings the connection
+  it is about to hand out.
 """
 
 from __future__ import annotations
