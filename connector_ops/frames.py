@@ -15,6 +15,7 @@ from connector_ops.frame_streams import arrow_stream, peeked, positioned
 from connector_ops.frame_text import NotText, float_text, text_column, timestamp_form, values_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import holds_surrogate, lone_surrogate
+from connector_ops.kernel.notices import warn
 from connector_ops.resources.virtual_files.shapes import unique_columns
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str
         names, batches = stream
         columns, forms = [str(n) for n in names], {}
         size, batches = peeked(batches)
-        parts = positioned(batches)
+        parts = _told_if_empty(positioned(batches), field)
     else:
         table = to_arrow(frame, field)
         columns = [str(n) for n in table.column_names]
@@ -143,6 +144,18 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str
     unique_columns(columns, f"{field}.columns")
     return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field) for part, labels in parts),
                                    size=size)
+
+
+def _told_if_empty(parts: Iterator[tuple[Any, range]], field: str) -> Iterator[tuple[Any, range]]:
+    """``parts``, with a warning when a stream gives no rows: a reader already read gives none, silently, and
+    nothing can tell it from one that is empty (pyarrow keeps no such state)."""
+    rows = 0
+    for part, labels in parts:
+        rows += len(labels)
+        yield part, labels
+    if not rows:
+        warn(f"{field}: the stream gave no rows, so the virtual file is empty (a RecordBatchReader or other "
+             "Arrow stream can be read only once: was it read before?)")
 
 
 def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: Mapping[int, int], field: str) -> Any:

@@ -20,6 +20,7 @@ from connector_ops import ConnectorError, invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
 from connector_ops.frame_text import text_column
 from connector_ops.frames import BATCH_ROWS
+from connector_ops.kernel.notices import warnings_to
 from connector_ops.resources.virtual_files import sqlite_loader
 from tests.signals import Stop
 from tests.store_activity import orphans
@@ -312,6 +313,22 @@ def test_a_streams_times_are_each_as_python_prints_it(env, tz):
                         kind="pyarrow")["t"].to_pylist()
     assert pushed == [None if v is None else str(v) for v in times.to_pylist()]
     assert pushed[1] == ("2024-07-01 03:04:05.500000+02:00" if tz else "2024-07-01 03:04:05.500000")
+
+
+def test_a_stream_read_before_pushes_an_empty_file_and_says_so(env):
+    """A reader gives its rows once; pushed again it gives none, which nothing can tell from an empty stream:
+    the user is told (the notice goes where the entry point sends warnings; here the logger)."""
+    table = pa.table({"a": ["1", "2"]})
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+    told: list[str] = []
+    with warnings_to(told.append):
+        first = push_frame(reader)
+        assert told == []  # rows: nothing to say
+        again = push_frame(reader)
+    assert pull_frame(first)["a"].tolist() == ["1", "2"]
+    assert pull_frame(again).columns.tolist() == ["a"] and len(pull_frame(again)) == 0
+    assert told == ["frame: the stream gave no rows, so the virtual file is empty (a RecordBatchReader or other "
+                    "Arrow stream can be read only once: was it read before?)"]
 
 
 @pytest.mark.parametrize(("arguments", "says"), [
