@@ -10,7 +10,6 @@ two wait for each other (measured 2.6× raw ``COPY`` for Push, against 1.3× str
 from __future__ import annotations
 
 import queue
-import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -90,26 +89,19 @@ def open_copy(cursor: Any, statement: Any) -> Any:
     A ``COPY`` that ends on an error or an interrupt waits for that thread, and the thread waits for the
     network with no limit: with the network to the server stopped, a stopped Push waited for ever when the
     thread was caught inside a write (a loopback proxy frozen at a quarter of the file: 1 run in 19;
-    ``tests/test_etl_network_frozen.py`` freezes it at three quarters, and waited every time). After twice
-    ``CANCEL_SECONDS`` the connection is given up (``CancellingConnection.give_up``), which ends the
-    thread's write with an error."""
+    ``tests/test_etl_network_frozen.py`` freezes it at three quarters, and waited every time). That end is
+    ``CancellingConnection.bounded``: cancelled after ``CANCEL_SECONDS``, given up (its socket shut, which
+    ends the thread's write with an error) ``CANCEL_SECONDS`` later."""
     from psycopg.copy import QueuedLibpqWriter
-
-    from connector_ops.resources.virtual_files.pg_cancel import CANCEL_SECONDS
 
     class Writer(QueuedLibpqWriter):
         def finish(self, exc: BaseException | None = None) -> None:
-            give_up = getattr(self.connection, "give_up", None)
-            if exc is None or give_up is None:
+            bounded = getattr(self.connection, "bounded", None)  # the store's connections have it
+            if exc is None or bounded is None:
                 super().finish(exc)
                 return
-            timer = threading.Timer(2 * CANCEL_SECONDS, give_up)
-            timer.daemon = True
-            timer.start()
-            try:
+            with bounded():
                 super().finish(exc)
-            finally:
-                timer.cancel()
 
     writer = Writer(cursor)
     writer._queue = queue.Queue(maxsize=COPY_QUEUE)  # psycopg has no option for it; its worker reads this

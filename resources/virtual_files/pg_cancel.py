@@ -37,6 +37,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -89,6 +90,19 @@ class CancellingConnection(psycopg.Connection):
                 raise
         if self._abandoned:
             raise pending  # no clean-up on a connection given up: the interrupt goes on
+        with self.bounded() as acted:
+            try:
+                return super().wait(gen, *args, **kwargs)
+            except Exception:
+                if not acted.is_set():
+                    raise
+        raise pending  # the watcher's cancel or shut socket ended this wait: the interrupt goes on, unchained
+
+    @contextlib.contextmanager
+    def bounded(self) -> Iterator[threading.Event]:
+        """The work in this block (clean-up after an interrupt or error) waits on the server at most
+        ``CANCEL_SECONDS``: then its statement is cancelled, and ``CANCEL_SECONDS`` later (or at once, if the
+        cancel fails) the connection is given up. Yields an event set once either was needed."""
         ended, acted = threading.Event(), threading.Event()
 
         def watch() -> None:
@@ -99,20 +113,15 @@ class CancellingConnection(psycopg.Connection):
                 self.cancel_safe(timeout=CANCEL_SECONDS)
                 if ended.wait(CANCEL_SECONDS):
                     return
-            log.warning("the database did not answer within %.0f s of an interrupt: connection given up",
+            log.warning("the database did not answer within %.0f s of a stop or failure: connection given up",
                         2 * CANCEL_SECONDS)
             self.give_up()
 
-        watcher = threading.Thread(target=watch, name="cop-pg-stop-watch", daemon=True)
-        watcher.start()
+        threading.Thread(target=watch, name="cop-pg-stop-watch", daemon=True).start()
         try:
-            return super().wait(gen, *args, **kwargs)
-        except Exception:
-            if not acted.is_set():
-                raise
+            yield acted
         finally:
             ended.set()
-        raise pending  # the watcher's cancel or shut socket ended this wait: the interrupt goes on, unchained
 
     def give_up(self) -> None:
         """Shut the connection's socket: every wait on it, in any thread, ends with an error at once (closing
