@@ -10,7 +10,6 @@ With ``files_database_url`` set the bytes and descriptors are in that database i
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import mimetypes
 import os
@@ -29,15 +28,14 @@ from pydantic import PrivateAttr, field_validator
 from connector_ops.kernel.atomic import atomic_write, sweep_leftovers
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of
 from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
+from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
-from connector_ops.kernel.streams import ChunkStream
+from connector_ops.resources.http_bodies import body_of
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
-#: statuses of a remote link worth fetching again later (rate limit, the server's own failures)
-RETRYABLE_HTTP = frozenset({408, 429, 500, 502, 503, 504})
 
 
 def utc_timestamp(ts: float | None = None) -> str:
@@ -83,17 +81,6 @@ class PendingFile:
 
     def flush(self) -> None:
         self._handle.flush()
-
-
-def _body(response: httpx.Response, link: str, missing: str) -> IO[bytes]:
-    """The streamed body of a file's response; a 404 is ``NotFound(missing)``, another error status an
-    ``UpstreamError`` (retryable when the server may answer later)."""
-    if response.status_code == 404:
-        raise NotFound(missing)
-    if response.status_code >= 400:
-        raise UpstreamError(f"fetching {link} failed with HTTP {response.status_code}",
-                            retryable=response.status_code in RETRYABLE_HTTP)
-    return io.BufferedReader(ChunkStream(response.iter_bytes(CHUNK)), CHUNK)
 
 
 class PlatformFileStore(Resource):
@@ -283,6 +270,18 @@ class PlatformFileStore(Resource):
             yield stream
 
     @contextlib.contextmanager
+    def opener(self, descriptor: PlatformFile | dict, field: str = "platformFile") -> Iterator[Open]:
+        """Opens of the file for one action that reads it more than once (:meth:`open` each time). A link of
+        another server is fetched once, now, and read again from what was kept (:mod:`…kernel.replay`):
+        one ``GET``, and the same bytes for every read."""
+        pf = PlatformFile.model_validate(descriptor)
+        if self.local_id(pf) is not None:
+            yield lambda: self.open(pf, field)
+            return
+        with fetched_once(lambda: self.open(pf, field)) as opened:
+            yield opened
+
+    @contextlib.contextmanager
     def _own(self, file_id: str, link: str) -> Iterator[IO[bytes]]:
         """One of our files: from storage when this host has it, else from our file server over HTTP.
 
@@ -314,7 +313,7 @@ class PlatformFileStore(Resource):
             raise NotFound(f"platform file {file_id!r} not found (not stored on this host, and the file server "
                            f"at {self.file_server_url} did not answer)") from None
         try:
-            yield _body(response, link, f"platform file {file_id!r} not found")
+            yield body_of(response, link, f"platform file {file_id!r} not found", host_of(self.file_server_url))
         finally:
             response.close()
 
@@ -343,7 +342,7 @@ class PlatformFileStore(Resource):
                 if response.is_redirect and response.headers.get("location"):
                     came_from, url = url, urljoin(url, response.headers["location"])
                     continue
-                yield _body(response, link, f"platform file at {link} not found")
+                yield body_of(response, link, f"platform file at {link} not found", host_of(url))
                 return
             finally:
                 response.close()

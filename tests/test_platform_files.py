@@ -16,8 +16,10 @@ import pytest
 from connector_ops import ConnectorError, invoke
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
-from connector_ops.resources.platform_files import PlatformFileStore
+from connector_ops.resources.platform_files import PlatformFileStore, guess_content_type
 from tests.servers import free_port, serving
+from tests.test_etl_push_pull import push as files_push
+from tests.test_etl_push_pull import rows
 
 ISO_MS_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -90,6 +92,44 @@ def test_push_streams_a_link_of_another_server(files, env, tmp_path, monkeypatch
     assert (info.value.action, info.value.status, info.value.body) == ("etl.push", 404, {"message": "not found"})
     assert isinstance(info.value.__cause__, NotFound)
     assert str(info.value.__cause__) == f"platform file at {missing['link']} not found"
+
+
+def _counted(app: object, gets: list[str]) -> object:
+    """``app``, recording the path of each HTTP request it answers."""
+    async def counting(scope: dict, receive: object, send: object) -> None:
+        if scope["type"] == "http":
+            gets.append(scope["path"])
+        await app(scope, receive, send)  # type: ignore[operator]
+    return counting
+
+
+LATE_KEY = b"".join(b'{"a": "%d", "b": "%s"}\n' % (i, b"x" * 40) for i in range(100_000)) + b'{"a": "z", "c": "late"}\n'
+LATE_RAGGED = b"a,b\n" + b"".join(b"%d,%s\n" % (i, b"x" * 40) for i in range(100_000)) + b"1,2,3\n"
+
+
+@pytest.mark.parametrize(("data", "name"), [(LATE_KEY, "late.ndjson"), (LATE_RAGGED, "late.csv")],
+                         ids=["ndjson-key-late", "csv-ragged-late"])
+def test_a_link_is_fetched_once_however_often_the_push_reads_it(files, env, tmp_path, monkeypatch, data, name):
+    """The NDJSON path reads a probe, then the file, then every key and the file again (a key first seen
+    late); a CSV file with a ragged row late is read by Arrow, then by the row reader, which words the error.
+    Over HTTP each is one ``GET``: the later reads take what the first kept (:mod:`…kernel.replay`). Same
+    rows, same error as a push of the same bytes kept here."""
+    gets: list[str] = []
+    remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
+    with serving(_counted(create_app(remote), gets)) as base:
+        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
+        pf = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base).add_bytes(data, name)
+        try:
+            linked = rows(invoke("etl.push", {"platformFile": pf.to_json()})["virtualFileId"])
+        except ConnectorError as exc:
+            linked = exc.body
+    try:
+        here = rows(files_push(files, data, name, guess_content_type(name)))
+    except ConnectorError as exc:
+        here = exc.body
+    assert gets == [f"/files/{pf.id}"]
+    assert linked == here
+    assert name.endswith(".csv") == ("message" in here)  # the CSV file's error; the NDJSON file's rows
 
 
 def _cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
 from connector_ops.etl.json_readers import is_json, read_json
@@ -59,23 +58,20 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
 
 def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFileStore,
           platform_files: PlatformFileStore, quarantine: Quarantine | None) -> str:
+    if is_parquet(pf.name, pf.content_type):  # read once (copied to a temporary file first if not seekable)
+        return push_parquet(virtual_files, lambda: platform_files.open(pf), pf.name, params)
     size = platform_files.size_of(pf)
-
-    def reopen() -> AbstractContextManager[IO[bytes]]:  # the fast path's retry; locating a decoding error
-        return platform_files.open(pf)
-
-    if is_parquet(pf.name, pf.content_type):
-        return push_parquet(virtual_files, reopen, pf.name, params)
-    if not is_json(pf.name, pf.content_type):
-        return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
-    if quarantine is None and params.lines_to_ignore == 0 and params.schema_ is None:
-        vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding)
-        if vf_id is not None:
-            return vf_id
-    with platform_files.open(pf) as raw, track(f"push {pf.name}", size, "B") as reporter:
-        rows = read_json(reading_with_progress(raw, reporter), lines_to_ignore=params.lines_to_ignore,
-                         encoding=params.encoding, reopen=reopen, quarantine=quarantine)
-        return virtual_files.create_from_dicts(rows, params.schema_ or (), "platformFile")
+    with platform_files.opener(pf) as reopen:  # a probe, the load, a retry, a decoding error located: one fetch
+        if not is_json(pf.name, pf.content_type):
+            return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
+        if quarantine is None and params.lines_to_ignore == 0 and params.schema_ is None:
+            vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding)
+            if vf_id is not None:
+                return vf_id
+        with reopen() as raw, track(f"push {pf.name}", size, "B") as reporter:
+            rows = read_json(reading_with_progress(raw, reporter), lines_to_ignore=params.lines_to_ignore,
+                             encoding=params.encoding, reopen=reopen, quarantine=quarantine)
+            return virtual_files.create_from_dicts(rows, params.schema_ or (), "platformFile")
 
 
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)

@@ -39,7 +39,7 @@ from connector_ops.etl.readers import (
     skip_lines,
     text_stream,
 )
-from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput, UpstreamError
 from connector_ops.kernel.limits import MAX_DEPTH, check_payload, deeper_than, too_many_digits
 from connector_ops.kernel.streams import peekable
 
@@ -108,6 +108,8 @@ def _array_by_lines(stream: IO[bytes], reopen: Reopen) -> RecordBatches:
     while True:
         try:
             batch = list(islice(rows, BATCH))
+        except UpstreamError:  # the file's server failed, not its bytes: reading it again would wait again
+            raise
         except Exception:  # whatever it is (a fault, another layout, a value to doubt), the event parser judges it
             rows.close()
             break

@@ -44,6 +44,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
 from connector_ops.etl.json_readers import stored_line
+from connector_ops.kernel.errors import UpstreamError
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.kernel.streams import peekable
@@ -188,6 +189,8 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
                     widened, label = True, f"push {name} (again: a key seen late)"
                 else:
                     raise
+    except UpstreamError:  # the file's server failed, not its bytes: reading it again would wait again
+        raise
     except Exception as exc:  # whatever went wrong, the row reader reads the file and words the error
         log.debug("push %s: the columnar NDJSON path gave up (%s: %s)", name, type(exc).__name__, exc)
         return None

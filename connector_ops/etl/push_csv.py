@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING
 from connector_ops.etl import models as m
 from connector_ops.etl.csv_fast import data_rows
 from connector_ops.etl.readers import read_csv
+from connector_ops.kernel.errors import UpstreamError
 from connector_ops.kernel.progress import reading_with_progress, track
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
                                                                          through_arrow=through_arrow)
             except NotForCopy:
                 continue
+            except UpstreamError:  # the file's server failed, not its bytes: reading it again would wait again
+                raise
             except Exception as exc:  # whatever went wrong, the slow path reads the file and words the error
                 log.debug("push %s: the columnar path gave up (%s: %s); reading it row by row", name,
                           type(exc).__name__, exc)

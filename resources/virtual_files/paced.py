@@ -45,6 +45,7 @@ class Paced(io.RawIOBase):
         self._wanted = True  # the consumer waits for a batch (or has not taken one yet)
         self._done = False
         self._reading = False  # a read of raw in flight
+        self._ended = False  # raw has given its end
         self._turn = threading.Condition()
 
     def readable(self) -> bool:
@@ -69,6 +70,7 @@ class Paced(io.RawIOBase):
         finally:
             with self._turn:
                 self._ahead += n or 0
+                self._ended = self._ended or n == 0
                 self._reading = False
                 self._turn.notify_all()
         return n
@@ -89,6 +91,7 @@ class Paced(io.RawIOBase):
         try:
             while True:
                 self._set(wanted=True)
+                self._ready()
                 try:
                     batch = next(source)
                 except StopIteration:
@@ -100,6 +103,15 @@ class Paced(io.RawIOBase):
             with self._turn:
                 self._done = True
                 self._turn.notify_all()
+
+    def _ready(self) -> None:
+        """Wait here, not inside Arrow, while a read is in flight and fewer than two blocks are read ahead of
+        the batches taken (the next batch's block and the one that ends its last line). Python runs a signal's
+        handler in this wait, and cannot while Arrow waits: with a source that sends nothing (a link's server
+        gone silent), a Ctrl-C then stops the action at once instead of when the read gives up."""
+        with self._turn:
+            while self._reading and not (self._done or self._ended or self._ahead >= 2 * self._block):
+                self._turn.wait()
 
     def _set(self, *, wanted: bool, took: bool = False) -> None:
         with self._turn:

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import select
-import socket
 import sys
 import threading
 import time
@@ -43,6 +41,8 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 from psycopg import pq
+
+from connector_ops.kernel.aborts import shut
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +127,8 @@ class CancellingConnection(psycopg.Connection):
         """Shut the connection's socket: every wait on it, in any thread, ends with an error at once (closing
         it from here would free what another thread's wait still uses), and no statement is sent again."""
         self._abandoned = True
-        with contextlib.suppress(Exception):  # already closed
-            shut = socket.socket(fileno=os.dup(self.pgconn.socket))
-            try:
-                shut.shutdown(socket.SHUT_RDWR)
-            finally:
-                shut.close()
+        with contextlib.suppress(Exception):  # already closed (libpq's socket is then -1, or raises)
+            shut(self.pgconn.socket)
 
     def _finish(self) -> None:
         """Close a connection given up, in its own thread: its state then reads as closed (a ping, a rollback,
