@@ -12,6 +12,10 @@ with 1 MiB blocks and a consumer that takes 20 ms a batch), and the heap it chur
 blank lines) and needs at most the next block to finish a batch's last line (a longer line is its error,
 "straddling object"), so a few blocks always suffice. Should a reader ever need more, a consumer left
 waiting ``STALL`` seconds for a batch lets the read through: pacing may slow a read, never stop it.
+
+The consumer waits for the next batch's bytes here, in Python, before it asks Arrow (:meth:`Paced._ready`):
+a signal's handler cannot run while the main thread waits inside Arrow, so a source that sends nothing (a
+link's server gone silent) would hold a Ctrl-C back until its read gave up.
 """
 
 from __future__ import annotations
