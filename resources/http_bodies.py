@@ -36,6 +36,14 @@ class HttpBody(io.BufferedReader):
         super().__init__(ChunkStream(_received(response, link, host)), CHUNK)
         self._response = response
 
+    @property
+    def length(self) -> int | None:
+        """The body's length as the server announced it, when the bytes read are those it counted (no
+        ``Content-Encoding``, which the client decodes)."""
+        headers = self._response.headers
+        announced = headers.get("content-length", "")
+        return int(announced) if announced.isdigit() and "content-encoding" not in headers else None
+
     def abort(self) -> None:
         """A read waiting for the server, in any thread, ends now with an error (:func:`…aborts.shut`)."""
         stream = self._response.extensions.get("network_stream")

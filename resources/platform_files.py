@@ -270,16 +270,18 @@ class PlatformFileStore(Resource):
             yield stream
 
     @contextlib.contextmanager
-    def opener(self, descriptor: PlatformFile | dict, field: str = "platformFile") -> Iterator[Open]:
-        """Opens of the file for one action that reads it more than once (:meth:`open` each time). A link of
-        another server is fetched once, now, and read again from what was kept (:mod:`…kernel.replay`):
-        one ``GET``, and the same bytes for every read."""
+    def opener(self, descriptor: PlatformFile | dict,
+               field: str = "platformFile") -> Iterator[tuple[Open, int | None]]:
+        """Opens of the file for one action that reads it more than once, and its size in bytes if known. A
+        file of this store is opened again each time (:meth:`open`). A link of another server is fetched
+        once, now, and read again from what was kept (:mod:`…kernel.replay`): one ``GET``, the same bytes
+        for every read; its size is the descriptor's, else the server's ``Content-Length``."""
         pf = PlatformFile.model_validate(descriptor)
         if self.local_id(pf) is not None:
-            yield lambda: self.open(pf, field)
+            yield (lambda: self.open(pf, field)), self.size_of(pf)
             return
-        with fetched_once(lambda: self.open(pf, field)) as opened:
-            yield opened
+        with fetched_once(lambda: self.open(pf, field)) as replay:
+            yield replay.open, pf.size if pf.size is not None else replay.length
 
     @contextlib.contextmanager
     def _own(self, file_id: str, link: str) -> Iterator[IO[bytes]]:

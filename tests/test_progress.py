@@ -6,6 +6,9 @@ import pytest
 
 from connector_ops import invoke
 from connector_ops.kernel.progress import reporting_to
+from connector_ops.resources.file_server import create_app
+from connector_ops.resources.platform_files import PlatformFileStore
+from tests.servers import serving
 
 
 class Recorder:
@@ -65,3 +68,19 @@ def test_an_ndjson_read_again_says_so_and_reports_every_pass(files, env, monkeyp
         assert [d for d, *_ in recorder.reports] == bars
         assert all(total == len(data) for _, total, _, _ in recorder.reports)
         assert recorder.reports[-1][2] == len(data) and all(closed for *_, closed in recorder.reports)
+
+
+def test_a_link_without_a_size_reports_the_servers_content_length(files, env, tmp_path, monkeypatch):
+    """A descriptor written by hand (name and link, no size) still gets a progress bar with its end; and on
+    SQLite the loader process, which only a known size of 4 MiB or more is worth starting for."""
+    data = b"".join(b'{"a": "%d", "b": "%s"}\n' % (i, b"x" * 40) for i in range(100_000))
+    remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
+    with serving(create_app(remote)) as base:
+        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
+        pf = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base).add_bytes(data, "a.ndjson")
+        recorder = Recorder()
+        with reporting_to(recorder.factory):
+            vf = invoke("etl.push", {"platformFile": {"name": pf.name, "link": pf.link,
+                                                      "contentType": pf.content_type}})["virtualFileId"]
+    assert recorder.reports == [("push a.ndjson", len(data), len(data), True)]
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 1})["content"] == [{"a": "0", "b": "x" * 40}]

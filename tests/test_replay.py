@@ -52,12 +52,12 @@ def opened() -> Iterator[tuple[list[Source], object]]:
 
 def test_every_open_reads_the_whole_stream_which_is_opened_and_read_once(opened):
     sources, opener = opened
-    with fetched_once(opener) as reopen:
-        with reopen() as probe:
+    with fetched_once(opener) as replay:
+        with replay.open() as probe:
             assert probe.read(1000) == DATA[:1000]  # a probe of the start, closed early
-        with reopen() as first:
+        with replay.open() as first:
             assert first.read() == DATA
-        with reopen() as again:
+        with replay.open() as again:
             assert b"".join(iter(lambda: again.read(12_345), b"")) == DATA
     assert len(sources) == 1
     reads = sources[0].reads
@@ -66,7 +66,7 @@ def test_every_open_reads_the_whole_stream_which_is_opened_and_read_once(opened)
 
 def test_reads_open_at_once_each_read_from_the_start(opened):
     sources, opener = opened
-    with fetched_once(opener) as reopen, reopen() as one, reopen() as two:
+    with fetched_once(opener) as replay, replay.open() as one, replay.open() as two:
         parts_one, parts_two = [], []
         while chunk := one.read(300_000):
             parts_one.append(chunk)
@@ -79,9 +79,9 @@ def test_reads_open_at_once_each_read_from_the_start(opened):
 def test_reads_from_threads_each_get_every_byte(opened):
     _, opener = opened
     got: dict[int, bytes] = {}
-    with fetched_once(opener) as reopen:
+    with fetched_once(opener) as replay:
         def read(k: int) -> None:
-            with reopen() as stream:
+            with replay.open() as stream:
                 got[k] = stream.read()
         threads = [threading.Thread(target=read, args=(k,)) for k in range(4)]
         for thread in threads:
@@ -97,14 +97,14 @@ class Interrupt(BaseException):
 
 def test_an_interrupt_ends_the_sources_read_and_an_error_leaves_it_for_a_retry(opened):
     sources, opener = opened
-    with fetched_once(opener) as reopen:
-        with pytest.raises(ValueError), reopen() as stream:
+    with fetched_once(opener) as replay:
+        with pytest.raises(ValueError), replay.open() as stream:
             stream.read(10)
             raise ValueError("a retry reads on")
         assert not sources[0].aborted
-        with reopen() as stream:
+        with replay.open() as stream:
             assert stream.read() == DATA
-        with pytest.raises(Interrupt), reopen() as stream:
+        with pytest.raises(Interrupt), replay.open() as stream:
             raise Interrupt
         assert sources[0].aborted
 
@@ -112,8 +112,8 @@ def test_an_interrupt_ends_the_sources_read_and_an_error_leaves_it_for_a_retry(o
 def test_a_failed_block_ends_the_sources_read_and_nothing_is_kept(opened):
     sources, opener = opened
     before = set(os.listdir(f"/proc/{os.getpid()}/fd"))
-    with pytest.raises(ValueError), fetched_once(opener) as reopen:
-        with reopen() as stream:
+    with pytest.raises(ValueError), fetched_once(opener) as replay:
+        with replay.open() as stream:
             stream.read(2_000_000)
         raise ValueError("the load failed")
     assert sources[0].aborted
@@ -135,13 +135,13 @@ def test_a_source_that_failed_fails_every_read_past_what_it_gave(opened):
         failed.append(True)
         raise Broken("the connection broke")
 
-    with fetched_once(opener) as reopen:
-        with reopen() as stream:
+    with fetched_once(opener) as replay:
+        with replay.open() as stream:
             assert stream.read(100_000) == DATA[:100_000]
             sources[0].readinto = broken  # type: ignore[method-assign]
             with pytest.raises(Broken):
                 stream.read()
-        with reopen() as stream:
+        with replay.open() as stream:
             assert stream.read(100_000) == DATA[:100_000]  # what was kept
             with pytest.raises(Broken):
                 stream.read()

@@ -60,8 +60,7 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
           platform_files: PlatformFileStore, quarantine: Quarantine | None) -> str:
     if is_parquet(pf.name, pf.content_type):  # read once (copied to a temporary file first if not seekable)
         return push_parquet(virtual_files, lambda: platform_files.open(pf), pf.name, params)
-    size = platform_files.size_of(pf)
-    with platform_files.opener(pf) as reopen:  # a probe, the load, a retry, a decoding error located: one fetch
+    with platform_files.opener(pf) as (reopen, size):  # a probe, the load, a retry, an error located: one fetch
         if not is_json(pf.name, pf.content_type):
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
         if quarantine is None and params.lines_to_ignore == 0 and params.schema_ is None:

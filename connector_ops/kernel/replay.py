@@ -50,6 +50,11 @@ class Replay:
                 self.abort()
                 raise
 
+    @property
+    def length(self) -> int | None:
+        """The source's length in bytes, if it knows it (its ``length``: an HTTP body's ``Content-Length``)."""
+        return getattr(self._source, "length", None)
+
     def abort(self) -> None:
         """End the source's read in flight, if it can (its ``abort()``): nothing will read it again."""
         getattr(self._source, "abort", lambda: None)()
@@ -99,14 +104,14 @@ class _Read(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def fetched_once(opener: Open) -> Iterator[Open]:
-    """An opener like ``opener`` whose opens share one of its streams (:class:`Replay`), opened now. When the
-    block fails, a read of the source still in flight in another thread is ended first, so that dropping what
-    was kept need not wait for the network."""
+def fetched_once(opener: Open) -> Iterator[Replay]:
+    """The :class:`Replay` of one of ``opener``'s streams, opened now. When the block fails, a read of the
+    source still in flight in another thread is ended first, so that dropping what was kept need not wait
+    for the network."""
     with opener() as source:
         replay = Replay(source)
         try:
-            yield replay.open
+            yield replay
         except BaseException:
             replay.abort()
             raise
