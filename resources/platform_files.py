@@ -10,13 +10,14 @@ With ``files_database_url`` set the bytes and descriptors are in that database i
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import mimetypes
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -31,7 +32,7 @@ from connector_ops.kernel.platform_file import PlatformFile, check_file_name, he
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.http_bodies import body_of
-from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
+from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, Hop, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
@@ -308,14 +309,20 @@ class PlatformFileStore(Resource):
 
     @contextlib.contextmanager
     def _served(self, file_id: str, link: str) -> Iterator[IO[bytes]]:
+        client = self._client()
+
+        def send(headers: Mapping[str, str]) -> httpx.Response:
+            return client.send(client.build_request("GET", self.link_for(file_id), headers=headers), stream=True)
+
         try:
-            client = self._client()
-            response = client.send(client.build_request("GET", self.link_for(file_id)), stream=True)
+            response = send({})
         except httpx.TransportError:  # no server there: the file is simply not on this host
             raise NotFound(f"platform file {file_id!r} not found (not stored on this host, and the file server "
                            f"at {self.file_server_url} did not answer)") from None
         try:
-            yield body_of(response, link, f"platform file {file_id!r} not found", host_of(self.file_server_url))
+            with contextlib.closing(body_of(response, link, f"platform file {file_id!r} not found",
+                                            host_of(self.file_server_url), send)) as body:
+                yield body
         finally:
             response.close()
 
@@ -333,10 +340,9 @@ class PlatformFileStore(Resource):
                     yield handle
                 return
             hop = guard.hop(url, field, redirected_from=came_from)
-            client = self._client()
-            request = client.build_request("GET", hop.url, headers=hop.headers, extensions=hop.extensions)
+            send = functools.partial(self._send_to, hop)
             try:
-                response = client.send(request, stream=True)
+                response = send({})
             except httpx.TransportError as exc:  # name the host the user wrote, not the pinned address
                 raise UpstreamError(f"fetching {link} failed: cannot reach {host_of(url)} "
                                     f"({type(exc).__name__}: {exc})", retryable=True) from None  # a GET: safe
@@ -344,11 +350,19 @@ class PlatformFileStore(Resource):
                 if response.is_redirect and response.headers.get("location"):
                     came_from, url = url, urljoin(url, response.headers["location"])
                     continue
-                yield body_of(response, link, f"platform file at {link} not found", host_of(url))
+                with contextlib.closing(body_of(response, link, f"platform file at {link} not found", host_of(url),
+                                                send)) as body:
+                    yield body
                 return
             finally:
                 response.close()
         raise UpstreamError(f"fetching {link} failed: more than {MAX_REDIRECTS} redirects")
+
+    def _send_to(self, hop: Hop, headers: Mapping[str, str]) -> httpx.Response:
+        """A ``GET`` of a checked hop (to the address checked), with ``headers`` added; streamed."""
+        client = self._client()
+        return client.send(client.build_request("GET", hop.url, headers={**hop.headers, **headers},
+                                                extensions=hop.extensions), stream=True)
 
     def size_of(self, descriptor: PlatformFile | dict) -> int | None:
         pf = PlatformFile.model_validate(descriptor)

@@ -28,6 +28,8 @@ import pytest
 from connector_ops import invoke
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import ConnectorError
+from connector_ops.resources import http_bodies
+from connector_ops.resources.retry import Backoff
 from tests.signals import Stop
 from tests.store_activity import orphans
 from tests.test_etl_push_pull import push, rows
@@ -56,45 +58,75 @@ TYPES = {"csv": "text/csv", "ndjson": "application/x-ndjson", "json": "applicati
 
 
 class BreakingServer:
-    """One HTTP response on 127.0.0.1: the headers of the whole ``body``, three quarters of it, then either
-    silence until ``close()`` (``cut=False``) or the connection closed (``cut=True``). ``stalled`` is set
-    once the three quarters are sent."""
+    """HTTP on 127.0.0.1 that answers its requests in turn as ``answers`` says, each of the bytes asked for
+    (the whole ``body``, or a ``Range: bytes=N-`` of it when it serves ranges): ``"cut"`` sends three quarters
+    and closes the connection, ``"silent"`` sends three quarters and then nothing until ``close()``,
+    ``"whole"`` sends them all, ``"changed"`` answers a range with the whole body (``200``). With ``ranges``
+    it says so (``Accept-Ranges: bytes``) and names the version (``ETag: "v1"``). ``stalled`` is set once a
+    silent answer has sent its part; ``requests`` holds each request's headers, lower-cased."""
 
-    def __init__(self, body: bytes, *, cut: bool) -> None:
-        self._body, self._cut = body, cut
+    def __init__(self, body: bytes, answers: list[str], *, ranges: bool = False) -> None:
+        self._body, self._answers, self._ranges = body, list(answers), ranges
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
         self.port = self._listener.getsockname()[1]
         self.stalled, self._closed = threading.Event(), threading.Event()
+        self.requests: list[dict[str, str]] = []
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        conn, _ = self._listener.accept()
+        while self._answers and not self._closed.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._answered, args=(conn, self._answers.pop(0)), daemon=True).start()
+
+    def _answered(self, conn: socket.socket, answer: str) -> None:
         with conn, contextlib.suppress(OSError):  # the client may close first
-            request = b""
-            while b"\r\n\r\n" not in request:
-                request += conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(self._body))
-            conn.sendall(self._body[:len(self._body) * 3 // 4])
+            self._answer(conn, answer)
+
+    def _answer(self, conn: socket.socket, answer: str) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += conn.recv(65536)
+        lines = request.split(b"\r\n\r\n")[0].decode().split("\r\n")[1:]
+        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+        self.requests.append(headers)
+        start = int(headers["range"].removeprefix("bytes=").rstrip("-")) if "range" in headers else 0
+        if answer == "changed":
+            start = 0
+        status = b"206 Partial Content" if start else b"200 OK"
+        head = [b"HTTP/1.1 " + status, b"Content-Length: %d" % (len(self._body) - start)]
+        if start:
+            head.append(b"Content-Range: bytes %d-%d/%d" % (start, len(self._body) - 1, len(self._body)))
+        if self._ranges:
+            head += [b"Accept-Ranges: bytes", b'ETag: "v1"']
+        conn.sendall(b"\r\n".join(head) + b"\r\n\r\n")
+        part = self._body[start:]
+        conn.sendall(part if answer in ("whole", "changed") else part[:len(part) * 3 // 4])
+        if answer == "silent":
             self.stalled.set()
-            if not self._cut:
-                self._closed.wait(60)
+            self._closed.wait(60)
 
     def close(self) -> None:
         self._closed.set()
-        self._listener.close()
         self._thread.join(10)
+        self._listener.close()
 
 
 @pytest.fixture
 def breaking(env: dict[str, str]) -> Iterator[Any]:
-    """``breaking(kind, cut=…)``: (resources whose links may reach the server, the server, its file's
-    descriptor); the store reads links with a ``READ_TIMEOUT`` read time-out. The server answers once: a
-    Push that fetched the link again after the failure would fail differently ("cannot reach")."""
+    """``breaking(kind, answers, ranges=…)``: (resources whose links may reach a :class:`BreakingServer`, the
+    server, its file's descriptor); the store reads links with a ``READ_TIMEOUT`` read time-out. A server
+    answers only the requests it has answers for: a Push that fetched the link once more would fail
+    differently ("cannot reach")."""
     servers: list[BreakingServer] = []
 
-    def start(kind: str, *, cut: bool) -> tuple[dict[str, Any], BreakingServer, dict[str, str]]:
-        servers.append(server := BreakingServer(BODIES[kind], cut=cut))
+    def start(kind: str, answers: list[str], *, ranges: bool = False) -> tuple[dict[str, Any], BreakingServer,
+                                                                               dict[str, Any]]:
+        servers.append(server := BreakingServer(BODIES[kind], answers, ranges=ranges))
         resources = resources_for(environ={**env, "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS": f"127.0.0.1:{server.port}"})
         resources["platform_files"] = resources["platform_files"].model_copy(update={"http_timeout_s": READ_TIMEOUT})
         link = f"http://127.0.0.1:{server.port}/exports/big.{kind}"
@@ -125,7 +157,7 @@ def test_a_link_that_fails_half_way_is_a_retryable_error_naming_it(env, files, b
     """The columnar path does not hand the file to the row reader, which would read what was kept again,
     only to fail the same way."""
     before, listed = _state(env, files)
-    resources, server, pf = breaking(kind, cut=cut)
+    resources, server, pf = breaking(kind, ["cut" if cut else "silent"])
     caplog.set_level(logging.DEBUG, logger="connector_ops")
     with pytest.raises(ConnectorError) as info:
         invoke("etl.push", {"platformFile": pf}, resources)
@@ -143,7 +175,7 @@ def test_a_link_that_fails_half_way_is_a_retryable_error_naming_it(env, files, b
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_push_stopped_while_its_link_is_silent_ends_at_once(env, files, breaking, signalled_after, kind):
     before, listed = _state(env, files)
-    resources, server, pf = breaking(kind, cut=False)
+    resources, server, pf = breaking(kind, ["silent"])
     resources["platform_files"] = resources["platform_files"].model_copy(update={"http_timeout_s": 30.0})
     sent: list[float] = []
 
@@ -158,4 +190,41 @@ def test_a_push_stopped_while_its_link_is_silent_ends_at_once(env, files, breaki
         invoke("etl.push", {"platformFile": pf}, resources)
     took = time.monotonic() - sent[0]
     assert took < 1.0, f"the stop took {took:.1f} s"
+    _nothing_kept(env, files, before, listed)
+
+
+@pytest.fixture
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Continuations after a break wait milliseconds, not seconds."""
+    monkeypatch.setattr(http_bodies, "BACKOFF", Backoff(base_s=0.01, max_s=0.01, attempts=http_bodies.RESUMES))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("broken", ["cut", "silent"])
+def test_a_link_whose_server_serves_ranges_is_continued_where_it_broke(env, files, breaking, quick_backoff,
+                                                                        kind, broken):
+    resources, server, pf = breaking(kind, [broken, "whole"], ranges=True)
+    vf = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+    sent = len(BODIES[kind]) * 3 // 4
+    assert [(r.get("range"), r.get("if-range")) for r in server.requests] == [(None, None),
+                                                                              (f"bytes={sent}-", '"v1"')]
+    assert rows(vf) == rows(push(files, BODIES[kind], f"here.{kind}", TYPES[kind]))
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_link_that_changed_or_breaks_again_and_again_fails_naming_it(env, files, breaking, quick_backoff, kind):
+    before, listed = _state(env, files)
+    body = BODIES[kind]
+    for answers, says in (
+        (["cut", "changed"], f"broke after {len(body) * 3 // 4:,} bytes, and the file changed on the server "
+                             f"meanwhile"),
+        (["cut"] * (1 + http_bodies.RESUMES), "times continued (RemoteProtocolError: peer closed connection"),
+    ):
+        resources, server, pf = breaking(kind, answers, ranges=True)
+        with pytest.raises(ConnectorError) as info:
+            invoke("etl.push", {"platformFile": pf}, resources)
+        assert (info.value.status, info.value.retryable) == (500, True)
+        assert says in info.value.body["message"] and pf["link"] in info.value.body["message"]
+        assert len(server.requests) == len(answers)
+    assert f"{http_bodies.RESUMES} times continued" in info.value.body["message"]
     _nothing_kept(env, files, before, listed)
