@@ -80,10 +80,11 @@ class HttpBody(io.BufferedReader):
         """A read waiting for the server, in any thread, ends now with an error (:func:`…aborts.shut`), and
         the body is not continued."""
         self._stopped.set()
-        stream = self._current.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is not None and sock.fileno() >= 0:
-            shut(sock.fileno())
+        for response in (self._first, *self._continued):  # the one read now, whichever it is
+            stream = response.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None and sock.fileno() >= 0:
+                shut(sock.fileno())
 
     def close(self) -> None:
         try:
@@ -122,6 +123,8 @@ class HttpBody(io.BufferedReader):
         assert self._resend is not None
         response = self._resend({"Range": f"bytes={read}-", "If-Range": version})
         self._continued.append(response)
+        if self._stopped.is_set():  # aborted meanwhile, perhaps before this response was listed to be shut
+            raise UpstreamError(f"fetching {self._link} stopped after {read:,} bytes")
         given = response.headers.get("content-range", "")
         if response.status_code != 206 or not given.startswith(f"bytes {read}-"):
             changed = response.status_code == 200
