@@ -1,8 +1,13 @@
 """A Push of a link whose server fails half way through the body: it goes silent, or it closes the connection
-before the length it announced. The Push fails with a retryable error that names the link, the host and how
-far the body got (not the HTTP client's own error, a 500 nobody anticipated), or, stopped while it waits (a
-Ctrl-C; here the test's own signal), ends at once instead of waiting out the read time-out. Either way it
-keeps nothing: no virtual file, no row table, no spooled copy, and the store takes the next Push.
+before the length it announced.
+- A server that serves ranges of the file (``Accept-Ranges: bytes``, an ``ETag``) is asked for the rest
+  where the body broke, and the Push gets every row; a server that answers that with the whole file (it
+  changed) or breaks again and again fails the Push.
+- Otherwise the Push fails with a retryable error that names the link, the host and how far the body got
+  (not the HTTP client's own error, a 500 nobody anticipated), and the link is not fetched again.
+- Stopped while it waits (a Ctrl-C; here the test's own signal), it ends at once instead of waiting out the
+  read time-out.
+A failed Push keeps nothing: no virtual file, no row table, no spooled copy, and the store takes the next.
 
 The server is a loopback socket that answers with the whole file's ``Content-Length`` and sends three
 quarters of it: more than Arrow's read-ahead and the kernel's buffers hold, so the Push is under way."""
