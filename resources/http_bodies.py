@@ -126,8 +126,9 @@ class HttpBody(io.BufferedReader):
         if self._stopped.is_set():  # aborted meanwhile, perhaps before this response was listed to be shut
             raise UpstreamError(f"fetching {self._link} stopped after {read:,} bytes")
         given = response.headers.get("content-range", "")
-        if response.status_code != 206 or not given.startswith(f"bytes {read}-"):
-            changed = response.status_code == 200
+        named = response.headers.get("etag" if version.startswith('"') else "last-modified")
+        if response.status_code != 206 or not given.startswith(f"bytes {read}-") or named not in (None, version):
+            changed = response.status_code == 200 or named not in (None, version)  # If-Range ignored: caught here
             raise UpstreamError(f"fetching {self._link} failed: the connection to {self._host} broke after "
                                 f"{read:,} bytes, and " + ("the file changed on the server meanwhile" if changed
                                 else f"the server did not continue it (HTTP {response.status_code} {given})"),

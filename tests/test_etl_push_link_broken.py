@@ -66,9 +66,11 @@ class BreakingServer:
     """HTTP on 127.0.0.1 that answers its requests in turn as ``answers`` says, each of the bytes asked for
     (the whole ``body``, or a ``Range: bytes=N-`` of it when it serves ranges): ``"cut"`` sends three quarters
     and closes the connection, ``"silent"`` sends three quarters and then nothing until ``close()``,
-    ``"whole"`` sends them all, ``"changed"`` answers a range with the whole body (``200``). With ``ranges``
-    it says so (``Accept-Ranges: bytes``) and names the version (``ETag: "v1"``). ``stalled`` is set once a
-    silent answer has sent its part; ``requests`` holds each request's headers, lower-cased."""
+    ``"whole"`` sends them all, ``"changed"`` answers a range with the whole body (``200``), ``"renamed"``
+    sends the range asked for as another version (``ETag: "v2"``, as a server that ignores ``If-Range``).
+    With ``ranges`` it says so (``Accept-Ranges: bytes``) and names the version (``ETag: "v1"``).
+    ``stalled`` is set once a silent answer has sent its part; ``requests`` holds each request's headers,
+    lower-cased."""
 
     def __init__(self, body: bytes, answers: list[str], *, ranges: bool = False) -> None:
         self._body, self._answers, self._ranges = body, list(answers), ranges
@@ -100,17 +102,17 @@ class BreakingServer:
         headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
         self.requests.append(headers)
         start = int(headers["range"].removeprefix("bytes=").rstrip("-")) if "range" in headers else 0
-        if answer == "changed":
+        if answer == "changed":  # If-Range honoured: the whole file
             start = 0
         status = b"206 Partial Content" if start else b"200 OK"
         head = [b"HTTP/1.1 " + status, b"Content-Length: %d" % (len(self._body) - start)]
         if start:
             head.append(b"Content-Range: bytes %d-%d/%d" % (start, len(self._body) - 1, len(self._body)))
-        if self._ranges:
-            head += [b"Accept-Ranges: bytes", b'ETag: "v1"']
+        if self._ranges:  # "renamed": If-Range ignored, the range of a file changed since
+            head += [b"Accept-Ranges: bytes", b'ETag: "v2"' if answer == "renamed" else b'ETag: "v1"']
         conn.sendall(b"\r\n".join(head) + b"\r\n\r\n")
         part = self._body[start:]
-        conn.sendall(part if answer in ("whole", "changed") else part[:len(part) * 3 // 4])
+        conn.sendall(part if answer in ("whole", "changed", "renamed") else part[:len(part) * 3 // 4])
         if answer == "silent":
             self.stalled.set()
             self._closed.wait(60)
@@ -223,6 +225,7 @@ def test_a_link_that_changed_or_breaks_again_and_again_fails_naming_it(env, file
     for answers, says in (
         (["cut", "changed"], f"broke after {len(body) * 3 // 4:,} bytes, and the file changed on the server "
                              f"meanwhile"),
+        (["cut", "renamed"], "and the file changed on the server meanwhile"),
         (["cut"] * (1 + http_bodies.RESUMES), "times continued (RemoteProtocolError: peer closed connection"),
     ):
         resources, server, pf = breaking(kind, answers, ranges=True)
