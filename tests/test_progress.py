@@ -71,8 +71,9 @@ def test_an_ndjson_read_again_says_so_and_reports_every_pass(files, env, monkeyp
 
 
 def test_a_link_without_a_size_reports_the_servers_content_length(files, env, tmp_path, monkeypatch):
-    """A descriptor written by hand (name and link, no size) still gets a progress bar with its end; and on
-    SQLite the loader process, which only a known size of 4 MiB or more is worth starting for."""
+    """A descriptor written by hand (name and link, no size) still gets a progress bar with its end: the size
+    is the server's ``Content-Length`` (which also lets SQLite's columnar path start its loader process, worth
+    it only for a known size of 4 MiB or more)."""
     data = b"".join(b'{"a": "%d", "b": "%s"}\n' % (i, b"x" * 40) for i in range(100_000))
     remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
     with serving(create_app(remote)) as base:
