@@ -129,8 +129,7 @@ class HttpBody(io.BufferedReader):
         named = response.headers.get("etag" if version.startswith('"') else "last-modified")
         if response.status_code != 206 or not given.startswith(f"bytes {read}-") or named not in (None, version):
             changed = response.status_code == 200 or named not in (None, version)  # If-Range ignored: caught here
-            raise UpstreamError(f"fetching {self._link} failed: the connection to {self._host} broke after "
-                                f"{read:,} bytes, and " + ("the file changed on the server meanwhile" if changed
+            raise UpstreamError(self._broke(read) + ", and " + ("the file changed on the server meanwhile" if changed
                                 else f"the server did not continue it (HTTP {response.status_code} {given})"),
                                 retryable=True)
         return response
@@ -141,5 +140,7 @@ class HttpBody(io.BufferedReader):
             waited = self._current.request.extensions.get("timeout", {}).get("read") or 0
             return UpstreamError(f"fetching {self._link} failed: {self._host} sent nothing for {waited:g} s, "
                                  f"after {read:,} bytes{tries}", retryable=True)
-        return UpstreamError(f"fetching {self._link} failed: the connection to {self._host} broke after "
-                             f"{read:,} bytes{tries} ({type(exc).__name__}: {exc})", retryable=True)
+        return UpstreamError(f"{self._broke(read)}{tries} ({type(exc).__name__}: {exc})", retryable=True)
+
+    def _broke(self, read: int) -> str:
+        return f"fetching {self._link} failed: the connection to {self._host} broke after {read:,} bytes"

@@ -32,7 +32,7 @@ from connector_ops.kernel.platform_file import PlatformFile, check_file_name, he
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.http_bodies import body_of
-from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, Hop, LinkGuard, Resolver, system_resolver
+from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
@@ -309,11 +309,7 @@ class PlatformFileStore(Resource):
 
     @contextlib.contextmanager
     def _served(self, file_id: str, link: str) -> Iterator[IO[bytes]]:
-        client = self._client()
-
-        def send(headers: Mapping[str, str]) -> httpx.Response:
-            return client.send(client.build_request("GET", self.link_for(file_id), headers=headers), stream=True)
-
+        send = functools.partial(self._get, self.link_for(file_id), {}, {})
         try:
             response = send({})
         except httpx.TransportError:  # no server there: the file is simply not on this host
@@ -340,7 +336,7 @@ class PlatformFileStore(Resource):
                     yield handle
                 return
             hop = guard.hop(url, field, redirected_from=came_from)
-            send = functools.partial(self._send_to, hop)
+            send = functools.partial(self._get, hop.url, hop.headers, hop.extensions)  # to the address checked
             try:
                 response = send({})
             except httpx.TransportError as exc:  # name the host the user wrote, not the pinned address
@@ -358,11 +354,12 @@ class PlatformFileStore(Resource):
                 response.close()
         raise UpstreamError(f"fetching {link} failed: more than {MAX_REDIRECTS} redirects")
 
-    def _send_to(self, hop: Hop, headers: Mapping[str, str]) -> httpx.Response:
-        """A ``GET`` of a checked hop (to the address checked), with ``headers`` added; streamed."""
+    def _get(self, url: str, headers: Mapping[str, str], extensions: dict[str, Any],
+             more: Mapping[str, str]) -> httpx.Response:
+        """A streamed ``GET`` of ``url`` with ``headers`` and ``more`` (a continuation's ``Range``)."""
         client = self._client()
-        return client.send(client.build_request("GET", hop.url, headers={**hop.headers, **headers},
-                                                extensions=hop.extensions), stream=True)
+        return client.send(client.build_request("GET", url, headers={**headers, **more}, extensions=extensions),
+                           stream=True)
 
     def size_of(self, descriptor: PlatformFile | dict) -> int | None:
         pf = PlatformFile.model_validate(descriptor)

@@ -14,9 +14,7 @@ import pytest
 
 from connector_ops import ConnectorError, invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
-from connector_ops.resources.file_server import create_app
-from connector_ops.resources.platform_files import PlatformFileStore
-from tests.servers import serving
+from tests.servers import another_file_server
 from tests.test_etl_push_pull import rows
 from tests.test_frames import load_path  # noqa: F401 (a fixture: both SQLite load paths)
 
@@ -64,10 +62,7 @@ def test_row_groups_and_batches_keep_every_row_in_order(files, env, load_path): 
 
 def test_a_parquet_file_from_another_server_is_spooled_and_pushed(files, env, tmp_path, monkeypatch):
     """Its index is at its end: a stream over HTTP is copied to a temporary file first."""
-    remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
-    with serving(create_app(remote)) as base:
-        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
-        remote = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base)
+    with another_file_server(tmp_path / "remote", monkeypatch) as remote:
         pf = remote.add_bytes(parquet(TYPED), "remote.parquet", "application/vnd.apache.parquet").to_json()
         vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
     assert rows(vf) == rows(push(files, parquet(TYPED)))

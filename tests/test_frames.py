@@ -317,7 +317,7 @@ def test_a_streams_times_are_each_as_python_prints_it(env, tz):
 
 def test_a_stream_read_before_pushes_an_empty_file_and_says_so(env):
     """A reader gives its rows once; pushed again it gives none, which nothing can tell from an empty stream:
-    the user is told (the notice goes where the entry point sends warnings; here the logger)."""
+    the user is told (the notice goes where the entry point sends warnings; here a list)."""
     table = pa.table({"a": ["1", "2"]})
     reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
     told: list[str] = []

@@ -17,7 +17,7 @@ from connector_ops import ConnectorError, invoke
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
 from connector_ops.resources.platform_files import PlatformFileStore, guess_content_type
-from tests.servers import free_port, serving
+from tests.servers import another_file_server, free_port, serving
 from tests.test_etl_push_pull import push as files_push
 from tests.test_etl_push_pull import rows
 
@@ -76,13 +76,10 @@ def test_file_server_serves_bytes_type_and_length(store):
 def test_push_streams_a_link_of_another_server(files, env, tmp_path, monkeypatch):
     """A link that is not ours is fetched over HTTP (here: another file server on loopback, which the
     allow-list opens: loopback is refused by default, see tests/test_link_guard.py)."""
-    remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
-    with serving(create_app(remote)) as base:
-        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
-        remote = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base)
+    with another_file_server(tmp_path / "remote", monkeypatch) as remote:
         pf = remote.add_bytes(b"a,b\n" + b"1,2\n" * 50_000, "remote.csv").to_json()
         vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
-        missing = {**pf, "link": f"{base}/files/{'f' * 32}"}
+        missing = {**pf, "link": f"{remote.file_server_url}/files/{'f' * 32}"}
         with pytest.raises(ConnectorError) as info:
             invoke("etl.push", {"platformFile": missing})
     assert invoke("etl.query", {"virtualFileId": vf, "query": {"a": "1"}, "extractOnlyOneResult": True}) == {
@@ -115,10 +112,8 @@ def test_a_link_is_fetched_once_however_often_the_push_reads_it(files, env, tmp_
     Over HTTP each is one ``GET``: the later reads take what the first kept (:mod:`…kernel.replay`). Same
     rows, same error as a push of the same bytes kept here."""
     gets: list[str] = []
-    remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
-    with serving(_counted(create_app(remote), gets)) as base:
-        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
-        pf = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base).add_bytes(data, name)
+    with another_file_server(tmp_path / "remote", monkeypatch, lambda app: _counted(app, gets)) as remote:
+        pf = remote.add_bytes(data, name)
         try:
             linked = rows(invoke("etl.push", {"platformFile": pf.to_json()})["virtualFileId"])
         except ConnectorError as exc:

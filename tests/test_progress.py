@@ -6,9 +6,7 @@ import pytest
 
 from connector_ops import invoke
 from connector_ops.kernel.progress import reporting_to
-from connector_ops.resources.file_server import create_app
-from connector_ops.resources.platform_files import PlatformFileStore
-from tests.servers import serving
+from tests.servers import another_file_server
 
 
 class Recorder:
@@ -75,10 +73,8 @@ def test_a_link_without_a_size_reports_the_servers_content_length(files, env, tm
     is the server's ``Content-Length`` (which also lets SQLite's columnar path start its loader process, worth
     it only for a known size of 4 MiB or more)."""
     data = b"".join(b'{"a": "%d", "b": "%s"}\n' % (i, b"x" * 40) for i in range(100_000))
-    remote = PlatformFileStore(files_dir=str(tmp_path / "remote"))
-    with serving(create_app(remote)) as base:
-        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
-        pf = PlatformFileStore(files_dir=str(tmp_path / "remote"), file_server_url=base).add_bytes(data, "a.ndjson")
+    with another_file_server(tmp_path / "remote", monkeypatch) as remote:
+        pf = remote.add_bytes(data, "a.ndjson")
         recorder = Recorder()
         with reporting_to(recorder.factory):
             vf = invoke("etl.push", {"platformFile": {"name": pf.name, "link": pf.link,

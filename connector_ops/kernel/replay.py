@@ -83,7 +83,7 @@ class Replay:
                 return b""
             os.pwrite(self._kept.fileno(), data, self._fetched)
             self._fetched += len(data)
-            return data[:size] if len(data) > size else data
+            return data[:size]  # the rest is kept: the next read takes it from there
 
 
 class _Read(io.RawIOBase):

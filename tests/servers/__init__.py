@@ -1,6 +1,7 @@
 """Loopback test servers: real HTTP on 127.0.0.1, started in a thread by the tests.
 
-``serving(app)`` runs any ASGI app (Starlette) with uvicorn on a free port and yields its base URL.
+``serving(app)`` runs any ASGI app (Starlette) with uvicorn on a free port and yields its base URL;
+``another_file_server`` serves a platform-file store of its own there, for links of "another server".
 """
 
 from __future__ import annotations
@@ -9,8 +10,11 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import pytest
 import uvicorn
 
 
@@ -37,3 +41,17 @@ def serving(app: object, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def another_file_server(folder: Path, monkeypatch: pytest.MonkeyPatch,
+                        wrap: Callable[[Any], Any] = lambda app: app) -> Iterator[Any]:
+    """A platform-file store of its own in ``folder``, its files served on 127.0.0.1 (its app seen through
+    ``wrap``) and its links open to the test's stores (``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS``: loopback is
+    refused by default, see tests/test_link_guard.py). Yields that store, whose links point at the server."""
+    from connector_ops.resources.file_server import create_app
+    from connector_ops.resources.platform_files import PlatformFileStore
+
+    with serving(wrap(create_app(PlatformFileStore(files_dir=str(folder))))) as base:
+        monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
+        yield PlatformFileStore(files_dir=str(folder), file_server_url=base)
