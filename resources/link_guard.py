@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput, link_shown
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: ``(host, port) -> addresses``: the system resolver, or a stand-in (tests never resolve real names)
@@ -105,15 +105,16 @@ class LinkGuard:
 
     def hop(self, url: str, field_name: str, *, redirected_from: str | None = None) -> Hop:
         """The request to make for ``url``, or ``InvalidInput`` on ``field_name`` before any connection."""
-        via = f" (redirected from {redirected_from})" if redirected_from else ""
+        via = f" (redirected from {link_shown(redirected_from)})" if redirected_from else ""
+        shown = link_shown(url)  # without credentials or query
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidInput(field_name, f"must be an http(s) URL or a link of this file server, got {url!r}{via}")
+            raise InvalidInput(field_name, f"must be an http(s) URL or a link of this file server, got {shown!r}{via}")
         host = parts.hostname
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
-            raise InvalidInput(field_name, f"{url!r} has an invalid port{via}") from None
+            raise InvalidInput(field_name, f"{shown!r} has an invalid port{via}") from None
         try:
             literal: IPAddress | None = ipaddress.ip_address(host)
         except ValueError:
@@ -121,14 +122,14 @@ class LinkGuard:
         try:
             found = [literal] if literal is not None else [ipaddress.ip_address(a) for a in self.resolver(host, port)]
         except (LookupError, OSError, ValueError) as exc:
-            raise InvalidInput(field_name, f"the host {host!r} of {url!r} cannot be resolved ({exc}){via}") from None
+            raise InvalidInput(field_name, f"the host {host!r} of {shown!r} cannot be resolved ({exc}){via}") from None
         if not found:
-            raise InvalidInput(field_name, f"the host {host!r} of {url!r} has no address{via}")
+            raise InvalidInput(field_name, f"the host {host!r} of {shown!r} has no address{via}")
         for address in found:
             kind = kind_of(address)
             if kind is not None and not self.allow.allows(host, port, address):
                 raise InvalidInput(field_name, (
-                    f"{url!r}{via} points at {address}, a {kind} address; links must point at public hosts "
+                    f"{shown!r}{via} points at {address}, a {kind} address; links must point at public hosts "
                     f"(or be allowed in {ALLOWED_HOSTS_ENV})"))
         pinned = found[0]
         netloc = f"[{pinned}]" if pinned.version == 6 else str(pinned)

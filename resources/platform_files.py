@@ -27,7 +27,7 @@ import httpx
 from pydantic import PrivateAttr, field_validator
 
 from connector_ops.kernel.atomic import atomic_write, sweep_leftovers
-from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of
+from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of, link_shown
 from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
@@ -328,7 +328,7 @@ class PlatformFileStore(Resource):
         made to the checked address, redirects followed here one at a time (a redirect to our own file
         server reads storage)."""
         guard = LinkGuard(AllowList.parse(self.allowed_private_hosts), self._resolver or system_resolver)
-        url, came_from = link, None
+        url, came_from, shown = link, None, link_shown(link)
         for _ in range(MAX_REDIRECTS + 1):
             local = self.local_id({"link": url}) if came_from is not None else None
             if local is not None:
@@ -340,19 +340,19 @@ class PlatformFileStore(Resource):
             try:
                 response = send({})
             except httpx.TransportError as exc:  # name the host the user wrote, not the pinned address
-                raise UpstreamError(f"fetching {link} failed: cannot reach {host_of(url)} "
+                raise UpstreamError(f"fetching {shown} failed: cannot reach {host_of(url)} "
                                     f"({type(exc).__name__}: {exc})", retryable=True) from None  # a GET: safe
             try:
                 if response.is_redirect and response.headers.get("location"):
                     came_from, url = url, urljoin(url, response.headers["location"])
                     continue
-                with contextlib.closing(body_of(response, link, f"platform file at {link} not found", host_of(url),
+                with contextlib.closing(body_of(response, shown, f"platform file at {shown} not found", host_of(url),
                                                 send)) as body:
                     yield body
                 return
             finally:
                 response.close()
-        raise UpstreamError(f"fetching {link} failed: more than {MAX_REDIRECTS} redirects")
+        raise UpstreamError(f"fetching {shown} failed: more than {MAX_REDIRECTS} redirects")
 
     def _get(self, url: str, headers: Mapping[str, str], extensions: dict[str, Any],
              more: Mapping[str, str]) -> httpx.Response:

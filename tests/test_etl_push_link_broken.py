@@ -238,3 +238,18 @@ def test_a_link_that_changed_or_breaks_again_and_again_fails_naming_it(env, file
         assert len(server.requests) == len(answers)
     assert f"{http_bodies.RESUMES} times continued" in info.value.body["message"]
     _nothing_kept(env, files, before, listed)
+
+
+def test_a_links_credentials_and_query_stay_out_of_its_errors(env, files, breaking):
+    """A signed URL's signature or a password in the link is a secret: the error names scheme, host and path."""
+    resources, server, pf = breaking("csv", ["cut"])
+    secret = {**pf, "link": pf["link"].replace("http://", "http://user:pa55word@") + "?X-Amz-Signature=s3cr3t"}
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": secret}, resources)
+    assert info.value.body["message"].startswith(f"fetching {pf['link']}?… failed: the connection to ")
+    refused = {**secret, "link": secret["link"].replace(f"127.0.0.1:{server.port}", "127.0.0.2")}
+    with pytest.raises(ConnectorError) as info_refused:  # loopback not allowed: refused before any connection
+        invoke("etl.push", {"platformFile": refused}, resources)
+    for message in (str(info.value), str(info_refused.value)):
+        assert "pa55word" not in message and "s3cr3t" not in message and "user" not in message
+    assert info_refused.value.status == 400

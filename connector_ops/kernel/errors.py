@@ -118,3 +118,14 @@ def host_of(url: object) -> str:
 
     parts = urlsplit(str(url))
     return f"{parts.hostname}:{parts.port}" if parts.port else str(parts.hostname)
+
+
+def link_shown(url: str) -> str:
+    """A link as messages show it: scheme, host, port and path, without the credentials or the query (a
+    signed URL's signature, an access token) it may carry."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    hidden = parts.username is not None or parts.query or parts.fragment
+    place = parts.netloc.rpartition("@")[2]  # host and port as written (a port that is no number included)
+    return f"{parts.scheme}://{place}{parts.path}" + ("?…" if parts.query else "") if hidden else url
