@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import random
+from unittest.mock import ANY
 
 import pytest
 
@@ -20,9 +21,11 @@ from connector_ops.etl import push_csv
 from connector_ops.etl.csv_fast import data_rows
 from connector_ops.etl.readers import read_csv
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.streams import as_utf8
 from connector_ops.resources.virtual_files import sqlite_loader
 from connector_ops.resources.virtual_files.csv_columns import csv_batches
 from tests.conftest import CSV_SPECTRUM
+from tests.test_csv_copy import Trickle
 from tests.test_etl_push_pull import SPECTRUM_CASES, push, rows
 
 ALPHABET = ['a', 'b', ' ', ',', ';', '"', '\n', '\r\n', '\r', 'é', '🙂', '\t', 'x"y', '', '\\N', '\\.']
@@ -99,11 +102,11 @@ def random_csv(rnd: random.Random, *, stray_quotes: bool, rows: int = 40, min_ro
 
 
 def reference(data: bytes, delimiter: str, lines_to_ignore: int = 0, header: bool = True,
-              schema: list[str] | None = None) -> list[dict] | str:
+              schema: list[str] | None = None, encoding: str = "utf-8-sig") -> list[dict] | str:
     """What the csv module (Push's slow path) reads: the rows, or the error message."""
     try:
         columns, batches = read_csv(io.BytesIO(data), delimiter=delimiter, lines_to_ignore=lines_to_ignore,
-                                    header=header, schema=schema, encoding="utf-8-sig",
+                                    header=header, schema=schema, encoding=encoding,
                                     reopen=lambda: io.BytesIO(data))
         return [dict(zip(columns, row, strict=True)) for batch in batches for row in batch]
     except InvalidInput as exc:
@@ -191,6 +194,66 @@ def test_files_of_many_blocks_push_as_the_csv_module_reads_them(files, env, coun
     assert got == expected
     if isinstance(expected, list) and not fault:
         assert counted == []
+
+
+#: characters of each encoding that UTF-8 writes in two to four bytes (and \x85, a line break to no reader here)
+IN_ENCODING = {"cp1252": ["é", "€", "’", "ß"], "latin-1": ["é", "ß", "\xa0", "\x85"],
+               "utf-16": ["é", "🙂", "€", "\u2028"], "shift_jis": ["日本", "ｶﾅ", "語"]}
+
+
+@pytest.mark.parametrize("encoding", IN_ENCODING)
+def test_files_in_other_encodings_push_on_the_fast_path_as_the_csv_module_reads_them(files, env, counted,
+                                                                                    encoding):
+    """A file of several MiB in another encoding (``parameters.encoding``) takes the columnar path, read as
+    UTF-8 a chunk at a time (characters of two or four bytes cut between chunks), and gives what the ``csv``
+    module reads from it; the same file with a byte the encoding lacks deep inside gives the slow path's
+    error, with its line."""
+    rnd = random.Random(1310)
+    alphabet = [*(c for c in BIG_ALPHABET if c not in ("é", "🙂")), *IN_ENCODING[encoding]]
+    text, delimiter = random_csv(rnd, stray_quotes=False, rows=120_000, min_rows=100_000, alphabet=alphabet,
+                                 ragged=0, empty=1 / 20_000)
+    data = text.decode().encode(encoding)
+    parameters = {"csvDelimiter": delimiter, "encoding": encoding}
+    expected = reference(data, delimiter, encoding=encoding)
+    assert isinstance(expected, list) and len(data) > 2 << 20
+    pf = files.add_bytes(data, "r.csv", "text/csv").to_json()
+    assert rows(invoke("etl.push", {"platformFile": pf, "parameters": parameters})["virtualFileId"]) == expected
+    assert counted == []
+    if encoding != "cp1252":
+        return
+    at = data.index(b"\n", len(data) * 3 // 4)
+    faulty = data[:at] + b"\x81" + data[at:]  # a byte cp1252 has no character for
+    expected = reference(faulty, delimiter, encoding=encoding)
+    assert isinstance(expected, str) and "is not valid cp1252" in expected
+    pf = files.add_bytes(faulty, "r.csv", "text/csv").to_json()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": pf, "parameters": parameters})
+    assert info.value.status == 400 and info.value.body["message"] == expected
+    assert len(counted) == 1
+
+
+@pytest.mark.parametrize("size", [1, 3, 7])
+@pytest.mark.parametrize("encoding", [*IN_ENCODING, "utf-32"])
+def test_as_utf8_reads_text_cut_anywhere(encoding, size):
+    """Characters of any length cut between the source's reads come out whole; a byte the encoding lacks
+    raises (the fast path then gives the file to the slow path)."""
+    text = "a,b\r\n" + "".join(IN_ENCODING.get(encoding, ["é🙂"])) * 50 + "\n"
+    stream, encoding_now = as_utf8(Trickle(text.encode(encoding), size), encoding)
+    assert encoding_now == "utf-8" and stream.read() == text.encode()
+    assert as_utf8(io.BytesIO(b"x"), "utf-8-sig") == (ANY, "utf-8-sig")
+    with pytest.raises(UnicodeDecodeError):
+        as_utf8(io.BytesIO(b"a\x81b"), "cp1252")[0].read()
+
+
+@pytest.mark.parametrize(("encoding", "bom"), [("utf-16-le", "\ufeff"), ("utf-16", ""), ("latin-1", "ï»¿")])
+def test_a_bom_another_encoding_keeps_is_the_slow_paths_to_judge(files, env, counted, encoding, bom):
+    """``utf-16-le`` keeps a BOM as the character U+FEFF (``utf-16`` consumes it; in latin-1 a UTF-8 BOM is
+    three letters): the fast path leaves the first case to the slow path, and every case reads as the
+    ``csv`` module reads it."""
+    data = (bom + "a,b\n1,é\n").encode(encoding)
+    expected = reference(data, ",", encoding=encoding)
+    assert rows(push(files, data, encoding=encoding)) == expected
+    assert len(counted) == (bom == "\ufeff")
 
 
 @pytest.mark.parametrize(("data", "message"), [

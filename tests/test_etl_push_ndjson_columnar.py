@@ -148,6 +148,35 @@ def test_a_bom_under_plain_utf8_is_the_row_readers_call(resources, monkeypatch, 
     assert ran == [] and result == ("rows", ["a"], [{"a": "1"}], 1)
 
 
+@pytest.mark.parametrize(("encoding", "extra"), [("cp1252", "é€’"), ("latin-1", "é\xa0\x85"), ("utf-16", "é🙂\u2028"),
+                                               ("shift_jis", "日本ｶﾅ")])
+def test_ndjson_in_another_encoding_takes_the_columnar_path(resources, monkeypatch, paths, encoding, extra):
+    """NDJSON in another encoding is read as UTF-8 on the columnar path (several blocks, so characters of two
+    or four bytes fall between chunks), as the row reader reads it; a byte the encoding lacks is the row
+    reader's to name, with its line."""
+    monkeypatch.setattr(ndjson_fast, "BLOCK", 4096)
+    monkeypatch.setattr(ndjson_columns, "BLOCK", 4096)
+    values = [f"{i} {extra[i % len(extra)]} {extra * (i % 3)}" for i in range(2000)]
+    rows = [{"n": str(i), "v": v, **({"w": None} if i % 7 else {"x": v[::-1]})} for i, v in enumerate(values)]
+    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode(encoding)
+    result, ran = both(resources, data, monkeypatch, paths, encoding=encoding)
+    assert ran == [] and result[0] == "rows" and result[3] == 2000
+    if encoding == "cp1252":
+        at = data.index(b"\n", len(data) // 2)
+        result, ran = both(resources, data[:at] + b"\x81" + data[at:], monkeypatch, paths, encoding=encoding)
+        line = data[:at].count(b"\n") + 1
+        assert ran == ["rows"] and result[0] == "error"
+        assert f"line {line}: the file is not valid cp1252" in result[2]
+
+
+def test_a_json_array_is_utf8_whatever_the_encoding_says(resources, monkeypatch, paths):
+    """The row reader reads a JSON array as UTF-8 (RFC 8259) whatever ``parameters.encoding`` names; so does
+    the columnar path, which now takes such a file too."""
+    data = '[\n{"a": "é"},\n{"a": "€"}\n]\n'.encode()
+    result, ran = both(resources, data, monkeypatch, paths, encoding="cp1252")
+    assert ran == [] and result == ("rows", ["a"], [{"a": "é"}, {"a": "€"}], 2)
+
+
 def test_a_late_key_or_type_is_read_again_on_the_columnar_path_and_nothing_is_left(resources, monkeypatch, paths):
     monkeypatch.setattr(ndjson_fast, "BLOCK", 64)  # several Arrow blocks in a small file (probe and load)
     monkeypatch.setattr(ndjson_columns, "BLOCK", 64)

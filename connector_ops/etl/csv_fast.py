@@ -2,9 +2,11 @@
 as :func:`.readers.read_csv` reads them, on the first bytes; the data rows are left as bytes for the store
 (``create_from_csv``: Arrow's C parser behind a check of the quoting).
 
-Files this cannot start exactly like the slow path (an encoding other than UTF-8, a delimiter of more than
-one byte, a BOM under plain ``utf-8``, no header row, bytes that are not UTF-8 in the first lines) get
-``None``: Push reads them with the ``csv`` module.
+A file in another encoding is read as UTF-8 (:func:`~connector_ops.kernel.streams.as_utf8`, decoded as
+the slow path decodes it), so its rows take the same path. Files this cannot start exactly like the slow
+path (a delimiter of more than one byte in UTF-8, a BOM under plain ``utf-8`` or a U+FEFF an encoding
+keeps, no header row, bytes that are not in the encoding in the first lines) get ``None``: Push reads them
+with the ``csv`` module.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from collections.abc import Iterator
 from typing import IO
 
 from connector_ops.etl.readers import FIELD, check_names
+from connector_ops.kernel.streams import as_utf8
 
-FAST_ENCODINGS = ("utf-8", "utf-8-sig")
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
@@ -76,8 +78,9 @@ class _Head:
 def data_rows(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header: bool,
               schema: list[str] | None, encoding: str) -> tuple[list[str], IO[bytes]] | None:
     """``(column names, the data rows' bytes)``, or ``None`` when the slow path must read this file."""
-    if encoding not in FAST_ENCODINGS or len(delimiter.encode()) != 1:
+    if len(delimiter.encode()) != 1:
         return None
+    stream, encoding = as_utf8(stream, encoding)
     head = _Head(stream)
     head.more()
     if head.data.startswith(codecs.BOM_UTF8):

@@ -25,6 +25,9 @@ written) whenever Arrow's reading could differ from it:
 * a BOM under an explicit ``utf-8`` (the row reader refuses it; Arrow skips it), ``linesToIgnore``, a
   ``schema``: not tried.
 
+NDJSON in another encoding (``parameters.encoding``) is read as UTF-8, decoded as the row reader decodes it;
+a byte the encoding has no character for fails the read, and the row reader names its line.
+
 A JSON array laid out one object per line (what Pull's JSON export writes), with its items side by side on
 one line (what ``json.dump`` and ``JSON.stringify`` write) or pretty-printed takes the same path, handed on
 as NDJSON (:mod:`.json_layouts`, :mod:`.json_array_lines`); any other layout goes to the row reader.
@@ -47,7 +50,7 @@ from connector_ops.etl.json_readers import stored_line
 from connector_ops.kernel.errors import UpstreamError
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
-from connector_ops.kernel.streams import peekable
+from connector_ops.kernel.streams import UTF8, as_utf8, peekable
 from connector_ops.resources.virtual_files.ndjson_columns import BLOCK
 
 if TYPE_CHECKING:
@@ -76,11 +79,10 @@ def columns_of(head: bytes, encoding: str) -> list[str] | None:
     line of the block must be one object whose values are strings or null; the columns are the keys in the
     order they first appear, as the row reader orders them. A key that first appears later, or a later
     value of another type, fails Arrow's read (explicit schema), and the row reader takes over."""
-    normal = encoding.lower().replace("_", "-")
-    if normal not in ("utf-8-sig", "utf-8", "utf8"):
+    if encoding not in UTF8:
         return None
     if head.startswith(_BOM):
-        if normal != "utf-8-sig":
+        if encoding != "utf-8-sig":
             return None
         head = head[len(_BOM):]
     columns: dict[str, None] = {}
@@ -120,6 +122,18 @@ def _array_items(start: bytes) -> Lines:
     from connector_ops.etl.json_layouts import items_per_line  # numpy: kept out of every action's import
 
     return lambda stream: _array_lines(items_per_line(stream, start, BLOCK))
+
+
+def _lines_of(start: bytes, encoding: str) -> tuple[Lines, str]:
+    """How the file starting with ``start`` becomes NDJSON in UTF-8, and the encoding its first block is then
+    judged in. NDJSON in another encoding is read as UTF-8 (:func:`~connector_ops.kernel.streams.as_utf8`,
+    the row reader's decoder); a JSON array is read as UTF-8 whatever ``encoding`` says, as the row reader
+    reads it (RFC 8259), and as plain ``utf-8`` then (a BOM is the row reader's to judge)."""
+    if is_array(start):
+        return _array_items(start), encoding if encoding in UTF8 else "utf-8"
+    if encoding in UTF8:
+        return _as_is, encoding
+    return (lambda stream: as_utf8(stream, encoding)[0]), "utf-8"
 
 
 def _as_is(stream: IO[bytes]) -> IO[bytes]:
@@ -165,7 +179,7 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         with open_file() as raw_probe:
             probe = peekable(raw_probe, LAYOUT_PEEK)
             start = probe.peek(LAYOUT_PEEK)
-            lines: Lines = _array_items(start) if is_array(start) else _as_is
+            lines, encoding = _lines_of(start, encoding)
             head = _head(lines(probe))
         quoted, rewritten = _quoted_head(head)
         if 2 * rewritten > head.count(b"\n") + 1:  # 1M such lines: 13.5 s rewritten, 12.1-12.7 s by the row reader

@@ -1,6 +1,7 @@
 """Readable binary streams made of others: over an iterator of byte chunks (:class:`ChunkStream`: an HTTP
 body, the rows of a ``COPY … TO``), or another stream's chunks transformed (:class:`Transformed`,
-:class:`WholePieces`: a JSON array handed on as NDJSON, numbers quoted).
+:class:`WholePieces`: a JSON array handed on as NDJSON, numbers quoted; :func:`as_utf8`: text in another
+encoding as UTF-8).
 
 Each read of a ``ChunkStream`` gathers whole chunks up to the reader's buffer, so chunks as small as one row
 (psycopg hands out ``COPY`` data a row at a time) cost an append each, not a read call each; memory stays
@@ -9,9 +10,13 @@ one buffer plus one chunk.
 
 from __future__ import annotations
 
+import codecs
 import io
 from collections.abc import Iterable
-from typing import Any
+from typing import IO, Any
+
+#: the encodings whose bytes are UTF-8 already (a BOM is the reader's to judge)
+UTF8 = frozenset({"utf-8", "utf-8-sig"})
 
 
 def peekable(stream: Any, size: int = io.DEFAULT_BUFFER_SIZE) -> Any:
@@ -77,6 +82,29 @@ class WholePieces(Transformed):
 
     def _too_long(self) -> None:
         raise ValueError(f"a piece longer than {self.longest} bytes")
+
+
+class _Utf8From(Transformed):
+    """Text in ``encoding`` as UTF-8, decoded strictly a chunk at a time (a character cut between two chunks
+    waits for the next): a byte the encoding has no character for raises ``UnicodeDecodeError``."""
+
+    def __init__(self, stream: Any, encoding: str) -> None:
+        super().__init__(stream)
+        self._decoder = codecs.getincrementaldecoder(encoding)("strict")
+
+    def _take(self, chunk: bytes) -> None:
+        self._ended = not chunk
+        self._out = memoryview(self._decoder.decode(chunk, final=self._ended).encode("utf-8"))
+
+
+def as_utf8(stream: IO[bytes], encoding: str) -> tuple[IO[bytes], str]:
+    """``(stream, encoding)`` as they are when ``encoding`` is UTF-8 (with or without ``-sig``), else the
+    stream's text as UTF-8 and ``"utf-8"``: what reads UTF-8 column-wise in C (Arrow, ``COPY``) then reads
+    a file in any encoding. The decoder is the one Python's text readers use (a BOM that ``utf-16`` consumes
+    is gone; one that ``utf-16-le`` keeps is a U+FEFF at the start, as it would be there too)."""
+    if encoding in UTF8:
+        return stream, encoding
+    return io.BufferedReader(_Utf8From(stream, encoding), 1 << 20), "utf-8"
 
 
 class ChunkStream(io.RawIOBase):
