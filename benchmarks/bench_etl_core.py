@@ -28,7 +28,8 @@ Baselines run in the same process on the same data and database server:
   ``category`` a list in one row of a hundred, and in every row (lines rewritten by the row reader's
   conversion on the columnar path); and the strings NDJSON with one ``amount`` a number half-way (read
   again with the quoting pass), and with a key the other rows lack half-way (every key found, then read
-  again).
+  again). With ``--steps encodings``, the CSV in cp1252 and in UTF-16 and the NDJSON in UTF-16, pushed with
+  ``parameters.encoding`` (no target of their own).
 """
 
 from __future__ import annotations
@@ -92,9 +93,10 @@ def ours(resources: dict[str, Any], csv_path: Path, steps: frozenset[str], work:
     if settling is not None:  # SQLite: the push returned at commit; its WAL checkpoint followed in the loader
         out["push_settled"] = settled(out["push"], settling)
     vf = out["push"].value["virtualFileId"]
-    if steps & {"ndjson", "typed", "odd", "frames"}:  # compared with the CSV Push: measured beside one every round
+    if steps - {"rows"}:  # compared with the CSV Push: measured beside one every round
         others = {f.key: (f"connector-ops push {f.name} (same rows)",
-                          resources["platform_files"].add_file(f.sample(csv_path)).to_json())
+                          {"platformFile": resources["platform_files"].add_file(f.sample(csv_path)).to_json(),
+                           "parameters": f.parameters})
                   for f in OTHER_FORMATS if f.step in steps}
         out.update(medians([_push_round(resources, csv_path, (pf, others), steps, vf, round_, out["push"])
                             for round_ in range(repeat)]))
@@ -142,9 +144,9 @@ def _push_round(resources: dict[str, Any], csv_path: Path, sources: tuple[dict, 
     measured = {"push_csv": first_push} if round_ == 0 else {"push_csv": measure_settled(
         "connector-ops push", lambda: invoke("etl.push", {"platformFile": pf}, resources), store)[0]}
     made = [] if round_ == 0 else [measured["push_csv"].value["virtualFileId"]]
-    for key, (label, source) in others.items():
-        measured[key], _ = measure_settled(label, lambda source=source: invoke(
-            "etl.push", {"platformFile": source}, resources), store)
+    for key, (label, request) in others.items():
+        measured[key], _ = measure_settled(label, lambda request=request: invoke("etl.push", request, resources),
+                                           store)
         made.append(measured[key].value["virtualFileId"])
     if "frames" in steps:
         import pandas as pd
@@ -185,6 +187,31 @@ def sample_ndjson(csv_path: Path) -> Path:
                 sink.write(json.dumps(row, ensure_ascii=False) + "\n")
         tmp.replace(path)
     return path
+
+
+def _encoded(source: Path, encoding: str) -> Path:
+    """``source``'s text in ``encoding``, cached beside it."""
+    path = source.with_name(f"{source.stem}_{encoding.replace('-', '')}{source.suffix}")
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(source.read_text(encoding="utf-8").encode(encoding))
+        tmp.replace(path)
+    return path
+
+
+def sample_cp1252_csv(csv_path: Path) -> Path:
+    """The CSV in cp1252 (Windows' Western encoding; the sample's text is ASCII, so the same bytes)."""
+    return _encoded(csv_path, "cp1252")
+
+
+def sample_utf16_csv(csv_path: Path) -> Path:
+    """The CSV in UTF-16 (with its BOM; twice the bytes)."""
+    return _encoded(csv_path, "utf-16")
+
+
+def sample_utf16_ndjson(csv_path: Path) -> Path:
+    """:func:`sample_ndjson` in UTF-16."""
+    return _encoded(sample_ndjson(csv_path), "utf-16")
 
 
 def sample_json_array(csv_path: Path) -> Path:
@@ -325,6 +352,7 @@ class OtherFormat:
     sample: Callable[[Path], Path]
     step: str
     target: float | None  # against the CSV Push; None: reported, no target of its own
+    parameters: dict[str, Any] = field(default_factory=dict)  # the Push's ``parameters``
 
 
 def typed_frame(csv_path: Path) -> Any:
@@ -372,6 +400,10 @@ OTHER_FORMATS = (
     OtherFormat("push_late_number", "NDJSON of strings, a number half-way", sample_late_number_ndjson, "odd",
                 None),
     OtherFormat("push_late_key", "NDJSON of strings, a new key half-way", sample_late_key_ndjson, "odd", None),
+    OtherFormat("push_cp1252", "CSV in cp1252", sample_cp1252_csv, "encodings", None, {"encoding": "cp1252"}),
+    OtherFormat("push_utf16", "CSV in UTF-16", sample_utf16_csv, "encodings", None, {"encoding": "utf-16"}),
+    OtherFormat("push_utf16_ndjson", "NDJSON in UTF-16", sample_utf16_ndjson, "encodings", None,
+                {"encoding": "utf-16"}),
 )
 
 
@@ -557,7 +589,7 @@ def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) ->
 TARGETS = {"push": 1.2, "iterate": 1.5, "query": 1.5, "regex": 1.5, "pull": 1.5, "pull_json": 1.5,
            "pull_parquet": None}
 LABELS = {"pull_json": "Pull JSON", "pull_parquet": "Pull Parquet"}
-STEPS = frozenset({"rows", "ndjson", "typed", "odd", "frames"})
+STEPS = frozenset({"rows", "ndjson", "typed", "odd", "frames", "encodings"})
 DEFAULT_STEPS = "frames,ndjson,rows"
 
 
@@ -610,7 +642,8 @@ def main() -> None:
     parser.add_argument("--steps", default=DEFAULT_STEPS,
                         help="rows (Iterate/Query/Pull), ndjson (NDJSON and JSON array Push), typed (the same "
                              "with numbers), odd (NDJSON with lines the bytes cannot quote), frames "
-                             "(DataFrame push/pull); Push always runs")
+                             "(DataFrame push/pull), encodings (CSV in cp1252 and UTF-16, NDJSON in UTF-16); "
+                             "Push always runs")
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of the row steps (ours and the baseline alternating) and of the NDJSON "
                              "and DataFrame steps (each beside a CSV Push); median reported")
