@@ -12,8 +12,9 @@ import dagster as dg
 import pytest
 
 from connector_ops import ConnectorError, invoke
-from connector_ops.etl import push_csv
+from connector_ops.etl import actions, ndjson_fast, push_csv
 from connector_ops.ops import etl_push
+from connector_ops.resources.virtual_files import sqlite_loader
 
 RAGGED = b"id,name\n1,Ann\n2,Bob,extra\n3,Cy\n\n4\n5,\"multi\nline\"\n"
 REASON = "expected 2 fields, found {} (a ragged row; check the delimiter and the quoting)"
@@ -55,6 +56,27 @@ def test_bad_ndjson_lines_go_to_the_rejects_file(resources):
     assert [(r["line"], r["text"]) for r in rejected] == [("2", "not json"), ("3", "[1, 2]")]
     assert rejected[0]["reason"].startswith("malformed JSON (Expecting value, column 1)")
     assert rejected[1]["reason"] == "expected a JSON object (a row), found list"
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_ndjson_with_a_quarantine_takes_the_columnar_path_until_a_line_is_bad(resources, monkeypatch, fast):
+    """A file the columnar path reads whole has no line the row reader would refuse: it loads column-wise
+    with an empty rejects file. A bad line sends the file to the row reader, which refuses that line; both
+    ways give what the row reader alone gives."""
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)  # the columnar path for small files too
+    monkeypatch.setattr(ndjson_fast, "FAST", fast)
+    ran: list[str] = []
+    real = actions.read_json
+    monkeypatch.setattr(actions, "read_json", lambda *a, **k: ran.append("rows") or real(*a, **k))
+    clean = b"".join(b'{"a": "%d", "n": %d}\n' % (i, i) for i in range(50))
+    out = push(resources, clean, "events.ndjson")
+    assert rows(out["virtualFileId"], resources)[-1] == {"a": "49", "n": "49"}
+    assert rows(out["rejectsFileId"], resources) == []
+    assert ran == ([] if fast else ["rows"])
+    out = push(resources, clean + b"not json\n" + clean, "events.ndjson")
+    assert len(rows(out["virtualFileId"], resources)) == 100
+    assert [(r["line"], r["text"]) for r in rows(out["rejectsFileId"], resources)] == [("51", "not json")]
+    assert ran[-1] == "rows"
 
 
 def test_what_loses_the_line_structure_still_fails_and_leaves_nothing(resources):

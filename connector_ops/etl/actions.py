@@ -63,7 +63,8 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
     with platform_files.opener(pf) as (reopen, size):  # a probe, the load, a retry, an error located: one fetch
         if not is_json(pf.name, pf.content_type):
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
-        if quarantine is None and params.lines_to_ignore == 0 and params.schema_ is None:
+        # also with a quarantine: what the columnar path reads whole, the row reader would refuse no line of
+        if params.lines_to_ignore == 0 and params.schema_ is None:
             vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding)
             if vf_id is not None:
                 return vf_id
