@@ -79,6 +79,44 @@ def test_all_string_ndjson_reads_the_same_on_both_paths(resources, monkeypatch, 
         assert result[0] == "rows" and ran == [], ran
 
 
+PREAMBLE = st.lists(st.sampled_from(["# exported 2026-11-28", "not json", "", "  ", '{"a": "x"}', "[", "é 🙂"]),
+                    max_size=4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(rows=rows_strategy, preamble=PREAMBLE, ignore=st.integers(0, 5), newline=st.sampled_from(["\n", "\r\n", "\r"]),
+       schema=st.one_of(st.none(), st.lists(st.sampled_from([*KEYS, "only in the schema"]), min_size=1, max_size=3,
+                                            unique=True)),
+       bom=st.booleans())
+def test_lines_to_ignore_and_a_schema_read_the_same_on_both_paths(resources, monkeypatch, paths, rows, preamble,
+                                                                   ignore, newline, schema, bom):
+    """``linesToIgnore`` skips physical lines (LF, CRLF or a lone CR between the ignored ones), and ``schema``
+    puts its columns first (one only in the schema stays empty), on the columnar path as in the row
+    reader; a BOM before ignored lines is skipped with them."""
+    lines = [*preamble, *(json.dumps(r, ensure_ascii=False) for r in rows)]
+    data = ("\ufeff" * bom + newline.join(lines[:len(preamble)]) + newline * bool(preamble)
+            + "\n".join(lines[len(preamble):]) + "\n").encode()
+    params: dict[str, Any] = {"linesToIgnore": ignore}
+    if schema:
+        params["schema"] = schema
+    result, ran = both(resources, data, monkeypatch, paths, **params)
+    if ignore == len(preamble) and any(r for r in rows):  # only the preamble skipped, rows with keys: Arrow's
+        assert result[0] == "rows" and ran == [], ran
+
+
+@pytest.mark.parametrize(("data", "encoding", "columnar"), [
+    (b'\xff skipped\n{"a": "1"}\n', "utf-8-sig", False),      # an ignored line that is not UTF-8: an error
+    (b'skipped\n\xef\xbb\xbf{"a": "1"}\n', "utf-8-sig", False),  # a BOM after the ignored lines is no BOM
+    (b'[\n{"a": "1"},\n{"a": "2"}\n]\n', "utf-8-sig", False),    # an array with lines ignored is NDJSON to the reader
+    ('skipped é\n{"a": "é"}\n'.encode("cp1252"), "cp1252", True),
+    ('skipped\r\n{"a": "1"}\n'.encode("utf-16"), "utf-16", True),
+    (b'\xef\xbb\xbfskipped\n{"a": "1"}\n', "utf-8", True),     # a BOM in the ignored line goes with it
+])
+def test_lines_to_ignore_at_the_edges(resources, monkeypatch, paths, data, encoding, columnar):
+    result, ran = both(resources, data, monkeypatch, paths, linesToIgnore=1, encoding=encoding)
+    assert ran == ([] if columnar else ["rows"]) and (result[0] == "rows") == columnar, result
+
+
 @pytest.mark.parametrize("data", [
     b'{"a": "1"}\n{"a": 2}\n',                      # numbers and booleans stored as they are written
     b'{"a": "1.50", "b": 1.50, "c": -0.0, "d": -12}\n',

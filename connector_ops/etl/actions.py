@@ -64,10 +64,10 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
         if not is_json(pf.name, pf.content_type):
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
         # also with a quarantine: what the columnar path reads whole, the row reader would refuse no line of
-        if params.lines_to_ignore == 0 and params.schema_ is None:
-            vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding)
-            if vf_id is not None:
-                return vf_id
+        vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding, params.lines_to_ignore,
+                                 params.schema_)
+        if vf_id is not None:
+            return vf_id
         with reopen() as raw, track(f"push {pf.name}", size, "B") as reporter:
             rows = read_json(reading_with_progress(raw, reporter), lines_to_ignore=params.lines_to_ignore,
                              encoding=params.encoding, reopen=reopen, quarantine=quarantine)

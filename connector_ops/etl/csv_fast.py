@@ -13,66 +13,11 @@ from __future__ import annotations
 
 import codecs
 import csv
-import io
-import re
-from collections.abc import Iterator
 from typing import IO
 
+from connector_ops.etl.physical_lines import Head, skipped
 from connector_ops.etl.readers import FIELD, check_names
 from connector_ops.kernel.streams import as_utf8
-
-_LINE_END = re.compile(rb"\r\n|\r|\n")
-
-
-class Prefixed(io.RawIOBase):
-    """``head`` then the rest of ``stream``."""
-
-    def __init__(self, head: bytes, stream: IO[bytes]) -> None:
-        self._head, self._stream = head, stream
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        view = memoryview(buffer).cast("B")
-        if self._head:
-            chunk, self._head = self._head[:len(view)], self._head[len(view):]
-        else:
-            chunk = self._stream.read(len(view))
-        view[:len(chunk)] = chunk
-        return len(chunk)
-
-
-class _Head:
-    """The first bytes of the file, read as far as needed to skip lines and parse the header."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream, self.data, self.pos, self.eof = stream, b"", 0, False
-
-    def more(self) -> bool:
-        chunk = b"" if self.eof else self.stream.read(1 << 16)
-        self.eof = not chunk
-        self.data += chunk
-        return bool(chunk)
-
-    def line(self) -> bytes | None:
-        """The next physical line with its line break (``\\r\\n``, ``\\r`` or ``\\n``), None at the end."""
-        while True:
-            found = _LINE_END.search(self.data, self.pos)
-            if found and (found.end() < len(self.data) or self.eof or found.group() != b"\r"):
-                end = found.end()
-                break
-            if not self.more():
-                if self.pos >= len(self.data):
-                    return None
-                end = len(self.data)
-                break
-        line, self.pos = self.data[self.pos:end], end
-        return line
-
-    def lines(self) -> Iterator[str]:
-        while (line := self.line()) is not None:
-            yield line.decode("utf-8")  # strict: bytes that are not UTF-8 are the slow path's to report
 
 
 def data_rows(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header: bool,
@@ -81,18 +26,14 @@ def data_rows(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header
     if len(delimiter.encode()) != 1:
         return None
     stream, encoding = as_utf8(stream, encoding)
-    head = _Head(stream)
+    head = Head(stream)
     head.more()
     if head.data.startswith(codecs.BOM_UTF8):
         if encoding != "utf-8-sig":
             return None  # then the BOM is a character of the text: its rules are the slow path's
         head.pos = len(codecs.BOM_UTF8)
     try:
-        for _ in range(lines_to_ignore):
-            line = head.line()
-            if line is None:
-                break
-            line.decode("utf-8")
+        skipped(head, lines_to_ignore)
         columns = next((r for r in csv.reader(head.lines(), delimiter=delimiter, strict=True) if r), None) \
             if header else None
     except (UnicodeDecodeError, csv.Error):
@@ -102,4 +43,4 @@ def data_rows(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header
     if not columns:
         return None
     check_names(columns, "parameters.schema" if schema is not None else FIELD)
-    return columns, io.BufferedReader(Prefixed(head.data[head.pos:], stream), 1 << 20)
+    return columns, head.rest()

@@ -22,8 +22,10 @@ written) whenever Arrow's reading could differ from it:
 * Arrow accepts an object spread over several lines and several objects on one line, which NDJSON (and the
   row reader) refuses: the store audits the bytes as Arrow reads them (:mod:`…virtual_files.ndjson_columns`)
   and fails the load, before it commits, unless the number of non-blank lines equals the number of rows;
-* a BOM under an explicit ``utf-8`` (the row reader refuses it; Arrow skips it), ``linesToIgnore``, a
-  ``schema``: not tried.
+* a BOM under an explicit ``utf-8`` (the row reader refuses it; Arrow skips it): not tried.
+
+``linesToIgnore`` skips physical lines as the row reader skips them (:mod:`.physical_lines`), and a ``schema``
+puts its columns first, as the row reader orders them.
 
 NDJSON in another encoding (``parameters.encoding``) is read as UTF-8, decoded as the row reader decodes it;
 a byte the encoding has no character for fails the read, and the row reader names its line.
@@ -47,6 +49,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
 from connector_ops.etl.json_readers import stored_line
+from connector_ops.etl.physical_lines import after_lines
 from connector_ops.kernel.errors import UpstreamError
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
@@ -124,16 +127,19 @@ def _array_items(start: bytes) -> Lines:
     return lambda stream: _array_lines(items_per_line(stream, start, BLOCK))
 
 
-def _lines_of(start: bytes, encoding: str) -> tuple[Lines, str]:
+def _lines_of(start: bytes, encoding: str, lines_to_ignore: int) -> tuple[Lines, str]:
     """How the file starting with ``start`` becomes NDJSON in UTF-8, and the encoding its first block is then
     judged in. NDJSON in another encoding is read as UTF-8 (:func:`~connector_ops.kernel.streams.as_utf8`,
     the row reader's decoder); a JSON array is read as UTF-8 whatever ``encoding`` says, as the row reader
-    reads it (RFC 8259), and as plain ``utf-8`` then (a BOM is the row reader's to judge)."""
-    if is_array(start):
+    reads it (RFC 8259), and as plain ``utf-8`` then (a BOM is the row reader's to judge). With lines to
+    ignore, the file is NDJSON to the row reader even when it starts as an array; what follows them is
+    judged as plain ``utf-8`` (only the file's first character may be a BOM that ``utf-8-sig`` drops)."""
+    if is_array(start) and not lines_to_ignore:
         return _array_items(start), encoding if encoding in UTF8 else "utf-8"
-    if encoding in UTF8:
-        return _as_is, encoding
-    return (lambda stream: as_utf8(stream, encoding)[0]), "utf-8"
+    utf8: Lines = _as_is if encoding in UTF8 else (lambda stream: as_utf8(stream, encoding)[0])
+    if not lines_to_ignore:
+        return utf8, encoding if encoding in UTF8 else "utf-8"
+    return (lambda stream: after_lines(utf8(stream), lines_to_ignore)), "utf-8"
 
 
 def _as_is(stream: IO[bytes]) -> IO[bytes]:
@@ -171,15 +177,16 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
-                     encoding: str) -> str | None:
-    """The new virtual file's id, or ``None`` when the row reader must read the file (nothing is left)."""
+                     encoding: str, lines_to_ignore: int = 0, schema: list[str] | None = None) -> str | None:
+    """The new virtual file's id, or ``None`` when the row reader must read the file (nothing is left).
+    ``schema``'s columns come first, then the file's other keys in the order each first appears."""
     if not FAST or not store.columnar_load_pays(size):
         return None
     try:
         with open_file() as raw_probe:
             probe = peekable(raw_probe, LAYOUT_PEEK)
             start = probe.peek(LAYOUT_PEEK)
-            lines, encoding = _lines_of(start, encoding)
+            lines, encoding = _lines_of(start, encoding, lines_to_ignore)
             head = _head(lines(probe))
         quoted, rewritten = _quoted_head(head)
         if 2 * rewritten > head.count(b"\n") + 1:  # 1M such lines: 13.5 s rewritten, 12.1-12.7 s by the row reader
@@ -187,6 +194,8 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         columns = columns_of(quoted, encoding)
         if columns is None:
             return None
+        if schema is not None:
+            columns = [*schema, *(c for c in columns if c not in schema)]
         quoting, widened = quoted != head, False  # numbers, booleans or nested values in the first block: quoted
         label = f"push {name}"
         while True:
