@@ -29,8 +29,9 @@ Baselines run in the same process on the same data and database server:
   conversion on the columnar path); and the strings NDJSON with one ``amount`` a number half-way (read
   again with the quoting pass), and with a key the other rows lack half-way (every key found, then read
   again). With ``--steps encodings``, the CSV in cp1252 and in UTF-16 and the NDJSON in UTF-16, pushed with
-  ``parameters.encoding`` (no target of their own); with ``--steps quarantine``, the CSV and the NDJSON with
-  ``onRowError: quarantine`` (no bad line; no target of their own).
+  ``parameters.encoding`` (no target of their own); with ``--steps parameters``, the CSV and the NDJSON with
+  ``onRowError: quarantine`` (no bad line), and the NDJSON with a ``schema`` and with ``linesToIgnore: 1`` (no
+  target of their own).
 """
 
 from __future__ import annotations
@@ -406,10 +407,14 @@ OTHER_FORMATS = (
     OtherFormat("push_late_number", "NDJSON of strings, a number half-way", sample_late_number_ndjson, "odd",
                 None),
     OtherFormat("push_late_key", "NDJSON of strings, a new key half-way", sample_late_key_ndjson, "odd", None),
-    OtherFormat("push_quarantine", "CSV, onRowError quarantine", sample_csv_again, "quarantine", None,
+    OtherFormat("push_quarantine", "CSV, onRowError quarantine", sample_csv_again, "parameters", None,
                 {"onRowError": "quarantine"}),
-    OtherFormat("push_ndjson_quarantine", "NDJSON, onRowError quarantine", sample_ndjson, "quarantine", None,
+    OtherFormat("push_ndjson_quarantine", "NDJSON, onRowError quarantine", sample_ndjson, "parameters", None,
                 {"onRowError": "quarantine"}),
+    OtherFormat("push_ndjson_schema", "NDJSON with a schema of two of its keys", sample_ndjson, "parameters", None,
+                {"schema": ["note", "id"]}),
+    OtherFormat("push_ndjson_ignore", "NDJSON, linesToIgnore 1", sample_ndjson, "parameters", None,
+                {"linesToIgnore": 1}),
     OtherFormat("push_cp1252", "CSV in cp1252", sample_cp1252_csv, "encodings", None, {"encoding": "cp1252"}),
     OtherFormat("push_utf16", "CSV in UTF-16", sample_utf16_csv, "encodings", None, {"encoding": "utf-16"}),
     OtherFormat("push_utf16_ndjson", "NDJSON in UTF-16", sample_utf16_ndjson, "encodings", None,
@@ -599,7 +604,7 @@ def raw_postgres(url: str, csv_path: Path, work: Path, steps: frozenset[str]) ->
 TARGETS = {"push": 1.2, "iterate": 1.5, "query": 1.5, "regex": 1.5, "pull": 1.5, "pull_json": 1.5,
            "pull_parquet": None}
 LABELS = {"pull_json": "Pull JSON", "pull_parquet": "Pull Parquet"}
-STEPS = frozenset({"rows", "ndjson", "typed", "odd", "frames", "encodings", "quarantine"})
+STEPS = frozenset({"rows", "ndjson", "typed", "odd", "frames", "encodings", "parameters"})
 DEFAULT_STEPS = "frames,ndjson,rows"
 
 
@@ -653,7 +658,8 @@ def main() -> None:
                         help="rows (Iterate/Query/Pull), ndjson (NDJSON and JSON array Push), typed (the same "
                              "with numbers), odd (NDJSON with lines the bytes cannot quote), frames "
                              "(DataFrame push/pull), encodings (CSV in cp1252 and UTF-16, NDJSON in UTF-16), "
-                             "quarantine (CSV and NDJSON with onRowError quarantine); Push always runs")
+                             "parameters (onRowError quarantine, an NDJSON schema, linesToIgnore); Push always "
+                             "runs")
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of the row steps (ours and the baseline alternating) and of the NDJSON "
                              "and DataFrame steps (each beside a CSV Push); median reported")
