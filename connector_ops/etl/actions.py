@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
+from connector_ops.etl.gzipped import format_name, gunzipping, is_gzip
 from connector_ops.etl.json_readers import is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
@@ -61,7 +62,10 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
     if is_parquet(pf.name, pf.content_type):  # read once (copied to a temporary file first if not seekable)
         return push_parquet(virtual_files, lambda: platform_files.open(pf), pf.name, params)
     with platform_files.opener(pf) as (reopen, size):  # a probe, the load, a retry, an error located: one fetch
-        if not is_json(pf.name, pf.content_type):
+        name = pf.name
+        if is_gzip(reopen):  # read as the file it decompresses to, named without its .gz
+            reopen, name = gunzipping(reopen), format_name(name)
+        if not is_json(name, pf.content_type):
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
         # also with a quarantine: what the columnar path reads whole, the row reader would refuse no line of
         vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding, params.lines_to_ignore,

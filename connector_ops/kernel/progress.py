@@ -103,5 +103,11 @@ class _CountingRaw(io.RawIOBase):
 
 
 def reading_with_progress(stream: IO[bytes], reporter: Reporter, buffer_size: int = 1 << 20) -> io.BufferedReader:
-    """A buffered view of ``stream`` that reports each byte read to ``reporter``."""
+    """A buffered view of ``stream`` that reports each byte read to ``reporter``. A raw stream decoded from
+    the file as stored (its ``stored`` stream: a decompressed file) reports the stored bytes instead, whose
+    total is the file's size."""
+    stored = getattr(stream, "stored", None)
+    if stored is not None:
+        stream.stored = io.BufferedReader(_CountingRaw(stored, reporter), buffer_size)  # type: ignore[attr-defined]
+        return io.BufferedReader(stream, buffer_size)  # type: ignore[arg-type]
     return io.BufferedReader(_CountingRaw(stream, reporter), buffer_size)
