@@ -28,10 +28,10 @@ Baselines run in the same process on the same data and database server:
   ``category`` a list in one row of a hundred, and in every row (lines rewritten by the row reader's
   conversion on the columnar path); and the strings NDJSON with one ``amount`` a number half-way (read
   again with the quoting pass), and with a key the other rows lack half-way (every key found, then read
-  again). With ``--steps encodings``, the CSV in cp1252 and in UTF-16 and the NDJSON in UTF-16, pushed with
-  ``parameters.encoding`` (no target of their own); with ``--steps parameters``, the CSV and the NDJSON with
-  ``onRowError: quarantine`` (no bad line), and the NDJSON with a ``schema`` and with ``linesToIgnore: 1`` (no
-  target of their own).
+  again). With ``--steps encodings``, the CSV and the NDJSON compressed by gzip, the CSV in cp1252 and in
+  UTF-16 and the NDJSON in UTF-16 (pushed with ``parameters.encoding``); with ``--steps parameters``, the
+  CSV and the NDJSON with ``onRowError: quarantine`` (no bad line), and the NDJSON with a ``schema`` and
+  with ``linesToIgnore: 1``. None of these has a target of its own.
 """
 
 from __future__ import annotations
@@ -219,6 +219,29 @@ def sample_utf16_csv(csv_path: Path) -> Path:
 def sample_utf16_ndjson(csv_path: Path) -> Path:
     """:func:`sample_ndjson` in UTF-16."""
     return _encoded(sample_ndjson(csv_path), "utf-16")
+
+
+def _gzipped(source: Path) -> Path:
+    """``source`` compressed by gzip (its default level, as ``gzip`` the command writes), cached beside it."""
+    import gzip
+
+    path = source.with_name(source.name + ".gz")
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with source.open("rb") as plain, gzip.open(tmp, "wb") as packed:
+            shutil.copyfileobj(plain, packed, 1 << 20)
+        tmp.replace(path)
+    return path
+
+
+def sample_gzip_csv(csv_path: Path) -> Path:
+    """The CSV compressed by gzip (``rows.csv.gz``)."""
+    return _gzipped(csv_path)
+
+
+def sample_gzip_ndjson(csv_path: Path) -> Path:
+    """:func:`sample_ndjson` compressed by gzip (``rows.ndjson.gz``)."""
+    return _gzipped(sample_ndjson(csv_path))
 
 
 def sample_json_array(csv_path: Path) -> Path:
@@ -415,6 +438,8 @@ OTHER_FORMATS = (
                 {"schema": ["note", "id"]}),
     OtherFormat("push_ndjson_ignore", "NDJSON, linesToIgnore 1", sample_ndjson, "parameters", None,
                 {"linesToIgnore": 1}),
+    OtherFormat("push_gzip", "CSV compressed by gzip", sample_gzip_csv, "encodings", None),
+    OtherFormat("push_gzip_ndjson", "NDJSON compressed by gzip", sample_gzip_ndjson, "encodings", None),
     OtherFormat("push_cp1252", "CSV in cp1252", sample_cp1252_csv, "encodings", None, {"encoding": "cp1252"}),
     OtherFormat("push_utf16", "CSV in UTF-16", sample_utf16_csv, "encodings", None, {"encoding": "utf-16"}),
     OtherFormat("push_utf16_ndjson", "NDJSON in UTF-16", sample_utf16_ndjson, "encodings", None,
@@ -657,7 +682,8 @@ def main() -> None:
     parser.add_argument("--steps", default=DEFAULT_STEPS,
                         help="rows (Iterate/Query/Pull), ndjson (NDJSON and JSON array Push), typed (the same "
                              "with numbers), odd (NDJSON with lines the bytes cannot quote), frames "
-                             "(DataFrame push/pull), encodings (CSV in cp1252 and UTF-16, NDJSON in UTF-16), "
+                             "(DataFrame push/pull), encodings (CSV and NDJSON compressed by gzip, CSV in "
+                             "cp1252 and UTF-16, NDJSON in UTF-16), "
                              "parameters (onRowError quarantine, an NDJSON schema, linesToIgnore); Push always "
                              "runs")
     parser.add_argument("--repeat", type=int, default=3,
