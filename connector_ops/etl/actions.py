@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
-from connector_ops.etl.gzipped import format_name, gunzipping, is_gzip
+from connector_ops.etl.compressed import compression_of, decompressing, format_name
 from connector_ops.etl.json_readers import is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
@@ -62,9 +62,9 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
     if is_parquet(pf.name, pf.content_type):  # read once (copied to a temporary file first if not seekable)
         return push_parquet(virtual_files, lambda: platform_files.open(pf), pf.name, params)
     with platform_files.opener(pf) as (reopen, size):  # a probe, the load, a retry, an error located: one fetch
-        name = pf.name
-        if is_gzip(reopen):  # read as the file it decompresses to, named without its .gz
-            reopen, name = gunzipping(reopen), format_name(name)
+        name, compression = pf.name, compression_of(reopen, pf.name)
+        if compression is not None:  # read as the file it decompresses to, named without its .gz (.bz2, .xz)
+            reopen, name = decompressing(reopen, compression), format_name(name, compression)
         if not is_json(name, pf.content_type):
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
         # also with a quarantine: what the columnar path reads whole, the row reader would refuse no line of

@@ -1,13 +1,16 @@
-"""Push of gzip-compressed CSV and JSON: the rows, errors and line numbers of the file it decompresses to,
-on the same columnar paths, both databases; progress counts the compressed bytes; a broken file is a 400.
+"""Push of compressed CSV and JSON (gzip, bzip2, xz): the rows, errors and line numbers of the file it
+decompresses to, on the same columnar paths, both databases; progress counts the compressed bytes; a broken
+file is a 400, and so are a zip archive and zstd, saying what to do instead.
 """
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import itertools
 import json
+import lzma
 import random
 from typing import Any
 
@@ -15,6 +18,7 @@ import pytest
 
 from connector_ops import ConnectorError, invoke
 from connector_ops.etl import actions, push_csv
+from connector_ops.etl.compressed import COMPRESSIONS, Decompressed
 from connector_ops.kernel.progress import reporting_to
 from connector_ops.resources.virtual_files import sqlite_loader
 from tests.servers import another_file_server
@@ -34,10 +38,14 @@ def slow_paths(monkeypatch) -> list[str]:
     return ran
 
 
-def members(data: bytes, count: int) -> bytes:
-    """``data`` gzip-compressed as ``count`` members one after the other (what ``cat a.gz b.gz`` makes)."""
+#: each compression's suffix and its compress()
+COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}
+
+
+def members(data: bytes, count: int, suffix: str = ".gz") -> bytes:
+    """``data`` compressed as ``count`` streams one after the other (what ``cat a.gz b.gz`` makes)."""
     cuts = [len(data) * i // count for i in range(count + 1)]
-    return b"".join(gzip.compress(data[a:b]) for a, b in itertools.pairwise(cuts))
+    return b"".join(COMPRESS[suffix](data[a:b]) for a, b in itertools.pairwise(cuts))
 
 
 def outcome(files: Any, data: bytes, name: str, content_type: str = "", **parameters: Any) -> list[dict] | str:
@@ -49,25 +57,27 @@ def outcome(files: Any, data: bytes, name: str, content_type: str = "", **parame
         return exc.body["message"]
 
 
-@pytest.mark.parametrize("count", [1, 3])
-def test_a_gzip_csv_pushes_on_the_columnar_path_as_the_file_it_decompresses_to(files, env, slow_paths, count):
+@pytest.mark.parametrize(("suffix", "count"), [(".gz", 1), (".gz", 3), (".bz2", 2), (".xz", 2)])
+def test_a_compressed_csv_pushes_on_the_columnar_path_as_the_file_it_decompresses_to(files, env, slow_paths,
+                                                                                     suffix, count):
     text, delimiter = random_csv(random.Random(1323), stray_quotes=False, rows=30_000, min_rows=25_000,
                                  alphabet=BIG_ALPHABET, ragged=0, empty=1 / 20_000)
     assert len(text) > 1 << 20
     expected = outcome(files, text, "plain.csv", csvDelimiter=delimiter)
     assert isinstance(expected, list) and slow_paths == []
-    assert outcome(files, members(text, count), "rows.csv.gz", "application/gzip", csvDelimiter=delimiter) == expected
+    compressed = members(text, count, suffix)
+    assert outcome(files, compressed, f"rows.csv{suffix}", "application/gzip", csvDelimiter=delimiter) == expected
     assert slow_paths == []
 
 
 @pytest.mark.parametrize(("name", "content_type"), [("events.ndjson.gz", ""), ("events.json.gz", ""),
-                                                    ("events.gz", "application/json")])
-def test_gzip_json_pushes_on_the_columnar_path(files, env, slow_paths, name, content_type):
+                                                    ("events.gz", "application/json"), ("events.ndjson.xz", "")])
+def test_compressed_json_pushes_on_the_columnar_path(files, env, slow_paths, name, content_type):
     """NDJSON and a JSON array, known by the name without ``.gz`` or by the content type."""
     records = [{"id": str(i), "note": f"é {i}", **({"n": i} if i % 3 else {})} for i in range(3000)]
     data = ("[\n" + ",\n".join(map(json.dumps, records)) + "\n]\n" if ".json" in name
             else "".join(json.dumps(r) + "\n" for r in records)).encode()
-    got = outcome(files, gzip.compress(data), name, content_type)
+    got = outcome(files, COMPRESS["." + name.rsplit(".", 1)[1]](data), name, content_type)
     assert got == [{k: str(v) for k, v in r.items()} for r in records] and slow_paths == []
 
 
@@ -81,15 +91,26 @@ def test_errors_name_the_line_of_the_decompressed_file(files, env, fault, name):
     assert outcome(files, gzip.compress(data), f"rows.{name}.gz") == expected
 
 
-def test_a_broken_gzip_file_is_a_400_and_leaves_nothing(files, env, store):
-    data = gzip.compress(b"a,b\n" + b"".join(b"%d,%d\n" % (i, i * 7919 % 100_003) for i in range(200_000)))
+@pytest.mark.parametrize(("suffix", "name"), [(".gz", "gzip"), (".bz2", "bzip2"), (".xz", "xz")])
+def test_a_broken_compressed_file_is_a_400_and_leaves_nothing(files, env, store, suffix, name):
+    data = COMPRESS[suffix](b"a,b\n" + b"".join(b"%d,%d\n" % (i, i * 7919 % 100_003) for i in range(200_000)))
     assert len(data) > 100_000
     before = store.inventory()
-    for broken, problem in ((data[:-2000], "Compressed file ended"), (data[:30] + b"\0" * 400 + data[430:], "")):
-        message = outcome(files, broken, "rows.csv.gz")
-        assert isinstance(message, str) and message.startswith("platformFile: the file is gzip-compressed, but its "
-                                                               "compressed data is broken") and problem in message
+    for broken in (data[:-2000], data[:30] + b"\0" * 400 + data[430:]):  # cut short; damaged
+        message = outcome(files, broken, f"rows.csv{suffix}")
+        assert isinstance(message, str) and message.startswith(f"platformFile: the file is {name}-compressed, but "
+                                                               "its compressed data is broken (")
     assert store.inventory() == before
+
+
+@pytest.mark.parametrize(("data", "name", "words"), [
+    (b"PK\x03\x04\x14\x00\x06\x00rest of a workbook", "sales.xlsx", "an Excel workbook (.xlsx, a zip archive)"),
+    (b"PK\x03\x04\x14\x00\x00\x00rest of an archive", "sales.zip", "a zip archive, which may hold several files"),
+    (b"\x28\xb5\x2f\xfd\x00rest", "sales.csv.zst", "zstd-compressed, which Push does not read"),
+])
+def test_a_zip_archive_or_zstd_is_a_400_that_says_what_to_do(files, env, data, name, words):
+    message = outcome(files, data, name)
+    assert isinstance(message, str) and message.startswith(f"platformFile: the file is {words}")
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -109,3 +130,30 @@ def test_a_gzip_link_of_another_server_is_decompressed(files, env, tmp_path, mon
         vf = invoke("etl.push", {"platformFile": {"name": pf.name, "link": pf.link,
                                                   "contentType": pf.content_type}})["virtualFileId"]
     assert rows(vf) == [json.loads(line) for line in io.BytesIO(data)]
+
+
+class _FailingDisk(io.RawIOBase):
+    """The first ``good`` bytes of ``data``, then the disk's error."""
+
+    def __init__(self, data: bytes, good: int) -> None:
+        self.data, self.good = data, good
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.good <= 0:
+            raise OSError(5, "Input/output error")
+        chunk, self.data = self.data[:min(len(buffer), self.good)], self.data[min(len(buffer), self.good):]
+        self.good -= len(chunk)
+        buffer[:len(chunk)] = chunk
+        return len(chunk)
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS, ids=lambda c: c.name)
+def test_the_sources_own_failure_is_not_called_broken_data(compression):
+    """bz2 says a bare ``OSError`` for broken data; a disk's ``OSError`` while reading must stay itself."""
+    data = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[compression.name](
+        random.Random(7).randbytes(300_000))
+    with pytest.raises(OSError, match="Input/output error"):
+        Decompressed(io.BufferedReader(_FailingDisk(data, len(data) // 2)), compression).read()
