@@ -157,3 +157,21 @@ def test_the_sources_own_failure_is_not_called_broken_data(compression):
         random.Random(7).randbytes(300_000))
     with pytest.raises(OSError, match="Input/output error"):
         Decompressed(io.BufferedReader(_FailingDisk(data, len(data) // 2)), compression).read()
+
+
+def test_compressed_text_in_another_encoding_with_a_quarantine_gives_what_the_plain_file_gives(resources):
+    """The pieces together: an xz-compressed cp1252 CSV with ragged rows, pushed with a quarantine, loads the
+    same rows and refuses the same lines (numbers and text) as the same file uncompressed."""
+    text = "id;name\n" + "".join(f"{i};café {i}\n" if i % 997 else f"{i};bad;row €\n" for i in range(20_000))
+    data = text.encode("cp1252")
+
+    def pushed(content: bytes, name: str) -> tuple[list[dict], list[dict]]:
+        pf = resources["platform_files"].add_bytes(content, name).to_json()
+        out = invoke("etl.push", {"platformFile": pf, "parameters": {
+            "csvDelimiter": ";", "encoding": "cp1252", "onRowError": "quarantine"}}, resources)
+        store = resources["virtual_files"]
+        return (store.summary(out["virtualFileId"], 30_000)[2], store.summary(out["rejectsFileId"], 100)[2])
+
+    plain = pushed(data, "rows.csv")
+    assert len(plain[1]) == 21 and plain[1][0]["text"] == "0;bad;row €" and plain[0][0] == {"id": "1", "name": "café 1"}
+    assert pushed(lzma.compress(data), "rows.csv.xz") == plain
