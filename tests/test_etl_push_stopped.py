@@ -1,11 +1,12 @@
 """A Push stopped half way (a Ctrl-C; here the test's own signal, whose exception is neither
-``KeyboardInterrupt`` nor an ``Exception``, like Dagster's) of a CSV, NDJSON or Parquet file of seconds'
-work, the signal sent as a quarter of the file has been read: the exception goes on as itself, no virtual
-file and no row table are left (on SQLite the load runs in the loader process, which rolls it back), and the
-store takes the next Push."""
+``KeyboardInterrupt`` nor an ``Exception``, like Dagster's) of a CSV, NDJSON, Parquet or gzip-compressed CSV
+file of seconds' work, the signal sent as a quarter of the file has been read: the exception goes on as
+itself, no virtual file and no row table are left (on SQLite the load runs in the loader process, which
+rolls it back), and the store takes the next Push."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,10 +32,11 @@ def large_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     with (folder / "large.ndjson").open("w") as ndjson:
         ndjson.writelines(f'{{"a": "{"x" * 60}", "b": "{i}"}}\n' for i in range(ROWS))
     pq.write_table(table, folder / "large.parquet", row_group_size=65_536)
+    (folder / "large.csv.gz").write_bytes(gzip.compress((folder / "large.csv").read_bytes(), compresslevel=1))
     return {p.suffix[1:]: p for p in folder.iterdir()}
 
 
-@pytest.mark.parametrize("kind", ["csv", "ndjson", "parquet"])
+@pytest.mark.parametrize("kind", ["csv", "ndjson", "parquet", "gz"])
 def test_a_push_stopped_half_way_leaves_nothing_and_the_next_push_works(env, files, large_files, signalled_after,
                                                                          kind):
     store = resources_for(environ=env)["virtual_files"]
