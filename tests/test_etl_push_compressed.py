@@ -175,3 +175,32 @@ def test_compressed_text_in_another_encoding_with_a_quarantine_gives_what_the_pl
     plain = pushed(data, "rows.csv")
     assert len(plain[1]) == 21 and plain[1][0]["text"] == "0;bad;row €" and plain[0][0] == {"id": "1", "name": "café 1"}
     assert pushed(lzma.compress(data), "rows.csv.xz") == plain
+
+
+@pytest.mark.parametrize(("export_type", "suffix"), [("csv", ".gz"), ("json", ".bz2"), ("csv", ".xz")])
+def test_pull_compresses_when_the_export_name_asks_and_push_reads_it_back(files, env, export_type, suffix):
+    """The compressed export decompresses to the plain export's bytes, says its compression as its content
+    type, and pushes back to the same rows."""
+    data = "id,name,note\n" + "".join(f"{i},café {i},{'x' * (i % 50)}\n" for i in range(20_000))
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(data.encode(), "rows.csv").to_json()})["virtualFileId"]
+
+    def pulled(name: str) -> tuple[dict, bytes]:
+        out = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": name})
+        return out["platformFile"], files.read_bytes(out["platformFile"])
+
+    _, plain = pulled(f"out.{export_type}")
+    packed_pf, packed = pulled(f"out.{export_type}{suffix}")
+    assert {".gz": gzip, ".bz2": bz2, ".xz": lzma}[suffix].decompress(packed) == plain
+    assert len(packed) < len(plain) // 3 and packed_pf["size"] == len(packed)
+    assert packed_pf["contentType"] == {".gz": "application/gzip", ".bz2": "application/x-bzip2",
+                                        ".xz": "application/x-xz"}[suffix]
+    again = invoke("etl.push", {"platformFile": packed_pf})["virtualFileId"]
+    assert rows(again) == rows(vf)
+
+
+def test_a_parquet_export_named_for_compression_is_a_400(files, env):
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "rows.csv").to_json()})["virtualFileId"]
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": "out.parquet.gz"})
+    assert info.value.status == 400 and info.value.body["message"] == (
+        "exportName: a Parquet export compresses its columns itself: name it without .gz")

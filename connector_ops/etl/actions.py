@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
-from connector_ops.etl.compressed import compression_of, decompressing, format_name
+from connector_ops.etl.compressed import compressing, compression_named, compression_of, decompressing, format_name
 from connector_ops.etl.json_readers import is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
@@ -80,8 +80,12 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
 
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)
 def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> PlatformFileOutput:
-    """Export a virtual file to a new platform file (CSV, JSON or Parquet), streamed."""
+    """Export a virtual file to a new platform file (CSV, JSON or Parquet), streamed; compressed when the
+    export's name ends with ``.gz``, ``.bz2`` or ``.xz``."""
     if inp.export_type == "parquet":
+        if (compression := compression_named(inp.export_name)) is not None:
+            raise InvalidInput("exportName", f"a Parquet export compresses its columns itself: name it without "
+                                             f"{compression.suffix}")
         return PlatformFileOutput(platform_file=pull_parquet(inp, virtual_files, platform_files))
     params = inp.parameters
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
@@ -100,6 +104,8 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]],
     else:
         chunks = json_chunks(names, pages, encoding=params.encoding)
         content_type = "application/json"
+    if (compression := compression_named(inp.export_name)) is not None:
+        chunks, content_type = compressing(chunks, compression), compression.content_type
     with platform_files.create(inp.export_name, content_type) as sink, track(f"pull {inp.export_name}") as reporter:
         for chunk in chunks:
             sink.write(chunk)

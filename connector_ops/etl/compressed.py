@@ -1,4 +1,5 @@
-"""Push of a compressed CSV or JSON file (``rows.csv.gz``, ``events.ndjson.bz2``, ``export.csv.xz``): recognised
+"""Compressed CSV and JSON files. Pull writes one when the export's name asks for it (``report.csv.gz``:
+gzip; ``.bz2``, ``.xz``). Push reads one (``rows.csv.gz``, ``events.ndjson.bz2``, ``export.csv.xz``): recognised
 by its first bytes, decompressed as it is read (every stream of a file made by concatenating several), and
 then read like the same file uncompressed, on the same paths, with the same rows and errors (their line
 numbers counted in the decompressed text). The file's format comes from its name without the compression's
@@ -14,7 +15,7 @@ import gzip
 import io
 import lzma
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -31,12 +32,18 @@ class Compression:
     name: str
     magic: bytes
     suffix: str
+    content_type: str
     reader: Callable[[Any], IO[bytes]]  # a file object of the compressed bytes -> one of the decompressed
+    compressor: Callable[[], Any]  # a new incremental compressor (``compress(data)``, ``flush()``)
 
 
-COMPRESSIONS = (Compression("gzip", b"\x1f\x8b", ".gz", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
-                Compression("bzip2", b"BZh", ".bz2", bz2.BZ2File),
-                Compression("xz", b"\xfd7zXZ\x00", ".xz", lzma.LZMAFile))
+#: gzip written at level 6 and xz at preset 6, the default levels of the ``gzip`` and ``xz`` commands (a
+#: gzip header without name or time: the same rows make the same bytes); bzip2 at its only usual level, 9
+COMPRESSIONS = (Compression("gzip", b"\x1f\x8b", ".gz", "application/gzip",
+                            lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
+                            lambda: zlib.compressobj(6, zlib.DEFLATED, 31)),
+                Compression("bzip2", b"BZh", ".bz2", "application/x-bzip2", bz2.BZ2File, bz2.BZ2Compressor),
+                Compression("xz", b"\xfd7zXZ\x00", ".xz", "application/x-xz", lzma.LZMAFile, lzma.LZMACompressor))
 #: what the decompressors raise on data that is not whole (bz2 raises a bare OSError: told apart from the
 #: source's own failures by :class:`_Watched`)
 BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError)
@@ -116,3 +123,18 @@ def decompressing(open_file: Open, compression: Compression) -> Open:
 def format_name(name: str, compression: Compression) -> str:
     """The name that tells the decompressed file's format: without the compression's suffix."""
     return name[:-len(compression.suffix)] if name.lower().endswith(compression.suffix) else name
+
+
+def compression_named(name: str) -> Compression | None:
+    """The compression a file name asks for by its suffix (``report.csv.gz``), if any."""
+    return next((c for c in COMPRESSIONS if name.lower().endswith(c.suffix)), None)
+
+
+def compressing(chunks: Iterable[bytes], compression: Compression) -> Iterator[bytes]:
+    """``chunks`` as one compressed stream, a piece at a time (the compressor holds what it has not yet
+    written: bounded by its window, not by the data)."""
+    compressor = compression.compressor()
+    for chunk in chunks:
+        if packed := compressor.compress(chunk):
+            yield packed
+    yield compressor.flush()
