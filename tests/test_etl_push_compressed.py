@@ -22,6 +22,7 @@ from connector_ops.etl.compressed import COMPRESSIONS, Decompressed
 from connector_ops.kernel.progress import reporting_to
 from connector_ops.resources.virtual_files import sqlite_loader
 from tests.servers import another_file_server
+from tests.test_csv_copy import Trickle
 from tests.test_etl_push_columnar import BIG_ALPHABET, random_csv
 from tests.test_etl_push_pull import rows
 from tests.test_progress import Recorder
@@ -132,22 +133,13 @@ def test_a_gzip_link_of_another_server_is_decompressed(files, env, tmp_path, mon
     assert rows(vf) == [json.loads(line) for line in io.BytesIO(data)]
 
 
-class _FailingDisk(io.RawIOBase):
-    """The first ``good`` bytes of ``data``, then the disk's error."""
-
-    def __init__(self, data: bytes, good: int) -> None:
-        self.data, self.good = data, good
-
-    def readable(self) -> bool:
-        return True
+class _FailingDisk(Trickle):
+    """:class:`Trickle`'s bytes, then the disk's error where they end."""
 
     def readinto(self, buffer) -> int:
-        if self.good <= 0:
+        if not self.data:
             raise OSError(5, "Input/output error")
-        chunk, self.data = self.data[:min(len(buffer), self.good)], self.data[min(len(buffer), self.good):]
-        self.good -= len(chunk)
-        buffer[:len(chunk)] = chunk
-        return len(chunk)
+        return super().readinto(buffer)
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS, ids=lambda c: c.name)
@@ -156,7 +148,7 @@ def test_the_sources_own_failure_is_not_called_broken_data(compression):
     data = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[compression.name](
         random.Random(7).randbytes(300_000))
     with pytest.raises(OSError, match="Input/output error"):
-        Decompressed(io.BufferedReader(_FailingDisk(data, len(data) // 2)), compression).read()
+        Decompressed(io.BufferedReader(_FailingDisk(data[:len(data) // 2], 4096)), compression).read()
 
 
 def test_compressed_text_in_another_encoding_with_a_quarantine_gives_what_the_plain_file_gives(resources):
