@@ -196,3 +196,9 @@ def test_a_parquet_export_named_for_compression_is_a_400(files, env):
         invoke("etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": "out.parquet.gz"})
     assert info.value.status == 400 and info.value.body["message"] == (
         "exportName: a Parquet export compresses its columns itself: name it without .gz")
+
+
+@pytest.mark.parametrize("header", [b"BZh", b"BZh9", b"BZh91AY", b"PK"])
+def test_text_that_starts_like_a_compressed_file_is_text(files, env, header):
+    """Only the whole magic makes a file compressed: a CSV whose header starts with bzip2's "BZh" is a CSV."""
+    assert outcome(files, header + b"Code,x\n1,2\n", "rows.csv") == [{header.decode() + "Code": "1", "x": "2"}]
