@@ -50,15 +50,16 @@ def _long_push_notebook(path: Path) -> None:
     cells = [
         "%load_ext connector_ops",
         "import csv\n"
-        "with open('big.csv', 'w', newline='') as f:\n"
-        "    w = csv.writer(f)\n"
+        "with open('big.csv', 'w', newline='', encoding='utf-8') as f:\n"
+        "    w = csv.writer(f, delimiter='§')\n"
         "    w.writerow(['order_id', 'region', 'product', 'quantity', 'price'])\n"
         f"    w.writerows((f'SO-{{i}}', ('North', 'South', 'East', 'West')[i % 4], f'Widget {{i % 97}}', i % 50,"
         f" i / 7) for i in range({LONG_PUSH_ROWS}))",
         "%connectors add-file big.csv -o big",
         # a Push long enough for the bar's 0.5 s delay: the columnar path loads 250k rows in less, so the
-        # file is read as cp1252 (the row-by-row reader, same progress reporting)
-        '%etl push -o big_vf {"platformFile": {{big}}, "parameters": {"encoding": "cp1252"}}',
+        # delimiter is one of two bytes in UTF-8, which only the row-by-row reader reads (same progress
+        # reporting). Another encoding did this until the columnar path read other encodings too.
+        '%etl push -o big_vf {"platformFile": {{big}}, "parameters": {"csvDelimiter": "§"}}',
         "print('pushed', big_vf['virtualFileId'])",
     ]
     book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
