@@ -145,8 +145,7 @@ class _FailingDisk(Trickle):
 @pytest.mark.parametrize("compression", COMPRESSIONS, ids=lambda c: c.name)
 def test_the_sources_own_failure_is_not_called_broken_data(compression):
     """bz2 says a bare ``OSError`` for broken data; a disk's ``OSError`` while reading must stay itself."""
-    data = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[compression.name](
-        random.Random(7).randbytes(300_000))
+    data = COMPRESS[compression.suffix](random.Random(7).randbytes(300_000))
     with pytest.raises(OSError, match="Input/output error"):
         Decompressed(io.BufferedReader(_FailingDisk(data[:len(data) // 2], 4096)), compression).read()
 

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
-from connector_ops.etl.compressed import compressing, compression_named, compression_of, decompressing, format_name
 from connector_ops.etl.json_readers import is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
@@ -27,6 +26,7 @@ from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
 
 if TYPE_CHECKING:  # the resources arrive built; importing them here would load SQLAlchemy and httpx for any action
+    from connector_ops.etl.compressed import Compression
     from connector_ops.kernel.platform_file import PlatformFile
     from connector_ops.resources.platform_files import PlatformFileStore
     from connector_ops.resources.virtual_files.store import VirtualFileStore
@@ -61,6 +61,9 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
           platform_files: PlatformFileStore, quarantine: Quarantine | None) -> str:
     if is_parquet(pf.name, pf.content_type):  # read once (copied to a temporary file first if not seekable)
         return push_parquet(virtual_files, lambda: platform_files.open(pf), pf.name, params)
+    # gzip, bz2 and lzma kept out of every action's import
+    from connector_ops.etl.compressed import compression_of, decompressing, format_name
+
     with platform_files.opener(pf) as (reopen, size):  # a probe, the load, a retry, an error located: one fetch
         name, compression = pf.name, compression_of(reopen, pf.name)
         if compression is not None:  # read as the file it decompresses to, named without its .gz (.bz2, .xz)
@@ -82,19 +85,22 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
 def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> PlatformFileOutput:
     """Export a virtual file to a new platform file (CSV, JSON or Parquet), streamed; compressed when the
     export's name ends with ``.gz``, ``.bz2`` or ``.xz``."""
+    from connector_ops.etl.compressed import compression_named  # gzip, bz2 and lzma: kept out of the import
+
+    compression = compression_named(inp.export_name)
     if inp.export_type == "parquet":
-        if (compression := compression_named(inp.export_name)) is not None:
+        if compression is not None:
             raise InvalidInput("exportName", f"a Parquet export compresses its columns itself: name it without "
                                              f"{compression.suffix}")
         return PlatformFileOutput(platform_file=pull_parquet(inp, virtual_files, platform_files))
     params = inp.parameters
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
     with contextlib.closing(pages):  # the read snapshot ends with the export, even when it fails
-        return _export(inp, names, pages, platform_files)
+        return _export(inp, names, pages, platform_files, compression)
 
 
-def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]],
-            platform_files: PlatformFileStore) -> PlatformFileOutput:
+def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], platform_files: PlatformFileStore,
+            compression: Compression | None) -> PlatformFileOutput:
     params = inp.parameters
     chunks: Iterator[bytes]
     if inp.export_type == "csv":
@@ -104,7 +110,9 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]],
     else:
         chunks = json_chunks(names, pages, encoding=params.encoding)
         content_type = "application/json"
-    if (compression := compression_named(inp.export_name)) is not None:
+    if compression is not None:
+        from connector_ops.etl.compressed import compressing
+
         chunks, content_type = compressing(chunks, compression), compression.content_type
     with platform_files.create(inp.export_name, content_type) as sink, track(f"pull {inp.export_name}") as reporter:
         for chunk in chunks:

@@ -17,15 +17,13 @@ import lzma
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
+from connector_ops.etl.readers import FIELD
+from connector_ops.etl.readers import Reopen as Open
 from connector_ops.kernel.errors import InvalidInput
-
-FIELD = "platformFile"
-
-Open = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
 @dataclass(frozen=True)
@@ -38,12 +36,12 @@ class Compression:
     compressor: Callable[[], Any]  # a new incremental compressor (``compress(data)``, ``flush()``)
 
 
-#: gzip written at level 6, the ``gzip`` command's default (a header without name or time: the same rows make
-#: the same bytes); bzip2 at its usual 9; xz at preset 1, not the command's 6, which took 12 times as long for
-#: a file a quarter smaller (20 MB of the benchmark's CSV: 2.0 s against 24.7 s, 4.3 against 3.3 MB)
-#: Magic bytes in full, so that no text is taken for compressed data: gzip's two bytes and its one method
+#: Each magic in full, so that no text is taken for compressed data: gzip's two bytes and its one method
 #: (deflate); bzip2's "BZh" (which a CSV header may start with), its block size and the magic of its first
-#: block or of its end; xz's six bytes.
+#: block or of its end; xz's six bytes. Written: gzip at level 6, the ``gzip`` command's default (a header
+#: without name or time: the same rows make the same bytes); bzip2 at its usual 9; xz at preset 1, not the
+#: command's 6, which took 12 times as long for a file a quarter smaller (20 MB of the benchmark's CSV: 2.0 s
+#: against 24.7 s, 4.3 against 3.3 MB).
 COMPRESSIONS = (Compression("gzip", re.compile(rb"\x1f\x8b\x08"), ".gz", "application/gzip",
                             lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
                             lambda: zlib.compressobj(6, zlib.DEFLATED, 31)),

@@ -134,17 +134,12 @@ def _lines_of(start: bytes, encoding: str, lines_to_ignore: int) -> tuple[Lines,
     reads it (RFC 8259), and as plain ``utf-8`` then (a BOM is the row reader's to judge). With lines to
     ignore, the file is NDJSON to the row reader even when it starts as an array; what follows them is
     judged as plain ``utf-8`` (only the file's first character may be a BOM that ``utf-8-sig`` drops)."""
-    judged = encoding if encoding in UTF8 else "utf-8"
+    judged = encoding if encoding in UTF8 else "utf-8"  # what as_utf8 makes of it
     if is_array(start) and not lines_to_ignore:
         return _array_items(start), judged
-    utf8: Lines = _as_is if encoding in UTF8 else (lambda stream: as_utf8(stream, encoding)[0])
     if not lines_to_ignore:
-        return utf8, judged
-    return (lambda stream: after_lines(utf8(stream), lines_to_ignore)), "utf-8"
-
-
-def _as_is(stream: IO[bytes]) -> IO[bytes]:
-    return stream
+        return (lambda stream: as_utf8(stream, encoding)[0]), judged
+    return (lambda stream: after_lines(as_utf8(stream, encoding)[0], lines_to_ignore)), "utf-8"
 
 
 def _scalars_as_text(lines: Lines) -> Lines:
