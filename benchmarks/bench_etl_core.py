@@ -28,8 +28,10 @@ Baselines run in the same process on the same data and database server:
   ``category`` a list in one row of a hundred, and in every row (lines rewritten by the row reader's
   conversion on the columnar path); and the strings NDJSON with one ``amount`` a number half-way (read
   again with the quoting pass), and with a key the other rows lack half-way (every key found, then read
-  again). With ``--steps encodings``, the CSV and the NDJSON compressed by gzip, the CSV in cp1252 and in
-  UTF-16 and the NDJSON in UTF-16 (pushed with ``parameters.encoding``); with ``--steps parameters``, the
+  again). With ``--steps encodings``, the CSV and the NDJSON compressed by gzip, the CSV compressed by zstd
+  and in a zip archive, the CSV in cp1252 and in UTF-16 and the NDJSON in UTF-16 (pushed with
+  ``parameters.encoding``), and Pulls of the CSV to ``.gz``, ``.bz2``, ``.xz``, ``.zst`` and ``.zip`` names
+  against the plain Pull of the same round; with ``--steps parameters``, the
   CSV and the NDJSON with ``onRowError: quarantine`` (no bad line), and the NDJSON with a ``schema`` and
   with ``linesToIgnore: 1``. None of these has a target of its own.
 """
@@ -174,9 +176,18 @@ def _push_round(resources: dict[str, Any], csv_path: Path, sources: tuple[dict, 
         select = f'SELECT {", ".join(f"c{i}" for i in range(8))} FROM "{table}" ORDER BY seq'
         measured["read_sql"] = measure("pandas.read_sql (same table)",
                                        lambda: len(pd.read_sql(select, store.sql.engine)))
+    if "encodings" in steps:
+        for key, name in PULLS_PACKED.items():
+            measured[key] = measure(f"connector-ops pull csv to {name}", lambda name=name: invoke(
+                "etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": name}, resources))
     for made_id in made:
         invoke("etl.clean", {"virtualFileId": made_id}, resources)
     return measured
+
+
+#: the Pulls to a compressed name, each against the plain Pull (``pull_plain``) of the same round
+PULLS_PACKED = {"pull_plain": "out.csv", "pull_gzip": "out.csv.gz", "pull_bzip2": "out.csv.bz2",
+                "pull_xz": "out.csv.xz", "pull_zstd": "out.csv.zst", "pull_zip": "out.zip"}
 
 
 def sample_ndjson(csv_path: Path) -> Path:
@@ -221,17 +232,47 @@ def sample_utf16_ndjson(csv_path: Path) -> Path:
     return _encoded(sample_ndjson(csv_path), "utf-16")
 
 
+def _packed(source: Path, suffix: str, write: Callable[[Path, Path], None]) -> Path:
+    """``source`` compressed by ``write(source, into)``, cached beside it as its name + ``suffix``."""
+    path = source.with_name(source.name + suffix)
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        write(source, tmp)
+        tmp.replace(path)
+    return path
+
+
 def _gzipped(source: Path) -> Path:
     """``source`` compressed by gzip (its default level, as ``gzip`` the command writes), cached beside it."""
     import gzip
 
-    path = source.with_name(source.name + ".gz")
-    if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        with source.open("rb") as plain, gzip.open(tmp, "wb") as packed:
+    def write(plain_path: Path, into: Path) -> None:
+        with plain_path.open("rb") as plain, gzip.open(into, "wb") as packed:
             shutil.copyfileobj(plain, packed, 1 << 20)
-        tmp.replace(path)
-    return path
+
+    return _packed(source, ".gz", write)
+
+
+def sample_zstd_csv(csv_path: Path) -> Path:
+    """The CSV compressed by zstd at level 3, the ``zstd`` command's default (``rows.csv.zst``)."""
+    import pyarrow as pa
+
+    def write(plain_path: Path, into: Path) -> None:
+        with plain_path.open("rb") as plain, pa.CompressedOutputStream(str(into), "zstd") as packed:
+            shutil.copyfileobj(plain, packed, 1 << 20)
+
+    return _packed(csv_path, ".zst", write)
+
+
+def sample_zip_csv(csv_path: Path) -> Path:
+    """The CSV in a zip archive of one file, deflated at level 6, as ``zip`` the command writes (``rows.csv.zip``)."""
+    import zipfile
+
+    def write(plain_path: Path, into: Path) -> None:
+        with zipfile.ZipFile(into, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+            archive.write(plain_path, plain_path.name)
+
+    return _packed(csv_path, ".zip", write)
 
 
 def sample_gzip_csv(csv_path: Path) -> Path:
@@ -440,6 +481,8 @@ OTHER_FORMATS = (
                 {"linesToIgnore": 1}),
     OtherFormat("push_gzip", "CSV compressed by gzip", sample_gzip_csv, "encodings", None),
     OtherFormat("push_gzip_ndjson", "NDJSON compressed by gzip", sample_gzip_ndjson, "encodings", None),
+    OtherFormat("push_zstd", "CSV compressed by zstd", sample_zstd_csv, "encodings", None),
+    OtherFormat("push_zip", "CSV in a zip archive", sample_zip_csv, "encodings", None),
     OtherFormat("push_cp1252", "CSV in cp1252", sample_cp1252_csv, "encodings", None, {"encoding": "cp1252"}),
     OtherFormat("push_utf16", "CSV in UTF-16", sample_utf16_csv, "encodings", None, {"encoding": "utf-16"}),
     OtherFormat("push_utf16_ndjson", "NDJSON in UTF-16", sample_utf16_ndjson, "encodings", None,
@@ -658,6 +701,9 @@ def report(db: str, rows: int, mine: dict[str, Measurement], raw: dict[str, Meas
         lines.append(ratio_row("Push of that frame as Parquet vs Push of its to_csv", mine["push_parquet"],
                                mine["push_typed_csv"], None))
         lines.append(ratio_row("pull_frame vs pandas.read_sql", mine["pull_df"], mine["read_sql"], 1.0))
+    for key, name in PULLS_PACKED.items():
+        if key in mine and key != "pull_plain":
+            lines.append(ratio_row(f"Pull CSV to {name} vs Pull to out.csv", mine[key], mine["pull_plain"], None))
     if "first_query" in mine:
         lines.append(f"\nFirst query on a column (builds its index once): {mine['first_query'].seconds:.2f} s, "
                      f"peak Δ {mine['first_query'].peak_mib:.0f} MiB.")
@@ -682,8 +728,8 @@ def main() -> None:
     parser.add_argument("--steps", default=DEFAULT_STEPS,
                         help="rows (Iterate/Query/Pull), ndjson (NDJSON and JSON array Push), typed (the same "
                              "with numbers), odd (NDJSON with lines the bytes cannot quote), frames "
-                             "(DataFrame push/pull), encodings (CSV and NDJSON compressed by gzip, CSV in "
-                             "cp1252 and UTF-16, NDJSON in UTF-16), "
+                             "(DataFrame push/pull), encodings (CSV and NDJSON compressed by gzip, CSV by zstd "
+                             "and zipped, CSV in cp1252 and UTF-16, NDJSON in UTF-16; Pull to compressed names), "
                              "parameters (onRowError quarantine, an NDJSON schema, linesToIgnore); Push always "
                              "runs")
     parser.add_argument("--repeat", type=int, default=3,

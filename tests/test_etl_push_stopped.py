@@ -1,5 +1,5 @@
 """A Push stopped half way (a Ctrl-C; here the test's own signal, whose exception is neither
-``KeyboardInterrupt`` nor an ``Exception``, like Dagster's) of a CSV, NDJSON, Parquet or gzip-compressed CSV
+``KeyboardInterrupt`` nor an ``Exception``, like Dagster's) of a CSV, NDJSON, Parquet, gzip-compressed or zipped CSV
 file of seconds' work, the signal sent as a quarter of the file has been read: the exception goes on as
 itself, no virtual file and no row table are left (on SQLite the load runs in the loader process, which
 rolls it back), and the store takes the next Push."""
@@ -7,6 +7,7 @@ rolls it back), and the store takes the next Push."""
 from __future__ import annotations
 
 import gzip
+import zipfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -33,10 +34,12 @@ def large_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ndjson.writelines(f'{{"a": "{"x" * 60}", "b": "{i}"}}\n' for i in range(ROWS))
     pq.write_table(table, folder / "large.parquet", row_group_size=65_536)
     (folder / "large.csv.gz").write_bytes(gzip.compress((folder / "large.csv").read_bytes(), compresslevel=1))
+    with zipfile.ZipFile(folder / "large.zip", "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        archive.write(folder / "large.csv", "large.csv")
     return {p.suffix[1:]: p for p in folder.iterdir()}
 
 
-@pytest.mark.parametrize("kind", ["csv", "ndjson", "parquet", "gz"])
+@pytest.mark.parametrize("kind", ["csv", "ndjson", "parquet", "gz", "zip"])
 def test_a_push_stopped_half_way_leaves_nothing_and_the_next_push_works(env, files, large_files, signalled_after,
                                                                          kind):
     store = resources_for(environ=env)["virtual_files"]

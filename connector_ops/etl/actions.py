@@ -61,13 +61,14 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
           platform_files: PlatformFileStore, quarantine: Quarantine | None) -> str:
     if is_parquet(pf.name, pf.content_type):  # read once (copied to a temporary file first if not seekable)
         return push_parquet(virtual_files, lambda: platform_files.open(pf), pf.name, params)
-    # gzip, bz2 and lzma kept out of every action's import
-    from connector_ops.etl.compressed import compression_of, decompressing, format_name
+    # gzip, bz2, lzma and zipfile kept out of every action's import
+    from connector_ops.etl.compressed import unpacked
 
-    with platform_files.opener(pf) as (reopen, size):  # a probe, the load, a retry, an error located: one fetch
-        name, compression = pf.name, compression_of(reopen, pf.name)
-        if compression is not None:  # read as the file it decompresses to, named without its .gz (.bz2, .xz)
-            reopen, name = decompressing(reopen, compression), format_name(name, compression)
+    # a probe, the load, a retry, an error located: one fetch; what a compressed file or a zip archive holds
+    with platform_files.opener(pf) as (stored, stored_size), \
+            unpacked(stored, pf.name, stored_size) as (reopen, name, size):
+        if is_parquet(name, ""):  # rows.parquet.gz, or a zip archive of rows.parquet
+            return push_parquet(virtual_files, reopen, name, params)
         if not is_json(name, pf.content_type):
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
         # also with a quarantine: what the columnar path reads whole, the row reader would refuse no line of
@@ -84,23 +85,23 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)
 def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> PlatformFileOutput:
     """Export a virtual file to a new platform file (CSV, JSON or Parquet), streamed; compressed when the
-    export's name ends with ``.gz``, ``.bz2`` or ``.xz``."""
-    from connector_ops.etl.compressed import compression_named  # gzip, bz2 and lzma: kept out of the import
+    export's name ends with ``.gz``, ``.bz2``, ``.xz`` or ``.zst``, a zip archive of it with ``.zip``."""
+    from connector_ops.etl.compressed import packing_named  # gzip, bz2, lzma and zipfile: kept out of the import
 
-    compression = compression_named(inp.export_name)
+    packing = packing_named(inp.export_name)
     if inp.export_type == "parquet":
-        if compression is not None:
-            raise InvalidInput("exportName", f"a Parquet export compresses its columns itself: name it without "
-                                             f"{compression.suffix}")
+        if packing is not None:
+            raise InvalidInput("exportName", "a Parquet export compresses its columns itself: name it without "
+                                             f"{'.zip' if packing == 'zip' else packing.suffix}")
         return PlatformFileOutput(platform_file=pull_parquet(inp, virtual_files, platform_files))
     params = inp.parameters
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
     with contextlib.closing(pages):  # the read snapshot ends with the export, even when it fails
-        return _export(inp, names, pages, platform_files, compression)
+        return _export(inp, names, pages, platform_files, packing)
 
 
 def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], platform_files: PlatformFileStore,
-            compression: Compression | None) -> PlatformFileOutput:
+            packing: Compression | str | None) -> PlatformFileOutput:
     params = inp.parameters
     chunks: Iterator[bytes]
     if inp.export_type == "csv":
@@ -110,10 +111,16 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
     else:
         chunks = json_chunks(names, pages, encoding=params.encoding)
         content_type = "application/json"
-    if compression is not None:
-        from connector_ops.etl.compressed import compressing
+    if packing is not None:
+        from connector_ops.etl import compressed
 
-        chunks, content_type = compressing(chunks, compression), compression.content_type
+        if packing == "zip":
+            compressor = compressed.ZipCompressor(compressed.member_name(inp.export_name, inp.export_type))
+            content_type = compressed.ZIP_TYPE
+        else:
+            assert isinstance(packing, compressed.Compression)
+            compressor, content_type = packing.compressor(), packing.content_type
+        chunks = compressed.compressing(chunks, compressor)
     with platform_files.create(inp.export_name, content_type) as sink, track(f"pull {inp.export_name}") as reporter:
         for chunk in chunks:
             sink.write(chunk)

@@ -1,29 +1,109 @@
-"""Compressed CSV and JSON files. Pull writes one when the export's name asks for it (``report.csv.gz``:
-gzip; ``.bz2``, ``.xz``). Push reads one (``rows.csv.gz``, ``events.ndjson.bz2``, ``export.csv.xz``): recognised
-by its first bytes, decompressed as it is read (every stream of a file made by concatenating several), and
-then read like the same file uncompressed, on the same paths, with the same rows and errors (their line
-numbers counted in the decompressed text). The file's format comes from its name without the compression's
-suffix, or from its content type. Progress counts the compressed bytes, whose total is the platform file's
-size. Python's own ``gzip``, ``bz2`` and ``lzma`` read them; a zip archive (an ``.xlsx`` workbook is one) or a
-zstd file is a 400 that says what to do instead.
+"""Compressed CSV and JSON files, and zip archives of one file. Pull writes one when the export's name asks
+for it (``report.csv.gz``: gzip; ``.bz2``, ``.xz``, ``.zst``; ``.zip``: an archive holding ``report.csv``).
+Push reads one (``rows.csv.gz``, ``events.ndjson.zst``, ``export.zip``), recognised by its first bytes, and
+then reads what it holds like the same file uncompressed, on the same paths, with the same rows and errors
+(their line numbers counted in the decompressed text):
+
+- a compressed stream is decompressed as it is read (every stream of a file made by concatenating several);
+  the format comes from the name without the compression's suffix, or from the content type; progress
+  counts the compressed bytes, whose total is the platform file's size. Python's own ``gzip``, ``bz2`` and
+  ``lzma`` read and write them, and pyarrow (a dependency already) zstd, which Python 3.11 lacks.
+- a zip archive must hold exactly one file (folders and the ``__MACOSX`` copies macOS adds do not count),
+  which names the format; progress counts its decompressed bytes. A zip archive's directory is at its
+  end, so one that arrives over HTTP is copied to a temporary file first. An Excel workbook (a zip archive
+  too), an archive of several files or an encrypted one is a 400 that says what to do instead.
 """
 
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import io
 import lzma
 import re
+import time
+import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
 from connector_ops.etl.readers import FIELD
-from connector_ops.etl.readers import Reopen as Open
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.streams import Open, seekable_opener
+
+
+class _WritingCompressor:
+    """A compressor that writes to a file object (``_stream``), with the incremental API of ``zlib``'s:
+    ``compress(data)`` and ``flush()`` each answer what was written since."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._stream: Any = None
+
+    def compress(self, data: bytes) -> bytes:
+        self._stream.write(data)
+        return self._taken()
+
+    def flush(self) -> bytes:
+        self._close()
+        return self._taken()
+
+    def _close(self) -> None:
+        self._stream.close()
+
+    def _taken(self) -> bytes:
+        out = b"".join(self._parts)
+        self._parts.clear()
+        return out
+
+
+class _ArrowCompressor(_WritingCompressor):
+    """pyarrow's streaming compression (zstd)."""
+
+    def __init__(self, codec: str) -> None:
+        import pyarrow as pa
+
+        super().__init__()
+        self._stream = pa.CompressedOutputStream(_Collected(self._parts), codec)
+
+
+class ZipCompressor(_WritingCompressor):
+    """A zip archive of one file, ``member``, deflated at level 6. Its size is not known before the end, so
+    the sizes follow the data (a data descriptor) in the Zip64 form, which keeps a file past 4 GiB whole."""
+
+    def __init__(self, member: str) -> None:
+        super().__init__()
+        info = zipfile.ZipInfo(member, time.localtime()[:6])
+        info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o100644 << 16  # a file, rw-r--r--
+        self._archive = zipfile.ZipFile(_Collected(self._parts), "w", compresslevel=6)  # type: ignore[arg-type]
+        self._stream = self._archive.open(info, "w", force_zip64=True)
+
+    def _close(self) -> None:
+        self._stream.close()
+        self._archive.close()
+
+
+class _Collected(io.RawIOBase):
+    """A sink that keeps what is written to it in ``parts``, for the caller to take."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:  # type: ignore[override]
+        self.parts.append(bytes(data))
+        return len(data)
+
+
+def _zstd_reader(stored: Any) -> IO[bytes]:
+    import pyarrow as pa
+
+    return pa.CompressedInputStream(stored, "zstd")  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -38,26 +118,38 @@ class Compression:
 
 #: Each magic in full, so that no text is taken for compressed data: gzip's two bytes and its one method
 #: (deflate); bzip2's "BZh" (which a CSV header may start with), its block size and the magic of its first
-#: block or of its end; xz's six bytes. Written: gzip at level 6, the ``gzip`` command's default (a header
-#: without name or time: the same rows make the same bytes); bzip2 at its usual 9; xz at preset 1, not the
-#: command's 6, which took 12 times as long for a file a quarter smaller (20 MB of the benchmark's CSV: 2.0 s
-#: against 24.7 s, 4.3 against 3.3 MB).
+#: block or of its end; xz's six bytes; zstd's frame, or the skippable frame ``pzstd`` starts with. Written:
+#: gzip at level 6, the ``gzip`` command's default (a header without name or time: the same rows make the
+#: same bytes); bzip2 at its usual 9; xz at preset 1, not the command's 6, which took 12 times as long for a
+#: file a quarter smaller (20 MB of the benchmark's CSV: 2.0 s against 24.7 s, 4.3 against 3.3 MB); zstd at
+#: Arrow's level 1 (83 MB of it: 0.84 s, 19.3 MB, where gzip's level 6 took 2.85 s for 19.7 MB).
 COMPRESSIONS = (Compression("gzip", re.compile(rb"\x1f\x8b\x08"), ".gz", "application/gzip",
                             lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
                             lambda: zlib.compressobj(6, zlib.DEFLATED, 31)),
                 Compression("bzip2", re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), ".bz2", "application/x-bzip2",
                             bz2.BZ2File, bz2.BZ2Compressor),
                 Compression("xz", re.compile(rb"\xfd7zXZ\x00"), ".xz", "application/x-xz", lzma.LZMAFile,
-                            lambda: lzma.LZMACompressor(preset=1)))
-#: what the decompressors raise on data that is not whole (bz2 raises a bare OSError: told apart from the
-#: source's own failures by :class:`_Watched`)
-BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError)
+                            lambda: lzma.LZMACompressor(preset=1)),
+                Compression("zstd", re.compile(rb"\x28\xb5\x2f\xfd|[\x50-\x5f]\x2a\x4d\x18"), ".zst",
+                            "application/zstd", _zstd_reader, lambda: _ArrowCompressor("zstd")))
+#: a zip archive's first bytes: a file's header, or the end of an archive that holds nothing
+ZIP_MAGIC = re.compile(rb"PK(\x03\x04|\x05\x06)")
+ZIP_SUFFIX, ZIP_TYPE = ".zip", "application/zip"
+#: what the decompressors raise on data that is not whole (bz2 and Arrow raise a bare OSError: told apart
+#: from the source's own failures by :class:`_Watched`)
+BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError, zipfile.BadZipFile)
 HEAD = 10  # the longest magic (bzip2's)
+#: what a zip tool adds beside the files: macOS's resource forks and Finder's and Explorer's own files
+NOT_A_MEMBER = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|Thumbs\.db$)")
+#: the zip methods Python reads (stored, deflate, bzip2, lzma), and the names of some it does not
+READABLE_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})
+METHOD_NAMES = {9: "Deflate64", 12: "bzip2", 93: "Zstandard", 95: "xz", 96: "JPEG", 97: "WavPack", 98: "PPMd"}
 
 
 class _Watched:
-    """The compressed stream as the decompressor reads it, noting whether a read of it failed (then the
-    failure is the source's — a broken link, a disk — not the compressed data's)."""
+    """The stored stream as the decompressor reads it, noting whether a read of it failed (then the failure
+    is the source's — a broken link, a disk — not the compressed data's). Closing it leaves the stream to its
+    opener, as ``gzip``, ``bz2``, ``lzma`` and ``zipfile`` do with a file object they were given."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream, self.failed = stream, False
@@ -69,58 +161,161 @@ class _Watched:
             self.failed = True
             raise
 
+    def close(self) -> None:
+        pass
 
-class Decompressed(io.RawIOBase):
-    """The decompressed bytes of ``stored``; data that is not whole is a 400. The decompressor is made at the
-    first read, so that :func:`~connector_ops.kernel.progress.reading_with_progress` may put its counter
-    around ``stored`` first."""
+    def __getattr__(self, name: str) -> Any:  # seek and tell for a zip archive; closed for Arrow
+        return getattr(self.stream, name)
 
-    def __init__(self, stored: IO[bytes], compression: Compression) -> None:
-        self.stored, self._compression = stored, compression
-        self._source: _Watched | None = None
+
+class _Decoded(io.RawIOBase):
+    """What ``reader`` makes of ``source``'s bytes; data that is not whole is a 400 that says the file is
+    ``described``. The reader is made at the first read (after :func:`reading_with_progress` may have put its
+    counter around a :class:`Decompressed` stream's ``stored``)."""
+
+    def __init__(self, source: IO[bytes], reader: Callable[[Any], IO[bytes]], described: str) -> None:
+        self._source, self._make, self._described = source, reader, described
+        self._watched: _Watched | None = None
         self._reader: IO[bytes] | None = None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        if self._reader is None:
-            self._source = _Watched(self.stored)
-            self._reader = self._compression.reader(self._source)
         try:
+            if self._reader is None:
+                self._watched = _Watched(self._source)
+                self._reader = self._make(self._watched)
             return self._reader.readinto(buffer)  # type: ignore[attr-defined]
         except BROKEN as exc:
-            if self._source is not None and self._source.failed:
+            if self._watched is not None and self._watched.failed:
                 raise
-            raise InvalidInput(FIELD, f"the file is {self._compression.name}-compressed, but its compressed data "
-                                      f"is broken ({exc or type(exc).__name__}); nothing was loaded") from None
+            raise BrokenData(FIELD, f"the file is {self._described}, but its compressed data is broken "
+                                    f"({exc or type(exc).__name__}); nothing was loaded") from None
 
 
-def compression_of(open_file: Open, name: str) -> Compression | None:
-    """The file's compression, told by its first bytes (no text in UTF-8, UTF-16 or UTF-32 starts so); None
-    for a plain file. A zip archive or a zstd file is a 400."""
+class BrokenData(InvalidInput):
+    """Compressed data that is cut short or damaged (a 400)."""
+
+
+class Decompressed(_Decoded):
+    """The decompressed bytes of ``stored``, a compressed stream; progress counts ``stored``'s bytes."""
+
+    def __init__(self, stored: IO[bytes], compression: Compression) -> None:
+        super().__init__(stored, compression.reader, f"{compression.name}-compressed")
+
+    @property
+    def stored(self) -> IO[bytes]:
+        return self._source
+
+    @stored.setter
+    def stored(self, stream: IO[bytes]) -> None:
+        self._source = stream
+
+
+def _head(open_file: Open) -> bytes:
     with open_file() as raw:
         head = b""
         while len(head) < HEAD and (chunk := raw.read(HEAD - len(head))):
             head += chunk
-    if head.startswith(b"PK\x03\x04"):
-        what = "an Excel workbook (.xlsx, a zip archive)" if name.lower().endswith((".xlsx", ".xlsm")) else \
-            "a zip archive, which may hold several files"
-        raise InvalidInput(FIELD, f"the file is {what}: Push reads CSV, JSON and Parquet; save or extract the "
-                                  "CSV and push that (compressed with gzip, bzip2 or xz if you like)")
-    if head.startswith(b"\x28\xb5\x2f\xfd"):
-        raise InvalidInput(FIELD, "the file is zstd-compressed, which Push does not read: decompress it, or "
-                                  "compress it with gzip, bzip2 or xz")
-    return next((c for c in COMPRESSIONS if c.magic.match(head)), None)
+    return head
 
 
-def decompressing(open_file: Open, compression: Compression) -> Open:
-    """``open_file`` whose streams are decompressed (raw streams: every reader buffers what it reads)."""
+@contextlib.contextmanager
+def unpacked(open_file: Open, name: str, size: int | None,
+             in_archive: bool = False) -> Iterator[tuple[Open, str, int | None]]:
+    """The file a Push reads, as ``(opener, name, size)``: the platform file itself; what its compressed
+    stream decompresses to, named without the compression's suffix (``size``, what progress counts, stays the
+    stored size); or the one file of a zip archive, by its own name and size (and decompressed in turn if
+    it is a compressed stream)."""
+    head = _head(open_file)
+    if ZIP_MAGIC.match(head):
+        if in_archive:
+            raise InvalidInput(FIELD, f"the zip archive's file {name} is a zip archive too: extract the file "
+                                      "you want and push that")
+        if name.lower().endswith((".xlsx", ".xlsm")):
+            raise _workbook()
+        with seekable_opener(open_file, "connector-ops-zip-") as archive:
+            member = _the_member(archive)
+            opener = _member_opener(archive, member)
+            with _judged_whole(opener), unpacked(opener, member.filename.rsplit("/", 1)[-1], member.file_size,
+                                                 in_archive=True) as inner:
+                yield inner
+        return
+    compression = next((c for c in COMPRESSIONS if c.magic.match(head)), None)
+    if compression is None:
+        yield open_file, name, size
+        return
 
-    @contextmanager
-    def opened() -> Iterator[IO[bytes]]:
+    @contextlib.contextmanager
+    def decompressing() -> Iterator[IO[bytes]]:  # raw streams: every reader buffers what it reads
         with open_file() as raw:
             yield Decompressed(raw, compression)  # type: ignore[misc]
+
+    with _judged_whole(decompressing):
+        yield decompressing, format_name(name, compression), size
+
+
+@contextlib.contextmanager
+def _judged_whole(open_file: Open) -> Iterator[None]:
+    """A 400 about the file's content is checked against the compressed data's own check (a CRC, read at its
+    end): broken data may decompress to text that fails first, a ragged row of garbage, which is then
+    called what it is, broken data."""
+    try:
+        yield
+    except InvalidInput as exc:
+        if exc.field == FIELD and not isinstance(exc, BrokenData):
+            with open_file() as raw:
+                while raw.read(1 << 20):
+                    pass
+        raise
+
+
+def _the_member(archive: Open) -> zipfile.ZipInfo:
+    """The archive's one file, checked that Python can read it; else a 400 that says why."""
+    with archive() as raw:
+        try:
+            listed = zipfile.ZipFile(raw).infolist()
+        except (zipfile.BadZipFile, EOFError, ValueError) as exc:  # a download cut short loses the directory
+            raise InvalidInput(FIELD, f"the file starts as a zip archive, but its directory at the end is missing "
+                                      f"or broken ({exc}): is the file whole? nothing was loaded") from None
+    if any(info.filename == "[Content_Types].xml" for info in listed):  # every Office Open XML file holds it
+        raise _workbook()
+    files = [info for info in listed if not info.is_dir() and not NOT_A_MEMBER.search(info.filename)]
+    if not files:
+        raise InvalidInput(FIELD, "the file is a zip archive that holds no file: nothing was loaded")
+    if len(files) > 1:
+        shown = ", ".join(info.filename for info in files[:5]) + (f" and {len(files) - 5} more" * (len(files) > 5))
+        raise InvalidInput(FIELD, f"the file is a zip archive of {len(files)} files ({shown}): Push reads one "
+                                  "file; push that file, or a zip archive that holds only it")
+    member = files[0]
+    if member.flag_bits & 0x1:
+        raise InvalidInput(FIELD, f"the file is a zip archive whose {member.filename} is encrypted (it has a "
+                                  "password): extract it and push the file itself")
+    if member.compress_type not in READABLE_METHODS:
+        method = METHOD_NAMES.get(member.compress_type, "an unusual method")
+        raise InvalidInput(FIELD, f"the file is a zip archive whose {member.filename} is compressed by "
+                                  f"{method} (method {member.compress_type}), which Push cannot read: make the "
+                                  "archive again with Deflate (every zip tool's default), or push the file itself")
+    return member
+
+
+def _workbook() -> InvalidInput:
+    return InvalidInput(FIELD, "the file is an Excel workbook (a zip archive of XML): Push reads CSV, JSON and "
+                               "Parquet, also compressed or zipped; save the sheet as CSV and push that")
+
+
+def _member_opener(archive: Open, member: zipfile.ZipInfo) -> Open:
+    """Opens of ``member`` of the zip ``archive`` (a seekable file), as raw streams that cannot seek: a
+    Parquet reader then copies the member once, instead of seeking back through its deflate stream."""
+
+    @contextlib.contextmanager
+    def opened() -> Iterator[IO[bytes]]:
+        def reader(watched: Any) -> IO[bytes]:  # the member's reader keeps the archive; both end with ``raw``
+            return zipfile.ZipFile(watched).open(member)
+
+        with archive() as raw:
+            yield _Decoded(raw, reader, "a zip archive")  # type: ignore[misc]
 
     return opened
 
@@ -130,16 +325,33 @@ def format_name(name: str, compression: Compression) -> str:
     return name[:-len(compression.suffix)] if name.lower().endswith(compression.suffix) else name
 
 
-def compression_named(name: str) -> Compression | None:
-    """The compression a file name asks for by its suffix (``report.csv.gz``), if any."""
+def packing_named(name: str) -> Compression | str | None:
+    """What an export's name asks for by its suffix: a compression (``report.csv.gz``), ``"zip"``
+    (``report.zip``), or nothing."""
+    if name.lower().endswith(ZIP_SUFFIX):
+        return "zip"
     return next((c for c in COMPRESSIONS if name.lower().endswith(c.suffix)), None)
 
 
-def compressing(chunks: Iterable[bytes], compression: Compression) -> Iterator[bytes]:
-    """``chunks`` as one compressed stream, a piece at a time (the compressor holds what it has not yet
-    written: bounded by its window, not by the data)."""
-    compressor = compression.compressor()
-    for chunk in chunks:
-        if packed := compressor.compress(chunk):
+def compressing(chunks: Iterable[bytes], compressor: Any) -> Iterator[bytes]:
+    """``chunks`` through ``compressor`` (``compress(data)``, ``flush()``) as one compressed stream, a piece
+    at a time (the compressor holds what it has not yet written: bounded by its window, not by the data).
+    Each piece is compressed in a thread of its own while the next is made: zlib, bz2, lzma and Arrow let go
+    of the GIL as they compress, so the two overlap on a second core."""
+    with ThreadPoolExecutor(1, thread_name_prefix="connector-ops-compress") as worker:
+        pending: Future[bytes] | None = None
+        for chunk in chunks:  # the next chunk is made here while the worker compresses the last
+            packed = pending.result() if pending is not None else b""
+            pending = worker.submit(compressor.compress, chunk)
+            if packed:
+                yield packed
+        if pending is not None and (packed := pending.result()):
             yield packed
     yield compressor.flush()
+
+
+def member_name(export_name: str, export_type: str) -> str:
+    """The file a zip export holds: the export's name without ``.zip``, with the type's suffix if it has none
+    (``report.zip`` holds ``report.csv``; ``report.tsv.zip``, ``report.tsv``)."""
+    base = export_name[:-len(ZIP_SUFFIX)].rsplit("/", 1)[-1] or "export"
+    return base if "." in base.lstrip(".") else f"{base}.{export_type}"

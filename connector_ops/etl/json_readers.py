@@ -33,7 +33,6 @@ from connector_ops.etl.readers import (
     BATCH,
     FIELD,
     RecordBatches,
-    Reopen,
     cell_text,
     decode_error,
     skip_lines,
@@ -41,7 +40,7 @@ from connector_ops.etl.readers import (
 )
 from connector_ops.kernel.errors import InvalidInput, UpstreamError
 from connector_ops.kernel.limits import MAX_DEPTH, check_payload, deeper_than, too_many_digits
-from connector_ops.kernel.streams import peekable
+from connector_ops.kernel.streams import Open, peekable
 
 #: the values a row may hold without any conversion to text
 _TEXT = frozenset({str, type(None)})
@@ -68,7 +67,7 @@ def is_json(name: str, content_type: str) -> bool:
 
 
 def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
-              reopen: Reopen | None = None, quarantine: Quarantine | None = None) -> RecordBatches:
+              reopen: Open | None = None, quarantine: Quarantine | None = None) -> RecordBatches:
     """Batches of rows from a JSON array of objects or from NDJSON (one object per line). With a
     ``quarantine``, an NDJSON line that is not a JSON object is refused into it instead of failing.
     ``reopen`` lets an array laid out one object per line be read by lines (see the module's docstring)."""
@@ -101,7 +100,7 @@ def _within(line: str, limit: int) -> bool:
 
 
 # -- a JSON array ------------------------------------------------------------------------------------
-def _array_by_lines(stream: IO[bytes], reopen: Reopen) -> RecordBatches:
+def _array_by_lines(stream: IO[bytes], reopen: Open) -> RecordBatches:
     """Batches read by lines while that holds; then the event parser's, from the first item not handed on."""
     rows = _item_rows(stream)
     handed = 0
@@ -234,7 +233,7 @@ def stored_line(line: bytes) -> bytes:
     return (json.dumps(row, ensure_ascii=False) + text[len(body):]).encode()
 
 
-def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Reopen | None,
+def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Open | None,
             quarantine: Quarantine | None = None) -> RecordBatches:
     text = text_stream(stream, encoding)
     batch: list[dict[str, str | None]] = []

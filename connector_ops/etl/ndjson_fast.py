@@ -44,7 +44,6 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
@@ -53,7 +52,7 @@ from connector_ops.etl.physical_lines import after_lines
 from connector_ops.kernel.errors import UpstreamError
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
-from connector_ops.kernel.streams import UTF8, as_utf8, peekable
+from connector_ops.kernel.streams import UTF8, Open, as_utf8, peekable
 from connector_ops.resources.virtual_files.ndjson_columns import BLOCK
 
 if TYPE_CHECKING:
@@ -64,7 +63,6 @@ log = logging.getLogger(__name__)
 #: tests switch the fast path off to run every case through the row reader
 FAST = True
 
-Open = Callable[[], AbstractContextManager[IO[bytes]]]
 
 _BOM = b"\xef\xbb\xbf"
 #: Arrow's words when a value after the first block is not a string (its explicit schema's type): a number,

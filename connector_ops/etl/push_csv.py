@@ -10,15 +10,14 @@ error message comes from one place, and a bad file costs one extra read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
 from connector_ops.etl.csv_fast import data_rows
 from connector_ops.etl.readers import read_csv
 from connector_ops.kernel.errors import UpstreamError
 from connector_ops.kernel.progress import reading_with_progress, track
+from connector_ops.kernel.streams import Open
 
 if TYPE_CHECKING:
     from connector_ops.etl.quarantine import Quarantine
@@ -29,7 +28,6 @@ log = logging.getLogger(__name__)
 #: tests switch the fast path off to run every case through the slow one
 FAST = True
 
-Open = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
 def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | None,

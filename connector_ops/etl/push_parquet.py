@@ -9,16 +9,13 @@ where it is; one that arrives over HTTP is first copied to a temporary file, a b
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from connector_ops.etl import models as m
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import track
+from connector_ops.kernel.streams import Open, seekable_opener
 from connector_ops.resources.virtual_files.shapes import unique_columns
 
 if TYPE_CHECKING:
@@ -38,7 +35,7 @@ def is_parquet(name: str, content_type: str) -> bool:
         content_type.lower().split(";")[0].strip() in PARQUET_TYPES
 
 
-def push_parquet(virtual_files: VirtualFileStore, reopen: Any, name: str, params: m.PushParameters) -> str:
+def push_parquet(virtual_files: VirtualFileStore, reopen: Open, name: str, params: m.PushParameters) -> str:
     """A new virtual file holding the Parquet file's rows; returns its id. Raises, leaving nothing."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -47,7 +44,7 @@ def push_parquet(virtual_files: VirtualFileStore, reopen: Any, name: str, params
 
     m.refuse_given(params, FOR_TEXT_ONLY, "a Parquet file (it has no lines or text)")
     unique_columns(params.schema_ or [], "parameters.schema")
-    with _seekable(reopen) as raw:
+    with seekable_opener(reopen, "connector-ops-parquet-") as seekable, seekable() as raw:
         try:
             # column chunks read a page at a time, not a row group's whole: a 4M-row file of one row group
             # peaked at +169-174 MiB with pyarrow's default pre-buffering, +74-93 MiB without (throwaway
@@ -95,16 +92,3 @@ def _aligned(batches: Iterator[Any], columns: list[str]) -> Iterator[Any]:
         own = batch.schema.names
         yield pa.RecordBatch.from_arrays(
             [batch.column(c) if c in own else pa.nulls(batch.num_rows) for c in columns], names=columns)
-
-
-@contextlib.contextmanager
-def _seekable(reopen: Any) -> Iterator[IO[bytes]]:
-    opened: AbstractContextManager[IO[bytes]] = reopen()
-    with opened as raw:
-        if raw.seekable():
-            yield raw
-            return
-        with tempfile.TemporaryFile(prefix="connector-ops-parquet-") as spooled:
-            shutil.copyfileobj(raw, spooled, 1 << 20)
-            spooled.seek(0)
-            yield spooled

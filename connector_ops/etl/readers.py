@@ -13,14 +13,14 @@ import codecs
 import csv
 import io
 import json
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import IO, Any
 
 from connector_ops.etl.quarantine import Quarantine, record_text
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import check_column_names
+from connector_ops.kernel.streams import Open
 
 BATCH = 10_000
 FIELD = "platformFile"
@@ -50,10 +50,9 @@ def skip_lines(text: io.TextIOWrapper, count: int) -> int:
     return skipped
 
 
-Reopen = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
-def decode_error(exc: UnicodeDecodeError, encoding: str, reopen: Reopen | None) -> InvalidInput:
+def decode_error(exc: UnicodeDecodeError, encoding: str, reopen: Open | None) -> InvalidInput:
     """The decoder works on 8 KiB chunks, so the parser's line is only near the bad byte: find the exact one."""
     if reopen is not None and _starts_with(reopen, b"PAR1"):  # a Parquet file named as text
         return InvalidInput(FIELD, "the file is Parquet (it starts with PAR1), not text: name it .parquet or "
@@ -63,12 +62,12 @@ def decode_error(exc: UnicodeDecodeError, encoding: str, reopen: Reopen | None) 
                                "set parameters.encoding to the file's encoding")
 
 
-def _starts_with(reopen: Reopen, head: bytes) -> bool:
+def _starts_with(reopen: Open, head: bytes) -> bool:
     with reopen() as raw:
         return raw.read(len(head)) == head
 
 
-def _line_of_bad_byte(reopen: Reopen, encoding: str) -> int:
+def _line_of_bad_byte(reopen: Open, encoding: str) -> int:
     decoder = codecs.getincrementaldecoder(encoding)("strict")
     line = 1
     with reopen() as stream:
@@ -86,7 +85,7 @@ RecordBatches = Iterator[list[dict[str, str | None]]]
 
 
 def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header: bool,
-             schema: list[str] | None, encoding: str, reopen: Reopen | None = None,
+             schema: list[str] | None, encoding: str, reopen: Open | None = None,
              quarantine: Quarantine | None = None) -> tuple[list[str], RowBatches]:
     """Return the column names and an iterator of row batches (lists aligned with the names). With a
     ``quarantine``, a ragged row is refused into it instead of failing the file."""

@@ -16,11 +16,10 @@ import io
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import IO
 
-Open = Callable[[], AbstractContextManager[IO[bytes]]]
+from connector_ops.kernel.streams import Open
 
 
 class Replay:

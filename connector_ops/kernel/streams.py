@@ -1,7 +1,8 @@
 """Readable binary streams made of others: over an iterator of byte chunks (:class:`ChunkStream`: an HTTP
 body, the rows of a ``COPY … TO``), or another stream's chunks transformed (:class:`Transformed`,
 :class:`WholePieces`: a JSON array handed on as NDJSON, numbers quoted; :func:`as_utf8`: text in another
-encoding as UTF-8).
+encoding as UTF-8); :func:`seekable_opener` for a reader that must seek (a zip archive's or a Parquet file's
+index is at its end). ``Open`` is how the readers take a file: a callable that opens a new read of it.
 
 Each read of a ``ChunkStream`` gathers whole chunks up to the reader's buffer, so chunks as small as one row
 (psycopg hands out ``COPY`` data a row at a time) cost an append each, not a read call each; memory stays
@@ -11,9 +12,17 @@ one buffer plus one chunk.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import io
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import IO, Any
+
+#: a new read of a file from its first byte, each call (a file on disk opened again, a fetched link replayed)
+Open = Callable[[], AbstractContextManager[IO[bytes]]]
 
 #: the encodings whose bytes are UTF-8 already (a BOM is the reader's to judge)
 UTF8 = frozenset({"utf-8", "utf-8-sig"})
@@ -131,3 +140,19 @@ class ChunkStream(io.RawIOBase):
         view[:n] = memoryview(gathered)[:n]
         self._left = gathered[n:]
         return n
+
+
+
+@contextlib.contextmanager
+def seekable_opener(open_file: Open, prefix: str = "connector-ops-") -> Iterator[Open]:
+    """Opens of ``open_file``'s file that can seek: its own when they can (a file on disk), else of a copy
+    made once, from the one read that found it could not, a block at a time, in a temporary directory removed
+    at the end (a body over HTTP: one ``GET``; a file kept in the database; a decompressed stream)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        copy = Path(directory) / "copy"
+        with open_file() as raw:
+            own = raw.seekable()
+            if not own:
+                with copy.open("wb") as out:
+                    shutil.copyfileobj(raw, out, 1 << 20)
+        yield open_file if own else (lambda: copy.open("rb"))
