@@ -128,6 +128,23 @@ def test_zstd_as_pzstd_writes_it_a_skippable_frame_first(files, env):
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_compressed_file_under_the_threshold_as_stored_but_not_as_text_goes_column_wise(files, env, monkeypatch):
+    """SQLite chooses the loader process by the text's size: a compressed file counts for its text, taken
+    as 3 times its bytes, so 1.5-4 MiB of gzip (5-12 MiB of CSV) is not left to the row reader."""
+    ran: list[str] = []
+    real = push_csv.read_csv
+    monkeypatch.setattr(push_csv, "read_csv", lambda *a, **k: ran.append("row reader") or real(*a, **k))
+    rng = random.Random(4)
+    data = b"a,b,c\n" + b"".join(b"%d,%d,%d\n" % (rng.getrandbits(40), rng.getrandbits(30), i)
+                                  for i in range(120_000))
+    packed = gzip.compress(data)
+    assert sqlite_loader.SQLITE_CHILD_MIN_BYTES // 3 < len(packed) < sqlite_loader.SQLITE_CHILD_MIN_BYTES
+    assert len(rows(invoke("etl.push", {"platformFile": files.add_bytes(packed, "r.csv.gz").to_json()})[
+        "virtualFileId"])) == 120_000
+    assert ran == []
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_progress_counts_the_compressed_bytes(files, env):
     data = gzip.compress(b"a,b\n" + b"".join(b"%d,%d\n" % (i, i * i) for i in range(200_000)))
     recorder = Recorder()

@@ -26,7 +26,7 @@ from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
 
 if TYPE_CHECKING:  # the resources arrive built; importing them here would load SQLAlchemy and httpx for any action
-    from connector_ops.etl.compressed import Compression
+    from connector_ops.etl.compressed import Packing
     from connector_ops.kernel.platform_file import PlatformFile
     from connector_ops.resources.platform_files import PlatformFileStore
     from connector_ops.resources.virtual_files.store import VirtualFileStore
@@ -65,15 +65,15 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
     from connector_ops.etl.compressed import unpacked
 
     # a probe, the load, a retry, an error located: one fetch; what a compressed file or a zip archive holds
-    with platform_files.opener(pf) as (stored, stored_size), \
-            unpacked(stored, pf.name, stored_size) as (reopen, name, size):
+    with platform_files.opener(pf) as (stored, stored_size), unpacked(stored, pf.name, stored_size) as inside:
+        reopen, name, size = inside.open, inside.name, inside.size
         if is_parquet(name, ""):  # rows.parquet.gz, or a zip archive of rows.parquet
             return push_parquet(virtual_files, reopen, name, params)
         if not is_json(name, pf.content_type):
-            return push_csv(virtual_files, reopen, pf.name, size, params, quarantine)
+            return push_csv(virtual_files, reopen, pf.name, size, params, quarantine, text_size=inside.text_size)
         # also with a quarantine: what the columnar path reads whole, the row reader would refuse no line of
         vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding, params.lines_to_ignore,
-                                 params.schema_)
+                                 params.schema_, text_size=inside.text_size)
         if vf_id is not None:
             return vf_id
         with reopen() as raw, track(f"push {pf.name}", size, "B") as reporter:
@@ -88,11 +88,11 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
     export's name ends with ``.gz``, ``.bz2``, ``.xz`` or ``.zst``, a zip archive of it with ``.zip``."""
     from connector_ops.etl.compressed import packing_named  # gzip, bz2, lzma and zipfile: kept out of the import
 
-    packing = packing_named(inp.export_name)
+    packing = packing_named(inp.export_name, inp.export_type)
     if inp.export_type == "parquet":
         if packing is not None:
             raise InvalidInput("exportName", "a Parquet export compresses its columns itself: name it without "
-                                             f"{'.zip' if packing == 'zip' else packing.suffix}")
+                                             f"{packing.suffix}")
         return PlatformFileOutput(platform_file=pull_parquet(inp, virtual_files, platform_files))
     params = inp.parameters
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
@@ -101,7 +101,7 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
 
 
 def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], platform_files: PlatformFileStore,
-            packing: Compression | str | None) -> PlatformFileOutput:
+            packing: Packing | None) -> PlatformFileOutput:
     params = inp.parameters
     chunks: Iterator[bytes]
     if inp.export_type == "csv":
@@ -112,15 +112,9 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
         chunks = json_chunks(names, pages, encoding=params.encoding)
         content_type = "application/json"
     if packing is not None:
-        from connector_ops.etl import compressed
+        from connector_ops.etl.compressed import compressing
 
-        if packing == "zip":
-            compressor = compressed.ZipCompressor(compressed.member_name(inp.export_name, inp.export_type))
-            content_type = compressed.ZIP_TYPE
-        else:
-            assert isinstance(packing, compressed.Compression)
-            compressor, content_type = packing.compressor(), packing.content_type
-        chunks = compressed.compressing(chunks, compressor)
+        chunks, content_type = compressing(chunks, packing.compressor()), packing.content_type
     with platform_files.create(inp.export_name, content_type) as sink, track(f"pull {inp.export_name}") as reporter:
         for chunk in chunks:
             sink.write(chunk)

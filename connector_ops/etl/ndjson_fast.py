@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 #: tests switch the fast path off to run every case through the row reader
 FAST = True
 
-
 _BOM = b"\xef\xbb\xbf"
 #: Arrow's words when a value after the first block is not a string (its explicit schema's type): a number,
 #: boolean or nested value the first block did not have, which the quoting pass makes text
@@ -171,10 +170,13 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
-                     encoding: str, lines_to_ignore: int = 0, schema: list[str] | None = None) -> str | None:
+                     encoding: str, lines_to_ignore: int = 0, schema: list[str] | None = None, *,
+                     text_size: int | None = None) -> str | None:
     """The new virtual file's id, or ``None`` when the row reader must read the file (nothing is left).
-    ``schema``'s columns come first, then the file's other keys in the order each first appears."""
-    if not FAST or not store.columnar_load_pays(size):
+    ``schema``'s columns come first, then the file's other keys in the order each first appears. ``size``
+    is what progress counts; ``text_size``, the text's bytes when they are more (a compressed file), chooses
+    the path."""
+    if not FAST or not store.columnar_load_pays(size if text_size is None else text_size):
         return None
     try:
         with open_file() as raw_probe:

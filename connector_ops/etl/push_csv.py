@@ -28,17 +28,17 @@ log = logging.getLogger(__name__)
 #: tests switch the fast path off to run every case through the slow one
 FAST = True
 
-
-
 def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
-             params: m.PushParameters, quarantine: Quarantine | None = None) -> str:
+             params: m.PushParameters, quarantine: Quarantine | None = None, *, text_size: int | None = None) -> str:
     """Load the CSV file ``open_file`` opens into a new virtual file; returns its id. With a ``quarantine``,
-    ragged rows are refused into it (the fast path gives up on them, so only the row reader refuses)."""
+    ragged rows are refused into it (the fast path gives up on them, so only the row reader refuses).
+    ``size`` is what progress counts; ``text_size``, the text's bytes when they are more (a compressed file),
+    chooses the path."""
     options = {"delimiter": params.csv_delimiter, "lines_to_ignore": params.lines_to_ignore,
                "header": bool(params.use_first_row_as_schema), "schema": params.schema_,
                "encoding": params.encoding}
     if FAST:
-        vf_id = _fast(store, open_file, name, size, options)
+        vf_id = _fast(store, open_file, name, size, options, size if text_size is None else text_size)
         if vf_id is not None:
             return vf_id
     with open_file() as raw, track(f"push {name}", size, "B") as reporter:
@@ -47,13 +47,14 @@ def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | No
         return store.create_from_batches(columns, batches)  # parsing overlaps the database's inserts
 
 
-def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None, options: dict) -> str | None:
+def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None, options: dict,
+          text_size: int | None) -> str | None:
     """The virtual file's id, or None when the slow path must read the file (nothing was written). On
     PostgreSQL the bytes go to ``COPY`` as they are; a file with lines ``COPY`` would read otherwise (empty
     ones, ``\\.`` alone) is read again through Arrow."""
     from connector_ops.resources.virtual_files.csv_copy import NotForCopy
 
-    if not store.columnar_load_pays(size):
+    if not store.columnar_load_pays(text_size):
         return None
     for through_arrow in (False, True):
         with open_file() as raw, track(f"push {name}", size, "B") as reporter:
