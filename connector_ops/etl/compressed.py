@@ -26,12 +26,12 @@ import time
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
 from connector_ops.etl.readers import FIELD
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.overlap import overlapped
 from connector_ops.kernel.streams import Open, seekable_opener
 
 
@@ -361,17 +361,10 @@ def packing_named(export_name: str, export_type: str) -> Packing | None:
 
 def compressing(chunks: Iterable[bytes], compressor: Any) -> Iterator[bytes]:
     """``chunks`` through ``compressor`` (``compress(data)``, ``flush()``) as one compressed stream, a piece
-    at a time (the compressor holds what it has not yet written: bounded by its window, not by the data).
-    Each piece is compressed in a thread of its own while the next is made: zlib, bz2, lzma and Arrow let go
-    of the GIL as they compress, so the two overlap on a second core."""
-    with ThreadPoolExecutor(1, thread_name_prefix="connector-ops-compress") as worker:
-        pending: Future[bytes] | None = None
-        for chunk in chunks:  # the next chunk is made here while the worker compresses the last
-            packed = pending.result() if pending is not None else b""
-            pending = worker.submit(compressor.compress, chunk)
-            if packed:
-                yield packed
-        if pending is not None and (packed := pending.result()):
+    at a time (the compressor holds what it has not yet written: bounded by its window, not by the data),
+    each compressed in a thread of its own while the next is made."""
+    for packed in overlapped(chunks, compressor.compress, "connector-ops-compress"):
+        if packed:
             yield packed
     yield compressor.flush()
 
