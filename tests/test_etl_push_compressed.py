@@ -203,15 +203,7 @@ def test_compressed_text_in_another_encoding_with_a_quarantine_gives_what_the_pl
 def test_pull_compresses_when_the_export_name_asks_and_push_reads_it_back(files, env, export_type, suffix):
     """The compressed export decompresses to the plain export's bytes, says its compression as its content
     type, and pushes back to the same rows."""
-    data = "id,name,note\n" + "".join(f"{i},café {i},{'x' * (i % 50)}\n" for i in range(20_000))
-    vf = invoke("etl.push", {"platformFile": files.add_bytes(data.encode(), "rows.csv").to_json()})["virtualFileId"]
-
-    def pulled(name: str) -> tuple[dict, bytes]:
-        out = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": name})
-        return out["platformFile"], files.read_bytes(out["platformFile"])
-
-    _, plain = pulled(f"out.{export_type}")
-    packed_pf, packed = pulled(f"out.{export_type}{suffix}")
+    vf, plain, packed_pf, packed = pulled_beside_plain(files, export_type, f"out.{export_type}{suffix}")
     assert {".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress,
             ".zst": zstd_decompress}[suffix](packed) == plain
     assert len(packed) < len(plain) // 3 and packed_pf["size"] == len(packed)
@@ -221,12 +213,27 @@ def test_pull_compresses_when_the_export_name_asks_and_push_reads_it_back(files,
     assert rows(again) == rows(vf)
 
 
-def test_a_parquet_export_named_for_compression_is_a_400(files, env):
+def pulled_beside_plain(files: Any, export_type: str, name: str) -> tuple[str, bytes, dict, bytes]:
+    """20,000 rows pushed, then pulled as ``export_type`` plain and to ``name``: the virtual file's id, the
+    plain export's bytes, and the named export's descriptor and bytes."""
+    data = "id,name,note\n" + "".join(f"{i},café {i},{'x' * (i % 50)}\n" for i in range(20_000))
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(data.encode(), "rows.csv").to_json()})["virtualFileId"]
+
+    def pulled(export_name: str) -> tuple[dict, bytes]:
+        out = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": export_name})
+        return out["platformFile"], files.read_bytes(out["platformFile"])
+
+    _, plain = pulled(f"plain.{export_type}")
+    return vf, plain, *pulled(name)
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zip"])
+def test_a_parquet_export_named_for_compression_is_a_400(files, env, suffix):
     vf = invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "rows.csv").to_json()})["virtualFileId"]
     with pytest.raises(ConnectorError) as info:
-        invoke("etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": "out.parquet.gz"})
+        invoke("etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": f"out.parquet{suffix}"})
     assert info.value.status == 400 and info.value.body["message"] == (
-        "exportName: a Parquet export compresses its columns itself: name it without .gz")
+        f"exportName: a Parquet export compresses its columns itself: name it without {suffix}")
 
 
 @pytest.mark.parametrize("header", [b"BZh", b"BZh9", b"BZh91AY", b"PK", b"P*M"])

@@ -15,12 +15,12 @@ import zipfile
 
 import pytest
 
-from connector_ops import ConnectorError, invoke
+from connector_ops import invoke
 from connector_ops.etl import compressed
 from connector_ops.kernel.progress import reporting_to
 from tests.servers import another_file_server
 from tests.test_etl_push_columnar import BIG_ALPHABET, random_csv
-from tests.test_etl_push_compressed import outcome, slow_paths  # noqa: F401 (a fixture)
+from tests.test_etl_push_compressed import outcome, pulled_beside_plain, slow_paths  # noqa: F401 (a fixture)
 from tests.test_etl_push_parquet import TYPED, parquet
 from tests.test_etl_push_pull import rows
 from tests.test_progress import Recorder
@@ -159,15 +159,7 @@ def test_broken_data_in_the_archive_is_a_400_and_leaves_nothing(files, env, stor
                                                              ("csv", "out.tsv.zip", "out.tsv")])
 def test_pull_to_a_zip_name_writes_an_archive_of_the_export_and_push_reads_it_back(files, env, export_type, name,
                                                                                    member):
-    text = "id,name,note\n" + "".join(f"{i},café {i},{'x' * (i % 50)}\n" for i in range(20_000))
-    vf = invoke("etl.push", {"platformFile": files.add_bytes(text.encode(), "rows.csv").to_json()})["virtualFileId"]
-
-    def pulled(export_name: str) -> tuple[dict, bytes]:
-        out = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": export_name})
-        return out["platformFile"], files.read_bytes(out["platformFile"])
-
-    _, plain = pulled(f"plain.{export_type}")
-    packed_pf, packed = pulled(name)
+    vf, plain, packed_pf, packed = pulled_beside_plain(files, export_type, name)
     with zipfile.ZipFile(io.BytesIO(packed)) as archive:
         assert archive.testzip() is None
         (info,) = archive.infolist()
@@ -186,12 +178,4 @@ def test_an_export_in_pieces_is_the_same_archive_whatever_the_pieces():
                                           compressed.ZipCompressor("a.csv")))
     for archive in (whole, cut):
         assert zipfile.ZipFile(io.BytesIO(archive)).read("a.csv") == data
-
-
-def test_a_parquet_export_named_zip_is_a_400(files, env):
-    vf = invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "rows.csv").to_json()})["virtualFileId"]
-    with pytest.raises(ConnectorError) as info:
-        invoke("etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": "out.parquet.zip"})
-    assert info.value.status == 400 and info.value.body["message"] == (
-        "exportName: a Parquet export compresses its columns itself: name it without .zip")
 
