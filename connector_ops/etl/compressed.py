@@ -122,7 +122,8 @@ class Compression:
 #: gzip at level 6, the ``gzip`` command's default (a header without name or time: the same rows make the
 #: same bytes); bzip2 at its usual 9; xz at preset 1, not the command's 6, which took 12 times as long for a
 #: file a quarter smaller (20 MB of the benchmark's CSV: 2.0 s against 24.7 s, 4.3 against 3.3 MB); zstd at
-#: Arrow's level 1 (83 MB of it: 0.84 s, 19.3 MB, where gzip's level 6 took 2.85 s for 19.7 MB).
+#: Arrow's level 1 (83 MB of it: 0.84 s, 19.3 MB, where gzip's level 6 took 2.85 s for 19.7 MB), without a
+#: checksum: Arrow's codec writes none (a zstd file read with one is checked against it by libzstd).
 COMPRESSIONS = (Compression("gzip", re.compile(rb"\x1f\x8b\x08"), ".gz", "application/gzip",
                             lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
                             lambda: zlib.compressobj(6, zlib.DEFLATED, 31)),
