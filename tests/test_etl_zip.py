@@ -71,6 +71,13 @@ def test_folders_and_what_macos_adds_are_not_files_of_the_archive(files, env):
     assert outcome(files, archive, "rows.zip") == [{"a": "1", "b": "2"}]
 
 
+def test_the_one_data_file_beside_others_is_read(files, env):
+    """A delivery's README or licence beside its one CSV (or JSON, Parquet) does not stop the Push."""
+    archive = zipped(("README.txt", b"Orders, weekly.\n"), ("LICENSE", b"CC-BY 4.0\n"),
+                     ("export/orders.CSV", b"a,b\n1,2\n"))
+    assert outcome(files, archive, "delivery.zip") == [{"a": "1", "b": "2"}]
+
+
 def test_a_zip_of_a_parquet_file_or_a_compressed_parquet_file_pushes_its_table(files, env):
     expected = outcome(files, parquet(TYPED), "t.parquet")
     assert isinstance(expected, list) and len(expected) == 3
@@ -119,7 +126,9 @@ def _workbook() -> bytes:
     (b"PK\x03\x04\x14\x00\x06\x00not even an archive", "sales.xlsx", "is an Excel workbook"),
     (zipped(("a.csv", b"a\n1\n"), ("b.csv", b"b\n2\n")), "two.zip",
      "is a zip archive of 2 files (a.csv, b.csv): Push reads one file; push that file, or a zip archive that "
-     "holds only it"),
+     "holds only it (or only it as CSV, JSON or Parquet)"),
+    (zipped(("notes.txt", b"x\n"), ("report.pdf", b"%PDF")), "other.zip", "is a zip archive of 2 files (notes.txt, "
+                                                                           "report.pdf): Push reads one file"),
     (zipped(*((f"part-{i}.csv", b"a\n1\n") for i in range(8))), "parts.zip",
      "is a zip archive of 8 files (part-0.csv, part-1.csv, part-2.csv, part-3.csv, part-4.csv and 3 more)"),
     (zipped(("empty/", b"")), "empty.zip", "is a zip archive that holds no file: nothing was loaded"),

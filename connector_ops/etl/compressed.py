@@ -9,7 +9,8 @@ then reads what it holds like the same file uncompressed, on the same paths, wit
   counts the compressed bytes, whose total is the platform file's size. Python's own ``gzip``, ``bz2`` and
   ``lzma`` read and write them, and pyarrow (a dependency already) zstd, which Python 3.11 lacks.
 - a zip archive must hold exactly one file (folders and the ``__MACOSX`` copies macOS adds do not count),
-  which names the format; progress counts its decompressed bytes. A zip archive's directory is at its
+  or one data file beside others (``orders.csv`` beside ``README.txt``), which names the format; progress
+  counts its decompressed bytes. A zip archive's directory is at its
   end, so one that arrives over HTTP is copied to a temporary file first. An Excel workbook (a zip archive
   too), an archive of several files or an encrypted one is a 400 that says what to do instead.
 """
@@ -142,6 +143,9 @@ BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError, zipfile.BadZipFile)
 HEAD = 10  # the longest magic (bzip2's)
 #: what a zip tool adds beside the files: macOS's resource forks and Finder's and Explorer's own files
 NOT_A_MEMBER = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|Thumbs\.db$)")
+#: a data file's name, as Push tells formats (CSV or TSV, JSON, NDJSON, Parquet; compressed or not): the one
+#: such file of an archive is read when others lie beside it (a README, a licence)
+DATA_NAME = re.compile(r"\.(csv|tsv|json|ndjson|jsonl|parquet|pq)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
 #: the zip methods Python reads (stored, deflate, bzip2, lzma), and the names of some it does not
 READABLE_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})
 METHOD_NAMES = {9: "Deflate64", 93: "Zstandard", 95: "xz", 96: "JPEG", 97: "WavPack", 98: "PPMd"}
@@ -301,11 +305,13 @@ def _the_member(archive: Open) -> zipfile.ZipInfo:
     files = [info for info in listed if not info.is_dir() and not NOT_A_MEMBER.search(info.filename)]
     if not files:
         raise InvalidInput(FIELD, "the file is a zip archive that holds no file: nothing was loaded")
-    if len(files) > 1:
+    data = [info for info in files if DATA_NAME.search(info.filename)] if len(files) > 1 else files
+    if len(data) != 1:  # several files, and not one data file among them (a README beside a CSV is fine)
         shown = ", ".join(info.filename for info in files[:5]) + (f" and {len(files) - 5} more" * (len(files) > 5))
         raise InvalidInput(FIELD, f"the file is a zip archive of {len(files)} files ({shown}): Push reads one "
-                                  "file; push that file, or a zip archive that holds only it")
-    member = files[0]
+                                  "file; push that file, or a zip archive that holds only it (or only it as CSV, "
+                                  "JSON or Parquet)")
+    member = data[0]
     if member.flag_bits & 0x1:
         raise InvalidInput(FIELD, f"the file is a zip archive whose {member.filename} is encrypted (it has a "
                                   "password): extract it and push the file itself")
