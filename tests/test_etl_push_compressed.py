@@ -40,10 +40,8 @@ def slow_paths(monkeypatch) -> list[str]:
     return ran
 
 
-
-
 def zstd_compress(data: bytes) -> bytes:
-    """One zstd frame (libzstd's own, through Arrow: the frame format the ``zstd`` command writes)."""
+    """One zstd frame (libzstd's, through Arrow; without the checksum the ``zstd`` command adds)."""
     return pa.Codec("zstd").compress(data, asbytes=True)
 
 
@@ -119,7 +117,7 @@ def test_a_broken_compressed_file_is_a_400_and_leaves_nothing(files, env, store,
     assert store.inventory() == before
 
 
-def test_zstd_as_pzstd_writes_it_a_skippable_frame_first(files, env):
+def test_a_zstd_file_may_start_with_a_skippable_frame_as_pzstd_writes_it(files, env):
     """``pzstd`` (zstd's parallel command) starts its files with a skippable frame of its own; so may others."""
     data = b"a,b\n" + b"".join(b"%d,y\n" % i for i in range(50_000))
     skippable = b"\x50\x2a\x4d\x18" + (4).to_bytes(4, "little") + b"\0\0\0\0"

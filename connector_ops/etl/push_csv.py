@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 #: tests switch the fast path off to run every case through the slow one
 FAST = True
 
+
 def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
              params: m.PushParameters, quarantine: Quarantine | None = None, *, text_size: int | None = None) -> str:
     """Load the CSV file ``open_file`` opens into a new virtual file; returns its id. With a ``quarantine``,
