@@ -67,7 +67,9 @@ class PushParameters(SpecModel):
 
 
 class PushInput(SpecModel):
-    platform_file: PushFile
+    platform_file: PushFile = Field(
+        description="a CSV, JSON or NDJSON file (extension: Parquet; any of them compressed by gzip, bzip2, xz or "
+                    "zstd, or the one data file of a zip archive)")
     parameters: PushParameters = Field(default_factory=PushParameters)
 
 
@@ -95,7 +97,9 @@ class PullInput(SpecModel):
     virtual_file_id: str = Field(min_length=1)
     export_type: Literal["json", "csv", "parquet"] = Field(
         description="`csv` or `json` (the spec); extension: `parquet`, every column a string column")
-    export_name: FileName
+    export_name: FileName = Field(
+        description="the new file's name; extension: ending in .gz, .bz2, .xz or .zst compresses the export, "
+                    "in .zip writes a zip archive holding it")
     parameters: PullParameters = Field(default_factory=PullParameters)
 
 
