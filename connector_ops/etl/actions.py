@@ -37,8 +37,9 @@ ETL_FILES = ("virtual_files", "platform_files")
 
 @action("etl.push", m.PushInput, m.PushOutput, resources=ETL_FILES, not_found_status=404)
 def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> m.PushOutput:
-    """Load a CSV, JSON or Parquet platform file into a new virtual file (and, with ``onRowError: quarantine``, its
-    refused lines into a second one)."""
+    """Load a CSV, JSON or Parquet platform file into a new virtual file.
+
+    With ``onRowError: quarantine``, its refused lines go into a second one."""
     pf, params = inp.platform_file, inp.parameters
     if not params.use_first_row_as_schema and params.schema_ is None:
         raise InvalidInput("parameters.schema", "is required when useFirstRowAsSchema is false")
@@ -84,8 +85,10 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
 
 @action("etl.pull", m.PullInput, PlatformFileOutput, resources=ETL_FILES)
 def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> PlatformFileOutput:
-    """Export a virtual file to a new platform file (CSV, JSON or Parquet), streamed; compressed when the
-    export's name ends with ``.gz``, ``.bz2``, ``.xz`` or ``.zst``, a zip archive of it with ``.zip``."""
+    """Export a virtual file to a new platform file (CSV, JSON or Parquet), streamed.
+
+    Compressed when the export's name ends with ``.gz``, ``.bz2``, ``.xz`` or ``.zst``; a zip archive of it
+    with ``.zip``."""
     from connector_ops.etl.compressed import packing_named  # gzip, bz2, lzma and zipfile: kept out of the import
 
     packing = packing_named(inp.export_name, inp.export_type)
