@@ -254,7 +254,7 @@ def _gzipped(source: Path) -> Path:
 
 
 def sample_zstd_csv(csv_path: Path) -> Path:
-    """The CSV compressed by zstd at level 3, the ``zstd`` command's default (``rows.csv.zst``)."""
+    """The CSV compressed by zstd at Arrow's level 1, as Pull writes it (``rows.csv.zst``)."""
     import pyarrow as pa
 
     def write(plain_path: Path, into: Path) -> None:
