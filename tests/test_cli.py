@@ -63,6 +63,8 @@ def test_actions_listing_and_json() -> None:
     assert push["resources"] == ["virtual_files", "platform_files"] and push["summary"]
     text = cli("actions").stdout.splitlines()
     assert len(text) == 22 and text[0].startswith("drive.copy_file ")
+    # each summary is the docstring's first line: a whole sentence, not one cut where the line wrapped
+    assert [row["name"] for row in listing if not row["summary"].endswith(".")] == []
 
 
 def test_actions_name_shows_the_input_fields_and_schema() -> None:

@@ -13,7 +13,8 @@ from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 @action("etl.delete_rows", m.DeleteRowsInput, m.DeleteRowsOutput, resources=("virtual_files",))
 def delete_rows(inp: m.DeleteRowsInput, virtual_files: VirtualFileStore) -> m.DeleteRowsOutput:
-    """Delete the rows matching a MongoDB-style filter; returns how many were deleted (with ``dryRun``, how
-    many would be, deleting nothing)."""
+    """Delete the rows matching a MongoDB-style filter; returns how many were deleted.
+
+    With ``dryRun``, returns how many would be, deleting nothing."""
     return m.DeleteRowsOutput(deleted_count=virtual_files.delete_where(inp.virtual_file_id, inp.request,
                                                                        dry_run=inp.dry_run))
