@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
+from connector_ops.etl.json_readers import is_json
+from connector_ops.etl.push_parquet import is_parquet
 from connector_ops.etl.readers import FIELD
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.overlap import overlapped
@@ -143,9 +145,6 @@ BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError, zipfile.BadZipFile)
 HEAD = 10  # the longest magic (bzip2's)
 #: what a zip tool adds beside the files: macOS's resource forks and Finder's and Explorer's own files
 NOT_A_MEMBER = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|Thumbs\.db$)")
-#: a data file's name, as Push tells formats (CSV or TSV, JSON, NDJSON, Parquet; compressed or not): the one
-#: such file of an archive is read when others lie beside it (a README, a licence)
-DATA_NAME = re.compile(r"\.(csv|tsv|json|ndjson|jsonl|parquet|pq)(\.(gz|bz2|xz|zst))?$", re.IGNORECASE)
 #: the zip methods Python reads (stored, deflate, bzip2, lzma), and the names of some it does not
 READABLE_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})
 METHOD_NAMES = {9: "Deflate64", 93: "Zstandard", 95: "xz", 96: "JPEG", 97: "WavPack", 98: "PPMd"}
@@ -257,24 +256,32 @@ def unpacked(open_file: Open, name: str, size: int | None, in_archive: bool = Fa
                                       "you want and push that")
         with seekable_opener(open_file, "connector-ops-zip-") as archive:
             member = _the_member(archive)
-            opener = _member_opener(archive, member)
-            with _judged_whole(opener), unpacked(opener, member.filename.rsplit("/", 1)[-1], member.file_size,
-                                                 in_archive=True) as inner:
+            with unpacked(_member_opener(archive, member), member.filename.rsplit("/", 1)[-1], member.file_size,
+                          in_archive=True) as inner:
                 yield inner
         return
     compression = next((c for c in COMPRESSIONS if c.magic.match(head)), None)
     if compression is None:
-        yield Unpacked(open_file, name, size, size)
+        inside = Unpacked(open_file, name, size, size)
+    else:
+        inside = Unpacked(_decompressing(open_file, compression), format_name(name, compression), size,
+                          None if size is None else size * TEXT_RATIO)
+    if compression is None and not in_archive:  # the platform file itself: nothing decoded, no check to read
+        yield inside
         return
+    with _judged_whole(inside.open):  # the innermost decoder's check covers the archive's too
+        yield inside
+
+
+def _decompressing(open_file: Open, compression: Compression) -> Open:
+    """``open_file``'s reads decompressed (raw streams: every reader buffers what it reads)."""
 
     @contextlib.contextmanager
-    def decompressing() -> Iterator[IO[bytes]]:  # raw streams: every reader buffers what it reads
+    def opened() -> Iterator[IO[bytes]]:
         with open_file() as raw:
             yield Decompressed(raw, compression)  # type: ignore[misc]
 
-    with _judged_whole(decompressing):
-        yield Unpacked(decompressing, format_name(name, compression), size,
-                       None if size is None else size * TEXT_RATIO)
+    return opened
 
 
 @contextlib.contextmanager
@@ -305,7 +312,7 @@ def _the_member(archive: Open) -> zipfile.ZipInfo:
     files = [info for info in listed if not info.is_dir() and not NOT_A_MEMBER.search(info.filename)]
     if not files:
         raise InvalidInput(FIELD, "the file is a zip archive that holds no file: nothing was loaded")
-    data = [info for info in files if DATA_NAME.search(info.filename)] if len(files) > 1 else files
+    data = [info for info in files if _is_data(info.filename)] if len(files) > 1 else files
     if len(data) != 1:  # several files, and not one data file among them (a README beside a CSV is fine)
         shown = ", ".join(info.filename for info in files[:5]) + (f" and {len(files) - 5} more" * (len(files) > 5))
         raise InvalidInput(FIELD, f"the file is a zip archive of {len(files)} files ({shown}): Push reads one "
@@ -321,6 +328,13 @@ def _the_member(archive: Open) -> zipfile.ZipInfo:
                                   f"{method} (method {member.compress_type}), which Push cannot read: make the "
                                   "archive again with Deflate (every zip tool's default), or push the file itself")
     return member
+
+
+def _is_data(name: str) -> bool:
+    """Whether a file's name says CSV (or TSV), JSON, NDJSON or Parquet, compressed or not, as Push tells
+    formats: the one such file of an archive is read when others lie beside it (a README, a licence)."""
+    plain = next((format_name(name, c) for c in COMPRESSIONS if name.lower().endswith(c.suffix)), name)
+    return is_json(plain, "") or is_parquet(plain, "") or plain.lower().endswith((".csv", ".tsv"))
 
 
 def _workbook() -> InvalidInput:

@@ -50,8 +50,6 @@ def skip_lines(text: io.TextIOWrapper, count: int) -> int:
     return skipped
 
 
-
-
 def decode_error(exc: UnicodeDecodeError, encoding: str, reopen: Open | None) -> InvalidInput:
     """The decoder works on 8 KiB chunks, so the parser's line is only near the bad byte: find the exact one."""
     if reopen is not None and _starts_with(reopen, b"PAR1"):  # a Parquet file named as text

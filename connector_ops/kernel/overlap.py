@@ -1,6 +1,6 @@
 """Two steps of a stream on two cores: each item is made in the caller's thread while a worker thread does
-the work of the one before (a compressor, Parquet's writer). Python's zlib, bz2 and lzma and Arrow's C++ let
-go of the GIL while they work, so making the next item (reading rows, writing CSV text) overlaps them."""
+the work of the one before (a compressor). Python's zlib, bz2 and lzma and Arrow's C++ let go of the GIL
+while they work, so making the next item (reading rows, writing CSV text) overlaps them."""
 
 from __future__ import annotations
 
