@@ -1,7 +1,7 @@
 """Zip archives of one file: Push reads the file an archive holds, by that file's name and on the same paths,
 with the same rows and errors as the file itself, both databases; an archive of several files, an Excel
 workbook, an encrypted or unreadable member, a cut-short download are 400s that say what to do. Pull to a
-name ending in ``.zip`` writes an archive of one file that every unzip tool reads and Push reads back.
+name ending in ``.zip`` writes an archive of one file that Python's ``zipfile`` and Push read back.
 """
 
 from __future__ import annotations

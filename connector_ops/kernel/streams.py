@@ -142,7 +142,6 @@ class ChunkStream(io.RawIOBase):
         return n
 
 
-
 @contextlib.contextmanager
 def seekable_opener(open_file: Open, prefix: str = "connector-ops-") -> Iterator[Open]:
     """Opens of ``open_file``'s file that can seek: its own when they can (a file on disk), else of a copy
