@@ -254,11 +254,11 @@ def _gzipped(source: Path) -> Path:
 
 
 def sample_zstd_csv(csv_path: Path) -> Path:
-    """The CSV compressed by zstd at Arrow's level 1, as Pull writes it (``rows.csv.zst``)."""
-    import pyarrow as pa
+    """The CSV compressed by zstd as Pull writes it (``rows.csv.zst``: level 1, with a checksum)."""
+    from connector_ops.etl.compressed import ZSTD_OPTIONS, zstd
 
     def write(plain_path: Path, into: Path) -> None:
-        with plain_path.open("rb") as plain, pa.CompressedOutputStream(str(into), "zstd") as packed:
+        with plain_path.open("rb") as plain, zstd.open(into, "wb", options=ZSTD_OPTIONS) as packed:
             shutil.copyfileobj(plain, packed, 1 << 20)
 
     return _packed(csv_path, ".zst", write)

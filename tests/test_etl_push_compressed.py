@@ -14,12 +14,11 @@ import lzma
 import random
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from connector_ops import ConnectorError, invoke
 from connector_ops.etl import actions, push_csv
-from connector_ops.etl.compressed import COMPRESSIONS, Decompressed
+from connector_ops.etl.compressed import COMPRESSIONS, Decompressed, zstd
 from connector_ops.kernel.progress import reporting_to
 from connector_ops.resources.virtual_files import sqlite_loader
 from tests.servers import another_file_server
@@ -40,17 +39,9 @@ def slow_paths(monkeypatch) -> list[str]:
     return ran
 
 
-def zstd_compress(data: bytes) -> bytes:
-    """One zstd frame (libzstd's, through Arrow; without the checksum the ``zstd`` command adds)."""
-    return pa.Codec("zstd").compress(data, asbytes=True)
-
-
-def zstd_decompress(data: bytes) -> bytes:
-    return pa.CompressedInputStream(io.BytesIO(data), "zstd").read()
-
-
-#: each compression's suffix and its compress()
-COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress, ".zst": zstd_compress}
+#: each compression's suffix and its compress() (zstd's writes libzstd's default frame: without the checksum
+#: the ``zstd`` command and Pull add)
+COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress, ".zst": zstd.compress}
 
 
 def members(data: bytes, count: int, suffix: str = ".gz") -> bytes:
@@ -121,7 +112,7 @@ def test_a_zstd_file_may_start_with_a_skippable_frame_as_pzstd_writes_it(files, 
     """``pzstd`` (zstd's parallel command) starts its files with a skippable frame of its own; so may others."""
     data = b"a,b\n" + b"".join(b"%d,y\n" % i for i in range(50_000))
     skippable = b"\x50\x2a\x4d\x18" + (4).to_bytes(4, "little") + b"\0\0\0\0"
-    assert outcome(files, skippable + zstd_compress(data[:300_000]) + zstd_compress(data[300_000:]),
+    assert outcome(files, skippable + zstd.compress(data[:300_000]) + zstd.compress(data[300_000:]),
                    "rows.csv.zst") == outcome(files, data, "rows.csv")
 
 
@@ -203,12 +194,34 @@ def test_pull_compresses_when_the_export_name_asks_and_push_reads_it_back(files,
     type, and pushes back to the same rows."""
     vf, plain, packed_pf, packed = pulled_beside_plain(files, export_type, f"out.{export_type}{suffix}")
     assert {".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress,
-            ".zst": zstd_decompress}[suffix](packed) == plain
+            ".zst": zstd.decompress}[suffix](packed) == plain
     assert len(packed) < len(plain) // 3 and packed_pf["size"] == len(packed)
     assert packed_pf["contentType"] == {".gz": "application/gzip", ".bz2": "application/x-bzip2",
                                         ".xz": "application/x-xz", ".zst": "application/zstd"}[suffix]
     again = invoke("etl.push", {"platformFile": packed_pf})["virtualFileId"]
     assert rows(again) == rows(vf)
+
+
+def test_a_zstd_pull_carries_a_checksum_that_finds_damage_the_data_alone_hides(files, env):
+    """Pull writes zstd with the content's checksum, as the ``zstd`` command does. A byte changed where the
+    frame still decodes (a literal) is found by that checksum alone: the same damage in the same frame
+    without it decodes to other text."""
+    _, plain, _, packed = pulled_beside_plain(files, "csv", "out.csv.zst")
+    assert packed[:4] == b"\x28\xb5\x2f\xfd" and packed[4] & 0x04  # the frame header's checksum flag
+    unchecked = packed[:4] + bytes([packed[4] & ~0x04]) + packed[5:-4]
+    assert zstd.decompress(unchecked) == plain
+
+    def hidden(at: int) -> bool:  # the byte at ``at`` changed, and the frame without a checksum decodes
+        try:
+            return zstd.decompress(unchecked[:at] + bytes([unchecked[at] ^ 0x01]) + unchecked[at + 1:]) != plain
+        except zstd.ZstdError:
+            return False
+
+    at = next(at for at in range(len(unchecked) // 2, len(unchecked) - 8) if hidden(at))
+    damaged = packed[:at] + bytes([packed[at] ^ 0x01]) + packed[at + 1:]
+    message = outcome(files, damaged, "rows.csv.zst")
+    assert isinstance(message, str) and message.startswith(
+        "platformFile: the file is zstd-compressed, but its compressed data is broken (")
 
 
 def pulled_beside_plain(files: Any, export_type: str, name: str) -> tuple[str, bytes, dict, bytes]:

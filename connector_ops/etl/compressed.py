@@ -7,7 +7,8 @@ then reads what it holds like the same file uncompressed, on the same paths, wit
 - a compressed stream is decompressed as it is read (every stream of a file made by concatenating several);
   the format comes from the name without the compression's suffix, or from the content type; progress
   counts the compressed bytes, whose total is the platform file's size. Python's own ``gzip``, ``bz2`` and
-  ``lzma`` read and write them, and pyarrow (a dependency already) zstd, which Python 3.11 lacks.
+  ``lzma`` read and write them, and its ``compression.zstd`` zstd (from Python 3.14; before it, the same
+  module as ``backports.zstd``).
 - a zip archive must hold exactly one file (folders and the ``__MACOSX`` copies macOS adds do not count),
   or one data file beside others (``orders.csv`` beside ``README.txt``), which names the format; progress
   counts its decompressed bytes. A zip archive's directory is at its
@@ -38,55 +39,32 @@ from connector_ops.kernel.overlap import overlapped
 from connector_ops.kernel.streams import Open, seekable_opener
 
 
-class _WritingCompressor:
-    """A compressor that writes to a file object (``_stream``), with the incremental API of ``zlib``'s:
-    ``compress(data)`` and ``flush()`` each answer what was written since."""
+class ZipCompressor:
+    """A zip archive of one file, ``member``, deflated at level 6, with the incremental API of ``zlib``'s
+    compressors: ``compress(data)`` and ``flush()`` each answer the archive's bytes written since. Its size
+    is not known before the end, so the sizes follow the data (a data descriptor) in the Zip64 form, which
+    keeps a file past 4 GiB whole."""
 
-    def __init__(self) -> None:
+    def __init__(self, member: str) -> None:
         self._parts: list[bytes] = []
-        self._stream: Any = None
+        info = zipfile.ZipInfo(member, time.localtime()[:6])
+        info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o100644 << 16  # a file, rw-r--r--
+        self._archive = zipfile.ZipFile(_Collected(self._parts), "w", compresslevel=6)  # type: ignore[arg-type]
+        self._stream = self._archive.open(info, "w", force_zip64=True)
 
     def compress(self, data: bytes) -> bytes:
         self._stream.write(data)
         return self._taken()
 
     def flush(self) -> bytes:
-        self._close()
-        return self._taken()
-
-    def _close(self) -> None:
         self._stream.close()
+        self._archive.close()
+        return self._taken()
 
     def _taken(self) -> bytes:
         out = b"".join(self._parts)
         self._parts.clear()
         return out
-
-
-class _ArrowCompressor(_WritingCompressor):
-    """pyarrow's streaming compression (zstd)."""
-
-    def __init__(self, codec: str) -> None:
-        import pyarrow as pa
-
-        super().__init__()
-        self._stream = pa.CompressedOutputStream(_Collected(self._parts), codec)
-
-
-class ZipCompressor(_WritingCompressor):
-    """A zip archive of one file, ``member``, deflated at level 6. Its size is not known before the end, so
-    the sizes follow the data (a data descriptor) in the Zip64 form, which keeps a file past 4 GiB whole."""
-
-    def __init__(self, member: str) -> None:
-        super().__init__()
-        info = zipfile.ZipInfo(member, time.localtime()[:6])
-        info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o100644 << 16  # a file, rw-r--r--
-        self._archive = zipfile.ZipFile(_Collected(self._parts), "w", compresslevel=6)  # type: ignore[arg-type]
-        self._stream = self._archive.open(info, "w", force_zip64=True)
-
-    def _close(self) -> None:
-        self._stream.close()
-        self._archive.close()
 
 
 class _Collected(io.RawIOBase):
@@ -103,10 +81,15 @@ class _Collected(io.RawIOBase):
         return len(data)
 
 
-def _zstd_reader(stored: Any) -> IO[bytes]:
-    import pyarrow as pa
+try:
+    from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
+except ImportError:
+    from backports import zstd  # type: ignore[no-redef]
 
-    return pa.CompressedInputStream(stored, "zstd")  # type: ignore[return-value]
+#: zstd as the ``zstd`` command writes it, with a checksum of the content (which libzstd checks on reading),
+#: at level 1: 83 MB of the benchmark's CSV in 0.55 s and 19.3 MB, where gzip's level 6 took 4.3 s for
+#: 19.7 MB (level 3, the command's default, 0.85-1.2 s for 21.0 MB; a throwaway script, 2-3 rounds each)
+ZSTD_OPTIONS = {zstd.CompressionParameter.compression_level: 1, zstd.CompressionParameter.checksum_flag: 1}
 
 
 @dataclass(frozen=True)
@@ -124,9 +107,8 @@ class Compression:
 #: block or of its end; xz's six bytes; zstd's frame, or the skippable frame ``pzstd`` starts with. Written:
 #: gzip at level 6, the ``gzip`` command's default (a header without name or time: the same rows make the
 #: same bytes); bzip2 at its usual 9; xz at preset 1, not the command's 6, which took 12 times as long for a
-#: file a quarter smaller (20 MB of the benchmark's CSV: 2.0 s against 24.7 s, 4.3 against 3.3 MB); zstd at
-#: Arrow's level 1 (83 MB of it: 0.84 s, 19.3 MB, where gzip's level 6 took 2.85 s for 19.7 MB), without a
-#: checksum: Arrow's codec writes none (a zstd file read with one is checked against it by libzstd).
+#: file a quarter smaller (20 MB of the benchmark's CSV: 2.0 s against 24.7 s, 4.3 against 3.3 MB); zstd as
+#: :data:`ZSTD_OPTIONS` say.
 COMPRESSIONS = (Compression("gzip", re.compile(rb"\x1f\x8b\x08"), ".gz", "application/gzip",
                             lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
                             lambda: zlib.compressobj(6, zlib.DEFLATED, 31)),
@@ -135,13 +117,13 @@ COMPRESSIONS = (Compression("gzip", re.compile(rb"\x1f\x8b\x08"), ".gz", "applic
                 Compression("xz", re.compile(rb"\xfd7zXZ\x00"), ".xz", "application/x-xz", lzma.LZMAFile,
                             lambda: lzma.LZMACompressor(preset=1)),
                 Compression("zstd", re.compile(rb"\x28\xb5\x2f\xfd|[\x50-\x5f]\x2a\x4d\x18"), ".zst",
-                            "application/zstd", _zstd_reader, lambda: _ArrowCompressor("zstd")))
+                            "application/zstd", zstd.ZstdFile, lambda: zstd.ZstdCompressor(options=ZSTD_OPTIONS)))
 #: a zip archive's first bytes: a file's header, or the end of an archive that holds nothing
 ZIP_MAGIC = re.compile(rb"PK(\x03\x04|\x05\x06)")
 ZIP_SUFFIX, ZIP_TYPE = ".zip", "application/zip"
-#: what the decompressors raise on data that is not whole (bz2 and Arrow raise a bare OSError: told apart
-#: from the source's own failures by :class:`_Watched`)
-BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError, zipfile.BadZipFile)
+#: what the decompressors raise on data that is not whole (bz2 raises a bare OSError: told apart from the
+#: source's own failures by :class:`_Watched`)
+BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError, zstd.ZstdError, zipfile.BadZipFile)
 HEAD = 10  # the longest magic (bzip2's)
 #: what a zip tool adds beside the files: macOS's resource forks and Finder's and Explorer's own files
 NOT_A_MEMBER = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|Thumbs\.db$)")
@@ -168,7 +150,7 @@ class _Watched:
     def close(self) -> None:
         pass
 
-    def __getattr__(self, name: str) -> Any:  # seek and tell for a zip archive; closed for Arrow
+    def __getattr__(self, name: str) -> Any:  # seek and tell for a zip archive
         return getattr(self.stream, name)
 
 
