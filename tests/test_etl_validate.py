@@ -99,6 +99,24 @@ def test_precision_edges_zero_scale_and_all_decimals():
         None, "v: digits 5 is more than maxLength 4", "v: digits 1 is less than minLength 2"]
 
 
+def test_min_length_counts_with_the_precision_form_too():
+    """minLength counts a float's digits before and after the point beside a ``"p,s"`` maxLength, after its
+    own problems; one past p digits could never pass: a 400."""
+    assert errors({"v": {"type": "float", "minLength": 3, "maxLength": "5,2"}},
+                  ["1", "1.5", "1.25", "000.120", "1234", "12345.6"]) == [
+        "v: digits 1 is less than minLength 3", "v: digits 2 is less than minLength 3", None,
+        "v: digits 2 is less than minLength 3",
+        'v: 4 digits before the decimal point, at most 3 allowed (maxLength "5,2")',
+        'v: 5 digits before the decimal point, at most 3 allowed (maxLength "5,2")']
+    assert errors({"v": {"type": "float", "minLength": 5, "maxLength": "5,2"}}, ["1234"]) == [
+        'v: 4 digits before the decimal point, at most 3 allowed (maxLength "5,2"); '
+        "v: digits 4 is less than minLength 5"]
+    with pytest.raises(ConnectorError) as info:
+        check({"v": {"type": "float", "minLength": 6, "maxLength": "5,2"}}, [])
+    assert (info.value.status, info.value.message) == (
+        400, 'schema.v: minLength 6 is more than the 5 digits maxLength "5,2" allows')
+
+
 def test_required_boolean_and_object_forms():
     schema = {"v": {"type": "string", "required": True}}
     assert errors(schema, ["x", "", None]) == [None, "v: required value is empty", "v: required value is missing"]

@@ -27,6 +27,8 @@ def random_rule(rnd: random.Random) -> dict:
     if kind == "float" and rnd.random() < 0.4:
         p = rnd.randint(1, 6)
         rule["maxLength"] = f"{p},{rnd.randint(0, p)}"
+        if rnd.random() < 0.5:
+            rule["minLength"] = rnd.randint(0, min(p, 3))
     elif kind != "boolean":
         if rnd.random() < 0.5:
             rule["minLength"] = rnd.randint(0, 3)

@@ -94,6 +94,9 @@ def _compile_rule(column: str, rule: Any) -> ColumnRule:
         raise InvalidInput(field, "minLength/maxLength do not apply to a boolean")
     if kind == "float" and isinstance(high, str):
         precision = _precision(f"{field}.maxLength", high)
+        if low is not None and low > precision[0]:
+            raise InvalidInput(field, f"minLength {low} is more than the {precision[0]} digits maxLength "
+                                      f"{_show(high)} allows")
         return ColumnRule(column, required, allow_empty, _float_check(low, None, precision, high), kind, low, None,
                           precision, _show(high))
     high = _count(f"{field}.maxLength", high, decimal_form=kind == "float")
@@ -194,7 +197,8 @@ def _float_check(low: int | None, high: int | None, precision: tuple[int, int] |
             return [WORDING["not_number"].format(value=_show(value))]
         whole = (match[1] or "").lstrip("0")
         fraction = ((match[2] if match[1] is not None else match[3]) or "").rstrip("0")
-        if precision is not None:
+        digits = max(1, len(whole) + len(fraction))
+        if precision is not None:  # each digit count, then minLength: every problem, as SQL words them
             p, s = precision
             problems = []
             if len(whole) > p - s:
@@ -202,8 +206,8 @@ def _float_check(low: int | None, high: int | None, precision: tuple[int, int] |
             if len(fraction) > s:
                 problems.append(WORDING["fraction_digits"].format(fraction=len(fraction), allowed=s,
                                                                   spec=_show(spec)))
-            return problems or OK
-        return _lengths("digits", max(1, len(whole) + len(fraction)), low, high)
+            return [*problems, *_lengths("digits", digits, low, None)] or OK
+        return _lengths("digits", digits, low, high)
 
     return check
 

@@ -134,7 +134,8 @@ def _problems(rule: RuleShape, value: Any, words: Mapping[str, str], d: Dialect)
                                                             spec=rule.spec)), else_=_text(""))
             after = sa.case((number.fraction > s, problem("fraction_digits", fraction=number.fraction,
                                                           allowed=s, spec=rule.spec)), else_=_text(""))
-            cases = [malformed, (sa.true(), _concat(before, after))]
+            short = [sa.case(*lengths("digits", number.digits), else_=_text(""))] if rule.low is not None else []
+            cases = [malformed, (sa.true(), _concat(before, after, *short))]
     return sa.case(*cases, else_=_text("")) if cases else _text("")
 
 
