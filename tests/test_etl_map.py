@@ -256,6 +256,20 @@ def test_a_function_returning_a_non_row_and_a_failing_cast(store, resources):
     assert info.value.message == "row 1: cast(first=integer) failed: ValueError: cast: first=' Ann ' is not an integer"
 
 
+def test_cast_to_float_writes_every_digit_without_an_exponent_as_validate_reads_a_float(store, resources):
+    values = ["1.50", "10", " -.5", "0.00001", "1E-5", "1e3", "123456789012345678", "3.14159265358979323846"]
+    *_, rows = run(store, resources, "cast(x=float)", rows=[{"x": v} for v in values])
+    assert [r["x"] for r in rows] == ["1.5", "10.0", "-0.5", "0.00001", "0.00001", "1000.0",
+                                      "123456789012345678.0", "3.14159265358979323846"]
+    assert invoke("etl.validate", {"content": rows, "schema": {"x": {"type": "float"}}}, resources)["rejected"] == []
+    vf = store.create_from_rows([{"x": "1"}, {"x": "1e400"}])
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.map", {"virtualFileId": vf, "action": "cast(x=float)"}, resources)
+    assert info.value.message == ("row 2: cast(x=float) failed: ValueError: cast: x='1e400' is out of a float's "
+                                  "range (exponents -308 to 308)")
+    assert store.rows(vf) == [{"x": "1"}, {"x": "1e400"}]
+
+
 def half_a_pair(row):
     """An emoji cut in half, as slicing UTF-16 text can leave it."""
     row["first"] = "\ud83d"

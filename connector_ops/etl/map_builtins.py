@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 Row = dict[str, str]
@@ -33,6 +34,9 @@ CASTS = ("integer", "float", "boolean", "string")
 TRUE_WORDS, FALSE_WORDS = {"true", "yes", "y", "1", "on"}, {"false", "no", "n", "0", "off"}
 _INTEGER = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+#: the decimal exponents a cast float may have: a double's range (a float written out past it would be
+#: hundreds of digits, and is no double any reader can load)
+_FLOAT_EXPONENTS = range(-308, 309)
 
 
 def _only_columns(name: str, kwargs: dict[str, str]) -> None:
@@ -176,10 +180,17 @@ def _to_integer(column: str, value: str) -> str:
 
 
 def _to_float(column: str, value: str) -> str:
+    """Plain decimal text with a point, every digit kept and none added (``"1e3"`` → ``"1000.0"``,
+    ``"123456789012345678"`` → ``"123456789012345678.0"``): what Validate's float rule accepts, where a
+    double's ``repr`` wrote ``1.2345678901234568e+17``, a digit lost and an exponent the rule refuses."""
     text = value.strip()
     if not _FLOAT.fullmatch(text):
         raise ValueError(f"cast: {column}={value!r} is not a number")
-    return repr(float(text))
+    number = Decimal(text)
+    if number and number.adjusted() not in _FLOAT_EXPONENTS:
+        raise ValueError(f"cast: {column}={value!r} is out of a float's range (exponents -308 to 308)")
+    whole, _, fraction = format(number, "f").partition(".")
+    return f"{whole}.{fraction.rstrip('0') or '0'}"
 
 
 def _to_boolean(column: str, value: str) -> str:
