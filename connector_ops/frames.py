@@ -187,7 +187,23 @@ def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | Non
         import polars as pl
 
         return pl.from_arrow(table)
-    return table.to_pandas()
+    return _pandas_frame(table)
+
+
+def _pandas_frame(table: Any) -> Any:
+    """``table`` as a pandas DataFrame; an integer column with a missing value as pandas' nullable ``Int64``,
+    where pandas' default float64 would round a number past 2**53 (``9007199254740993`` read back as
+    ``…992``). Other integer columns stay NumPy's ``int64``, as ``read_csv`` makes them."""
+    import pandas as pd
+    import pyarrow as pa
+
+    gapped = {name for name, column in zip(table.column_names, table.columns, strict=True)
+              if pa.types.is_integer(column.type) and column.null_count}
+    if not gapped:
+        return table.to_pandas()
+    frame = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    return frame.astype({name: "int64" for name in frame.columns if frame[name].dtype == "Int64"
+                         and name not in gapped})
 
 
 def _lossless(column: Any) -> Any:

@@ -88,6 +88,17 @@ def test_round_trip_frame_to_frame(env, load_path):
     pd.testing.assert_frame_equal(back, frame, check_dtype=False)
 
 
+def test_an_integer_column_with_a_gap_pulls_exactly(env):
+    """pandas' float64 would read 2**53 + 1 back as 2**53: such a column is its nullable Int64; one without a
+    gap stays NumPy's int64. The frame pushes back to the same text."""
+    big = str(2 ** 53 + 1)
+    vf = push_frame(pd.DataFrame({"h": [big, None], "n": ["1", "2"]}))
+    typed = pull_frame(vf, infer_types=True)
+    assert typed.dtypes.to_dict() == {"h": pd.Int64Dtype(), "n": np.dtype("int64")}
+    assert typed["h"].tolist() == [2 ** 53 + 1, pd.NA]
+    assert rows(push_frame(typed)) == [{"h": big, "n": "1"}, {"n": "2"}]
+
+
 def test_errors_are_the_actions_errors(env):
     with pytest.raises(ConnectorError) as info:
         push_frame("not a frame")
