@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -277,11 +278,39 @@ def test_catastrophic_regex_finishes_fast(store, pattern):
         assert len(found) == 100 and deleted == {"deletedCount": 100}
 
 
-@pytest.mark.parametrize("pattern", [r"(a)\1", r"a(?=b)", r"(?<!x)a"])
-def test_backtracking_only_constructs_are_a_400(store, pattern):
+@pytest.mark.parametrize(("pattern", "construct"), [
+    (r"(a)\1", "backreferences"), (r"(?P<n>a)(?P=n)", "backreferences"), (r"a(?=b)", "lookaround"),
+    (r"(?<!x)a", "lookaround"), (r"x|(a)?(?(1)b|c)", "conditionals"), (r"(?>a+)b", "atomic groups"),
+    (r"[ab]*+", "possessive quantifiers")])
+def test_backtracking_only_constructs_are_a_400_naming_the_construct(store, pattern, construct):
     vf = a_file(store)
     message = refused("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": pattern}}}, "query.a.$regex")
-    assert "RE2" in message
+    assert f"{construct} " in message and "RE2" in message
+
+
+@pytest.mark.parametrize(("pattern", "words"), [
+    ("[[:alpha:]]", "Possible nested set at position 1: Python reads this as characters today but may not"),
+    ("[a--z]", "Possible set difference"), ("(?x:a b)", "the flags m and x on a group are not supported")])
+def test_what_python_only_warns_about_or_reads_per_group_is_a_400(store, pattern, words):
+    vf = a_file(store)
+    assert words in refused("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": pattern}}},
+                            "query.a.$regex")
+
+
+#: patterns whose Python meaning RE2 reads otherwise, or not at all, in their own syntax; and values
+PYTHON_SYNTAX = [r"\u00e9", r"\U0001F600", r"^[a-\u00ff]+$", r"\N{LATIN SMALL LETTER E WITH ACUTE}",
+                 r"(?x) a \  b # comment", r"(?a)^\w+$", r"(?u)^x", r"(?i)^ABC", r"(?s)a.b", r"(?m)^b",
+                 r"\s", r"^\S+$", r"[\s]", r"[^\s]", r"^a{,2}$", r"[\b]", r"\bb\b", r"[{,2}]", r"(?i:X)"]
+SYNTAX_VALUES = ["café", "x😀", "é", "ÿ", "a b", "ab", "abc", "ABC", "a\nb", "\x0b", "\t", "aa", "a{,2}",
+                 "\x08", ",", "x", "a b c", "b"]
+
+
+@pytest.mark.parametrize("pattern", PYTHON_SYNTAX)
+def test_regex_reads_python_syntax_as_python_does(store, pattern):
+    vf = a_file(store, [{"v": v} for v in SYNTAX_VALUES])
+    found = invoke("etl.query", {"virtualFileId": vf, "query": {"v": {"$regex": pattern}}})["result"]
+    flags = 0 if pattern.startswith("(?u)") else re.ASCII  # \\w and \\b are ASCII; (?u) changes nothing here
+    assert found == [{"v": v} for v in SYNTAX_VALUES if re.search(pattern, v, flags)]
 
 
 def test_regex_keeps_python_semantics_for_dollar_and_verbose(store):

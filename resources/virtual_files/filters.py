@@ -16,8 +16,9 @@ The rules that make the SQL agree with MongoDB (differentially tested against mo
 * String order is code-point order: SQLite's BINARY collation, ``COLLATE "C"`` on PostgreSQL.
 * ``$regex`` runs on RE2 (``google-re2``), an engine without backtracking: matching takes time linear in
   the value's length whatever the pattern, so ``^(a+)+$`` cannot stall a query. The syntax is Python's
-  (flags ``i m s x``; ``$`` also matches before a final newline, as in Python and MongoDB's PCRE) minus
-  backreferences and lookaround, which are refused with a 400. It is a UDF on SQLite; on PostgreSQL, whose
+  (flags ``i m s x``; ``$`` also matches before a final newline, as in Python and MongoDB's PCRE),
+  translated where RE2 reads it otherwise (:func:`re2_syntax`), minus what needs backtracking
+  (backreferences, lookaround, …), which is refused with a 400 naming it. It is a UDF on SQLite; on PostgreSQL, whose
   regular expressions are neither, the column is read through one server-side cursor, matched in Python,
   and the matching ``seq`` values go into a temporary table the SQL then refers to.
 * Long lists stay one parameter: ``$in`` with more than ``LONG_IN`` values binds them as one array
@@ -33,7 +34,9 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,7 +133,18 @@ def _not(child: Node) -> Node:
 def _compile_regex(pattern: str, options: str) -> Any:
     import re2
 
-    re.compile(pattern)  # Python's syntax is the contract: its errors first, in its words
+    with warnings.catch_warnings():  # Python's syntax is the contract: its errors first, in its words
+        warnings.simplefilter("error", FutureWarning)
+        try:
+            re.compile(pattern)
+        except FutureWarning as exc:  # "[[:alpha:]]": a set of "[:alph" today, in a later Python maybe not
+            raise re.error(f"{exc}: Python reads this as characters today but may not later; escape them "
+                           "(\\[, \\-, \\&, \\~, \\|)") from None
+    backtracking = _needs_backtracking(re._parser.parse(pattern))  # type: ignore[attr-defined]
+    if backtracking:
+        raise re.error(f"{backtracking} are not supported ($regex runs on RE2, which matches in linear time "
+                       "and so cannot backtrack)")
+    pattern, options = _global_flags(pattern, options)
     text = re2_syntax(pattern, verbose="x" in options, multiline="m" in options)
     flags = "".join(c for c in "ims" if c in options)
     settings = re2.Options()
@@ -138,8 +152,42 @@ def _compile_regex(pattern: str, options: str) -> Any:
     try:
         return re2.compile(f"(?{flags}){text}" if flags else text, settings)
     except re2.error as exc:
-        raise re.error(f"{exc} (backreferences and lookaround are not supported: $regex runs on RE2, "
-                       "which matches in linear time)") from None
+        raise re.error(f"{exc} (RE2, which $regex runs on, does not read this part of Python's syntax)") from None
+
+
+#: what needs backtracking, by the opcodes of Python's own parser that stand for it
+_BACKTRACKING = {"GROUPREF": "backreferences", "GROUPREF_EXISTS": "conditionals on a group",
+                 "ASSERT": "lookaround assertions", "ASSERT_NOT": "lookaround assertions",
+                 "ATOMIC_GROUP": "atomic groups", "POSSESSIVE_REPEAT": "possessive quantifiers"}
+
+
+def _needs_backtracking(parsed: Any) -> str | None:
+    """The first construct of a parsed pattern that only a backtracking engine runs, in words, or None."""
+    for op, value in parsed:
+        found = _BACKTRACKING.get(str(op))
+        if found:
+            return found
+        for part in value if isinstance(value, tuple | list) else ():
+            if isinstance(part, re._parser.SubPattern):
+                found = _needs_backtracking(part)
+            elif isinstance(part, list):  # a branch's alternatives
+                found = next(filter(None, (_needs_backtracking(p) for p in part
+                                           if isinstance(p, re._parser.SubPattern))), None)
+            if found:
+                return found
+    return None
+
+
+#: Python's flags written at the start of a pattern (``(?x)``, ``(?ai)``): RE2 reads ``i m s`` there, and
+#: ``x`` is done by the translation; ``a`` and ``u`` change nothing RE2 does (its classes are ASCII)
+_GLOBAL_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
+
+
+def _global_flags(pattern: str, options: str) -> tuple[str, str]:
+    """The pattern without its leading flags, which join ``options``."""
+    while match := _GLOBAL_FLAGS.match(pattern):
+        pattern, options = pattern[match.end():], options + "".join(c for c in match[1] if c in "imsx")
+    return pattern, options
 
 
 @functools.lru_cache(maxsize=256)
@@ -164,18 +212,22 @@ def _finder(pattern: str, options: str) -> Callable[[str], bool]:
 
 def re2_syntax(pattern: str, *, verbose: bool, multiline: bool) -> str:
     """Python's regular-expression syntax in RE2's: ``\\Z`` is ``\\z``; without ``m``, ``$`` also matches
-    before a final newline; with ``x``, whitespace and ``#`` comments outside classes are dropped."""
+    before a final newline; with ``x``, whitespace and ``#`` comments outside classes are dropped; ``{,n}``
+    is ``{0,n}`` (RE2 reads it as text); a ``[`` in a class is a character (RE2 would read ``[:alpha:]``);
+    escapes as :func:`_escape` says."""
     out: list[str] = []
     i, n, in_class = 0, len(pattern), False
     while i < n:
         c = pattern[i]
         if c == "\\" and i + 1 < n:
-            out.append("\\z" if pattern[i + 1] == "Z" and not in_class else pattern[i:i + 2])
-            i += 2
+            c, i = _escape(pattern, i, in_class)
+            out.append(c)
             continue
         i += 1
         if in_class:
             in_class = c != "]"
+            if c == "[":
+                c = "\\["
         elif c == "[":
             in_class = True
             if pattern.startswith("^", i):
@@ -190,8 +242,38 @@ def re2_syntax(pattern: str, *, verbose: bool, multiline: bool) -> str:
             continue
         elif c == "$" and not multiline:
             c = "(?:\\n?\\z)"
+        elif c == "{" and _NO_LOWER_BOUND.match(pattern, i):  # a quantifier, since Python compiled it
+            c = "{0"
+        elif c == "(" and (group := _GROUP_FLAGS.match(pattern, i)) and {"m", "x"} & set(group[1]):
+            raise re.error("the flags m and x on a group are not supported here (the translation of $ and "
+                           "of whitespace is the whole pattern's): give them at its start or in $options")
         out.append(c)
     return "".join(out)
+
+
+_NO_LOWER_BOUND = re.compile(r",\d+\}")
+_GROUP_FLAGS = re.compile(r"\?([aiLmsux-]+):")
+
+
+def _escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
+    """The escape at ``pattern[i]`` in RE2's syntax, and where the pattern goes on: ``\\uXXXX``,
+    ``\\UXXXXXXXX`` and ``\\N{NAME}`` as ``\\x{…}``; ``\\s`` as Python's ASCII whitespace, which has the
+    vertical tab RE2's lacks; ``\\b`` in a class, a backspace."""
+    e = pattern[i + 1]
+    if e == "Z" and not in_class:
+        return "\\z", i + 2
+    if e in "uU":
+        end = i + (6 if e == "u" else 10)
+        return f"\\x{{{pattern[i + 2:end]}}}", end
+    if e == "N":
+        end = pattern.index("}", i)
+        return f"\\x{{{ord(unicodedata.lookup(pattern[i + 3:end])):x}}}", end + 1
+    if e in "sS":
+        posix = "[:space:]" if e == "s" else "[:^space:]"
+        return (posix if in_class else f"[{posix}]"), i + 2
+    if e == "b" and in_class:
+        return "\\x08", i + 2
+    return pattern[i:i + 2], i + 2
 
 
 # -- parsing (all validation happens here) -------------------------------------------------------
@@ -254,7 +336,7 @@ def _parse_operators(column: str, ops: Mapping[str, Any], path: str) -> Node:
             clauses.append(member if op == "$in" else _not(member))
         elif op == "$exists":
             if not isinstance(operand, bool | int | float):
-                raise InvalidInput(where, f"$exists needs a boolean, got {_kind(operand)}")
+                raise InvalidInput(where, f"$exists needs a boolean (or a number, 0 for false), got {_kind(operand)}")
             missing = Match(column, (), missing=True)
             clauses.append(_not(missing) if operand else missing)
         elif op == "$regex":
