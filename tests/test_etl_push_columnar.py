@@ -270,6 +270,25 @@ def test_errors_keep_their_exact_line_after_the_fast_path_gives_up(files, env, c
     assert len(counted) == 1
 
 
+#: a € split by the end of the bad byte search's first read (64 KiB)
+_SPLIT = b"h\n" + b"x\n" * 21_844 + b"y" * 21_844 + "€".encode()
+
+
+@pytest.mark.parametrize(("data", "name", "encoding", "line"), [
+    (b"\xef\xbb\xbfh\n1\nb\xff\n", "bom.csv", "utf-8-sig", 3),  # the BOM's bytes are not the text's
+    (b"\xef\xbb\xbfh\n1\n\xff\n", "bom.csv", "utf-8-sig", 3),
+    ("名,值\n上海,上\n".encode("utf-16") + b"\x00\xd8a\x00\n\x00", "wide.csv", "utf-16", 3),  # 上 is 0x4E0A
+    ('{"a":"上海上"}\n'.encode("utf-16") + b"\x00\xd8a\x00\n\x00", "wide.ndjson", "utf-16", 2),
+    (_SPLIT + b"\xff\n" + b"z\n", "split.csv", "utf-8-sig", 21_846),  # the € held back across two reads
+])
+def test_a_byte_the_encoding_cannot_read_is_on_the_line_of_the_decoded_text(files, env, data, name, encoding,
+                                                                            line):
+    pf = files.add_bytes(data, name, "application/octet-stream").to_json()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": pf, "parameters": {"encoding": encoding}})
+    assert info.value.body["message"].startswith(f"platformFile: line {line}: the file is not valid {encoding} ")
+
+
 @pytest.mark.parametrize("name", ["plain.csv", "ndjson.json", "frame"])
 def test_pushed_files_end_with_their_row_key(files, store, fast_only, name):
     """On PostgreSQL the columnar loads build the primary key after the rows (one sorted pass): every

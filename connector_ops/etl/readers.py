@@ -66,15 +66,18 @@ def _starts_with(reopen: Open, head: bytes) -> bool:
 
 
 def _line_of_bad_byte(reopen: Open, encoding: str) -> int:
+    """The line of the first byte ``encoding`` cannot read, counted in the decoded text: a UTF-16 byte 0x0A
+    is half of many characters (上, U+4E0A), not a line break. The decoder's error counts from the bytes it
+    was decoding (``exc.object``), which is not the chunk read when it held part of a character back or
+    dropped a BOM."""
     decoder = codecs.getincrementaldecoder(encoding)("strict")
     line = 1
     with reopen() as stream:
         while chunk := stream.read(1 << 16):
             try:
-                decoder.decode(chunk)
+                line += decoder.decode(chunk).count("\n")
             except UnicodeDecodeError as exc:
-                return line + chunk[: max(exc.start, 0)].count(b"\n")
-            line += chunk.count(b"\n")
+                return line + exc.object[:exc.start].decode(exc.encoding, "replace").count("\n")
     return line
 
 
