@@ -270,6 +270,23 @@ def test_errors_keep_their_exact_line_after_the_fast_path_gives_up(files, env, c
     assert len(counted) == 1
 
 
+@pytest.mark.parametrize(("data", "parameters", "expected"), [
+    (b"h\r\n\xef\xbb\xbfx\r\ny\r\n", {}, [{"h": "\ufeffx"}, {"h": "y"}]),  # Arrow would drop it as a BOM
+    (b"h\r\n\xef\xbb\xbfx\r\n\r\ny\r\n", {}, [{"h": "\ufeffx"}, {"h": "y"}]),
+    (b"junk\n\xef\xbb\xbfx,1\n", {"linesToIgnore": 1, "schema": ["a", "b"]}, [{"a": "\ufeffx", "b": "1"}]),
+    (b"\xef\xbb\xbf\xef\xbb\xbfk,v\r\n1,2\r\n", {}, [{"\ufeffk": "1", "v": "2"}]),  # the BOM dropped once
+    ("\ufeffk,v\n1,2\n".encode("utf-16"), {"encoding": "utf-16"}, [{"\ufeffk": "1", "v": "2"}]),
+    (b"\xef\xbb\xbfk,v\r\n1,2\r\n", {"encoding": "utf-8"}, [{"k": "1", "v": "2"}]),  # kept by utf-8, dropped
+])
+def test_a_u_feff_after_the_bom_is_a_character_on_every_path(files, env, counted, monkeypatch, data, parameters,
+                                                            expected):
+    """The file's BOM is dropped once, by the decoder or else from the header; any other U+FEFF is text,
+    also where it starts the rows Arrow would read (Arrow drops it there, so those go the slow way)."""
+    fast = rows(push(files, data, **parameters))
+    monkeypatch.setattr(push_csv, "FAST", False)
+    assert fast == rows(push(files, data, **parameters)) == expected
+
+
 #: a € split by the end of the bad byte search's first read (64 KiB)
 _SPLIT = b"h\n" + b"x\n" * 21_844 + b"y" * 21_844 + "€".encode()
 

@@ -5,8 +5,8 @@ as :func:`.readers.read_csv` reads them, on the first bytes; the data rows are l
 A file in another encoding is read as UTF-8 (:func:`~connector_ops.kernel.streams.as_utf8`, decoded as
 the slow path decodes it), so its rows take the same path. Files this cannot start exactly like the slow
 path (a delimiter of more than one byte in UTF-8, a BOM under plain ``utf-8`` or a U+FEFF an encoding
-keeps, no header row, bytes that are not in the encoding in the first lines) get ``None``: Push reads them
-with the ``csv`` module.
+keeps, a U+FEFF starting the first data row, no header row, bytes that are not in the encoding in the first
+lines) get ``None``: Push reads them with the ``csv`` module.
 """
 
 from __future__ import annotations
@@ -43,4 +43,8 @@ def data_rows(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header
     if not columns:
         return None
     check_names(columns, "parameters.schema" if schema is not None else FIELD)
+    while len(head.data) - head.pos < len(codecs.BOM_UTF8) and head.more():
+        pass
+    if head.data.startswith(codecs.BOM_UTF8, head.pos):
+        return None  # a U+FEFF starting the first data row is a character, which Arrow would drop as a BOM
     return columns, head.rest()

@@ -43,6 +43,12 @@ def text_stream(stream: IO[bytes], encoding: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(stream, encoding=encoding, errors="strict", newline="")
 
 
+def drops_bom(encoding: str) -> bool:
+    """Does the decoder of ``encoding`` drop a BOM starting the text itself (``utf-8-sig``, ``utf-16``,
+    ``utf-32``), so that a U+FEFF after it is a character of the text?"""
+    return codecs.lookup(encoding).name in ("utf-8-sig", "utf-16", "utf-32")
+
+
 def skip_lines(text: io.TextIOWrapper, count: int) -> int:
     skipped = 0
     while skipped < count and text.readline():
@@ -99,8 +105,8 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
         if header:
             first = next((r for r in reader if r), None)
             columns = first or []
-            if offset == 0 and columns and columns[0].startswith("\ufeff"):
-                columns[0] = columns[0][1:]
+            if offset == 0 and columns and columns[0].startswith("\ufeff") and not drops_bom(encoding):
+                columns[0] = columns[0][1:]  # a BOM the decoder kept as a character (``utf-8``); dropped once
     except UnicodeDecodeError as exc:
         raise decode_error(exc, encoding, reopen) from None
     except csv.Error as exc:
