@@ -169,3 +169,14 @@ def test_quotes_are_counted_escaped_ones_aside():
     string, is inside one and is left alone."""
     line = b'{"k\\\\": 1, "a": "x\\": 2", "b": ": 3 "}\n'
     assert scalars_quoted(line) == line.replace(b": 1,", b': "1",')
+
+
+@pytest.mark.parametrize("array", [False, True])
+def test_numbers_inside_nested_values_keep_their_digits(resources, monkeypatch, paths, array):  # noqa: F811
+    """A nested object or array is stored as compact JSON whose numbers are written as a top-level number is
+    (``2.50``, 20 digits, ``1E+400``), not through ``float`` (``2.5``, 17 digits, ``Infinity``)."""
+    line = ('{"a": [2.50, 0.1000000000000000055511151231257827, 1e400, 12345678901234567890.5, -0.0, 7],'
+            ' "b": {"k\\"": {"x": 1.10}, "s": "é"}, "c": 2.50}')
+    result, _ = both(resources, (f"[{line}]" if array else line).encode(), monkeypatch, paths)
+    assert result[2] == [{"a": "[2.50,0.1000000000000000055511151231257827,1E+400,12345678901234567890.5,-0.0,7]",
+                          "b": '{"k\\"":{"x":1.10},"s":"é"}', "c": "2.50"}]

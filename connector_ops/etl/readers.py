@@ -36,7 +36,33 @@ def cell_text(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, int | Decimal):
         return str(value)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=float)
+    try:
+        return _compact(value)
+    except _HasDecimal:
+        return _with_decimals(value)
+
+
+class _HasDecimal(Exception):
+    pass
+
+
+def _no_decimal(value: Any) -> Any:
+    raise _HasDecimal
+
+
+#: compact JSON of a nested value, in C; a number with a fraction or exponent (a ``Decimal``) stops it
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_no_decimal).encode
+_string = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def _with_decimals(value: Any) -> str:
+    """Compact JSON of a nested value holding ``Decimal`` numbers, each written as a top-level one is
+    (``2.50`` stays ``2.50``; 20 digits stay 20): ``json`` would write them through ``float``."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_string(str(k))}:{_with_decimals(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(map(_with_decimals, value)) + "]"
+    return str(value) if isinstance(value, Decimal) else _compact(value)
 
 
 def text_stream(stream: IO[bytes], encoding: str) -> io.TextIOWrapper:
