@@ -67,3 +67,22 @@ def test_masked_environment_keeps_urls_readable_without_their_passwords():
         "GOOGLE_REFRESH_TOKEN": "****",
         "MAILJET_API_SECRET": "****",
     }
+
+
+@pytest.mark.parametrize(("data", "name"), [
+    (b"a,b\n1,2\nsecret-1,4,5\n", "rows.csv"), (b"a,b\n1,2\r\nsecret-2\n", "rows.csv"),
+    (b"a,b\n1,\xffsecret-3\n", "rows.csv"), (b'{"a": "1"}\n' * 200_000 + b'{"a": "secret-4"} x\n', "rows.ndjson")])
+def test_a_fast_path_that_gives_up_logs_no_row(resources, caplog, monkeypatch, data, name):
+    """What a column-wise load refused is not logged with its content: the server's error quotes the row
+    (``CONTEXT: COPY vf_…, line 2: "…"``), and psycopg logs it as a warning when the ``COPY`` ends on an
+    error of ours; Arrow's parse errors quote the line. The Push's 400 words the problem itself."""
+    from connector_ops import ConnectorError, invoke
+    from connector_ops.resources.virtual_files import sqlite_loader
+
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)  # SQLite's column-wise path too
+    caplog.set_level("DEBUG")
+    pf = resources["platform_files"].add_bytes(data, name).to_json()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": pf}, resources)
+    assert info.value.status == 400 and "gave up" in caplog.text
+    assert "secret" not in caplog.text and "CONTEXT" not in caplog.text

@@ -49,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
 from connector_ops.etl.json_readers import stored_line
 from connector_ops.etl.physical_lines import after_lines
-from connector_ops.kernel.errors import UpstreamError
+from connector_ops.kernel.errors import UpstreamError, gave_up_because
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.kernel.streams import UTF8, Open, as_utf8, peekable
@@ -211,7 +211,7 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
     except UpstreamError:  # the file's server failed, not its bytes: reading it again would wait again
         raise
     except Exception as exc:  # whatever went wrong, the row reader reads the file and words the error
-        log.debug("push %s: the columnar NDJSON path gave up (%s: %s)", name, type(exc).__name__, exc)
+        log.debug("push %s: the columnar NDJSON path gave up (%s)", name, gave_up_because(exc))
         return None
 
 

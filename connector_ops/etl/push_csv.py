@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from connector_ops.etl import models as m
 from connector_ops.etl.csv_fast import data_rows
 from connector_ops.etl.readers import read_csv
-from connector_ops.kernel.errors import UpstreamError
+from connector_ops.kernel.errors import UpstreamError, gave_up_because
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.kernel.streams import Open
 
@@ -68,7 +68,7 @@ def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
             except UpstreamError:  # the file's server failed, not its bytes: reading it again would wait again
                 raise
             except Exception as exc:  # whatever went wrong, the slow path reads the file and words the error
-                log.debug("push %s: the columnar path gave up (%s: %s); reading it row by row", name,
-                          type(exc).__name__, exc)
+                log.debug("push %s: the columnar path gave up (%s); reading it row by row", name,
+                          gave_up_because(exc))
                 return None
     return None

@@ -129,3 +129,11 @@ def link_shown(url: str) -> str:
     hidden = parts.username is not None or parts.query or parts.fragment
     place = parts.netloc.rpartition("@")[2]  # host and port as written (a port that is no number included)
     return f"{parts.scheme}://{place}{parts.path}" + ("?…" if parts.query else "") if hidden else url
+
+
+def gave_up_because(exc: BaseException) -> str:
+    """Why a fast path gave up, for a debug log, without the file's content: the exception's type, and a
+    database's primary message (``extra data after last expected column``), which names no value. Its full
+    text is left out: PostgreSQL's CONTEXT quotes the refused row, Arrow's parse errors the line."""
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+    return f"{type(exc).__name__}: {primary}" if primary else type(exc).__name__

@@ -54,9 +54,31 @@ CANCEL_SECONDS = 5.0
 def cancel_on_interrupt(engine: sa.Engine) -> None:
     """The engine's connections are :class:`CancellingConnection` objects (through SQLAlchemy's
     ``do_connect`` hook, which is given the arguments it would pass to ``psycopg.connect``)."""
+    _quiet_ended_copies()
     @sa.event.listens_for(engine, "do_connect")
     def connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
         return CancellingConnection.connect(*cargs, **cparams)
+
+
+class _OurEndedCopies(logging.Filter):
+    """Drops psycopg's "error ignored terminating <Copy>" for a ``COPY`` of ours. psycopg logs the server's
+    error when a ``COPY`` ends on an exception of its own; a Push's ``COPY`` that the server refuses (a
+    ragged row) ends so, and the error's CONTEXT quotes the row (``COPY vf_…, line 3: "…"``): file content
+    in the log of every caller whose logging shows warnings. The row reader then words the error itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        copy = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not (record.msg == "error ignored terminating %r: %s"
+                    and isinstance(getattr(copy, "connection", None), CancellingConnection))
+
+
+_QUIET = _OurEndedCopies()
+
+
+def _quiet_ended_copies() -> None:
+    psycopg_log = logging.getLogger("psycopg")
+    if _QUIET not in psycopg_log.filters:
+        psycopg_log.addFilter(_QUIET)
 
 
 class CancellingConnection(psycopg.Connection):
