@@ -79,17 +79,22 @@ def read_payload(text: str | None, action: str) -> Any:
     """The JSON input: inline text, ``-`` (stdin), ``@file.json``, or nothing (``{}``)."""
     if text is None:
         return {}
-    if text == "-":
-        text = sys.stdin.read()
+    data: str | bytes = text
+    if text == "-":  # bytes, which json reads as RFC 8259 says (UTF-8, a BOM tolerated, or UTF-16/32)
+        stdin = getattr(sys.stdin, "buffer", None)
+        data = stdin.read() if stdin is not None else sys.stdin.read()
     elif text.startswith("@"):
         try:
-            with open(text[1:], encoding="utf-8") as handle:
-                text = handle.read()
+            with open(text[1:], "rb") as handle:
+                data = handle.read()
         except OSError as exc:
             raise ConnectorError(400, {"message": f"input: cannot read {text[1:]!r}: {exc.strerror}"},
                                  action=action) from None
     try:
-        return json.loads(text)
+        return json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise ConnectorError(400, {"message": f"input is not UTF-8 text ({exc.reason} at byte {exc.start})"},
+                             action=action) from None
     except json.JSONDecodeError as exc:
         raise ConnectorError(400, {"message": f"input is not valid JSON: {exc}"}, action=action) from None
     except RecursionError:

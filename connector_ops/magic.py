@@ -64,7 +64,7 @@ class NotebookError(ConnectorError):
 
     @classmethod
     def from_error(cls, exc: ConnectorError) -> NotebookError:
-        return cls(exc.status, exc.body, action=exc.action)
+        return cls(exc.status, exc.body, action=exc.action, detail=exc.detail, retryable=exc.retryable)
 
     def _render_traceback_(self) -> list[str]:  # IPython's hook for custom tracebacks
         return [self.summary()]

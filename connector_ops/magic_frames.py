@@ -28,11 +28,12 @@ def push_frame(df: Any, resources: Mapping[str, Any], payload: Mapping[str, Any]
     if extra:
         raise InputError(f"with --df the platform file is the DataFrame; {', '.join(sorted(extra))} cannot be given",
                          action="etl.push")
-    parameters = dict(payload.get("parameters") or {})
-    clashing = set(parameters) & {"csvDelimiter", "useFirstRowAsSchema", "schema", "linesToIgnore", "encoding"}
-    if clashing:
-        raise InputError(f"with --df the CSV format is fixed; parameters {', '.join(sorted(clashing))} cannot be given",
-                         action="etl.push")
+    parameters = payload.get("parameters") or {}
+    if not isinstance(parameters, Mapping):
+        raise InputError(f"parameters: must be an object, got {type(parameters).__name__}", action="etl.push")
+    if parameters:  # each reads a file (its delimiter, lines, encoding, bad rows), and the frame is no file
+        raise InputError(f"parameters.{sorted(parameters)[0]}: does not apply to --df, whose DataFrame is the "
+                         "data itself; remove the parameters", action="etl.push")
     vf_id = run_with_store("etl.push", resources, lambda store: frame_into(store, df, "--df"))
     return {"virtualFileId": vf_id}
 

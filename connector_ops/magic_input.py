@@ -28,12 +28,12 @@ import yaml
 from pydantic import BaseModel
 
 from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.yaml_text import FastTextLoader
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 #: characters after which a quote opens a string (JSON always; YAML at the start of a scalar)
 _QUOTE_OPENERS = frozenset("{[,:-?")
 _JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class InputError(ConnectorError):
@@ -172,7 +172,7 @@ def parse(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as json_error:
         try:
-            return yaml.load(text, Loader=_YAML_LOADER)  # a safe loader (C speed when available)
+            return yaml.load(text, Loader=FastTextLoader)  # safe, dates kept as text (C speed when available)
         except yaml.YAMLError as yaml_error:
             if text.startswith(("{", "[")) and '"' in text:
                 problem = f"{json_error.msg} (line {json_error.lineno}, column {json_error.colno})"

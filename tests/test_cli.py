@@ -107,6 +107,24 @@ def test_inputs_inline_stdin_and_file_and_the_magics_spelling(env: dict[str, str
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_input_that_is_not_utf8_is_a_400_from_a_file_and_from_stdin(env: dict[str, str], tmp_path: Path) -> None:
+    """JSON text is UTF-8 (a BOM tolerated): other bytes were a traceback from ``@FILE``, and from stdin a
+    400 about half a surrogate pair."""
+    latin = tmp_path / "latin.json"
+    latin.write_bytes('{"content": ["né"], "maxBatchSize": 1}'.encode("latin-1"))
+    message = "input is not UTF-8 text (invalid continuation byte at byte 15)"
+    for args, stdin in ((("@" + str(latin),), None), (("-",), latin.read_bytes())):
+        run = subprocess.run([SCRIPT, "invoke", "etl.iterate", *args], input=stdin, capture_output=True,
+                             timeout=120, env={**os.environ, **env})
+        assert (run.returncode, json.loads(run.stdout)) == (2, {"message": message}), run.stderr
+        assert b"Traceback" not in run.stderr
+    with_bom = subprocess.run([SCRIPT, "invoke", "etl.iterate", "-"], capture_output=True, timeout=120,
+                              input=b"\xef\xbb\xbf" + '{"content": ["né"], "maxBatchSize": 1}'.encode(),
+                              env={**os.environ, **env})
+    assert json.loads(with_bom.stdout) == {"content": ["né"], "hasNext": False}
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_exit_codes_follow_the_status(env: dict[str, str]) -> None:
     bad = cli("invoke", "etl.iterate", '{"content": [1]}', env=env)
     assert bad.returncode == 2

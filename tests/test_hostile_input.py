@@ -3,15 +3,18 @@ time. Each runs on both databases where a database is involved."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from connector_ops import ConnectorError, invoke
@@ -295,6 +298,26 @@ def test_what_python_only_warns_about_or_reads_per_group_is_a_400(store, pattern
     vf = a_file(store)
     assert words in refused("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": pattern}}},
                             "query.a.$regex")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (dt.date(2024, 1, 1), "rows[0].content.v: '2024-01-01' is a date, not a JSON value: give it as a string"),
+    (b"x", "rows[0].content.v: a bytes is not a JSON value (string, number, boolean, null, array or object)"),
+    ([{1}], "rows[0].content.v[0]: a set is not a JSON value"),
+])
+def test_a_value_that_is_not_json_is_a_400_naming_it(store, value, message):
+    """A Python caller's date, bytes or set (or YAML's ``!!timestamp``) was a 500 where it was stored."""
+    vf = a_file(store)
+    assert refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"v": value}}]},
+                   "rows[0].content.v").startswith(message)
+    assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]
+
+
+def test_numpy_and_decimal_numbers_are_json_numbers(store):
+    vf = a_file(store)
+    invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {
+        "n": np.int64(5), "f": np.float64(1.5), "d": Decimal("2.50"), "x": [np.int32(3), Decimal("7.0")]}}]})
+    assert store.rows(vf)[-1] == {"n": "5", "f": "1.5", "d": "2.50", "x": "[3,7.0]"}
 
 
 #: patterns whose Python meaning RE2 reads otherwise, or not at all, in their own syntax; and values

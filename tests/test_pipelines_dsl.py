@@ -293,3 +293,27 @@ def test_failed_step_reports_the_error_and_exits_non_zero(demo_file: Path, env: 
         f"step region failed: etl.query failed (400): {missing}",
         f"step export failed: etl.pull failed (400): {missing}",
     ])
+
+
+def test_an_unquoted_date_stays_text_and_a_clean_failure_says_why(tmp_path: Path, env: dict[str, str],
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    """YAML's implicit dates (``2024-01-01``) are no JSON value: such a step validated, then the run failed in
+    Dagster's serialisation with a traceback. Clean answers every error with ``null``: its reason (the
+    error's detail) reaches the step's failure line too."""
+    path = write(tmp_path, """
+        name: dated
+        steps:
+          - id: rows
+            action: etl.iterate
+            input: {content: [{day: 2024-01-01, at: 2024-01-01 10:00:00}], maxBatchSize: 5}
+          - id: gone
+            action: etl.clean
+            input: {virtualFileId: nope}
+    """)
+    with pytest.raises(SystemExit) as exited:
+        main(["pipeline", "run", str(path)])
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert 'rows (etl.iterate): {"content": [{"day": "2024-01-01", "at": "2024-01-01 10:00:00"}]' in captured.out
+    assert "step gone failed: etl.clean failed (500): virtual file 'nope' not found" in captured.err
+    assert "Traceback" not in captured.out + captured.err

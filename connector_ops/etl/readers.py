@@ -13,6 +13,7 @@ import codecs
 import csv
 import io
 import json
+import numbers
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import IO, Any
@@ -47,7 +48,14 @@ class _HasDecimal(Exception):
 
 
 def _no_decimal(value: Any) -> Any:
-    raise _HasDecimal
+    """JSON's encoder's ``default``: NumPy's numbers as Python's; a ``Decimal`` stops it (see below)."""
+    if isinstance(value, Decimal):
+        raise _HasDecimal
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")  # check_payload refuses it first
 
 
 #: compact JSON of a nested value, in C; a number with a fraction or exponent (a ``Decimal``) stops it

@@ -9,6 +9,9 @@ loaders) names its columns through :func:`check_column_names`, so a new parser r
 from __future__ import annotations
 
 import codecs
+import datetime as dt
+import decimal
+import numbers
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -90,6 +93,8 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
             continue
         is_map = isinstance(item, Mapping)
         if not is_map and not isinstance(item, list | tuple):
+            if not isinstance(item, _JSON_SCALARS) and not _a_model(item):
+                raise InvalidInput(field_path(path), not_json(item))
             continue
         if depth >= limit:
             raise InvalidInput(field_path(path), deeper_than(limit))
@@ -103,6 +108,26 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
                 stack.append((child, (*path, str(key)), depth + 1))
         else:
             stack.extend((child, (*path, i), depth + 1) for i, child in enumerate(item))
+
+
+#: what a payload may hold besides strings, lists and mappings: JSON's values (numbers as Python, NumPy or
+#: ``Decimal`` make them), and the models of a Python caller (:func:`_a_model`), which pydantic checks
+_JSON_SCALARS = (numbers.Real, decimal.Decimal, bool, type(None))
+
+
+def _a_model(value: Any) -> bool:
+    from pydantic import BaseModel  # here: ``--help`` and ``actions`` import this module, not pydantic
+
+    return isinstance(value, BaseModel)
+
+
+def not_json(value: Any) -> str:
+    """Why a value a Python caller (or YAML's ``!!timestamp``) gave is refused: only JSON values are data."""
+    if isinstance(value, dt.date | dt.time):
+        return f"{value.isoformat()!r} is a {type(value).__name__}, not a JSON value: give it as a string"
+    kind = type(value)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return f"a {name} is not a JSON value (string, number, boolean, null, array or object)"
 
 
 def str_of_int(value: int) -> str:

@@ -90,12 +90,11 @@ def extension_metadata(spec: ActionSpec, result: Any) -> dict[str, Any]:
 
 def failure(exc: ConnectorError) -> dg.Failure:
     """The op failure of an action error: a ``RetryPolicy`` may retry it only if ``exc.retryable``."""
-    return dg.Failure(
-        description=exc.summary(),
-        metadata={"status": dg.MetadataValue.int(exc.status), "body": dg.MetadataValue.json(exc.body),
-                  "retryable": dg.MetadataValue.bool(exc.retryable)},
-        allow_retries=exc.retryable,
-    )
+    metadata = {"status": dg.MetadataValue.int(exc.status), "body": dg.MetadataValue.json(exc.body),
+                "retryable": dg.MetadataValue.bool(exc.retryable)}
+    if exc.detail is not None:  # what a ``null`` body cannot say (Clean)
+        metadata["detail"] = dg.MetadataValue.text(exc.detail)
+    return dg.Failure(description=exc.summary(), metadata=metadata, allow_retries=exc.retryable)
 
 
 def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
@@ -108,8 +107,9 @@ def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
         body = user.metadata.get("body")
         description = user.description or ""
         action = description.split(" failed (", 1)[0] if " failed (" in description else None
-        retryable = user.metadata.get("retryable")
+        retryable, detail = user.metadata.get("retryable"), user.metadata.get("detail")
         return ConnectorError(int(status.value), body.value if body is not None else None, action=action,
+                              detail=detail.value if detail is not None else None,
                               retryable=bool(retryable.value) if retryable is not None else False)
     text = data.error.message.strip() if data and data.error else ""
     return ConnectorError(500, {"message": text.splitlines()[0] if text else "step failed"})

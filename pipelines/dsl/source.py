@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from connector_ops.kernel.yaml_text import TextLoader
+
 Path = tuple[str | int, ...]
 
 
@@ -40,7 +42,7 @@ class SourceError(Exception):
         self.line = line
 
 
-def _convert(node: yaml.Node, path: Path, lines: dict[Path, int], loader: yaml.SafeLoader) -> Any:
+def _convert(node: yaml.Node, path: Path, lines: dict[Path, int], loader: TextLoader) -> Any:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
@@ -62,7 +64,7 @@ def _convert(node: yaml.Node, path: Path, lines: dict[Path, int], loader: yaml.S
 
 def parse_yaml(text: str, file: str = "<string>") -> Document:
     """Parse ``text``; raises :class:`SourceError` with a line number on invalid YAML."""
-    loader = yaml.SafeLoader(text)
+    loader = TextLoader(text)  # safe, and a date stays the text it was written as
     try:
         node = loader.get_single_node()
         lines: dict[Path, int] = {}

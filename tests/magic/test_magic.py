@@ -49,6 +49,12 @@ def test_cell_magic_takes_yaml_or_json_and_var_inside_and_outside_strings(ip: An
     assert ip.user_ns["arr"] == {"content": batch["content"], "hasNext": False}
 
 
+def test_a_yaml_date_stays_the_text_it_was_written_as(ip: Any) -> None:
+    """YAML makes ``2024-01-01`` a date, no JSON value: a 500 where an action stored it, before."""
+    assert ip.run_line_magic("etl", "iterate {content: [{day: 2024-01-01}], maxBatchSize: 5}") == {
+        "content": [{"day": "2024-01-01"}], "hasNext": False}
+
+
 def test_append_query_delete_clean(ip: Any, sales: dict[str, Any]) -> None:
     vf = ip.run_line_magic("etl", 'push {"platformFile": {{sales}}}')["virtualFileId"]
     ip.user_ns.update(vf=vf, row={"order_id": "SO-9999", "region": "Mars"})
@@ -122,10 +128,16 @@ def test_dataframe_with_named_index_keeps_it(ip: Any) -> None:
         ('iterate {"content": "x", "maxBatchSize": 0}', "etl.iterate failed (400): maxBatchSize: Input should be"),
         ('pull --df {"virtualFileId": "x", "parameters": {"schema": "a"}}',  # was a 500 with pydantic's report
          "etl.pull failed (400): parameters.schema: Input should be a valid list"),
+        ('push --df sales {"parameters": "x"}', "etl.push failed (400): parameters: must be an object, got str"),
+        ('push --df sales {"parameters": {"onRowError": "quarantine"}}',  # was ignored
+         "etl.push failed (400): parameters.onRowError: does not apply to --df"),
+        ('push --df sales {"parameters": {"bogus": 1}}', "etl.push failed (400): parameters.bogus: does not apply"),
+        ('clean {"virtualFileId": "nope"}', "etl.clean failed (500): virtual file 'nope' not found"),
     ],
 )
 def test_errors_are_one_line(ip: Any, line: str, summary: str) -> None:
     ip.user_ns["sales_text"] = "not a frame"
+    ip.user_ns["sales"] = pd.DataFrame({"a": ["1"]})
     with pytest.raises(ConnectorError) as caught:
         ip.run_line_magic("etl", line)
     assert caught.value.summary().startswith(summary)
