@@ -75,6 +75,15 @@ def _action_names(ctx: click.Context, param: click.Parameter, incomplete: str) -
     return [name for name in ACTION_MODULES if name.startswith(incomplete)]
 
 
+class _NotJson(ValueError):
+    pass
+
+
+def _not_json_number(word: str) -> Any:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's ``json`` reads them; RFC 8259 has no such numbers."""
+    raise _NotJson(word)
+
+
 def read_payload(text: str | None, action: str) -> Any:
     """The JSON input: inline text, ``-`` (stdin), ``@file.json``, or nothing (``{}``)."""
     if text is None:
@@ -91,7 +100,10 @@ def read_payload(text: str | None, action: str) -> Any:
             raise ConnectorError(400, {"message": f"input: cannot read {text[1:]!r}: {exc.strerror}"},
                                  action=action) from None
     try:
-        return json.loads(data)
+        return json.loads(data, parse_constant=_not_json_number)
+    except _NotJson as exc:
+        raise ConnectorError(400, {"message": f"input is not valid JSON: {exc} is no JSON number"},
+                             action=action) from None
     except UnicodeDecodeError as exc:
         raise ConnectorError(400, {"message": f"input is not UTF-8 text ({exc.reason} at byte {exc.start})"},
                              action=action) from None

@@ -107,6 +107,14 @@ def test_inputs_inline_stdin_and_file_and_the_magics_spelling(env: dict[str, str
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
+def test_numbers_json_does_not_have_are_a_400(env: dict[str, str], word: str) -> None:
+    run = cli("invoke", "etl.iterate", f'{{"content": [{{"a": {word}}}], "maxBatchSize": 1}}', env=env)
+    assert (run.returncode, json.loads(run.stdout)) == (2, {"message": f"input is not valid JSON: {word} is no "
+                                                                       "JSON number"})
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_input_that_is_not_utf8_is_a_400_from_a_file_and_from_stdin(env: dict[str, str], tmp_path: Path) -> None:
     """JSON text is UTF-8 (a BOM tolerated): other bytes were a traceback from ``@FILE``, and from stdin a
     400 about half a surrogate pair."""
