@@ -27,25 +27,36 @@ from connector_ops.resources.virtual_files.urls import database_url_problem
 
 
 @functools.cache
-def _lookup(dialect: str, lock: bool, reader: bool) -> sa.Select:
-    """The catalog entry's one query, built once per kind: every action starts with it, and building and
-    keying it anew each time took more than running it (SQLite ≈ 200 µs of a 700 µs Query).
-
-    On PostgreSQL a read transaction's ``FOR SHARE`` gives it a transaction id, and so a commit record
-    that waits for the write-ahead log's flush. A reader's commit has nothing to keep, so its lookup also
-    turns ``synchronous_commit`` off for that transaction alone (``set_config(…, true)``, in the same
-    statement: no extra round trip). 300 transactions of lookup + 20-row SELECT + commit: 1,211 µs each
-    with the flush, 793 µs without, 794 µs with no lock at all (a script).
-    """
+def _lookup() -> sa.Select:
+    """The catalog entry's one query, built once: every action starts with it, and building and keying it
+    anew each time took more than running it (SQLite ≈ 200 µs of a 700 µs Query)."""
     vf, col = cat.virtual_file, cat.vf_column
-    relaxed = [sa.func.set_config("synchronous_commit", "off", sa.true())] if reader else []
-    query = (
-        sa.select(vf.c.table_name, vf.c.generation, col.c.ordinal, col.c.name, col.c.indexed, *relaxed)
+    return (
+        sa.select(vf.c.table_name, vf.c.generation, col.c.ordinal, col.c.name, col.c.indexed)
         .select_from(vf.outerjoin(col, col.c.vf_id == vf.c.id))
         .where(vf.c.id == sa.bindparam("vf_id"))
         .order_by(col.c.ordinal)
     )
-    return query.with_for_update(of=vf, read=not lock) if dialect == "postgresql" else query
+
+
+@functools.cache
+def _lock(writer: bool, reader: bool) -> sa.Select:
+    """PostgreSQL: the catalog row of the file locked, for a writer (``FOR UPDATE``) or a reader (``FOR
+    SHARE``), in a statement of its own: one that waited for a writer's lock sees only the locked row as the
+    writer left it, and its joined rows (the columns) from before (READ COMMITTED rechecks just the locked
+    row). So an action that waited for a Map in place read the new table under the old column names: a
+    header over other columns, appended values under a renamed column, ``column … does not exist``. The
+    lookup that follows is a new statement, whose snapshot holds what the writer committed.
+
+    A read transaction's ``FOR SHARE`` gives it a transaction id, and so a commit record that waits for the
+    write-ahead log's flush. A reader's commit has nothing to keep, so its lock also turns
+    ``synchronous_commit`` off for that transaction alone (``set_config(…, true)``, in the same statement).
+    300 transactions of lookup + 20-row SELECT + commit: 1,211 µs each with the flush, 793 µs without,
+    794 µs with no lock at all (a script)."""
+    vf = cat.virtual_file
+    relaxed = [sa.func.set_config("synchronous_commit", "off", sa.true())] if reader else []
+    return sa.select(vf.c.generation, *relaxed).where(vf.c.id == sa.bindparam("vf_id")).with_for_update(
+        read=not writer)
 
 
 class StoreCore(Resource):
@@ -128,9 +139,13 @@ class StoreCore(Resource):
         if not isinstance(vf_id, str) or not vf_id:
             raise NotFound(f"virtual file {vf_id!r} not found")
         dialect = conn.dialect.name
-        # a transaction begun without WRITE writes nothing, so its commit need not wait for a flush
-        reader = dialect == "postgresql" and not lock and not is_writing(conn)
-        rows = conn.execute(_lookup(dialect, lock, reader), {"vf_id": vf_id}).all()  # the file and its columns
+        key = {"vf_id": vf_id}
+        if dialect == "postgresql":
+            # a transaction begun without WRITE writes nothing, so its commit need not wait for a flush
+            reader = not lock and not is_writing(conn)
+            if conn.execute(_lock(lock, reader), key).first() is None:
+                raise NotFound(f"virtual file {vf_id!r} not found")
+        rows = conn.execute(_lookup(), key).all()  # the file and its columns
         if not rows:
             raise NotFound(f"virtual file {vf_id!r} not found")
         head = rows[0]
