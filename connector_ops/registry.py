@@ -244,10 +244,16 @@ def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:
     return ConnectorError(status, body, action=spec.name, detail=message, retryable=retryable)
 
 
+#: the modules of the database drivers whose errors the column-wise loads raise without SQLAlchemy around them
+_DRIVERS = frozenset({"sqlite3", "psycopg", "adbc_driver_manager", "adbc_driver_sqlite"})
+
+
 def _describe_unexpected(exc: BaseException) -> str:
     """One line for an error nobody anticipated. A database error shows the driver's own message, not
     SQLAlchemy's multi-line report with the statement and its parameters (row data)."""
     orig = getattr(exc, "orig", None)  # sqlalchemy.exc.DBAPIError wraps the driver's exception
+    if orig is None and type(exc).__module__.split(".")[0] in _DRIVERS:  # a driver's own, unwrapped (loaders)
+        orig = exc
     if orig is not None:
         first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
         return f"database error: {first}"

@@ -124,3 +124,19 @@ steps:
     assert "step d: request.$where: operator $where is not supported at the top level" in out, out
     assert 'step v: schema.age.type: unknown type "number" (types: string, integer, float, boolean)' in out, out
     assert "step later" not in out and "step load" not in out
+
+
+def test_a_drivers_own_error_is_worded_as_a_database_error() -> None:
+    """The column-wise loads meet the drivers without SQLAlchemy around them: a full disk during a Push
+    read ``OperationalError: database or disk is full``, and during Append Rows ``database error: …``."""
+    import sqlite3
+
+    import psycopg
+
+    from connector_ops.registry import _describe_unexpected
+
+    assert _describe_unexpected(sqlite3.OperationalError("database or disk is full")) == \
+        "database error: database or disk is full"
+    assert _describe_unexpected(psycopg.errors.DiskFull("could not extend file\nHINT: free space")) == \
+        "database error: could not extend file"
+    assert _describe_unexpected(ValueError("x")) == "ValueError: x"
