@@ -162,3 +162,19 @@ def test_pull_killed_mid_write_leaves_nothing_after_restart(env, files, store, t
     PlatformFileStore(files_dir=str(folder)).root  # noqa: B018 - a store starting
     assert temp_files(folder) == []
     assert not any(p.suffix == ".json" for p in folder.iterdir())  # no descriptor of a half file
+
+
+def test_data_whose_descriptor_a_killed_writer_never_wrote_is_removed_when_old(tmp_path):
+    """``create`` puts the data in place, then writes its descriptor: a kill between the two left data no
+    inventory or ``gc`` sees. A store starting removes it once older than the grace period; a young one
+    (its writer may be between the two) and every described file stay."""
+    folder = tmp_path / "files"
+    kept = PlatformFileStore(files_dir=str(folder)).add_bytes(b"kept", "kept.csv")
+    orphan, young = folder / ("a" * 32), folder / ("b" * 32)
+    orphan.write_bytes(b"lost")
+    young.write_bytes(b"being described")
+    age([orphan, folder / kept.id, folder / f"{kept.id}.json"])
+    store = PlatformFileStore(files_dir=str(folder))
+    assert store.root == folder
+    assert not orphan.exists() and young.exists()
+    assert store.read_bytes(store.describe(kept.id)) == b"kept"
