@@ -104,3 +104,27 @@ def test_an_action_that_waited_for_a_map_in_place_reads_its_new_columns(postgres
             {"c0": "new", "c1": "n"}]
     elif second == "iterate":
         assert outcome == [{"c0": "0", "x": "v0"}]
+
+
+def test_iterate_reads_beside_a_reader_and_its_cursor_gives_each_row_once_on_postgresql(postgres_resources):
+    """Iterate locks the file as a reader and its cursor's row as a writer: it no longer waits for a Pull of
+    the file (it took the file's writer lock, 1.6 s behind a 500k-row Pull), and two Iterates of one cursor
+    still take turns, each row given once."""
+    resources, store = postgres_resources, postgres_resources["virtual_files"]
+    data = b"n\n" + b"".join(b"%d\n" % i for i in range(40))
+    vf = invoke("etl.push", {"platformFile": resources["platform_files"].add_bytes(data, "f.csv").to_json()},
+                resources)["virtualFileId"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, store.sql.engine.connect() as reader:
+        reader.exec_driver_sql("SELECT 1 FROM cop_virtual_file WHERE id = %(id)s FOR SHARE", {"id": vf})
+        iterating = pool.submit(invoke, "etl.iterate", {"content": vf, "maxBatchSize": 1}, resources)
+        try:  # a reader of the file holds its lock, as a Pull does
+            done, _ = concurrent.futures.wait([iterating], timeout=10)
+        finally:
+            reader.rollback()
+        assert done, "Iterate waited for a reader of the file"
+    assert iterating.result() == {"content": [{"n": "0"}], "hasNext": True}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        pages = list(pool.map(lambda _: invoke("etl.iterate", {"content": vf, "maxBatchSize": 1}, resources),
+                              range(39)))
+    assert sorted(int(p["content"][0]["n"]) for p in pages) == list(range(1, 40))
+    assert [p["hasNext"] for p in pages].count(False) == 1

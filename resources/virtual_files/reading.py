@@ -6,6 +6,7 @@ each cursor's position in the catalog and advances it in the same transaction as
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -110,9 +111,12 @@ class Reading(StoreCore):
         A replaced file (new generation) restarts the cursor.
         """
         with self.writing() as conn:
-            info = self.info(conn, vf_id, lock=True)
-            key = (cat.vf_cursor.c.vf_id == vf_id) & (cat.vf_cursor.c.cursor_name == cursor)
-            state = conn.execute(sa.select(cat.vf_cursor.c.last_seq, cat.vf_cursor.c.generation).where(key)).first()
+            postgres = conn.dialect.name == "postgresql"
+            # PostgreSQL: the file is only read (a reader's lock: a Pull of it does not hold this back); the
+            # cursor's own row, locked as it is read, keeps two Iterates of one cursor in turn
+            info = self.info(conn, vf_id, lock=not postgres)
+            ids = {"vf_id": vf_id, "cursor_name": cursor}
+            state = conn.execute(_cursor_locked(conn.dialect.name), ids).first()
             last = state.last_seq if state is not None and state.generation == info.generation else 0
             table = info.table
             rows = fetch_all(conn, select_rows(info).where(table.c.seq > last).order_by(table.c.seq).limit(limit + 1))
@@ -136,6 +140,24 @@ class Reading(StoreCore):
             else:
                 conn.execute(sa.delete(cat.array_cursor).where(key))
             return batch, has_next
+
+
+@functools.cache
+def _cursor_locked(dialect: str) -> sa.Executable:
+    """A cursor's position and generation. PostgreSQL: its row made if new and locked, in one statement
+    (an upsert whose update changes nothing takes the row's lock and returns what it holds), so that the
+    next Iterate of the same cursor waits for this one's position. SQLite writes one at a time anyway."""
+    c = cat.vf_cursor.c
+    if dialect != "postgresql":
+        return sa.select(c.last_seq, c.generation).where(
+            (c.vf_id == sa.bindparam("vf_id")) & (c.cursor_name == sa.bindparam("cursor_name")))
+    from sqlalchemy.dialects import postgresql
+
+    made = postgresql.insert(cat.vf_cursor).values(vf_id=sa.bindparam("vf_id"),
+                                                   cursor_name=sa.bindparam("cursor_name"), last_seq=0,
+                                                   generation=0)  # generation 0: no file has it, so "start"
+    return made.on_conflict_do_update(index_elements=["vf_id", "cursor_name"], set_={"last_seq": c.last_seq}
+                                      ).returning(c.last_seq, c.generation)
 
 
 def _upsert(conn: sa.Connection, table: sa.Table, keys: dict[str, Any], values: dict[str, Any]) -> None:
