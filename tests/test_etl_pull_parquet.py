@@ -92,3 +92,17 @@ def test_a_pipeline_pulls_parquet_and_pushes_it_back(files, env, tmp_path):
     assert outcome.success, outcome.failure()
     assert outcome.steps["out"]["platformFile"]["name"] == "customers.parquet"
     assert rows(outcome.steps["back"]["virtualFileId"]) == rows(outcome.steps["load"]["virtualFileId"])
+
+
+@pytest.mark.parametrize("export_type", ["csv", "json", "parquet"])
+def test_a_column_named_twice_in_schema_is_a_400_and_writes_nothing(files, env, export_type):
+    """Such an export had the column twice (a JSON object with a key twice, a Parquet file pyarrow cannot
+    read by name), and Push refused it back."""
+    vf = push(files, b"a,b\n1,2\n")
+    before = files.inventory()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": f"out.{export_type}",
+                            "parameters": {"schema": ["a", "b", "a"]}})
+    assert (info.value.status, info.value.message) == (
+        400, "parameters.schema: column names must be unique: 'a' appears more than once")
+    assert files.inventory() == before

@@ -22,7 +22,7 @@ from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.core import StoreCore
 from connector_ops.resources.virtual_files.fetching import fetch_all
 from connector_ops.resources.virtual_files.rows import as_dicts, fetch_dicts, keyset_pages, select_rows
-from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row, unique_columns
 
 DEFAULT_CURSOR = "default"
 
@@ -65,6 +65,7 @@ class Reading(StoreCore):
                 unknown = [n for n in names if n not in info.names]
                 if unknown:
                     raise InvalidInput(field, f"unknown column(s) {unknown}; the virtual file has {list(info.names)}")
+                unique_columns(names, field)  # a name twice: an export no Push reads back, a frame of twins
                 yield names
                 yield from read(conn, info, names)
 
