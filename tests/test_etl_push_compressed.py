@@ -247,6 +247,24 @@ def test_a_parquet_export_named_for_compression_is_a_400(files, env, suffix):
         f"exportName: a Parquet export compresses its columns itself: name it without {suffix}")
 
 
+@pytest.mark.parametrize(("export_type", "name", "message"), [
+    ("csv", "out.parquet", "'out.parquet' names a parquet file, but exportType is csv: end it in .csv, or ask "
+                           "for exportType parquet"),
+    ("json", "out.csv.gz", "'out.csv.gz' names a csv file, but exportType is json"),
+    ("csv", "out.csv.gz.zip", "'out.csv.gz.zip' asks for two packings: keep one of .gz and .zip"),
+    ("parquet", "out.json", "'out.json' names a json file, but exportType is parquet"),
+])
+def test_an_export_name_for_other_data_or_two_packings_is_a_400(files, env, export_type, name, message):
+    """Such an export was written under the name, and Push then read it as what the name says (a CSV named
+    .parquet: "not a Parquet file"), or a zip held a plain file named .gz."""
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "rows.csv").to_json()})["virtualFileId"]
+    before = files.inventory()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": name})
+    assert (info.value.status, info.value.message) == (400, f"exportName: {message}")
+    assert files.inventory() == before
+
+
 @pytest.mark.parametrize("header", [b"BZh", b"BZh9", b"BZh91AY", b"PK", b"P*M"])
 def test_text_that_starts_like_a_compressed_file_is_text(files, env, header):
     """Only the whole magic makes a file compressed: a CSV whose header starts with bzip2's "BZh" is a CSV."""

@@ -353,13 +353,29 @@ class Packing(NamedTuple):
     compressor: Callable[[], Any]
 
 
+#: the suffixes that name each export type's data (a name with none of them is any type's)
+TYPE_SUFFIXES = {"csv": (".csv", ".tsv"), "json": (".json", ".ndjson", ".jsonl"), "parquet": (".parquet", ".pq")}
+
+
 def packing_named(export_name: str, export_type: str) -> Packing | None:
     """What an export's name asks for by its suffix: a compression (``report.csv.gz``), a zip archive of
-    one file (``report.zip``), or nothing."""
-    if export_name.lower().endswith(ZIP_SUFFIX):
+    one file (``report.zip``), or nothing. A 400 for a name that asks for two (``report.csv.gz.zip``: the
+    archive would hold a plain file named ``.gz``) or names another type's data (``report.parquet`` for a
+    CSV export, which Push would then read as Parquet)."""
+    name = export_name.lower()
+    suffixes = [ZIP_SUFFIX, *(c.suffix for c in COMPRESSIONS)]
+    packing = next((suffix for suffix in suffixes if name.endswith(suffix)), None)
+    data = name[:-len(packing)] if packing else name
+    if packing and data.endswith(tuple(suffixes)):
+        raise InvalidInput("exportName", f"{export_name!r} asks for two packings: keep one of "
+                                         f"{data[data.rindex('.'):]} and {packing}")
+    other = next((kind for kind, ends in TYPE_SUFFIXES.items() if kind != export_type and data.endswith(ends)), None)
+    if other is not None:
+        raise InvalidInput("exportName", f"{export_name!r} names a {other} file, but exportType is {export_type}: "
+                                         f"end it in {TYPE_SUFFIXES[export_type][0]}, or ask for exportType {other}")
+    if packing == ZIP_SUFFIX:
         return Packing(ZIP_SUFFIX, ZIP_TYPE, lambda: ZipCompressor(member_name(export_name, export_type)))
-    return next((Packing(c.suffix, c.content_type, c.compressor) for c in COMPRESSIONS
-                 if export_name.lower().endswith(c.suffix)), None)
+    return next((Packing(c.suffix, c.content_type, c.compressor) for c in COMPRESSIONS if c.suffix == packing), None)
 
 
 def compressing(chunks: Iterable[bytes], compressor: Any) -> Iterator[bytes]:
