@@ -250,9 +250,11 @@ def test_a_parquet_export_named_for_compression_is_a_400(files, env, suffix):
 @pytest.mark.parametrize(("export_type", "name", "message"), [
     ("csv", "out.parquet", "'out.parquet' names a parquet file, but exportType is csv: end it in .csv, or ask "
                            "for exportType parquet"),
-    ("json", "out.csv.gz", "'out.csv.gz' names a csv file, but exportType is json"),
+    ("json", "out.csv.gz", "'out.csv.gz' names a csv file, but exportType is json: end it in .json, or ask for "
+                           "exportType csv"),
     ("csv", "out.csv.gz.zip", "'out.csv.gz.zip' asks for two packings: keep one of .gz and .zip"),
-    ("parquet", "out.json", "'out.json' names a json file, but exportType is parquet"),
+    ("parquet", "out.json", "'out.json' names a json file, but exportType is parquet: end it in .parquet, or ask "
+                            "for exportType json"),
 ])
 def test_an_export_name_for_other_data_or_two_packings_is_a_400(files, env, export_type, name, message):
     """Such an export was written under the name, and Push then read it as what the name says (a CSV named
