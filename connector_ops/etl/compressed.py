@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
-from connector_ops.etl.json_readers import is_json
-from connector_ops.etl.push_parquet import is_parquet
+from connector_ops.etl.json_readers import JSON_SUFFIXES
+from connector_ops.etl.push_parquet import PARQUET_SUFFIXES
 from connector_ops.etl.readers import FIELD
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.overlap import overlapped
@@ -127,6 +127,10 @@ BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError, zstd.ZstdError, zipfile
 HEAD = 10  # the longest magic (bzip2's)
 #: what a zip tool adds beside the files: macOS's resource forks and Finder's and Explorer's own files
 NOT_A_MEMBER = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|Thumbs\.db$)")
+#: the suffixes that name each export type's data, as Push tells formats (a name with none of them is any
+#: type's)
+TYPE_SUFFIXES = {"csv": (".csv", ".tsv"), "json": JSON_SUFFIXES, "parquet": PARQUET_SUFFIXES}
+DATA_SUFFIXES = tuple(suffix for suffixes in TYPE_SUFFIXES.values() for suffix in suffixes)
 #: the zip methods Python reads (stored, deflate, bzip2, lzma), and the names of some it does not
 READABLE_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})
 METHOD_NAMES = {9: "Deflate64", 93: "Zstandard", 95: "xz", 96: "JPEG", 97: "WavPack", 98: "PPMd"}
@@ -316,7 +320,7 @@ def _is_data(name: str) -> bool:
     """Whether a file's name says CSV (or TSV), JSON, NDJSON or Parquet, compressed or not, as Push tells
     formats: the one such file of an archive is read when others lie beside it (a README, a licence)."""
     plain = next((format_name(name, c) for c in COMPRESSIONS if name.lower().endswith(c.suffix)), name)
-    return is_json(plain, "") or is_parquet(plain, "") or plain.lower().endswith((".csv", ".tsv"))
+    return plain.lower().endswith(DATA_SUFFIXES)
 
 
 def _workbook() -> InvalidInput:
@@ -351,10 +355,6 @@ class Packing(NamedTuple):
     suffix: str
     content_type: str
     compressor: Callable[[], Any]
-
-
-#: the suffixes that name each export type's data (a name with none of them is any type's)
-TYPE_SUFFIXES = {"csv": (".csv", ".tsv"), "json": (".json", ".ndjson", ".jsonl"), "parquet": (".parquet", ".pq")}
 
 
 def packing_named(export_name: str, export_type: str) -> Packing | None:

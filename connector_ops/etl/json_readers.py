@@ -61,9 +61,12 @@ _JSON_SPACE = " \t\r\n"
 _STR_IS_TEXT = {int: str, Decimal: str}
 
 
+#: the name endings of a JSON file (an array, or one object per line)
+JSON_SUFFIXES = (".json", ".ndjson", ".jsonl")
+
+
 def is_json(name: str, content_type: str) -> bool:
-    lowered = name.lower()
-    return "json" in content_type.lower() or lowered.endswith((".json", ".ndjson", ".jsonl"))
+    return "json" in content_type.lower() or name.lower().endswith(JSON_SUFFIXES)
 
 
 def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,

@@ -29,9 +29,13 @@ FOR_TEXT_ONLY = frozenset({"lines_to_ignore", "csv_delimiter", "encoding"})
 BATCH_ROWS = 65_536
 
 
+#: the name endings of a Parquet file
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
 def is_parquet(name: str, content_type: str) -> bool:
     """Whether the platform file says it is Parquet, by its name or its content type."""
-    return name.lower().endswith((".parquet", ".pq")) or \
+    return name.lower().endswith(PARQUET_SUFFIXES) or \
         content_type.lower().split(";")[0].strip() in PARQUET_TYPES
 
 
