@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from connector_ops.frame_streams import arrow_stream, peeked, positioned
 from connector_ops.frame_text import NotText, float_text, text_column, timestamp_form, values_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
-from connector_ops.kernel.limits import holds_surrogate, lone_surrogate
+from connector_ops.kernel.limits import check_column_names, holds_surrogate, lone_surrogate
 from connector_ops.kernel.notices import warn
-from connector_ops.resources.virtual_files.shapes import unique_columns
 
 if TYPE_CHECKING:
     from connector_ops.resources.virtual_files.store import VirtualFileStore
@@ -42,7 +41,7 @@ def as_frame(frame: Any, field: str = "frame") -> Any:
     if [n for n in getattr(frame.index, "names", [None]) if n is not None]:
         frame = frame.reset_index()
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
-    unique_columns(list(frame.columns), f"{field}.columns")
+    check_column_names(list(frame.columns), f"{field}.columns")
     return frame
 
 
@@ -141,7 +140,7 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str
         forms = {i: timestamp_form(c) for i, c in enumerate(table.columns) if pa.types.is_timestamp(c.type)}
         parts = positioned(table.to_batches(max_chunksize=BATCH_ROWS))
         size = table.nbytes
-    unique_columns(columns, f"{field}.columns")
+    check_column_names(columns, f"{field}.columns")
     return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field) for part, labels in parts),
                                    size=size)
 

@@ -104,5 +104,5 @@ def test_a_column_named_twice_in_schema_is_a_400_and_writes_nothing(files, env, 
         invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": f"out.{export_type}",
                             "parameters": {"schema": ["a", "b", "a"]}})
     assert (info.value.status, info.value.message) == (
-        400, "parameters.schema: column names must be unique: 'a' appears more than once")
+        400, "parameters.schema: duplicate column name 'a'")
     assert files.inventory() == before

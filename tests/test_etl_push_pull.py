@@ -149,7 +149,52 @@ def test_duplicate_and_empty_header_names(files, env):
     exc = error("etl.push", {"platformFile": files.add_bytes(b"a,a\n1,2\n", "d.csv").to_json()})
     assert exc.status == 400 and "duplicate column name 'a'" in exc.body["message"]
     exc = error("etl.push", {"platformFile": files.add_bytes(b"a,,c\n1,2,3\n", "e.csv").to_json()})
-    assert exc.status == 400 and "column 2 has an empty name" in exc.body["message"]
+    assert exc.status == 400 and "column 2's name is empty" in exc.body["message"]
+
+
+def _parquet_with_an_empty_name() -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"a": ["1"], "": ["2"]}), sink)
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("ndjson", "platformFile: column name '' is empty"),
+    ("parquet", "platformFile: column 2's name is empty"),
+    ("frame", "frame.columns: column 2's name is empty"),
+    ("append", "rows: column name '' is empty"),
+    ("map", "action: column name '' is empty"),
+    ("join", "outputSchema: an output column's name is empty"),
+])
+def test_an_empty_column_name_is_a_400_on_every_path(files, env, store, path, expected):
+    """No path makes a column a CSV header cannot carry: its Pull would be a file Push refuses."""
+    import pandas as pd
+
+    from connector_ops import push_frame
+
+    vf = push(files, b"a,b\n1,2\n")
+    before = _virtual_file_count(store)
+    attempts = {
+        "ndjson": lambda: push(files, b'{"a": "1", "": "2"}\n', "e.ndjson", "application/x-ndjson"),
+        "parquet": lambda: push(files, _parquet_with_an_empty_name(), "e.parquet", "application/vnd.apache.parquet"),
+        "frame": lambda: push_frame(pd.DataFrame({"a": ["1"], "": ["2"]})),
+        "append": lambda: invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"": "x"}}]}),
+        "map": lambda: invoke("etl.map", {"virtualFileId": vf, "action": 'rename(a="")'}),
+        "join": lambda: invoke("etl.join", {
+            "join": {"left": {"virtualFileId": vf, "customId": "l", "key": "a"},
+                     "right": {"virtualFileId": vf, "customId": "r", "key": "a"}, "type": "INNER"},
+            "outputSchema": {"": "l.a"}}),
+    }
+    with pytest.raises(ConnectorError) as info:
+        attempts[path]()
+    assert (info.value.status, info.value.body["message"]) == (400, expected)
+    assert _virtual_file_count(store) == before
+    assert rows(vf) == [{"a": "1", "b": "2"}]
 
 
 def test_wrong_encoding_is_a_clear_error_and_encoding_parameter_fixes_it(files, env):

@@ -109,7 +109,7 @@ def test_errors_are_the_actions_errors(env):
     assert info.value.status == 500 and "not found" in info.value.summary()
     with pytest.raises(ConnectorError) as info:
         push_frame(pd.DataFrame([[1, 2]], columns=["a", "a"]))
-    assert info.value.status == 400 and "column names must be unique" in info.value.summary()
+    assert info.value.status == 400 and "duplicate column name" in info.value.summary()
 
 
 @pytest.mark.parametrize("column", [["ok", "bad \ud800"], [1, "\udc00"]], ids=["strings", "mixed"])

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from connector_ops.etl import models as m
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.streams import Open, seekable_opener
-from connector_ops.resources.virtual_files.shapes import unique_columns
 
 if TYPE_CHECKING:
     from connector_ops.resources.virtual_files.store import VirtualFileStore
@@ -47,7 +47,7 @@ def push_parquet(virtual_files: VirtualFileStore, reopen: Open, name: str, param
     from connector_ops.frames import frame_into
 
     m.refuse_given(params, FOR_TEXT_ONLY, "a Parquet file (it has no lines or text)")
-    unique_columns(params.schema_ or [], "parameters.schema")
+    check_column_names(params.schema_ or [], "parameters.schema")
     with seekable_opener(reopen, "connector-ops-parquet-") as seekable, seekable() as raw:
         try:
             # column chunks read a page at a time, not a row group's whole: a 4M-row file of one row group
@@ -57,7 +57,7 @@ def push_parquet(virtual_files: VirtualFileStore, reopen: Open, name: str, param
         except (pa.ArrowInvalid, OSError) as exc:
             raise _unreadable(name, exc) from None
         names = parquet.schema_arrow.names
-        unique_columns(names, "platformFile")
+        check_column_names(names, "platformFile")
         columns = [*(params.schema_ or ()), *(n for n in names if n not in (params.schema_ or ()))]
         with track(f"push {name}", parquet.metadata.num_rows, "rows") as reporter:
             batches = _aligned(_read(parquet, name, reporter), columns)

@@ -13,7 +13,7 @@ import datetime as dt
 import decimal
 import numbers
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from connector_ops.kernel.errors import InvalidInput, field_path
@@ -142,20 +142,37 @@ def json_depth_error(where: str, limit: int = MAX_DEPTH) -> str:
     return f"{where}: {deeper_than(limit)}" if where else deeper_than(limit)
 
 
-def check_column_names(columns: list[str], field: str) -> None:
-    """Column names as any parser reads them: at most :data:`MAX_COLUMNS`, none empty, none repeated,
-    none holding a NUL. Checked before the database is touched, so a header of a million columns is a
-    clean 400 instead of a table the database refuses."""
+def check_column_names(columns: Sequence[str], field: str) -> None:
+    """Column names as every path takes them (a parser's header, a schema, a frame's or a Parquet file's
+    columns, a Join's outputSchema): at most :data:`MAX_COLUMNS`, none empty (no CSV header could carry
+    it back: Push refuses an empty header name), none holding a NUL, none repeated. Checked before the
+    database is touched, so a header of a million columns is a clean 400 instead of a table the database
+    refuses."""
     check_column_count(len(columns), field)
-    seen: set[str] = set()
     for position, name in enumerate(columns, 1):
-        if name == "":
-            raise InvalidInput(field, f"column {position} has an empty name")
-        if "\x00" in name:
-            raise InvalidInput(field, f"column {position}'s name holds a NUL character (\\u0000)")
+        if (problem := name_problem(name)) is not None:
+            raise InvalidInput(field, f"column {position}'s name {problem}")
+    check_unique(columns, field)
+
+
+def check_unique(columns: Sequence[str], field: str) -> None:
+    """No name twice: a CSV header, a JSON object or a Parquet schema with twins reads back as something
+    else (the rule alone, for a selection of a file's own columns, which are good names already)."""
+    seen: set[str] = set()
+    for name in columns:
         if name in seen:
             raise InvalidInput(field, f"duplicate column name {name!r}")
         seen.add(name)
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a column (``None`` when it can): one rule for headers and for the keys
+    that add columns to a file (Append Rows, Map)."""
+    if name == "":
+        return "is empty"
+    if "\x00" in name:
+        return "holds a NUL character (\\u0000)"
+    return None
 
 
 def check_column_count(count: int, field: str) -> None:

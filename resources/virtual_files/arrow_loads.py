@@ -21,6 +21,7 @@ from typing import IO, Any
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
+from connector_ops.kernel.limits import check_column_names
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files import ndjson_columns, sqlite_loader
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
@@ -30,7 +31,6 @@ from connector_ops.resources.virtual_files.csv_copy import COPY_OPTIONS, Copyabl
 from connector_ops.resources.virtual_files.keys_after import keys_built_after, numbered_in_bulk
 from connector_ops.resources.virtual_files.loaders import copy_sql, open_copy
 from connector_ops.resources.virtual_files.ndjson_columns import ndjson_batches
-from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.writing import Writing
 
 
@@ -55,7 +55,7 @@ class ArrowLoading(Writing):
         quoting, UTF-8, ``width`` fields a row: :mod:`.csv_columns`); returns its id. Raises on anything
         else, leaving nothing. On PostgreSQL the checked bytes go to ``COPY`` as they are (:mod:`.csv_copy`)
         and :class:`.csv_copy.NotForCopy` asks for another try ``through_arrow``."""
-        unique_columns(columns)
+        check_column_names(columns, "schema")
         path = self.sqlite_file
         if path is not None:
             return self._in_child(path, columns, {"format": "csv", "delimiter": delimiter},
@@ -68,7 +68,7 @@ class ArrowLoading(Writing):
     def create_from_ndjson(self, columns: Sequence[str], stream: IO[bytes]) -> str:
         """A new virtual file from NDJSON whose values are all strings or null, with ``columns`` its keys in
         order (:mod:`.ndjson_columns`); returns its id. Raises on anything else, leaving nothing."""
-        unique_columns(columns)
+        check_column_names(columns, "schema")
         path = self.sqlite_file
         if path is not None and columns:
             return self._in_child(path, columns, {"format": "ndjson", "block": ndjson_columns.BLOCK},
@@ -80,7 +80,7 @@ class ArrowLoading(Writing):
         ``columns``, cast to strings; a null is a missing value); returns its id."""
         import pyarrow as pa
 
-        unique_columns(columns)
+        check_column_names(columns, "schema")
         schema = pa.schema([(internal_name(i), pa.string()) for i in range(len(columns))])
         strings = (pa.RecordBatch.from_arrays([c.cast(pa.string()) for c in b.columns], schema=schema)
                    for b in batches)

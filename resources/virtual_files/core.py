@@ -17,12 +17,11 @@ import sqlalchemy as sa
 from pydantic import field_validator
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
-from connector_ops.kernel.limits import holds_surrogate, surrogate_refused
+from connector_ops.kernel.limits import check_column_names, holds_surrogate, surrogate_refused
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
-from connector_ops.resources.virtual_files.shapes import unique_columns
 from connector_ops.resources.virtual_files.urls import database_url_problem
 
 
@@ -162,7 +161,7 @@ class StoreCore(Resource):
     @staticmethod
     def new_table(conn: sa.Connection, vf_id: str, names: Sequence[str]) -> VirtualFileInfo:
         """A new row table with ``names`` as its columns, catalogued under ``vf_id``."""
-        unique_columns(names)
+        check_column_names(names, "schema")
         table_name = f"vf_{uuid.uuid4().hex}"
         info = VirtualFileInfo(vf_id, table_name, 1, tuple(names), tuple(range(len(names))), frozenset())
         info.table.create(conn)

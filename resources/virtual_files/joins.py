@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import name_problem
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
 from connector_ops.resources.virtual_files.keys_after import (
     analyzed,
@@ -94,6 +95,8 @@ def _schema_columns(schema: Mapping[str, str], sides: Mapping[str, Mapping[str, 
     """``{"out": "customId.column"}`` resolved in order; the customId ends at the first dot."""
     columns = []
     for name, reference in schema.items():
+        if (problem := name_problem(name)) is not None:
+            raise InvalidInput("outputSchema", f"an output column's name {problem}")
         custom_id, dot, column = reference.partition(".")
         if not dot or custom_id not in sides:
             raise InvalidInput(f"outputSchema.{name}", f"{reference!r} must be '<customId>.<column>' with customId "

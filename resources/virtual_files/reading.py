@@ -16,13 +16,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.limits import check_unique
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.arrow_reads import arrow_batches
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.core import StoreCore
 from connector_ops.resources.virtual_files.fetching import fetch_all
 from connector_ops.resources.virtual_files.rows import as_dicts, fetch_dicts, keyset_pages, select_rows
-from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row, unique_columns
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 
 DEFAULT_CURSOR = "default"
 
@@ -65,7 +66,7 @@ class Reading(StoreCore):
                 unknown = [n for n in names if n not in info.names]
                 if unknown:
                     raise InvalidInput(field, f"unknown column(s) {unknown}; the virtual file has {list(info.names)}")
-                unique_columns(names, field)  # a name twice: an export no Push reads back, a frame of twins
+                check_unique(names, field)  # a name twice: an export no Push reads back, a frame of twins
                 yield names
                 yield from read(conn, info, names)
 

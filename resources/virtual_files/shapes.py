@@ -52,20 +52,3 @@ class Side:
     virtual_file_id: str
     custom_id: str
     key: str
-
-
-def unique_columns(names: Sequence[str], field: str = "schema") -> None:
-    """A virtual file's column names are unique, at most ``MAX_COLUMNS``, without NUL (a 400 naming
-    ``field`` otherwise, before the database is touched)."""
-    from collections import Counter
-
-    from connector_ops.kernel.errors import InvalidInput
-    from connector_ops.kernel.limits import check_column_count
-
-    check_column_count(len(names), field)
-    if len(set(names)) != len(names):
-        twice = [name for name, count in Counter(names).items() if count > 1]
-        raise InvalidInput(field, f"column names must be unique: {', '.join(map(repr, twice[:5]))} "
-                                  f"{'appears' if len(twice) == 1 else 'appear'} more than once")
-    if any("\x00" in n for n in names):
-        raise InvalidInput(field, "a column name holds a NUL character (\\u0000)")

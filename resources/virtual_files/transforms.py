@@ -58,7 +58,7 @@ class Transforms(Writing, Querying):
                  batch_size: int | None = None) -> str:
         """Write ``transform(page)`` for every page of rows into a new virtual file, or in place of ``vf_id``
         (same id, new generation); returns its id. Columns grow in the order new keys appear."""
-        with self.create(replace=vf_id if overwrite else None) as writer:
+        with self.create(replace=vf_id if overwrite else None, field="action") as writer:
             source = writer.replaced if overwrite else self.info(writer.conn, vf_id)
             assert source is not None
             names = source.names

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
-from connector_ops.kernel.limits import check_column_count
+from connector_ops.kernel.limits import check_column_count, name_problem
 from connector_ops.kernel.scoped import batched
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
@@ -43,8 +43,8 @@ class RowWriter:
             return
         check_column_count(len(self.names) + len(new), self.field)  # before the database is touched
         for name in new:
-            if "\x00" in name:
-                raise InvalidInput(self.field, f"column name {name!r} holds a NUL character (\\u0000)")
+            if (problem := name_problem(name)) is not None:
+                raise InvalidInput(self.field, f"column name {name!r} {problem}")
         for name in new:
             if name in known:
                 continue
