@@ -240,6 +240,10 @@ def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
         return report(exc)
     except ConnectorOpsError as exc:
         return report(ConnectorError(exc.status, {"message": str(exc)}))
+    except Exception as exc:  # a command besides an action's (gc, files …): worded as an action's 500 would be
+        from connector_ops.registry import describe_unexpected
+
+        return report(ConnectorError(500, {"message": describe_unexpected(exc)}))
     return result if isinstance(result, int) else 0
 
 

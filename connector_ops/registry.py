@@ -236,7 +236,7 @@ def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:
         status, message = exc.status, str(exc)
     else:
         log.debug("unexpected error in %s", spec.name, exc_info=exc)
-        status, message = 500, _describe_unexpected(exc)
+        status, message = 500, describe_unexpected(exc)
     body = None if spec.null_error_body and status >= 500 else {"message": message}
     # only a provider's transient failure may be retried; invalid input, not found and anything nobody
     # anticipated would fail the same way again
@@ -248,7 +248,7 @@ def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:
 _DRIVERS = frozenset({"sqlite3", "psycopg", "adbc_driver_manager", "adbc_driver_sqlite"})
 
 
-def _describe_unexpected(exc: BaseException) -> str:
+def describe_unexpected(exc: BaseException) -> str:
     """One line for an error nobody anticipated. A database error shows the driver's own message, not
     SQLAlchemy's multi-line report with the statement and its parameters (row data)."""
     orig = getattr(exc, "orig", None)  # sqlalchemy.exc.DBAPIError wraps the driver's exception
@@ -257,6 +257,10 @@ def _describe_unexpected(exc: BaseException) -> str:
     if orig is not None:
         first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
         return f"database error: {first}"
+    if isinstance(exc, ValidationError):  # a resource's settings (e.g. made by hand): one line, no value
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+                             for e in exc.errors(include_url=False, include_input=False))
+        return f"invalid {exc.title} settings: {problems}"
     request = getattr(exc, "_request", None)  # an httpx error: name the host (never credentials, path or query)
     if request is not None:
         return f"{type(exc).__name__} talking to {host_of(request.url)}: {exc}"

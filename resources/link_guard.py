@@ -107,7 +107,10 @@ class LinkGuard:
         """The request to make for ``url``, or ``InvalidInput`` on ``field_name`` before any connection."""
         via = f" (redirected from {link_shown(redirected_from)})" if redirected_from else ""
         shown = link_shown(url)  # without credentials or query
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # "Invalid IPv6 URL": a bracket left open
+            raise InvalidInput(field_name, f"is not a URL ({exc}): {shown!r}{via}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(field_name, f"must be an http(s) URL or a link of this file server, got {shown!r}{via}")
         host = parts.hostname

@@ -33,6 +33,7 @@ from connector_ops.kernel.platform_file import PlatformFile, check_file_name, he
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.http_bodies import body_of
+from connector_ops.resources.http_client import Client
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
@@ -328,9 +329,9 @@ class PlatformFileStore(Resource):
             response = send({})
         except httpx.TransportError:  # no server there: the file is simply not on this host
             raise NotFound(f"platform file {file_id!r} not found (not stored on this host, and the file server "
-                           f"at {self.file_server_url} did not answer)") from None
-        try:
-            with contextlib.closing(body_of(response, link, f"platform file {file_id!r} not found",
+                           f"at {link_shown(self.file_server_url)} did not answer)") from None
+        try:  # the link as messages show it (the file server's URL may carry a password, the link a signature)
+            with contextlib.closing(body_of(response, link_shown(link), f"platform file {file_id!r} not found",
                                             host_of(self.file_server_url), send)) as body:
                 yield body
         finally:
@@ -390,7 +391,7 @@ class PlatformFileStore(Resource):
     def _client(self) -> httpx.Client:
         """One client for the store's lifetime (connections reused across downloads), closed by ``close()``."""
         if self._http is None:
-            self._http = httpx.Client(
+            self._http = Client(
                 timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
                 follow_redirects=False,  # each hop is checked by _remote
                 transport=httpx.HTTPTransport(retries=2),

@@ -133,10 +133,10 @@ def test_a_drivers_own_error_is_worded_as_a_database_error() -> None:
 
     import psycopg
 
-    from connector_ops.registry import _describe_unexpected
+    from connector_ops.registry import describe_unexpected
 
-    assert _describe_unexpected(sqlite3.OperationalError("database or disk is full")) == \
+    assert describe_unexpected(sqlite3.OperationalError("database or disk is full")) == \
         "database error: database or disk is full"
-    assert _describe_unexpected(psycopg.errors.DiskFull("could not extend file\nHINT: free space")) == \
+    assert describe_unexpected(psycopg.errors.DiskFull("could not extend file\nHINT: free space")) == \
         "database error: could not extend file"
-    assert _describe_unexpected(ValueError("x")) == "ValueError: x"
+    assert describe_unexpected(ValueError("x")) == "ValueError: x"

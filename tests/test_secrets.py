@@ -86,3 +86,143 @@ def test_a_fast_path_that_gives_up_logs_no_row(resources, caplog, monkeypatch, d
         invoke("etl.push", {"platformFile": pf}, resources)
     assert info.value.status == 400 and "gave up" in caplog.text
     assert "secret" not in caplog.text and "CONTEXT" not in caplog.text
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg://bob:Ab/Cd9@db/x", "postgresql+psycopg://bob:Ab#Cd9@db/x", "postgresql+psycopg://bob:Ab?Cd9@db/x",
+])
+def test_a_database_password_holding_a_slash_a_hash_or_a_question_mark_is_masked_whole(url):
+    """SQLAlchemy reads such a password up to the ``@``; ``urlsplit`` would end the address at the mark."""
+    assert mask_url(url) == "postgresql+psycopg://bob:****@db/x"
+    store = VirtualFileStore(database_url=url)
+    assert "Cd9" not in repr(store) and "bob:****@db/x" in repr(store)
+
+
+def test_settings_named_private_but_not_secret_are_shown():
+    assert masked("allowed_private_hosts", "10.1.2.3, files.internal") == "10.1.2.3, files.internal"
+    assert masked("private_key", "-----BEGIN") == "****"
+
+
+def test_dagster_adapters_given_values_hide_their_secrets():
+    from connector_ops.ops.resources import MailjetResourceAdapter, VirtualFileStoreAdapter
+
+    shown = repr(VirtualFileStoreAdapter(database_url="postgresql+psycopg://u:DBPASS@h/db")) + \
+        repr(MailjetResourceAdapter(api_key="KEYKEY", api_secret="SECSEC"))
+    assert not any(secret in shown for secret in ("DBPASS", "KEYKEY", "SECSEC"))
+    assert "u:****@h/db" in shown
+
+
+def test_a_refused_database_url_made_by_hand_is_named_by_its_kind_never_repeated(monkeypatch):
+    """Given to the store directly (Python, ``%connectors set``, an adapter with an ``EnvVar``), a URL the store
+    refuses was quoted whole by pydantic's report, password and all."""
+    import dagster as dg
+    from pydantic import ValidationError
+
+    from connector_ops.ops.resources import VirtualFileStoreAdapter
+    from connector_ops.registry import describe_unexpected
+
+    url = "postgresql+psycopg2://etl:Hunter2PgPw@pg/etl"
+    with pytest.raises(ValidationError) as info:
+        VirtualFileStore(database_url=url)
+    assert "Hunter2PgPw" not in str(info.value)
+    assert describe_unexpected(info.value) == (
+        "invalid VirtualFileStore settings: database_url: database_url names the database driver "
+        "'postgresql+psycopg2', which is not supported; use sqlite:///PATH or "
+        "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE")
+    monkeypatch.setenv("MY_DB", url)
+    with pytest.raises(Exception) as built:  # noqa: PT011 - Dagster wraps it in its own error
+        with dg.build_resources({"virtual_files": VirtualFileStoreAdapter(database_url=dg.EnvVar("MY_DB"))}) as r:
+            r.virtual_files  # noqa: B018
+    chain, exc = [], built.value
+    while exc is not None:
+        chain.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    assert "postgresql+psycopg2" in " ".join(chain) and "Hunter2PgPw" not in " ".join(chain)
+
+
+def _token_server():
+    from starlette.applications import Starlette
+    from starlette.responses import RedirectResponse, Response
+    from starlette.routing import Route
+
+    async def relative(request):
+        return RedirectResponse("/data.csv?token=REDIRTOKEN", status_code=302)
+
+    async def data(request):
+        return Response(b"a,b\n1,2\n", media_type="text/csv")
+
+    return Starlette(routes=[Route("/start.csv", relative), Route("/data.csv", data)])
+
+
+def test_links_reach_httpx_and_httpcore_logs_without_their_query_or_password(tmp_path, monkeypatch, caplog):
+    """httpx logs every request at INFO and httpcore each redirect's Location at DEBUG: with a signed link,
+    any logging set-up that shows them (Dagster capturing ``httpx``) stored the signature."""
+    import logging
+
+    import httpx
+
+    from connector_ops import invoke
+    from connector_ops.environment import resources_for
+    from tests.servers import serving
+
+    with serving(_token_server()) as base:
+        resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path),
+                                           "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS": base.removeprefix("http://")})
+        link = base.replace("http://", "http://user:LINKPASS@") + "/start.csv?sig=SIGNATURE"
+        with caplog.at_level(logging.DEBUG):
+            vf = invoke("etl.push", {"platformFile": {"name": "x.csv", "contentType": "text/csv", "link": link}},
+                        resources=resources)["virtualFileId"]
+            httpx.get(f"{base}/data.csv?mine=VISIBLE")  # another client's records are left as they are
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 5}, resources=resources)["content"] == [
+        {"a": "1", "b": "2"}]
+    logged = caplog.text
+    assert f"GET {base}/start.csv?… " in logged and "b'/data.csv?…'" in logged  # the lines are there
+    assert not any(secret in logged for secret in ("SIGNATURE", "REDIRTOKEN", "LINKPASS"))
+    assert "mine=VISIBLE" in logged
+
+
+def test_our_file_servers_links_are_shown_without_signature_or_password_when_they_fail(tmp_path):
+    """A link of our own file server whose file is not on this host is fetched from that server; when it
+    fails, the message showed the link raw (its query, the server URL's password)."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from connector_ops import ConnectorError, invoke
+    from connector_ops.environment import resources_for
+    from tests.servers import serving
+
+    async def broken(request):
+        return Response(b"", status_code=500)
+
+    with serving(Starlette(routes=[Route("/files/{id}", broken)])) as base:
+        server = base.replace("http://", "http://fsuser:FSPASS@")
+        resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path), "CONNECTOR_OPS_FILE_SERVER_URL": server})
+        link = f"{server}/files/{'a' * 32}?sig=SIGNATURE"
+        with pytest.raises(ConnectorError) as info:
+            invoke("etl.push", {"platformFile": {"name": "x.csv", "contentType": "text/csv", "link": link}},
+                   resources=resources)
+    assert info.value.body == {"message": f"fetching {base}/files/{'a' * 32}?… failed with HTTP 500"}
+
+
+def test_a_link_that_is_no_url_is_a_400_naming_it(tmp_path):
+    from connector_ops import ConnectorError, invoke
+    from connector_ops.environment import resources_for
+
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": {"name": "x.csv", "contentType": "text/csv",
+                                             "link": "http://u:pw@[::1/x.csv?token=T"}},
+               resources=resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path)}))
+    assert (info.value.status, info.value.body) == (
+        400, {"message": "platformFile.link: is not a URL (Invalid IPv6 URL): 'http://…'"})
+
+
+def test_a_cli_command_besides_an_action_fails_in_one_line(tmp_path, monkeypatch, capsys):
+    from connector_ops.cli import main
+
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", "postgresql+psycopg://u:SeCrEtPw@127.0.0.1:1/db")
+    assert main(["gc", "--dry-run"]) != 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "SeCrEtPw" not in out + err
+    assert "failed (500): database error: connection failed" in err

@@ -125,7 +125,10 @@ def link_shown(url: str) -> str:
     signed URL's signature, an access token) it may carry."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL (``http://[::1/x``): nothing of it is shown, the check that follows says why
+        return f"{url.partition(':')[0][:20]}://…"
     hidden = parts.username is not None or parts.query or parts.fragment
     place = parts.netloc.rpartition("@")[2]  # host and port as written (a port that is no number included)
     return f"{parts.scheme}://{place}{parts.path}" + ("?…" if parts.query else "") if hidden else url

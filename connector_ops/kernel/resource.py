@@ -18,7 +18,9 @@ class Resource(RedactedRepr, BaseModel):
     """Settings are pydantic fields; the docstring under each is its description, which the Dagster adapter
     shows (read from the source by the op layer, so plain use never pays for parsing it)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    # hide_input_in_errors: a refused setting may be a secret (a database URL with its password), and
+    # pydantic's report would quote it
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, hide_input_in_errors=True)
 
     def close(self) -> None:
         """Release what the resource holds (connections, HTTP clients, tokens). Override where needed."""

@@ -12,14 +12,25 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "****"
-SECRET_NAME = re.compile(r"secret|password|passwd|token|api_key|apikey|private|credential", re.IGNORECASE)
+#: names of secret settings and query parameters (``private_key``, not ``allowed_private_hosts``)
+SECRET_NAME = re.compile(r"secret|password|passwd|token|api_key|apikey|private_?key|credential", re.IGNORECASE)
+
+
+#: a database URL's password as SQLAlchemy reads it: everything from the user's colon to the next ``@``,
+#: ``/``, ``?`` and ``#`` included (``urlsplit`` would end the address at those and see no password)
+_DATABASE_PASSWORD = re.compile(r"^(?P<head>[\w+]+://[^:/]*:)(?P<password>[^@]*)@")
 
 
 def mask_url(value: str) -> str:
-    """``scheme://user:****@host/…?password=****``: a URL with its secrets hidden, the rest readable."""
+    """``scheme://user:****@host/…?password=****``: a URL with its secrets hidden, the rest readable.
+
+    Web links are read as HTTP clients read them (``urlsplit``); other URLs (the database's) as SQLAlchemy
+    does, which takes a password such as ``Ab/Cd#9`` whole."""
+    if not value.lower().startswith(("http://", "https://")):
+        value = _DATABASE_PASSWORD.sub(lambda m: f"{m['head']}{MASK}@" if m["password"] else m[0], value, count=1)
     parts = urlsplit(value)
     netloc = parts.netloc
-    if parts.password is not None:
+    if parts.password is not None and parts.password != MASK:
         userinfo, host = netloc.rsplit("@", 1)
         netloc = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
     query = parts.query
@@ -28,7 +39,7 @@ def mask_url(value: str) -> str:
         if any(SECRET_NAME.search(k) for k, _ in pairs):
             query = urlencode([(k, MASK if SECRET_NAME.search(k) else v) for k, v in pairs], safe="*/")
     if netloc == parts.netloc and query == parts.query:
-        return value  # nothing secret (and urlunsplit would rewrite sqlite:////abs/path)
+        return value  # nothing more to hide (and urlunsplit would rewrite sqlite:////abs/path)
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 

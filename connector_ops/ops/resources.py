@@ -27,6 +27,7 @@ from pydantic import Field
 from connector_ops.environment import EXECUTOR_VARIABLE, RESOURCE_KEYS, Env, EnvRef, Recipe, recipes_for
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.resource import Resource
+from connector_ops.kernel.secrets import RedactedRepr
 from connector_ops.resources.drive.google import GoogleDriveResource
 from connector_ops.resources.drive.local import LocalDriveResource
 from connector_ops.resources.mail.mailjet import MailjetResource
@@ -66,7 +67,7 @@ def refuse_single_host(key: str, resource: Resource, environ: Mapping[str, str] 
                                 "worker mounts the same folders (or all run on this host)")
 
 
-class ResourceAdapter(dg.ConfigurableResource):
+class ResourceAdapter(RedactedRepr, dg.ConfigurableResource):
     """Base of the adapters: builds :attr:`resource_cls` from the adapter's fields, closes it after the run.
 
     A field left ``None`` takes the value the environment of the process running the step gives it.

@@ -51,6 +51,7 @@ from connector_ops.resources.drive.uploads import (
     read_up_to,
     seekable_size,
 )
+from connector_ops.resources.http_client import Client
 from connector_ops.resources.retry import Backoff
 
 DEFAULT_API_URL = "https://www.googleapis.com"
@@ -123,7 +124,7 @@ class GoogleDriveResource(Resource):
     def http(self) -> DriveHttp:
         with self._lock:
             if self._http is None:
-                client = httpx.Client(timeout=httpx.Timeout(self.timeout_s, connect=15.0), follow_redirects=False)
+                client = Client(timeout=httpx.Timeout(self.timeout_s, connect=15.0), follow_redirects=False)
                 backoff = Backoff(self.backoff_base_s, self.backoff_max_s, self.max_attempts)
                 self._http = DriveHttp(client, self._token_source(client), backoff)
             return self._http

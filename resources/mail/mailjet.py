@@ -20,6 +20,7 @@ import httpx
 from pydantic import PrivateAttr
 
 from connector_ops.kernel.errors import ActionFailed, UpstreamError
+from connector_ops.resources.http_client import Client
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.base import MailResource
 from connector_ops.resources.mail.mailjet_errors import Outcome, interpret
@@ -73,7 +74,7 @@ class MailjetResource(MailResource):
         if url.userinfo or url.scheme not in ("http", "https"):
             raise ActionFailed("MAILJET_API_URL must be an http(s) URL without credentials in it")
         if self._client is None:
-            self._client = httpx.Client(
+            self._client = Client(
                 base_url=self.api_url.rstrip("/"),
                 auth=httpx.BasicAuth(self.api_key, self.api_secret),
                 timeout=httpx.Timeout(self.timeout_s, connect=10.0),

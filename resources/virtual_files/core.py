@@ -22,7 +22,7 @@ from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
-from connector_ops.resources.virtual_files.urls import database_url_problem
+from connector_ops.resources.virtual_files.urls import supported_url
 
 
 @functools.cache
@@ -66,10 +66,7 @@ class StoreCore(Resource):
     @field_validator("database_url")
     @classmethod
     def _supported(cls, url: str) -> str:
-        problem = database_url_problem(url)
-        if problem:
-            raise ValueError(f"database_url {problem}")
-        return url
+        return supported_url(url)
 
     @property
     def engine(self) -> sa.Engine:

@@ -23,6 +23,8 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from pydantic import field_validator
+
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.shapes import (
@@ -35,6 +37,7 @@ from connector_ops.resources.virtual_files.shapes import (
     Values,
     Verdicts,
 )
+from connector_ops.resources.virtual_files.urls import supported_url
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -47,6 +50,13 @@ class VirtualFileStore(Resource):
 
     database_url: str
     """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user:password@host/db`` (secret)."""
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported(cls, url: str) -> str:
+        """Checked when the store is made (a refused URL is named by its kind, never repeated), also where
+        it is made by hand: ``%connectors set``, ``VirtualFileStoreAdapter(database_url=EnvVar(…))``."""
+        return supported_url(url)
 
     def close(self) -> None:
         """Stop this database's SQLite loader process, if this process started one (a later column-wise

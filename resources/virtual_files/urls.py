@@ -25,3 +25,12 @@ def database_url_problem(url: str) -> str | None:
     if driver not in _SUPPORTED_DRIVERS:
         return f"names the database driver {driver!r}, which is not supported; use {SUPPORTED_URLS}"
     return None
+
+
+def supported_url(url: str) -> str:
+    """``url`` unchanged, or a ``ValueError`` naming its problem: the body of the resources' pydantic check,
+    which shows no input (``hide_input_in_errors``), so the message is all a caller sees."""
+    problem = database_url_problem(url)
+    if problem:
+        raise ValueError(f"database_url {problem}")
+    return url

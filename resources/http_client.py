@@ -1,0 +1,56 @@
+"""The HTTP client every connector uses: ``httpx.Client`` whose requests reach the logs without secrets.
+
+httpx logs each request at INFO (``HTTP Request: GET https://…?sig=… "HTTP/1.1 200 OK"``) and httpcore, at
+DEBUG, each response's headers (a redirect's ``Location`` with its token). A platform file's link may be a
+signed URL or carry a password, a Drive upload session's URL is a capability, and any logging set-up that
+shows INFO (Dagster capturing ``httpx``, a notebook's ``basicConfig``) would store them. While one of our
+clients sends, those loggers show every URL as error messages do (:func:`link_shown`: scheme, host and
+path, ``?…`` for a query); other clients' records in the same process are left as they are.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+from typing import Any
+
+import httpx
+
+from connector_ops.kernel.errors import link_shown
+
+#: set while one of our clients sends (records are made in the sending thread, so a context variable
+#: tells ours from another library's)
+_SENDING = contextvars.ContextVar("connector_ops_http_sending", default=False)
+_URL = re.compile(r"""https?://[^\s'"<>]+""", re.IGNORECASE)
+#: a relative redirect in httpcore's header list: ``(b'Location', b'/next?token=…')``
+_RELATIVE_LOCATION = re.compile(r"""(\(b'location', b')(/[^'?]*)\?[^']*'""", re.IGNORECASE)
+
+
+class _LinksAsShown(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _SENDING.get():
+            text = record.getMessage()
+            shown = _RELATIVE_LOCATION.sub(r"\1\2?…'", _URL.sub(lambda m: link_shown(m[0]), text))
+            if shown != text:
+                record.msg, record.args = shown, ()
+        return True
+
+
+_FILTER = _LinksAsShown()
+# a logger's filters see only its own records, not its children's: httpcore logs under these names
+for _name in ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",
+              "httpcore.socks"):
+    if _FILTER not in logging.getLogger(_name).filters:
+        logging.getLogger(_name).addFilter(_FILTER)
+
+
+class Client(httpx.Client):
+    """``httpx.Client`` whose requests' URLs reach httpx's and httpcore's log lines as messages show them."""
+
+    def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        token = _SENDING.set(True)
+        try:
+            return super().send(request, **kwargs)
+        finally:
+            _SENDING.reset(token)
