@@ -32,5 +32,5 @@ def supported_url(url: str) -> str:
     which shows no input (``hide_input_in_errors``), so the message is all a caller sees."""
     problem = database_url_problem(url)
     if problem:
-        raise ValueError(f"database_url {problem}")
+        raise ValueError(problem)
     return url
