@@ -32,8 +32,10 @@ from connector_ops.resources.virtual_files.crlf_blocks import WholeCRLF
 from connector_ops.resources.virtual_files.paced import Paced
 from connector_ops.resources.virtual_files.rows import keyset_pages
 
-#: Arrow's block (the unit of parsing and of memory)
+#: Arrow's block (the unit of parsing and of memory); a row longer than a block is read again with a larger one
 BLOCK = 1 << 20
+#: the largest block tried: PostgreSQL's own bound on one value is 1 GB
+MAX_BLOCK = 1 << 30
 
 
 def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) -> Iterator[Any]:
@@ -53,23 +55,52 @@ def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[st
 
 
 def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator[Any]:
+    """Arrow's reader wants each row inside one block: a row longer than ``BLOCK`` (a value of a few MiB)
+    fails it ("straddling object"). Then the rows not yet given are read again, by a new ``COPY`` in the
+    same transaction (its ``FOR SHARE`` on the file holds writers off), with a block four times larger; the
+    savepoint takes the cancelled ``COPY``'s error back. Only such files pay for a larger block."""
+    import pyarrow as pa
+
+    block, done = BLOCK, 0
+    while True:
+        savepoint = conn.begin_nested()
+        try:
+            for batch in _copied_from(conn, info, schema, block, done):
+                done += batch.num_rows
+                yield batch
+        except pa.ArrowInvalid as exc:
+            savepoint.rollback()
+            if "straddl" not in str(exc) or block >= MAX_BLOCK:
+                raise
+            block = min(block * 4, MAX_BLOCK)
+            continue
+        except BaseException:
+            savepoint.rollback()
+            raise
+        savepoint.commit()
+        return
+
+
+def _copied_from(conn: sa.Connection, info: VirtualFileInfo, schema: Any, block: int, skip: int) -> Iterator[Any]:
+    """The rows after the first ``skip``, through Arrow's reader in blocks of ``block`` bytes."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     from connector_ops.resources.virtual_files.pg_cancel import CANCEL_SECONDS
 
     columns = info.column_map()
-    query = sa.select(*(columns[n] for n in schema.names)).order_by(info.table.c.seq)
-    statement = f"COPY ({query.compile(dialect=conn.dialect)}) TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
+    query = sa.select(*(columns[n] for n in schema.names)).order_by(info.table.c.seq).offset(skip or None)
+    sql = query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})  # COPY takes no parameter
+    statement = f"COPY ({sql}) TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
     fields = [f"f{i}" for i in range(len(schema.names))]  # the user's names may repeat; Arrow's reader wants them apart
     with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
-        paced = Paced(ChunkStream(copy), BLOCK)  # psycopg hands it over a row at a time
+        paced = Paced(ChunkStream(copy), block)  # psycopg hands it over a row at a time
         buffered = paced.buffered()
         if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)
             return
         reader = pacsv.open_csv(
             WholeCRLF(buffered),
-            read_options=pacsv.ReadOptions(column_names=fields, block_size=BLOCK, use_threads=False),
+            read_options=pacsv.ReadOptions(column_names=fields, block_size=block, use_threads=False),
             parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
             convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(fields, pa.string()), null_values=[""],
                                                  strings_can_be_null=True, quoted_strings_can_be_null=False))
