@@ -178,3 +178,36 @@ def test_data_whose_descriptor_a_killed_writer_never_wrote_is_removed_when_old(t
     assert store.root == folder
     assert not orphan.exists() and young.exists()
     assert store.read_bytes(store.describe(kept.id)) == b"kept"
+
+
+def test_a_push_killed_while_it_reads_a_copy_leaves_no_copy(env, files, tmp_path):
+    """A Parquet file or a zip archive that cannot seek (compressed, over HTTP, kept in the database) is read
+    from a copy. Named in the temporary folder, that copy stayed for ever after a kill -9, as large as the
+    file; without a name, the kernel removes it with the process."""
+    import gzip
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"a": [str(i) for i in range(20_000)]}), sink)
+    pf = files.add_bytes(gzip.compress(sink.getvalue()), "rows.parquet.gz")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    code = textwrap.dedent(f"""
+        import contextlib, os, signal
+        import connector_ops.etl.push_parquet as push_parquet
+        from connector_ops import invoke
+        copying = push_parquet.seekable_opener
+        @contextlib.contextmanager
+        def killed_once_copied(*args, **kwargs):  # the real opener; the process dies while its copy is read
+            with copying(*args, **kwargs) as opener:
+                os.kill(os.getpid(), signal.SIGKILL)
+                yield opener
+        push_parquet.seekable_opener = killed_once_copied
+        invoke("etl.push", {{"platformFile": {pf.to_json()!r}}})
+    """)
+    child = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(temp)}, timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    assert list(temp.iterdir()) == []

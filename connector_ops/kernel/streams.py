@@ -142,16 +142,34 @@ class ChunkStream(io.RawIOBase):
         return n
 
 
+#: a process's open files by number (Linux): opening an entry opens that file anew, named or not
+_PROC_FD = Path("/proc/self/fd")
+
+
 @contextlib.contextmanager
 def seekable_opener(open_file: Open, prefix: str = "connector-ops-") -> Iterator[Open]:
     """Opens of ``open_file``'s file that can seek: its own when they can (a file on disk), else of a copy
-    made once, from the one read that found it could not, a block at a time, in a temporary directory removed
-    at the end (a body over HTTP: one ``GET``; a file kept in the database; a decompressed stream)."""
-    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
-        copy = Path(directory) / "copy"
+    made once, from the one read that found it could not, a block at a time (a body over HTTP: one ``GET``;
+    a file kept in the database; a decompressed stream).
+
+    The copy is a file without a name (``tempfile.TemporaryFile``), which the kernel removes when the last
+    handle closes, also when the process is killed: a named copy in a temporary folder stayed there for
+    ever after a ``kill -9`` (as large as the file). Each open reads it through ``/proc/self/fd``, with a
+    position of its own; where there is no ``/proc`` a named copy in a temporary folder is kept instead."""
+    with contextlib.ExitStack() as stack:
         with open_file() as raw:
-            own = raw.seekable()
-            if not own:
+            if raw.seekable():
+                copy = None
+            elif _PROC_FD.is_dir():
+                copy = stack.enter_context(tempfile.TemporaryFile(prefix=prefix))
+                shutil.copyfileobj(raw, copy, 1 << 20)
+                copy.flush()
+            else:
+                copy = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))) / "copy"
                 with copy.open("wb") as out:
                     shutil.copyfileobj(raw, out, 1 << 20)
-        yield open_file if own else (lambda: copy.open("rb"))
+        if copy is None:
+            yield open_file
+        else:
+            path = copy if isinstance(copy, Path) else _PROC_FD / str(copy.fileno())
+            yield lambda: path.open("rb")
