@@ -33,6 +33,7 @@ The rules that make the SQL agree with MongoDB (differentially tested against mo
 from __future__ import annotations
 
 import functools
+import operator
 import re
 import unicodedata
 import uuid
@@ -133,14 +134,18 @@ def _not(child: Node) -> Node:
 def _compile_regex(pattern: str, options: str) -> Any:
     import re2
 
+    python_flags = functools.reduce(operator.or_, (REGEX_OPTIONS[c] for c in options), 0)
     with warnings.catch_warnings():  # Python's syntax is the contract: its errors first, in its words
         warnings.simplefilter("error", FutureWarning)
         try:
-            re.compile(pattern)
+            # the parser itself, not re.compile: a pattern in re's cache (any re.search of it elsewhere in the
+            # process) is not parsed again, so it would not warn, and the refusal would depend on that cache
+            parsed = re._parser.parse(pattern, python_flags)  # type: ignore[attr-defined]
+            re.compile(pattern, python_flags)  # what only the compiler checks
         except FutureWarning as exc:  # "[[:alpha:]]": a set of "[:alph" today, in a later Python maybe not
             raise re.error(f"{exc}: Python reads this as characters today but may not later; escape them "
                            "(\\[, \\-, \\&, \\~, \\|)") from None
-    backtracking = _needs_backtracking(re._parser.parse(pattern))  # type: ignore[attr-defined]
+    backtracking = _needs_backtracking(parsed)
     if backtracking:
         raise re.error(f"{backtracking} are not supported ($regex runs on RE2, which matches in linear time "
                        "and so cannot backtrack)")
