@@ -324,9 +324,12 @@ def test_numpy_and_decimal_numbers_are_json_numbers(store):
 #: patterns whose Python meaning RE2 reads otherwise, or not at all, in their own syntax; and values
 PYTHON_SYNTAX = [r"\u00e9", r"\U0001F600", r"^[a-\u00ff]+$", r"\N{LATIN SMALL LETTER E WITH ACUTE}",
                  r"(?x) a \  b # comment", r"(?a)^\w+$", r"(?u)^x", r"(?i)^ABC", r"(?s)a.b", r"(?m)^b",
-                 r"\s", r"^\S+$", r"[\s]", r"[^\s]", r"^a{,2}$", r"[\b]", r"\bb\b", r"[{,2}]", r"(?i:X)"]
+                 r"\s", r"^\S+$", r"[\s]", r"[^\s]", r"^a{,2}$", r"[\b]", r"\bb\b", r"[{,2}]", r"(?i:X)",
+                 # with x, spaces inside braces make them text ({1,3} once the spaces are dropped), not a repeat
+                 r"(?x)^a{1, 3}$", r"(?x)^a{ 1,3}$", r"(?x)^a {1,3}$", r"^a{1, 3}$", r"a{}", r"^a{,}$",
+                 r"^(?#a comment, \) too)b", r"(?a:^\w+$)", r"(?a-s:^a.b$)"]
 SYNTAX_VALUES = ["café", "x😀", "é", "ÿ", "a b", "ab", "abc", "ABC", "a\nb", "\x0b", "\t", "aa", "a{,2}",
-                 "\x08", ",", "x", "a b c", "b"]
+                 "\x08", ",", "x", "a b c", "b", "aaa", "a{1,3}", "a{1, 3}", "a{}"]
 
 
 @pytest.mark.parametrize("pattern", PYTHON_SYNTAX)
@@ -335,6 +338,17 @@ def test_regex_reads_python_syntax_as_python_does(store, pattern):
     found = invoke("etl.query", {"virtualFileId": vf, "query": {"v": {"$regex": pattern}}})["result"]
     flags = 0 if pattern.startswith("(?u)") else re.ASCII  # \\w and \\b are ASCII; (?u) changes nothing here
     assert found == [{"v": v} for v in SYNTAX_VALUES if re.search(pattern, v, flags)]
+
+
+@pytest.mark.parametrize(("pattern", "words"), [
+    ("a{1001}", "the repeat {1001} asks for more than 1000 repetitions, the most RE2 (which $regex runs on) allows"),
+    ("a{2,1001}", "the repeat {2,1001} asks for more than 1000"),
+    ("(?:[^x]{1000}){5}", "the repeat {5}, times the repeats inside it, asks for more than 1000 repetitions"),
+    ("(?ai:k)", "the flag a on a group is not supported with i")])
+def test_what_re2_cannot_repeat_or_fold_is_a_400_in_words(store, pattern, words):
+    vf = a_file(store)
+    message = refused("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": pattern}}}, "query.a.$regex")
+    assert words in message and "b'" not in message
 
 
 def test_a_refusal_does_not_depend_on_pythons_regex_cache(store):

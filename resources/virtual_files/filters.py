@@ -150,14 +150,28 @@ def _compile_regex(pattern: str, options: str) -> Any:
         raise re.error(f"{backtracking} are not supported ($regex runs on RE2, which matches in linear time "
                        "and so cannot backtrack)")
     pattern, options = _global_flags(pattern, options)
-    text = re2_syntax(pattern, verbose="x" in options, multiline="m" in options)
+    ignorecase = "i" in options or _IGNORECASE_GROUP.search(pattern) is not None
+    text = re2_syntax(pattern, verbose="x" in options, multiline="m" in options, ignorecase=ignorecase)
     flags = "".join(c for c in "ims" if c in options)
     settings = re2.Options()
     settings.log_errors = False
     try:
         return re2.compile(f"(?{flags}){text}" if flags else text, settings)
     except re2.error as exc:
-        raise re.error(f"{exc} (RE2, which $regex runs on, does not read this part of Python's syntax)") from None
+        raise re.error(_re2_problem(exc)) from None
+
+
+def _re2_problem(exc: Exception) -> str:
+    """RE2's refusal in a user's words: google-re2 gives its message as bytes (``b'invalid perl operator:
+    (?#'``), and ``invalid repetition size: {5}`` does not say that it counts the repeats inside it."""
+    detail = exc.args[0] if exc.args else str(exc)
+    if isinstance(detail, bytes):
+        detail = detail.decode(errors="replace")
+    size = detail.removeprefix("invalid repetition size: ")
+    if size != detail:
+        return (f"the repeat {size}, times the repeats inside it, asks for more than {RE2_MAX_REPEAT} "
+                "repetitions, the most RE2 (which $regex runs on) allows; use * or + for \"any number\"")
+    return f"{detail} (RE2, which $regex runs on, does not read this part of Python's syntax)"
 
 
 #: what needs backtracking, by the opcodes of Python's own parser that stand for it
@@ -181,6 +195,10 @@ def _needs_backtracking(parsed: Any) -> str | None:
             if found:
                 return found
     return None
+
+
+#: a group's flags that include ``i`` (``(?i:``, ``(?ai:``)
+_IGNORECASE_GROUP = re.compile(r"\(\?[aiLmsux]*i[aiLmsux]*(?:-[imsx]+)?:")
 
 
 #: Python's flags written at the start of a pattern (``(?x)``, ``(?ai)``): RE2 reads ``i m s`` there, and
@@ -215,11 +233,12 @@ def _finder(pattern: str, options: str) -> Callable[[str], bool]:
     return found
 
 
-def re2_syntax(pattern: str, *, verbose: bool, multiline: bool) -> str:
+def re2_syntax(pattern: str, *, verbose: bool, multiline: bool, ignorecase: bool = False) -> str:
     """Python's regular-expression syntax in RE2's: ``\\Z`` is ``\\z``; without ``m``, ``$`` also matches
-    before a final newline; with ``x``, whitespace and ``#`` comments outside classes are dropped; ``{,n}``
-    is ``{0,n}`` (RE2 reads it as text); a ``[`` in a class is a character (RE2 would read ``[:alpha:]``);
-    escapes as :func:`_escape` says."""
+    before a final newline; with ``x``, whitespace and ``#`` comments outside classes are dropped; a ``{``
+    is a repeat exactly where Python reads one (:func:`_brace`); ``(?#…)`` comments are dropped; ``a`` and
+    ``u`` on a group change nothing RE2 does (its classes are ASCII), unless case is ignored; a ``[`` in a
+    class is a character (RE2 would read ``[:alpha:]``); escapes as :func:`_escape` says."""
     out: list[str] = []
     i, n, in_class = 0, len(pattern), False
     while i < n:
@@ -247,17 +266,57 @@ def re2_syntax(pattern: str, *, verbose: bool, multiline: bool) -> str:
             continue
         elif c == "$" and not multiline:
             c = "(?:\\n?\\z)"
-        elif c == "{" and _NO_LOWER_BOUND.match(pattern, i):  # a quantifier, since Python compiled it
-            c = "{0"
-        elif c == "(" and (group := _GROUP_FLAGS.match(pattern, i)) and {"m", "x"} & set(group[1]):
-            raise re.error("the flags m and x on a group are not supported here (the translation of $ and "
-                           "of whitespace is the whole pattern's): give them at its start or in $options")
+        elif c == "{":
+            c, i = _brace(pattern, i)
+        elif c == "(" and pattern.startswith("?#", i):  # a comment: up to the first ")" not escaped
+            while pattern[i] != ")":
+                i += 2 if pattern[i] == "\\" else 1
+            i += 1
+            continue
+        elif c == "(" and (group := _GROUP_FLAGS.match(pattern, i)):
+            c, i = _group_flags(group, ignorecase=ignorecase), group.end()
         out.append(c)
     return "".join(out)
 
 
-_NO_LOWER_BOUND = re.compile(r",\d+\}")
-_GROUP_FLAGS = re.compile(r"\?([aiLmsux-]+):")
+#: what Python reads as a repeat after a ``{`` (``{}``, or anything else, is the character ``{``): digits
+#: and one comma only, so with ``x`` ``a{1, 3}`` is the text ``a{1,3}``, since the space is not skipped
+#: inside the braces while deciding, and only dropped afterwards
+_REPEAT = re.compile(r"([0-9]*)(?:(,)([0-9]*))?\}")
+#: the most RE2 repeats an item (``{n}``, ``{n,m}``), also counting repeats nested in it
+RE2_MAX_REPEAT = 1000
+
+
+def _brace(pattern: str, i: int) -> tuple[str, int]:
+    """The ``{`` before ``pattern[i]`` in RE2's syntax, and where the pattern goes on: a repeat where Python
+    reads one (with ``{,n}`` as ``{0,n}``, which RE2 reads as text), else an escaped ``{``, which RE2
+    would otherwise read as a repeat once ``x`` dropped the spaces in ``{1, 3}``."""
+    repeat = _REPEAT.match(pattern, i)
+    if repeat is None or repeat[0] == "}":
+        return "\\{", i
+    low, comma, high = repeat.groups()
+    if any(int(n) > RE2_MAX_REPEAT for n in (low, high) if n):
+        raise re.error(f"the repeat {{{repeat[0]} asks for more than {RE2_MAX_REPEAT} repetitions, the most "
+                       f"RE2 (which $regex runs on) allows; use * or + for \"any number\"")
+    return f"{{{low or 0}{comma or ''}{high or ''}}}", repeat.end()
+
+
+_GROUP_FLAGS = re.compile(r"\?([aiLmsux]*)(?:-([imsx]+))?:")
+
+
+def _group_flags(group: re.Match[str], *, ignorecase: bool) -> str:
+    """A group's flags (``(?i:``, ``(?a-s:``) in RE2's syntax: ``a`` and ``u`` dropped, as RE2's ``\\d \\w
+    \\s \\b`` are ASCII already; ``m`` and ``x`` refused, since the translation of ``$`` and of whitespace
+    is the whole pattern's."""
+    on, off = group[1], group[2] or ""
+    if {"m", "x"} & set(on + off):
+        raise re.error("the flags m and x on a group are not supported here (the translation of $ and "
+                       "of whitespace is the whole pattern's): give them at its start or in $options")
+    if "a" in on and (ignorecase or "i" in on):
+        raise re.error("the flag a on a group is not supported with i: Python then ignores case in ASCII "
+                       "only, RE2 (which $regex runs on) in all of Unicode (k would match the Kelvin sign K)")
+    on = on.replace("a", "").replace("u", "")
+    return f"(?{on}{'-' + off if off else ''}:"
 
 
 def _escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
