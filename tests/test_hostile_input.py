@@ -340,6 +340,23 @@ def test_regex_reads_python_syntax_as_python_does(store, pattern):
     assert found == [{"v": v} for v in SYNTAX_VALUES if re.search(pattern, v, flags)]
 
 
+@pytest.mark.parametrize("pattern", [r"line$\n", r"line$\s", r"a$[\n]", r"(line$)\n?", r"(?:x|line$)\Z"])
+def test_a_dollar_with_more_pattern_after_it_is_a_400(store, pattern):
+    """Python's ``$`` looks at a final newline without taking it; RE2, without lookahead, can only take it
+    (``line$\\n`` missed ``"line\\n"``, which ``re.search`` finds)."""
+    vf = a_file(store, [{"a": "line\n"}])
+    message = refused("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": pattern}}}, "query.a.$regex")
+    assert "$ with more pattern after it is not supported" in message and "(\\n\\Z)" in message
+
+
+@pytest.mark.parametrize("pattern", [r"line$", r"(line$)", r"x|line$", r"(?:x|li(ne)$)", r"(line$)?", r"line\n$"])
+def test_a_dollar_last_in_the_pattern_alternative_or_group_matches_as_in_python(store, pattern):
+    values = ["line\n", "line", "line\n\n", "liner", "x\n"]
+    vf = a_file(store, [{"a": v} for v in values])
+    found = invoke("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": pattern}}})["result"]
+    assert found == [{"a": v} for v in values if re.search(pattern, v)]
+
+
 @pytest.mark.parametrize(("pattern", "words"), [
     ("a{1001}", "the repeat {1001} asks for more than 1000 repetitions, the most RE2 (which $regex runs on) allows"),
     ("a{2,1001}", "the repeat {2,1001} asks for more than 1000"),

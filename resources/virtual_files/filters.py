@@ -150,6 +150,11 @@ def _compile_regex(pattern: str, options: str) -> Any:
         raise re.error(f"{backtracking} are not supported ($regex runs on RE2, which matches in linear time "
                        "and so cannot backtrack)")
     pattern, options = _global_flags(pattern, options)
+    if "m" not in options and _dollar_before_more(parsed):
+        raise re.error("$ with more pattern after it is not supported: Python's $ matches before a final "
+                       "newline without taking it, which RE2 (which $regex runs on, without lookahead) cannot "
+                       "say; end the pattern, or an alternative at its end, with $, or match the newline "
+                       "itself (\\n\\Z)")
     ignorecase = "i" in options or _IGNORECASE_GROUP.search(pattern) is not None
     text = re2_syntax(pattern, verbose="x" in options, multiline="m" in options, ignorecase=ignorecase)
     flags = "".join(c for c in "ims" if c in options)
@@ -195,6 +200,29 @@ def _needs_backtracking(parsed: Any) -> str | None:
             if found:
                 return found
     return None
+
+
+def _dollar_before_more(parsed: Any, last: bool = True) -> bool:
+    """Whether a ``$`` of a parsed pattern may have more of the pattern after it. ``$`` becomes
+    ``(?:\\n?\\z)`` for RE2, which takes the final newline Python's ``$`` only looks at: the same matches
+    only where nothing follows (last in the pattern, in an alternative or group that is, in a repeat of at
+    most one), while ``line$\\n`` would miss ``"line\\n"``. ``last``: nothing follows ``parsed``."""
+    for k, (op, value) in enumerate(parsed):
+        final = last and k == len(parsed) - 1
+        kind = str(op)
+        if kind == "AT" and str(value) == "AT_END" and not final:
+            return True
+        if kind == "SUBPATTERN":
+            inner = [value[-1]]
+        elif kind == "BRANCH":
+            inner = value[1]
+        elif kind in ("MAX_REPEAT", "MIN_REPEAT"):
+            inner, final = [value[2]], final and value[1] <= 1
+        else:
+            continue
+        if any(_dollar_before_more(part, final) for part in inner):
+            return True
+    return False
 
 
 #: a group's flags that include ``i`` (``(?i:``, ``(?ai:``)
