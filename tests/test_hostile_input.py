@@ -141,6 +141,37 @@ def test_deep_filters_are_a_400_and_moderate_ones_work(store, make):
     assert invoke("etl.query", {"virtualFileId": vf, "query": make(0)})["result"] == [{"a": "1"}]
 
 
+def make_filter_nor_pair(depth: int) -> dict:
+    flt: dict = {"a": "1"}
+    for _ in range(depth):
+        flt = {"$nor": [flt, {"a": "2"}]}
+    return flt
+
+
+@pytest.mark.parametrize("make", [make_filter_nor, make_filter_not])
+def test_negations_that_cancel_nest_as_deep_as_json_allows(store, make):
+    """NOT NOT x is x: 45 nested ``$not`` (or one-clause ``$nor``) overflowed SQLite's parser stack, a 500."""
+    vf = a_file(store)
+    for depth in (48, 49):
+        expected = [{"a": "2"}] if depth % 2 else [{"a": "1"}]
+        assert invoke("etl.query", {"virtualFileId": vf, "query": make(depth)})["result"] == expected
+        assert invoke("etl.delete_rows", {"virtualFileId": vf, "request": make(depth), "dryRun": True}) == {
+            "deletedCount": 1}
+
+
+def test_a_filter_too_deep_for_sqlite_is_a_400_naming_the_field(store, database_url):
+    """Negations that do not cancel still take SQLite's parser stack; past it the filter is a 400."""
+    vf = a_file(store)
+    flt = make_filter_nor_pair(48)  # 97 levels of JSON
+    if database_url.startswith("sqlite"):
+        for name, field in (("etl.query", "query"), ("etl.delete_rows", "request")):
+            message = refused(name, {"virtualFileId": vf, field: flt}, f"{field}: ")
+            assert "nests too deeply for SQLite" in message
+    else:
+        assert invoke("etl.query", {"virtualFileId": vf, "query": flt})["result"] == [{"a": "1"}]
+    assert store.count(vf) == 2
+
+
 def cli(*args: str, stdin: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SCRIPT, *args], input=stdin, capture_output=True, text=True, timeout=120,
                           env=os.environ.copy())

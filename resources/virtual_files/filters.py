@@ -127,6 +127,11 @@ def _and(children: Sequence[Node]) -> Node:
 
 
 def _not(child: Node) -> Node:
+    """``not child``; a double negation is the child itself. A node selects rows or not (never NULL: under a
+    NOT each leaf is two-valued), so NOT NOT x selects x's rows, and each NOT costs SQLite's parser stack
+    a level: ``$not`` (or a one-clause ``$nor``) in ``$not`` 45 deep overflowed it."""
+    if isinstance(child, Op) and child.kind == "not":
+        return child.children[0]
     return Op("not", (child,))
 
 
