@@ -44,8 +44,39 @@ def test_ne_and_nin_say_they_select_every_row():
 def test_implicit_equality_booleans_and_not_are_checked():
     assert filter_warnings({"quantity": 18, "status": {"$not": {"$eq": True}}}, COLUMNS) == [
         "query.quantity: 18 is a number, " + NUMBER_TAIL.format("no row"),
-        "query.status.$not.$eq: True is a boolean, " + NUMBER_TAIL.format("no row"),
+        "query.status.$not.$eq: True is a boolean, "
+        + NUMBER_TAIL.format("no row, and, negated by the $not around it, every row"),
     ]
+
+
+@pytest.mark.parametrize(("flt", "line"), [
+    ({"count": {"$not": {"$eq": 0}}}, "query.count.$not.$eq: 0 is a number, " + NUMBER_TAIL.format(
+        "no row, and, negated by the $not around it, every row")),
+    ({"$nor": [{"count": 0}]}, "query.$nor[0].count: 0 is a number, " + NUMBER_TAIL.format(
+        "no row, and, negated by the $nor around it, every row")),
+    ({"count": {"$not": {"$in": [0]}}}, "query.count.$not.$in: 0 is a number, " + NUMBER_TAIL.format(
+        "no row, and, negated by the $not around it, every row")),
+    ({"count": {"$not": {"$ne": 0}}}, "query.count.$not.$ne: 0 is a number, " + NUMBER_TAIL.format(
+        "every row, and, negated by the $not around it, no row")),
+    ({"$nor": [{"count": {"$not": {"$eq": 0}}}]}, "query.$nor[0].count.$not.$eq: 0 is a number, "
+     + NUMBER_TAIL.format("no row, and, negated twice by the $nor and $not around it, no row")),
+    ({"$nor": [{"$nor": [{"count": {"$not": {"$nin": [0]}}}]}]}, "query.$nor[0].$nor[0].count.$not.$nin: 0 is a "
+     "number, " + NUMBER_TAIL.format("every row, and, negated 3 times by the $nor, $nor and $not around it, no row")),
+])
+def test_a_negation_around_the_number_is_counted_in_what_it_selects(flt, line):
+    """Under $not/$nor a clause that selects no row selects every row: "selects no row" alone, for a Delete
+    Rows that deletes everything, was the dangerous reading."""
+    assert filter_warnings(flt, ["count"]) == [line]
+
+
+def test_an_unknown_column_under_nor_says_every_row(env, files):
+    vf = invoke("etl.push", {"platformFile": files.add_file(SALES).to_json()})["virtualFileId"]
+    heard: list[str] = []
+    with warnings_to(heard.append):
+        counted = invoke("etl.delete_rows", {"virtualFileId": vf, "request": {"$nor": [{"nope": 1}]}, "dryRun": True})
+    assert counted == {"deletedCount": 204}
+    assert heard[1] == "request.$nor[0].nope: 1 is a number, " + NUMBER_TAIL.format(
+        "no row, and, negated by the $nor around it, every row")
 
 
 def test_unknown_columns_are_listed_once_with_the_files_columns():

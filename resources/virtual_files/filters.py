@@ -676,38 +676,42 @@ def filter_warnings(flt: Mapping[str, Any], columns: Sequence[str], field: str =
 
     MongoDB's semantics are kept — a column the file lacks is missing in every row, and a number never
     equals or compares with stored text — but both silently select nothing (or, under ``$ne``/``$nin``,
-    everything), which has cost users whole files in Delete Rows. The caller shows these lines."""
+    everything), which has cost users whole files in Delete Rows. The caller shows these lines. A ``$not``
+    or ``$nor`` around such a clause turns "no row" into "every row" (and back), so the line says both what
+    the clause selects and what its negation does: "selects no row" alone, for ``{"$nor": [{"n": 0}]}``,
+    read as harmless in a Delete Rows that deletes every row."""
     known = set(columns)
     unknown: dict[str, None] = {}
     numbers: list[str] = []
 
-    def walk(doc: Mapping[str, Any], path: str) -> None:
+    def walk(doc: Mapping[str, Any], path: str, negations: tuple[str, ...]) -> None:
         for key, value in doc.items():
             if key in LOGICAL_OPERATORS and isinstance(value, list):
+                inner = (*negations, key) if key == "$nor" else negations
                 for i, sub in enumerate(value):
                     if isinstance(sub, Mapping):
-                        walk(sub, f"{path}.{key}[{i}]")
+                        walk(sub, f"{path}.{key}[{i}]", inner)
             elif not key.startswith("$"):
                 if key not in known:
                     unknown[key] = None
-                operand(value, f"{path}.{key}")
+                operand(value, f"{path}.{key}", negations)
 
-    def operand(value: Any, path: str) -> None:
+    def operand(value: Any, path: str, negations: tuple[str, ...]) -> None:
         if isinstance(value, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in value):
             for op, v in value.items():
                 if op == "$not":
-                    operand(v, f"{path}.$not")
+                    operand(v, f"{path}.$not", (*negations, "$not"))
                 elif op in ("$in", "$nin") and isinstance(v, list):
                     for item in v:
                         if _is_number(item):
-                            numbers.append(f"{path}.{op}: {item!r} is {_kind(item)}{_number_tail(op)}")
+                            numbers.append(f"{path}.{op}: {item!r} is {_kind(item)}{_number_tail(op, negations)}")
                             break
                 elif op in ("$eq", "$ne", *COMPARISONS) and _is_number(v):
-                    numbers.append(f"{path}.{op}: {v!r} is {_kind(v)}{_number_tail(op)}")
+                    numbers.append(f"{path}.{op}: {v!r} is {_kind(v)}{_number_tail(op, negations)}")
         elif _is_number(value):
-            numbers.append(f"{path}: {value!r} is {_kind(value)}{_number_tail('$eq')}")
+            numbers.append(f"{path}: {value!r} is {_kind(value)}{_number_tail('$eq', negations)}")
 
-    walk(flt, field)
+    walk(flt, field, ())
     found = []
     if unknown:
         shown = ", ".join(repr(c) for c in columns[:20]) + (", …" if len(columns) > 20 else "")
@@ -722,7 +726,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, bool | int | float)
 
 
-def _number_tail(op: str) -> str:
-    selects = "every row" if op in ("$ne", "$nin") else "no row"
+def _number_tail(op: str, negations: Sequence[str] = ()) -> str:
+    """The rest of a number's line: what the clause selects, and, under ``negations`` (the ``$not`` and
+    ``$nor`` around it, outermost first), what it selects once they negate it."""
+    selects_none = op not in ("$ne", "$nin")
+    selects = _rows(selects_none)
+    if negations:
+        times = {1: "", 2: "twice "}.get(len(negations), f"{len(negations)} times ")
+        ops = " and ".join(negations) if len(negations) <= 2 else f"{', '.join(negations[:-1])} and {negations[-1]}"
+        selects += f", and, negated {times}by the {ops} around it, {_rows(selects_none == (len(negations) % 2 == 0))}"
     return (f", but stored values are text, so this selects {selects} (MongoDB type bracketing); "
             f"write the value as a string to compare text (in code-point order for $gt/$lt)")
+
+
+def _rows(none: bool) -> str:
+    return "no row" if none else "every row"
