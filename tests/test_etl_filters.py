@@ -340,3 +340,39 @@ def test_the_regex_finder_agrees_with_re2_search():
         assert "search" not in _finder(pattern, options).__code__.co_names, "the fast path is not in use"
         for value in values:
             assert _finder(pattern, options)(value) == (compiled.search(value) is not None), (pattern, value)
+
+
+def test_equality_on_a_column_with_a_value_too_long_for_a_btree_entry(store, resources, database_url):
+    """PostgreSQL: the index a Query builds on first use could not take a value over ≈ 2.7 kB ("index row
+    size 3016 exceeds btree version 4 maximum 2704"), so every equality Query on the column was a 500; and
+    an Append of such a value to a column already indexed failed the same way."""
+    import random
+
+    rng = random.Random(1)
+    long = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3000))  # incompressible
+    vf = store.create_from_rows([{"id": "1", "note": long}, {"id": "2", "note": "short"}])
+    for _ in range(2):  # building the index, then using it
+        assert invoke("etl.query", {"virtualFileId": vf, "query": {"note": "short"}}, resources)["result"] == [
+            {"id": "2", "note": "short"}]
+    assert [r["id"] for r in invoke("etl.query", {"virtualFileId": vf, "query": {"note": {"$in": [long, "x"]}}},
+                                    resources)["result"]] == ["1"]
+    indexed = store.create_from_rows([{"id": "1", "note": "short"}])
+    invoke("etl.query", {"virtualFileId": indexed, "query": {"note": "short"}}, resources)  # a btree on note
+    invoke("etl.append_rows", {"rows": [{"virtualFileId": indexed, "content": {"id": "2", "note": long}},
+                                        {"virtualFileId": vf, "content": {"id": "3", "note": long}}]}, resources)
+    assert invoke("etl.query", {"virtualFileId": indexed, "query": {"note": long}}, resources)["result"] == [
+        {"id": "2", "note": long}]
+    assert [r["id"] for r in invoke("etl.query", {"virtualFileId": vf, "query": {"note": long}},
+                                    resources)["result"]] == ["1", "3"]
+    if database_url.startswith("postgresql"):  # the hash index serves = and = ANY, as the btree did
+        import sqlalchemy as sa
+
+        with store.sql.reading() as conn:
+            info = store.sql.info(conn, vf)
+            column = info.table.c[info.column_map(info.table)["note"].key]
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            for where in (column == "short", column == sa.any_(sa.literal(["a", "short"], sa.ARRAY(sa.Text)))):
+                query = sa.select(info.table.c.seq).where(where)
+                compiled = query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+                plan = "\n".join(conn.exec_driver_sql(f"EXPLAIN {compiled}").scalars())
+                assert "Index" in plan and "ix_" in plan, plan

@@ -45,8 +45,7 @@ class Querying(StoreCore):
                 if ordinal in info.indexed:
                     continue
                 with page_cache(conn, SQLITE_SORT_KIB):
-                    sa.Index(f"ix_{info.table_name}_{internal_name(ordinal)}",
-                             table.c[internal_name(ordinal)]).create(conn, checkfirst=True)
+                    _index(conn, f"ix_{info.table_name}_{internal_name(ordinal)}", table.c[internal_name(ordinal)])
                 conn.execute(
                     sa.update(cat.vf_column)
                     .where((cat.vf_column.c.vf_id == info.id) & (cat.vf_column.c.ordinal == ordinal))
@@ -107,6 +106,50 @@ def _parsed_by_sqlite(field: str) -> Iterator[None]:
         raise InvalidInput(field, "the filter nests too deeply for SQLite (its parser ran out of stack): "
                                   "flatten it, e.g. $and/$or of many clauses instead of clauses nested in "
                                   "each other") from None
+
+
+#: PostgreSQL's "program limit exceeded": a btree entry longer than its page allows (≈ 2.7 kB)
+TOO_LONG_FOR_BTREE = "54000"
+
+
+def _index(conn: sa.Connection, name: str, column: sa.ColumnElement) -> None:
+    """A btree index on ``column``; on PostgreSQL, a hash index where a value is too long for a btree entry
+    ("index row size 3016 exceeds btree version 4 maximum 2704", and the Query was a 500 for good). A hash
+    index keeps a 4-byte hash whatever the value's length, and serves what this index is for: the ``=`` of
+    equality and the ``= ANY`` of ``$in`` (as bitmap scans). The btree stays the common case, as fast as
+    before: only its failure, inside a savepoint, costs the second build."""
+    if conn.dialect.name != "postgresql":
+        sa.Index(name, column).create(conn, checkfirst=True)
+        return
+    try:
+        with conn.begin_nested():
+            sa.Index(name, column).create(conn, checkfirst=True)
+    except sa.exc.DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) != TOO_LONG_FOR_BTREE:
+            raise
+        sa.Index(name, column, postgresql_using="hash").create(conn)
+
+
+def hash_instead_of_btree(conn: sa.Connection, exc: BaseException) -> bool:
+    """After ``exc`` (rolled back to a savepoint), make the btree index it names a hash index if it failed
+    because a new value is too long for a btree entry, as :func:`_index` would have built it for that
+    value; ``False`` when ``exc`` is another error. An Append of such a value to a column a Query had
+    indexed failed so."""
+    orig = getattr(exc, "orig", exc)  # COPY runs on the driver's own cursor: psycopg's error, unwrapped
+    index = getattr(getattr(orig, "diag", None), "constraint_name", None)  # PostgreSQL names the index there
+    if getattr(orig, "sqlstate", None) != TOO_LONG_FOR_BTREE or not index:
+        return False
+    found = conn.execute(sa.text(
+        "SELECT t.relname, a.attname FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+        "WHERE i.indexrelid = to_regclass(:index)"), {"index": conn.dialect.identifier_preparer.quote(index)}
+    ).one_or_none()
+    if found is None:
+        return False
+    quote = conn.dialect.identifier_preparer.quote
+    conn.exec_driver_sql(f"DROP INDEX {quote(index)}")
+    conn.exec_driver_sql(f"CREATE INDEX {quote(index)} ON {quote(found[0])} USING hash ({quote(found[1])})")
+    return True
 
 
 def _warn_about(flt: Mapping[str, Any], info: VirtualFileInfo, field: str) -> None:

@@ -21,6 +21,7 @@ from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, inter
 from connector_ops.resources.virtual_files.core import StoreCore
 from connector_ops.resources.virtual_files.engines import SQLITE_LOAD_KIB, page_cache
 from connector_ops.resources.virtual_files.loaders import insert_batches
+from connector_ops.resources.virtual_files.querying import hash_instead_of_btree
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Values
 
 
@@ -150,10 +151,23 @@ class Writing(StoreCore):
         total = 0
         with self.writing() as conn:
             for vf_id, rows in rows_by_file.items():
-                writer = RowWriter(conn, self.info(conn, vf_id, lock=True), field)
-                for batch in batched(rows, SCAN_BATCH):
-                    total += writer.write_dicts(batch)
+                total += self._append_to(conn, vf_id, rows, field)
         return total
+
+    def _append_to(self, conn: sa.Connection, vf_id: str, rows: Sequence[Mapping[str, str | None]],
+                   field: str) -> int:
+        """Append ``rows`` to one file. On PostgreSQL a value too long for the btree index a Query built on
+        its column makes that index a hash index, and the rows go in again (:func:`hash_instead_of_btree`),
+        in a savepoint so that the failed attempt leaves nothing."""
+        while True:
+            attempt = conn.begin_nested() if conn.dialect.name == "postgresql" else contextlib.nullcontext()
+            try:
+                with attempt:
+                    writer = RowWriter(conn, self.info(conn, vf_id, lock=True), field)
+                    return sum(writer.write_dicts(batch) for batch in batched(rows, SCAN_BATCH))
+            except Exception as exc:
+                if conn.dialect.name != "postgresql" or not hash_instead_of_btree(conn, exc):
+                    raise
 
     def publish(self, name: str, source: str) -> str:
         """``name`` takes over the row table of ``source`` (no row is copied); ``name``'s old table goes.
