@@ -653,7 +653,8 @@ def _regex_matcher(dialect: str, conn: sa.Connection | None) -> RegexMatcher:
 
 
 class _PythonRegexSeqs:
-    """PostgreSQL: evaluate a ``$regex`` leaf with Python's ``re`` and refer to the matches by ``seq``.
+    """PostgreSQL: evaluate a ``$regex`` leaf in Python (with RE2, as on SQLite, see :func:`_finder`) and
+    refer to the matches by ``seq``.
 
     PostgreSQL's regular expressions (ARE) differ from Python's and MongoDB's (``.`` matches a newline,
     ``^``/``$`` ignore lines, ``\\b`` is a backspace), so translating patterns would change results. The
