@@ -16,7 +16,6 @@ import mimetypes
 import os
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from urllib.parse import urljoin
 import httpx
 from pydantic import PrivateAttr, field_validator
 
-from connector_ops.kernel.atomic import SWEEP_MIN_AGE_S, atomic_write, sweep_leftovers
+from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unclaimed
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of, link_shown
 from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
 from connector_ops.kernel.replay import Open, fetched_once
@@ -51,16 +50,10 @@ def utc_timestamp(ts: float | None = None) -> str:
 _OWN_TYPES = {(".ndjson", ".jsonl"): "application/x-ndjson", (".parquet", ".pq"): "application/vnd.apache.parquet"}
 
 
-def _sweep_undescribed(root: Path, min_age_s: float = SWEEP_MIN_AGE_S) -> None:
-    """Remove the data of files whose writer died between putting the data in place and its descriptor
-    (``create`` renames one, then writes the other): no descriptor, so no inventory, ``gc`` or reader
-    would ever see it. One written within ``min_age_s`` is left to its writer, which may be at that step."""
-    now = time.time()
-    for entry in os.scandir(root):
-        if _ID.fullmatch(entry.name) and not (root / f"{entry.name}.json").exists():
-            with contextlib.suppress(OSError):
-                if now - entry.stat(follow_symlinks=False).st_mtime >= min_age_s:
-                    os.unlink(entry.path)
+def _sweep_undescribed(root: Path) -> None:
+    """The data of files whose writer died between putting the data in place and its descriptor (``create``
+    renames one, then writes the other): no descriptor, so no inventory, ``gc`` or reader would see it."""
+    sweep_unclaimed(root, lambda name: not _ID.fullmatch(name) or (root / f"{name}.json").exists())
 
 
 def guess_content_type(name: str) -> str:

@@ -13,7 +13,7 @@ import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -80,3 +80,16 @@ def sweep_leftovers(folder: str | os.PathLike[str], min_age_s: float = SWEEP_MIN
             finally:
                 os.close(fd)
     return removed
+
+
+def sweep_unclaimed(folder: str | os.PathLike[str], claimed: Callable[[str], bool],
+                    min_age_s: float = SWEEP_MIN_AGE_S) -> None:
+    """Remove the files of ``folder`` that no record claims (``claimed(name)`` false) and that are older than
+    ``min_age_s``: data a writer killed between putting it in place and recording it left behind, which no
+    listing would ever show. A younger one is left to its writer, which may be at that step."""
+    now = time.time()
+    for entry in os.scandir(folder):
+        if not entry.name.startswith(TEMP_PREFIX) and not claimed(entry.name):
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime >= min_age_s:
+                    os.unlink(entry.path)

@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from connector_ops.kernel.atomic import atomic_write
+from pydantic import PrivateAttr
+
+from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unclaimed
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.resource import Resource
@@ -63,11 +65,24 @@ class LocalDriveResource(Resource):
         return f"the local drive is the folder {self.drive_dir} of one host; use CONNECTOR_OPS_DRIVE_BACKEND=google"
 
     # -- storage ----------------------------------------------------------------------------------
+    _swept: bool = PrivateAttr(default=False)
+
     @property
     def root(self) -> Path:
         root = Path(self.drive_dir)
         (root / "items").mkdir(parents=True, exist_ok=True)
+        if not self._swept:  # the drive's start: what writers killed mid-write left behind
+            self._swept = True
+            sweep_leftovers(root / "items")
+            self._sweep_unlisted(root / "items")
         return root
+
+    def _sweep_unlisted(self, items: Path) -> None:
+        """The bytes of items whose writer died between putting them in place and committing their row (an
+        upload renames the one, then commits the other)."""
+        with self._db() as conn:
+            listed = {row[0] for row in conn.execute("SELECT id FROM items")}
+        sweep_unclaimed(items, listed.__contains__)
 
     def _blob(self, item_id: str) -> Path:
         return self.root / "items" / item_id

@@ -77,3 +77,31 @@ def test_every_adapter_field_has_a_description(clean_env: dict, monkeypatch: pyt
     missing = [f"{cls.__name__}.{name}" for cls in classes
                for name, info in adapter_for(cls).model_fields.items() if not info.description]
     assert missing == []
+
+
+def test_the_local_drive_sweeps_what_killed_writers_left_when_it_starts(tmp_path: Path) -> None:
+    """An upload killed mid-write left ``items/.tmp-<pid>-…`` (17–31 MB in the audit), and one killed between
+    renaming its bytes into place and committing its row left bytes no listing shows; nothing removed
+    either. A drive starting removes both once older than a minute, and nothing of a listed item."""
+    import os
+    import time
+
+    from connector_ops.kernel.atomic import TEMP_PREFIX
+    from connector_ops.resources.drive.local import LocalDriveResource
+
+    import io
+
+    uploaded = LocalDriveResource(drive_dir=str(tmp_path / "drive")).upload(
+        io.BytesIO(b"a\n1\n"), "up.csv", "text/csv", 4, None)
+    items = tmp_path / "drive" / "items"
+    listed = sorted(p.name for p in items.iterdir())
+    assert listed == [uploaded]
+    dead = [items / f"{TEMP_PREFIX}999999-x", items / "NoRowForTheseBytes123456"]
+    young = items / "WrittenJustNowNoRowYet12"
+    for path in (*dead, young):
+        path.write_bytes(b"left behind")
+    hour_ago = time.time() - 3600
+    for path in (*dead, *(items / name for name in listed)):
+        os.utime(path, (hour_ago, hour_ago))
+    LocalDriveResource(drive_dir=str(tmp_path / "drive")).root  # noqa: B018 - a drive starting
+    assert sorted(p.name for p in items.iterdir()) == sorted([*listed, young.name])
