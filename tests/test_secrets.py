@@ -130,9 +130,9 @@ def test_a_refused_database_url_made_by_hand_is_named_by_its_kind_never_repeated
         "'postgresql+psycopg2', which is not supported; use sqlite:///PATH or "
         "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE")
     monkeypatch.setenv("MY_DB", url)
-    with pytest.raises(Exception) as built:  # noqa: PT011 - Dagster wraps it in its own error
-        with dg.build_resources({"virtual_files": VirtualFileStoreAdapter(database_url=dg.EnvVar("MY_DB"))}) as r:
-            r.virtual_files  # noqa: B018
+    adapter = VirtualFileStoreAdapter(database_url=dg.EnvVar("MY_DB"))
+    with pytest.raises(Exception) as built, dg.build_resources({"virtual_files": adapter}) as built_resources:
+        built_resources.virtual_files  # noqa: B018
     chain, exc = [], built.value
     while exc is not None:
         chain.append(str(exc))
@@ -197,7 +197,8 @@ def test_our_file_servers_links_are_shown_without_signature_or_password_when_the
 
     with serving(Starlette(routes=[Route("/files/{id}", broken)])) as base:
         server = base.replace("http://", "http://fsuser:FSPASS@")
-        resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path), "CONNECTOR_OPS_FILE_SERVER_URL": server})
+        resources = resources_for(environ={"CONNECTOR_OPS_HOME": str(tmp_path),
+                                           "CONNECTOR_OPS_FILE_SERVER_URL": server})
         link = f"{server}/files/{'a' * 32}?sig=SIGNATURE"
         with pytest.raises(ConnectorError) as info:
             invoke("etl.push", {"platformFile": {"name": "x.csv", "contentType": "text/csv", "link": link}},

@@ -229,3 +229,33 @@ def test_a_drain_beside_a_reader_thread_keeps_the_frames_whole():
         assert not reader.is_alive() and not writer.is_alive(), attempt
         assert inbox.readline() == b'{"next": %d}\n' % attempt
         os.close(read_fd)
+
+
+def test_an_interrupt_while_the_loader_takes_the_request_kills_it(store, signalled_after):
+    """A Ctrl-C while the loader had the request but had not said it was ready (a fresh loader still
+    importing, under load) left it holding that request: the next load's request was read as its data and
+    its stale "ready" taken for an answer, and that load waited for ever. The loader is now killed there
+    too, and the next load starts another."""
+    import threading
+
+    from tests.signals import Stop
+
+    load(store, csv_rows(10))
+    before, pid = tables(store), loader(store).pid
+    os.kill(pid, signal.SIGSTOP)  # it cannot answer the request until the interrupt has come
+    signalled_after(0.3)
+    try:
+        with pytest.raises(Stop):
+            load(store, csv_rows(100_000))
+    finally:
+        os.kill(pid, signal.SIGCONT) if loader(store).pid == pid else None
+    done: list[str] = []
+    after = threading.Thread(target=lambda: done.append(load(store, csv_rows(7))), daemon=True)
+    after.start()
+    after.join(60)
+    if after.is_alive():  # the bug: unblock the thread, then fail
+        os.kill(pid, signal.SIGKILL)
+        after.join(10)
+        pytest.fail("the load after the interrupt waited for ever")
+    assert loader(store).pid not in (None, pid)
+    assert store.summary(done[0], 0)[0] == 7 and len(tables(store)[0]) == len(before[0]) + 1

@@ -168,6 +168,9 @@ class Loader:
                     return child
             except OSError:
                 pass
+            except BaseException:  # an interrupt before its answer: it may hold the request, and would read
+                self._kill()  # the next one as this one's data and give this one's "ready" to it
+                raise
             self._kill()  # it left (idle) or died just now: nothing was sent to a load yet
             if attempt == 2:
                 raise IngestFailed("the SQLite loader process could not be started")

@@ -79,17 +79,16 @@ def test_every_adapter_field_has_a_description(clean_env: dict, monkeypatch: pyt
     assert missing == []
 
 
-def test_the_local_drive_sweeps_what_killed_writers_left_when_it_starts(tmp_path: Path) -> None:
+def test_the_local_drive_sweeps_what_killed_writers_left_when_it_starts(tmp_path) -> None:
     """An upload killed mid-write left ``items/.tmp-<pid>-…`` (17–31 MB in the audit), and one killed between
     renaming its bytes into place and committing its row left bytes no listing shows; nothing removed
     either. A drive starting removes both once older than a minute, and nothing of a listed item."""
+    import io
     import os
     import time
 
     from connector_ops.kernel.atomic import TEMP_PREFIX
     from connector_ops.resources.drive.local import LocalDriveResource
-
-    import io
 
     uploaded = LocalDriveResource(drive_dir=str(tmp_path / "drive")).upload(
         io.BytesIO(b"a\n1\n"), "up.csv", "text/csv", 4, None)
