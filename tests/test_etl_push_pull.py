@@ -375,3 +375,18 @@ def test_json_export_writes_each_row_as_json_dumps_would(width, data):
     objects = [json.dumps({n: v for n, v in zip(names, row, strict=True) if v is not None}, ensure_ascii=False,
                           separators=(",", ":")) for page in pages for row in page]
     assert written == ("[\n" + ",\n".join(objects) + "\n]\n" if objects else "[]\n")
+
+
+def test_a_row_too_big_for_a_postgresql_page_is_a_400_saying_so(files, env, store):
+    """1,400 columns of five characters: within the 1,599 allowed, but on PostgreSQL short values stay in the
+    row, which must fit one 8 kB page; that was a 500 "database error: row is too big". SQLite takes it."""
+    header = ",".join(f"c{i}" for i in range(1400)).encode()
+    line = ",".join(f"v{i:04d}" for i in range(1400)).encode()
+    before = _virtual_file_count(store)
+    if not env["CONNECTOR_OPS_DATABASE_URL"].startswith("postgresql"):
+        assert len(rows(push(files, header + b"\n" + line + b"\n"))) == 1
+        return
+    exc = error("etl.push", {"platformFile": files.add_bytes(header + b"\n" + line + b"\n", "wide.csv").to_json()})
+    assert exc.status == 400 and exc.body["message"].startswith(
+        "a row is too big for PostgreSQL (row is too big: size 8432, maximum size 8160)")
+    assert _virtual_file_count(store) == before

@@ -200,4 +200,9 @@ def unstorable_value(exc: BaseException) -> UnstorableValue | None:
         return UnstorableValue("a value holds a NUL character (\\x00), which PostgreSQL cannot store")
     if state == "22P05":  # untranslatable_character
         return UnstorableValue(f"a value holds a character this database's encoding cannot store ({first})")
+    if state == "54000" and first.startswith("row is too big"):  # program_limit_exceeded
+        return UnstorableValue(
+            f"a row is too big for PostgreSQL ({first}): its short values are kept in the row itself, which "
+            "must fit one 8 kB page, so a row of many columns may not fit below the 1,599 columns a file may "
+            "have; use fewer columns, or SQLite, which has no such bound")
     return None
