@@ -21,7 +21,6 @@ import json.scanner
 import re
 from collections.abc import Iterator
 from decimal import Decimal
-from itertools import islice
 from typing import IO, Any
 
 import ijson
@@ -40,6 +39,7 @@ from connector_ops.etl.readers import (
 )
 from connector_ops.kernel.errors import InvalidInput, UpstreamError
 from connector_ops.kernel.limits import MAX_DEPTH, check_payload, deeper_than, too_many_digits
+from connector_ops.kernel.scoped import pages
 from connector_ops.kernel.streams import Open, peekable
 
 #: the values a row may hold without any conversion to text
@@ -106,16 +106,17 @@ def _within(line: str, limit: int) -> bool:
 def _array_by_lines(stream: IO[bytes], reopen: Open) -> RecordBatches:
     """Batches read by lines while that holds; then the event parser's, from the first item not handed on."""
     rows = _item_rows(stream)
+    batches = pages(rows, BATCH)
     handed = 0
     while True:
         try:
-            batch = list(islice(rows, BATCH))
+            batch = next(batches, None)
         except UpstreamError:  # the file's server failed, not its bytes: reading it again would wait again
             raise
         except Exception:  # whatever it is (a fault, another layout, a value to doubt), the event parser judges it
             rows.close()
             break
-        if not batch:
+        if batch is None:
             return
         yield batch
         handed += len(batch)
@@ -149,23 +150,22 @@ def _item(line: str, *, pairs: bool = False) -> dict[str, str | None]:
 
 def _json_array(stream: IO[bytes], skip: int = 0) -> RecordBatches:
     """The event parser's rows, but for the first ``skip`` items (handed on already)."""
-    batch: list[dict[str, str | None]] = []
     index = 0
-    try:
+
+    def rows() -> Iterator[dict[str, str | None]]:
+        nonlocal index
         for index, item in enumerate(_array_items(stream), 1):
             if index > skip:
-                batch.append(_row(item, f"item {index}"))
-            if len(batch) >= BATCH:
-                yield batch
-                batch = []
+                yield _row(item, f"item {index}")
+
+    try:
+        yield from pages(rows(), BATCH)
     except ijson.JSONError as exc:
         raise InvalidInput(FIELD, f"malformed JSON after item {index}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise InvalidInput(FIELD, f"the file is not valid UTF-8 ({exc.reason})") from None
     except (ValueError, SystemError):  # yajl's C backend wraps int()'s digit limit in a SystemError
         raise InvalidInput(FIELD, f"holds {too_many_digits()}") from None  # yajl parses ahead: no item number
-    if batch:
-        yield batch
 
 
 def _array_items(stream: IO[bytes]) -> Iterator[Any]:
@@ -238,27 +238,24 @@ def stored_line(line: bytes) -> bytes:
 
 def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Open | None,
             quarantine: Quarantine | None = None) -> RecordBatches:
-    text = text_stream(stream, encoding)
-    batch: list[dict[str, str | None]] = []
-    number = 0
     try:
-        number = skip_lines(text, lines_to_ignore)
-        for line in text:
-            number += 1
-            if not line.strip():
-                continue
-            try:
-                row = _row(_json_line(line, number), f"line {number}")
-            except InvalidInput as exc:
-                if quarantine is None:
-                    raise
-                quarantine.refuse(number, exc.problem.removeprefix(f"line {number}: "), line.rstrip("\r\n"))
-                continue
-            batch.append(row)
-            if len(batch) >= BATCH:
-                yield batch
-                batch = []
+        yield from pages(_ndjson_rows(text_stream(stream, encoding), lines_to_ignore, quarantine), BATCH)
     except UnicodeDecodeError as exc:
         raise decode_error(exc, encoding, reopen) from None
-    if batch:
-        yield batch
+
+
+def _ndjson_rows(text: io.TextIOWrapper, lines_to_ignore: int,
+                 quarantine: Quarantine | None) -> Iterator[dict[str, str | None]]:
+    number = skip_lines(text, lines_to_ignore)
+    for line in text:
+        number += 1
+        if not line.strip():
+            continue
+        try:
+            row = _row(_json_line(line, number), f"line {number}")
+        except InvalidInput as exc:
+            if quarantine is None:
+                raise
+            quarantine.refuse(number, exc.problem.removeprefix(f"line {number}: "), line.rstrip("\r\n"))
+            continue
+        yield row

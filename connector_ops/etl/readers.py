@@ -21,8 +21,10 @@ from typing import IO, Any
 from connector_ops.etl.quarantine import Quarantine, record_text
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import check_column_names
+from connector_ops.kernel.scoped import pages
 from connector_ops.kernel.streams import Open
 
+#: the most rows a batch holds; fewer when they are wide (:func:`~connector_ops.kernel.scoped.pages`)
 BATCH = 10_000
 FIELD = "platformFile"
 
@@ -150,10 +152,8 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
     assert columns is not None
     check_names(columns, "parameters.schema" if schema is not None else FIELD)
 
-    def batches() -> RowBatches:
+    def records() -> Iterator[list[str]]:
         width = len(columns)
-        batch: list[list[str]] = []
-        append = batch.append
         try:
             for record in reader:
                 if len(record) != width:
@@ -165,19 +165,13 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
                         raise InvalidInput(FIELD, f"line {offset + reader.line_num}: {problem}")
                     quarantine.refuse(offset + reader.line_num, problem, record_text(record, delimiter))
                     continue
-                append(record)
-                if len(batch) >= BATCH:
-                    yield batch
-                    batch = []
-                    append = batch.append
+                yield record
         except UnicodeDecodeError as exc:
             raise decode_error(exc, encoding, reopen) from None
         except csv.Error as exc:
             raise InvalidInput(FIELD, f"line {offset + reader.line_num}: malformed CSV ({exc})") from None
-        if batch:
-            yield batch
 
-    return columns, batches()
+    return columns, pages(records(), BATCH)
 
 
 check_names = check_column_names  # the one rule for every parser's header (kept under its old name)

@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from connector_ops.kernel.scoped import rows_per_page
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.engines import room_to_hash_keys
 from connector_ops.resources.virtual_files.fetching import stream
@@ -57,18 +58,19 @@ class Transforms(Writing, Querying):
     def map_rows(self, vf_id: str, transform: PageFunction, *, overwrite: bool = False,
                  batch_size: int | None = None) -> str:
         """Write ``transform(page)`` for every page of rows into a new virtual file, or in place of ``vf_id``
-        (same id, new generation); returns its id. Columns grow in the order new keys appear."""
+        (same id, new generation); returns its id. Columns grow in the order new keys appear. A page holds
+        ``batch_size`` rows, fewer of a wide file (:func:`~connector_ops.kernel.scoped.rows_per_page`)."""
         with self.create(replace=vf_id if overwrite else None, field="action") as writer:
             source = writer.replaced if overwrite else self.info(writer.conn, vf_id)
             assert source is not None
             names = source.names
-            batch_size = batch_size or SCAN_BATCH
+            batch_size = rows_per_page(len(names), batch_size or SCAN_BATCH)
             # both closed before ``create`` drops a replaced table, also when ``transform`` raises: a failed
             # Map's traceback keeps its frames, and with them a cursor still open on a pooled connection
             with (self.reading_beside(writer.conn) as reader,
                   contextlib.closing(keyset_pages(reader, source, names, batch_size)) as pages):
                 if reader is not writer.conn:  # the server stores a slice while the function runs on the next
-                    pages = _sliced(pages, MAP_SLICE)
+                    pages = _sliced(pages, rows_per_page(len(names), MAP_SLICE))
                 _write_pages(writer, _mapped(pages, names, transform))
         return writer.vf_id
 
