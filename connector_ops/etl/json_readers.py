@@ -31,14 +31,24 @@ from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
     BATCH,
     FIELD,
+    LineTooLong,
     RecordBatches,
+    capped_lines,
     cell_text,
     decode_error,
     skip_lines,
     text_stream,
+    too_long,
 )
+from connector_ops.kernel import limits
 from connector_ops.kernel.errors import InvalidInput, UpstreamError
-from connector_ops.kernel.limits import MAX_DEPTH, check_payload, deeper_than, too_many_digits
+from connector_ops.kernel.limits import (
+    MAX_DEPTH,
+    check_payload,
+    deeper_than,
+    longer_than_allowed,
+    too_many_digits,
+)
 from connector_ops.kernel.scoped import pages
 from connector_ops.kernel.streams import Open, peekable
 
@@ -170,7 +180,8 @@ def _json_array(stream: IO[bytes], skip: int = 0) -> RecordBatches:
 
 def _array_items(stream: IO[bytes]) -> Iterator[Any]:
     """The items of the top-level array, built from ijson's flat events: ``ijson.items`` builds a path
-    string per event (memory quadratic in the depth), and nothing there bounds the nesting."""
+    string per event (memory quadratic in the depth), and nothing there bounds the nesting. A string over
+    ``limits.MAX_VALUE`` is refused as it comes (yajl has read it whole; Python has not copied it yet)."""
     events = ijson.basic_parse(stream)
     next(events, None)  # the top-level "[" (read_json peeked it)
     depth, index, builder = 1, 1, None
@@ -183,6 +194,8 @@ def _array_items(stream: IO[bytes]) -> Iterator[Any]:
             depth -= 1
             if depth == 0:
                 continue  # the end of the top-level array
+        elif event in ("string", "map_key") and len(value) > limits.MAX_VALUE:  # yajl hands it on whole
+            raise InvalidInput(FIELD, f"item {index}: {longer_than_allowed('a value')}")
         if builder is None and depth == 1:
             yield value  # a bare scalar item (refused by the caller: rows are objects)
             index += 1
@@ -247,7 +260,14 @@ def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Open
 def _ndjson_rows(text: io.TextIOWrapper, lines_to_ignore: int,
                  quarantine: Quarantine | None) -> Iterator[dict[str, str | None]]:
     number = skip_lines(text, lines_to_ignore)
-    for line in text:
+    lines = capped_lines(text)
+    while True:
+        try:
+            line = next(lines, None)
+        except LineTooLong:
+            raise too_long(number + 1) from None
+        if line is None:
+            return
         number += 1
         if not line.strip():
             continue

@@ -29,12 +29,23 @@ MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300
 #: Rows one call may ask for (``maxBatchSize``): larger values mean "all" and are clamped to this,
 #: which every database's LIMIT and integer arithmetic can take.
 MAX_BATCH_SIZE = 2**31 - 1
+#: Characters one value may hold, and one line of a CSV or NDJSON file, which Push's row readers hold whole.
+#: A value costs the row reader several times its size (the line, the csv module's 4-byte buffer, the
+#: value, its row): at this limit a Push grows by 100–130 MiB (see README, "Hostile input"); without
+#: one a 1 MiB gzip of a 1 GiB line took 6 GiB before the database refused it. Read at each Push, so a test
+#: may lower it.
+MAX_VALUE = 16 << 20
 
 _MAX_INT_BITS = int(MAX_INT_DIGITS * 3.3219280948873626)  # log2(10): a bit below the digit limit
 
 
 def deeper_than(limit: int = MAX_DEPTH) -> str:
     return f"nested deeper than {limit} levels"
+
+
+def longer_than_allowed(what: str) -> str:
+    """The words of a value or line over :data:`MAX_VALUE`: what it is, and the limit."""
+    return f"{what} longer than {MAX_VALUE:,} characters ({MAX_VALUE / 2**20:g} MiB), the most one may hold"
 
 
 def too_many_digits() -> str:
