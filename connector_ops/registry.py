@@ -260,7 +260,7 @@ def describe_unexpected(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):  # a resource's settings (e.g. made by hand): one line, no value
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
                              for e in exc.errors(include_url=False, include_input=False))
-        return f"invalid {exc.title} settings: {problems}"
+        return f"invalid {exc.title}: {problems}"
     request = getattr(exc, "_request", None)  # an httpx error: name the host (never credentials, path or query)
     if request is not None:
         return f"{type(exc).__name__} talking to {host_of(request.url)}: {exc}"

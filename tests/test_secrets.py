@@ -126,7 +126,7 @@ def test_a_refused_database_url_made_by_hand_is_named_by_its_kind_never_repeated
         VirtualFileStore(database_url=url)
     assert "Hunter2PgPw" not in str(info.value)
     assert describe_unexpected(info.value) == (
-        "invalid VirtualFileStore settings: database_url: names the database driver "
+        "invalid VirtualFileStore: database_url: names the database driver "
         "'postgresql+psycopg2', which is not supported; use sqlite:///PATH or "
         "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE")
     monkeypatch.setenv("MY_DB", url)

@@ -21,6 +21,7 @@ read with an error.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -74,8 +75,9 @@ def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator
                 raise
             block = min(block * 4, MAX_BLOCK)
             continue
-        except BaseException:
-            savepoint.rollback()
+        except BaseException:  # the consumer stopped, or the scan failed: the first word is that
+            with contextlib.suppress(Exception):  # a connection given up (the network stopped) takes no rollback
+                savepoint.rollback()
             raise
         savepoint.commit()
         return
