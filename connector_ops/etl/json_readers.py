@@ -260,22 +260,18 @@ def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Open
 def _ndjson_rows(text: io.TextIOWrapper, lines_to_ignore: int,
                  quarantine: Quarantine | None) -> Iterator[dict[str, str | None]]:
     number = skip_lines(text, lines_to_ignore)
-    lines = capped_lines(text)
-    while True:
-        try:
-            line = next(lines, None)
-        except LineTooLong:
-            raise too_long(number + 1) from None
-        if line is None:
-            return
-        number += 1
-        if not line.strip():
-            continue
-        try:
-            row = _row(_json_line(line, number), f"line {number}")
-        except InvalidInput as exc:
-            if quarantine is None:
-                raise
-            quarantine.refuse(number, exc.problem.removeprefix(f"line {number}: "), line.rstrip("\r\n"))
-            continue
-        yield row
+    try:
+        for line in capped_lines(text):
+            number += 1
+            if not line.strip():
+                continue
+            try:
+                row = _row(_json_line(line, number), f"line {number}")
+            except InvalidInput as exc:
+                if quarantine is None:
+                    raise
+                quarantine.refuse(number, exc.problem.removeprefix(f"line {number}: "), line.rstrip("\r\n"))
+                continue
+            yield row
+    except LineTooLong:
+        raise too_long(number + 1) from None

@@ -30,7 +30,7 @@ def mask_url(value: str) -> str:
         value = _DATABASE_PASSWORD.sub(lambda m: f"{m['head']}{MASK}@" if m["password"] else m[0], value, count=1)
     parts = urlsplit(value)
     netloc = parts.netloc
-    if parts.password is not None and parts.password != MASK:
+    if parts.password is not None:
         userinfo, host = netloc.rsplit("@", 1)
         netloc = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
     query = parts.query

@@ -158,18 +158,18 @@ def seekable_opener(open_file: Open, prefix: str = "connector-ops-") -> Iterator
     position of its own; where there is no ``/proc`` a named copy in a temporary folder is kept instead."""
     with contextlib.ExitStack() as stack:
         with open_file() as raw:
-            if raw.seekable():
-                copy = None
-            elif _PROC_FD.is_dir():
-                copy = stack.enter_context(tempfile.TemporaryFile(prefix=prefix))
-                shutil.copyfileobj(raw, copy, 1 << 20)
-                copy.flush()
-            else:
-                copy = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))) / "copy"
-                with copy.open("wb") as out:
-                    shutil.copyfileobj(raw, out, 1 << 20)
-        if copy is None:
-            yield open_file
-        else:
-            path = copy if isinstance(copy, Path) else _PROC_FD / str(copy.fileno())
-            yield lambda: path.open("rb")
+            path = None if raw.seekable() else _copy(raw, stack, prefix)
+        yield open_file if path is None else (lambda: path.open("rb"))
+
+
+def _copy(raw: IO[bytes], stack: contextlib.ExitStack, prefix: str) -> Path:
+    """A copy of ``raw``'s bytes that lives as long as ``stack``, and the path that opens it."""
+    if _PROC_FD.is_dir():
+        out = stack.enter_context(tempfile.TemporaryFile(prefix=prefix))  # noqa: SIM115 - the stack closes it
+        path = _PROC_FD / str(out.fileno())
+    else:
+        path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))) / "copy"
+        out = stack.enter_context(path.open("wb"))
+    shutil.copyfileobj(raw, out, 1 << 20)
+    out.flush()
+    return path

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from pydantic import field_validator
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.limits import check_column_names, holds_surrogate, surrogate_refused
@@ -22,7 +21,7 @@ from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
-from connector_ops.resources.virtual_files.urls import supported_url
+from connector_ops.resources.virtual_files.urls import DatabaseUrl
 
 
 @functools.cache
@@ -61,12 +60,7 @@ def _lock(writer: bool, reader: bool) -> sa.Select:
 class StoreCore(Resource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
-    database_url: str
-
-    @field_validator("database_url")
-    @classmethod
-    def _supported(cls, url: str) -> str:
-        return supported_url(url)
+    database_url: DatabaseUrl
 
     @property
     def engine(self) -> sa.Engine:

@@ -23,8 +23,6 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from pydantic import field_validator
-
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.shapes import (
@@ -37,7 +35,7 @@ from connector_ops.resources.virtual_files.shapes import (
     Values,
     Verdicts,
 )
-from connector_ops.resources.virtual_files.urls import supported_url
+from connector_ops.resources.virtual_files.urls import DatabaseUrl
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -48,15 +46,8 @@ if TYPE_CHECKING:
 class VirtualFileStore(Resource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
-    database_url: str
+    database_url: DatabaseUrl
     """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user:password@host/db`` (secret)."""
-
-    @field_validator("database_url")
-    @classmethod
-    def _supported(cls, url: str) -> str:
-        """Checked when the store is made (a refused URL is named by its kind, never repeated), also where
-        it is made by hand: ``%connectors set``, ``VirtualFileStoreAdapter(database_url=EnvVar(…))``."""
-        return supported_url(url)
 
     def close(self) -> None:
         """Stop this database's SQLite loader process, if this process started one (a later column-wise

@@ -8,6 +8,9 @@ the database (Iterate over an inline array), so it must stay cheap: SQLAlchemy's
 from __future__ import annotations
 
 import re
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 #: the database URLs the store works with (what error messages offer)
 SUPPORTED_URLS = "sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
@@ -34,3 +37,8 @@ def supported_url(url: str) -> str:
     if problem:
         raise ValueError(problem)
     return url
+
+
+#: a store's ``database_url``: checked when the store is made (the facade, and the SQL store built directly),
+#: also where it is made by hand (``%connectors set``, ``VirtualFileStoreAdapter(database_url=EnvVar(…))``)
+DatabaseUrl = Annotated[str, AfterValidator(supported_url)]

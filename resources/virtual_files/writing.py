@@ -159,14 +159,18 @@ class Writing(StoreCore):
         """Append ``rows`` to one file. On PostgreSQL a value too long for the btree index a Query built on
         its column makes that index a hash index, and the rows go in again (:func:`hash_instead_of_btree`),
         in a savepoint so that the failed attempt leaves nothing."""
+        def write() -> int:
+            writer = RowWriter(conn, self.info(conn, vf_id, lock=True), field)
+            return sum(writer.write_dicts(batch) for batch in batched(rows, SCAN_BATCH))
+
+        if conn.dialect.name != "postgresql":
+            return write()
         while True:
-            attempt = conn.begin_nested() if conn.dialect.name == "postgresql" else contextlib.nullcontext()
             try:
-                with attempt:
-                    writer = RowWriter(conn, self.info(conn, vf_id, lock=True), field)
-                    return sum(writer.write_dicts(batch) for batch in batched(rows, SCAN_BATCH))
+                with conn.begin_nested():
+                    return write()
             except Exception as exc:
-                if conn.dialect.name != "postgresql" or not hash_instead_of_btree(conn, exc):
+                if not hash_instead_of_btree(conn, exc):
                     raise
 
     def publish(self, name: str, source: str) -> str:
