@@ -195,14 +195,23 @@ def problem_of(err: Mapping[str, Any]) -> str:
     return msg.removeprefix("Value error, ")
 
 
+#: problems named in one message; an Append of 100,000 rows each missing a field would otherwise be megabytes
+PROBLEMS_SHOWN = 10
+
+
 def describe_validation_error(exc: ValidationError) -> str:
-    """Turn pydantic's report into ``rows[0].content: problem; …`` with spec (camelCase) field names."""
+    """Turn pydantic's report into ``rows[0].content: problem; …`` with spec (camelCase) field names: the first
+    :data:`PROBLEMS_SHOWN` problems, then how many more there are."""
     parts = []
     for err in exc.errors(include_url=False):
         loc = field_path(err["loc"])
         msg = problem_of(err)
         parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(dict.fromkeys(parts))
+    problems = list(dict.fromkeys(parts))
+    more = len(problems) - PROBLEMS_SHOWN
+    if more > 0:
+        problems[PROBLEMS_SHOWN:] = [f"and {more} more problem{'s' * (more > 1)}"]
+    return "; ".join(problems)
 
 
 def parse_input(spec: ActionSpec, payload: Any) -> BaseModel:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from connector_ops import invoke
+from connector_ops import ConnectorError, invoke
 
 SCRIPT = str(Path(sys.executable).parent / "connector-ops")
 SALES = Path(__file__).resolve().parent.parent / "pipelines" / "data" / "sales.csv"
@@ -140,3 +140,18 @@ def test_a_drivers_own_error_is_worded_as_a_database_error() -> None:
     assert describe_unexpected(psycopg.errors.DiskFull("could not extend file\nHINT: free space")) == \
         "database error: could not extend file"
     assert describe_unexpected(ValueError("x")) == "ValueError: x"
+
+
+def test_a_payload_wrong_in_every_item_names_ten_problems_and_counts_the_rest() -> None:
+    """An Append of 100 rows given in the wrong shape (columns where ``content`` belongs) was one message of
+    400 problems; a 100,000-row one was megabytes of error text in a notebook cell or a Dagster event."""
+    rows = [{"a": str(i)} for i in range(100)]
+    with pytest.raises(ConnectorError) as caught:
+        invoke("etl.append_rows", {"rows": rows}, resources={})
+    message = caught.value.body["message"]
+    assert message.startswith("rows[0].virtualFileId: is required; rows[0].content: is required; "
+                              "rows[0].a: is not a known field; rows[1].virtualFileId: is required;")
+    assert message.count(";") == 10 and message.endswith("; and 290 more problems")
+    with pytest.raises(ConnectorError) as caught:  # one problem too many reads in the singular
+        invoke("etl.append_rows", {"rows": [{"virtualFileId": "f", "content": {}, "x": 1}] * 11}, resources={})
+    assert caught.value.body["message"].endswith("rows[9].x: is not a known field; and 1 more problem")
