@@ -53,7 +53,7 @@ class DriveApiError(UpstreamError):
 def parse_error(response: httpx.Response, action: str) -> DriveApiError:
     """Drive's ``{"error": {"code", "message", "errors": [{"reason"}]}}`` (or an HTML page) as an error."""
     reason, detail = "", ""
-    with contextlib.suppress(ValueError, AttributeError, TypeError, IndexError):
+    with contextlib.suppress(ValueError, AttributeError, TypeError, IndexError, httpx.ResponseNotRead):
         error = response.json()["error"]
         detail = str(error.get("message") or "")
         errors = error.get("errors") or []
@@ -67,6 +67,8 @@ def parse_error(response: httpx.Response, action: str) -> DriveApiError:
 
 
 def is_retryable(response: httpx.Response) -> bool:
+    """Whether Drive's answer is worth another attempt (research §3). An unexpected success whose body
+    is still streaming (e.g. a 200 where a resumed download wanted 206) is not read: it is never retryable."""
     if response.status_code in RETRY_STATUSES:
         return True
     if response.status_code == 403:
@@ -129,6 +131,8 @@ class DriveHttp:
                 if accept(response):
                     yield response
                     return
+                if response.status_code >= 400:  # a streamed error's envelope must be read to classify it
+                    response.read()
                 retry = is_retryable(response) and attempt + 1 < self.backoff.attempts
                 # a 429 / rate-limit 403 was refused before any work; 5xx may have done it
                 refused = response.status_code == 429 or response.status_code == 403
@@ -137,7 +141,6 @@ class DriveHttp:
                     self.backoff.wait(attempt, response)
                     attempt += 1
                     continue
-                response.read()
                 error = parse_error(response, action)
                 error.retryable = error.retryable and (idempotent or refused)  # a 5xx may have done the work
                 raise error

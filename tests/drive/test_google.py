@@ -320,3 +320,42 @@ def test_an_unreachable_drive_api_names_its_host(clean_env, fake, monkeypatch):
     with pytest.raises(ConnectorError) as info:
         invoke("drive.list", {}, resources)
     assert f"Google Drive could not be reached at 127.0.0.1:{port} to" in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize("reason", ["downloadQuotaExceeded", "cannotDownloadAbusiveFile"])
+def test_a_final_403_on_the_media_download_is_returned_as_is(google: Drive, reason: str) -> None:
+    fake = google.fake
+    assert fake is not None
+    file_id = fake.add_file("blob.bin", b"hello")
+    fake.fail("GET", f"/drive/v3/files/{file_id}", status=403, reason=reason, query={"alt": "media"})
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.download_file", {"fileId": file_id})
+    assert err.value.status == 403 and reason in err.value.message
+    assert "Google Drive refused to download the file" in err.value.message
+
+
+def test_export_size_limit_is_returned_as_is(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    doc = fake.add_file("Big", mime="application/vnd.google-apps.document")
+    fake.fail("GET", f"/drive/v3/files/{doc}/export", status=403, reason="exportSizeLimitExceeded")
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.download_file", {"fileId": doc})
+    assert err.value.status == 403 and "exportSizeLimitExceeded" in err.value.message
+    assert drive_calls(fake, "GET", "/export") == 1
+
+
+@pytest.mark.parametrize("path_suffix,query", [("", {"alt": "media"}), ("/export", {})])
+def test_a_rate_limit_403_on_a_download_is_retried(google: Drive, path_suffix: str, query: dict[str, str]) -> None:
+    fake = google.fake
+    assert fake is not None
+    blob = fake.add_file("blob.bin", b"hello")
+    doc = fake.add_file("Doc", mime="application/vnd.google-apps.document")
+    file_id = doc if path_suffix else blob
+    fake.fail("GET", f"/drive/v3/files/{file_id}{path_suffix}", status=403, reason="userRateLimitExceeded",
+              query=query)
+    out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
+    assert out["size"] > 0
+    downloads = [q for m, p, q in fake.requests if p.startswith(f"/drive/v3/files/{file_id}")
+                 and (p.endswith("/export") or q.get("alt") == "media")]
+    assert len(downloads) == 2

@@ -7,7 +7,8 @@ resumable upload sessions. Every Drive request is checked against the discovery 
 by-id call, explicit ``fields``); violations are recorded in ``violations`` and answered with 400, so a
 test that sends a bad request fails.
 
-Fault injection (``fail``): an error status with an optional ``Retry-After``, a lost answer (the work is
+Fault injection (``fail``, optionally only for requests carrying ``query`` parameters such as
+``alt=media``): an error status with an optional ``Retry-After``, a lost answer (the work is
 done, then the connection drops), or a connection cut in the middle of an upload ``PUT`` (the first half
 of its body, in whole 256 KiB units, kept; the rest never read) or of a download. Tokens:
 ``expire_access_tokens`` makes the next call see 401, ``revoke_refresh_tokens`` makes the token endpoint
@@ -145,6 +146,7 @@ class Fault:
     reason: str = "backendError"
     mode: str = "status"  # status | lost_answer | drop_mid_body
     body_contains: str = ""
+    query: dict[str, str] = field(default_factory=dict)  # parameters the request must carry, e.g. alt=media
 
 
 @dataclass
@@ -300,10 +302,10 @@ class FakeDrive:
                                 (b"content-length", str(length).encode())]})
         await send({"type": "http.response.body", "body": body, "more_body": True})
 
-    def _fault(self, method: str, path: str, body: bytes) -> Fault | None:
+    def _fault(self, method: str, path: str, body: bytes, params: dict[str, str] | None = None) -> Fault | None:
         for fault in self.faults:
             if fault.times and fault.method == method and fault.path in path and \
-                    fault.body_contains.encode() in body:
+                    fault.body_contains.encode() in body and fault.query.items() <= (params or {}).items():
                 fault.times -= 1
                 return fault
         return None
@@ -400,7 +402,7 @@ class FakeDrive:
         if problems:
             self.violations.extend(problems)
             return envelope(400, "oracleViolation", "; ".join(problems))
-        fault = self._fault(method, path, body_bytes)
+        fault = self._fault(method, path, body_bytes, params)
         if fault and fault.mode == "status":
             response = envelope(fault.status, fault.reason, f"injected {fault.status}")
             if fault.retry_after is not None:
