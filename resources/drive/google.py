@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import quote
 
@@ -75,6 +77,30 @@ def _grant_body(grant: Grant) -> dict[str, Any]:
     if grant.type in ("domain", "anyone"):
         body["allowFileDiscovery"] = False
     return body
+
+
+@dataclass(frozen=True)
+class _Version:
+    """The size and MD5 Drive's metadata gave for the blob being downloaded (either may be unknown)."""
+
+    size: int | None
+    md5: str | None
+
+    @staticmethod
+    def changed() -> UpstreamError:
+        return UpstreamError("the file changed on Google Drive while it was being downloaded; nothing was "
+                             "saved, try again", status=409, retryable=True)
+
+    def check_resumed(self, content_range: str, received: int) -> None:
+        """``Content-Range: bytes <received>-<end>/<size>`` or the resumed part belongs to another version."""
+        m = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", content_range.strip())
+        if m is None or int(m.group(1)) != received or \
+                (self.size is not None and m.group(3) != str(self.size)):
+            raise self.changed()
+
+    def check_complete(self, received: int, md5: str) -> None:
+        if (self.size is not None and received != self.size) or (self.md5 and md5 != self.md5):
+            raise self.changed()
 
 
 class GoogleDriveResource(Resource):
@@ -405,10 +431,10 @@ class GoogleDriveResource(Resource):
 
     @contextlib.contextmanager
     def download(self, file_id: str) -> Iterator[Download]:
-        meta = self._get(file_id, "id,name,mimeType,size,shortcutDetails", "read the file to download")
+        meta = self._get(file_id, "id,name,mimeType,size,md5Checksum,shortcutDetails", "read the file to download")
         if meta.get("mimeType") == SHORTCUT_MIME:
             target = (meta.get("shortcutDetails") or {}).get("targetId")
-            meta = self._get(target, "id,name,mimeType,size", "read the shortcut's target")
+            meta = self._get(target, "id,name,mimeType,size,md5Checksum", "read the shortcut's target")
         mime = meta.get("mimeType") or "application/octet-stream"
         if mime == FOLDER_MIME:
             raise InvalidInput("fileId", "is a folder; folders cannot be downloaded")
@@ -423,11 +449,19 @@ class GoogleDriveResource(Resource):
             return
         url, params = self._url("files", meta["id"]), {**SAD, "alt": "media"}
         size = int(meta["size"]) if meta.get("size") is not None else None
-        yield Download(meta["name"], mime, size, self._stream(url, params, resumable=True))
+        version = _Version(size, meta.get("md5Checksum"))
+        yield Download(meta["name"], mime, size, self._stream(url, params, resumable=True, version=version))
 
-    def _stream(self, url: str, params: dict[str, str], *, resumable: bool) -> Iterator[bytes]:
-        """The body of a GET, streamed; a blob download broken mid-way continues with ``Range``."""
+    def _stream(self, url: str, params: dict[str, str], *, resumable: bool,
+                version: _Version | None = None) -> Iterator[bytes]:
+        """The body of a GET, streamed; a blob download broken mid-way continues with ``Range``.
+
+        A resumed blob must continue the version it started with: the 206's ``Content-Range`` must start
+        where we stopped and end at the size read in the metadata, and the whole body must have the
+        metadata's MD5, else the file changed on Drive in between and the download fails (nothing kept).
+        """
         received, failures = 0, 0
+        digest = hashlib.md5(usedforsecurity=False)
         while True:
             headers = {"Range": f"bytes={received}-"} if received else None
             accept: Callable[[httpx.Response], bool] = (
@@ -435,9 +469,14 @@ class GoogleDriveResource(Resource):
             try:
                 with self.http.open("GET", url, action="download the file", params=params, headers=headers,
                                     ok=accept, preload=False) as response:
+                    if received and version is not None:
+                        version.check_resumed(response.headers.get("content-range", ""), received)
                     for chunk in response.iter_raw(STREAM_CHUNK):
                         received += len(chunk)
+                        digest.update(chunk)
                         yield chunk
+                if version is not None:
+                    version.check_complete(received, digest.hexdigest())
                 return
             except DriveApiError as exc:
                 if received and exc.status in (200, 416):

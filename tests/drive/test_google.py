@@ -216,9 +216,26 @@ def test_interrupted_download_resumes_with_range(google: Drive) -> None:
     assert fake is not None
     data = os.urandom(3 << 20)
     file_id = fake.add_file("movie.bin", data)
-    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="drop_mid_body")
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="drop_mid_body", query={"alt": "media"})
     out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
     assert google.resources["platform_files"].read_bytes(out) == data and out["size"] == len(data)
+    media = [q for m, p, q in fake.requests if q.get("alt") == "media"]
+    assert len(media) == 2
+
+
+@pytest.mark.parametrize("new_size", [2 << 20, 3 << 20])
+def test_a_file_replaced_between_the_cut_and_the_resume_is_not_mixed(google: Drive, new_size: int) -> None:
+    fake = google.fake
+    assert fake is not None
+    file_id = fake.add_file("report.bin", b"A" * (2 << 20))
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="drop_mid_body", query={"alt": "media"},
+              replace_with=b"B" * new_size)
+    store = google.resources["platform_files"]
+    before = store.inventory()
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.download_file", {"fileId": file_id})
+    assert err.value.status == 409 and "changed on Google Drive" in err.value.message
+    assert store.inventory() == before  # nothing half-written is kept
 
 
 def test_expired_access_token_is_refreshed_once(google: Drive) -> None:

@@ -10,7 +10,8 @@ test that sends a bad request fails.
 Fault injection (``fail``, optionally only for requests carrying ``query`` parameters such as
 ``alt=media``): an error status with an optional ``Retry-After``, a lost answer (the work is
 done, then the connection drops), or a connection cut in the middle of an upload ``PUT`` (the first half
-of its body, in whole 256 KiB units, kept; the rest never read) or of a download. Tokens:
+of its body, in whole 256 KiB units, kept; the rest never read) or of a download (optionally followed by a
+new version of the file, ``replace_with``, before the client resumes). Tokens:
 ``expire_access_tokens`` makes the next call see 401, ``revoke_refresh_tokens`` makes the token endpoint
 answer ``invalid_grant``.
 """
@@ -147,6 +148,7 @@ class Fault:
     mode: str = "status"  # status | lost_answer | drop_mid_body
     body_contains: str = ""
     query: dict[str, str] = field(default_factory=dict)  # parameters the request must carry, e.g. alt=media
+    replace_with: bytes | None = None  # drop_mid_body of a download: a new version is saved after the cut
 
 
 @dataclass
@@ -209,6 +211,12 @@ class FakeDrive:
         blob.write_bytes(data)
         self._insert(file_id, name, mime, parent or self.root_id, blob, **extra)
         return file_id
+
+    def replace_content(self, file_id: str, data: bytes) -> None:
+        """Someone saves a new version of the blob: new bytes, size, MD5 and modifiedTime, same id."""
+        (self.storage / file_id).write_bytes(data)
+        self.files[file_id].update(size=str(len(data)), md5Checksum=hashlib.md5(data).hexdigest(),
+                                   modifiedTime=time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()))
 
     def children(self, parent: str) -> list[dict[str, Any]]:
         return [f for f in self.files.values() if parent in f["parents"]]
@@ -421,8 +429,11 @@ class FakeDrive:
             await self._drop(send)
             return None
         if fault and fault.mode == "drop_mid_body" and params.get("alt") == "media" and response.status_code == 200:
-            data = self.blob(self._file_id(path))
+            file_id = self._file_id(path)
+            data = self.blob(file_id)
             await self._drop(send, data[: len(data) // 2], len(data))
+            if fault.replace_with is not None:
+                self.replace_content(file_id, fault.replace_with)
             return None
         return response
 
