@@ -463,7 +463,8 @@ class GoogleDriveResource(Resource):
         received, failures = 0, 0
         digest = hashlib.md5(usedforsecurity=False)
         while True:
-            headers = {"Range": f"bytes={received}-"} if received else None
+            # the bytes are passed on raw (iter_raw), and ranges count bytes of the identity encoding
+            headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={received}-"} if received else {})}
             accept: Callable[[httpx.Response], bool] = (
                 (lambda r: r.status_code == 206) if received else (lambda r: r.status_code == 200))
             try:

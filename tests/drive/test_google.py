@@ -376,3 +376,15 @@ def test_a_rate_limit_403_on_a_download_is_retried(google: Drive, path_suffix: s
     downloads = [q for m, p, q in fake.requests if p.startswith(f"/drive/v3/files/{file_id}")
                  and (p.endswith("/export") or q.get("alt") == "media")]
     assert len(downloads) == 2
+
+
+@pytest.mark.parametrize("kind", ["blob", "export"])
+def test_downloads_ask_for_the_identity_encoding(google: Drive, kind: str) -> None:
+    fake = google.fake
+    assert fake is not None and fake.compress_downloads  # the fake gzips whenever the client allows it
+    data = b"id,name\n" + b"".join(b"%d,row %d\n" % (i, i) for i in range(5000))
+    file_id = fake.add_file("rows.csv", data, mime="text/csv") if kind == "blob" else \
+        fake.add_file("Sheet", mime="application/vnd.google-apps.spreadsheet")
+    out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
+    got = google.resources["platform_files"].read_bytes(out)
+    assert got == data if kind == "blob" else got.startswith(b"exported Sheet as ")

@@ -19,6 +19,7 @@ answer ``invalid_grant``.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import re
@@ -172,6 +173,8 @@ class FakeDrive:
     service_account: dict[str, str] | None = None  # {"email":…, "public_key_pem":…}
     access_token_lifetime: int = 3599
     max_page: int | None = None
+    #: like Google (and proxies), gzip a whole media/export body when the client's Accept-Encoding allows it
+    compress_downloads: bool = True
     base_url: str = ""
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     permissions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -425,6 +428,12 @@ class FakeDrive:
             response = handler(params, path, metadata, (media_type, media))
         else:
             response = handler(params, path, json_body or {})
+        if self.compress_downloads and response.status_code == 200 and \
+                (params.get("alt") == "media" or path.endswith("/export")) and \
+                "gzip" in request.headers.get("accept-encoding", ""):
+            data = getattr(response, "body", None)
+            response = Response(gzip.compress(data if data is not None else self.blob(self._file_id(path))),
+                                media_type=response.media_type, headers={"Content-Encoding": "gzip"})
         if fault and fault.mode == "lost_answer":
             await self._drop(send)
             return None
