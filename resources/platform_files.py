@@ -370,11 +370,12 @@ class PlatformFileStore(Resource):
                            stream=True)
 
     def size_of(self, descriptor: PlatformFile | dict) -> int | None:
+        """The size of one of our files as stored (a caller's ``size`` is only a claim), else ``size``."""
         pf = PlatformFile.model_validate(descriptor)
         local = self.local_id(pf)
-        if local is not None and self._db is None:
+        if local is not None:
             with contextlib.suppress(NotFound):
-                return self.data_path(local).stat().st_size
+                return self.describe(local).size if self._db is not None else self.data_path(local).stat().st_size
         return pf.size
 
     def read_bytes(self, descriptor: PlatformFile | dict) -> bytes:

@@ -388,3 +388,18 @@ def test_downloads_ask_for_the_identity_encoding(google: Drive, kind: str) -> No
     out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
     got = google.resources["platform_files"].read_bytes(out)
     assert got == data if kind == "blob" else got.startswith(b"exported Sheet as ")
+
+
+@pytest.mark.parametrize("claimed", [5, 10 << 30])
+def test_upload_from_database_files_declares_the_stored_size(clean_env: dict[str, str], fake: FakeDrive,
+                                                             database_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                             claimed: int) -> None:
+    google_env(fake, monkeypatch)
+    monkeypatch.setenv("CONNECTOR_OPS_FILES_BACKEND", "database")
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", database_url)
+    resources = resources_for()
+    resources["drive"] = fast_google(resources)
+    data = os.urandom(1 << 20)
+    pf = resources["platform_files"].add_bytes(data, "one-mib.bin").to_json()
+    file_id = invoke("drive.upload_file", {"platformFile": {**pf, "size": claimed}}, resources)["fileId"]
+    assert fake.blob(file_id) == data

@@ -160,6 +160,7 @@ class Session:
     received: int = 0
     total: int | None = None
     file_id: str | None = None
+    declared: int | None = None  # X-Upload-Content-Length of the request that started the session
 
 
 @dataclass
@@ -390,6 +391,7 @@ class FakeDrive:
     # -- Drive ----------------------------------------------------------------------------------------
     async def _drive(self, request: Request, send: Any) -> Response | None:
         method, path = request.method, request.url.path
+        self._headers = request.headers  # for handlers that read a header (X-Upload-Content-Length)
         query = list(request.query_params.multi_items())
         params = dict(query)
         self.requests.append((method, path, params))
@@ -682,7 +684,9 @@ class FakeDrive:
         upload_id = secrets.token_urlsafe(16)
         blob = self.storage / f".session-{upload_id}"
         blob.touch()
-        self.sessions[upload_id] = Session(body, "application/octet-stream", blob, file_id=None)
+        declared = self._headers.get("x-upload-content-length")
+        self.sessions[upload_id] = Session(body, "application/octet-stream", blob, file_id=None,
+                                           declared=int(declared) if declared is not None else None)
         location = f"{self.base_url}/upload/drive/v3/files?uploadType=resumable&upload_id={upload_id}"
         return Response(status_code=200, headers={"Location": location})
 
@@ -702,6 +706,11 @@ class FakeDrive:
             return envelope(400, "badRequest", "Missing or malformed Content-Range.")
         if m.group(3) != "*":
             session.total = int(m.group(3))
+            if session.declared is not None and session.total != session.declared:
+                return envelope(400, "badRequest", f"Content-Range total {session.total} does not match the "
+                                                   f"X-Upload-Content-Length {session.declared} of the session.")
+        if m.group(2) is not None and session.declared is not None and int(m.group(2)) >= session.declared:
+            return envelope(400, "badRequest", "The upload is larger than its X-Upload-Content-Length.")
         if m.group(1) is not None:
             start, end = int(m.group(1)), int(m.group(2))
             if start != session.received:
