@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import PrivateAttr
 
-from connector_ops.kernel.errors import ActionFailed, InvalidInput, UpstreamError
+from connector_ops.kernel.errors import ActionFailed, InvalidInput, NotFound, UpstreamError
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.drive.base import (
@@ -181,6 +181,11 @@ class GoogleDriveResource(Resource):
                            "for Application Default Credentials")
 
     def _url(self, *segments: str, upload: bool = False) -> str:
+        """The API URL of ``segments`` (ids quoted). ``.`` and ``..`` are refused as unknown ids: URL
+        normalisation (httpx, RFC 3986, even as ``%2E``) would turn them into another endpoint."""
+        for segment in segments:
+            if segment in (".", ".."):
+                raise NotFound(f"no drive item with id {segment!r}")
         base = self.api_url.rstrip("/") + ("/upload/drive/v3" if upload else "/drive/v3")
         return "/".join([base, *(quote(s, safe="") for s in segments)])
 

@@ -233,3 +233,23 @@ def test_create_folder_if_exists_create_reuse_error(drive: Drive) -> None:
     with pytest.raises(ConnectorError) as bad:
         drive.run("drive.create_folder", {"name": "x", "ifExists": "sometimes"})
     assert bad.value.status == 400 and "ifExists" in bad.value.message
+
+
+@pytest.mark.parametrize("odd", [".", ".."])
+@pytest.mark.parametrize("name,payload", [
+    ("drive.download_file", {"fileId": "{id}"}), ("drive.delete_file", {"fileId": "{id}"}),
+    ("drive.delete_folder", {"folderId": "{id}"}), ("drive.rename", {"id": "{id}", "name": "n"}),
+    ("drive.copy_file", {"fileId": "{id}", "keepSamePermissions": False}), ("drive.list", {"folderId": "{id}"}),
+    ("drive.move", {"id": "{id}", "folderId": "root"}),
+    ("drive.create_shared_link", {"id": "{id}", "recipients": [{"type": "anyone", "role": "reader"}]}),
+])
+def test_dot_ids_are_not_found_and_reach_no_other_endpoint(drive: Drive, odd: str, name: str, payload: dict) -> None:
+    drive.run("drive.create_folder", {"name": "Keep"})
+    before = len(drive.fake.requests) if drive.fake else 0
+    with pytest.raises(ConnectorError) as err:
+        drive.run(name, {k: v.replace("{id}", odd) if isinstance(v, str) else v for k, v in payload.items()})
+    assert err.value.status == 404
+    assert [i["name"] for i in drive.run("drive.list", {})["content"]] == ["Keep"]
+    if drive.fake:
+        allowed = {"/drive/v3/files", "/drive/v3/files/root"}  # the listing above; move reads the root
+        assert [r for r in drive.fake.requests[before:] if r[1] not in allowed] == []
