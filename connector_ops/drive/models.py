@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints, field_validator
 
 from connector_ops.kernel.platform_file import PlatformFile, SpecModel, check_file_name
-from connector_ops.resources.drive.base import ETYPE_MIME, UNCREATABLE_TYPES, Grant
+from connector_ops.resources.drive.base import ETYPE_MIME, Grant, uncreatable_reason
 
 #: ids are opaque strings; blank ones are refused with the field's name
 Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
@@ -44,8 +44,9 @@ class CreateFileInput(SpecModel):
     @field_validator("type")
     @classmethod
     def _creatable(cls, value: str) -> str:
-        if value in UNCREATABLE_TYPES:
-            raise ValueError(f"{value!r} cannot be created: {UNCREATABLE_TYPES[value]}")
+        reason = uncreatable_reason(value)
+        if reason:
+            raise ValueError(f"{value!r} cannot be created: {reason}")
         return value
 
     @property

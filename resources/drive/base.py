@@ -32,12 +32,23 @@ ETYPE_MIME = {
     )
 }
 
-#: Kinds Create File refuses before calling any drive, with the reason (research §1.2).
+#: The kinds Google Drive creates as empty files (research §1.2); both backends create only these.
+CREATABLE_TYPES = ("document", "spreadsheet", "presentation", "drawing", "form", "script")
+
+#: Why a kind Create File refuses (before calling any drive) cannot be created, where there is more to say.
 UNCREATABLE_TYPES = {
     "shortcut": "a shortcut needs a target file, which Create File has no field for",
     "fusiontable": "Google Fusion Tables were shut down in 2019",
     "jam": "Google Jamboard was retired in 2024",
 }
+
+
+def uncreatable_reason(etype: str) -> str | None:
+    """Why Create File refuses ``etype`` (Google Drive answers 400 for these), or ``None`` if it is creatable."""
+    if etype in CREATABLE_TYPES:
+        return None
+    return UNCREATABLE_TYPES.get(etype, "Google Drive creates only empty " + ", ".join(CREATABLE_TYPES[:-1])
+                                 + f" and {CREATABLE_TYPES[-1]} files")
 
 #: Google-native kind -> (export MIME type, file extension) used by Download File (research §1.11).
 EXPORT_DEFAULTS = {
@@ -149,3 +160,15 @@ def copy_name(source_name: str, name: str | None) -> str:
 def export_name(name: str, extension: str) -> str:
     """The platform-file name of an exported document: the target extension added once."""
     return name if name.lower().endswith(extension) else name + extension
+
+
+def exported(name: str, mime: str) -> tuple[str, str] | None:
+    """The (name, content type) a Google-native file downloads as, ``None`` for a blob; a native kind Drive
+    has no export for (forms, sites, maps …) is refused as Google refuses it. Shared so both backends agree."""
+    if not mime.startswith(GOOGLE_APPS):
+        return None
+    if mime not in EXPORT_DEFAULTS:
+        kind = mime.removeprefix(GOOGLE_APPS)
+        raise InvalidInput("fileId", f"Google {kind} files cannot be downloaded (Drive has no export for them)")
+    export_mime, extension = EXPORT_DEFAULTS[mime]
+    return export_name(name, extension), export_mime

@@ -24,16 +24,14 @@ from connector_ops.kernel.errors import ActionFailed, InvalidInput, NotFound, Up
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.drive.base import (
-    EXPORT_DEFAULTS,
     FOLDER_MIME,
-    GOOGLE_APPS,
     ROOT_ALIASES,
     SHORTCUT_MIME,
     Download,
     DriveItem,
     Grant,
     copy_name,
-    export_name,
+    exported,
 )
 from connector_ops.resources.drive.google_auth import (
     DEFAULT_TOKEN_URL,
@@ -443,14 +441,11 @@ class GoogleDriveResource(Resource):
         mime = meta.get("mimeType") or "application/octet-stream"
         if mime == FOLDER_MIME:
             raise InvalidInput("fileId", "is a folder; folders cannot be downloaded")
-        if mime.startswith(GOOGLE_APPS):
-            if mime not in EXPORT_DEFAULTS:
-                kind = mime.removeprefix(GOOGLE_APPS)
-                raise InvalidInput("fileId", f"Google {kind} files cannot be downloaded (Drive has no export for them)")
-            export_mime, extension = EXPORT_DEFAULTS[mime]
+        export = exported(meta["name"], mime)
+        if export is not None:
+            name, export_mime = export
             url, params = self._url("files", meta["id"], "export"), {"mimeType": export_mime}
-            yield Download(export_name(meta["name"], extension), export_mime, None,
-                           self._stream(url, params, resumable=False))
+            yield Download(name, export_mime, None, self._stream(url, params, resumable=False))
             return
         url, params = self._url("files", meta["id"]), {**SAD, "alt": "media"}
         size = int(meta["size"]) if meta.get("size") is not None else None

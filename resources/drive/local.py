@@ -25,7 +25,15 @@ from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unc
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.resource import Resource
-from connector_ops.resources.drive.base import FOLDER_MIME, ROOT_ALIASES, Download, DriveItem, Grant, copy_name
+from connector_ops.resources.drive.base import (
+    FOLDER_MIME,
+    ROOT_ALIASES,
+    Download,
+    DriveItem,
+    Grant,
+    copy_name,
+    exported,
+)
 from connector_ops.resources.platform_files import utc_timestamp
 
 CHUNK = 1 << 20
@@ -284,8 +292,10 @@ class LocalDriveResource(Resource):
             row = self._item(conn, file_id, "fileId")
         if row["is_folder"]:
             raise InvalidInput("fileId", "is a folder; folders cannot be downloaded")
+        # a native document is named and typed as Google's export of it; its content stays empty here
+        name, content_type = exported(row["name"], row["mime_type"]) or (row["name"], row["mime_type"])
         with self._blob(row["id"]).open("rb") as handle:
-            yield Download(row["name"], row["mime_type"], row["size"], iter(lambda: handle.read(CHUNK), b""))
+            yield Download(name, content_type, row["size"], iter(lambda: handle.read(CHUNK), b""))
 
     def list_folder(self, folder_id: str | None) -> list[DriveItem]:
         with self._db() as conn:

@@ -41,6 +41,15 @@ def test_create_file_maps_the_type(drive: Drive) -> None:
     assert err.value.status == 404
 
 
+@pytest.mark.parametrize("etype", ["video", "unknown", "audio", "photo", "file", "map", "site", "drive-sd"])
+def test_create_file_refuses_the_types_google_cannot_create(drive: Drive, etype: str) -> None:
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.create_file", {"name": "x", "type": etype})
+    assert err.value.status == 400 and "type" in err.value.message
+    assert "Google Drive creates only empty document, spreadsheet" in err.value.message
+    assert drive.run("drive.list", {}) == {"content": []}
+
+
 def test_rename_move_and_no_content_outputs(drive: Drive) -> None:
     a = drive.run("drive.create_folder", {"name": "A"})["folderId"]
     b = drive.run("drive.create_folder", {"name": "B", "folderId": a})["folderId"]
@@ -198,12 +207,17 @@ def test_upload_to_the_root_and_missing_platform_file(drive: Drive) -> None:
 def test_download_native_document_and_folders(drive: Drive) -> None:
     doc = drive.run("drive.create_file", {"name": "Budget", "type": "spreadsheet"})["fileId"]
     out = drive.run("drive.download_file", {"fileId": doc})["platformFile"]
-    if drive.fake:  # exported to the default format (docs/drive.md)
-        assert out["name"] == "Budget.xlsx"
-        assert out["contentType"] == "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    # exported to the default format (docs/drive.md), named and typed alike on both backends
+    assert out["name"] == "Budget.xlsx"
+    assert out["contentType"] == "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    if drive.fake:
         assert drive.resources["platform_files"].read_bytes(out).startswith(b"exported Budget")
-    else:  # the local drive keeps no document content: an empty file of the recorded kind
-        assert (out["name"], out["size"]) == ("Budget", 0)
+    else:  # the local drive keeps no document content: an empty file
+        assert out["size"] == 0
+    form = drive.run("drive.create_file", {"name": "Survey", "type": "form"})["fileId"]
+    with pytest.raises(ConnectorError) as err:
+        drive.run("drive.download_file", {"fileId": form})
+    assert err.value.status == 400 and "form files cannot be downloaded" in err.value.message
     folder = drive.run("drive.create_folder", {"name": "F"})["folderId"]
     with pytest.raises(ConnectorError) as err:
         drive.run("drive.download_file", {"fileId": folder})
