@@ -81,6 +81,14 @@ class DriveItem:
     version: str | None = None
 
 
+def listing_order(item: DriveItem) -> tuple[bool, str, str]:
+    """The order List returns on both backends: folders first, then by name (code points), then by id.
+
+    Google's ``orderBy`` is not used for this: its ``folder`` key is documented as "the folder ID" and its
+    name collation is unspecified, so the Google backend sorts the (complete) listing itself."""
+    return item.type != "folder", item.name, item.id
+
+
 @dataclass(frozen=True)
 class Grant:
     """A validated shared-link recipient (spec 2.3): who gets which role."""

@@ -32,6 +32,7 @@ from connector_ops.resources.drive.base import (
     Grant,
     copy_name,
     exported,
+    listing_order,
 )
 from connector_ops.resources.drive.google_auth import (
     DEFAULT_TOKEN_URL,
@@ -512,7 +513,7 @@ class GoogleDriveResource(Resource):
                                        f.get("md5Checksum") or f.get("modifiedTime")))
             token = page.get("nextPageToken")
             if not token:
-                return items
+                return sorted(items, key=listing_order)
 
     def check_token(self) -> dict[str, object]:
         """Spec 6 "Check refresh token": can the stored credentials obtain an access token right now?"""

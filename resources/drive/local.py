@@ -33,6 +33,7 @@ from connector_ops.resources.drive.base import (
     Grant,
     copy_name,
     exported,
+    listing_order,
 )
 from connector_ops.resources.platform_files import utc_timestamp
 
@@ -300,10 +301,10 @@ class LocalDriveResource(Resource):
     def list_folder(self, folder_id: str | None) -> list[DriveItem]:
         with self._db() as conn:
             parent = self._folder(conn, folder_id, "folderId")
-            rows = conn.execute("SELECT id, name, is_folder, modified, size FROM items WHERE parent = ? "
-                                "ORDER BY is_folder DESC, name, id", (parent,)).fetchall()
-        return [DriveItem(r["id"], r["name"], "folder" if r["is_folder"] else "file", f"{r['modified']}/{r['size']}")
-                for r in rows]
+            rows = conn.execute("SELECT id, name, is_folder, modified, size FROM items WHERE parent = ?",
+                                (parent,)).fetchall()
+        return sorted((DriveItem(r["id"], r["name"], "folder" if r["is_folder"] else "file",
+                                 f"{r['modified']}/{r['size']}") for r in rows), key=listing_order)
 
     def check_token(self) -> dict[str, object]:
         return {"valid": True, "credentials": "none (local drive)", "expiresInSeconds": None}

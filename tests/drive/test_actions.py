@@ -267,3 +267,17 @@ def test_dot_ids_are_not_found_and_reach_no_other_endpoint(drive: Drive, odd: st
     if drive.fake:
         allowed = {"/drive/v3/files", "/drive/v3/files/root"}  # the listing above; move reads the root
         assert [r for r in drive.fake.requests[before:] if r[1] not in allowed] == []
+
+
+def test_list_order_is_the_same_on_both_backends(drive: Drive) -> None:
+    folder = drive.run("drive.create_folder", {"name": "Mixed"})["folderId"]
+    for name in ["b.txt", "a", "Z", "B.txt", "a.txt", "b"]:
+        if "." in name:
+            drive.run("drive.create_file", {"name": name, "type": "document", "folderId": folder})
+        else:
+            drive.run("drive.create_folder", {"name": name, "folderId": folder})
+    if drive.fake:
+        drive.fake.max_page = 2  # the order holds across pages
+    listed = [(i["type"], i["name"]) for i in drive.run("drive.list", {"folderId": folder})["content"]]
+    assert listed == [("folder", "Z"), ("folder", "a"), ("folder", "b"),
+                      ("file", "B.txt"), ("file", "a.txt"), ("file", "b.txt")]
