@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import webbrowser
 from pathlib import Path
@@ -61,10 +62,16 @@ def put(path: str, folder_id: str | None, name: str | None, content_type: str | 
 
 
 def save_env_line(path: Path, name: str, value: str) -> None:
-    """Set ``name=value`` in a dotenv file, keeping its other lines; written atomically, mode 0600."""
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    lines = [line for line in lines if not line.startswith(f"{name}=")] + [f"{name}={value}"]
-    with atomic_write(path, file_mode=0o600) as handle:
+    """Set ``name=value`` in a dotenv file, keeping its other lines; written atomically, mode 0600.
+
+    Earlier settings of ``name`` (also ``export name=…``) are replaced, not left to compete with the new
+    one. A symlinked file is written where the link points, so the link (e.g. to a shared secrets file)
+    stays a link."""
+    target = path.resolve()
+    setting = re.compile(rf"^\s*(?:export\s+)?{re.escape(name)}\s*=")
+    lines = target.read_text(encoding="utf-8").splitlines() if target.exists() else []
+    lines = [line for line in lines if not setting.match(line)] + [f"{name}={value}"]
+    with atomic_write(target, file_mode=0o600) as handle:
         handle.write(("\n".join(lines) + "\n").encode())
 
 

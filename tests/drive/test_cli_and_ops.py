@@ -137,3 +137,18 @@ def test_builder_picks_the_backend_and_defers_secrets(clean_env: dict, monkeypat
         resources_for()
     assert (bad.value.status, str(bad.value)) == (
         400, "CONNECTOR_OPS_DRIVE_BACKEND: must be one of local, google, got 'dropbox'")
+
+
+def test_save_env_line_replaces_export_lines_and_keeps_a_symlink(tmp_path: Path) -> None:
+    from connector_ops.drive.cli import save_env_line
+
+    real = tmp_path / "secrets" / "drive.env"
+    real.parent.mkdir()
+    real.write_text("OTHER=1\nexport GOOGLE_REFRESH_TOKEN=old\n"
+                    "  GOOGLE_REFRESH_TOKEN = older\nGOOGLE_REFRESH_TOKEN_X=k\n")
+    link = tmp_path / ".env"
+    link.symlink_to(real)
+    save_env_line(link, "GOOGLE_REFRESH_TOKEN", "new")
+    assert link.is_symlink() and link.resolve() == real
+    assert real.read_text().splitlines() == ["OTHER=1", "GOOGLE_REFRESH_TOKEN_X=k", "GOOGLE_REFRESH_TOKEN=new"]
+    assert real.stat().st_mode & 0o777 == 0o600
