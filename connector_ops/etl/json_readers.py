@@ -225,7 +225,7 @@ def _json_line(line: str, number: int) -> Any:
         raise InvalidInput(FIELD, f"line {number}: holds {too_many_digits()}") from None
     if _SURROGATE_ESCAPE.search(line) or not _within(line, MAX_DEPTH + 1):
         try:
-            check_payload(value, limit=MAX_DEPTH + 1, nul=False)  # the row object itself is one level
+            check_payload(value, limit=MAX_DEPTH + 1, nul=False, finite=False)  # the row is one level; NaN is text
         except InvalidInput as exc:
             raise InvalidInput(FIELD, f"line {number}: {exc}") from None
     return value

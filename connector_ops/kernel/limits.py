@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import decimal
+import math
 import numbers
 import sys
 from collections.abc import Mapping, Sequence
@@ -83,12 +84,14 @@ def holds_surrogate(half: str) -> str:
     return f"holds {half}, half of a UTF-16 surrogate pair without its other half, which is not a character"
 
 
-def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: bool = True) -> None:
+def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: bool = True,
+                  finite: bool = True) -> None:
     """Refuse what no action can handle, naming the first offending field: nesting deeper than ``limit``,
     an integer too long for text, a NUL character in a key or a string (no database text column, header
-    or file name can hold one), half a surrogate pair (:func:`lone_surrogate`). Iterative, so the check
-    itself cannot exhaust the stack; a cyclic structure (from Python callers) ends at the depth limit.
-    ``nul=False`` lets NUL through (data values the store itself checks)."""
+    or file name can hold one), half a surrogate pair (:func:`lone_surrogate`), NaN or an infinity
+    (:func:`not_finite`). Iterative, so the check itself cannot exhaust the stack; a cyclic structure (from
+    Python callers) ends at the depth limit. ``nul=False`` lets NUL through (data values the store itself
+    checks); ``finite=False`` lets NaN and infinities through (readers that store them as text)."""
     stack: list[tuple[Any, tuple[str | int, ...], int]] = [(value, (field,) if field else (), 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -106,6 +109,8 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
         if not is_map and not isinstance(item, list | tuple):
             if not isinstance(item, _JSON_SCALARS) and not _a_model(item):
                 raise InvalidInput(field_path(path), not_json(item))
+            if finite and (word := not_finite(item)) is not None:
+                raise InvalidInput(field_path(path), f"{word} is not a JSON number (JSON has no NaN or Infinity)")
             continue
         if depth >= limit:
             raise InvalidInput(field_path(path), deeper_than(limit))
@@ -124,6 +129,21 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
 #: what a payload may hold besides strings, lists and mappings: JSON's values (numbers as Python, NumPy or
 #: ``Decimal`` make them), and the models of a Python caller (:func:`_a_model`), which pydantic checks
 _JSON_SCALARS = (numbers.Real, decimal.Decimal, bool, type(None))
+
+
+def not_finite(value: Any) -> str | None:
+    """``NaN``, ``Infinity`` or ``-Infinity`` when ``value`` is such a number (a float, NumPy's, a ``Decimal``),
+    else ``None``. The CLI's parser refuses them in the text; this catches them from Python callers and from
+    text parsed inside a field (``1e999`` reads as ``inf``): written out, they would make invalid JSON."""
+    if isinstance(value, decimal.Decimal):
+        nan, finite = value.is_nan(), value.is_finite()
+    elif isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        nan, finite = math.isnan(value), math.isfinite(value)
+    else:
+        return None
+    if finite:
+        return None
+    return "NaN" if nan else ("-Infinity" if value < 0 else "Infinity")
 
 
 def _a_model(value: Any) -> bool:

@@ -40,7 +40,8 @@ def message_fields(message: MailMessage) -> dict[str, Any]:
 
 
 def _json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    """Compact JSON; ``allow_nan=False`` so a NaN that escaped the input check fails here, never on the wire."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 def write_payload(sink: IO[bytes], message: MailMessage, reader: AttachmentReader, *, sandbox: bool) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import io
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
@@ -14,7 +17,11 @@ from starlette.routing import Route
 
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import ConnectorError
+from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.mailjet import MailjetResource
+from connector_ops.resources.mail.message import Address, MailMessage
+from connector_ops.resources.mail.payload import write_payload
+from connector_ops.resources.platform_files import PlatformFileStore
 from tests.mail.conftest import API_KEY, API_SECRET, message, send
 from tests.servers import free_port, serving
 from tests.servers.fake_mailjet import Canned, FakeMailjet
@@ -266,3 +273,29 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     yield
+
+
+def test_nan_and_infinity_are_refused_before_mailjet(mailjet_env: dict[str, str], fake_mailjet: Fake) -> None:
+    fake, _ = fake_mailjet
+    for variables in ('{"total": NaN}', '{"limit": 1e999}', {"x": float("-inf")}):
+        error = failure(message(templateVariables=variables))
+        assert error.status == 400 and "is not a JSON number" in error.body["message"]
+    assert fake.requests == []
+
+
+def test_the_payload_writer_never_writes_nan(tmp_path: Path) -> None:
+    """Even a message built past the input check (a caller of the resource) cannot put NaN on the wire."""
+    msg = MailMessage(sender=Address("noreply@example.com"), to=[Address("a@example.org")], template_id=4242,
+                      variables={"x": float("nan")})
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        write_payload(io.BytesIO(), msg, AttachmentReader(PlatformFileStore(files_dir=str(tmp_path)), []),
+                      sandbox=False)
+
+
+def test_the_fake_parses_json_strictly_like_mailjet(fake_mailjet: Fake) -> None:
+    """Mailjet answers mj-0002 to NaN/Infinity (not RFC 8259 JSON); the fake must not be more lenient."""
+    _, url = fake_mailjet
+    body = ('{"Messages": [{"From": {"Email": "noreply@example.com"}, "To": [{"Email": "a@example.org"}], '
+            '"TemplateID": 4242, "Variables": {"x": NaN}}]}')
+    answer = httpx.post(f"{url}/v3.1/send", content=body, auth=(API_KEY, API_SECRET))
+    assert answer.status_code == 400 and answer.json()["ErrorCode"] == "mj-0002"

@@ -6,6 +6,7 @@ Runs on the outbox backend: a refused input must leave the outbox folder empty.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,14 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str]] = [
      "templateVariables: must be a JSON object (key-value), got list"),
     ("templateVariables null", message(templateVariables='{"a": {"b": [1, null]}}'),
      "templateVariables: null is not allowed (Mailjet refuses null values), found at 'a.b[1]'"),
+    ("templateVariables NaN", message(templateVariables='{"total": NaN}'),
+     "templateVariables: total: NaN is not a JSON number"),
+    ("templateVariables 1e999", message(templateVariables='{"a": {"b": [-1e999]}}'),
+     "templateVariables: a.b[0]: -Infinity is not a JSON number"),
+    ("templateVariables float nan from Python", message(templateVariables={"x": float("nan")}),
+     "templateVariables.x: NaN is not a JSON number"),
+    ("templateVariables Decimal infinity from Python", message(templateVariables={"x": [Decimal("Infinity")]}),
+     "templateVariables.x[0]: Infinity is not a JSON number"),
     ("attachment without platformFile", message(attachments=[{"file": {}}]),
      "attachments[0].platformFile: is required"),
     ("attachment name missing", message(attachments=[{"platformFile": {"link": "http://h/x", "size": 1}}]),

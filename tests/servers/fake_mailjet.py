@@ -96,7 +96,7 @@ class FakeMailjet:
             return JSONResponse({"ErrorIdentifier": str(uuid.uuid4()), "StatusCode": 401,
                                  "ErrorMessage": AUTH_FAILURE}, 401)
         try:
-            payload = json.loads(body)
+            payload = json.loads(body, parse_constant=_no_constant)  # strict RFC 8259, as Mailjet parses
         except ValueError:
             return JSONResponse(_error("mj-0002", "Malformed JSON, please review the syntax and properties types."),
                                 400)
@@ -244,6 +244,11 @@ class FakeMailjet:
         if total > MAX_ATTACHMENTS:
             errors.append(_error("mj-0011", "Payload size over limit.", ["Attachments"]))
         return errors
+
+
+def _no_constant(word: str) -> Any:
+    """``NaN``/``Infinity``: Python's ``json`` reads them, Mailjet answers mj-0002 (malformed JSON)."""
+    raise ValueError(f"{word} is not JSON")
 
 
 def _has_null(value: Any) -> bool:
