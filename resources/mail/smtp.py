@@ -29,6 +29,17 @@ def _text(reply: bytes | str) -> str:
     return reply.decode(errors="replace") if isinstance(reply, bytes) else str(reply)
 
 
+def _part_type(content_type: str) -> tuple[str, str]:
+    """``(maintype, subtype)`` of an attachment's MIME part. RFC 2046 allows only 7bit/8bit/binary for
+    ``message/*`` and ``multipart/*``, but an attachment is sent base64, so recipients would parse it
+    as a broken nested message; as ``application/octet-stream`` (the file name kept) its bytes arrive exact,
+    as they do through Mailjet or in the outbox."""
+    maintype, subtype = content_type.split("/", 1)
+    if maintype in ("message", "multipart"):
+        return "application", "octet-stream"
+    return maintype, subtype
+
+
 def _header_address(address: Address) -> HeaderAddress:
     return HeaderAddress(display_name=address.name or "", addr_spec=address.email)
 
@@ -78,7 +89,7 @@ class SmtpMailResource(MailResource):
         else:
             mime.set_content(rendered.html or "", subtype="html")
         for attachment in message.attachments:
-            maintype, subtype = attachment.content_type.split("/", 1)
+            maintype, subtype = _part_type(attachment.content_type)
             mime.add_attachment(attachments.read(attachment), maintype=maintype, subtype=subtype,
                                 filename=attachment.filename)
         return mime

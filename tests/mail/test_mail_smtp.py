@@ -207,3 +207,23 @@ def test_bad_smtp_settings_are_reported(smtp_env: dict[str, str], monkeypatch: p
     monkeypatch.setenv("SMTP_PORT", "smtp")
     with pytest.raises(InvalidInput, match="SMTP_PORT: must be a port number"):
         resources_for()
+
+
+def test_eml_and_multipart_attachments_arrive_byte_exact(smtp_env: dict[str, str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """message/* and multipart/* may not be base64 (RFC 2046): they go as application/octet-stream."""
+    files = resources_for()["platform_files"]
+    eml = b"From: a@example.org\r\nSubject: forwarded\r\n\r\nbody line\r\n\xff\xfe binary tail"
+    mixed = b"--b\r\nContent-Type: text/plain\r\n\r\nx\r\n--b--\r\n"
+    sent = [files.add_bytes(eml, "old.eml"), files.add_bytes(mixed, "parts.bin")]
+    wired = [{"platformFile": sent[0].to_json()},
+             {"platformFile": {**sent[1].to_json(), "contentType": "multipart/mixed; boundary=b"}}]
+    with smtp_server() as (recorder, port):
+        use(monkeypatch, port)
+        assert send(message(templateVariables=VARIABLES, attachments=wired)) == {}
+    _, mime = received(recorder)
+    parts = {part.get_filename(): part for part in mime.iter_attachments()}
+    assert parts["old.eml"].get_content_type() == "application/octet-stream"
+    assert parts["old.eml"].get_payload(decode=True) == eml
+    assert parts["parts.bin"].get_content_type() == "application/octet-stream"
+    assert parts["parts.bin"].get_payload(decode=True) == mixed
