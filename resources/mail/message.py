@@ -41,10 +41,13 @@ class Address:
 def parse_address(value: str, *, allow_display_name: bool = False) -> Address:
     """A syntactically valid address (no DNS look-up: the op stays fast and hermetic), normalised.
 
-    ``allow_display_name`` accepts ``Shop <noreply@example.com>`` (used for ``from``).
+    ``allow_display_name`` accepts ``Shop <noreply@example.com>`` (used for ``from``). A non-ASCII local
+    part (``josé@…``) is refused for every backend: SMTP would need SMTPUTF8 for it, and the same input
+    must pass or fail the same way whatever the backend. An internationalised domain is fine: it has an
+    ASCII (IDNA) form, which the SMTP backend sends.
     """
     check_header_text(value, "the address")
-    return Address(*normalised_email(value, allow_display_name=allow_display_name))
+    return Address(*normalised_email(value, allow_display_name=allow_display_name, ascii_local_part=True))
 
 
 def find_null(value: Any, path: str = "") -> str | None:

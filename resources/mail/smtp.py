@@ -1,7 +1,8 @@
 """SmtpMailResource: for users without Mailjet; any SMTP server, templates from a local folder.
 
 The MIME message is built with the standard library's modern policy (which itself refuses line breaks
-in headers), rendered from :mod:`connector_ops.resources.mail.templates`, and sent with ``smtplib``. Bcc recipients are
+in headers), rendered from :mod:`connector_ops.resources.mail.templates`, and sent with ``smtplib``. Addresses go
+in their ASCII form (an internationalised domain as ``xn--…``), so no server needs SMTPUTF8. Bcc recipients are
 only in the envelope (``RCPT TO``), never in a header, so no recipient can see them. The template is
 rendered and the attachments read (within the 15 MB budget) before the connection is opened.
 """
@@ -15,6 +16,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Literal
 
+from connector_ops.kernel.addresses import ascii_email
 from connector_ops.kernel.errors import ActionFailed, UpstreamError
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.base import MailResource
@@ -41,7 +43,7 @@ def _part_type(content_type: str) -> tuple[str, str]:
 
 
 def _header_address(address: Address) -> HeaderAddress:
-    return HeaderAddress(display_name=address.name or "", addr_spec=address.email)
+    return HeaderAddress(display_name=address.name or "", addr_spec=ascii_email(address.email))
 
 
 class SmtpMailResource(MailResource):
@@ -81,7 +83,7 @@ class SmtpMailResource(MailResource):
         if subject:
             mime["Subject"] = subject
         mime["Date"] = formatdate(localtime=True)
-        mime["Message-ID"] = make_msgid(domain=message.sender.email.rpartition("@")[2])
+        mime["Message-ID"] = make_msgid(domain=ascii_email(message.sender.email).rpartition("@")[2])
         if rendered.text is not None:
             mime.set_content(rendered.text)
             if rendered.html is not None:
@@ -117,8 +119,8 @@ class SmtpMailResource(MailResource):
             with self._connect() as smtp:
                 if self.username:
                     smtp.login(self.username, self.password or "")
-                refused = smtp.send_message(mime, from_addr=message.sender.email,
-                                            to_addrs=message.envelope_recipients)
+                refused = smtp.send_message(mime, from_addr=ascii_email(message.sender.email),
+                                            to_addrs=[ascii_email(a) for a in message.envelope_recipients])
         except smtplib.SMTPAuthenticationError as exc:
             raise UpstreamError(f"SMTP authentication failed at {where} ({exc.smtp_code}): "
                                 "check SMTP_USERNAME and SMTP_PASSWORD") from None

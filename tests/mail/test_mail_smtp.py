@@ -227,3 +227,16 @@ def test_eml_and_multipart_attachments_arrive_byte_exact(smtp_env: dict[str, str
     assert parts["old.eml"].get_payload(decode=True) == eml
     assert parts["parts.bin"].get_content_type() == "application/octet-stream"
     assert parts["parts.bin"].get_payload(decode=True) == mixed
+
+
+def test_idn_domains_go_in_ascii_form_to_a_server_without_smtputf8(smtp_env: dict[str, str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    with smtp_server(enable_SMTPUTF8=False) as (recorder, port):
+        use(monkeypatch, port)
+        assert send(message(**{"from": "Shop <noreply@bücher.de>"}, recipients=[{"to": "user@bücher.de"}],
+                            templateVariables=VARIABLES)) == {}
+    envelope, mime = received(recorder)
+    assert envelope.mail_from == "noreply@xn--bcher-kva.de"
+    assert envelope.rcpt_tos == ["user@xn--bcher-kva.de"]
+    assert mime["From"] == "Shop <noreply@xn--bcher-kva.de>" and mime["To"] == "user@xn--bcher-kva.de"
+    assert mime["Message-ID"].endswith("@xn--bcher-kva.de>")

@@ -31,6 +31,11 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str]] = [
     ("no To recipient", message(recipients=[{"to": "a@example.org", "type": "Cc"}]),
      "recipients: at least one recipient must be of type To"),
     ("recipient address invalid", message(recipients=[{"to": "alice@"}]), "recipients[0].to: 'alice@' is not a valid"),
+    ("recipient with a non-ASCII local part", message(recipients=[{"to": "josé@example.org"}]),
+     "recipients[0].to: 'josé@example.org' has non-ASCII characters before the @ ('josé'): sending it needs "
+     "the SMTPUTF8 extension"),
+    ("sender with a non-ASCII local part", message(**{"from": "Shop <josé@example.com>"}),
+     "from: 'josé@example.com' has non-ASCII characters before the @"),
     ("recipient address missing", message(recipients=[{"name": "Alice"}]), "recipients[0].to: is required"),
     ("recipient type unknown", message(recipients=[{"to": "a@example.org", "type": "Reply-To"}]),
      "recipients[0].type: Input should be 'To', 'Cc' or 'Bcc'"),
