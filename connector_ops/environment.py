@@ -38,6 +38,11 @@ SECRET_VARIABLES = frozenset(
 RESOURCE_KEYS = ("platform_files", "virtual_files", "drive", "mail")
 
 
+#: the spellings of a boolean setting (:meth:`Env.flag`)
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+
+
 @dataclass(frozen=True)
 class EnvRef:
     """A setting that is the value of the environment variable ``name``, read where the resource is built."""
@@ -60,8 +65,16 @@ class Env:
         return default if self.get(name) is None else EnvRef(name)
 
     def flag(self, name: str, default: bool = False) -> bool:
+        """A boolean setting; any other spelling is refused, naming the variable: a typo such as
+        ``MAILJET_SANDBOX=ture`` must not silently mean the opposite of what was meant."""
         value = self.get(name)
-        return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+        if value is None:
+            return default
+        word = value.strip().lower()
+        if word not in TRUE_WORDS | FALSE_WORDS:
+            raise InvalidInput(name, f"must be true or false ({'/'.join(sorted(TRUE_WORDS))} or "
+                                     f"{'/'.join(sorted(FALSE_WORDS))}), got {value!r}")
+        return word in TRUE_WORDS
 
     def choice(self, name: str, default: str, choices: Iterable[str]) -> str:
         value = (self.get(name) or default).strip().lower()

@@ -16,7 +16,8 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from connector_ops.environment import resources_for
-from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.errors import ConnectorError, InvalidInput
+from connector_ops.ops.resources import refuse_single_host
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.mailjet import MailjetResource
 from connector_ops.resources.mail.message import Address, MailMessage
@@ -299,3 +300,33 @@ def test_the_fake_parses_json_strictly_like_mailjet(fake_mailjet: Fake) -> None:
             '"TemplateID": 4242, "Variables": {"x": NaN}}]}')
     answer = httpx.post(f"{url}/v3.1/send", content=body, auth=(API_KEY, API_SECRET))
     assert answer.status_code == 400 and answer.json()["ErrorCode"] == "mj-0002"
+
+
+@pytest.mark.parametrize("value", ["ture", "enabled", "y", "2"])
+def test_a_misspelt_sandbox_setting_is_refused(mailjet_env: dict[str, str], fake_mailjet: Fake,
+                                               monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """A typo must not silently mean "deliver for real"."""
+    monkeypatch.setenv("MAILJET_SANDBOX", value)
+    with pytest.raises(InvalidInput, match=f"MAILJET_SANDBOX: must be true or false .*got '{value}'"):
+        resources_for()
+    assert fake_mailjet[0].requests == []
+
+
+@pytest.mark.parametrize(("value", "sandbox"), [(" TRUE ", True), ("on", True), ("0", False), ("No", False)])
+def test_sandbox_spellings(mailjet_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, value: str,
+                           sandbox: bool) -> None:
+    monkeypatch.setenv("MAILJET_SANDBOX", value)
+    assert resources_for(["mail"])["mail"].sandbox is sandbox
+
+
+def test_every_boolean_setting_is_strict(mail_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other users of Env.flag: Google's ADC switch and the shared-storage declaration of distributed runs."""
+    monkeypatch.setenv("CONNECTOR_OPS_DRIVE_BACKEND", "google")
+    monkeypatch.setenv("GOOGLE_USE_ADC", "yes please")
+    with pytest.raises(InvalidInput, match="GOOGLE_USE_ADC: must be true or false"):
+        resources_for(["drive"])
+    outbox = resources_for(["mail"])["mail"]
+    environ = {"CONNECTOR_OPS_EXECUTOR": "celery", "CONNECTOR_OPS_SHARED_STORAGE": "shared"}
+    with pytest.raises(InvalidInput, match="CONNECTOR_OPS_SHARED_STORAGE: must be true or false"):
+        refuse_single_host("mail", outbox, environ)
+    refuse_single_host("mail", outbox, {**environ, "CONNECTOR_OPS_SHARED_STORAGE": "true"})
