@@ -41,16 +41,21 @@ class AttachmentReader:
             raise _too_big(total, self.limit)
 
     def chunks(self, attachment: Attachment) -> Iterator[bytes]:
-        """The bytes of one attachment; raises once the running total passes the budget."""
+        """The bytes of one attachment; raises once the running total passes the budget, and at the end of
+        an empty file: Mailjet refuses an empty attachment (``mj-0012``), so every backend does."""
+        size = 0
         try:
             with self.files.open(attachment.file, field=attachment.field) as stream:
                 while chunk := stream.read(CHUNK):
+                    size += len(chunk)
                     self.read_total += len(chunk)
                     if self.read_total > self.limit:
                         raise _too_big(self.read_total, self.limit)
                     yield chunk
         except (NotFound, UpstreamError, httpx.HTTPError, OSError) as exc:
             raise ActionFailed(f"{attachment.field}: cannot read {attachment.filename!r}: {exc}") from exc
+        if not size:
+            raise InvalidInput(attachment.field, f"{attachment.filename!r} is empty; empty attachments are refused")
 
     def read(self, attachment: Attachment) -> bytes:
         """All bytes of one attachment (bounded by the budget), for MIME parts."""

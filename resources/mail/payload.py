@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.message import Address, MailMessage
 
@@ -54,11 +53,8 @@ def write_payload(sink: IO[bytes], message: MailMessage, reader: AttachmentReade
         for index, attachment in enumerate(message.attachments):
             meta = _json({"ContentType": attachment.content_type, "Filename": attachment.filename})
             sink.write((b"," if index else b"") + meta[:-1] + b',"Base64Content":"')
-            written = 0
-            for chunk in reader.base64_chunks(attachment):
-                written += sink.write(chunk)
-            if not written:  # Mailjet answers mj-0012 "Empty string not allowed"
-                raise InvalidInput(attachment.field, f"{attachment.filename!r} is empty; empty attachments are refused")
+            for chunk in reader.base64_chunks(attachment):  # raises at an empty one (Mailjet's mj-0012)
+                sink.write(chunk)
             sink.write(b'"}')
         sink.write(b"]}")
     else:

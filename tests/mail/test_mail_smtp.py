@@ -240,3 +240,16 @@ def test_idn_domains_go_in_ascii_form_to_a_server_without_smtputf8(smtp_env: dic
     assert envelope.rcpt_tos == ["user@xn--bcher-kva.de"]
     assert mime["From"] == "Shop <noreply@xn--bcher-kva.de>" and mime["To"] == "user@xn--bcher-kva.de"
     assert mime["Message-ID"].endswith("@xn--bcher-kva.de>")
+
+
+def test_empty_attachment_is_refused_as_on_the_other_backends(smtp_env: dict[str, str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = resources_for()["platform_files"].add_bytes(b"", "empty.txt")
+    with smtp_server() as (recorder, port):
+        use(monkeypatch, port)
+        with pytest.raises(ConnectorError) as caught:
+            send(message(templateVariables=VARIABLES, attachments=[{"platformFile": empty.to_json()}]))
+    assert caught.value.status == 400
+    assert caught.value.body["message"] == (
+        "attachments[0].platformFile: 'empty.txt' is empty; empty attachments are refused")
+    assert recorder.envelopes == []
