@@ -107,7 +107,8 @@ class SendTransactionalMessageInput(SpecModel):
     @field_validator("subject")
     @classmethod
     def _subject(cls, value: str | None) -> str | None:
-        return check_header_text(value, "the subject") if value else None
+        """A blank subject means "the template's subject", as an empty one does (never a subject of spaces)."""
+        return check_header_text(value, "the subject") if value and value.strip() else None
 
     @field_validator("template_id", mode="before")
     @classmethod

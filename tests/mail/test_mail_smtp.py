@@ -110,8 +110,10 @@ def test_template_subject_and_html_only_template(smtp_env: dict[str, str], monke
         use(monkeypatch, port)
         send(message(subject=None, templateVariables=VARIABLES))
         send(message(subject=None, templateId=7, templateVariables='{"first_name": "Bo"}'))
-    first, second = (email.message_from_bytes(e.content, policy=email.policy.default) for e in recorder.envelopes)
-    assert first["Subject"] == "Order 12345 confirmed"
+        send(message(subject="   ", templateVariables=VARIABLES))  # blank means "the template's subject"
+    first, second, third = (email.message_from_bytes(e.content, policy=email.policy.default)
+                            for e in recorder.envelopes)
+    assert first["Subject"] == third["Subject"] == "Order 12345 confirmed"
     assert second["Subject"] is None and second.get_content_type() == "text/html"
     assert second.get_content().strip() == "<p>Only HTML for Bo</p>"
 
