@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import json
 import re
+from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from connector_ops.environment import resources_for
@@ -74,3 +76,16 @@ def test_unknown_backend_is_reported(mail_env: dict[str, str], monkeypatch: pyte
     monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "sendgrid")
     with pytest.raises(InvalidInput, match="CONNECTOR_OPS_MAIL_BACKEND: must be one of outbox, mailjet, smtp"):
         resources_for()
+
+
+def test_decimal_and_numpy_variables_are_written_as_json_numbers(mail_env: dict[str, str]) -> None:
+    """A Python caller's mapping may hold Decimal or NumPy numbers (the input check admits them as numbers)."""
+    variables = {"total": Decimal("12.50"), "big": Decimal("12345678901234567890.01"),
+                 "qty": np.int64(3), "rate": np.float64(0.25), "lines": [{"n": np.int32(1)}]}
+    assert send(message(templateVariables=variables)) == {}
+    [written] = outbox(mail_env).iterdir()
+    raw = written.read_text()
+    assert '"total":12.50' in raw and '"big":12345678901234567890.01' in raw  # the digits as given
+    sent = json.loads(raw, parse_float=Decimal)["Messages"][0]
+    assert sent["Variables"] == {"total": Decimal("12.50"), "big": Decimal("12345678901234567890.01"), "qty": 3,
+                                 "rate": Decimal("0.25"), "lines": [{"n": 1}]}
