@@ -182,9 +182,17 @@ def _smtp_port(env: Env) -> int | None:
     value = env.get("SMTP_PORT")
     if value is None:
         return None
-    if not value.isdigit():
-        raise InvalidInput("SMTP_PORT", f"must be a port number, got {value!r}")
+    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= 65535):
+        raise InvalidInput("SMTP_PORT", f"must be a port number (1 to 65535), got {value!r}")
     return int(value)
+
+
+def _smtp_ca_file(env: Env) -> str | None:
+    """``SMTP_CA_FILE``, checked now so a wrong path names the variable instead of failing at the first send."""
+    value = env.get("SMTP_CA_FILE")
+    if value is not None and not Path(value).expanduser().is_file():
+        raise InvalidInput("SMTP_CA_FILE", f"no such file: {value}")
+    return value
 
 
 def _mail(env: Env) -> Recipe:
@@ -212,7 +220,7 @@ def _mail(env: Env) -> Recipe:
         username=env.get("SMTP_USERNAME"),
         password=env.secret("SMTP_PASSWORD"),
         security=env.choice("SMTP_SECURITY", "starttls", DEFAULT_PORTS),
-        ca_file=env.get("SMTP_CA_FILE"),
+        ca_file=_smtp_ca_file(env),
         templates_dir=env.path("CONNECTOR_OPS_TEMPLATES_DIR", "templates"),
     )
 

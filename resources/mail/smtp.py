@@ -96,17 +96,23 @@ class SmtpMailResource(MailResource):
                                 filename=attachment.filename)
         return mime
 
+    def _tls(self) -> ssl.SSLContext:
+        """The TLS context, only when TLS is used; an unreadable ``ca_file`` is named with its variable."""
+        try:
+            return ssl.create_default_context(cafile=self.ca_file)
+        except OSError as exc:  # FileNotFoundError, PermissionError, ssl.SSLError (not PEM)
+            raise ActionFailed(f"SMTP_CA_FILE: cannot use {self.ca_file}: {exc.strerror or exc}") from None
+
     def _connect(self) -> smtplib.SMTP:
         if not self.host:
             raise ActionFailed("SMTP is not configured: set SMTP_HOST")
         port = self.port or DEFAULT_PORTS[self.security]
-        context = ssl.create_default_context(cafile=self.ca_file)
         if self.security == "tls":
-            return smtplib.SMTP_SSL(self.host, port, timeout=self.timeout_s, context=context)
+            return smtplib.SMTP_SSL(self.host, port, timeout=self.timeout_s, context=self._tls())
         smtp = smtplib.SMTP(self.host, port, timeout=self.timeout_s)
         if self.security == "starttls":
             try:
-                smtp.starttls(context=context)
+                smtp.starttls(context=self._tls())
             except BaseException:
                 smtp.close()
                 raise

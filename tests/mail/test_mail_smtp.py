@@ -255,3 +255,31 @@ def test_empty_attachment_is_refused_as_on_the_other_backends(smtp_env: dict[str
     assert caught.value.body["message"] == (
         "attachments[0].platformFile: 'empty.txt' is empty; empty attachments are refused")
     assert recorder.envelopes == []
+
+
+def test_smtp_port_and_ca_file_are_checked_when_resources_are_built(smtp_env: dict[str, str],
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    for port in ("0", "65536"):
+        monkeypatch.setenv("SMTP_PORT", port)
+        with pytest.raises(InvalidInput, match=f"SMTP_PORT: must be a port number \\(1 to 65535\\), got '{port}'"):
+            resources_for()
+    monkeypatch.setenv("SMTP_PORT", "2525")
+    missing = tmp_path / "no-such-ca.pem"
+    monkeypatch.setenv("SMTP_CA_FILE", str(missing))
+    with pytest.raises(InvalidInput, match=f"SMTP_CA_FILE: no such file: {missing}"):
+        resources_for()
+
+
+def test_an_unusable_ca_file_is_named_and_plain_smtp_needs_none(smtp_env: dict[str, str],
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    with smtp_server() as (recorder, port):
+        use(monkeypatch, port, SMTP_CA_FILE=str(not_pem))
+        assert send(message(templateVariables=VARIABLES)) == {}  # SMTP_SECURITY=none: no TLS context at all
+        monkeypatch.setenv("SMTP_SECURITY", "tls")
+        text = failure(message(templateVariables=VARIABLES))
+    assert text.startswith(f"SMTP_CA_FILE: cannot use {not_pem}: ")
+    assert len(recorder.envelopes) == 1
