@@ -49,7 +49,8 @@ class LocalTemplates:
             return None
         try:
             return env.get_template(f"{template_id}/{name}").render(variables)
-        except jinja2.TemplateError as exc:
+        except Exception as exc:  # Jinja's errors, and what Python raises inside the template
+            # (``{{ qty * price }}`` with strings: TypeError): either way the template file is at fault, a 500
             raise ActionFailed(f"template {template_id}, {name}: {type(exc).__name__}: {exc}") from None
 
     def render(self, template_id: int, variables: dict[str, Any]) -> Rendered:

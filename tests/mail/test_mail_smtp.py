@@ -50,6 +50,8 @@ def smtp_env(mail_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path
     (templates / "4242" / "body.txt.j2").write_text(
         "Hello {{ first_name }},\n{% for i in items %}- {{ i.qty }} x {{ i.name }}\n{% endfor %}")
     (templates / "4242" / "body.html.j2").write_text("<p>Hello {{ first_name }}</p>")
+    (templates / "8").mkdir()
+    (templates / "8" / "body.txt.j2").write_text("Total: {{ qty * price }}")
     (templates / "7").mkdir()
     (templates / "7" / "body.html.j2").write_text("<p>Only HTML for {{ first_name }}</p>")
     values = {
@@ -173,6 +175,8 @@ def test_template_problems_are_500_before_connecting(smtp_env: dict[str, str],
             "templateId: no template 99 in ")
         assert failure(message(templateVariables='{"order_id": 1}')) == (
             "template 4242, body.txt.j2: UndefinedError: 'first_name' is undefined")
+        assert failure(message(templateId=8, templateVariables='{"qty": "2", "price": "3"}')) == (
+            "template 8, body.txt.j2: TypeError: can't multiply sequence by non-int of type 'str'")
         assert failure(message(subject=None, templateVariables=VARIABLES.replace('"12345"', '"1\\n2"'))) == (
             "template 4242, subject.j2: the rendered subject must not contain line breaks or control characters "
             "(found '\\n')")
