@@ -46,6 +46,22 @@ def _header_address(address: Address) -> HeaderAddress:
     return HeaderAddress(display_name=address.name or "", addr_spec=ascii_email(address.email))
 
 
+class _Watched(smtplib.SMTP):
+    """Knows whether the whole message went out (the body up to DATA's final ``.``): after that, a
+    failure (a timeout waiting for the server's last reply) may come after the server took the message."""
+
+    message_sent = False
+
+    def send(self, s: bytes | str) -> None:
+        super().send(s)
+        if isinstance(s, bytes) and s.endswith(b"\r\n.\r\n"):  # only data() sends bytes: the message body
+            self.message_sent = True
+
+
+class _WatchedSSL(_Watched, smtplib.SMTP_SSL):
+    pass
+
+
 class SmtpMailResource(MailResource):
     """SMTP with ``security`` = ``starttls`` (default, port 587), ``tls`` (465) or ``none`` (25)."""
 
@@ -103,13 +119,13 @@ class SmtpMailResource(MailResource):
         except OSError as exc:  # FileNotFoundError, PermissionError, ssl.SSLError (not PEM)
             raise ActionFailed(f"SMTP_CA_FILE: cannot use {self.ca_file}: {exc.strerror or exc}") from None
 
-    def _connect(self) -> smtplib.SMTP:
+    def _connect(self) -> _Watched:
         if not self.host:
             raise ActionFailed("SMTP is not configured: set SMTP_HOST")
         port = self.port or DEFAULT_PORTS[self.security]
         if self.security == "tls":
-            return smtplib.SMTP_SSL(self.host, port, timeout=self.timeout_s, context=self._tls())
-        smtp = smtplib.SMTP(self.host, port, timeout=self.timeout_s)
+            return _WatchedSSL(self.host, port, timeout=self.timeout_s, context=self._tls())
+        smtp = _Watched(self.host, port, timeout=self.timeout_s)
         if self.security == "starttls":
             try:
                 smtp.starttls(context=self._tls())
@@ -121,8 +137,10 @@ class SmtpMailResource(MailResource):
     def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
         mime = self.build(message, attachments)
         where = f"{self.host}:{self.port or DEFAULT_PORTS[self.security]}"
+        connection: _Watched | None = None
         try:
             with self._connect() as smtp:
+                connection = smtp
                 if self.username:
                     smtp.login(self.username, self.password or "")
                 refused = smtp.send_message(mime, from_addr=ascii_email(message.sender.email),
@@ -140,6 +158,10 @@ class SmtpMailResource(MailResource):
             raise UpstreamError(f"the SMTP server at {where} answered {exc.smtp_code}: "
                                 f"{_text(exc.smtp_error)}") from None
         except (smtplib.SMTPException, OSError) as exc:
+            if connection is not None and connection.message_sent:  # like Mailjet's read timeout: no retry
+                raise UpstreamError(
+                    f"the SMTP server at {where} did not confirm the message ({type(exc).__name__}: {exc}) after "
+                    "receiving all of it; the message may have been delivered, so it was not retried") from None
             raise UpstreamError(f"sending through the SMTP server at {where} failed: "
                                 f"{type(exc).__name__}: {exc}") from None
         if refused:

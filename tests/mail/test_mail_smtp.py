@@ -6,6 +6,7 @@ parts, and attachments byte-identical to the platform files.
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import os
@@ -287,3 +288,26 @@ def test_an_unusable_ca_file_is_named_and_plain_smtp_needs_none(smtp_env: dict[s
         text = failure(message(templateVariables=VARIABLES))
     assert text.startswith(f"SMTP_CA_FILE: cannot use {not_pem}: ")
     assert len(recorder.envelopes) == 1
+
+
+class SilentAfterData(Recorder):
+    """Takes the whole message, then never answers the end of DATA."""
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.envelopes.append(envelope)
+        await asyncio.sleep(5)
+        return "250 late"
+
+
+def test_a_timeout_after_the_whole_message_says_it_may_have_been_delivered(
+        smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    with smtp_server(SilentAfterData()) as (recorder, port):
+        use(monkeypatch, port)
+        resources = resources_for()
+        resources["mail"] = resources["mail"].model_copy(update={"timeout_s": 0.5})
+        with pytest.raises(ConnectorError) as caught:
+            send(message(templateVariables=VARIABLES), resources)
+    text = caught.value.body["message"]
+    assert caught.value.status == 500 and text.startswith(f"the SMTP server at 127.0.0.1:{port} did not confirm")
+    assert "the message may have been delivered, so it was not retried" in text
+    assert len(recorder.envelopes) == 1  # sent once
