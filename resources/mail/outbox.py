@@ -2,7 +2,8 @@
 
 The file holds exactly the Mailjet v3.1 request body the Mailjet backend would post (attachments
 included as base64), so a pipeline can be developed and checked without an account. It is written to a
-temporary name and renamed into place: a reader of the folder never sees half a message.
+temporary name and renamed into place: a reader of the folder never sees half a message, and the
+temporary files of writers killed mid-write are swept when the outbox starts (its first message).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from connector_ops.kernel.atomic import atomic_write
+from pydantic import PrivateAttr
+
+from connector_ops.kernel.atomic import atomic_write, sweep_leftovers
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.base import MailResource
 from connector_ops.resources.mail.message import MailMessage
@@ -27,9 +30,20 @@ class OutboxMailResource(MailResource):
     def single_host(self) -> str | None:
         return f"the outbox is the folder {self.outbox_dir} of one host; use CONNECTOR_OPS_MAIL_BACKEND=mailjet or smtp"
 
-    def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
+    _swept: bool = PrivateAttr(default=False)
+
+    @property
+    def root(self) -> Path:
         root = Path(self.outbox_dir)
-        root.mkdir(parents=True, exist_ok=True)
+        if not self._swept:  # the outbox's start: remove what writers killed mid-write left behind
+            root.mkdir(parents=True, exist_ok=True)
+            sweep_leftovers(root)
+            self._swept = True
+        return root
+
+    def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
+        root = self.root
+        root.mkdir(parents=True, exist_ok=True)  # again: the folder may have been removed since
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         final = root / f"{stamp}-{uuid.uuid4().hex[:12]}.json"
         with atomic_write(final, durable=True) as sink:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -89,3 +91,17 @@ def test_decimal_and_numpy_variables_are_written_as_json_numbers(mail_env: dict[
     sent = json.loads(raw, parse_float=Decimal)["Messages"][0]
     assert sent["Variables"] == {"total": Decimal("12.50"), "big": Decimal("12345678901234567890.01"), "qty": 3,
                                  "rate": Decimal("0.25"), "lines": [{"n": 1}]}
+
+
+def test_a_killed_writers_temporary_file_is_swept_when_the_outbox_starts(mail_env: dict[str, str]) -> None:
+    folder = outbox(mail_env)
+    folder.mkdir(parents=True)
+    dead = folder / ".tmp-999999-abandoned"  # a writer killed mid-write: no lock held, an hour old
+    dead.write_bytes(b'{"SandboxMode":false,"Messa')
+    os.utime(dead, (time.time() - 3600, time.time() - 3600))
+    young = folder / ".tmp-999999-young"  # may belong to a writer that has not locked it yet: left alone
+    young.write_bytes(b"")
+    assert send(message()) == {}
+    names = [p.name for p in folder.iterdir()]
+    assert ".tmp-999999-abandoned" not in names and ".tmp-999999-young" in names
+    assert len([n for n in names if n.endswith(".json")]) == 1
