@@ -7,6 +7,7 @@ SMTP server or the outbox folder.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from abc import ABC, abstractmethod
 
@@ -16,6 +17,25 @@ from connector_ops.resources.mail.message import MailMessage
 from connector_ops.resources.platform_files import PlatformFileStore
 
 log = logging.getLogger("connector_ops.mail")
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ``::1``), judged from the name alone (no DNS)."""
+    name = host.strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def cleartext_warning(secret: str, host: str) -> str | None:
+    """The warning to log when ``secret`` (its name, never its value) would cross the network unencrypted to
+    ``host``; ``None`` for a loopback host, where nothing leaves the machine (local relays, tests)."""
+    if is_loopback(host):
+        return None
+    return f"{secret}: sent unencrypted to {host}, readable by anyone on the network path"
 
 
 class MailResource(Resource, ABC):

@@ -22,7 +22,7 @@ from pydantic import PrivateAttr
 from connector_ops.kernel.errors import ActionFailed, UpstreamError
 from connector_ops.resources.http_client import Client
 from connector_ops.resources.mail.attachments import AttachmentReader
-from connector_ops.resources.mail.base import MailResource
+from connector_ops.resources.mail.base import MailResource, cleartext_warning, log
 from connector_ops.resources.mail.mailjet_errors import Outcome, interpret
 from connector_ops.resources.mail.message import MailMessage
 from connector_ops.resources.mail.payload import write_payload
@@ -74,6 +74,9 @@ class MailjetResource(MailResource):
         if url.userinfo or url.scheme not in ("http", "https"):
             raise ActionFailed("MAILJET_API_URL must be an http(s) URL without credentials in it")
         if self._client is None:
+            if url.scheme == "http" and (warning := cleartext_warning(
+                    "Mailjet API keys (MAILJET_API_URL is http://)", url.host)):
+                log.warning(warning)
             self._client = Client(
                 base_url=self.api_url.rstrip("/"),
                 auth=httpx.BasicAuth(self.api_key, self.api_secret),

@@ -16,10 +16,12 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Literal
 
+from pydantic import PrivateAttr
+
 from connector_ops.kernel.addresses import ascii_email
 from connector_ops.kernel.errors import ActionFailed, UpstreamError
 from connector_ops.resources.mail.attachments import AttachmentReader
-from connector_ops.resources.mail.base import MailResource
+from connector_ops.resources.mail.base import MailResource, cleartext_warning, log
 from connector_ops.resources.mail.message import Address, MailMessage
 from connector_ops.resources.mail.templates import LocalTemplates
 
@@ -82,6 +84,8 @@ class SmtpMailResource(MailResource):
     timeout_s: float = 30.0
     """Timeout of the SMTP conversation, in seconds."""
 
+    _warned: bool = PrivateAttr(default=False)
+
     def __repr__(self) -> str:
         return f"SmtpMailResource(host={self.host!r}, port={self.port!r}, security={self.security!r})"
 
@@ -111,6 +115,13 @@ class SmtpMailResource(MailResource):
             mime.add_attachment(attachments.read(attachment), maintype=maintype, subtype=subtype,
                                 filename=attachment.filename)
         return mime
+
+    def _warn_cleartext_login(self) -> None:
+        if self.security == "none" and self.host and not self._warned:
+            self._warned = True
+            warning = cleartext_warning("SMTP login (SMTP_SECURITY=none with SMTP_USERNAME)", self.host)
+            if warning:
+                log.warning(warning)
 
     def _tls(self) -> ssl.SSLContext:
         """The TLS context, only when TLS is used; an unreadable ``ca_file`` is named with its variable."""
@@ -142,6 +153,7 @@ class SmtpMailResource(MailResource):
             with self._connect() as smtp:
                 connection = smtp
                 if self.username:
+                    self._warn_cleartext_login()
                     smtp.login(self.username, self.password or "")
                 refused = smtp.send_message(mime, from_addr=ascii_email(message.sender.email),
                                             to_addrs=[ascii_email(a) for a in message.envelope_recipients])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -331,3 +332,11 @@ def test_every_boolean_setting_is_strict(mail_env: dict[str, str], monkeypatch: 
     with pytest.raises(InvalidInput, match="CONNECTOR_OPS_SHARED_STORAGE: must be true or false"):
         refuse_single_host("mail", outbox, environ)
     refuse_single_host("mail", outbox, {**environ, "CONNECTOR_OPS_SHARED_STORAGE": "true"})
+
+
+def test_no_cleartext_warning_for_a_loopback_http_url(mailjet_env: dict[str, str], fake_mailjet: Fake,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    assert mailjet_env["MAILJET_API_URL"].startswith("http://127.0.0.1")
+    with caplog.at_level(logging.WARNING, logger="connector_ops"):
+        assert send(message()) == {}
+    assert [r for r in caplog.records if r.name.startswith("connector_ops") and r.levelno >= logging.WARNING] == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import logging
 import os
 import ssl
 from email.message import EmailMessage
@@ -20,6 +21,8 @@ import trustme
 
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
+from connector_ops.resources.mail.base import cleartext_warning
+from connector_ops.resources.mail.smtp import SmtpMailResource
 from tests.mail.conftest import message, send
 from tests.servers import free_port
 from tests.servers.smtp_server import Recorder, password_authenticator, smtp_server
@@ -311,3 +314,39 @@ def test_a_timeout_after_the_whole_message_says_it_may_have_been_delivered(
     assert caught.value.status == 500 and text.startswith(f"the SMTP server at 127.0.0.1:{port} did not confirm")
     assert "the message may have been delivered, so it was not retried" in text
     assert len(recorder.envelopes) == 1  # sent once
+
+
+@pytest.mark.parametrize(("host", "warned"), [
+    ("smtp.example.com", True), ("10.0.0.5", True), ("2001:db8::1", True), ("localhost.example.com", True),
+    ("127.0.0.1", False), ("127.8.9.10", False), ("::1", False), ("[::1]", False), ("localhost", False),
+    ("LOCALHOST.", False),
+])
+def test_the_cleartext_warning_decision(host: str, warned: bool) -> None:
+    """Decided from the host name alone: no connection, no DNS."""
+    warning = cleartext_warning("SMTP login (SMTP_SECURITY=none with SMTP_USERNAME)", host)
+    assert (warning is not None) is warned
+    if warning:
+        assert warning == (f"SMTP login (SMTP_SECURITY=none with SMTP_USERNAME): sent unencrypted to {host}, "
+                           "readable by anyone on the network path")
+
+
+def test_no_cleartext_warning_on_loopback(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    with smtp_server(authenticator=_authenticator, auth_require_tls=False) as (recorder, port):
+        use(monkeypatch, port, SMTP_USERNAME=USER, SMTP_PASSWORD=PASSWORD)
+        with caplog.at_level(logging.WARNING, logger="connector_ops"):
+            assert send(message(templateVariables=VARIABLES)) == {}
+    assert len(recorder.envelopes) == 1
+    assert [r for r in caplog.records if r.name.startswith("connector_ops") and r.levelno >= logging.WARNING] == []
+
+
+def test_a_remote_cleartext_login_is_warned_once_without_the_secret(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    resource = SmtpMailResource(host="smtp.example.com", security="none", username=USER, password=PASSWORD,
+                                templates_dir=str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="connector_ops"):
+        resource._warn_cleartext_login()  # the check deliver() runs before login; nothing connects here
+        resource._warn_cleartext_login()
+    [record] = [r for r in caplog.records if r.name.startswith("connector_ops")]
+    assert "sent unencrypted to smtp.example.com" in record.getMessage()
+    assert PASSWORD not in record.getMessage() and USER not in record.getMessage()
