@@ -12,8 +12,6 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-import json
-import numbers
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import IO, Any
@@ -21,6 +19,7 @@ from typing import IO, Any
 from connector_ops.etl.quarantine import Quarantine, record_text
 from connector_ops.kernel import limits
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.json_text import compact_json
 from connector_ops.kernel.limits import check_column_names, longer_than_allowed
 from connector_ops.kernel.scoped import pages
 from connector_ops.kernel.streams import Open
@@ -38,40 +37,7 @@ def cell_text(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, int | Decimal):
         return str(value)
-    try:
-        return _compact(value)
-    except _HasDecimal:
-        return _with_decimals(value)
-
-
-class _HasDecimal(Exception):
-    pass
-
-
-def _no_decimal(value: Any) -> Any:
-    """JSON's encoder's ``default``: NumPy's numbers as Python's; a ``Decimal`` stops it (see below)."""
-    if isinstance(value, Decimal):
-        raise _HasDecimal
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise TypeError(f"{type(value).__name__} is not a JSON value")  # check_payload refuses it first
-
-
-#: compact JSON of a nested value, in C; a number with a fraction or exponent (a ``Decimal``) stops it
-_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_no_decimal).encode
-_string = json.JSONEncoder(ensure_ascii=False).encode
-
-
-def _with_decimals(value: Any) -> str:
-    """Compact JSON of a nested value holding ``Decimal`` numbers, each written as a top-level one is
-    (``2.50`` stays ``2.50``; 20 digits stay 20): ``json`` would write them through ``float``."""
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_string(str(k))}:{_with_decimals(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(map(_with_decimals, value)) + "]"
-    return str(value) if isinstance(value, Decimal) else _compact(value)
+    return compact_json(value)
 
 
 def text_stream(stream: IO[bytes], encoding: str) -> io.TextIOWrapper:

@@ -8,12 +8,9 @@ never has to sit in memory as a 20 MB JSON string.
 
 from __future__ import annotations
 
-import json
-import numbers
-from collections.abc import Mapping
-from decimal import Decimal
 from typing import IO, Any
 
+from connector_ops.kernel.json_text import compact_json
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.message import Address, MailMessage
 
@@ -41,36 +38,9 @@ def message_fields(message: MailMessage) -> dict[str, Any]:
     return fields
 
 
-def _python_number(value: Any) -> Any:
-    """The encoder's ``default``: NumPy's numbers as Python's (``check_payload`` admits them as JSON numbers)."""
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise TypeError(f"a {type(value).__name__} is not a JSON value")
-
-
-#: compact JSON; ``allow_nan=False`` so a NaN that escaped the input check fails here, never on the wire
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False,
-                           default=_python_number).encode
-
-
-def _text(value: Any) -> str:
-    """Compact JSON of ``value``, each ``Decimal`` written with its own digits (``json`` cannot write one,
-    and through ``float`` ``2.50`` or a 20-digit amount would change)."""
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise ValueError(f"{value} is not a JSON number")
-        return str(value)
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{_encode(str(k))}:{_text(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(map(_text, value)) + "]"
-    return _encode(value)
-
-
 def _json(value: Any) -> bytes:
-    return _text(value).encode()
+    """Compact JSON; a NaN that escaped the input check fails here, never on the wire."""
+    return compact_json(value, allow_nan=False).encode()
 
 
 def write_payload(sink: IO[bytes], message: MailMessage, reader: AttachmentReader, *, sandbox: bool) -> None:
