@@ -107,7 +107,8 @@ class Recorder:
         taken = {s["id"] for s in self.steps}
         step_id = step_id_for(call.out or call.action.split(".", 1)[1], taken)
         step: dict[str, Any] = {"id": step_id, "action": call.action}
-        inp = self.rewrite(payload)
+        inp = ({k: self.rewrite(v) for k, v in payload.items()} if isinstance(payload, dict)
+               else self.rewrite(payload))  # the input mapping itself stays a mapping
         previous = self.steps[-1]["id"] if self.steps else None
         if previous and "${" + previous not in _key(inp):
             step["after"] = [previous]
@@ -119,10 +120,9 @@ class Recorder:
     # -- outputs -> references ---------------------------------------------------------------------
     def index(self, step_id: str, output: Any) -> None:
         """Remember the identifying parts of a step's output (later steps win a tie: same value,
-        and their order is the notebook's)."""
+        and their order is the notebook's). Never the whole output: ``input: ${step}`` is no input, and
+        a field of it is what a cell takes."""
         output = json.loads(_key(output)) if output is not None else None
-        if isinstance(output, dict | list) and output:
-            self._values[_key(output)] = step_id
         for path, value in _walk(output):
             ref = ".".join([step_id, *map(str, path)])
             if isinstance(value, str):

@@ -169,3 +169,29 @@ def test_what_becomes_a_reference_and_what_stays_literal() -> None:
 ])
 def test_step_ids_are_valid_and_unique(name: str, expected: str) -> None:
     assert step_id_for(name, {"query"}) == expected
+
+
+def _exported(rec: Recorder, tmp_path: Path) -> dict[str, Any]:
+    """The recorder's pipeline written and read back, after ``pipeline validate``'s checks."""
+    from connector_ops.pipelines.dsl import load_pipeline
+
+    target = rec.export(tmp_path / "recorded.yaml")
+    load_pipeline(target)  # raises PipelineError listing every problem
+    return {s["id"]: s for s in yaml.safe_load(target.read_text())["steps"]}
+
+
+#: a stored file's descriptor, as an add-file or a Pull outputs it
+PF = {"name": "sales.csv", "contentType": "text/csv", "link": "file:///store/ab12cd34ef56ab78cd90", "size": 10}
+
+
+def test_an_input_equal_to_a_whole_output_refers_to_its_field(tmp_path: Path) -> None:
+    rec = Recorder()
+    rec.start()
+    vf, folder = "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10", "folder-7d4c2e8a6f1b3d5c"
+    rec(_call("etl.push", {"platformFile": PF}, {"virtualFileId": vf}, "load"))
+    rec(_call("etl.clean", {"virtualFileId": vf}, "ok"))
+    rec(_call("drive.create_folder", {"name": "reports"}, {"folderId": folder}, "folder"))
+    rec(_call("drive.list", {"folderId": folder}, {"content": []}))
+    steps = _exported(rec, tmp_path)
+    assert steps["clean"]["input"] == {"virtualFileId": "${load.virtualFileId}"}
+    assert steps["list"]["input"] == {"folderId": "${folder.folderId}"}
