@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from connector_ops.kernel.platform_file import PlatformFile, SpecModel
+from typing import Annotated
+
+from connector_ops.kernel.platform_file import REFERABLE, PlatformFile, SpecModel
 
 
 class PlatformFileOutput(SpecModel):
     """``{platformFile}``: the output of every action that makes a platform file (Pull, Download File)."""
 
-    platform_file: PlatformFile
+    platform_file: Annotated[PlatformFile, REFERABLE]
 
 
 class EmptyOutput(SpecModel):

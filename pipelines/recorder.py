@@ -2,12 +2,14 @@
 
 While recording, every successful ``%etl``/``%drive``/``%mail`` call becomes a step with the call's input
 (after ``{{…}}`` substitution). Inputs that came from an earlier call's output — through ``-o``, a
-``{{var}}`` or a value the cell returned — are recognised by *value*: each step's identifying outputs
-(ids, links, platform-file descriptors, row lists and rows) are indexed, and an input value equal to one
-of them becomes ``${step.field}`` (a long id inside a longer string becomes an interpolation,
-``"report-${load.virtualFileId}.csv"``). A file stored with ``%connectors add-file`` becomes
-``${file:path}``. Everything else stays a literal. Short strings, numbers and booleans are never turned
-into references: they are literals, even when an earlier output happens to hold the same value.
+``{{var}}`` or a value the cell returned — are recognised by *value*: the output fields the actions'
+output models mark :data:`~connector_ops.kernel.platform_file.REFERABLE` (ids, platform-file
+descriptors, row lists) are indexed — nothing inside them, so a row's data never is — and an input value
+equal to one of them becomes ``${step.field}`` (a long id inside a longer string becomes an
+interpolation, ``"report-${load.virtualFileId}.csv"``). A file stored with ``%connectors add-file`` becomes
+``${file:path}``. Everything else stays a literal, even when an earlier output happens to hold the same
+value (a row's ``id`` column is data). An id a pipeline cannot refer to stays the notebook's value, with a
+``# check:`` comment in the file.
 
 Steps keep the notebook's order (each names the previous one in ``after`` unless it already refers to
 it), so a run does what the cells did even where the actions have side effects (Delete Rows, Append
@@ -18,10 +20,11 @@ Rows, Map with overwrite, Clean). Step ids come from ``-o`` names, else the acti
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,21 +32,29 @@ from typing import Any
 import yaml
 
 from connector_ops.kernel.atomic import atomic_write
+from connector_ops.kernel.platform_file import REFERABLE
 from connector_ops.magic import MagicCall
 from connector_ops.magic_input import jsonable
 from connector_ops.pipelines.dsl.references import RESERVED_ROOTS
+from connector_ops.registry import get_action
 
-#: output fields whose string values identify something (and so may be referred to)
-ID_FIELDS = frozenset({"virtualFileId", "rejectionFileId", "fileId", "folderId", "sharedLink", "id", "link"})
 #: an id this long is also recognised inside a longer string
 MIN_EMBEDDED = 16
-#: rows of longer lists are not indexed one by one (the whole list still is)
-MAX_INDEXED_ITEMS = 100
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_]+")
 
 
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=jsonable, ensure_ascii=False)
+
+
+@functools.cache
+def referable_fields(action: str) -> tuple[str, ...]:
+    """The output fields of ``action`` (spec names) a later step may take as input: those its output
+    model marks :data:`REFERABLE`."""
+    model = get_action(action).output_model
+    if model is None:
+        return ()
+    return tuple(f.alias or n for n, f in model.model_fields.items() if REFERABLE in f.metadata)
 
 
 def step_id_for(name: str, taken: set[str]) -> str:
@@ -75,16 +86,20 @@ class Recorder:
     active: bool = False
     steps: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # values left literal that came from an output
     _values: dict[str, str] = field(default_factory=dict)  # canonical JSON of a dict/list -> reference
     _strings: dict[str, str] = field(default_factory=dict)  # an identifying string -> reference path
+    _unreferable: dict[str, str] = field(default_factory=dict)  # canonical JSON -> why it cannot be one
     _files: dict[str, str] = field(default_factory=dict)  # canonical JSON of a stored descriptor -> local path
 
     def start(self) -> None:
         self.active = True
         self.steps.clear()
         self.skipped.clear()
+        self.notes.clear()
         self._values.clear()
         self._strings.clear()
+        self._unreferable.clear()
         self._files.clear()
 
     # -- listening ---------------------------------------------------------------------------------
@@ -107,46 +122,60 @@ class Recorder:
         taken = {s["id"] for s in self.steps}
         step_id = step_id_for(call.out or call.action.split(".", 1)[1], taken)
         step: dict[str, Any] = {"id": step_id, "action": call.action}
-        inp = ({k: self.rewrite(v) for k, v in payload.items()} if isinstance(payload, dict)
-               else self.rewrite(payload))  # the input mapping itself stays a mapping
+        inp = ({k: self.rewrite(v, f"{step_id}.{k}") for k, v in payload.items()} if isinstance(payload, dict)
+               else self.rewrite(payload, step_id))  # the input mapping itself stays a mapping
         previous = self.steps[-1]["id"] if self.steps else None
         if previous and "${" + previous not in _key(inp):
             step["after"] = [previous]
         step["input"] = inp
         self.steps.append(step)
         if not (call.df and call.action == "etl.pull"):  # a DataFrame is not what the step outputs
-            self.index(step_id, call.output)
+            self.index(step_id, call.action, call.output)
 
     # -- outputs -> references ---------------------------------------------------------------------
-    def index(self, step_id: str, output: Any) -> None:
-        """Remember the identifying parts of a step's output (later steps win a tie: same value,
-        and their order is the notebook's). Never the whole output: ``input: ${step}`` is no input, and
-        a field of it is what a cell takes."""
+    def index(self, step_id: str, action: str, output: Any) -> None:
+        """Remember the referable fields of a step's output (later steps win a tie: same value, and
+        their order is the notebook's). Not the whole output (``input: ${step}`` is no input), nothing
+        inside a field (a row's ``id`` column is data, not an id), no empty value."""
         output = json.loads(_key(output)) if output is not None else None
-        for path, value in _walk(output):
-            ref = ".".join([step_id, *map(str, path)])
-            if isinstance(value, str):
-                if path and path[-1] in ID_FIELDS and value:
-                    self._strings[value] = ref
-            elif value:
-                self._values[_key(value)] = ref
+        if not isinstance(output, dict):  # a bare output ("ok", null)
+            return
+        optional = get_action(action).optional_output_fields
+        for name in referable_fields(action):
+            value = output.get(name)
+            if not value:
+                continue
+            if name in optional:  # present only when it applies: a pipeline cannot refer to it
+                self._unreferable[_key(value)] = (f"{step_id}'s {name}, which a pipeline cannot refer to "
+                                                  f"(an optional extension of {action}'s output)")
+            elif isinstance(value, str):
+                self._strings[value] = f"{step_id}.{name}"
+            else:
+                self._values[_key(value)] = f"{step_id}.{name}"
 
-    def rewrite(self, value: Any) -> Any:
-        """The input with earlier outputs replaced by references, literals escaped."""
+    def rewrite(self, value: Any, where: str) -> Any:
+        """The input with earlier outputs replaced by references, literals escaped; ``where`` (the
+        step and field) names a value left literal in :attr:`notes`."""
         if isinstance(value, dict | list) and value:
             key = _key(value)
             if key in self._values:
                 return "${" + self._values[key] + "}"
             if key in self._files:
                 return "${file:" + self._files[key] + "}"
+            self._note_unreferable(key, where)
             if isinstance(value, dict):
-                return {k: self.rewrite(v) for k, v in value.items()}
-            return [self.rewrite(v) for v in value]
+                return {k: self.rewrite(v, f"{where}.{k}") for k, v in value.items()}
+            return [self.rewrite(v, f"{where}.{i}") for i, v in enumerate(value)]
         if isinstance(value, str):
             if value in self._strings:
                 return "${" + self._strings[value] + "}"
+            self._note_unreferable(_key(value), where)
             return self._embedded(value)
         return value
+
+    def _note_unreferable(self, key: str, where: str) -> None:
+        if key in self._unreferable:
+            self.notes.append(f"{where}: left the notebook's value: it is {self._unreferable[key]}")
 
     def _embedded(self, text: str) -> str:
         """Long ids inside a longer string become interpolated references."""
@@ -172,6 +201,7 @@ class Recorder:
         header = [f"# recorded with %pipeline record on {stamp}; steps keep the notebook's order (`after`):",
                   "# remove an `after` to let independent steps run in parallel."]
         header += [f"# not recorded: {s}" for s in self.skipped]
+        header += [f"# check: {s}" for s in self.notes]
         body = yaml.safe_dump(self.pipeline(name, base_dir), sort_keys=False, allow_unicode=True, width=110)
         return "\n".join(header) + "\n" + body
 
@@ -181,18 +211,6 @@ class Recorder:
         with atomic_write(target) as handle:
             handle.write(text.encode("utf-8"))
         return target
-
-
-def _walk(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
-    """(path, value) below ``value``: dict fields, and list items of lists that are not too long."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield (*path, k), v
-            yield from _walk(v, (*path, k))
-    elif isinstance(value, list) and len(value) <= MAX_INDEXED_ITEMS:
-        for i, v in enumerate(value):
-            yield (*path, i), v
-            yield from _walk(v, (*path, i))
 
 
 def _relative_files(value: Any, base_dir: str | os.PathLike[str]) -> Any:

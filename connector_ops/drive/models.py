@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
-from connector_ops.kernel.platform_file import PlatformFile, SpecModel, check_file_name
+from connector_ops.kernel.platform_file import REFERABLE, PlatformFile, SpecModel, check_file_name
 from connector_ops.resources.drive.base import ETYPE_MIME, Grant, uncreatable_reason
 
 #: ids are opaque strings; blank ones are refused with the field's name
@@ -55,7 +55,7 @@ class CreateFileInput(SpecModel):
 
 
 class FileIdOutput(SpecModel):
-    file_id: str
+    file_id: Annotated[str, REFERABLE]
 
 
 class MoveInput(SpecModel):
@@ -86,7 +86,7 @@ class SharedLinkInput(SpecModel):
 
 
 class SharedLinkOutput(SpecModel):
-    shared_link: str
+    shared_link: Annotated[str, REFERABLE]
 
 
 class CopyFileInput(SpecModel):
@@ -104,7 +104,7 @@ class CopyFileInput(SpecModel):
 
 
 class CopyFileOutput(SpecModel):
-    file_id: str
+    file_id: Annotated[str, REFERABLE]
     name: str
 
 
@@ -121,7 +121,7 @@ class CreateFolderInput(SpecModel):
 
 
 class FolderIdOutput(SpecModel):
-    folder_id: str = Field(description="the id of the new folder")
+    folder_id: Annotated[str, REFERABLE] = Field(description="the id of the new folder")
 
 
 class UploadFileInput(SpecModel):

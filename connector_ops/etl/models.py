@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_BATCH_SIZE, text_encoding
-from connector_ops.kernel.platform_file import FileName, HeaderValue, PlatformFile, SpecModel
+from connector_ops.kernel.platform_file import REFERABLE, FileName, HeaderValue, PlatformFile, SpecModel
 
 
 def refuse_given(parameters: SpecModel, fields: frozenset[str], why: str) -> None:
@@ -74,11 +74,11 @@ class PushInput(SpecModel):
 
 
 class VirtualFileOutput(SpecModel):
-    virtual_file_id: str
+    virtual_file_id: Annotated[str, REFERABLE]
 
 
 class PushOutput(VirtualFileOutput):
-    rejects_file_id: str | None = Field(
+    rejects_file_id: Annotated[str | None, REFERABLE] = Field(
         None, description="extension, only with onRowError: quarantine: the virtual file of the refused lines "
                           "(columns line, reason, text; empty when every line loaded)")
 
@@ -111,7 +111,7 @@ class IterateInput(SpecModel):
 
 
 class IterateOutput(SpecModel):
-    content: list[Any]
+    content: Annotated[list[Any], REFERABLE]
     has_next: bool
 
 
@@ -122,7 +122,7 @@ class QueryInput(SpecModel):
 
 
 class QueryOutput(SpecModel):
-    result: list[dict[str, Any]]
+    result: Annotated[list[dict[str, Any]], REFERABLE]
 
 
 class AppendRow(SpecModel):
@@ -166,8 +166,8 @@ class RejectedRow(SpecModel):
 
 
 class ValidateOutput(SpecModel):
-    validated: list[dict[str, Any]] | str
-    rejected: list[RejectedRow] | str
+    validated: Annotated[list[dict[str, Any]] | str, REFERABLE]  # rows or a virtual file id, as the input's
+    rejected: Annotated[list[RejectedRow] | str, REFERABLE]
 
 
 class JoinSide(SpecModel):
@@ -206,5 +206,5 @@ class JoinInput(SpecModel):
 
 
 class JoinOutput(SpecModel):
-    rejection_file_id: str
-    virtual_file_id: str
+    rejection_file_id: Annotated[str, REFERABLE]
+    virtual_file_id: Annotated[str, REFERABLE]

@@ -42,6 +42,19 @@ def check_header_value(value: str | None) -> str | None:
 HeaderValue = Annotated[str, AfterValidator(check_header_value)]
 
 
+class Referable:
+    """Marks an output field whose value a later step takes as input as it is — an id, a platform-file
+    descriptor, a row list: ``Annotated[str, REFERABLE]``. The one list of such fields: ``%pipeline record``
+    turns an input equal to a marked field's value into ``${step.field}`` and leaves every other value a
+    literal. Validation and JSON schemas ignore the mark."""
+
+    def __repr__(self) -> str:
+        return "REFERABLE"
+
+
+REFERABLE = Referable()
+
+
 class SpecModel(BaseModel):
     """Base of every input/output model: spec (camelCase) names, unknown fields refused."""
 

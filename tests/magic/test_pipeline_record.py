@@ -195,3 +195,31 @@ def test_an_input_equal_to_a_whole_output_refers_to_its_field(tmp_path: Path) ->
     steps = _exported(rec, tmp_path)
     assert steps["clean"]["input"] == {"virtualFileId": "${load.virtualFileId}"}
     assert steps["list"]["input"] == {"folderId": "${folder.folderId}"}
+
+
+def test_only_documented_id_fields_become_references(tmp_path: Path) -> None:
+    """Data equal to an output's data stays data: a CSV column named ``id`` is no id, rows are no
+    descriptors; ids the actions document (Validate's ``validated``, Push's ``rejectsFileId``) are."""
+    rec = Recorder()
+    rec.start()
+    vf, good = "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10", "7e9a100f3c5a1e9b7d4c2e8a6f1b3d5c"
+    rejects = "5c7e9a100f3c5a1e9b7d4c2e8a6f1b3d"
+    rows = [{"id": "1", "name": "ann", "link": "https://example.com/ann-profile"}, {"id": "2", "name": "bob"}]
+    rec(_call("etl.push", {"platformFile": PF, "parameters": {"onRowError": "quarantine"}},
+              {"virtualFileId": vf, "rejectsFileId": rejects}, "load"))
+    rec(_call("etl.iterate", {"content": vf, "maxBatchSize": 10}, {"content": rows, "hasNext": False}, "page"))
+    rec(_call("etl.query", {"virtualFileId": vf, "query": {"id": "2"}}, {"result": rows[1:]}, "two"))
+    rec(_call("etl.delete_rows", {"virtualFileId": vf, "request": rows[0]}, {"deletedCount": 1}, "gone"))
+    rec(_call("etl.validate", {"content": vf, "schema": {"id": {"type": "string"}}},
+              {"validated": good, "rejected": "e9a100f3c5a1e9b7d4c2e8a6f1b3d5c7"}, "checked"))
+    rec(_call("etl.query", {"virtualFileId": good, "query": {"link": "https://example.com/ann-profile"}},
+              {"result": []}, "good"))
+    rec(_call("etl.iterate", {"content": rejects, "maxBatchSize": 10}, {"content": [], "hasNext": False}, "refused"))
+    steps = _exported(rec, tmp_path)
+    assert steps["two"]["input"]["query"] == {"id": "2"}
+    assert steps["gone"]["input"]["request"] == rows[0]
+    assert steps["good"]["input"] == {"virtualFileId": "${checked.validated}",
+                                      "query": {"link": "https://example.com/ann-profile"}}
+    # an id a pipeline cannot refer to (an optional extension): the notebook's, and the file says so
+    assert steps["refused"]["input"]["content"] == rejects
+    assert "# check: refused.content: left the notebook's value: it is load's rejectsFileId" in rec.yaml("x")
