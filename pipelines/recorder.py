@@ -178,16 +178,15 @@ class Recorder:
             self.notes.append(f"{where}: left the notebook's value: it is {self._unreferable[key]}")
 
     def _embedded(self, text: str) -> str:
-        """Long ids inside a longer string become interpolated references."""
-        found = [(text.find(s), s) for s in self._strings if len(s) >= MIN_EMBEDDED and s in text]
-        if not found:
+        """Long ids inside a longer string become interpolated references, every occurrence (the
+        longest id where two overlap)."""
+        ids = sorted((s for s in self._strings if len(s) >= MIN_EMBEDDED and s in text), key=len, reverse=True)
+        if not ids:
             return _escape(text)
         parts, pos = [], 0
-        for start, s in sorted(found):
-            if start < pos:
-                continue
-            parts += [_escape(text[pos:start]), "${" + self._strings[s] + "}"]
-            pos = start + len(s)
+        for match in re.finditer("|".join(map(re.escape, ids)), text):
+            parts += [_escape(text[pos:match.start()]), "${" + self._strings[match.group()] + "}"]
+            pos = match.end()
         return "".join([*parts, _escape(text[pos:])])
 
     # -- the pipeline ------------------------------------------------------------------------------

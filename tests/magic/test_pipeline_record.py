@@ -223,3 +223,14 @@ def test_only_documented_id_fields_become_references(tmp_path: Path) -> None:
     # an id a pipeline cannot refer to (an optional extension): the notebook's, and the file says so
     assert steps["refused"]["input"]["content"] == rejects
     assert "# check: refused.content: left the notebook's value: it is load's rejectsFileId" in rec.yaml("x")
+
+
+def test_an_id_used_twice_in_one_string_is_referred_to_twice(tmp_path: Path) -> None:
+    rec = Recorder()
+    rec.start()
+    vf = "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10"
+    rec(_call("etl.push", {"platformFile": PF}, {"virtualFileId": vf}, "load"))
+    rec(_call("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": f"{vf}-vs-{vf}.csv"},
+              {"platformFile": PF}, "report"))
+    steps = _exported(rec, tmp_path)
+    assert steps["report"]["input"]["exportName"] == "${load.virtualFileId}-vs-${load.virtualFileId}.csv"
