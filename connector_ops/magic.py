@@ -48,8 +48,9 @@ class MagicCall:
     """One successful magic call, as listeners (``%pipeline record``) see it.
 
     ``payload`` is the input after ``{{…}}`` substitution, ``output`` the action's output (a DataFrame for
-    ``pull --df``), ``out`` the ``-o`` name. ``%connectors add-file`` is ``action="files.add"`` with the
-    local ``path`` and the stored descriptor as ``output``."""
+    ``pull --df``), ``out`` the ``-o`` name, ``placeholders`` each ``{{expr}}`` of the input with its value.
+    ``%connectors add-file`` is ``action="files.add"`` with the local ``path`` and the stored descriptor as
+    ``output``."""
 
     action: str
     payload: Any
@@ -57,6 +58,7 @@ class MagicCall:
     out: str | None = None
     df: Any = None
     path: str | None = None
+    placeholders: tuple[tuple[str, Any], ...] = ()
 
 
 class NotebookError(ConnectorError):
@@ -210,7 +212,8 @@ class ConnectorMagics(Magics):
             if body is not None and inline:
                 raise InputError("give the input on the magic's line or in the cell body, not both", action=spec.name)
             namespace = self.namespace(local_ns)
-            payload = read_input(body if body is not None else inline, namespace)
+            placeholders: list[tuple[str, Any]] = []
+            payload = read_input(body if body is not None else inline, namespace, placeholders)
             resources = self.session.resources(_keys_for(spec, args.df))
             with reporting_to(tqdm_reporter), warnings_to(_warning_line):
                 output = self._call(spec, args, payload, resources, namespace)
@@ -223,7 +226,7 @@ class ConnectorMagics(Magics):
             if name:
                 self.shell.user_ns[name] = result
         out = args.out or (args.df if isinstance(args.df, str) and spec.name == "etl.pull" else None)
-        self.notify(MagicCall(spec.name, payload, output, out, args.df))
+        self.notify(MagicCall(spec.name, payload, output, out, args.df, placeholders=tuple(placeholders)))
         return result
 
     def _call(self, spec: ActionSpec, args: Any, payload: Any, resources: Mapping[str, Any],

@@ -105,8 +105,10 @@ def _quote_opens(text: str, index: int) -> bool:
     return j < 0 or text[j] == "\n" or text[j] in _QUOTE_OPENERS
 
 
-def substitute(text: str, namespace: Mapping[str, Any]) -> str:
-    """Replace every ``{{expr}}`` in ``text``: as escaped text inside quotes, as JSON elsewhere."""
+def substitute(text: str, namespace: Mapping[str, Any], seen: list[tuple[str, Any]] | None = None) -> str:
+    """Replace every ``{{expr}}`` in ``text``: as escaped text inside quotes, as JSON elsewhere. Each
+    ``(expr, value)`` is appended to ``seen`` when it is given (``%pipeline record`` reads there which
+    output a cell named)."""
     if "{{" not in text:
         return text
     out: list[str] = []
@@ -118,6 +120,8 @@ def substitute(text: str, namespace: Mapping[str, Any]) -> str:
             if match is None:
                 raise InputError("an opening {{ has no closing }}")
             value = evaluate(match.group(1), namespace)
+            if seen is not None:
+                seen.append((match.group(1).strip(), value))
             try:
                 if quote == '"':
                     out.append(json.dumps(_interpolated(value), ensure_ascii=False)[1:-1])
@@ -181,6 +185,6 @@ def parse(text: str) -> Any:
             raise InputError(f"input is not valid JSON or YAML: {problem}") from None
 
 
-def read_input(text: str, namespace: Mapping[str, Any]) -> Any:
+def read_input(text: str, namespace: Mapping[str, Any], seen: list[tuple[str, Any]] | None = None) -> Any:
     """Substitute ``{{expr}}`` placeholders, then parse; the value given to the action."""
-    return parse(substitute(text, namespace))
+    return parse(substitute(text, namespace, seen))

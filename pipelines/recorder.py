@@ -6,10 +6,12 @@ While recording, every successful ``%etl``/``%drive``/``%mail`` call becomes a s
 output models mark :data:`~connector_ops.kernel.platform_file.REFERABLE` (ids, platform-file
 descriptors, row lists) are indexed — nothing inside them, so a row's data never is — and an input value
 equal to one of them becomes ``${step.field}`` (a long id inside a longer string becomes an
-interpolation, ``"report-${load.virtualFileId}.csv"``). A file stored with ``%connectors add-file`` becomes
-``${file:path}``. Everything else stays a literal, even when an earlier output happens to hold the same
-value (a row's ``id`` column is data). An id a pipeline cannot refer to stays the notebook's value, with a
-``# check:`` comment in the file.
+interpolation, ``"report-${load.virtualFileId}.csv"``). Where two steps' outputs hold the value, the
+reference the cell's own ``{{name.field}}`` wrote is taken (:attr:`MagicCall.placeholders`); without one
+the value stays a literal, with a ``# check:`` comment — never a guess. A file stored with
+``%connectors add-file`` becomes ``${file:path}``. Everything else stays a literal, even when an earlier
+output happens to hold the same value (a row's ``id`` column is data). An id a pipeline cannot refer to
+stays the notebook's value, with a ``# check:`` comment in the file.
 
 Steps keep the notebook's order (each names the previous one in ``after`` unless it already refers to
 it), so a run does what the cells did even where the actions have side effects (Delete Rows, Append
@@ -40,6 +42,8 @@ from connector_ops.registry import get_action
 
 #: an id this long is also recognised inside a longer string
 MIN_EMBEDDED = 16
+_PATH_PART = re.compile(r"""\.(\w+)|\[\s*(\d+|"[^"]*"|'[^']*')\s*\]""")
+_OUTPUT_PATH = re.compile(rf"([A-Za-z_]\w*)((?:{_PATH_PART.pattern})*)")
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_]+")
 
 
@@ -55,6 +59,16 @@ def referable_fields(action: str) -> tuple[str, ...]:
     if model is None:
         return ()
     return tuple(f.alias or n for n, f in model.model_fields.items() if REFERABLE in f.metadata)
+
+
+def _written_ref(expression: str, outs: Mapping[str, str]) -> str | None:
+    """``load.virtualFileId`` / ``load["virtualFileId"]`` -> ``load.virtualFileId`` when ``load`` is a
+    recorded step's ``-o`` name; None for any other ``{{expression}}``."""
+    match = _OUTPUT_PATH.fullmatch(expression)
+    if match is None or match.group(1) not in outs:
+        return None
+    keys = [name or index.strip("\"'") for name, index in _PATH_PART.findall(match.group(2))]
+    return ".".join([outs[match.group(1)], *keys])
 
 
 def step_id_for(name: str, taken: set[str]) -> str:
@@ -87,20 +101,21 @@ class Recorder:
     steps: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # values left literal that came from an output
-    _values: dict[str, str] = field(default_factory=dict)  # canonical JSON of a dict/list -> reference
-    _strings: dict[str, str] = field(default_factory=dict)  # an identifying string -> reference path
+    _refs: dict[str, list[str]] = field(default_factory=dict)  # canonical JSON -> every reference to it
     _unreferable: dict[str, str] = field(default_factory=dict)  # canonical JSON -> why it cannot be one
     _files: dict[str, str] = field(default_factory=dict)  # canonical JSON of a stored descriptor -> local path
+    _outs: dict[str, str] = field(default_factory=dict)  # -o name -> step id
+    _named: dict[str, str] = field(default_factory=dict)  # canonical JSON -> the reference the cell wrote
 
     def start(self) -> None:
         self.active = True
         self.steps.clear()
         self.skipped.clear()
         self.notes.clear()
-        self._values.clear()
-        self._strings.clear()
+        self._refs.clear()
         self._unreferable.clear()
         self._files.clear()
+        self._outs.clear()
 
     # -- listening ---------------------------------------------------------------------------------
     def __call__(self, call: MagicCall) -> None:
@@ -122,6 +137,8 @@ class Recorder:
         taken = {s["id"] for s in self.steps}
         step_id = step_id_for(call.out or call.action.split(".", 1)[1], taken)
         step: dict[str, Any] = {"id": step_id, "action": call.action}
+        self._named = {_key(value): ref for expr, value in call.placeholders
+                       if (ref := _written_ref(expr, self._outs)) is not None}
         inp = ({k: self.rewrite(v, f"{step_id}.{k}") for k, v in payload.items()} if isinstance(payload, dict)
                else self.rewrite(payload, step_id))  # the input mapping itself stays a mapping
         previous = self.steps[-1]["id"] if self.steps else None
@@ -129,14 +146,15 @@ class Recorder:
             step["after"] = [previous]
         step["input"] = inp
         self.steps.append(step)
+        if call.out:
+            self._outs[call.out] = step_id
         if not (call.df and call.action == "etl.pull"):  # a DataFrame is not what the step outputs
             self.index(step_id, call.action, call.output)
 
     # -- outputs -> references ---------------------------------------------------------------------
     def index(self, step_id: str, action: str, output: Any) -> None:
-        """Remember the referable fields of a step's output (later steps win a tie: same value, and
-        their order is the notebook's). Not the whole output (``input: ${step}`` is no input), nothing
-        inside a field (a row's ``id`` column is data, not an id), no empty value."""
+        """Remember the referable fields of a step's output. Not the whole output (``input: ${step}``
+        is no input), nothing inside a field (a row's ``id`` column is data, not an id), no empty value."""
         output = json.loads(_key(output)) if output is not None else None
         if not isinstance(output, dict):  # a bare output ("ok", null)
             return
@@ -148,44 +166,57 @@ class Recorder:
             if name in optional:  # present only when it applies: a pipeline cannot refer to it
                 self._unreferable[_key(value)] = (f"{step_id}'s {name}, which a pipeline cannot refer to "
                                                   f"(an optional extension of {action}'s output)")
-            elif isinstance(value, str):
-                self._strings[value] = f"{step_id}.{name}"
             else:
-                self._values[_key(value)] = f"{step_id}.{name}"
+                self._refs.setdefault(_key(value), []).append(f"{step_id}.{name}")
+
+    def reference(self, key: str, where: str) -> str | None:
+        """The reference for the value whose canonical JSON is ``key``, or None (it stays a literal).
+
+        The reference the cell wrote (``{{load.virtualFileId}}``) when it is one of the value's; else the
+        one output holding the value. Two steps' outputs holding it and no ``{{…}}`` naming one (a Python
+        variable): no guess — the literal, and a note."""
+        refs = self._refs.get(key)
+        if not refs:
+            if key in self._unreferable:
+                self.notes.append(f"{where}: left the notebook's value: it is {self._unreferable[key]}")
+            return None
+        if self._named.get(key) in refs:
+            return self._named[key]
+        if len({ref.split(".", 1)[0] for ref in refs}) == 1:
+            return refs[0]
+        self.notes.append(f"{where}: left the notebook's value: it is the output of "
+                          f"{' and '.join(refs)}; write ${{step.field}} for the one meant")
+        return None
 
     def rewrite(self, value: Any, where: str) -> Any:
         """The input with earlier outputs replaced by references, literals escaped; ``where`` (the
         step and field) names a value left literal in :attr:`notes`."""
         if isinstance(value, dict | list) and value:
             key = _key(value)
-            if key in self._values:
-                return "${" + self._values[key] + "}"
+            if (ref := self.reference(key, where)) is not None:
+                return "${" + ref + "}"
             if key in self._files:
                 return "${file:" + self._files[key] + "}"
-            self._note_unreferable(key, where)
             if isinstance(value, dict):
                 return {k: self.rewrite(v, f"{where}.{k}") for k, v in value.items()}
             return [self.rewrite(v, f"{where}.{i}") for i, v in enumerate(value)]
-        if isinstance(value, str):
-            if value in self._strings:
-                return "${" + self._strings[value] + "}"
-            self._note_unreferable(_key(value), where)
-            return self._embedded(value)
+        if isinstance(value, str) and value:
+            if (ref := self.reference(_key(value), where)) is not None:
+                return "${" + ref + "}"
+            return self._embedded(value, where)
         return value
 
-    def _note_unreferable(self, key: str, where: str) -> None:
-        if key in self._unreferable:
-            self.notes.append(f"{where}: left the notebook's value: it is {self._unreferable[key]}")
-
-    def _embedded(self, text: str) -> str:
+    def _embedded(self, text: str, where: str) -> str:
         """Long ids inside a longer string become interpolated references, every occurrence (the
         longest id where two overlap)."""
-        ids = sorted((s for s in self._strings if len(s) >= MIN_EMBEDDED and s in text), key=len, reverse=True)
+        ids = sorted((s for k in self._refs if k.startswith('"') and len(s := json.loads(k)) >= MIN_EMBEDDED
+                      and s in text), key=len, reverse=True)
         if not ids:
             return _escape(text)
         parts, pos = [], 0
         for match in re.finditer("|".join(map(re.escape, ids)), text):
-            parts += [_escape(text[pos:match.start()]), "${" + self._strings[match.group()] + "}"]
+            ref = self.reference(_key(match.group()), where)
+            parts += [_escape(text[pos:match.start()]), _escape(match.group()) if ref is None else "${" + ref + "}"]
             pos = match.end()
         return "".join([*parts, _escape(text[pos:])])
 

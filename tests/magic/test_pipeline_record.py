@@ -234,3 +234,28 @@ def test_an_id_used_twice_in_one_string_is_referred_to_twice(tmp_path: Path) -> 
               {"platformFile": PF}, "report"))
     steps = _exported(rec, tmp_path)
     assert steps["report"]["input"]["exportName"] == "${load.virtualFileId}-vs-${load.virtualFileId}.csv"
+
+
+def test_equal_outputs_of_two_steps_refer_to_the_one_the_cell_named(tmp_path: Path) -> None:
+    """An iterated page validated with no rejects: ``checked.validated`` holds the page's rows. The cell's
+    own ``{{page.content}}`` says which; a plain Python variable does not, and then nothing is guessed."""
+    rec = Recorder()
+    rec.start()
+    vf = "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10"
+    rows = [{"order_id": "SO-1", "quantity": "3"}]
+    schema = {"quantity": {"type": "integer"}}
+    rec(_call("etl.push", {"platformFile": PF}, {"virtualFileId": vf}, "load"))
+    rec(_call("etl.iterate", {"content": vf, "maxBatchSize": 3}, {"content": rows, "hasNext": False}, "page",
+              placeholders=(("load.virtualFileId", vf),)))
+    rec(_call("etl.validate", {"content": rows, "schema": schema}, {"validated": rows, "rejected": []}, "checked",
+              placeholders=(("page.content", rows),)))
+    rec(_call("etl.validate", {"content": rows, "schema": schema}, {"validated": rows, "rejected": []}, "second",
+              placeholders=(('page["content"]', rows),)))
+    rec(_call("etl.validate", {"content": rows, "schema": schema}, {"validated": rows, "rejected": []}, "third",
+              placeholders=(("my_rows", rows),)))  # a Python variable: which step's rows it holds is unknown
+    steps = _exported(rec, tmp_path)
+    assert steps["checked"]["input"]["content"] == "${page.content}"
+    assert steps["second"]["input"]["content"] == "${page.content}"  # not the later, equal checked.validated
+    assert steps["third"]["input"]["content"] == rows
+    assert ("# check: third.content: left the notebook's value: it is the output of page.content and "
+            "checked.validated and second.validated") in rec.yaml("x")
