@@ -39,7 +39,7 @@ from connector_ops.pipelines.runner import run_job as run_in_process
 logger = logging.getLogger(__name__)
 
 USAGE = "%pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]"
-RECORD_USAGE = "%pipeline record [stop] | %pipeline show | %pipeline export FILE.yaml [--name NAME]"
+RECORD_USAGE = "%pipeline record [--new | stop] | %pipeline show | %pipeline export FILE.yaml [--name NAME]"
 COMMANDS = "run, record, show, export"
 
 
@@ -138,11 +138,14 @@ def list_jobs(magics: ConnectorMagics) -> StatusTable:
 
 
 def record_command(recorder: Recorder, words: list[str]) -> None:
-    """``%pipeline record [stop]``, ``%pipeline show``, ``%pipeline export FILE.yaml [--name NAME]``."""
+    """``%pipeline record [--new | stop]``, ``%pipeline show``, ``%pipeline export FILE.yaml [--name NAME]``."""
     command, rest = words[0], words[1:]
-    if command == "record" and not rest:
-        recorder.start()
-        print("recording: each successful %etl, %drive and %mail call becomes a step "
+    if command == "record" and rest in ([], ["--new"]):
+        kept = 0 if rest else len(recorder.steps)
+        recorder.start(new=bool(rest))
+        resumed = (f"recording resumed after the {kept} step(s) kept (%pipeline record --new starts over)"
+                   if kept else "recording")
+        print(f"{resumed}: each successful %etl, %drive and %mail call becomes a step "
               "(%pipeline show, %pipeline export FILE.yaml, %pipeline record stop)")
     elif command == "record" and rest == ["stop"]:
         recorder.active = False
@@ -221,6 +224,8 @@ class PipelineMagics(Magics):
         %pipeline                          the jobs you can run by name
         %pipeline run NAME_OR_FILE [--set STEP.FIELD=VALUE …] [-o VAR]
         %pipeline record                   from now on, each successful %etl/%drive/%mail call is a step
+                                           (after a stop: goes on after the kept steps)
+        %pipeline record --new             start over: drop the steps recorded so far
         %pipeline record stop              stop recording (the steps are kept)
         %pipeline show                     the recorded pipeline as YAML
         %pipeline export FILE.yaml [--name NAME]   write it (then `connector-ops pipeline run FILE.yaml`)

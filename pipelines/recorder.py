@@ -107,23 +107,26 @@ class Recorder:
     _outs: dict[str, str] = field(default_factory=dict)  # -o name -> step id
     _named: dict[str, str] = field(default_factory=dict)  # canonical JSON -> the reference the cell wrote
 
-    def start(self) -> None:
+    def start(self, new: bool = False) -> None:
+        """Record from now on: after ``%pipeline record stop`` the kept steps go on (a resume), unless
+        ``new`` starts an empty pipeline. Files added with ``%connectors add-file`` stay known either way:
+        they are still in the store, and a later step may read them."""
         self.active = True
-        self.steps.clear()
-        self.skipped.clear()
-        self.notes.clear()
-        self._refs.clear()
-        self._unreferable.clear()
-        self._files.clear()
-        self._outs.clear()
+        if new:
+            self.steps.clear()
+            self.skipped.clear()
+            self.notes.clear()
+            self._refs.clear()
+            self._unreferable.clear()
+            self._outs.clear()
 
     # -- listening ---------------------------------------------------------------------------------
     def __call__(self, call: MagicCall) -> None:
-        if not self.active:
-            return
-        if call.action == "files.add":
+        if call.action == "files.add":  # also before %pipeline record: a recorded step may use the file
             if call.path:
                 self._files[_key(call.output)] = call.path
+            return
+        if not self.active:
             return
         if call.df and call.action == "etl.push":
             self.skipped.append(f"{call.action} --df {call.df} (a DataFrame has no YAML form: save it with "

@@ -259,3 +259,24 @@ def test_equal_outputs_of_two_steps_refer_to_the_one_the_cell_named(tmp_path: Pa
     assert steps["third"]["input"]["content"] == rows
     assert ("# check: third.content: left the notebook's value: it is the output of page.content and "
             "checked.validated and second.validated") in rec.yaml("x")
+
+
+def test_record_after_stop_resumes_and_files_added_before_recording_are_known(tmp_path: Path) -> None:
+    from connector_ops.pipelines.magic import record_command
+
+    rec = Recorder()
+    sales = str(tmp_path / "sales.csv")
+    vf = "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10"
+    rec(_call("files.add", {"name": None, "contentType": None}, PF, "sales", path=sales))  # before recording
+    record_command(rec, ["record"])
+    rec(_call("etl.push", {"platformFile": PF}, {"virtualFileId": vf}, "load"))
+    record_command(rec, ["record", "stop"])
+    record_command(rec, ["record"])
+    rec(_call("etl.query", {"virtualFileId": vf, "query": {}}, {"result": []}, "all_rows"))
+    assert [s["id"] for s in rec.steps] == ["load", "all_rows"]
+    assert rec.steps[0]["input"]["platformFile"] == "${file:" + sales + "}"
+    assert rec.steps[1]["input"]["virtualFileId"] == "${load.virtualFileId}"
+    record_command(rec, ["record", "--new"])
+    rec(_call("etl.push", {"platformFile": PF}, {"virtualFileId": "x" * 32}, "again"))
+    assert [s["id"] for s in rec.steps] == ["again"]
+    assert rec.steps[0]["input"]["platformFile"] == "${file:" + sales + "}"
