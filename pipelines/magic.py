@@ -166,11 +166,17 @@ def record_command(recorder: Recorder, words: list[str]) -> None:
         if not args.file.endswith((".yaml", ".yml")):
             raise PipelineUsageError(f"{args.file!r}: the file name must end in .yaml or .yml",
                                      action="pipeline export")
+        from connector_ops.pipelines.dsl import PipelineError
+
         name = args.name or pipeline_name_for(args.file)
         try:
             target = recorder.export(args.file, name)
         except OSError as exc:
             raise PipelineUsageError(f"cannot write {args.file!r}: {exc.strerror or exc}",
+                                     action="pipeline export") from None
+        except PipelineError as exc:
+            problems = "; ".join(f"step {p.step}: {p.message}" if p.step else p.message for p in exc.problems)
+            raise PipelineUsageError(f"not written: the pipeline would not pass `pipeline validate`: {problems}",
                                      action="pipeline export") from None
         print(f"wrote {target}: pipeline {name}, {len(recorder.steps)} step(s); "
               f"check it with `connector-ops pipeline validate {args.file}`, run it with "

@@ -239,8 +239,15 @@ class Recorder:
         return "\n".join(header) + "\n" + body
 
     def export(self, path: str | os.PathLike[str], name: str | None = None) -> Path:
+        """Write the pipeline to ``path`` once it passes the checks of ``connector-ops pipeline validate``
+        (a ``--name`` the job-name rule refuses among them); else raise their
+        :class:`~connector_ops.pipelines.dsl.PipelineError` and write nothing."""
+        from connector_ops.pipelines.dsl import parse_pipeline
+        from connector_ops.pipelines.dsl.source import parse_yaml
+
         target = Path(path).expanduser().resolve()
         text = self.yaml(name or pipeline_name_for(target), target.parent)
+        parse_pipeline(parse_yaml(text, str(target)))
         with atomic_write(target) as handle:
             handle.write(text.encode("utf-8"))
         return target

@@ -280,3 +280,19 @@ def test_record_after_stop_resumes_and_files_added_before_recording_are_known(tm
     rec(_call("etl.push", {"platformFile": PF}, {"virtualFileId": "x" * 32}, "again"))
     assert [s["id"] for s in rec.steps] == ["again"]
     assert rec.steps[0]["input"]["platformFile"] == "${file:" + sales + "}"
+
+
+def test_export_refuses_a_name_the_dsl_refuses_and_writes_nothing(tmp_path: Path) -> None:
+    from connector_ops.pipelines.magic import PipelineUsageError, record_command
+
+    rec = Recorder()
+    rec.start()
+    rec(_call("etl.push", {"platformFile": PF}, {"virtualFileId": "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10"}, "load"))
+    target = tmp_path / "bad.yaml"
+    with pytest.raises(PipelineUsageError) as caught:
+        record_command(rec, ["export", str(target), "--name", "bad name!"])
+    assert caught.value.status == 400
+    assert "`name` 'bad name!' is not a valid job name" in str(caught.value) and "'bad_name'" in str(caught.value)
+    assert not target.exists()
+    record_command(rec, ["export", str(target), "--name", "bad_name"])
+    assert yaml.safe_load(target.read_text())["name"] == "bad_name"
