@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import yaml
 
@@ -103,7 +104,7 @@ class Recorder:
     notes: list[str] = field(default_factory=list)  # values left literal that came from an output
     _refs: dict[str, list[str]] = field(default_factory=dict)  # canonical JSON -> every reference to it
     _unreferable: dict[str, str] = field(default_factory=dict)  # canonical JSON -> why it cannot be one
-    _files: dict[str, str] = field(default_factory=dict)  # canonical JSON of a stored descriptor -> local path
+    _files: dict[str, str] = field(default_factory=dict)  # a stored descriptor's JSON -> path?name=…&contentType=…
     _outs: dict[str, str] = field(default_factory=dict)  # -o name -> step id
     _named: dict[str, str] = field(default_factory=dict)  # canonical JSON -> the reference the cell wrote
 
@@ -124,7 +125,9 @@ class Recorder:
     def __call__(self, call: MagicCall) -> None:
         if call.action == "files.add":  # also before %pipeline record: a recorded step may use the file
             if call.path:
-                self._files[_key(call.output)] = call.path
+                given = {k: v for k, v in (call.payload or {}).items() if v}  # --name, --content-type
+                options = urlencode(given, quote_via=quote, safe="/")  # as ${file:path?name=…&contentType=…} reads them
+                self._files[_key(call.output)] = f"{call.path}?{options}" if options else call.path
             return
         if not self.active:
             return
@@ -259,9 +262,9 @@ def _relative_files(value: Any, base_dir: str | os.PathLike[str]) -> Any:
     if isinstance(value, list):
         return [_relative_files(v, base_dir) for v in value]
     if isinstance(value, str) and value.startswith("${file:") and value.endswith("}"):
-        path = value[len("${file:"):-1]
+        path, mark, options = value[len("${file:"):-1].partition("?")
         try:
-            return "${file:" + os.path.relpath(path, base_dir) + "}"
+            return "${file:" + os.path.relpath(path, base_dir) + mark + options + "}"
         except ValueError:  # another drive (Windows): keep it absolute
             return value
     return value

@@ -6,9 +6,10 @@ JSON), ``${batch.rows}`` /
 ``${batch.index}`` / ``${batch.virtualFileId}`` (inside a ``foreach`` step), ``${trigger.fileId}`` /
 ``${trigger.name}`` / ``${trigger.folderId}`` (the drive file that started the run) and
 ``${file:path}`` (a local file, relative to the pipeline file, stored as a platform file when the step
-runs). A string that is exactly one reference takes the referenced value with its JSON type; inside
-a longer string the value is interpolated (strings as is, other values as compact JSON). ``$${``
-writes a literal ``${``.
+runs; ``${file:path?name=rows.json&contentType=application/json}`` stores it under another name and
+content type, URL-encoded as a query string). A string that is exactly one reference takes the
+referenced value with its JSON type; inside a longer string the value is interpolated (strings as is,
+other values as compact JSON). ``$${`` writes a literal ``${``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 from connector_ops.kernel.errors import InvalidInput
 
@@ -29,6 +31,8 @@ ENV, BATCH, TRIGGER, FILE = "env", "batch", "trigger", "file"
 RESERVED_ROOTS = frozenset({ENV, BATCH, TRIGGER, FILE})
 BATCH_FIELDS = ("rows", "index", "virtualFileId")
 TRIGGER_FIELDS = ("fileId", "name", "folderId")
+#: what ``${file:path?…}`` may set on the stored file (as ``%connectors add-file --name/--content-type``)
+FILE_OPTIONS = ("name", "contentType")
 
 Location = tuple[str | int, ...]
 
@@ -41,6 +45,7 @@ class Ref:
     path: tuple[str, ...] = ()
     text: str = ""
     default: str | None = None  # ``${env.NAME:-default}``
+    options: tuple[tuple[str, str], ...] = ()  # ``${file:path?name=…&contentType=…}``
 
     @property
     def is_file(self) -> bool:
@@ -55,10 +60,11 @@ def _parse_ref(inner: str) -> Ref:
     body = inner.strip()
     text = "${" + inner + "}"
     if body.startswith(FILE + ":"):
-        path = body[len(FILE) + 1:].strip()
+        path, _, query = body[len(FILE) + 1:].partition("?")
+        path = path.strip()
         if not path:
             raise ReferenceSyntaxError(f"{text}: the file path is empty")
-        return Ref(FILE, (path,), text)
+        return Ref(FILE, (path,), text, options=_file_options(query, text))
     default = None
     if body.startswith(ENV + ".") and ":-" in body:
         body, default = body.split(":-", 1)
@@ -67,6 +73,18 @@ def _parse_ref(inner: str) -> Ref:
     if not body or bad:
         raise ReferenceSyntaxError(f"{text} is not a reference; write ${{step.field}}, ${{env.NAME}} or ${{file:path}}")
     return Ref(parts[0], tuple(parts[1:]), text, default)
+
+
+def _file_options(query: str, text: str) -> tuple[tuple[str, str], ...]:
+    """``name=a.json&contentType=application/json`` -> the options, each known, once, not empty."""
+    try:
+        options = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
+    except ValueError:
+        options = [("", "")]
+    keys = [k for k, _v in options]
+    if any(k not in FILE_OPTIONS for k in keys) or len(set(keys)) < len(keys) or not all(v for _k, v in options):
+        raise ReferenceSyntaxError(f"{text}: after ? write {'=…&'.join(FILE_OPTIONS)}=… (each once, not empty)")
+    return tuple(options)
 
 
 def parse_template(text: str) -> list[str | Ref]:
@@ -143,7 +161,7 @@ class Scope:
     environ: Mapping[str, str] = field(default_factory=dict)
     batch: Mapping[str, Any] | None = None
     trigger: Mapping[str, Any] | None = None
-    add_file: Callable[[str], Any] | None = None  # absolute path -> platform file descriptor
+    add_file: Callable[[str, Mapping[str, str]], Any] | None = None  # (path, FILE_OPTIONS) -> descriptor
 
 
 def _env_value(environ: Mapping[str, str], name: str, ref: Ref, exact: bool) -> Any:
@@ -177,7 +195,7 @@ def lookup(ref: Ref, scope: Scope, *, exact: bool = True) -> Any:
     if ref.root == FILE:
         if scope.add_file is None:
             raise InvalidInput(ref.text, "files cannot be added here")
-        return scope.add_file(ref.path[0])
+        return scope.add_file(ref.path[0], dict(ref.options))
     if ref.root == BATCH:
         if scope.batch is None:
             raise InvalidInput(ref.text, "${batch…} is only available inside a foreach step")

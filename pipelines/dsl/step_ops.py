@@ -59,7 +59,8 @@ def resolver_op(
                            "rows": values.get(ROWS_INPUT)}
         if needs_files:
             store = context.resources.platform_files
-            scope.add_file = lambda rel: store.add_file(Path(base_dir) / rel).to_json()
+            scope.add_file = lambda rel, options: store.add_file(
+                Path(base_dir) / rel, name=options.get("name"), content_type=options.get("contentType")).to_json()
         try:
             value = r.resolve(template, scope)
         except (InvalidInput, NotFound) as exc:

@@ -296,3 +296,39 @@ def test_export_refuses_a_name_the_dsl_refuses_and_writes_nothing(tmp_path: Path
     assert not target.exists()
     record_command(rec, ["export", str(target), "--name", "bad_name"])
     assert yaml.safe_load(target.read_text())["name"] == "bad_name"
+
+
+def test_a_file_added_with_a_name_and_content_type_is_read_the_same_by_the_run(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """JSON saved as .txt and added as rows.json, application/json: the run must store it so too, or Push
+    reads other rows (the name and content type choose the format)."""
+    from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+    from connector_ops.pipelines.runner import run_compiled
+
+    data = tmp_path / "rows_export.txt"
+    data.write_text('[{"a": "1", "b": "x"}, {"a": "2", "b": "y"}]')
+    resources = resources_for(environ=env)
+    pf = resources["platform_files"].add_file(data, name="rows.json", content_type="application/json").to_json()
+    rec = Recorder()
+    rec(_call("files.add", {"name": "rows.json", "contentType": "application/json"}, pf, "f", path=str(data)))
+    rec.start()
+    rec(_call("etl.push", {"platformFile": pf}, {"virtualFileId": "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10"}, "load"))
+    rec(_call("etl.iterate", {"content": "0f3c5a1e9b7d4c2e8a6f1b3d5c7e9a10", "maxBatchSize": 10},
+              {"content": [], "hasNext": False}, "rows"))
+    (tmp_path / "out").mkdir()
+    target = rec.export(tmp_path / "out" / "rows.yaml")
+    assert "platformFile: ${file:../rows_export.txt?name=rows.json&contentType=application/json}" in target.read_text()
+    outcome = run_compiled(compile_pipeline(load_pipeline(target)), resources)
+    assert outcome.success, outcome.failure()
+    assert outcome.steps["rows"]["content"] == [{"a": "1", "b": "x"}, {"a": "2", "b": "y"}]
+
+
+@pytest.mark.parametrize("bad", ["a.csv?size=3", "a.csv?name=x&name=y", "a.csv?name=", "a.csv?name"])
+def test_file_reference_options_are_checked(bad: str) -> None:
+    from connector_ops.pipelines.dsl import references as r
+
+    assert r.parse_template("${file:a b.csv?name=r%26d.json&contentType=application/json}")[0] == r.Ref(
+        "file", ("a b.csv",), "${file:a b.csv?name=r%26d.json&contentType=application/json}",
+        options=(("name", "r&d.json"), ("contentType", "application/json")))
+    with pytest.raises(r.ReferenceSyntaxError, match="after \\? write name=…&contentType=…"):
+        r.parse_template("${file:" + bad + "}")
