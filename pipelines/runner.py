@@ -143,7 +143,8 @@ class PipelineRun:
             elif event.event_type == dg.DagsterEventType.STEP_FAILURE:
                 self.status[step] = "failed"
                 self.errors.setdefault(step, error_of_failed_step(event))
-            elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and self.status.get(step) != "failed":
+            elif event.event_type == dg.DagsterEventType.STEP_SUCCESS and self.status.get(step) != "failed" \
+                    and self._own_op(event.step_key, step):
                 self.status[step] = "success"
             elif event.event_type == dg.DagsterEventType.STEP_SKIPPED and step not in self.errors:
                 self.status[step] = "skipped"
@@ -154,6 +155,12 @@ class PipelineRun:
     def _step_of(self, step_key: str) -> str:
         """A YAML step owns its helper steps (``<id>__input``, ``<id>__batches``, ``<id>[batch_3]``)."""
         return step_key if self.compiled is None else step_of(self.compiled, step_key)
+
+    def _own_op(self, step_key: str, step: str) -> bool:
+        """Whether ``step_key`` is the step's own op (``<id>``, a mapped copy, its ``__gather``), not a helper:
+        a helper such as ``<id>__input`` can succeed while the step itself never runs (its ``after`` failed)."""
+        node = step_key.split("[", 1)[0]
+        return self.compiled is None or node == step or node == self.compiled.outputs.get(step, (step,))[0]
 
     def _output(self, event: dg.DagsterEvent, handle: Any) -> Any:
         node = str(event.node_handle) if event.node_handle else handle.step_key.split("[", 1)[0]

@@ -35,12 +35,14 @@ steps:
   - {id: b, action: etl.iterate, input: {content: nope2, maxBatchSize: 3}}
   - {id: c, action: etl.query, input: {virtualFileId: "${a.content.0.x}", query: {}}}
   - {id: d, action: etl.query, input: {virtualFileId: "${b.content.0.x}", query: {}}}
-""")
+  - {id: e, action: etl.push, after: [a], input: {platformFile: "${file:SALES}"}}
+""".replace("SALES", str(SALES)))
     run = cli("pipeline", "run", str(path), home=tmp_path / "home")
     assert run.returncode == 1  # documented: 1 when a step failed
     assert "step a failed: etl.iterate failed (404): not found" in run.stderr
     assert "step b failed: etl.iterate failed (404): not found" in run.stderr
-    assert "not run because of the failure: c, d" in run.stderr
+    # e's resolver (e__input: it reads the file, needs nothing of a) succeeds; e itself never runs
+    assert "not run because of the failure: c, d, e" in run.stderr
 
 
 def test_validate_says_what_is_wrong_with_a_name(tmp_path: Path) -> None:
