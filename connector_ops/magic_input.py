@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import PurePath
@@ -79,13 +80,19 @@ def jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, set | frozenset):
         return sorted(value, key=str)
-    to_json = getattr(value, "to_json", None)
-    if to_json is not None and type(value).__module__.startswith("pandas"):
-        orient = "records" if hasattr(value, "columns") else "values"
-        return json.loads(to_json(orient=orient, date_format="iso"))
+    if type(value).__module__.startswith("pandas") and hasattr(value, "notna"):
+        return _pandas_values(value)
     if type(value).__module__.startswith("numpy") and hasattr(value, "tolist"):
         return value.tolist()  # arrays become lists, numpy scalars Python numbers
     raise TypeError(f"a {type(value).__name__} is not a JSON value")
+
+
+def _pandas_values(value: Any) -> list[Any]:
+    """A DataFrame as records, a Series as a list, every float digit kept (``to_json`` keeps 10 at most 15
+    significant digits); missing and infinite values become ``null`` as ``to_json`` makes them."""
+    present = value.notna() & ~value.isin([math.inf, -math.inf])
+    native = value.astype(object).where(present, None)  # Python values: floats, ints, str, Timestamps
+    return native.to_dict(orient="records") if hasattr(value, "columns") else native.tolist()
 
 
 def to_json_text(value: Any) -> str:

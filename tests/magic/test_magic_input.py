@@ -81,6 +81,18 @@ def test_python_values_become_json() -> None:
     }
 
 
+def test_frames_keep_every_digit_and_missing_values_are_null() -> None:
+    frame = pd.DataFrame({"price": [0.1 + 0.2, 123456789.123456, np.nan], "day": pd.to_datetime(
+        ["2024-01-02", "2024-01-03 04:05:06", None], format="mixed"), "n": [1, 2, 3]})
+    series = pd.Series([1 / 3, np.inf])
+    assert read_input('{"f": {{frame}}, "s": {{series}}}', {"frame": frame, "series": series}) == {
+        "f": [{"price": 0.30000000000000004, "day": "2024-01-02T00:00:00", "n": 1},
+              {"price": 123456789.123456, "day": "2024-01-03T04:05:06", "n": 2},
+              {"price": None, "day": None, "n": 3}],
+        "s": [1 / 3, None],
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
