@@ -15,6 +15,7 @@ errors and substitution errors are reported as :class:`ConnectorError` (400) lik
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import json
@@ -100,7 +101,11 @@ def to_json_text(value: Any) -> str:
 
 
 def _interpolated(value: Any) -> str:
-    """How a value reads inside a string: strings as they are, everything else as JSON."""
+    """How a value reads inside a string: strings as they are, values whose JSON is a string (a path, a
+    date) as that string — ``"report-{{day}}.csv"`` is ``report-2024-01-01.csv`` — everything else as JSON."""
+    if not isinstance(value, str):
+        with contextlib.suppress(TypeError):
+            value = jsonable(value)
     return value if isinstance(value, str) else to_json_text(value)
 
 

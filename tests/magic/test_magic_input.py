@@ -38,6 +38,13 @@ def test_text_inside_strings_is_escaped_for_each_quote_kind() -> None:
     assert read_input('{"a": "{{pf}}"}', NS) == {"a": json.dumps(NS["pf"])}  # a dict inside a string: its JSON
 
 
+def test_paths_and_dates_inside_strings_are_their_text() -> None:
+    ns = {"day": dt.date(2024, 1, 1), "path": Path("/tmp/x y"), "n": np.int64(7)}
+    assert read_input('{"a": "report-{{day}}.csv", "b": "{{path}}-{{n}}.csv"}', ns) == {
+        "a": "report-2024-01-01.csv", "b": "/tmp/x y-7.csv"}
+    assert read_input("{a: 'report-{{day}}.csv'}", ns) == {"a": "report-2024-01-01.csv"}
+
+
 def test_expressions_reach_into_values() -> None:
     text = '{"id": "{{out.virtualFileId}}", "city": "{{ out.rows[0][\'city\'] }}", "up": "{{ vf | upper }}"}'
     assert read_input(text, NS) == {"id": "vf-9", "city": "Paris", "up": "ABC123"}
