@@ -34,7 +34,7 @@ from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import reporting_to, tqdm_reporter
 from connector_ops.magic_frames import file_preview, pull_frame, push_frame
-from connector_ops.magic_input import InputError, read_input
+from connector_ops.magic_input import InputError, WordsParser, read_input
 from connector_ops.magic_session import NotebookSession, SessionError
 from connector_ops.registry import ACTIONS, ActionSpec, load_all, run_action
 
@@ -280,17 +280,12 @@ class ConnectorMagics(Magics):
             raise NotebookError.from_error(exc) from None
 
     def _add_file(self, words: list[str]) -> Any:
-        import argparse
-
-        parser = argparse.ArgumentParser(prog="%connectors add-file", add_help=False, exit_on_error=False)
+        parser = WordsParser("%connectors add-file", action="connectors")
         parser.add_argument("path")
         parser.add_argument("--name")
         parser.add_argument("--content-type")
         parser.add_argument("-o", "--out")
-        try:
-            args = parser.parse_args(words)
-        except (argparse.ArgumentError, SystemExit) as exc:
-            raise SessionError(f"usage: %connectors add-file PATH [--name NAME] [-o VAR] ({exc})") from None
+        args = parser.parse_args(words)
         resources = self.session.resources(["platform_files"])
         try:
             descriptor = resources["platform_files"].add_file(args.path, name=args.name,

@@ -15,6 +15,7 @@ errors and substitution errors are reported as :class:`ConnectorError` (400) lik
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import functools
@@ -23,7 +24,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NoReturn
 
 import jinja2
 import yaml
@@ -43,6 +44,20 @@ class InputError(ConnectorError):
 
     def __init__(self, message: str, action: str | None = None) -> None:
         super().__init__(400, {"message": message}, action=action)
+
+
+class WordsParser(argparse.ArgumentParser):
+    """argparse for a line magic's words: a usage problem is an :class:`InputError` with argparse's reason
+    (``%pipeline run: the following arguments are required: target``), nothing printed. Python 3.11's
+    ``exit_on_error=False`` is not enough: a missing argument or an unknown option still prints the usage
+    to stderr and exits."""
+
+    def __init__(self, prog: str, action: str) -> None:
+        super().__init__(prog=prog, add_help=False)
+        self.action = action
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{self.prog}: {message}", action=self.action)
 
 
 @functools.lru_cache(maxsize=512)

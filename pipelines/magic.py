@@ -16,7 +16,6 @@ For any other job, steps are Dagster step keys and outputs the op output names.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import shlex
@@ -31,6 +30,7 @@ from connector_ops.display import StatusTable
 from connector_ops.kernel.deferred import interrupts_deferred
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.magic import ConnectorMagics, NotebookError
+from connector_ops.magic_input import WordsParser
 from connector_ops.magic_session import one_line
 from connector_ops.pipelines.recorder import Recorder, pipeline_name_for
 from connector_ops.pipelines.runner import PipelineRun
@@ -123,8 +123,8 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any]) -> dg.ExecuteIn
         raise PipelineUsageError(one_line(exc), action=f"pipeline {job.name}") from None
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="%pipeline run", add_help=False, exit_on_error=False)
+def _parser() -> WordsParser:
+    parser = WordsParser("%pipeline run", action="pipeline")
     parser.add_argument("target")
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     parser.add_argument("-o", "--out")
@@ -156,13 +156,10 @@ def record_command(recorder: Recorder, words: list[str]) -> None:
     elif command == "show" and not rest:
         print(recorder.yaml("recorded"), end="")
     elif command == "export":
-        parser = argparse.ArgumentParser(prog="%pipeline export", add_help=False, exit_on_error=False)
+        parser = WordsParser("%pipeline export", action="pipeline export")
         parser.add_argument("file")
         parser.add_argument("--name")
-        try:
-            args = parser.parse_args(rest)
-        except (argparse.ArgumentError, SystemExit) as exc:
-            raise PipelineUsageError(f"usage: {RECORD_USAGE} ({exc})", action="pipeline export") from None
+        args = parser.parse_args(rest)
         if not args.file.endswith((".yaml", ".yml")):
             raise PipelineUsageError(f"{args.file!r}: the file name must end in .yaml or .yml",
                                      action="pipeline export")
@@ -195,10 +192,7 @@ def pipeline_command(magics: ConnectorMagics, words: list[str], recorder: Record
         return None
     if words[0] != "run":
         raise PipelineUsageError(f"unknown %pipeline command {words[0]!r}; commands: {COMMANDS}; use: {USAGE}")
-    try:
-        args = _parser().parse_args(words[1:])
-    except (argparse.ArgumentError, SystemExit) as exc:
-        raise PipelineUsageError(f"usage: {USAGE} ({exc})") from None
+    args = _parser().parse_args(words[1:])
     job, compiled = resolve(magics, args.target, args.overrides)
     run = PipelineRun(job.name, run_job(job, magics.session.resources()), compiled)
     if args.out:

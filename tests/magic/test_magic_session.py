@@ -164,13 +164,35 @@ def test_pipeline_failure_is_one_line_and_keeps_the_steps(ip: Any, monkeypatch: 
         ("run first_etl --set a.b=1", "--set works with YAML pipelines only"),
         ("run missing.yaml", "no pipeline file 'missing.yaml'"),
         ("walk first_etl", "unknown %pipeline command 'walk'"),
-        ("run", "usage: %pipeline run NAME_OR_FILE"),
     ],
 )
 def test_pipeline_usage_errors(ip: Any, line: str, message: str) -> None:
     with pytest.raises(NotebookError) as caught:
         ip.run_line_magic("pipeline", line)
     assert message in caught.value.summary()
+
+
+@pytest.mark.parametrize(
+    ("magic", "line", "summary"),
+    [
+        ("pipeline", "run", "pipeline failed (400): %pipeline run: the following arguments are required: target"),
+        ("pipeline", "run --bogus x", "pipeline failed (400): %pipeline run: unrecognized arguments: --bogus"),
+        ("pipeline", "export a.yaml b.yaml",
+         "pipeline export failed (400): %pipeline export: unrecognized arguments: b.yaml"),
+        ("connectors", "add-file",
+         "connectors failed (400): %connectors add-file: the following arguments are required: path"),
+    ],
+)
+def test_usage_errors_give_argparse_reason_and_print_nothing(ip: Any, sales: dict[str, Any],
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            magic: str, line: str, summary: str) -> None:
+    ip.run_line_magic("pipeline", "record")
+    ip.run_line_magic("etl", 'push {"platformFile": {{sales}}}')  # a recorded step: export reads its words
+    capsys.readouterr()
+    with pytest.raises(NotebookError) as caught:
+        ip.run_line_magic(magic, line)
+    assert caught.value.summary() == summary
+    assert capsys.readouterr().err == ""
 
 
 def test_pipeline_without_resources_is_one_line(ip: Any, monkeypatch: pytest.MonkeyPatch) -> None:
