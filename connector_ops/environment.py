@@ -183,7 +183,8 @@ def _smtp_port(env: Env) -> int | None:
     if value is None:
         return None
     if not (value.isascii() and value.isdigit() and 1 <= int(value) <= 65535):
-        raise InvalidInput("SMTP_PORT", f"must be a port number (1 to 65535), got {value!r}")
+        # the value not repeated: a secret pasted into the wrong variable would be shown
+        raise InvalidInput("SMTP_PORT", "must be a port number (1 to 65535)")
     return int(value)
 
 

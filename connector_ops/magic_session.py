@@ -131,7 +131,9 @@ class NotebookSession:
             if isinstance(exc, SessionError):
                 raise
             names = ", ".join(a.partition("=")[0] for a in assignments)  # never echo values: they may be secret
-            problem = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            # a ConnectorError's own message: its str() carries a status of its own ('failed (500): …')
+            problem = describe_validation_error(exc) if isinstance(exc, ValidationError) \
+                else exc.message if isinstance(exc, ConnectorError) else str(exc)
             raise SessionError(f"cannot set {names}: {problem}") from None
         finally:
             self._invalidate()

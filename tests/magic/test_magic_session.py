@@ -79,6 +79,9 @@ def test_process_environment_changes_are_picked_up(ip: Any, tmp_path: Path, monk
         ("set virtual_files.nope=1", "virtual_files.nope: virtual_files has no field 'nope'"),
         ("set http_timeout_s=soon", "cannot set http_timeout_s: http_timeout_s: Input should be a valid number"),
         ("set", "nothing to set"),
+        ("set SMTP_PORT=S3CRETport CONNECTOR_OPS_MAIL_BACKEND=smtp",
+         "connectors failed (400): cannot set SMTP_PORT, CONNECTOR_OPS_MAIL_BACKEND: "
+         "configuration error: SMTP_PORT: must be a port number"),
         ("set justaword", "'justaword': write NAME=value"),
         ("use no_such_module_xyz:defs", "cannot import 'no_such_module_xyz'"),
         ("use connector_ops:invoke", "connector_ops:invoke is a function, not a dagster Definitions"),
@@ -90,6 +93,7 @@ def test_connectors_errors(ip: Any, line: str, message: str) -> None:
     with pytest.raises(NotebookError) as caught:
         ip.run_line_magic("connectors", line)
     assert message in caught.value.summary()
+    assert "S3CRET" not in caught.value.summary() and "(500)" not in caught.value.summary()
     status = text_of(ip, ip.run_line_magic("connectors", ""))
     assert "session settings" not in status  # a refused setting is not kept
 
