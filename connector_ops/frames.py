@@ -8,20 +8,22 @@ stored (``infer_types`` turns a column into numbers only where that loses nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from connector_ops.frame_streams import arrow_stream, peeked, positioned
 from connector_ops.frame_text import NotText, float_text, text_column, timestamp_form, values_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import check_column_names, holds_surrogate, lone_surrogate
 from connector_ops.kernel.notices import warn
+from connector_ops.kernel.progress import Reporter, track
 
 if TYPE_CHECKING:
     from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 Kind = Literal["pandas", "polars", "pyarrow"]
 BATCH_ROWS = 65_536
+T = TypeVar("T")
 _INTEGER = r"(?:0|-?[1-9][0-9]{0,17})"  # canonical decimal integers that fit in int64 ("-0" is not one)
 
 
@@ -129,20 +131,32 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str
         slices = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
         parts: Iterator[tuple[Any, Sequence[Any]]] = ((to_arrow(part, field), part.index) for part in slices)
         size: int | None = len(frame) * len(columns) * 16  # what the column-wise load needs: roughly the bytes
+        total: int | None = len(frame)
     elif (stream := arrow_stream(frame)) is not None:  # later batches unseen: each timestamp its own form
         names, batches = stream
         columns, forms = [str(n) for n in names], {}
         size, batches = peeked(batches)
         parts = _told_if_empty(positioned(batches), field)
+        total = None
     else:
         table = to_arrow(frame, field)
         columns = [str(n) for n in table.column_names]
         forms = {i: timestamp_form(c) for i, c in enumerate(table.columns) if pa.types.is_timestamp(c.type)}
         parts = positioned(table.to_batches(max_chunksize=BATCH_ROWS))
-        size = table.nbytes
+        size, total = table.nbytes, table.num_rows
     check_column_names(columns, f"{field}.columns")
-    return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field) for part, labels in parts),
-                                   size=size)
+    with track("push DataFrame", total, "rows") as reporter:
+        reported = _reported(parts, reporter, lambda part: len(part[1]))
+        return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field)
+                                                 for part, labels in reported), size=size)
+
+
+def _reported(items: Iterable[T], reporter: Reporter, rows: Callable[[T], int]) -> Iterator[T]:
+    """``items`` as they are, reporting each one's rows once the next is asked for (its work is then done):
+    a frame's push and pull show a progress bar by rows, as Push and Pull of a file do by bytes."""
+    for item in items:
+        yield item
+        reporter.update(rows(item))
 
 
 def _told_if_empty(parts: Iterator[tuple[Any, range]], field: str) -> Iterator[tuple[Any, range]]:
@@ -177,7 +191,9 @@ def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | Non
     import pyarrow as pa
 
     names, batches = store.scan_arrow(vf_id, columns, field=field)
-    table = pa.Table.from_batches(list(batches), pa.schema([(n, pa.string()) for n in names]))
+    with track("pull DataFrame", None, "rows") as reporter:  # the catalog does not know the row count
+        read = list(_reported(batches, reporter, lambda batch: batch.num_rows))
+    table = pa.Table.from_batches(read, pa.schema([(n, pa.string()) for n in names]))
     if infer_types:
         table = pa.table([_lossless(c) for c in table.columns], names=names)
     if kind == "pyarrow":

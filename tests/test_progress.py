@@ -81,3 +81,17 @@ def test_a_link_without_a_size_reports_the_servers_content_length(files, env, tm
                                                       "contentType": pf.content_type}})["virtualFileId"]
     assert recorder.reports == [("push a.ndjson", len(data), len(data), True)]
     assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 1})["content"] == [{"a": "0", "b": "x" * 40}]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_frames_pushed_and_pulled_report_their_rows(env):
+    """``%etl push --df`` / ``pull --df`` (and push_frame / pull_frame) show a bar by rows, as Push and Pull do."""
+    import pandas as pd
+
+    from connector_ops import pull_frame, push_frame
+
+    frame = pd.DataFrame({"n": range(70_000)})  # two slices
+    recorder = Recorder()
+    with reporting_to(recorder.factory):
+        assert len(pull_frame(push_frame(frame))) == 70_000
+    assert recorder.reports == [("push DataFrame", 70_000, 70_000, True), ("pull DataFrame", None, 70_000, True)]
