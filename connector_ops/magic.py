@@ -72,6 +72,15 @@ class NotebookError(ConnectorError):
         return [self.summary()]
 
 
+def stopped(message: str) -> KeyboardInterrupt:
+    """What a cell stopped by Jupyter's Stop (or Ctrl-C) ends with: still a ``KeyboardInterrupt`` (the
+    kernel's ``ename``; "Run all" stops), shown as one line through IPython's traceback hook instead of
+    a traceback through connector-ops' internals."""
+    interrupt = KeyboardInterrupt(message)
+    interrupt._render_traceback_ = lambda: [message]  # type: ignore[attr-defined]
+    return interrupt
+
+
 def split_line(line: str) -> tuple[str, str]:
     """``'query -o r {"a": 1}'`` -> ``('query -o r', '{"a": 1}')``: options, then the input."""
     match = _INPUT_START.search(line)
@@ -221,6 +230,9 @@ class ConnectorMagics(Magics):
             if exc.action is None and args_action:
                 exc.action = f"{connector}.{args_action}"
             raise NotebookError.from_error(exc) from None
+        except KeyboardInterrupt:  # the action's transaction rolled back, its partial file removed
+            action = f"{connector}.{args_action.replace('-', '_')}" if args_action else connector
+            raise stopped(f"{action} stopped: what it was writing was not kept") from None
         result = output if args.df and spec.name == "etl.pull" else displayable(spec.name, output, resources)
         for name in (args.out, args.df if isinstance(args.df, str) and spec.name == "etl.pull" else None):
             if name:

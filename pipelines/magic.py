@@ -29,7 +29,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from connector_ops.display import StatusTable
 from connector_ops.kernel.deferred import interrupts_deferred
 from connector_ops.kernel.errors import ConnectorError
-from connector_ops.magic import ConnectorMagics, NotebookError
+from connector_ops.magic import ConnectorMagics, NotebookError, stopped
 from connector_ops.magic_input import WordsParser
 from connector_ops.magic_session import one_line
 from connector_ops.pipelines.recorder import Recorder, pipeline_name_for
@@ -201,8 +201,9 @@ def pipeline_command(magics: ConnectorMagics, words: list[str], recorder: Record
     if error is not None:
         data, metadata = magics.shell.display_formatter.format(run)  # what ran and what failed, shown
         magics.shell.display_pub.publish(data=data, metadata=metadata)  # before the one-line error
-        if run.interrupted:  # the cell ends as Stop ends any cell
-            raise KeyboardInterrupt
+        if run.interrupted:  # the cell ends as Stop ends an %etl cell
+            raise stopped(f"pipeline {run.name} stopped: {', '.join(run.interrupted)} stopped before the end; "
+                          "what it was writing was not kept")
         raise error
     return run
 

@@ -156,6 +156,32 @@ def test_error_prints_one_line_and_fails_the_cell(env: dict[str, str], capsys: p
     assert "Traceback" not in printed.out + printed.err
 
 
+def test_stop_ends_the_cell_with_one_line(env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stop during a push: a KeyboardInterrupt (the kernel's error, "Run all" stops) shown as one line, not a
+    traceback through connector-ops; nothing stored, no -o variable."""
+    import _thread
+
+    from connector_ops import magic
+    from tests.signals import at_progress
+
+    path = tmp_path / "big.csv"
+    path.write_text("a,b\n" + "1,2\n" * 200_000)
+    shell = make_shell(InteractiveShell)
+    try:
+        shell.run_line_magic("connectors", f"add-file {path} -o big")
+        # the magic's progress bar replaced by one that presses Stop once the push has begun
+        monkeypatch.setattr(magic, "tqdm_reporter", at_progress(1, _thread.interrupt_main))
+        result = shell.run_cell('%etl push -o load {"platformFile": {{big}}}')
+    finally:
+        shell.clear_instance()
+    assert type(result.error_in_exec) is KeyboardInterrupt
+    printed = capsys.readouterr()
+    assert printed.out.strip() == "etl.push stopped: what it was writing was not kept"
+    assert "Traceback" not in printed.out + printed.err
+    assert "load" not in shell.user_ns
+
+
 def test_input_on_line_and_in_cell_is_refused(ip: Any) -> None:
     with pytest.raises(NotebookError, match="not both"):
         ip.run_cell_magic("etl", 'query {"a": 1}', '{"b": 2}')
