@@ -188,10 +188,22 @@ def substitute(text: str, namespace: Mapping[str, Any], seen: list[tuple[str, An
     return "".join(out)
 
 
+#: input written as JSON: its first key or item, after the opening brackets, is a double-quoted string
+_JSON_LIKE = re.compile(r'^[\[{\s]*"')
+
+
+def _at(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
+    """YAML's problem and where, with what it was reading and from where (an unclosed brace is reported
+    where the input ends: the flow mapping's start says which brace)."""
+    mark, context_mark = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
+    text = f"{problem} ({_at(mark)})" if mark else problem
+    context = getattr(exc, "context", None)
+    return f"{text}, {context} from {_at(context_mark)}" if context and context_mark else text
 
 
 def parse(text: str) -> Any:
@@ -205,7 +217,7 @@ def parse(text: str) -> Any:
         try:
             return yaml.load(text, Loader=FastTextLoader)  # safe, dates kept as text (C speed when available)
         except yaml.YAMLError as yaml_error:
-            if text.startswith(("{", "[")) and '"' in text:
+            if _JSON_LIKE.match(text):  # YAML flow style ({a: "x"}) gets YAML's problem, not JSON's
                 problem = f"{json_error.msg} (line {json_error.lineno}, column {json_error.colno})"
             else:
                 problem = _yaml_problem(yaml_error)

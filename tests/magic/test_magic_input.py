@@ -111,6 +111,9 @@ def test_frames_keep_every_digit_and_missing_values_are_null() -> None:
         ('{"a": {{obj}}}', "{{obj}}: a object is not a JSON value"),
         ('{"a": 1,, }', "input is not valid JSON or YAML: Expecting property name"),
         ("a: [1, 2", "input is not valid JSON or YAML: did not find expected ',' or ']'"),
+        ('{virtualFileId: "abc", query: {region: North}',
+         "input is not valid JSON or YAML: did not find expected ',' or '}' (line 2, column 1), "
+         "while parsing a flow mapping from line 1, column 1"),
     ],
 )
 def test_bad_input_is_a_400_with_a_clear_message(text: str, message: str) -> None:
