@@ -85,20 +85,32 @@ def _file_line_html(pf: Mapping[str, Any]) -> str:
 
 
 _MORE_HINT = "%config ConnectorMagics.displaylimit = N shows more"
+#: a missing value (a key a row lacks, a null) as pandas shows one, so that it differs from ""
+NA_TEXT = "<NA>"
+_NA_MARK, _KEEP = "\ue000", "\ue001"  # private-use characters no value holds, replaced after to_html
+
+
+def html_table(table: Any, **options: Any) -> str:
+    """``table.to_html`` with missing values a grey ``<NA>`` and every cell's spaces kept (``" lead"``:
+    to_html strips them, so each text is fenced by a mark first; HTML would collapse them, hence pre-wrap)."""
+    fenced = table.map(lambda value: f"{_KEEP}{value}{_KEEP}" if isinstance(value, str) else value)
+    text = fenced.to_html(index=False, na_rep=_NA_MARK, **options).replace(_KEEP, "")
+    text = text.replace(f"<td>{_NA_MARK}</td>", f'<td style="color: #999">{html.escape(NA_TEXT)}</td>')
+    return text.replace("<td>", '<td style="white-space: pre-wrap">')
 
 
 def _table_html(rows: list[Any]) -> str:
     more = _more_rows(len(rows))
     shown = frame(rows[:len(rows) - more])
     note = f"<p><i>{more} more rows not shown ({html.escape(_MORE_HINT)})</i></p>" if more else ""
-    return shown.to_html(index=False, na_rep="", max_cols=30) + note
+    return html_table(shown, max_cols=30) + note
 
 
 def _table_text(rows: list[Any]) -> str:
     if not rows:
         return "(no rows)"
     more = _more_rows(len(rows))
-    text = frame(rows[:len(rows) - more]).to_string(index=False, na_rep="", max_colwidth=LONGEST_TEXT_CELL,
+    text = frame(rows[:len(rows) - more]).to_string(index=False, na_rep=NA_TEXT, max_colwidth=LONGEST_TEXT_CELL,
                                                      line_width=OPTIONS.width)
     return text + (f"\n… {more} more rows ({_MORE_HINT})" if more else "")
 
@@ -171,9 +183,10 @@ class StatusTable:
 
     def _repr_html_(self) -> str:
         notes = "".join(f"<div>{html.escape(n)}</div>" for n in self.notes)
-        body = frame(self.rows).to_html(index=False, na_rep="") if self.rows else "<p>(none)</p>"
+        body = html_table(frame(self.rows)) if self.rows else "<p>(none)</p>"
         return f"<div><b>{html.escape(self.title)}</b></div>{notes}{body}"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        body = frame(self.rows).to_string(index=False, na_rep="", line_width=OPTIONS.width) if self.rows else "(none)"
+        body = frame(self.rows).to_string(index=False, na_rep=NA_TEXT, line_width=OPTIONS.width) if self.rows \
+            else "(none)"
         printer.text("\n".join([self.title, *self.notes, body]))

@@ -266,3 +266,13 @@ def test_displaylimit_and_text_width_are_set_with_config(ip: Any, sales: dict[st
         from connector_ops.magic import unload_ipython_extension
 
         unload_ipython_extension(fresh)
+
+
+def test_tables_tell_missing_from_empty_and_keep_spaces(ip: Any) -> None:
+    out = ip.run_line_magic("etl", 'validate {"content": [{"a": " lead", "b": ""}, {"a": "x"}], "schema": {}}')
+    assert out["validated"] == [{"a": " lead", "b": ""}, {"a": "x"}]
+    page = html_of(ip, out)
+    assert '<td style="white-space: pre-wrap"> lead</td>' in page  # the leading space kept, and shown
+    assert '<td style="white-space: pre-wrap"></td>' in page and '<td style="color: #999">&lt;NA&gt;</td>' in page
+    text = ip.display_formatter.format(out)[0]["text/plain"]
+    assert [line.split() for line in text.splitlines()[1:4]] == [["a", "b"], ["lead"], ["x", "<NA>"]]
