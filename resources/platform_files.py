@@ -162,7 +162,7 @@ class PlatformFileStore(Resource):
     @staticmethod
     def _check_id(file_id: str) -> str:
         """Ids are ours (random hex): anything else is no file of ours, and never reaches a path or a query."""
-        if not _ID.match(file_id or ""):
+        if not _ID.fullmatch(file_id or ""):
             raise NotFound(f"platform file {file_id!r} not found")
         return file_id
 
@@ -251,10 +251,15 @@ class PlatformFileStore(Resource):
         return sorted(found, key=lambda item: (item[1], item[0]))
 
     def local_id(self, descriptor: PlatformFile | dict) -> str | None:
-        """The id of the file if ``descriptor.link`` points at our own file server, else ``None``."""
+        """The id of the file if ``descriptor.link`` is a link of our own file server, else ``None``.
+
+        Only ``{file_server_url}/files/<id>`` with a well-formed id is ours: a link that merely starts like
+        ours (``…/files/../../admin``) would reach another path of that host without the checks remote
+        links get, so it is treated as any other link (:mod:`.link_guard`)."""
         pf = PlatformFile.model_validate(descriptor)
         if pf.link and pf.link.startswith(self._prefix):
-            return pf.link[len(self._prefix):].split("?", 1)[0]
+            file_id = pf.link[len(self._prefix):].split("?", 1)[0]
+            return file_id if _ID.fullmatch(file_id) else None
         return None
 
     def data_path(self, file_id: str) -> Path:

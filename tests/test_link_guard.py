@@ -227,3 +227,37 @@ def test_a_bad_allow_list_is_a_configuration_error(env, monkeypatch):
     with pytest.raises(ConnectorError) as info:
         invoke("etl.push", {"platformFile": pf})
     assert info.value.status == 500 and "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS" in info.value.body["message"]
+
+
+def test_a_link_that_only_looks_like_ours_is_checked_like_any_other(env, servers, monkeypatch, tmp_path):
+    """The file server mounted under /platform of a host that serves internal pages too: a link of its prefix
+    whose "id" climbs out (``files/../../admin/secret``), or a redirect there, is not ours and is refused as
+    loopback, never fetched (httpx would resolve the dot segments to /admin/secret)."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    from connector_ops.resources.file_server import create_app
+    from connector_ops.resources.platform_files import PlatformFileStore
+    from tests.servers import serving
+
+    seen: list[str] = []
+
+    async def secret(request: Any) -> PlainTextResponse:
+        seen.append(request.url.path)
+        return PlainTextResponse("user,password\nadmin,hunter2\n", media_type="text/csv")
+
+    app = Starlette(routes=[Mount("/platform", app=create_app(PlatformFileStore(files_dir=str(tmp_path / "served")))),
+                            Route("/admin/secret", secret)])
+    with serving(app) as base:
+        env = {**env, "CONNECTOR_OPS_FILE_SERVER_URL": base + "/platform"}
+        escape = base + "/platform/files/../../admin/secret"
+        assert "loopback" in refused(with_env(env, monkeypatch), escape)
+        hop = serve(servers)
+        hop.routes["/data.csv"] = (302, {"Location": escape}, b"")
+        message = refused(with_env(env, monkeypatch, allowed=f"127.0.0.1:{hop.port}"), hop.url())
+        assert "redirected from" in message and "loopback" in message
+        own = with_env(env, monkeypatch)["platform_files"]
+        assert own.local_id({"link": own.link_for("0" * 32)}) == "0" * 32
+        assert own.local_id({"link": own.link_for("0" * 32 + "\n")}) is None
+    assert seen == []
