@@ -375,12 +375,15 @@ class PlatformFileStore(Resource):
                            stream=True)
 
     def size_of(self, descriptor: PlatformFile | dict) -> int | None:
-        """The size of one of our files as stored (a caller's ``size`` is only a claim), else ``size``."""
+        """The file's size in bytes: for a file this store holds, the stored size (the caller's ``size`` may
+        be wrong, and limits and upload headers are decided from it); else the descriptor's, if any."""
         pf = PlatformFile.model_validate(descriptor)
         local = self.local_id(pf)
         if local is not None:
             with contextlib.suppress(NotFound):
-                return self.describe(local).size if self._db is not None else self.data_path(local).stat().st_size
+                if self._db is not None:
+                    return self.describe(local).size
+                return self.data_path(local).stat().st_size
         return pf.size
 
     def read_bytes(self, descriptor: PlatformFile | dict) -> bytes:

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from connector_ops import invoke
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
@@ -89,3 +90,19 @@ def test_an_unknown_files_backend_names_the_variable(env: dict[str, str]) -> Non
     with pytest.raises(InvalidInput) as caught:
         resources_for(["platform_files"], {**env, "CONNECTOR_OPS_FILES_BACKEND": "s3"})
     assert str(caught.value) == "CONNECTOR_OPS_FILES_BACKEND: must be one of local, database, got 's3'"
+
+
+def test_the_stored_size_counts_not_the_declared_one(hosts: Any, env: dict[str, str]) -> None:
+    """A caller's descriptor of one of our files may carry any ``size``: mail's limit, Drive's upload length
+    and the load path are decided from the stored one, as on the folder backend."""
+    a, b = hosts
+    pf = a.add_bytes(b"x" * 100, "invoice.txt").to_json()
+    wrong = {**pf, "size": 20_000_000}
+    assert b.size_of(wrong) == 100
+    with b.opener(wrong) as (_, size):
+        assert size == 100
+    mail = resources_for(["mail", "platform_files"], {**env, "CONNECTOR_OPS_FILES_BACKEND": "database",
+                                                      "CONNECTOR_OPS_MAIL_BACKEND": "outbox"})
+    message = {"from": "a@example.org", "recipients": [{"to": "b@example.org", "type": "To"}], "templateId": 1,
+               "templateVariables": "{}", "attachments": [{"platformFile": wrong}]}
+    assert invoke("mail.send_transactional_message", message, resources=mail) == {}  # not "over the limit"
