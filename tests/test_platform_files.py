@@ -209,3 +209,26 @@ def test_a_host_without_the_bytes_reads_them_from_our_file_server(tmp_path):
     assert "not stored on this host, and the file server at" in str(info.value)
     assert not list((tmp_path / "host-b").glob(pf["id"] + "*"))  # read through, never copied
     other_host.close()
+
+
+def test_a_file_deleted_while_it_is_downloaded_arrives_whole(store):
+    """The delete lands after the response's headers are sent, before its first byte: the download is served
+    from the file opened before answering (Starlette's FileResponse opened the path again: a cut body, or a
+    500 when the delete came before it looked)."""
+    data = os.urandom(300_000)
+    pf = store.add_bytes(data, "going.bin")
+
+    def delete_once_answering(app):
+        async def wrapped(scope, receive, send):
+            async def sending(message):
+                await send(message)
+                if message["type"] == "http.response.start":
+                    store.delete(pf.id)
+            await app(scope, receive, sending)
+        return wrapped
+
+    with serving(delete_once_answering(create_app(store))) as base:
+        response = httpx.get(f"{base}/files/{pf.id}")
+        assert response.status_code == 200 and response.content == data
+        assert httpx.get(f"{base}/files/{pf.id}").status_code == 404
+    assert list(Path(store.files_dir).iterdir()) == []
