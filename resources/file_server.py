@@ -22,10 +22,28 @@ from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.platform_files import CHUNK, PlatformFileStore
 
 
-def _chunks(store: PlatformFileStore, file_id: str) -> Iterator[bytes]:
-    with store.open_stored(file_id) as stream:
-        while chunk := stream.read(CHUNK):
-            yield chunk
+def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    while chunk := stream.read(CHUNK):
+        yield chunk
+
+
+class _StoredStreamResponse(StreamingResponse):
+    """A file of the database streamed a chunk at a time (bounded memory) from a stream opened before
+    answering (one snapshot: a file gone first is a 404, one deleted meanwhile still arrives whole),
+    closed however the response ends (its connection goes back to the pool)."""
+
+    def __init__(self, stream: IO[bytes], media_type: str, headers: Mapping[str, str]) -> None:
+        super().__init__(_chunks(stream), media_type=media_type, headers=headers)
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            if scope["method"] == "HEAD":
+                await Response(media_type=self.media_type, headers=self.headers)(scope, receive, send)
+            else:
+                await super().__call__(scope, receive, send)
+        finally:
+            self._stream.close()
 
 
 class _OpenFileResponse(FileResponse):
@@ -56,20 +74,17 @@ def create_app(store: PlatformFileStore) -> Starlette:
         file_id = request.path_params["file_id"]
         try:
             descriptor = store.describe(file_id)
-            handle = None if store.files_database_url else store.data_path(file_id).open("rb")
+            handle = store.open_stored(file_id)
         except (NotFound, FileNotFoundError):
             return JSONResponse({"message": "not found"}, status_code=404)
         name = descriptor.name or file_id
         media_type = descriptor.content_type or "application/octet-stream"
         headers = {"Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}"}
-        if handle is not None:
+        if store.files_database_url is None:
             return _OpenFileResponse(handle, media_type=media_type, headers=headers)
-        # in the database: streamed a chunk at a time (bounded memory), the length from the descriptor
         if descriptor.size is not None:
             headers["Content-Length"] = str(descriptor.size)
-        if request.method == "HEAD":
-            return Response(media_type=media_type, headers=headers)
-        return StreamingResponse(_chunks(store, file_id), media_type=media_type, headers=headers)
+        return _StoredStreamResponse(handle, media_type=media_type, headers=headers)
 
     async def health(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -54,10 +54,11 @@ class _ChunkWriter:
 
 
 class _ChunkReader(io.RawIOBase):
-    """The bytes of one file, a chunk row at a time (one short query per chunk)."""
+    """The bytes of one file, a chunk row at a time (one short query per chunk), on ``conn``: its transaction
+    is one snapshot, so a file deleted meanwhile is still read whole. Closing it ends the transaction."""
 
-    def __init__(self, engine: sa.Engine, file_id: str, size: int | None) -> None:
-        self._engine, self._file_id, self._size = engine, file_id, size
+    def __init__(self, conn: sa.Connection, file_id: str, size: int | None) -> None:
+        self._conn, self._file_id, self._size = conn, file_id, size
         self._seq = 0
         self._read = 0
         self._buffer = b""
@@ -69,12 +70,12 @@ class _ChunkReader(io.RawIOBase):
     def readinto(self, target: Any) -> int:
         while not self._buffer and not self._done:
             c = platform_file_chunk.c
-            with self._engine.connect() as conn:
-                data = conn.execute(sa.select(c.data).where(c.file_id == self._file_id, c.seq == self._seq)).scalar()
+            data = self._conn.execute(
+                sa.select(c.data).where(c.file_id == self._file_id, c.seq == self._seq)).scalar()
             if data is None:
                 self._done = True
-                if self._size is not None and self._read != self._size:  # deleted while being read
-                    raise NotFound(f"platform file {self._file_id!r} not found (removed while it was read)")
+                if self._size is not None and self._read != self._size:  # the snapshot should make this impossible
+                    raise NotFound(f"platform file {self._file_id!r} not found (its bytes are incomplete)")
             else:
                 self._buffer = bytes(data)
                 self._read += len(self._buffer)
@@ -83,6 +84,18 @@ class _ChunkReader(io.RawIOBase):
         target[:n] = self._buffer[:n]
         self._buffer = self._buffer[n:]
         return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._conn.close()
+        super().close()
+
+
+def _descriptor(conn: sa.Connection, file_id: str) -> dict[str, Any]:
+    stored = conn.execute(sa.select(platform_file.c.descriptor).where(platform_file.c.id == file_id)).scalar()
+    if stored is None:
+        raise NotFound(f"platform file {file_id!r} not found")
+    return json.loads(stored)
 
 
 class DatabaseFiles:
@@ -103,14 +116,23 @@ class DatabaseFiles:
 
     def describe(self, file_id: str) -> dict[str, Any]:
         with self.engine.connect() as conn:
-            stored = conn.execute(sa.select(platform_file.c.descriptor).where(platform_file.c.id == file_id)).scalar()
-        if stored is None:
-            raise NotFound(f"platform file {file_id!r} not found")
-        return json.loads(stored)
+            return _descriptor(conn, file_id)
 
     def open(self, file_id: str) -> IO[bytes]:
-        size = self.describe(file_id).get("size")  # NotFound before any byte
-        return io.BufferedReader(_ChunkReader(self.engine, file_id, size), CHUNK)
+        """The file's bytes, its descriptor and every chunk read in one snapshot (PostgreSQL's ``REPEATABLE
+        READ``, SQLite's read transaction): a file already deleted is ``NotFound`` before any byte, and a
+        delete or ``gc`` committed while it is read does not cut it. The stream holds one connection of the
+        pool until it is closed."""
+        conn = self.engine.connect()
+        try:
+            if conn.dialect.name == "postgresql":
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            conn.begin()
+            size = _descriptor(conn, file_id).get("size")
+        except BaseException:
+            conn.close()
+            raise
+        return io.BufferedReader(_ChunkReader(conn, file_id, size), CHUNK)
 
     def inventory(self) -> list[tuple[str, datetime]]:
         c = platform_file.c

@@ -17,7 +17,7 @@ from connector_ops import ConnectorError, invoke
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
 from connector_ops.resources.platform_files import PlatformFileStore, guess_content_type
-from tests.servers import another_file_server, free_port, serving
+from tests.servers import acting_once_answering, another_file_server, free_port, serving
 from tests.test_etl_push_pull import push as files_push
 from tests.test_etl_push_pull import rows
 
@@ -218,16 +218,7 @@ def test_a_file_deleted_while_it_is_downloaded_arrives_whole(store):
     data = os.urandom(300_000)
     pf = store.add_bytes(data, "going.bin")
 
-    def delete_once_answering(app):
-        async def wrapped(scope, receive, send):
-            async def sending(message):
-                await send(message)
-                if message["type"] == "http.response.start":
-                    store.delete(pf.id)
-            await app(scope, receive, sending)
-        return wrapped
-
-    with serving(delete_once_answering(create_app(store))) as base:
+    with serving(acting_once_answering(create_app(store), lambda: store.delete(pf.id))) as base:
         response = httpx.get(f"{base}/files/{pf.id}")
         assert response.status_code == 200 and response.content == data
         assert httpx.get(f"{base}/files/{pf.id}").status_code == 404

@@ -16,7 +16,7 @@ from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
 from connector_ops.resources.platform_files import PlatformFileStore
-from tests.servers import free_port, serving
+from tests.servers import acting_once_answering, free_port, serving
 
 
 @pytest.fixture
@@ -106,3 +106,16 @@ def test_the_stored_size_counts_not_the_declared_one(hosts: Any, env: dict[str, 
     message = {"from": "a@example.org", "recipients": [{"to": "b@example.org", "type": "To"}], "templateId": 1,
                "templateVariables": "{}", "attachments": [{"platformFile": wrong}]}
     assert invoke("mail.send_transactional_message", message, resources=mail) == {}  # not "over the limit"
+
+
+def test_a_download_is_one_snapshot_a_delete_cannot_cut(hosts: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The delete commits after the headers are sent, before the first chunk is read: the download still
+    arrives whole (it was "200", its Content-Length, and no byte, with a traceback in the server's log)."""
+    a, b = hosts
+    data = os.urandom(2 * 1024 * 1024 + 7)
+    pf = a.add_bytes(data, "going.bin")
+    with serving(acting_once_answering(create_app(a), lambda: b.delete(pf.id))) as base:
+        response = httpx.get(f"{base}/files/{pf.id}")
+        assert response.status_code == 200 and response.content == data
+        assert httpx.get(f"{base}/files/{pf.id}").status_code == 404
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

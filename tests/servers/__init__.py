@@ -55,3 +55,15 @@ def another_file_server(folder: Path, monkeypatch: pytest.MonkeyPatch,
     with serving(wrap(create_app(PlatformFileStore(files_dir=str(folder))))) as base:
         monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", base.removeprefix("http://"))
         yield PlatformFileStore(files_dir=str(folder), file_server_url=base)
+
+
+def acting_once_answering(app: Any, act: Callable[[], None]) -> Any:
+    """``app`` calling ``act`` (a delete, say) right after it has sent a response's headers, before its body:
+    a race with a download made certain."""
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            await send(message)
+            if message["type"] == "http.response.start":
+                act()
+        await app(scope, receive, sending)
+    return wrapped
