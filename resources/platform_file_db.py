@@ -112,7 +112,11 @@ class DatabaseFiles:
             writer = _ChunkWriter(conn, file_id)
             yield writer, descriptor
             writer.finish()
-            conn.execute(sa.insert(platform_file).values(id=file_id, descriptor=json.dumps(descriptor[0])))
+            # dated when the write ends, as lastModified (PostgreSQL's now() is the transaction's start: a
+            # file written for longer than gc's --older-than would be removed as soon as it is made)
+            written = sa.func.clock_timestamp() if conn.dialect.name == "postgresql" else sa.func.now()
+            conn.execute(sa.insert(platform_file).values(id=file_id, descriptor=json.dumps(descriptor[0]),
+                                                         created_at=written))
 
     def describe(self, file_id: str) -> dict[str, Any]:
         with self.engine.connect() as conn:

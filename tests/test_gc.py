@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -99,6 +100,22 @@ def test_durations_are_read_with_their_unit():
     assert parse_duration(" 2w ") == timedelta(weeks=2)
     with pytest.raises(InvalidInput, match=r"--older-than: '7 days' is not a duration"):
         parse_duration("7 days")
+
+
+def test_a_file_written_for_long_is_dated_when_its_write_ends(env, tmp_path):
+    """gc dates a platform file by when its write ended, as its lastModified, on every backend: PostgreSQL's
+    now() (the write's transaction start) removed a file written for longer than --older-than right away."""
+    for backend in ("local", "database"):
+        res = resources_for(["platform_files", "virtual_files"], {
+            **env, "CONNECTOR_OPS_FILES_BACKEND": backend, "CONNECTOR_OPS_HOME": str(tmp_path / backend)})
+        store = res["platform_files"]
+        with store.create("slow.csv") as sink:
+            sink.write(b"a\n" * (1 << 20))  # the first chunk sent: the transaction is under way
+            time.sleep(1.5)
+            sink.write(b"1\n")
+        result = collect(res["virtual_files"], store, None, older_than=timedelta(seconds=1))
+        assert result.platform_files == [], backend
+        assert [file_id for file_id, _ in store.inventory()] == [sink.descriptor.id]
 
 
 def test_only_what_nothing_refers_to_is_removed(resources, files):
