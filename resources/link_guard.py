@@ -14,11 +14,12 @@ followed by :class:`LinkGuard`'s caller one hop at a time, each hop checked the 
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from connector_ops.kernel.errors import InvalidInput, link_shown
 
@@ -36,6 +37,11 @@ def system_resolver(host: str, port: int) -> list[str]:
     except (socket.gaierror, UnicodeError) as exc:
         raise LookupError(str(exc)) from None
     return list(dict.fromkeys(str(info[4][0]).split("%", 1)[0] for info in infos))
+
+
+def basic_auth(username: str, password: str) -> str:
+    """The ``Authorization`` value for a link's ``user:password`` (RFC 7617, UTF-8), as httpx sends it."""
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
 
 
 def kind_of(address: IPAddress) -> str | None:
@@ -89,10 +95,10 @@ class AllowList:
 class Hop:
     """One checked request: connect to ``url`` (the address in place of the name) with ``headers``."""
 
-    original: str  # the link as given (for messages and resolving relative redirects)
+    original: str = field(repr=False)  # the link as given (for resolving relative redirects; may hold a password)
     url: str
     host: str
-    headers: dict[str, str]
+    headers: dict[str, str] = field(repr=False)  # may hold Authorization
     extensions: dict[str, str] = field(default_factory=dict)
 
 
@@ -139,5 +145,7 @@ class LinkGuard:
         if parts.port is not None:
             netloc += f":{parts.port}"
         headers = {"Host": parts.netloc.rpartition("@")[2]}
+        if parts.username is not None:  # the URL rebuilt on the address has no userinfo: send it as httpx would
+            headers["Authorization"] = basic_auth(unquote(parts.username), unquote(parts.password or ""))
         extensions = {"sni_hostname": host} if parts.scheme == "https" and literal is None else {}
         return Hop(url, urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")), host, headers, extensions)

@@ -25,12 +25,14 @@ class Server:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.requests: list[tuple[str, str | None]] = []
+        self.authorizations: list[str | None] = []
         self.routes: dict[str, tuple[int, dict[str, str], bytes]] = {"/data.csv": (200, {}, CSV)}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 outer.requests.append((self.path, self.headers.get("Host")))
+                outer.authorizations.append(self.headers.get("Authorization"))
                 status, headers, body = outer.routes.get(self.path, (404, {}, b"no"))
                 self.send_response(status)
                 for name, value in headers.items():
@@ -219,6 +221,30 @@ def test_dns_rebinding_connects_to_the_checked_address(env, servers, monkeypatch
     assert rows(res, vf) == [{"a": "1", "b": "2"}]
     assert internal.requests == [] and len(good.requests) == 1
     assert dns.lookups == ["rebind.test"]
+
+
+def test_a_links_userinfo_is_sent_as_basic_auth_and_never_shown(env, servers, monkeypatch, caplog):
+    """The connection goes to the checked address, a URL rebuilt without the link's ``user:password``: they
+    travel as Basic auth (as httpx sends them), and no message, log line or repr shows the password."""
+    import base64
+    import logging
+
+    from connector_ops.resources.link_guard import AllowList, LinkGuard
+
+    caplog.set_level(logging.DEBUG)
+    remote = serve(servers)
+    remote.routes["/private.csv"] = (401, {}, b"who are you")
+    res = with_env(env, monkeypatch, allowed=f"127.0.0.1:{remote.port}")
+    link = remote.url().replace("http://", "http://r%C3%A9my:s3cr%40t@")
+    assert rows(res, push(res, link)["virtualFileId"]) == [{"a": "1", "b": "2"}]
+    credentials = base64.b64encode("rémy:s3cr@t".encode()).decode()
+    assert remote.authorizations == [f"Basic {credentials}"]
+    with pytest.raises(ConnectorError) as info:
+        push(res, link.replace("/data.csv", "/private.csv"))
+    hop = LinkGuard(AllowList.parse(f"127.0.0.1:{remote.port}")).hop(link, "platformFile.link")
+    for shown in (str(info.value.body), caplog.text, repr(hop)):
+        assert "s3cr" not in shown and credentials not in shown
+    assert "401" in info.value.body["message"]
 
 
 def test_a_bad_allow_list_is_a_configuration_error(env, monkeypatch):
