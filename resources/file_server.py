@@ -32,14 +32,14 @@ class _StoredStreamResponse(StreamingResponse):
     answering (one snapshot: a file gone first is a 404, one deleted meanwhile still arrives whole),
     closed however the response ends (its connection goes back to the pool)."""
 
-    def __init__(self, stream: IO[bytes], media_type: str, headers: Mapping[str, str]) -> None:
-        super().__init__(_chunks(stream), media_type=media_type, headers=headers)
+    def __init__(self, stream: IO[bytes], headers: Mapping[str, str]) -> None:
+        super().__init__(_chunks(stream), headers=headers)
         self._stream = stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             if scope["method"] == "HEAD":
-                await Response(media_type=self.media_type, headers=self.headers)(scope, receive, send)
+                await Response(headers=self.headers)(scope, receive, send)
             else:
                 await super().__call__(scope, receive, send)
         finally:
@@ -52,8 +52,8 @@ class _OpenFileResponse(FileResponse):
     its headers; an open file stays readable whole however it is removed (POSIX), so here every byte comes
     from the handle and never from the path again."""
 
-    def __init__(self, handle: IO[bytes], media_type: str, headers: Mapping[str, str]) -> None:
-        super().__init__(handle.name, media_type=media_type, headers=headers, stat_result=os.fstat(handle.fileno()))
+    def __init__(self, handle: IO[bytes], headers: Mapping[str, str]) -> None:
+        super().__init__(handle.name, headers=headers, stat_result=os.fstat(handle.fileno()))
         self._handle = handle
 
     @contextlib.asynccontextmanager
@@ -78,13 +78,15 @@ def create_app(store: PlatformFileStore) -> Starlette:
         except (NotFound, FileNotFoundError):
             return JSONResponse({"message": "not found"}, status_code=404)
         name = descriptor.name or file_id
-        media_type = descriptor.content_type or "application/octet-stream"
-        headers = {"Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}"}
+        headers = {"Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}",
+                   # as a header, not Starlette's media_type, which adds "; charset=utf-8" to every text/* type
+                   # whatever the bytes are (a Latin-1 Pull says so in its contentType)
+                   "Content-Type": descriptor.content_type or "application/octet-stream"}
         if store.files_database_url is None:
-            return _OpenFileResponse(handle, media_type=media_type, headers=headers)
+            return _OpenFileResponse(handle, headers=headers)
         if descriptor.size is not None:
             headers["Content-Length"] = str(descriptor.size)
-        return _StoredStreamResponse(handle, media_type=media_type, headers=headers)
+        return _StoredStreamResponse(handle, headers=headers)
 
     async def health(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -65,7 +65,7 @@ def test_file_server_serves_bytes_type_and_length(store):
         response = httpx.get(f"{base}/files/{pf.id}")
         assert response.status_code == 200
         assert response.content == "a,b\n1,ʤ\n".encode()
-        assert response.headers["content-type"].startswith("text/csv")
+        assert response.headers["content-type"] == "text/csv"  # as stored: no charset of Starlette's added
         assert response.headers["content-length"] == str(pf.size)
         assert "filename*=UTF-8''r%C3%A9sum%C3%A9.csv" in response.headers["content-disposition"]
         assert httpx.get(f"{base}/files/{'0' * 32}").status_code == 404
@@ -223,3 +223,18 @@ def test_a_file_deleted_while_it_is_downloaded_arrives_whole(store):
         assert response.status_code == 200 and response.content == data
         assert httpx.get(f"{base}/files/{pf.id}").status_code == 404
     assert list(Path(store.files_dir).iterdir()) == []
+
+
+@pytest.mark.parametrize("encoding,content_type", [("latin-1", "text/csv; charset=iso8859-1"),
+                                                   ("utf-8", "text/csv")])
+def test_a_pull_in_another_encoding_says_so_and_is_served_as_stored(files, env, encoding, content_type):
+    """A Pull in Latin-1 records its charset in contentType; the file server sends exactly that (it said
+    "text/csv; charset=utf-8" for every text file, whatever its bytes)."""
+    vf = files_push(files, "name\ncafé\n".encode())
+    out = invoke("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "out.csv",
+                              "parameters": {"encoding": encoding}})["platformFile"]
+    assert out["contentType"] == content_type
+    with serving(create_app(files)) as base:
+        response = httpx.get(f"{base}/files/{out['id']}")
+    assert response.headers["content-type"] == content_type
+    assert response.content == "name\r\ncafé\r\n".encode(encoding) and response.text == "name\r\ncafé\r\n"

@@ -107,13 +107,15 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
             packing: Packing | None) -> PlatformFileOutput:
     params = inp.parameters
     chunks: Iterator[bytes]
+    # the file server sends contentType as it is: text in another encoding than UTF-8 says which
+    charset = "" if params.encoding in ("utf-8", "utf-8-sig") else f"; charset={params.encoding}"
     if inp.export_type == "csv":
         chunks = csv_chunks(names, pages, delimiter=params.csv_delimiter, header=params.add_first_row_as_schema,
                             encoding=params.encoding)
-        content_type = "text/csv"
+        content_type = "text/csv" + charset
     else:
         chunks = json_chunks(names, pages, encoding=params.encoding)
-        content_type = "application/json"
+        content_type = "application/json" + charset
     if packing is not None:
         from connector_ops.etl.compressed import compressing
 
