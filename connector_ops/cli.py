@@ -208,20 +208,26 @@ def files_add(path: str, name: str | None, content_type: str | None) -> None:
 
 @files.command("serve")
 @click.option("--host", help="default: the host of CONNECTOR_OPS_FILE_SERVER_URL")
-@click.option("--port", type=int, help="default: the port of CONNECTOR_OPS_FILE_SERVER_URL")
+@click.option("--port", type=click.IntRange(1, 65535), help="default: the port of CONNECTOR_OPS_FILE_SERVER_URL")
 def files_serve(host: str | None, port: int | None) -> None:
     """Serve GET /files/<id> (the links of platform files)."""
+    import os
     from urllib.parse import urlsplit
 
-    from connector_ops.resources.file_server import serve
+    from connector_ops.resources.file_server import listening_socket, serve
 
     with _platform_files() as store:
         url = urlsplit(store.file_server_url)
         host = host or url.hostname or "127.0.0.1"
         port = port or url.port or (443 if url.scheme == "https" else 80)
         where = "the files in the database" if store.files_database_url else store.files_dir
+        try:
+            sock = listening_socket(host, port)
+        except OSError as exc:  # in use, or not an address of this host: one line, not uvicorn's exit 3
+            why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
+            raise click.ClickException(f"cannot listen on {host}:{port}: {why}") from None
         click.echo(f"serving {where} at http://{host}:{port}/files/<id>", err=True)
-        serve(store, host, port)
+        serve(store, sock)
 
 
 def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:

@@ -132,14 +132,26 @@ class Recipe:
 
 
 def _platform_files(env: Env) -> Recipe:
-    from connector_ops.resources.platform_files import DEFAULT_FILE_SERVER_URL, PlatformFileStore
+    from connector_ops.resources.link_guard import ALLOWED_HOSTS_ENV, AllowList
+    from connector_ops.resources.platform_files import (
+        DEFAULT_FILE_SERVER_URL,
+        PlatformFileStore,
+        file_server_url_problem,
+    )
 
     backend = env.choice("CONNECTOR_OPS_FILES_BACKEND", "local", ("local", "database"))
     database = dict(_virtual_files(env).settings)["database_url"] if backend == "database" else None
+    url = env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL)
+    problem = file_server_url_problem(url)
+    if problem:  # checked here, where the variable's name is known
+        raise InvalidInput("CONNECTOR_OPS_FILE_SERVER_URL", problem)
+    allowed = env.get(ALLOWED_HOSTS_ENV, "")
+    try:
+        AllowList.parse(allowed)
+    except ValueError as exc:
+        raise InvalidInput(ALLOWED_HOSTS_ENV, str(exc)) from None
     return Recipe.of(PlatformFileStore, files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
-                     file_server_url=env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL),
-                     allowed_private_hosts=env.get("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", ""),
-                     files_database_url=database)
+                     file_server_url=url, allowed_private_hosts=allowed, files_database_url=database)
 
 
 def _virtual_files(env: Env) -> Recipe:

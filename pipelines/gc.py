@@ -50,7 +50,12 @@ def parse_duration(text: str) -> timedelta:
     if match is None:
         raise InvalidInput("--older-than", f"{text!r} is not a duration; write a number and a unit s, m, h, d or "
                                            "w (e.g. 7d, 12h, 0s)")
-    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        duration = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+        datetime.now(UTC) - duration  # the cutoff must be a date
+    except OverflowError:
+        raise InvalidInput("--older-than", f"{text!r} is too long: the cutoff would be before the year 1") from None
+    return duration
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import IO
 from urllib.parse import quote
@@ -97,7 +98,17 @@ def create_app(store: PlatformFileStore) -> Starlette:
     ])
 
 
-def serve(store: PlatformFileStore, host: str, port: int) -> None:
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (``OSError`` if it cannot be: in use, no such address). Bound here,
+    not by uvicorn, which logs a traceback-less error and exits 3, the CLI's code for "not found"."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
+
+
+def serve(store: PlatformFileStore, sock: socket.socket) -> None:
+    """Serve the store's files on ``sock`` (:func:`listening_socket`) until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(store), host=host, port=port, log_level="info")
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(create_app(store), host=host, port=port, log_level="info"))
+    server.run(sockets=[sock])

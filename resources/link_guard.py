@@ -80,7 +80,7 @@ class AllowList:
             if sep and port.isdigit() and host and (host.count(":") == 0 or host.startswith("[")):
                 host_ports.add((host.strip("[]"), int(port)))
             elif ":" in entry and not entry.startswith("["):
-                raise ValueError(f"{ALLOWED_HOSTS_ENV}: cannot read {raw.strip()!r} (host, host:port or CIDR)")
+                raise ValueError(f"cannot read {raw.strip()!r} (host, host:port or CIDR)")
             else:
                 hosts.add(entry.strip("[]"))
         return cls(frozenset(hosts), frozenset(host_ports), tuple(networks))

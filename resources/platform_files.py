@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 from pydantic import PrivateAttr, field_validator
@@ -36,6 +36,9 @@ from connector_ops.resources.http_client import Client
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+#: ``type/subtype`` and optional ``; name=value`` parameters (RFC 9110, 8.3.1)
+_MEDIA_TYPE = re.compile(rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[^"\\\x00-\x1f\x7f]*"))*')
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
 
@@ -62,6 +65,24 @@ def guess_content_type(name: str) -> str:
             return content_type
     guessed, _ = mimetypes.guess_type(name, strict=False)
     return guessed or "application/octet-stream"
+
+
+def file_server_url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as the file server's base (``None``: nothing): links are ``{url}/files/<id>``
+    and ``files serve`` listens on its host and port, so it must be an http(s) URL with a host and a port
+    that exists, and nothing after its path."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # "Port out of range 0-65535", an unclosed "["
+        return f"is not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an http(s) URL with a host (http://files.example.org:8765), got {link_shown(url)!r}"
+    if port == 0:
+        return "must have a port from 1 to 65535"
+    if parts.query or parts.fragment:
+        return "must not have a query or a fragment (links are {url}/files/<id>)"
+    return None
 
 
 def clean_name(name: str, field: str = "name") -> str:
@@ -111,6 +132,14 @@ class PlatformFileStore(Resource):
     _swept: bool = PrivateAttr(default=False)
     _resolver: Resolver | None = PrivateAttr(default=None)  # None: the system's (getaddrinfo)
     _database: Any = PrivateAttr(default=None)  # the DatabaseFiles of files_database_url
+
+    @field_validator("file_server_url")
+    @classmethod
+    def _usable_url(cls, value: str) -> str:
+        problem = file_server_url_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("allowed_private_hosts")
     @classmethod
@@ -208,9 +237,12 @@ class PlatformFileStore(Resource):
                  content_type: str | None = None) -> PlatformFile:
         """Copy a local file into the store (``connector-ops files add``)."""
         source = Path(path)
+        if content_type is not None and not _MEDIA_TYPE.fullmatch(content_type):
+            raise InvalidInput("contentType", f"must be a media type, type/subtype (text/csv), got {content_type!r}")
+        name = clean_name(source.name if name is None else name)  # an empty --name is refused, not replaced
         if not source.is_file():
             raise InvalidInput("path", f"{source} is not a readable file")
-        with source.open("rb") as src, self.create(name or source.name, content_type) as sink:
+        with source.open("rb") as src, self.create(name, content_type) as sink:
             shutil.copyfileobj(src, sink, CHUNK)
         assert sink.descriptor is not None
         return sink.descriptor

@@ -100,6 +100,9 @@ def test_durations_are_read_with_their_unit():
     assert parse_duration(" 2w ") == timedelta(weeks=2)
     with pytest.raises(InvalidInput, match=r"--older-than: '7 days' is not a duration"):
         parse_duration("7 days")
+    for too_long in ("999999w", "99999999999d"):  # an OverflowError (a 500) when the cutoff was computed
+        with pytest.raises(InvalidInput, match=rf"--older-than: '{too_long}' is too long"):
+            parse_duration(too_long)
 
 
 def test_a_file_written_for_long_is_dated_when_its_write_ends(env, tmp_path):

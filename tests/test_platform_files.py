@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -238,3 +239,54 @@ def test_a_pull_in_another_encoding_says_so_and_is_served_as_stored(files, env, 
         response = httpx.get(f"{base}/files/{out['id']}")
     assert response.headers["content-type"] == content_type
     assert response.content == "name\r\ncafé\r\n".encode(encoding) and response.text == "name\r\ncafé\r\n"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_cli_refuses_bad_options_naming_them(env, tmp_path, capsys, monkeypatch):
+    """Each was taken: --port 99999 listened on 34463 (and said 99999), --port 0 on 8765, an empty --name
+    became the path's name, any --content-type was stored; a port in use exited 3, the code of "not found"."""
+    from connector_ops.cli import main
+
+    source = tmp_path / "x.csv"
+    source.write_text("a,b\n1,2\n")
+    for port in ("99999", "0"):
+        assert main(["files", "serve", "--port", port]) == 2
+        assert "'--port'" in capsys.readouterr().err
+    for option, value, field in (("--name", "", "name"), ("--name", " ", "name"),
+                                 ("--content-type", "not a type", "contentType"),
+                                 ("--content-type", "text/", "contentType")):
+        assert main(["files", "add", str(source), option, value]) == 2
+        assert capsys.readouterr().err.startswith(f"connector-ops: files add failed (400): {field}: ")
+    assert main(["files", "add", str(source), "--content-type", "text/csv; charset=iso8859-1"]) == 0
+    assert json.loads(capsys.readouterr().out)["contentType"] == "text/csv; charset=iso8859-1"
+    monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", "a:b:c")  # a 500 "invalid PlatformFileStore"
+    assert main(["files", "add", str(source)]) == 2
+    assert "(400): CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS: cannot read 'a:b:c'" in capsys.readouterr().err
+    monkeypatch.delenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["files", "serve", "--port", str(port)]) == 1
+        err = capsys.readouterr().err
+        assert err == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("url,problem", [
+    ("not a url", "must be an http(s) URL with a host"),
+    ("http://127.0.0.1:99999", "is not a URL (Port out of range"),
+    ("http://127.0.0.1:0", "must have a port from 1 to 65535"),
+    ("http://127.0.0.1:8765/base?x=1", "must not have a query"),
+])
+def test_a_bad_file_server_url_names_the_variable(env, monkeypatch, url, problem, capsys):
+    """It made links ``not a url/files/<id>``, or a 500 "Port out of range" at the first read: it is checked
+    where resources are built, a configuration error naming the variable (an action's 500, the CLI's 400)."""
+    from connector_ops.cli import main
+
+    monkeypatch.setenv("CONNECTOR_OPS_FILE_SERVER_URL", url)
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": {"name": "x.csv", "link": "http://127.0.0.2/x.csv"}})
+    assert info.value.body["message"].startswith(f"configuration error: CONNECTOR_OPS_FILE_SERVER_URL: {problem}")
+    assert main(["files", "serve"]) == 2
+    assert f"(400): CONNECTOR_OPS_FILE_SERVER_URL: {problem}" in capsys.readouterr().err
