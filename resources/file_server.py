@@ -9,6 +9,7 @@ import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator, Iterator, Mapping
+from email.utils import parsedate_to_datetime
 from typing import IO
 from urllib.parse import quote
 
@@ -70,6 +71,27 @@ class _OpenFileResponse(FileResponse):
             self._handle.close()
 
 
+def content_disposition(name: str) -> str:
+    """``inline`` with the name twice (RFC 6266): ``filename*`` in UTF-8 for clients that read it, and a plain
+    ASCII ``filename`` (other characters as ``_``) for those that do not."""
+    fallback = "".join(c if " " <= c < "\x7f" and c not in '"\\' else "_" for c in name)
+    return f"inline; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+def _not_modified(request: Request, response: Response) -> bool:
+    """Whether the client's copy is current (RFC 9110, 13.1.2 and 13.1.4): ``If-None-Match`` naming the
+    ``ETag`` (weakly compared), else ``If-Modified-Since`` not before ``Last-Modified``."""
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match is not None:
+        tags = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+        return "*" in tags or response.headers["etag"] in tags
+    try:
+        since = parsedate_to_datetime(request.headers.get("if-modified-since", ""))
+        return since >= parsedate_to_datetime(response.headers["last-modified"])
+    except (TypeError, ValueError):  # absent or not a date: ignored, as the RFC says
+        return False
+
+
 def create_app(store: PlatformFileStore) -> Starlette:
     def get_file(request: Request) -> Response:  # blocking lookups: Starlette runs it in a worker thread
         file_id = request.path_params["file_id"]
@@ -79,12 +101,16 @@ def create_app(store: PlatformFileStore) -> Starlette:
         except (NotFound, FileNotFoundError):
             return JSONResponse({"message": "not found"}, status_code=404)
         name = descriptor.name or file_id
-        headers = {"Content-Disposition": f"inline; filename*=UTF-8''{quote(name, safe='')}",
+        headers = {"Content-Disposition": content_disposition(name), "X-Content-Type-Options": "nosniff",
                    # as a header, not Starlette's media_type, which adds "; charset=utf-8" to every text/* type
                    # whatever the bytes are (a Latin-1 Pull says so in its contentType)
                    "Content-Type": descriptor.content_type or "application/octet-stream"}
         if store.files_database_url is None:
-            return _OpenFileResponse(handle, headers=headers)
+            response = _OpenFileResponse(handle, headers=headers)
+            if _not_modified(request, response):
+                handle.close()
+                return Response(status_code=304, headers={k: response.headers[k] for k in ("etag", "last-modified")})
+            return response
         if descriptor.size is not None:
             headers["Content-Length"] = str(descriptor.size)
         return _StoredStreamResponse(handle, headers=headers)

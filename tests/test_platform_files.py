@@ -68,7 +68,15 @@ def test_file_server_serves_bytes_type_and_length(store):
         assert response.content == "a,b\n1,ʤ\n".encode()
         assert response.headers["content-type"] == "text/csv"  # as stored: no charset of Starlette's added
         assert response.headers["content-length"] == str(pf.size)
-        assert "filename*=UTF-8''r%C3%A9sum%C3%A9.csv" in response.headers["content-disposition"]
+        assert response.headers["content-disposition"] == (
+            "inline; filename=\"r_sum_.csv\"; filename*=UTF-8''r%C3%A9sum%C3%A9.csv")  # an ASCII fallback first
+        assert response.headers["x-content-type-options"] == "nosniff"
+        etag = response.headers["etag"]
+        for asked in ({"If-None-Match": etag}, {"If-None-Match": f'"x", W/{etag}'},
+                      {"If-Modified-Since": response.headers["last-modified"]}):
+            again = httpx.get(f"{base}/files/{pf.id}", headers=asked)
+            assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+        assert httpx.get(f"{base}/files/{pf.id}", headers={"If-None-Match": '"other"'}).content == response.content
         assert httpx.get(f"{base}/files/{'0' * 32}").status_code == 404
         assert httpx.get(f"{base}/files/..%2F..%2Fetc%2Fpasswd").status_code == 404
         assert httpx.get(f"{base}/files/../../etc/passwd").status_code == 404
