@@ -27,6 +27,7 @@ from connector_ops.ops.asset_files import asset_file_name
 from connector_ops.ops.assets import asset_field
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Pipeline, Step
+from connector_ops.pipelines.dsl.names import is_owner
 from connector_ops.pipelines.dsl.sections import Report
 from connector_ops.registry import ActionSpec
 
@@ -64,6 +65,11 @@ def parse_asset(item: Mapping[str, Any], path: tuple[str | int, ...], spec: Acti
     if owners is None:
         report((*path, "owners"), "`owners` must be a list of e-mail addresses or team:NAME")
         ok = False
+    for i, owner in enumerate(owners or []):
+        if not is_owner(owner):
+            report((*path, "owners", i), f"owner {owner!r} is neither an e-mail address nor team:NAME "
+                                         f"(e.g. team:{owner.strip()})")
+            ok = False
     if kinds is None:
         report((*path, "kinds"), "`kinds` must be a list of names (e.g. csv, sqlite)")
         ok = False

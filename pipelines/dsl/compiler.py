@@ -31,7 +31,7 @@ from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import asset_specs
 from connector_ops.pipelines.dsl.checks import asset_checks, check_op
-from connector_ops.pipelines.dsl.model import Pipeline, Step
+from connector_ops.pipelines.dsl.model import Pipeline, PipelineError, Problem, Step
 from connector_ops.pipelines.dsl.retries import retry_policy
 from connector_ops.pipelines.dsl.step_ops import (
     BATCH_INPUT,
@@ -225,7 +225,20 @@ class _Builder:
 
 
 def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
-    """The job (default run config = the steps' literal inputs), its schedule and its sensor."""
+    """The job (default run config = the steps' literal inputs), its schedule and its sensor.
+
+    What Dagster refuses when the definitions are built (the validator checks what it knows of) is a
+    :class:`PipelineError` of the file too, never a bare Dagster exception: a caller reports it like any
+    other problem and the other pipelines still load.
+    """
+    try:
+        return _compile(pipeline)
+    except dg.DagsterError as exc:
+        message = f"Dagster refuses the pipeline: {type(exc).__name__}: {exc}"
+        raise PipelineError([Problem(pipeline.file, 1, message)]) from None
+
+
+def _compile(pipeline: Pipeline) -> CompiledPipeline:
     builder = _Builder(pipeline)
     graph = builder.build()
     tags = {"pipeline": pipeline.name, **pipeline.tags}

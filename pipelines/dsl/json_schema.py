@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from connector_ops.pipelines.dsl.names import NAME, OWNER, RESERVED_NAMES
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, WHEN
 from connector_ops.pipelines.dsl.retries import BACKOFFS, MAX_RETRIES
 from connector_ops.registry import ACTIONS, load_all
@@ -21,7 +22,8 @@ from connector_ops.registry import ACTIONS, load_all
 SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
 #: a string holding a reference stands for any value
 REFERENCE = {"type": "string", "pattern": r"\$\{", "description": "a ${…} reference, resolved when the step runs"}
-_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+#: a job or op name Dagster accepts
+_DAGSTER_NAME = {"type": "string", "pattern": NAME, "not": {"enum": sorted(RESERVED_NAMES)}}
 
 
 def pipeline_schema() -> dict[str, Any]:
@@ -42,7 +44,7 @@ def pipeline_schema() -> dict[str, Any]:
         "required": ["id", "action"],
         "additionalProperties": False,
         "properties": {
-            "id": {"type": "string", "pattern": _NAME, "description": "the step's name (its op's name)"},
+            "id": {**_DAGSTER_NAME, "description": "the step's name (its op's name)"},
             "action": {"enum": sorted(ACTIONS), "description": "the action this step runs"},
             "input": {"type": "object", "description": "the action's input, exactly as the spec shows it"},
             "after": {"type": "array", "items": {"type": "string"}, "description": "steps to run first"},
@@ -53,8 +55,9 @@ def pipeline_schema() -> dict[str, Any]:
             "retry": {"$ref": "#/$defs/retry"},
             "asset": {"type": "string", "pattern": r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$",
                       "description": "the asset key this step's virtual file or platform file materialises"},
-            "group": {"type": "string", "pattern": _NAME},
-            "owners": {"type": "array", "items": {"type": "string"}},
+            "group": {"type": "string", "pattern": NAME},
+            "owners": {"type": "array", "items": {"type": "string", "pattern": OWNER},
+                       "description": "e-mail addresses or team:NAME"},
             "kinds": {"type": "array", "items": {"type": "string"}},
             "check": {"$ref": "#/$defs/check"},
         },
@@ -86,7 +89,7 @@ def pipeline_schema() -> dict[str, Any]:
         "required": ["name", "steps"],
         "additionalProperties": False,
         "properties": {
-            "name": {"type": "string", "pattern": _NAME, "description": "the job's name"},
+            "name": {**_DAGSTER_NAME, "description": "the job's name"},
             "description": {"type": "string"},
             "schedule": {"type": "string", "description": "a cron string"},
             "timezone": {"type": "string", "description": "an IANA time zone, e.g. Europe/Paris"},

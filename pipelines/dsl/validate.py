@@ -26,6 +26,7 @@ from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
+from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
 from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
@@ -36,7 +37,7 @@ STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry"
 FOREACH_KEYS = ("virtualFileId", "maxBatchSize")
 TRIGGER_KEYS = ("folderId", "minimumIntervalSeconds")
 DEFAULT_BATCH_SIZE = 1000
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(NAME)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -92,6 +93,9 @@ class _Checker:
             suggestion = _suggested_name(name) if isinstance(name, str) else None
             hint = f"; e.g. {suggestion!r}" if suggestion else ""
             self.add(("name",), f"`name` {name!r} is not a valid job name: {why} — use letters, digits and _{hint}")
+        elif name in RESERVED_NAMES:
+            self.add(("name",), f"`name` {name!r} is reserved by Dagster (a Python keyword or one of its own names);"
+                                f" e.g. {name + '_pipeline'!r}")
         description = data.get("description")
         if description is not None and not isinstance(description, str):
             self.add(("description",), "`description` must be a string")
@@ -172,6 +176,10 @@ class _Checker:
             ok = False
         elif step_id in r.RESERVED_ROOTS:
             self.add((*path, "id"), f"`{step_id}` is reserved for ${{{step_id}…}} references", label)
+            ok = False
+        elif step_id in RESERVED_NAMES:
+            self.add((*path, "id"), f"`{step_id}` is reserved by Dagster (a Python keyword or one of its own names) "
+                                    f"and cannot name an op; e.g. {step_id + '_step'!r}", label)
             ok = False
         elif step_id in seen:
             self.add((*path, "id"), f"duplicate step id {step_id!r}", label)

@@ -1,0 +1,97 @@
+"""Load-time problems a pipeline file used to slip past validation with: names Dagster reserves, job names of
+code-defined jobs, ``--set`` into a non-mapping, unterminated references, a foreach list wired as one id.
+
+Each must be a problem of its file (file:line, step), and in the catalog cost only that file's job."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from connector_ops.pipelines.catalog import read_catalog
+from connector_ops.pipelines.cli import pipeline
+from connector_ops.pipelines.definitions import build_definitions
+from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl.json_schema import pipeline_schema
+from tests.pipeline_files import write
+
+PUSH = 'action: etl.push\n    input: {platformFile: "${file:customers.csv}"}'
+
+
+def problems(path: Path) -> list[tuple[int, str | None, str]]:
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    return [(p.line, p.step, p.message) for p in caught.value.problems]
+
+
+def with_csv(folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "customers.csv").write_text("id,name\n1,a\n", encoding="utf-8")
+    return folder
+
+
+KEYWORD_STEPS = f"""
+name: kw
+steps:
+  - id: input
+    {PUSH}
+  - id: type
+    action: etl.pull
+    input: {{virtualFileId: "${{input.virtualFileId}}", exportType: csv, exportName: x.csv}}
+"""
+BAD_OWNER = f"""
+name: owners_p
+steps:
+  - id: load
+    {PUSH}
+    asset: x/owners
+    owners: [team:sales, sales]
+"""
+
+
+def test_names_dagster_reserves_are_located_problems(tmp_path: Path) -> None:
+    folder = with_csv(tmp_path)
+    found = problems(write(folder, KEYWORD_STEPS))
+    assert [(line, step) for line, step, _ in found] == [(3, "input"), (6, "type")]
+    assert all("reserved by Dagster" in message for _, _, message in found)
+    (line, step, message), = problems(write(folder, f"name: class\nsteps:\n  - id: load\n    {PUSH}\n"))
+    assert (line, step) == (1, None) and "`name` 'class' is reserved by Dagster" in message
+    (line, step, message), = problems(write(folder, BAD_OWNER))
+    assert (line, step) == (7, "load") and "owner 'sales' is neither an e-mail address nor team:NAME" in message
+
+
+def test_what_dagster_refuses_at_compile_time_is_a_problem_of_the_file(tmp_path: Path) -> None:
+    """Whatever the validator misses, compiling raises a PipelineError naming the file, not a Dagster error."""
+    valid = load_pipeline(write(with_csv(tmp_path), f"name: fine\nsteps:\n  - id: load\n    {PUSH}\n"))
+    with pytest.raises(PipelineError) as caught:
+        compile_pipeline(dataclasses.replace(valid, name="class"))
+    (problem,) = caught.value.problems
+    assert problem.file == valid.file and "Dagster refuses the pipeline" in problem.message
+
+
+@pytest.mark.parametrize("text", [KEYWORD_STEPS, BAD_OWNER], ids=["keyword_steps", "owner"])
+def test_a_file_with_reserved_names_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                           text: str) -> None:
+    folder = with_csv(tmp_path / "more")
+    bad = write(folder, text, "bad.yaml")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    catalog = read_catalog()
+    assert "sales_report" in {c.pipeline.name for c in catalog.pipelines}
+    assert catalog.problems and all(p.file == str(bad) for p in catalog.problems)
+    jobs = {j.name for j in build_definitions().jobs}
+    assert {"sales_report", "first_etl", "broken_pipelines"} <= jobs
+    listed = CliRunner().invoke(pipeline, ["list"])
+    assert listed.exit_code == 1 and "sales_report" in listed.stdout and str(bad) in listed.stderr
+
+
+def test_the_schema_refuses_the_names_the_loader_refuses() -> None:
+    validator = jsonschema.Draft202012Validator(pipeline_schema())
+    for text in (KEYWORD_STEPS, BAD_OWNER, f"name: class\nsteps:\n  - id: load\n    {PUSH}\n"):
+        assert list(validator.iter_errors(yaml.safe_load(text)))
+    good = yaml.safe_load(BAD_OWNER.replace(", sales]", ", ana@example.com]"))
+    assert list(validator.iter_errors(good)) == []
