@@ -22,6 +22,10 @@ from connector_ops.pipelines.dsl import (
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PIPELINES_DIR_VARIABLE = "CONNECTOR_OPS_PIPELINES_DIR"
+BROKEN_PIPELINES_JOB = "broken_pipelines"
+#: the jobs :mod:`connector_ops.pipelines.definitions` defines in code: a pipeline file cannot take their names
+CODE_JOBS = {"first_etl": "the hand-written job first_etl (connector_ops.pipelines.definitions)",
+             BROKEN_PIPELINES_JOB: "the job listing the files that did not load"}
 
 
 def pipeline_files(environ: dict[str, str] | None = None) -> list[Path]:
@@ -51,10 +55,11 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
 
     A broken file costs its own job only: the code location (and every other job, schedule and sensor) still
     loads, and the problems are reported (the Definitions' log and ``broken_pipelines`` job, ``pipeline list``).
-    A second file using a job name already taken is a problem of that second file.
+    A second file using a job name already taken (by a file before it or a job defined in code) is a problem
+    of that second file.
     """
     catalog = Catalog()
-    names: dict[str, str] = {}
+    names: dict[str, str] = dict(CODE_JOBS)
     assets: dict[str, str] = {}  # asset key -> the step that makes it: one maker per asset
     for path in pipeline_files(environ):
         try:

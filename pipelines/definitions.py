@@ -14,14 +14,13 @@ import dagster as dg
 
 from connector_ops.environment import pin_home
 from connector_ops.ops import etl_pull, etl_push, etl_query
-from connector_ops.pipelines.catalog import read_catalog
+from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB, read_catalog
 from connector_ops.pipelines.components.shared import pipeline_resources
 from connector_ops.pipelines.dsl import Problem
 from connector_ops.pipelines.executors import job_executor
 from connector_ops.pipelines.samples import sample_file
 
 logger = logging.getLogger(__name__)
-BROKEN_PIPELINES_JOB = "broken_pipelines"
 
 
 @dg.job(

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from connector_ops.pipelines.catalog import read_catalog
+from connector_ops.pipelines.catalog import CODE_JOBS, read_catalog
 from connector_ops.pipelines.cli import pipeline
 from connector_ops.pipelines.definitions import build_definitions
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
@@ -95,3 +95,21 @@ def test_the_schema_refuses_the_names_the_loader_refuses() -> None:
         assert list(validator.iter_errors(yaml.safe_load(text)))
     good = yaml.safe_load(BAD_OWNER.replace(", sales]", ", ana@example.com]"))
     assert list(validator.iter_errors(good)) == []
+
+
+@pytest.mark.parametrize("name", ["first_etl", "broken_pipelines"])
+def test_a_file_cannot_take_the_name_of_a_job_defined_in_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                             name: str) -> None:
+    folder = with_csv(tmp_path / "more")
+    taken = write(folder, f"name: {name}\nsteps:\n  - id: load\n    {PUSH}\n", "taken.yaml")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    catalog = read_catalog()
+    (problem,) = catalog.problems
+    assert problem.file == str(taken) and f"job name {name!r} is already used by" in problem.message
+    defs = build_definitions()
+    jobs = [j.name for j in defs.jobs]
+    assert sorted(jobs) == sorted(set(jobs)) and {"first_etl", "broken_pipelines", "sales_report"} <= set(jobs)
+    assert set(jobs) - {c.pipeline.name for c in catalog.pipelines} == CODE_JOBS.keys()  # all reserved
+    defs.get_repository_def()  # the code location loads (a duplicate job name fails here)
+    listed = CliRunner().invoke(pipeline, ["list"])
+    assert listed.exit_code == 1 and str(taken) not in listed.stdout and str(taken) in listed.stderr
