@@ -373,3 +373,15 @@ def test_a_set_key_naming_no_step_is_reported_on_its_line(project: Project) -> N
     text = _causes(failed.value)
     assert f"{defs_yaml}:5: set 'expor.exportName': there is no step 'expor'" in text
     assert f"{defs_yaml}:6: set 'nodot': name a step's input field: step.field[.sub]" in text
+
+
+def test_a_set_key_into_a_value_that_is_no_mapping_is_reported_on_its_line(project: Project) -> None:
+    defs_yaml = project.component("deep", """
+        path: pipeline.yaml
+        set:
+          load.platformFile.name: x.csv
+        """, {"pipeline.yaml": (PIPELINES / "retail_customers.yaml").read_text()})
+    with pytest.raises(Exception, match="Error while building definitions for deep") as failed:
+        project.load()
+    assert (f"{defs_yaml}:5: set 'load.platformFile.name': load.platformFile holds a str, not a mapping of "
+            "fields" in _causes(failed.value))

@@ -113,3 +113,24 @@ def test_a_file_cannot_take_the_name_of_a_job_defined_in_code(monkeypatch: pytes
     defs.get_repository_def()  # the code location loads (a duplicate job name fails here)
     listed = CliRunner().invoke(pipeline, ["list"])
     assert listed.exit_code == 1 and str(taken) not in listed.stdout and str(taken) in listed.stderr
+
+
+def test_set_into_a_value_that_is_no_mapping_names_the_key(tmp_path: Path) -> None:
+    path = write(with_csv(tmp_path), f"""name: p
+steps:
+  - id: load
+    {PUSH}
+  - id: q
+    action: etl.query
+    input: {{virtualFileId: "${{load.virtualFileId}}", query: {{}}}}
+""")
+    for overrides, message in [
+        (["load.platformFile.name=x"], "'load.platformFile.name=x': load.platformFile holds a str, not a mapping "
+                                       "of fields; set it whole (--set load.platformFile=…)"),
+        (["q.query=[1]", "q.query.0=2"], "'q.query.0=2': q.query holds a list, not a mapping of fields"),
+    ]:
+        with pytest.raises(PipelineError) as caught:
+            load_pipeline(path, overrides)
+        (problem,) = caught.value.problems
+        assert problem.file == "--set" and problem.message.startswith(message)
+    assert load_pipeline(path, ["q.query.region=North"]).step("q").input["query"] == {"region": "North"}

@@ -469,6 +469,23 @@ def i_path(raw: list[Any], step_id: str) -> int:
     return next(i for i, item in enumerate(raw) if isinstance(item, Mapping) and item.get("id") == step_id)
 
 
+def _set_in(step: dict[str, Any], parts: list[str], value: Any) -> str | None:
+    """Put ``value`` at ``step.field[.sub]`` (``parts``) in the step's input, making missing (or null) mappings
+    on the way; what is wrong when a value on the way is no mapping (text, a list), which has no fields to set."""
+    node, keys = step, ["input", *parts[1:]]
+    for depth, key in enumerate(keys[:-1]):
+        if node.get(key) is None:
+            node[key] = {}
+        node = node[key]
+        if not isinstance(node, dict):
+            if not depth:
+                return f"the input of step {parts[0]!r} is a {type(node).__name__}, not a mapping of fields"
+            where = ".".join(parts[:depth + 1])
+            return f"{where} holds a {type(node).__name__}, not a mapping of fields; set it whole (--set {where}=…)"
+    node[keys[-1]] = value
+    return None
+
+
 def apply_overrides(data: Any, overrides: Iterable[str]) -> Any:
     """``--set step.field[.sub]=value`` edits of the raw file (value parsed as JSON when it is JSON)."""
     problems = []
@@ -487,10 +504,9 @@ def apply_overrides(data: Any, overrides: Iterable[str]) -> Any:
         if step is None:
             problems.append(Problem("--set", 1, f"{item!r}: there is no step {parts[0]!r}"))
             continue
-        node = step.setdefault("input", {})
-        for key in parts[1:-1]:
-            node = node.setdefault(key, {})
-        node[parts[-1]] = value
+        problem = _set_in(step, parts, value)
+        if problem:
+            problems.append(Problem("--set", 1, f"{item!r}: {problem}"))
     if problems:
         raise PipelineError(problems)
     return data
