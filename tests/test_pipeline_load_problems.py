@@ -134,3 +134,23 @@ steps:
         (problem,) = caught.value.problems
         assert problem.file == "--set" and problem.message.startswith(message)
     assert load_pipeline(path, ["q.query.region=North"]).step("q").input["query"] == {"region": "North"}
+
+
+def test_an_unclosed_reference_is_a_load_error_naming_step_and_field(tmp_path: Path) -> None:
+    path = write(with_csv(tmp_path), f"""name: p
+steps:
+  - id: a
+    {PUSH}
+  - id: b
+    action: etl.pull
+    input: {{virtualFileId: "${{a.virtualFileId", exportType: "${{env.T", exportName: "$${{literal}}.csv"}}
+""")
+    found = problems(path)
+    assert all((line, step) == (8, "b") for line, step, _ in found), found
+    messages = [message for _, _, message in found]
+    for field, text in (("virtualFileId", "${a.virtualFileId"), ("exportType", "${env.T")):
+        assert f"{field}: {text!r}: a reference opened with ${{ is not closed with }}" in "\n".join(messages)
+    assert all("write $${ for a literal ${" in m for m in messages if "not closed" in m)
+    # the field no longer passes as a template: its literal check runs too
+    assert "exportType: Input should be 'json', 'csv' or 'parquet'" in messages
+    assert not any("exportName" in m for m in messages)  # $${ is the literal ${

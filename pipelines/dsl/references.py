@@ -93,7 +93,7 @@ def parse_template(text: str) -> list[str | Ref]:
     pos = 0
     literal = ""
     for match in _TOKEN.finditer(text):
-        literal += text[pos:match.start()]
+        literal += _unopened(text, text[pos:match.start()])
         pos = match.end()
         if match.group(0) == "$${":
             literal += "${"
@@ -102,10 +102,27 @@ def parse_template(text: str) -> list[str | Ref]:
             parts.append(literal)
             literal = ""
         parts.append(_parse_ref(match.group(1)))
-    literal += text[pos:]
+    literal += _unopened(text, text[pos:])
     if literal:
         parts.append(literal)
     return parts
+
+
+def _unopened(text: str, between: str) -> str:
+    """``between`` (text outside every reference) when it opens none; an unclosed ``${`` would otherwise be
+    taken as literal text, its dependency silently dropped and its field left unchecked."""
+    if "${" in between:
+        raise ReferenceSyntaxError(f"{text!r}: a reference opened with ${{ is not closed with }} (nor may it "
+                                   "hold { or }); write $${ for a literal ${")
+    return between
+
+
+def is_template(text: str) -> bool:
+    """Whether ``text`` holds a reference (a string whose reference syntax is broken holds none)."""
+    try:
+        return any(isinstance(part, Ref) for part in parse_template(text))
+    except ReferenceSyntaxError:
+        return False
 
 
 def exact_ref(value: Any) -> Ref | None:

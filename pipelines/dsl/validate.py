@@ -247,7 +247,7 @@ class _Checker:
     def check_input(self, spec: ActionSpec, inp: dict[str, Any], path: tuple[str | int, ...],
                     label: str | None) -> None:
         """Validate the literal parts of ``inp`` with the action's input model."""
-        templated = {loc for loc, _text in r.walk_strings(inp) if "${" in _text.replace("$${", "")}
+        templated = {loc for loc, text in r.walk_strings(inp) if r.is_template(text)}
         try:
             spec.input_model.model_validate(r.unescape(inp))
         except ValidationError as exc:
@@ -288,7 +288,7 @@ class _Checker:
             try:
                 parts = r.parse_template(text)
             except r.ReferenceSyntaxError as exc:
-                self.add((*path, *loc), str(exc), label)
+                self.add((*path, *loc), f"{field_path(loc)}: {exc}" if loc else str(exc), label)
                 continue
             exact = len(parts) == 1
             found += [((*path, *loc), p, exact) for p in parts if isinstance(p, r.Ref)]
