@@ -154,3 +154,24 @@ steps:
     # the field no longer passes as a template: its literal check runs too
     assert "exportType: Input should be 'json', 'csv' or 'parquet'" in messages
     assert not any("exportName" in m for m in messages)  # $${ is the literal ${
+
+
+def test_a_foreach_output_wired_where_one_value_goes_is_a_load_error(tmp_path: Path) -> None:
+    text = f"""name: p
+steps:
+  - id: load
+    {PUSH}
+  - id: check
+    foreach: {{virtualFileId: "${{load.virtualFileId}}", maxBatchSize: 1}}
+    action: etl.validate
+    input: {{content: "${{batch.virtualFileId}}", schema: {{id: {{type: string}}}}}}
+  - id: out
+    action: etl.pull
+    input: {{virtualFileId: "WIRED", exportType: csv, exportName: v.csv}}
+"""
+    folder = with_csv(tmp_path)
+    (line, step, message), = problems(write(folder, text.replace("WIRED", "${check.validated}")))
+    assert (line, step) == (12, "out")
+    assert message == ("${check.validated} is a list, one value per batch of foreach step 'check'; `virtualFileId` "
+                       "takes one value (pick one batch's, e.g. ${check.validated.0})")
+    assert load_pipeline(write(folder, text.replace("WIRED", "${check.validated.0}"), "one.yaml"))

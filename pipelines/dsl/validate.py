@@ -13,6 +13,8 @@ import difflib
 import functools
 import json
 import re
+import types
+import typing
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -349,6 +351,7 @@ class _Checker:
             self.output_path(ref, loc, step, by_id[ref.root])
             if exact:
                 self.kinds_match(ref, loc, step, by_id[ref.root])
+                self.one_per_batch(ref, loc, step, by_id[ref.root])
             return ref.root
         return None
 
@@ -361,6 +364,20 @@ class _Checker:
         if wanted and given and wanted != given and ref.path[0] in target.action.output_fields:
             self.add(loc, f"{ref.text} is a {given} ({target.action.name}'s {ref.path[0]}); `{field}` takes a "
                           f"{wanted}", step.id)
+
+    def one_per_batch(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
+        """A foreach step's output is a list, one value per batch: wired whole where the field takes one value
+        (a virtual file id, text) it is a load error, not "Input should be a valid string" mid-run."""
+        if target.foreach is None or len(ref.path) > 1:
+            return  # ${check.validated.0}: one batch's value
+        if loc[2:3] == ("input",):
+            annotation = _owner_model(step.action.input_model, loc[3:])
+            if annotation is None or _takes_list(annotation):
+                return  # unknown here (checked when the step runs), or a list is right
+        where = field_path(loc[3:]) if loc[2:3] == ("input",) else "foreach.virtualFileId"
+        self.add(loc, f"{ref.text} is a list, one value per batch of foreach step {target.id!r}; `{where}` takes "
+                      f"one value (pick one batch's, e.g. {ref.text[:-1]}.0}})",
+                 step.id)
 
     def output_path(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
         spec = target.action
@@ -453,6 +470,16 @@ def _cycles(pending: list[Step], deps: Mapping[str, set[str]]) -> list[list[str]
             path.append(node)
         covered.update(path)
     return found
+
+
+def _takes_list(annotation: Any) -> bool:
+    """Whether a field of type ``annotation`` may hold a list (``list[…]``, ``Any``, or a union with one)."""
+    if annotation is Any or annotation is list:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        return True
+    return origin in (typing.Union, types.UnionType) and any(_takes_list(a) for a in typing.get_args(annotation))
 
 
 def _owner_model(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
