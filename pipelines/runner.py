@@ -20,6 +20,7 @@ from connector_ops.display import StatusTable
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.pipelines.dsl import CompiledPipeline
+from connector_ops.pipelines.dsl.checks import CHECK_NODE_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +41,12 @@ def step_outputs(compiled: CompiledPipeline, result: dg.ExecuteInProcessResult) 
 
 def step_of(compiled: CompiledPipeline, step_key: str) -> str:
     """The YAML step that owns a Dagster step: its helpers are ``<id>__input``, ``<id>__batches``, …,
-    and mapped copies ``<node>[key]``."""
+    and mapped copies ``<node>[key]``. A step's asset check (``<id>__check``) is reported as itself: its
+    failure is the data's, not the step's, which succeeded."""
     base = step_key.split("[", 1)[0]
     ids = {step.id for step in compiled.pipeline.steps}
+    if base.endswith(CHECK_NODE_SUFFIX) and base.removesuffix(CHECK_NODE_SUFFIX) in ids:
+        return base
     owner = base if base in ids else base.rsplit("__", 1)[0]
     return owner if owner in ids else base
 

@@ -9,7 +9,10 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+from connector_ops.ops.factory import error_of_failed_step
+from connector_ops.pipelines.definitions import broken_pipelines_job
+from connector_ops.pipelines.dsl import PipelineError, Problem, compile_pipeline, load_pipeline
+from connector_ops.pipelines.runner import run_compiled
 from tests.pipeline_files import write
 
 CSV = b"city,n\nParis,1\nRome,x\nOslo,3\nLima,four\n"
@@ -85,9 +88,34 @@ def test_a_blocking_check_stops_what_comes_after(tmp_path: Path, resources: dict
     assert found.passed is False
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert failure.step_key == "load__check"
-    assert "blocking check validate of cities/raw failed: 2 of 4 rows rejected" in \
+    assert "blocking check validate of cities/raw failed (422): 2 of 4 rows rejected" in \
         failure.step_failure_data.user_failure_data.description
     assert "export" not in {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
+
+
+def test_a_failed_blocking_check_is_reported_as_the_check_with_its_own_message(
+        tmp_path: Path, resources: dict, files: Any) -> None:
+    """Not "step load failed (500): dagster._core.definitions.events.Failure: …": the asset step succeeded."""
+    run = run_compiled(compiled(tmp_path, files, limit=0, blocking=True), resources)
+    assert not run.success
+    assert run.status["load"] == "success" and run.status["load__check"] == "failed"
+    assert run.status["export"] in ("skipped", "not run")
+    (step, error), = run.errors.items()
+    assert step == "load__check" and error.status == 422
+    assert error.body == {"message": "2 of 4 rows rejected (at most 0 rejected rows)"}
+    assert error.summary() == ("blocking check validate of cities/raw failed (422): 2 of 4 rows rejected "
+                               "(at most 0 rejected rows)")
+    assert run.failure().status == 422 and "dagster" not in run.failure().summary()
+
+
+def test_a_failure_without_status_reads_as_its_description() -> None:
+    """A ``dg.Failure`` of no action (the broken_pipelines job's) is its description, not its class path."""
+    job = broken_pipelines_job([Problem("x.yaml", 3, "unknown action 'etl.nope'", "s")])
+    result = job.execute_in_process(raise_on_error=False)
+    [failed] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = error_of_failed_step(failed)
+    assert error.status == 500
+    assert error.message == "1 problem(s) in pipeline files:\nx.yaml:3: step s: unknown action 'etl.nope'"
 
 
 def test_check_problems_are_reported_with_lines(tmp_path: Path) -> None:

@@ -99,7 +99,8 @@ def failure(exc: ConnectorError) -> dg.Failure:
 
 def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
     """The inverse of :func:`failure`: the ``ConnectorError`` a ``STEP_FAILURE`` event carries (its
-    status and body), or a 500 with the first line of the error when the step failed otherwise."""
+    status and body), or a 500 with the description of a ``dg.Failure`` without them, or the first line of
+    the error when the step failed otherwise."""
     data = event.step_failure_data
     user = data.user_failure_data if data else None
     status = user.metadata.get("status") if user and user.metadata else None
@@ -111,6 +112,8 @@ def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
         return ConnectorError(int(status.value), body.value if body is not None else None, action=action,
                               detail=detail.value if detail is not None else None,
                               retryable=bool(retryable.value) if retryable is not None else False)
+    if user is not None and user.description:  # a dg.Failure: its own words, not its class path
+        return ConnectorError(500, {"message": user.description})
     text = data.error.message.strip() if data and data.error else ""
     return ConnectorError(500, {"message": text.splitlines()[0] if text else "step failed"})
 

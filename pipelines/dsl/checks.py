@@ -98,6 +98,12 @@ def _rule(check: Check) -> ValidateRule:
     return ValidateRule(schema=check.schema, max_rejected=check.max_rejected, severity=check.severity)
 
 
+#: the status of a failed blocking check: the data was read and breaks the check's rules
+BLOCKED_STATUS = 422
+#: the node evaluating a step's check (``<step>__check``): a step of its own in a run's report
+CHECK_NODE_SUFFIX = "__check"
+
+
 def check_op(name: str, key: dg.AssetKey, check: Check) -> dg.OpDefinition:
     """The op evaluating ``check`` on the virtual file wired to its ``virtual_file_id`` input.
 
@@ -120,9 +126,9 @@ def check_op(name: str, key: dg.AssetKey, check: Check) -> dg.OpDefinition:
             raise failure(exc) from None
         yield dg.AssetCheckEvaluation(asset_key=key, check_name=check.name, passed=found.passed,
                                       metadata=found.metadata, severity=rule.level, description=found.description)
-        if check.blocking and not found.passed:
-            raise dg.Failure(description=f"blocking check {check.name} of {key.to_user_string()} failed: "
-                                         f"{found.description}", allow_retries=False)
+        if check.blocking and not found.passed:  # the data breaks the rules: a 422 with the check's own message
+            raise failure(ConnectorError(BLOCKED_STATUS, {"message": found.description},
+                                         action=f"blocking check {check.name} of {key.to_user_string()}"))
         yield dg.Output(virtual_file_id)
 
     return evaluate_check

@@ -30,7 +30,7 @@ from connector_ops.ops.factory import build_op, output_names
 from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import asset_specs
-from connector_ops.pipelines.dsl.checks import asset_checks, check_op
+from connector_ops.pipelines.dsl.checks import CHECK_NODE_SUFFIX, asset_checks, check_op
 from connector_ops.pipelines.dsl.model import Pipeline, PipelineError, Problem, Step
 from connector_ops.pipelines.dsl.retries import retry_policy
 from connector_ops.pipelines.dsl.step_ops import (
@@ -171,7 +171,7 @@ class _Builder:
             self.outputs[step.id] = (step.id, names)
             self.handles[step.id] = self.call_action(step, plan)
             if step.check is not None and step.asset is not None:
-                node = f"{step.id}__check"
+                node = f"{step.id}{CHECK_NODE_SUFFIX}"
                 checked = check_op(self.op_name(node), dg.AssetKey(list(step.asset.key)), step.check).alias(node)(
                     virtual_file_id=self.handles[step.id][step.asset.field])
                 if step.check.blocking:  # what reads the asset's data waits for the check
