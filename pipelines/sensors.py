@@ -20,6 +20,7 @@ from typing import Any
 
 import dagster as dg
 
+from connector_ops.kernel.errors import InvalidInput
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Trigger
 from connector_ops.registry import error_for, get_action
@@ -80,7 +81,10 @@ def drive_folder_sensor(job: dg.JobDefinition, trigger: Trigger, *, trigger_node
         description=f"Starts {job.name} for each new or modified file in a drive folder",
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-        folder = str(r.resolve(trigger.folder_id, r.Scope(environ=os.environ)))
+        try:  # read at each tick: an unset ${env.X} skips it, like a listing error, until the variable is set
+            folder = str(r.resolve(trigger.folder_id, r.Scope(environ=os.environ)))
+        except InvalidInput as exc:
+            return dg.SkipReason(f"on_new_file.folderId: {exc}")
         try:  # the resource, not the drive.list action: the spec's List output carries no version
             listing = context.resources.drive.list_folder(folder)
         except Exception as exc:  # reported like an action's failure: one line, the tick skipped

@@ -14,7 +14,7 @@ from connector_ops.environment import resources_for
 from connector_ops.pipelines.catalog import load_catalog
 from connector_ops.pipelines.cli import pipeline
 from connector_ops.pipelines.definitions import build_definitions
-from connector_ops.pipelines.dsl import PipelineError
+from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
 from connector_ops.session import invoke
 from tests.mail.conftest import API_KEY, API_SECRET
 from tests.mail.test_mail_secrets import forms, stored_bytes
@@ -161,3 +161,31 @@ def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tm
     assert json.loads(resources["platform_files"].read_bytes(stored)) == [{"x": "1", "y": "2"}, {"x": "3", "y": "4"}]
     listing = invoke("drive.list", {"folderId": run.output_for_node("converted", "folder_id")}, resources)
     assert [item["name"] for item in listing["content"]] == ["a.csv.json"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_drive_sensor_whose_folder_variable_is_unset_skips_the_tick(
+        env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "inbox.yaml"
+    path.write_text(textwrap.dedent("""
+        name: inbox_t
+        on_new_file: {folderId: "${env.CONNECTOR_OPS_TEST_INBOX}"}
+        steps:
+          - id: dl
+            action: drive.download_file
+            input: {fileId: "${trigger.fileId}"}
+        """))
+    sensor = compile_pipeline(load_pipeline(path)).sensor
+    drive = resources_for(environ=env)["drive"]
+
+    def tick() -> dg.SensorExecutionData:
+        with dg.build_sensor_context(resources={"drive": drive}) as ctx:
+            return sensor.evaluate_tick(ctx)
+
+    monkeypatch.delenv("CONNECTOR_OPS_TEST_INBOX", raising=False)
+    skipped = tick()
+    assert not skipped.run_requests
+    assert skipped.skip_message == ("on_new_file.folderId: ${env.CONNECTOR_OPS_TEST_INBOX}: environment variable "
+                                    "CONNECTOR_OPS_TEST_INBOX is not set")
+    monkeypatch.setenv("CONNECTOR_OPS_TEST_INBOX", "root")  # read again at each tick
+    assert "no new or modified file in drive folder root" in (tick().skip_message or "")
