@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -11,11 +12,13 @@ import jsonschema
 import pytest
 import yaml
 
+from connector_ops.pipelines.dsl import PipelineError, load_pipeline
 from connector_ops.pipelines.dsl import validate as dsl
 from connector_ops.pipelines.dsl.checks import CHECK_KEYS
 from connector_ops.pipelines.dsl.json_schema import pipeline_schema
 from connector_ops.pipelines.dsl.notify import NOTIFY_KEYS
 from connector_ops.pipelines.dsl.retries import RETRY_KEYS
+from tests.pipeline_files import write
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "pipelines" / "pipeline.schema.json"
@@ -66,6 +69,54 @@ def test_mistakes_an_editor_should_underline(schema):
     assert check(schema, size)  # a literal of the wrong type
     size["steps"][0]["input"]["maxBatchSize"] = "${env.BATCH}"  # a reference may stand for a number
     assert check(schema, size) == []
+
+
+AGREE_BASE = {"name": "t", "steps": [
+    {"id": "load", "action": "etl.push", "input": {"platformFile": "${file:customers.csv}"}},
+    {"id": "out", "action": "etl.pull",
+     "input": {"virtualFileId": "${load.virtualFileId}", "exportType": "csv", "exportName": "x.csv"}}]}
+
+
+def _edited(path: tuple, value: object) -> dict:
+    document = copy.deepcopy(AGREE_BASE)
+    node = document
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return document
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("steps", 1, "after"), "load"),  # one id without a list
+    (("tags",), None),
+    (("schedule",), "@daily"),
+    (("steps", 0, "asset"), "a/" + "x" * 56),  # the longest key whose virtual file can be named
+], ids=str)
+def test_schema_accepts_what_the_loader_accepts(schema, tmp_path, path, value):
+    document = _edited(path, value)
+    if path[-1] == "asset":
+        document["steps"][0]["group"] = "1abc"  # Dagster's group names may start with a digit
+        document["steps"][0]["check"] = {"schema": {"a": {"type": "string"}}, "severity": "Warn"}
+    (tmp_path / "customers.csv").write_text("a\n1\n")
+    load_pipeline(write(tmp_path, yaml.safe_dump(document)))
+    assert check(schema, document) == []
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("steps", 1, "id"), "a__b"),
+    (("steps", 1, "id"), "env"),
+    (("steps", 1, "id"), "trigger"),
+    (("steps", 1, "description"), 5),
+    (("schedule",), "every day"),
+    (("schedule",), "0 0 6 * * *"),  # seconds: Dagster refuses them
+    (("steps", 0, "asset"), "a/" + "x" * 57),
+], ids=str)
+def test_schema_refuses_what_the_loader_refuses(schema, tmp_path, path, value):
+    document = _edited(path, value)
+    (tmp_path / "customers.csv").write_text("a\n1\n")
+    with pytest.raises(PipelineError):
+        load_pipeline(write(tmp_path, yaml.safe_dump(document)))
+    assert check(schema, document)
 
 
 def test_the_cli_prints_it(schema):

@@ -16,6 +16,8 @@ import dagster as dg
 ASSET_FILE_PREFIX = "asset:"
 VIRTUAL_FILE_OUTPUTS = ("virtualFileId", "validated")
 _ID_LIMIT = 64  # the catalog's id column
+#: the longest asset key (``a/b`` as written) whose virtual file can be named
+MAX_KEY_CHARS = _ID_LIMIT - len(ASSET_FILE_PREFIX)
 
 
 def asset_file_name(key: dg.AssetKey) -> str:

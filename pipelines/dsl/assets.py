@@ -33,7 +33,9 @@ from connector_ops.registry import ActionSpec
 
 ASSET_STEP_KEYS = ("asset", "group", "owners", "kinds")
 _KEY_PART = re.compile(r"^[A-Za-z0-9_-]+$")
-_GROUP = re.compile(r"^[A-Za-z0-9_]+$")
+#: an asset group name as Dagster accepts it (a leading digit is fine)
+GROUP = r"^[A-Za-z0-9_]+$"
+_GROUP = re.compile(GROUP)
 
 
 

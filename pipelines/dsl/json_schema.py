@@ -14,8 +14,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from connector_ops.ops.asset_files import MAX_KEY_CHARS
+from connector_ops.pipelines.dsl.assets import GROUP
 from connector_ops.pipelines.dsl.names import NAME, OWNER, RESERVED_NAMES
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, WHEN
+from connector_ops.pipelines.dsl.references import RESERVED_ROOTS
 from connector_ops.pipelines.dsl.retries import BACKOFFS, MAX_RETRIES
 from connector_ops.registry import ACTIONS, load_all
 
@@ -24,6 +27,13 @@ SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
 REFERENCE = {"type": "string", "pattern": r"\$\{", "description": "a ${…} reference, resolved when the step runs"}
 #: a job or op name Dagster accepts
 _DAGSTER_NAME = {"type": "string", "pattern": NAME, "not": {"enum": sorted(RESERVED_NAMES)}}
+#: a step id: also no ``__`` (the compiler's separator of helper nodes) and no reference root
+_STEP_ID = {"type": "string", "pattern": r"^(?!.*__)[A-Za-z_][A-Za-z0-9_]*$",
+            "not": {"enum": sorted(RESERVED_NAMES | RESERVED_ROOTS)}}
+#: ERROR or WARN in any case, as the loader reads it (JSON Schema has no case-insensitive enum)
+_SEVERITY = "^([Ee][Rr][Rr][Oo][Rr]|[Ww][Aa][Rr][Nn])$"
+#: what Dagster's cron check can accept: a macro, or five fields (it refuses seconds and years)
+_CRON = r"^\s*(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})\s*$"
 
 
 def pipeline_schema() -> dict[str, Any]:
@@ -44,18 +54,19 @@ def pipeline_schema() -> dict[str, Any]:
         "required": ["id", "action"],
         "additionalProperties": False,
         "properties": {
-            "id": {**_DAGSTER_NAME, "description": "the step's name (its op's name)"},
+            "id": {**_STEP_ID, "description": "the step's name (its op's name)"},
             "action": {"enum": sorted(ACTIONS), "description": "the action this step runs"},
             "input": {"type": "object", "description": "the action's input, exactly as the spec shows it"},
-            "after": {"type": "array", "items": {"type": "string"}, "description": "steps to run first"},
+            "after": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                      "description": "steps to run first (one id, or a list)"},
             "description": {"type": "string"},
             "foreach": {"type": "object", "additionalProperties": False, "required": ["virtualFileId"],
                         "properties": {"virtualFileId": {"type": "string"},
                                        "maxBatchSize": {"type": "integer", "minimum": 1}}},
             "retry": {"$ref": "#/$defs/retry"},
-            "asset": {"type": "string", "pattern": r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$",
+            "asset": {"type": "string", "pattern": r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$", "maxLength": MAX_KEY_CHARS,
                       "description": "the asset key this step's virtual file or platform file materialises"},
-            "group": {"type": "string", "pattern": NAME},
+            "group": {"type": "string", "pattern": GROUP},
             "owners": {"type": "array", "items": {"type": "string", "pattern": OWNER},
                        "description": "e-mail addresses or team:NAME"},
             "kinds": {"type": "array", "items": {"type": "string"}},
@@ -69,7 +80,8 @@ def pipeline_schema() -> dict[str, Any]:
                                                "description": "column name -> rule, as Validate's schema"},
                                     "max_rejected": {"type": "number", "minimum": 0,
                                                      "description": "a count (0, 1, …) or a share below 1"},
-                                    "severity": {"enum": ["ERROR", "WARN", "error", "warn"]},
+                                    "severity": {"type": "string", "pattern": _SEVERITY,
+                                                 "description": "ERROR or WARN (any case)"},
                                     "blocking": {"type": "boolean"},
                                     "name": {"type": "string", "pattern": r"^[A-Za-z0-9_]+$"}}}
     defs["retry"] = {"type": "object", "additionalProperties": False, "required": ["max_retries"],
@@ -91,9 +103,9 @@ def pipeline_schema() -> dict[str, Any]:
         "properties": {
             "name": {**_DAGSTER_NAME, "description": "the job's name"},
             "description": {"type": "string"},
-            "schedule": {"type": "string", "description": "a cron string"},
+            "schedule": {"type": "string", "pattern": _CRON, "description": "a cron string"},
             "timezone": {"type": "string", "description": "an IANA time zone, e.g. Europe/Paris"},
-            "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+            "tags": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
             "on_new_file": {"type": "object", "additionalProperties": False, "required": ["folderId"],
                             "properties": {"folderId": {"type": "string"},
                                            "minimumIntervalSeconds": {"type": "integer", "minimum": 1}}},

@@ -203,6 +203,9 @@ class _Checker:
             after = []
         foreach = self.foreach(item.get("foreach"), (*path, "foreach"), label)
         description = item.get("description")
+        if description is not None and not isinstance(description, str):
+            self.add((*path, "description"), "`description` must be a string", label)
+            description = None
         report = lambda p, m: self.add(p, m, label)  # noqa: E731 - the step's problems carry its id
         retry = parse_retry(item.get("retry"), (*path, "retry"), report)
         asset = parse_asset(item, path, spec, item.get("foreach") is not None, report)
@@ -214,7 +217,7 @@ class _Checker:
                 self.broken_ids.add(step_id)
             return None
         return Step(id=step_id, action=spec, input=dict(inp), line=self.doc.line(path), after=list(after),
-                    foreach=foreach, description=description if isinstance(description, str) else None,
+                    foreach=foreach, description=description,
                     retry=retry, asset=asset, check=check)
 
     def action(self, name: Any, path: tuple[str | int, ...], label: str | None) -> ActionSpec | None:
