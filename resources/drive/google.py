@@ -78,12 +78,23 @@ def _grant_body(grant: Grant) -> dict[str, Any]:
     return body
 
 
+#: the metadata that tells one version of a blob from another
+VERSION_FIELDS = "size,md5Checksum,modifiedTime"
+
+
 @dataclass(frozen=True)
 class _Version:
-    """The size and MD5 Drive's metadata gave for the blob being downloaded (either may be unknown)."""
+    """What Drive's metadata said of the blob being downloaded: its size, MD5 and modification time (any
+    may be unknown)."""
 
     size: int | None
     md5: str | None
+    modified: str | None
+
+    @classmethod
+    def of(cls, meta: dict[str, Any]) -> _Version:
+        size = meta.get("size")
+        return cls(int(size) if size is not None else None, meta.get("md5Checksum"), meta.get("modifiedTime"))
 
     @staticmethod
     def changed() -> UpstreamError:
@@ -97,8 +108,10 @@ class _Version:
                 (self.size is not None and m.group(3) != str(self.size)):
             raise self.changed()
 
-    def check_complete(self, received: int, md5: str) -> None:
-        if (self.size is not None and received != self.size) or (self.md5 and md5 != self.md5):
+    def check_complete(self, received: int, now: Callable[[], _Version] | None) -> None:
+        """The body has the size the metadata said; after a resume (``now`` reads the metadata again) the
+        file is still the version it was when the download started, so both parts are of that version."""
+        if (self.size is not None and received != self.size) or (now is not None and now() != self):
             raise self.changed()
 
 
@@ -435,10 +448,10 @@ class GoogleDriveResource(Resource):
 
     @contextlib.contextmanager
     def download(self, file_id: str) -> Iterator[Download]:
-        meta = self._get(file_id, "id,name,mimeType,size,md5Checksum,shortcutDetails", "read the file to download")
+        meta = self._get(file_id, f"id,name,mimeType,{VERSION_FIELDS},shortcutDetails", "read the file to download")
         if meta.get("mimeType") == SHORTCUT_MIME:
             target = (meta.get("shortcutDetails") or {}).get("targetId")
-            meta = self._get(target, "id,name,mimeType,size,md5Checksum", "read the shortcut's target")
+            meta = self._get(target, f"id,name,mimeType,{VERSION_FIELDS}", "read the shortcut's target")
         mime = meta.get("mimeType") or "application/octet-stream"
         if mime == FOLDER_MIME:
             raise InvalidInput("fileId", "is a folder; folders cannot be downloaded")
@@ -450,19 +463,22 @@ class GoogleDriveResource(Resource):
             return
         url, params = self._url("files", meta["id"]), {**SAD, "alt": "media"}
         size = int(meta["size"]) if meta.get("size") is not None else None
-        version = _Version(size, meta.get("md5Checksum"))
-        yield Download(meta["name"], mime, size, self._stream(url, params, resumable=True, version=version))
+        yield Download(meta["name"], mime, size, self._stream(url, params, resumable=True, version=_Version.of(meta),
+                                                              version_now=lambda: _Version.of(self._get(
+                                                                  meta["id"], VERSION_FIELDS,
+                                                                  "check the version of the file downloaded"))))
 
-    def _stream(self, url: str, params: dict[str, str], *, resumable: bool,
-                version: _Version | None = None) -> Iterator[bytes]:
+    def _stream(self, url: str, params: dict[str, str], *, resumable: bool, version: _Version | None = None,
+                version_now: Callable[[], _Version] | None = None) -> Iterator[bytes]:
         """The body of a GET, streamed; a blob download broken mid-way continues with ``Range``.
 
         A resumed blob must continue the version it started with: the 206's ``Content-Range`` must start
-        where we stopped and end at the size read in the metadata, and the whole body must have the
-        metadata's MD5, else the file changed on Drive in between and the download fails (nothing kept).
+        where we stopped and end at the size read in the metadata, and once the body is complete the
+        metadata (``version_now``) must still be the version read before it, else the file changed on
+        Drive in between and the download fails (nothing kept). A download that was never cut is one
+        response, one version: it pays no second metadata read and no hashing.
         """
-        received, failures = 0, 0
-        digest = hashlib.md5(usedforsecurity=False)
+        received, failures, resumed = 0, 0, False
         while True:
             # the bytes are passed on raw (iter_raw), and ranges count bytes of the identity encoding
             headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={received}-"} if received else {})}
@@ -472,13 +488,13 @@ class GoogleDriveResource(Resource):
                 with self.http.open("GET", url, action="download the file", params=params, headers=headers,
                                     ok=accept, preload=False) as response:
                     if received and version is not None:
+                        resumed = True
                         version.check_resumed(response.headers.get("content-range", ""), received)
                     for chunk in response.iter_raw(STREAM_CHUNK):
                         received += len(chunk)
-                        digest.update(chunk)
                         yield chunk
                 if version is not None:
-                    version.check_complete(received, digest.hexdigest())
+                    version.check_complete(received, version_now if resumed else None)
                 return
             except DriveApiError as exc:
                 if received and exc.status in (200, 416):

@@ -221,6 +221,11 @@ def test_interrupted_download_resumes_with_range(google: Drive) -> None:
     assert google.resources["platform_files"].read_bytes(out) == data and out["size"] == len(data)
     media = [q for m, p, q in fake.requests if q.get("alt") == "media"]
     assert len(media) == 2
+    metadata = [q for m, p, q in fake.requests if p.endswith(file_id) and "alt" not in q]
+    assert len(metadata) == 2  # once before, and once after the resumed part: is it still that version?
+    fake.requests.clear()
+    google.run("drive.download_file", {"fileId": file_id})  # never cut: one metadata read, nothing to check
+    assert len([q for m, p, q in fake.requests if p.endswith(file_id) and "alt" not in q]) == 1
 
 
 @pytest.mark.parametrize("new_size", [2 << 20, 3 << 20])
