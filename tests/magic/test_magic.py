@@ -161,6 +161,7 @@ def test_stop_ends_the_cell_with_one_line(env: dict[str, str], tmp_path: Path, c
     """Stop during a push: a KeyboardInterrupt (the kernel's error, "Run all" stops) shown as one line, not a
     traceback through connector-ops; nothing stored, no -o variable."""
     import _thread
+    import signal
 
     from connector_ops import magic
     from tests.signals import at_progress
@@ -168,12 +169,16 @@ def test_stop_ends_the_cell_with_one_line(env: dict[str, str], tmp_path: Path, c
     path = tmp_path / "big.csv"
     path.write_text("a,b\n" + "1,2\n" * 200_000)
     shell = make_shell(InteractiveShell)
+    # as in a kernel, SIGINT raises KeyboardInterrupt: pytest started in the background (a CI script's `&`)
+    # inherits it ignored, and interrupt_main() then does nothing
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         shell.run_line_magic("connectors", f"add-file {path} -o big")
         # the magic's progress bar replaced by one that presses Stop once the push has begun
         monkeypatch.setattr(magic, "tqdm_reporter", at_progress(1, _thread.interrupt_main))
         result = shell.run_cell('%etl push -o load {"platformFile": {{big}}}')
     finally:
+        signal.signal(signal.SIGINT, previous)
         shell.clear_instance()
     assert type(result.error_in_exec) is KeyboardInterrupt
     printed = capsys.readouterr()
