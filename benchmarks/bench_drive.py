@@ -156,7 +156,9 @@ def main() -> None:
 
         def raw_down() -> None:
             with raw.stream("GET", f"{base}/drive/v3/files/{uploaded[0]}", params={"alt": "media",
-                            "supportsAllDrives": "true"}, headers={"Authorization": f"Bearer {token}"}) as r, \
+                            "supportsAllDrives": "true"}, headers={"Authorization": f"Bearer {token}",
+                                                        # the bytes as stored, as ours asks (the fake would gzip)
+                                                        "Accept-Encoding": "identity"}) as r, \
                     (work / "raw-download.bin").open("wb") as out:
                 for chunk in r.iter_raw(1 << 20):
                     out.write(chunk)
