@@ -77,13 +77,14 @@ def _parse_ref(inner: str) -> Ref:
 
 def _file_options(query: str, text: str) -> tuple[tuple[str, str], ...]:
     """``name=a.json&contentType=application/json`` -> the options, each known, once, not empty."""
+    problem = ReferenceSyntaxError(f"{text}: after ? write {'=…&'.join(FILE_OPTIONS)}=… (each once, not empty)")
     try:
         options = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
     except ValueError:
-        options = [("", "")]
+        raise problem from None
     keys = [k for k, _v in options]
     if any(k not in FILE_OPTIONS for k in keys) or len(set(keys)) < len(keys) or not all(v for _k, v in options):
-        raise ReferenceSyntaxError(f"{text}: after ? write {'=…&'.join(FILE_OPTIONS)}=… (each once, not empty)")
+        raise problem
     return tuple(options)
 
 

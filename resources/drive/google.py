@@ -84,9 +84,10 @@ VERSION_FIELDS = "size,md5Checksum,modifiedTime"
 
 @dataclass(frozen=True)
 class _Version:
-    """What Drive's metadata said of the blob being downloaded: its size, MD5 and modification time (any
-    may be unknown)."""
+    """What Drive's metadata said of the blob being downloaded: its id, size, MD5 and modification time
+    (any but the id may be unknown)."""
 
+    file_id: str
     size: int | None
     md5: str | None
     modified: str | None
@@ -94,7 +95,8 @@ class _Version:
     @classmethod
     def of(cls, meta: dict[str, Any]) -> _Version:
         size = meta.get("size")
-        return cls(int(size) if size is not None else None, meta.get("md5Checksum"), meta.get("modifiedTime"))
+        return cls(meta["id"], int(size) if size is not None else None, meta.get("md5Checksum"),
+                   meta.get("modifiedTime"))
 
     @staticmethod
     def changed() -> UpstreamError:
@@ -108,10 +110,10 @@ class _Version:
                 (self.size is not None and m.group(3) != str(self.size)):
             raise self.changed()
 
-    def check_complete(self, received: int, now: Callable[[], _Version] | None) -> None:
-        """The body has the size the metadata said; after a resume (``now`` reads the metadata again) the
-        file is still the version it was when the download started, so both parts are of that version."""
-        if (self.size is not None and received != self.size) or (now is not None and now() != self):
+    def check_complete(self, received: int, now: _Version) -> None:
+        """The body has the size the metadata said, and the file is still the version it was when the
+        download started (``now``, read again after a resume), so every part is of that version."""
+        if (self.size is not None and received != self.size) or now != self:
             raise self.changed()
 
 
@@ -463,18 +465,15 @@ class GoogleDriveResource(Resource):
             return
         url, params = self._url("files", meta["id"]), {**SAD, "alt": "media"}
         size = int(meta["size"]) if meta.get("size") is not None else None
-        yield Download(meta["name"], mime, size, self._stream(url, params, resumable=True, version=_Version.of(meta),
-                                                              version_now=lambda: _Version.of(self._get(
-                                                                  meta["id"], VERSION_FIELDS,
-                                                                  "check the version of the file downloaded"))))
+        yield Download(meta["name"], mime, size, self._stream(url, params, resumable=True, version=_Version.of(meta)))
 
-    def _stream(self, url: str, params: dict[str, str], *, resumable: bool, version: _Version | None = None,
-                version_now: Callable[[], _Version] | None = None) -> Iterator[bytes]:
+    def _stream(self, url: str, params: dict[str, str], *, resumable: bool,
+                version: _Version | None = None) -> Iterator[bytes]:
         """The body of a GET, streamed; a blob download broken mid-way continues with ``Range``.
 
         A resumed blob must continue the version it started with: the 206's ``Content-Range`` must start
         where we stopped and end at the size read in the metadata, and once the body is complete the
-        metadata (``version_now``) must still be the version read before it, else the file changed on
+        metadata, read again, must still be the version read before it, else the file changed on
         Drive in between and the download fails (nothing kept). A download that was never cut is one
         response, one version: it pays no second metadata read and no hashing.
         """
@@ -494,7 +493,9 @@ class GoogleDriveResource(Resource):
                         received += len(chunk)
                         yield chunk
                 if version is not None:
-                    version.check_complete(received, version_now if resumed else None)
+                    now = _Version.of(self._get(version.file_id, f"id,{VERSION_FIELDS}",
+                                                "check the version of the file downloaded")) if resumed else version
+                    version.check_complete(received, now)
                 return
             except DriveApiError as exc:
                 if received and exc.status in (200, 416):

@@ -32,18 +32,12 @@ class OutboxMailResource(MailResource):
 
     _swept: bool = PrivateAttr(default=False)
 
-    @property
-    def root(self) -> Path:
+    def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
         root = Path(self.outbox_dir)
+        root.mkdir(parents=True, exist_ok=True)
         if not self._swept:  # the outbox's start: remove what writers killed mid-write left behind
-            root.mkdir(parents=True, exist_ok=True)
             sweep_leftovers(root)
             self._swept = True
-        return root
-
-    def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
-        root = self.root
-        root.mkdir(parents=True, exist_ok=True)  # again: the folder may have been removed since
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         final = root / f"{stamp}-{uuid.uuid4().hex[:12]}.json"
         with atomic_write(final, durable=True) as sink:
