@@ -1,5 +1,6 @@
 """Load-time problems a pipeline file used to slip past validation with: names Dagster reserves, job names of
-code-defined jobs, ``--set`` into a non-mapping, unterminated references, a foreach list wired as one id.
+code-defined jobs, ``--set`` into a non-mapping, unterminated references, a foreach list wired as one id; bytes
+that are not UTF-8, brackets nested thousands deep, aliases that repeat a million values.
 
 Each must be a problem of its file (file:line, step), and in the catalog cost only that file's job."""
 
@@ -74,8 +75,15 @@ def test_what_dagster_refuses_at_compile_time_is_a_problem_of_the_file(tmp_path:
     assert problem.file == valid.file and "Dagster refuses the pipeline" in problem.message
 
 
-@pytest.mark.parametrize("text", [KEYWORD_STEPS, BAD_OWNER], ids=["keyword_steps", "owner"])
-def test_a_file_with_reserved_names_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+DEEP = "name: deep\nsteps:\n  - id: load\n    action: etl.push\n    input: " + "[" * 3000 + "]" * 3000 + "\n"
+LAUGHS = ("a: &a [" + ", ".join(['"lol"'] * 10) + "]\n"  # "billion laughs": each anchor ten of the one before
+          + "".join(f"{b}: &{b} [{', '.join([f'*{a}'] * 10)}]\n" for a, b in zip("abcdef", "bcdefg", strict=True))
+          + "name: laughs\nsteps: *g\n")
+
+
+@pytest.mark.parametrize("text", [KEYWORD_STEPS, BAD_OWNER, DEEP, LAUGHS],
+                         ids=["keyword_steps", "owner", "deep", "billion_laughs"])
+def test_a_broken_file_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                            text: str) -> None:
     folder = with_csv(tmp_path / "more")
     bad = write(folder, text, "bad.yaml")
@@ -175,3 +183,31 @@ steps:
     assert message == ("${check.validated} is a list, one value per batch of foreach step 'check'; `virtualFileId` "
                        "takes one value (pick one batch's, e.g. ${check.validated.0})")
     assert load_pipeline(write(folder, text.replace("WIRED", "${check.validated.0}"), "one.yaml"))
+
+
+def test_a_file_that_is_not_utf8_is_a_problem_at_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("name: caf\u00e9s\nsteps:\n  - id: r\u00e9sum\u00e9\n".encode("latin-1"))
+    assert problems(bad) == [(1, None, "the file is not UTF-8: byte 0xe9 cannot be read (save it as UTF-8)")]
+
+
+def test_nesting_and_aliases_are_bounded_with_the_line(tmp_path: Path) -> None:
+    nested = "name: deep\nsteps:\n  - id: load\n    action: etl.push\n    input: " + "[" * 250 + "]" * 250 + "\n"
+    assert problems(write(tmp_path, nested)) == [(5, None, "values are nested more than 200 levels deep")]
+    assert problems(write(tmp_path, DEEP)) == [(1, None, "values are nested more than 200 levels deep")]
+    ((line, _, message),) = problems(write(tmp_path, LAUGHS))  # 10**7 values if expanded: refused at once
+    assert line == 1 and message.startswith("aliases repeat more than 10,000 values")
+    shared = """
+        name: shared
+        common: &common {virtualFileId: "${load.virtualFileId}", exportType: csv}
+        steps:
+          - id: load
+            action: etl.push
+            input: {platformFile: "${file:customers.csv}"}
+          - id: a
+            action: etl.pull
+            input: {<<: *common, exportName: a.csv}
+    """
+    with_csv(tmp_path)
+    with pytest.raises(PipelineError, match="unknown key 'common'"):  # aliases still work within the bound
+        load_pipeline(write(tmp_path, shared))

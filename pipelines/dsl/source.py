@@ -2,6 +2,11 @@
 
 Validation messages must say where the problem is; PyYAML's node tree knows each node's start line,
 so the file is composed once and converted, recording ``path -> line`` (path = tuple of keys/indexes).
+
+A pipeline file may come from anyone who can write to ``CONNECTOR_OPS_PIPELINES_DIR``, and every file is read
+when the code location loads: nesting deeper than :data:`MAX_DEPTH` and aliases repeating more than
+:data:`MAX_ALIASED` values are problems of that file (a "billion laughs" file took 60 s and 2.5 GB, and deep
+brackets a ``RecursionError`` that took every job down).
 """
 
 from __future__ import annotations
@@ -14,6 +19,10 @@ import yaml
 from connector_ops.kernel.yaml_text import TextLoader
 
 Path = tuple[str | int, ...]
+#: how deep keys and items may nest (a pipeline needs a handful of levels; a filter's JSON 100 at most)
+MAX_DEPTH = 200
+#: how many values aliases (``*name``) may repeat in one file, all aliases counted together
+MAX_ALIASED = 10_000
 
 
 @dataclass
@@ -42,36 +51,61 @@ class SourceError(Exception):
         self.line = line
 
 
-def _convert(node: yaml.Node, path: Path, lines: dict[Path, int], loader: TextLoader) -> Any:
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)
+class _Converter:
+    """PyYAML's node tree to plain values, recording each path's line; bounded in depth and in what aliases
+    repeat (an alias is the anchor's node object again, so a node met twice is a repeat)."""
+
+    def __init__(self, loader: TextLoader) -> None:
+        self.loader = loader
+        self.lines: dict[Path, int] = {}
+        self.seen: set[int] = set()
+        self.repeated = 0
+
+    def convert(self, node: yaml.Node, path: Path) -> Any:
+        line = node.start_mark.line + 1
+        if len(path) > MAX_DEPTH:
+            raise SourceError(f"values are nested more than {MAX_DEPTH} levels deep", line)
+        if id(node) in self.seen:
+            self.repeated += 1
+            if self.repeated > MAX_ALIASED:
+                raise SourceError(f"aliases repeat more than {MAX_ALIASED:,} values (the anchor of line {line} "
+                                  "is one of them)", line)
+        else:
+            self.seen.add(id(node))
+        self.lines[path] = line
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+        return self.loader.construct_object(node, deep=True)
+
+    def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[Any, Any]:
+        self.loader.flatten_mapping(node)
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = self.loader.construct_object(key_node, deep=True)
             if isinstance(key, (dict, list)):
                 raise SourceError("a mapping key must be a plain value", key_node.start_mark.line + 1)
             if key in result:
                 raise SourceError(f"duplicate key {key!r}", key_node.start_mark.line + 1)
             child = (*path, key)
-            result[key] = _convert(value_node, child, lines, loader)
-            lines[child] = key_node.start_mark.line + 1
+            result[key] = self.convert(value_node, child)
+            self.lines[child] = key_node.start_mark.line + 1
         return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), lines, loader) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
 
 
 def parse_yaml(text: str, file: str = "<string>") -> Document:
     """Parse ``text``; raises :class:`SourceError` with a line number on invalid YAML."""
     loader = TextLoader(text)  # safe, and a date stays the text it was written as
+    converter = _Converter(loader)
     try:
         node = loader.get_single_node()
-        lines: dict[Path, int] = {}
-        data = None if node is None else _convert(node, (), lines, loader)
+        data = None if node is None else converter.convert(node, ())
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise SourceError(f"invalid YAML: {exc.problem or exc}", (mark.line + 1) if mark else 1) from None
+    except RecursionError:  # PyYAML's composer recurses per level, before any depth is ours to count
+        raise SourceError(f"values are nested more than {MAX_DEPTH} levels deep", 1) from None
     finally:
         loader.dispose()
-    return Document(data=data, file=file, lines=lines)
+    return Document(data=data, file=file, lines=converter.lines)

@@ -555,9 +555,15 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> Pipeline:
     """Read, (optionally) edit with ``--set`` overrides, and validate a pipeline file."""
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise PipelineError([Problem(file, 1, f"cannot read the file: {exc.strerror or exc}")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PipelineError([Problem(file, line, f"the file is not UTF-8: byte {data[exc.start]:#04x} "
+                                                 "cannot be read (save it as UTF-8)")]) from None
     try:
         doc = parse_yaml(text, file)
     except SourceError as exc:
