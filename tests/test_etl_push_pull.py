@@ -106,13 +106,30 @@ def test_lines_to_ignore_then_header_and_multiline_field(files, env):
     assert rows(vf) == [{"id": "1", "text": "multi\nline"}]
 
 
-def test_schema_without_header_and_schema_over_header(files, env):
+def test_schema_without_header_and_schema_with_header(files, env):
     vf = push(files, b"1,2\n3,4\n", useFirstRowAsSchema=False, schema=["x", "y"])
     assert rows(vf) == [{"x": "1", "y": "2"}, {"x": "3", "y": "4"}]
-    renamed = push(files, b"a,b\n1,2\n", useFirstRowAsSchema=True, schema=["x", "y"])
-    assert rows(renamed) == [{"x": "1", "y": "2"}]
     implicit = push(files, b"1,2\n", schema=["x", "y"])  # schema given: the first row is data
     assert rows(implicit) == [{"x": "1", "y": "2"}]
+    renamed = push(files, b"a,b\n1,2\n", useFirstRowAsSchema=False, linesToIgnore=1, schema=["x", "y"])
+    assert rows(renamed) == [{"x": "1", "y": "2"}]
+
+
+@pytest.mark.parametrize("size", [10, 5 << 20], ids=["row_reader", "columnar"])
+def test_with_a_header_and_a_schema_the_header_names_the_columns(files, env, size):
+    """Spec 4.C rule 2: the first row gives the names; schema lists them (any order) or it is a 400. Schema
+    renamed the columns by position, which relabelled ``id`` as ``name`` when its order was not the file's."""
+    body = b"".join(b"%d,Ada,%d\n" % (i, i % 7) for i in range(max(1, size // 12)))
+    vf = push(files, b"id,name,qty\n" + body, useFirstRowAsSchema=True, schema=["name", "id", "qty"])
+    assert rows(vf)[0] == {"id": "0", "name": "Ada", "qty": "0"}
+    for schema, words in ((["name", "id"], "not in schema: 'qty'"),
+                          (["id", "name", "qty", "x"], "not in the header: 'x'"),
+                          (["x", "y", "z"], "not in the header: 'x', 'y', 'z'; not in schema: 'id', 'name', 'qty'")):
+        with pytest.raises(ConnectorError) as caught:
+            push(files, b"id,name,qty\n" + body, useFirstRowAsSchema=True, schema=schema)
+        assert caught.value.status == 400
+        message = caught.value.body["message"]
+        assert message.startswith("parameters.schema: the header row names the columns") and words in message
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import csv
 from typing import IO
 
 from connector_ops.etl.physical_lines import Head, skipped
-from connector_ops.etl.readers import FIELD, check_names
+from connector_ops.etl.readers import named_columns
 from connector_ops.kernel.streams import as_utf8
 
 
@@ -38,11 +38,9 @@ def data_rows(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header
             if header else None
     except (UnicodeDecodeError, csv.Error):
         return None
-    if schema is not None:
-        columns = list(schema)
-    if not columns:
+    if not columns and schema is None:
         return None
-    check_names(columns, "parameters.schema" if schema is not None else FIELD)
+    columns = named_columns(columns, schema)
     while len(head.data) - head.pos < len(codecs.BOM_UTF8) and head.more():
         pass
     if head.data.startswith(codecs.BOM_UTF8, head.pos):

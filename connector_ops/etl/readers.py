@@ -132,10 +132,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
         raise decode_error(exc, encoding, reopen) from None
     except (csv.Error, LineTooLong) as exc:
         raise _csv_error(exc, offset + reader.line_num) from None
-    if schema is not None:
-        columns = list(schema)
-    assert columns is not None
-    check_names(columns, "parameters.schema" if schema is not None else FIELD)
+    columns = named_columns(columns, schema)
 
     def records() -> Iterator[list[str]]:
         width = len(columns)
@@ -169,3 +166,28 @@ def _csv_error(exc: csv.Error | LineTooLong, line: int) -> InvalidInput:
 
 
 check_names = check_column_names  # the one rule for every parser's header (kept under its old name)
+
+
+def named_columns(header: list[str] | None, schema: list[str] | None) -> list[str]:
+    """A CSV Push's columns (spec 4.C rule 2): the header row's when one is read, else ``schema``'s.
+
+    With both, the header still names the columns and ``schema`` must list the same names (in any order): it
+    used to rename the columns by position, which relabelled the data when its order was not the file's.
+    To rename a file's columns, skip its header (``useFirstRowAsSchema: false, linesToIgnore: 1``)."""
+    if not header:  # no header wanted, or none there (an empty file): the schema's names
+        columns = list(schema or ())
+        check_names(columns, "parameters.schema" if schema is not None else FIELD)
+        return columns
+    check_names(header, FIELD)
+    if schema is not None and set(schema) != set(header):
+        check_names(schema, "parameters.schema")
+        missing = [name for name in schema if name not in header]
+        extra = [name for name in header if name not in schema]
+        what = "; ".join(part for part in (
+            missing and f"not in the header: {', '.join(map(repr, missing))}",
+            extra and f"not in schema: {', '.join(map(repr, extra))}") if part)
+        raise InvalidInput("parameters.schema", f"the header row names the columns (useFirstRowAsSchema is true) "
+                                                f"and schema must list the same ones ({what}); to rename "
+                                                "columns, skip the header: useFirstRowAsSchema: false, "
+                                                "linesToIgnore: 1")
+    return header
