@@ -317,3 +317,31 @@ def test_an_unquoted_date_stays_text_and_a_clean_failure_says_why(tmp_path: Path
     assert 'rows (etl.iterate): {"content": [{"day": "2024-01-01", "at": "2024-01-01 10:00:00"}]' in captured.out
     assert "step gone failed: etl.clean failed (500): virtual file 'nope' not found" in captured.err
     assert "Traceback" not in captured.out + captured.err
+
+
+def test_literals_the_input_model_takes_run_as_they_validate(tmp_path: Path, env: dict[str, str]) -> None:
+    """A step's literal input becomes its op's default config, which Dagster checks strictly, at run time
+    only: ``pipeline validate`` passed a whole number written as text, a platform file carrying a field spec
+    2.1 does not show, and ``"false"``, and the run then failed before any step with a 500
+    ``DagsterInvalidConfigError``. They now run as ``invoke`` runs them."""
+    resources = resources_for(environ=env)
+    pf = resources["platform_files"].add_bytes(b"id,name\n1,a\n2,b\n3,c\n", "s.csv", "text/csv").to_json()
+    path = write(tmp_path, f"""
+        name: lax
+        steps:
+          - id: load
+            action: etl.push
+            input:
+              platformFile: {json.dumps({**pf, "folder": "inbox", "owner": {"team": "sales"}})}
+              parameters: {{linesToIgnore: "0", useFirstRowAsSchema: "true"}}
+          - id: rows
+            action: etl.iterate
+            input: {{content: "${{load.virtualFileId}}", maxBatchSize: "2"}}
+          - id: first
+            action: etl.query
+            input: {{virtualFileId: "${{load.virtualFileId}}", query: {{id: "1"}}, extractOnlyOneResult: "false"}}
+    """)
+    outcome = run_compiled(compile_pipeline(load_pipeline(path)), resources)
+    assert outcome.success, outcome.failure()
+    assert outcome.steps["rows"]["content"] == [{"id": "1", "name": "a"}, {"id": "2", "name": "b"}]
+    assert outcome.steps["first"]["result"] == [{"id": "1", "name": "a"}]

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_snake
 
 from connector_ops.kernel.errors import ConnectorError
@@ -48,12 +48,37 @@ def _config_type(annotation: Any) -> Any:
     if annotation in _SCALARS:
         return _SCALARS[annotation]
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return dg.Shape(config_fields(annotation, required_ok=False))
+        fields = config_fields(annotation, required_ok=False)  # a model that ignores unknown fields (spec 2.1's
+        lax = annotation.model_config.get("extra") != "forbid"  # platformFile) takes them in config too
+        return dg.Permissive(fields) if lax else dg.Shape(fields)
     if origin is list and args and (args[0] in _SCALARS or _is_model(args[0])):
         return [_config_type(args[0])]
     if origin is dict:
         return dg.Permissive()
     return dg.Any
+
+
+def config_value(annotation: Any, value: Any) -> Any:
+    """``value`` as the config type of ``annotation`` takes it: a scalar the input model would coerce (``"2"``
+    for a whole number, ``"false"`` for a boolean) coerced the same way, inside objects and lists too.
+
+    A pipeline step's literal input becomes its op's default config, which Dagster checks strictly at run
+    time only: ``pipeline validate`` (the model) passed ``maxBatchSize: "2"``, and the run then failed with a
+    ``DagsterInvalidConfigError``. A value the model refuses is left as it is (validation reported it)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    if _is_model(annotation) and isinstance(value, Mapping):
+        by_key = {info.alias or name: info.annotation for name, info in annotation.model_fields.items()}
+        return {k: config_value(by_key[k], v) if k in by_key else v for k, v in value.items()}
+    if typing.get_origin(annotation) is list and args and isinstance(value, list):
+        return [config_value(args[0], item) for item in value]
+    if annotation in _SCALARS and value is not None:
+        try:
+            return TypeAdapter(annotation).validate_python(value)
+        except ValidationError:
+            return value
+    return value
 
 
 def _is_model(tp: Any) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.ops import all_ops
-from connector_ops.ops.factory import build_op, output_names
+from connector_ops.ops.factory import build_op, config_value, output_names
 from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import asset_specs
@@ -74,10 +74,11 @@ class _Plan:
 
 def plan_step(step: Step, foreach_steps: set[str]) -> _Plan:
     by_field = {spec_field: name for name, spec_field in step.action.wirable_inputs.items()}
+    annotations = {info.alias or name: info.annotation for name, info in step.action.input_model.model_fields.items()}
     plan = _Plan({}, {}, {})
     for key, value in step.input.items():
         if not r.has_refs(value):
-            plan.config[key] = r.unescape(value)
+            plan.config[key] = config_value(annotations.get(key), r.unescape(value))
             continue
         ref = r.exact_ref(value)
         direct = (ref is not None and ref.root not in r.RESERVED_ROOTS and len(ref.path) == 1
