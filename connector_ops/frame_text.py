@@ -6,7 +6,9 @@ The rule is "what the same frame written to a file would hold": what ``DataFrame
 - Strings as they are; integers in decimal; booleans as ``true``/``false`` (JSON's words, as Push stores
   a JSON file's booleans).
 - A float column whose values are all whole numbers (pandas' way of holding integers with gaps) as
-  integers: ``3750``, not ``3750.0``.
+  integers: ``3750``, not ``3750.0``. Like a timestamp's form, :func:`column_form` decides this over the
+  whole column (a frame goes in slices); in a stream, whose later batches cannot be seen, each float is
+  printed as Python prints it (``1.0``), so no column holds both ``1`` and ``1.0``.
 - Any other float as Python prints it (``1.0``, ``1e-07``, ``123456789012.0``). Arrow's own cast prints
   the same shortest digits, in another form (``1``, ``1.5e-7``, ``1.23456789012e+11``). So Arrow does the
   work, and only the values whose form differs are fixed: whole numbers get their ``.0``; numbers Arrow
@@ -42,23 +44,67 @@ class NotText(ValueError):
 NOT_UTF8 = "is bytes that are not UTF-8 text; decode them to text first"
 
 
-def text_column(column: Any, form: int | None = None) -> Any:
-    """One Arrow column as strings, missing values as nulls (the module doc says how); ``form`` is the
-    :func:`timestamp_form` of the whole column a slice of timestamps comes from (``None``: each value's own)."""
+def column_form(column: Any) -> int | bool | None:
+    """What the whole column decides for the text of each of its slices: a timestamp column's
+    :func:`timestamp_form`, whether a float column holds only whole numbers, ``None`` for other columns."""
+    import pyarrow as pa
+
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if pa.types.is_timestamp(kind):
+        return timestamp_form(column)
+    if pa.types.is_floating(kind):
+        return _whole_numbers(_floats(column)[1])
+    return None
+
+
+def _floats(column: Any) -> tuple[Any, Any]:
+    """A float column with NaN as a missing value, and the same widened where Arrow cannot compute on it."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    column = pc.if_else(pc.is_nan(column), pa.scalar(None, column.type), column)  # NaN is a missing value
+    return column, column.cast(pa.float32()) if pa.types.is_float16(column.type) else column  # exact
+
+
+def _whole_numbers(wide: Any) -> bool:
+    """Whether every float is a whole number an integer holds (true of no value at all, so that the parts
+    of a column combine: :func:`batches_forms`)."""
+    import pyarrow.compute as pc
+
+    largest = pc.max(pc.abs(wide)).as_py()
+    return largest is None or (largest < 2**63 and pc.all(pc.equal(pc.floor(wide), wide)).as_py())
+
+
+def batches_forms(batches: Iterable[Any]) -> dict[int, int | bool]:
+    """:func:`column_form` of each column over every batch (a file read once for them, a batch at a time):
+    the most digits of a second any batch needs, whole numbers only if every batch holds only those."""
+    forms: dict[int, int | bool] = {}
+    for batch in batches:
+        for i, column in enumerate(batch.columns):
+            form = column_form(column)
+            if form is None:
+                continue
+            if i in forms:
+                form = (forms[i] and form) if isinstance(form, bool) else max(forms[i], form)
+            forms[i] = form
+    return forms
+
+
+def text_column(column: Any, form: int | bool | None = None) -> Any:
+    """One Arrow column as strings, missing values as nulls (the module doc says how); ``form`` is the
+    :func:`column_form` of the whole column a slice comes from (``None``, a stream's: each value's own)."""
+    import pyarrow as pa
 
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     kind = column.type
     if pa.types.is_dictionary(kind):
         column, kind = column.dictionary_decode(), kind.value_type
     if pa.types.is_floating(kind):
-        column = pc.if_else(pc.is_nan(column), pa.scalar(None, kind), column)  # NaN is a missing value
-        wide = column.cast(pa.float32()) if pa.types.is_float16(kind) else column  # exact; Arrow computes on it
-        largest = pc.max(pc.abs(wide)).as_py()
-        if largest is not None and largest < 2**63 and pc.all(pc.equal(pc.floor(wide), wide)).as_py():
-            return wide.cast(pa.int64()).cast(pa.string())
-        return float_text(column)
+        column, wide = _floats(column)
+        return wide.cast(pa.int64()).cast(pa.string()) if form is True else float_text(column)
     if pa.types.is_timestamp(kind):
         return timestamp_text(column, form)
     if pa.types.is_duration(kind):  # as pandas prints each (1 days 02:00:00), whichever library made it

@@ -8,11 +8,12 @@ stored (``infer_types`` turns a column into numbers only where that loses nothin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from connector_ops.frame_streams import arrow_stream, peeked, positioned
-from connector_ops.frame_text import NotText, float_text, text_column, timestamp_form, values_text
+from connector_ops.frame_text import NotText, column_form, float_text, text_column, values_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import check_column_names, holds_surrogate, lone_surrogate
 from connector_ops.kernel.notices import warn
@@ -119,29 +120,34 @@ def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
     return None
 
 
-def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame") -> str:
+def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
+               stream_forms: Mapping[int, int | bool] | None = None) -> str:
     """A new virtual file holding ``frame``'s rows; returns its id. A pandas frame goes to Arrow a slice at a
-    time, and a stream a batch at a time, so memory grows with the slice or batch, not the frame."""
+    time, and a stream a batch at a time, so memory grows with the slice or batch, not the frame.
+    ``stream_forms``: a stream's :func:`.frame_text.column_form` of each column, where its source could be
+    read for them first (a Parquet file); else each value of a stream is written in its own form."""
     import pyarrow as pa
 
     frame = as_frame(frame, field)
     if _pandas(frame):
         columns = list(frame.columns)
-        forms = {i: timestamp_form(pa.array(frame[c])) for i, c in enumerate(columns) if frame[c].dtype.kind == "M"}
+        forms = {i: column_form(pa.array(frame[c]) if frame[c].dtype.kind == "M" else
+                                pa.array(frame[c].to_numpy(dtype="float64", na_value=math.nan)))
+                 for i, c in enumerate(columns) if frame[c].dtype.kind in "Mf"}
         slices = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
         parts: Iterator[tuple[Any, Sequence[Any]]] = ((to_arrow(part, field), part.index) for part in slices)
         size: int | None = len(frame) * len(columns) * 16  # what the column-wise load needs: roughly the bytes
         total: int | None = len(frame)
     elif (stream := arrow_stream(frame)) is not None:  # later batches unseen: each timestamp its own form
         names, batches = stream
-        columns, forms = [str(n) for n in names], {}
+        columns, forms = [str(n) for n in names], dict(stream_forms or {})
         size, batches = peeked(batches)
         parts = _told_if_empty(positioned(batches), field)
         total = None
     else:
         table = to_arrow(frame, field)
         columns = [str(n) for n in table.column_names]
-        forms = {i: timestamp_form(c) for i, c in enumerate(table.columns) if pa.types.is_timestamp(c.type)}
+        forms = {i: column_form(c) for i, c in enumerate(table.columns)}
         parts = positioned(table.to_batches(max_chunksize=BATCH_ROWS))
         size, total = table.nbytes, table.num_rows
     check_column_names(columns, f"{field}.columns")

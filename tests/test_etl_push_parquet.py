@@ -44,13 +44,32 @@ def push(files, data: bytes, name: str = "data.parquet", content_type: str = "ap
 
 @pytest.mark.parametrize(("name", "content_type"), [("data.parquet", "application/octet-stream"),
                                                     ("export", "application/vnd.apache.parquet")])
-def test_a_parquet_file_pushes_as_its_table_pushed_as_a_stream(files, env, name, content_type):
-    stream = pa.RecordBatchReader.from_batches(TYPED.schema, TYPED.to_batches())
-    assert rows(push(files, parquet(TYPED), name, content_type)) == rows(push_frame(stream)) == [
-        {"n": "1", "x": "0.5", "t": "2024-01-01 00:00:00", "d": "2024-01-02", "s": "a,b", "ok": "true",
+def test_a_parquet_file_pushes_as_its_table(files, env, name, content_type):
+    """Its float and timestamp columns take one form over the whole file, as a table's (or a frame's) do."""
+    assert rows(push(files, parquet(TYPED), name, content_type)) == rows(push_frame(TYPED)) == [
+        {"n": "1", "x": "0.5", "t": "2024-01-01 00:00:00.000", "d": "2024-01-02", "s": "a,b", "ok": "true",
          "price": "1.10", "tags": '["x","y"]'},
-        {"x": "1.0", "t": "2024-07-01 03:04:05.500000", "ok": "false", "price": "2.00", "tags": "[]"},
+        {"x": "1.0", "t": "2024-07-01 03:04:05.500", "ok": "false", "price": "2.00", "tags": "[]"},
         {"n": "-3", "d": "1969-12-31", "s": "line\nbreak é"}]
+
+
+def test_a_column_has_one_form_whichever_batch_a_value_is_in(files, env):
+    """Whole floats were written as integers batch by batch: 262,144 values "1", then "1.0" after the first
+    2.5, in one column (Query ``{"x": "1"}`` found some of them). Over a whole file, frame or table: one form;
+    in a stream, whose later batches are unseen, each float as Python prints it."""
+    late = pa.table({"x": [float(i % 5) for i in range(150_000)] + [2.5], "t": [0] * 150_001})
+    late = late.set_column(1, "t", pa.array([i * 86_400_000_000 for i in range(150_000)] + [1], pa.timestamp("us")))
+    gaps = pa.table({"n": [None if i % 7 == 0 else float(i) for i in range(150_000)]})
+    for vf in (push(files, parquet(late, row_group_size=40_000)), push_frame(late), push_frame(late.to_pandas())):
+        back = pull_frame(vf, kind="pyarrow")
+        assert back["x"][1].as_py() == "1.0" and back["x"][150_000].as_py() == "2.5"
+        assert back["t"][1].as_py() == "1970-01-02 00:00:00.000000" and back["t"][150_000].as_py().endswith(".000001")
+    for vf in (push(files, parquet(gaps, row_group_size=40_000)), push_frame(gaps), push_frame(gaps.to_pandas())):
+        back = pull_frame(vf, kind="pyarrow")["n"].to_pylist()
+        assert back[:3] == [None, "1", "2"] and back[149_999] == "149999"
+    stream = pa.RecordBatchReader.from_batches(late.schema, late.to_batches(max_chunksize=100_000))
+    texts = pull_frame(push_frame(stream), kind="pyarrow")["x"].to_pylist()
+    assert texts[:2] == ["0.0", "1.0"] and texts[-1] == "2.5" and "1" not in texts
 
 
 def test_row_groups_and_batches_keep_every_row_in_order(files, env, load_path):  # noqa: F811

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from connector_ops.etl import models as m
+from connector_ops.frame_text import batches_forms
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import track
@@ -60,9 +61,28 @@ def push_parquet(virtual_files: VirtualFileStore, reopen: Open, name: str, param
         check_column_names(names, "platformFile")
         columns = [*(params.schema_ or ()), *(n for n in names if n not in (params.schema_ or ()))]
         with track(f"push {name}", parquet.metadata.num_rows, "rows") as reporter:
+            forms = _forms(parquet, name, columns)
             batches = _aligned(_read(parquet, name, reporter), columns)
             return frame_into(virtual_files, pa.RecordBatchReader.from_batches(_schema(parquet, columns), batches),
-                              "platformFile")
+                              "platformFile", forms)
+
+
+def _forms(parquet: Any, name: str, columns: list[str]) -> dict[int, int | bool]:
+    """The form of each float and timestamp column over the whole file (one read of those columns only), so
+    that its values are written as a frame's are: ``3750``, not ``3750.0``, in a column of whole numbers
+    (pandas' integers with gaps), and never ``1`` in one batch and ``1.0`` in the next."""
+    import pyarrow as pa
+
+    own = parquet.schema_arrow
+    kinds = {f.name: f.type.value_type if pa.types.is_dictionary(f.type) else f.type for f in own}
+    typed = [c for c in columns if c in kinds and (pa.types.is_floating(kinds[c]) or pa.types.is_timestamp(kinds[c]))]
+    if not typed:
+        return {}
+    try:
+        forms = batches_forms(parquet.iter_batches(batch_size=BATCH_ROWS, columns=typed))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise _unreadable(name, exc) from None
+    return {columns.index(typed[i]): form for i, form in forms.items()}
 
 
 def _read(parquet: Any, name: str, reporter: Any) -> Iterator[Any]:
