@@ -194,18 +194,20 @@ class GoogleDriveResource(Resource):
                            "(see `connector-ops drive login`), GOOGLE_APPLICATION_CREDENTIALS, or GOOGLE_USE_ADC=true "
                            "for Application Default Credentials")
 
-    def _url(self, *segments: str, upload: bool = False) -> str:
-        """The API URL of ``segments`` (ids quoted). ``.`` and ``..`` are refused as unknown ids: URL
-        normalisation (httpx, RFC 3986, even as ``%2E``) would turn them into another endpoint."""
+    def _url(self, *segments: str, upload: bool = False, field: str | None = None) -> str:
+        """The API URL of ``segments`` (ids quoted). ``.`` and ``..`` are refused as unknown ids (of the
+        input ``field``): URL normalisation (httpx, RFC 3986, even as ``%2E``) would turn them into another
+        endpoint."""
         for segment in segments:
             if segment in (".", ".."):
-                raise NotFound(f"no drive item with id {segment!r}")
+                raise NotFound(f"{field + ': ' if field else ''}no drive item with id {segment!r}")
         base = self.api_url.rstrip("/") + ("/upload/drive/v3" if upload else "/drive/v3")
         return "/".join([base, *(quote(s, safe="") for s in segments)])
 
-    def _get(self, item_id: str, fields: str, action: str) -> dict[str, Any]:
-        return self.http.call("GET", self._url("files", self._id(item_id)), action=action,
-                              params={**SAD, "fields": fields})
+    def _get(self, item_id: str, fields: str, action: str, field: str | None = None) -> dict[str, Any]:
+        """The metadata of ``item_id``; ``field`` is the input it came from, named if Drive refuses it."""
+        return self.http.call("GET", self._url("files", self._id(item_id), field=field), action=action,
+                              params={**SAD, "fields": fields}, field=field)
 
     def _id(self, item_id: str) -> str:
         return "root" if item_id in ROOT_ALIASES else item_id
@@ -241,32 +243,34 @@ class GoogleDriveResource(Resource):
             return self._get(new_id, fields, action)
         return response.json()
 
-    def _kind(self, item_id: str, action: str) -> dict[str, Any]:
-        return self._get(item_id, "id,name,mimeType,driveId", action)
+    def _kind(self, item_id: str, action: str, field: str) -> dict[str, Any]:
+        return self._get(item_id, "id,name,mimeType,driveId", action, field)
 
     # -- actions ----------------------------------------------------------------------------------
     def rename(self, item_id: str, name: str) -> None:
-        self.http.call("PATCH", self._url("files", self._id(item_id)), action="rename the item",
-                       params={**SAD, "fields": "id,name"}, json={"name": name})
+        self.http.call("PATCH", self._url("files", self._id(item_id), field="id"), action="rename the item",
+                       params={**SAD, "fields": "id,name"}, json={"name": name}, field="id")
 
     def create_file(self, name: str, folder_id: str | None, mime_type: str) -> str:
         body = {"name": name, "mimeType": mime_type, "parents": [self._parent(folder_id)]}
-        return self._create(self._url("files"), body, "create the file")["id"]
+        return self._create(self._url("files"), body, "create the file", field="folderId")["id"]
 
     def create_folder(self, name: str, parent_id: str | None) -> str:
         body = {"name": name, "mimeType": FOLDER_MIME, "parents": [self._parent(parent_id)]}
-        return self._create(self._url("files"), body, "create the folder")["id"]
+        return self._create(self._url("files"), body, "create the folder", field="folderId")["id"]
 
     def move(self, item_id: str, folder_id: str) -> None:
         target = self._root() if folder_id in ROOT_ALIASES else folder_id
-        current = self._get(item_id, "id,parents", "read the item to move").get("parents") or []
+        current = self._get(item_id, "id,parents", "read the item to move", "id").get("parents") or []
         if current == [target]:
             return
         params = {**SAD, "fields": "id,parents", "addParents": target}
         removed = [p for p in current if p != target]
         if removed:
             params["removeParents"] = ",".join(removed)
-        self.http.call("PATCH", self._url("files", self._id(item_id)), action="move the item", params=params, json={})
+        # the item was just read, so what Drive refuses here is the destination
+        self.http.call("PATCH", self._url("files", self._id(item_id)), action="move the item", params=params, json={},
+                       field="folderId")
 
     def _delete(self, item_id: str, action: str) -> None:
         # a 404 here means an earlier attempt (whose answer was lost) or someone else already deleted it
@@ -275,13 +279,13 @@ class GoogleDriveResource(Resource):
             response.read()
 
     def delete_file(self, file_id: str) -> None:
-        meta = self._kind(file_id, "read the file to delete")
+        meta = self._kind(file_id, "read the file to delete", "fileId")
         if meta.get("mimeType") == FOLDER_MIME:
             raise InvalidInput("fileId", "is a folder; use Delete Folder to delete a folder and its contents")
         self._delete(meta["id"], "delete the file")
 
     def delete_folder(self, folder_id: str) -> None:
-        meta = self._kind(folder_id, "read the folder to delete")
+        meta = self._kind(folder_id, "read the folder to delete", "folderId")
         if meta.get("mimeType") != FOLDER_MIME:
             raise InvalidInput("folderId", "is not a folder; use Delete File to delete a file")
         if folder_id in ROOT_ALIASES or meta["id"] == self._root():
@@ -326,7 +330,7 @@ class GoogleDriveResource(Resource):
                 added.append(created["id"])
 
     def share(self, item_id: str, grants: list[Grant]) -> str:
-        file_id = self._get(item_id, "id", "read the item to share")["id"]
+        file_id = self._get(item_id, "id", "read the item to share", "id")["id"]
         labels = [g.email or g.domain or "anyone" for g in grants]
         self._grant_all(file_id, [(label, _grant_body(g), False) for label, g in zip(labels, grants, strict=True)])
         link = self._get(file_id, "id,webViewLink", "read the shared link").get("webViewLink")
@@ -336,11 +340,13 @@ class GoogleDriveResource(Resource):
 
     def copy_file(self, file_id: str, folder_id: str | None, name: str | None,
                   keep_permissions: bool) -> tuple[str, str]:
-        source = self._kind(file_id, "read the file to copy")
+        source = self._kind(file_id, "read the file to copy", "fileId")
         if source.get("mimeType") == FOLDER_MIME:
             raise InvalidInput("fileId", "is a folder; Drive copies files only")
         body = {"name": copy_name(source["name"], name), "parents": [self._parent(folder_id)]}
-        copy = self._create(self._url("files", source["id"], "copy"), body, "copy the file", fields="id,name,driveId")
+        # the source was just read, so what Drive refuses here is the destination
+        copy = self._create(self._url("files", source["id"], "copy"), body, "copy the file", fields="id,name,driveId",
+                            field="folderId")
         if keep_permissions:
             try:
                 self._copy_permissions(source["id"], copy)
@@ -409,7 +415,7 @@ class GoogleDriveResource(Resource):
         body, multipart_type = multipart_related({**metadata, "id": new_id}, data, content_type)
         params = {**SAD, "uploadType": "multipart", "fields": "id,name,md5Checksum"}
         with self.http.open("POST", self._url("files", upload=True), action="upload the file", params=params,
-                            content=body, headers={"Content-Type": multipart_type},
+                            content=body, headers={"Content-Type": multipart_type}, field="folderId",
                             ok=lambda r: r.status_code < 400 or r.status_code == 409) as response:
             response.read()
         if response.status_code == 409:  # a retry met the file our lost first attempt created
@@ -427,7 +433,7 @@ class GoogleDriveResource(Resource):
             params = {**SAD, "uploadType": "resumable", "fields": "id,name,md5Checksum"}
             # starting a session creates nothing, so repeating it is safe
             with self.http.open("POST", self._url("files", upload=True), action="start the upload", params=params,
-                                json=metadata, headers=headers) as response:
+                                json=metadata, headers=headers, field="folderId") as response:
                 response.read()
             location = response.headers.get("location")
             if not location:
@@ -450,10 +456,11 @@ class GoogleDriveResource(Resource):
 
     @contextlib.contextmanager
     def download(self, file_id: str) -> Iterator[Download]:
-        meta = self._get(file_id, f"id,name,mimeType,{VERSION_FIELDS},shortcutDetails", "read the file to download")
+        meta = self._get(file_id, f"id,name,mimeType,{VERSION_FIELDS},shortcutDetails", "read the file to download",
+                         "fileId")
         if meta.get("mimeType") == SHORTCUT_MIME:
             target = (meta.get("shortcutDetails") or {}).get("targetId")
-            meta = self._get(target, f"id,name,mimeType,{VERSION_FIELDS}", "read the shortcut's target")
+            meta = self._get(target, f"id,name,mimeType,{VERSION_FIELDS}", "read the shortcut's target", "fileId")
         mime = meta.get("mimeType") or "application/octet-stream"
         if mime == FOLDER_MIME:
             raise InvalidInput("fileId", "is a folder; folders cannot be downloaded")
@@ -513,7 +520,7 @@ class GoogleDriveResource(Resource):
                   "fields": "nextPageToken,files(id,name,mimeType,md5Checksum,modifiedTime)"}
         parent = "root"
         if folder_id and folder_id not in ROOT_ALIASES:
-            meta = self._get(folder_id, "id,mimeType,driveId", "read the folder to list")
+            meta = self._get(folder_id, "id,mimeType,driveId", "read the folder to list", "folderId")
             if meta.get("mimeType") != FOLDER_MIME:
                 raise InvalidInput("folderId", "is not a folder")
             parent = meta["id"]

@@ -23,6 +23,8 @@ from connector_ops.resources.retry import Backoff
 
 RATE_LIMIT_REASONS = frozenset({"userRateLimitExceeded", "rateLimitExceeded", "sharingRateLimitExceeded"})
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: Drive's answers that refuse the ids a request sent (no such item, or the wrong kind: a file as a parent)
+INPUT_STATUSES = frozenset({400, 404})
 
 
 class _RedactUploadIds(logging.Filter):
@@ -50,8 +52,11 @@ class DriveApiError(UpstreamError):
         super().__init__(message, status=status, retryable=retryable)
 
 
-def parse_error(response: httpx.Response, action: str) -> DriveApiError:
-    """Drive's ``{"error": {"code", "message", "errors": [{"reason"}]}}`` (or an HTML page) as an error."""
+def parse_error(response: httpx.Response, action: str, field: str | None = None) -> DriveApiError:
+    """Drive's ``{"error": {"code", "message", "errors": [{"reason"}]}}`` (or an HTML page) as an error.
+
+    ``field`` is the input field the request's ids came from: a 400 or 404 refuses that input, so the
+    message starts with its name, as every bad-input error does (Drive's own message names no field)."""
     reason, detail = "", ""
     with contextlib.suppress(ValueError, AttributeError, TypeError, IndexError, httpx.ResponseNotRead):
         error = response.json()["error"]
@@ -62,7 +67,8 @@ def parse_error(response: httpx.Response, action: str) -> DriveApiError:
     if not detail:
         detail = response.reason_phrase or "no details"
     label = f" ({reason})" if reason else ""
-    return DriveApiError(status, reason, f"Google Drive refused to {action}: {status}{label} {detail}".strip(),
+    named = f"{field}: " if field and status in INPUT_STATUSES else ""
+    return DriveApiError(status, reason, f"{named}Google Drive refused to {action}: {status}{label} {detail}".strip(),
                          retryable=is_retryable(response))
 
 
@@ -93,11 +99,12 @@ class DriveHttp:
     def open(self, method: str, url: str, *, action: str, idempotent: bool = True,
              params: Mapping[str, Any] | None = None, json: Any = None, content: bytes | None = None,
              headers: Mapping[str, str] | None = None, ok: Callable[[httpx.Response], bool] | None = None,
-             preload: bool = True) -> Iterator[httpx.Response]:
+             preload: bool = True, field: str | None = None) -> Iterator[httpx.Response]:
         """Send with retries and yield the final response, its body read (``preload``) or still streaming.
 
         ``ok`` decides which statuses are answers rather than errors (default: < 400); the response is
-        yielded for those, anything else raises :class:`DriveApiError`.
+        yielded for those, anything else raises :class:`DriveApiError`. ``field`` names the input field
+        whose id the request sends, for the error of a 400/404 (see :func:`parse_error`).
         """
         accept = ok or (lambda r: r.status_code < 400)
         attempt, refreshed = 0, False
@@ -141,7 +148,7 @@ class DriveHttp:
                     self.backoff.wait(attempt, response)
                     attempt += 1
                     continue
-                error = parse_error(response, action)
+                error = parse_error(response, action, field)
                 error.retryable = error.retryable and (idempotent or refused)  # a 5xx may have done the work
                 raise error
             finally:

@@ -249,6 +249,45 @@ def test_create_folder_if_exists_create_reuse_error(drive: Drive) -> None:
     assert bad.value.status == 400 and "ifExists" in bad.value.message
 
 
+#: (action, payload, the field refused, status): ``{file}`` is a file, ``{folder}`` a folder, ``nope`` no item
+BAD_IDS = [
+    ("drive.rename", {"id": "nope", "name": "n"}, "id", 404),
+    ("drive.move", {"id": "nope", "folderId": "{folder}"}, "id", 404),
+    ("drive.move", {"id": "{file}", "folderId": "nope"}, "folderId", 404),
+    ("drive.move", {"id": "{file}", "folderId": "{file}"}, "folderId", 400),
+    ("drive.delete_file", {"fileId": "nope"}, "fileId", 404),
+    ("drive.delete_folder", {"folderId": "nope"}, "folderId", 404),
+    ("drive.create_shared_link", {"id": "nope", "recipients": [{"type": "anyone", "role": "reader"}]}, "id", 404),
+    ("drive.copy_file", {"fileId": "nope", "keepSamePermissions": False}, "fileId", 404),
+    ("drive.copy_file", {"fileId": "{file}", "folderId": "nope", "keepSamePermissions": False}, "folderId", 404),
+    ("drive.copy_file", {"fileId": "{file}", "folderId": "{file}", "keepSamePermissions": False}, "folderId", 400),
+    ("drive.create_folder", {"name": "n", "folderId": "nope"}, "folderId", 404),
+    ("drive.create_folder", {"name": "n", "folderId": "{file}"}, "folderId", 400),
+    ("drive.create_file", {"name": "n", "type": "document", "folderId": "nope"}, "folderId", 404),
+    ("drive.create_file", {"name": "n", "type": "document", "folderId": "{file}"}, "folderId", 400),
+    ("drive.upload_file", {"platformFile": "{pf}", "folderId": "nope"}, "folderId", 404),
+    ("drive.upload_file", {"platformFile": "{pf}", "folderId": "{file}"}, "folderId", 400),
+    ("drive.download_file", {"fileId": "nope"}, "fileId", 404),
+    ("drive.list", {"folderId": "nope"}, "folderId", 404),
+    ("drive.list", {"folderId": "{file}"}, "folderId", 400),
+]
+
+
+@pytest.mark.parametrize("name,payload,field,status", BAD_IDS,
+                         ids=[f"{n.removeprefix('drive.')}-{f}-{s}" for n, _, f, s in BAD_IDS])
+def test_a_refused_id_names_its_field(drive: Drive, name: str, payload: dict, field: str, status: int) -> None:
+    """Drive's own 400/404 names no field (and a move or copy sends two ids): both backends say which."""
+    folder = drive.run("drive.create_folder", {"name": "F"})["folderId"]
+    file_id = drive.run("drive.create_file", {"name": "D", "type": "document"})["fileId"]
+    pf = drive.resources["platform_files"].add_bytes(b"x", "a.txt", "text/plain").to_json()
+    fill = {"{folder}": folder, "{file}": file_id, "{pf}": pf}
+    with pytest.raises(ConnectorError) as err:
+        drive.run(name, {k: fill.get(v, v) if isinstance(v, str) else v for k, v in payload.items()})
+    assert (err.value.status, err.value.message.split(":")[0]) == (status, field), err.value.message
+    assert names(drive.run("drive.list", {})) == {"F": "folder", "D": "file"}  # nothing made or moved
+    assert drive.run("drive.list", {"folderId": folder}) == {"content": []}
+
+
 @pytest.mark.parametrize("odd", [".", ".."])
 @pytest.mark.parametrize("name,payload", [
     ("drive.download_file", {"fileId": "{id}"}), ("drive.delete_file", {"fileId": "{id}"}),
@@ -262,7 +301,8 @@ def test_dot_ids_are_not_found_and_reach_no_other_endpoint(drive: Drive, odd: st
     before = len(drive.fake.requests) if drive.fake else 0
     with pytest.raises(ConnectorError) as err:
         drive.run(name, {k: v.replace("{id}", odd) if isinstance(v, str) else v for k, v in payload.items()})
-    assert err.value.status == 404
+    field = next(k for k, v in payload.items() if v == "{id}")
+    assert err.value.status == 404 and err.value.message.startswith(f"{field}: "), err.value.message
     assert [i["name"] for i in drive.run("drive.list", {})["content"]] == ["Keep"]
     if drive.fake:
         allowed = {"/drive/v3/files", "/drive/v3/files/root"}  # the listing above; move reads the root
