@@ -220,6 +220,11 @@ class GoogleDriveResource(Resource):
             self._root_id = self._get("root", "id", "read the root folder")["id"]
         return self._root_id
 
+    def _is_root(self, item_id: str) -> bool:
+        """Whether ``item_id`` is My Drive's root, by an alias or by its real id (read once per resource):
+        Drive's own answers to renaming, moving or sharing the root are unrelated errors or no link."""
+        return item_id in ROOT_ALIASES or item_id == self._root()
+
     def _new_id(self) -> str:
         """An id reserved with ``files.generateIds``: it makes the create that uses it repeatable."""
         with self._lock:
@@ -248,6 +253,8 @@ class GoogleDriveResource(Resource):
 
     # -- actions ----------------------------------------------------------------------------------
     def rename(self, item_id: str, name: str) -> None:
+        if self._is_root(item_id):
+            raise InvalidInput("id", "the drive root cannot be renamed")
         self.http.call("PATCH", self._url("files", self._id(item_id), field="id"), action="rename the item",
                        params={**SAD, "fields": "id,name"}, json={"name": name}, field="id")
 
@@ -261,7 +268,10 @@ class GoogleDriveResource(Resource):
 
     def move(self, item_id: str, folder_id: str) -> None:
         target = self._root() if folder_id in ROOT_ALIASES else folder_id
-        current = self._get(item_id, "id,parents", "read the item to move", "id").get("parents") or []
+        meta = self._get(item_id, "id,parents", "read the item to move", "id")
+        if self._is_root(meta["id"]):
+            raise InvalidInput("id", "the drive root cannot be moved")
+        current = meta.get("parents") or []
         if current == [target]:
             return
         params = {**SAD, "fields": "id,parents", "addParents": target}
@@ -288,7 +298,7 @@ class GoogleDriveResource(Resource):
         meta = self._kind(folder_id, "read the folder to delete", "folderId")
         if meta.get("mimeType") != FOLDER_MIME:
             raise InvalidInput("folderId", "is not a folder; use Delete File to delete a file")
-        if folder_id in ROOT_ALIASES or meta["id"] == self._root():
+        if self._is_root(meta["id"]):
             raise InvalidInput("folderId", "the drive root cannot be deleted")
         self._delete(meta["id"], "delete the folder")
 
@@ -331,6 +341,8 @@ class GoogleDriveResource(Resource):
 
     def share(self, item_id: str, grants: list[Grant]) -> str:
         file_id = self._get(item_id, "id", "read the item to share", "id")["id"]
+        if self._is_root(file_id):
+            raise InvalidInput("id", "the drive root cannot be shared; share a folder inside it")
         labels = [g.email or g.domain or "anyone" for g in grants]
         self._grant_all(file_id, [(label, _grant_body(g), False) for label, g in zip(labels, grants, strict=True)])
         link = self._get(file_id, "id,webViewLink", "read the shared link").get("webViewLink")

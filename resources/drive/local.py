@@ -227,6 +227,8 @@ class LocalDriveResource(Resource):
     def share(self, item_id: str, grants: list[Grant]) -> str:
         with self._db(write=True) as conn:
             row = self._item(conn, item_id, "id")
+            if row["id"] == ROOT:  # as on Google Drive, where My Drive itself cannot be shared
+                raise InvalidInput("id", "the drive root cannot be shared; share a folder inside it")
             for g in grants:
                 conn.execute("INSERT INTO permissions VALUES (?, ?, ?, ?) ON CONFLICT (item_id, type, grantee) "
                              "DO UPDATE SET role = excluded.role",

@@ -288,6 +288,32 @@ def test_a_refused_id_names_its_field(drive: Drive, name: str, payload: dict, fi
     assert drive.run("drive.list", {"folderId": folder}) == {"content": []}
 
 
+@pytest.mark.parametrize("root", ["root", "my-drive", "real id"])
+@pytest.mark.parametrize("name,payload,verb", [
+    ("drive.rename", {"id": "{root}", "name": "n"}, "renamed"),
+    ("drive.move", {"id": "{root}", "folderId": "{folder}"}, "moved"),
+    ("drive.create_shared_link", {"id": "{root}", "recipients": [{"type": "anyone", "role": "reader"}]}, "shared"),
+])
+def test_the_root_cannot_be_renamed_moved_or_shared(drive: Drive, root: str, name: str, payload: dict,
+                                                     verb: str) -> None:
+    """The same 400 on both backends, before Drive is asked to change anything (it answers these with
+    unrelated errors, or a shared root without a link)."""
+    if root == "real id":
+        root = drive.fake.root_id if drive.fake else "root"
+    folder = drive.run("drive.create_folder", {"name": "F"})["folderId"]
+    with pytest.raises(ConnectorError) as err:
+        drive.run(name, {k: v.replace("{root}", root).replace("{folder}", folder) if isinstance(v, str) else v
+                         for k, v in payload.items()})
+    assert err.value.status == 400, err.value.message
+    assert err.value.message.startswith(f"id: the drive root cannot be {verb}"), err.value.message
+    if drive.fake:
+        assert [r for r in drive.fake.requests if r[0] == "PATCH" or "/permissions" in r[1]] == []
+        assert [p["role"] for p in drive.fake.permissions[drive.fake.root_id]] == ["owner"]
+    else:
+        assert drive.drive.grants("root") == []
+    assert names(drive.run("drive.list", {})) == {"F": "folder"}
+
+
 @pytest.mark.parametrize("odd", [".", ".."])
 @pytest.mark.parametrize("name,payload", [
     ("drive.download_file", {"fileId": "{id}"}), ("drive.delete_file", {"fileId": "{id}"}),
