@@ -215,7 +215,8 @@ class PipelineMagics(Magics):
     def __init__(self, shell: Any, connector: ConnectorMagics) -> None:
         super().__init__(shell)
         self.connector = connector
-        self.recorder = Recorder()
+        # a pushed DataFrame's snapshot is pulled with the session's resources, as the cell's own actions run
+        self.recorder = Recorder(resources=lambda: connector.session.resources(("virtual_files", "platform_files")))
         connector.listeners.append(self.recorder)
 
     @line_magic

@@ -9,7 +9,10 @@ equal to one of them becomes ``${step.field}`` (a long id inside a longer string
 interpolation, ``"report-${load.virtualFileId}.csv"``). Where two steps' outputs hold the value, the
 reference the cell's own ``{{name.field}}`` wrote is taken (:attr:`MagicCall.placeholders`); without one
 the value stays a literal, with a ``# check:`` comment — never a guess. A file stored with
-``%connectors add-file`` becomes ``${file:path}``. Everything else stays a literal, even when an earlier
+``%connectors add-file`` becomes ``${file:path}``. ``%etl push --df FRAME`` becomes a Push of a snapshot:
+the rows the push stored, pulled (the same Pull action the magic runs) to a JSON platform file when the
+cell ran — a pipeline cannot recompute a DataFrame — and written beside the exported YAML (:class:`Snapshot`).
+Everything else stays a literal, even when an earlier
 output happens to hold the same value (a row's ``id`` column is data). An id a pipeline cannot refer to
 stays the notebook's value, with a ``# check:`` comment in the file.
 
@@ -21,12 +24,16 @@ Rows, Map with overwrite, Clean). Step ids come from ``-o`` names, else the acti
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
 import functools
+import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+import shutil
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +41,14 @@ from urllib.parse import quote, urlencode
 
 import yaml
 
+from connector_ops.frames import run_with_store
 from connector_ops.kernel.atomic import atomic_write
+from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 from connector_ops.kernel.platform_file import REFERABLE
 from connector_ops.magic import MagicCall
 from connector_ops.magic_input import jsonable
 from connector_ops.pipelines.dsl.references import RESERVED_ROOTS
-from connector_ops.registry import get_action
+from connector_ops.registry import get_action, run_action
 
 #: an id this long is also recognised inside a longer string
 MIN_EMBEDDED = 16
@@ -94,11 +103,46 @@ def _escape(text: str) -> str:
     return text.replace("${", "$${")
 
 
+def data_dir_for(target: Path) -> str:
+    """Where an export to ``target`` writes its snapshots, beside it: ``my-report.yaml`` -> ``my-report-data``."""
+    return f"{target.stem}-data"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The rows a ``%etl push --df`` stored, as Pull's JSON export (kept by the session's platform-file store
+    until ``%pipeline export`` copies it to ``<data dir>/<file_name>``). JSON keeps every string exact and a
+    missing value a missing key; the recorded Push's ``schema`` keeps the column order, which the keys of
+    the rows alone would not (a column missing from the first rows would come last)."""
+
+    platform_file: dict[str, Any]
+    file_name: str
+
+    @classmethod
+    def take(cls, resources: Mapping[str, Any], vf_id: str, name: str) -> tuple[Snapshot, list[str]]:
+        """Pull ``vf_id`` to ``name``; with its columns in order. Errors are the actions' (ConnectorError)."""
+        columns = run_with_store("etl.pull", resources, lambda store: store.summary(vf_id, 0)[1])
+        pulled = run_action(get_action("etl.pull"), {"virtualFileId": vf_id, "exportType": "json",
+                                                     "exportName": name}, resources)
+        return cls(pulled["platformFile"], name), columns
+
+    def differs_from(self, files: Any, path: Path) -> bool:
+        """``path`` exists and holds other bytes than the snapshot (a re-export of the same rows is fine)."""
+        if not path.exists():
+            return False
+        with files.open(self.platform_file) as stored, path.open("rb") as existing:
+            return hashlib.file_digest(stored, "sha256").digest() != hashlib.file_digest(existing, "sha256").digest()
+
+
 @dataclass
 class Recorder:
-    """The steps recorded so far and the index of outputs they can be referred to by."""
+    """The steps recorded so far and the index of outputs they can be referred to by.
+
+    ``resources`` gives the session's resources (the magics'), for the snapshot of a pushed DataFrame;
+    without it such a push is not recorded."""
 
     active: bool = False
+    resources: Callable[[], Mapping[str, Any]] | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # values left literal that came from an output
@@ -107,11 +151,13 @@ class Recorder:
     _files: dict[str, str] = field(default_factory=dict)  # a stored descriptor's JSON -> path?name=…&contentType=…
     _outs: dict[str, str] = field(default_factory=dict)  # -o name -> step id
     _named: dict[str, str] = field(default_factory=dict)  # canonical JSON -> the reference the cell wrote
+    _snapshots: dict[str, Snapshot] = field(default_factory=dict)  # step id -> the rows its --df push stored
 
     def start(self, new: bool = False) -> None:
         """Record from now on: after ``%pipeline record stop`` the kept steps go on (a resume), unless
         ``new`` starts an empty pipeline. Files added with ``%connectors add-file`` stay known either way:
-        they are still in the store, and a later step may read them."""
+        they are still in the store, and a later step may read them. Snapshots of dropped steps are
+        forgotten (their files stay in the store, for ``connector-ops gc``)."""
         self.active = True
         if new:
             self.steps.clear()
@@ -120,6 +166,7 @@ class Recorder:
             self._refs.clear()
             self._unreferable.clear()
             self._outs.clear()
+            self._snapshots.clear()
 
     # -- listening ---------------------------------------------------------------------------------
     def __call__(self, call: MagicCall) -> None:
@@ -131,22 +178,27 @@ class Recorder:
             return
         if not self.active:
             return
-        if call.df and call.action == "etl.push":
-            self.skipped.append(f"{call.action} --df {call.df} (a DataFrame has no YAML form: save it with "
-                                "df.to_csv, then %connectors add-file and %etl push)")
-            print(f"%pipeline record: not recorded: {self.skipped[-1]}")
-            return
+        taken = {s["id"] for s in self.steps}
+        step_id = step_id_for(call.out or call.action.split(".", 1)[1], taken)
         payload = dict(call.payload) if isinstance(call.payload, Mapping) else call.payload
+        if call.df and call.action == "etl.push":
+            payload = self._snapshot(call, step_id)
+            if payload is None:
+                return
         if call.df and call.action == "etl.pull" and isinstance(payload, dict):
             payload.setdefault("exportType", "csv")
             payload.setdefault("exportName", f"{payload.get('virtualFileId') or 'virtual-file'}.csv")
-        taken = {s["id"] for s in self.steps}
-        step_id = step_id_for(call.out or call.action.split(".", 1)[1], taken)
         step: dict[str, Any] = {"id": step_id, "action": call.action}
         self._named = {_key(value): ref for expr, value in call.placeholders
                        if (ref := _written_ref(expr, self._outs)) is not None}
-        inp = ({k: self.rewrite(v, f"{step_id}.{k}") for k, v in payload.items()} if isinstance(payload, dict)
-               else self.rewrite(payload, step_id))  # the input mapping itself stays a mapping
+        if step_id in self._snapshots:  # its input was made here, not by the cell: nothing to refer to
+            inp = payload
+            self.notes.append(f"{step_id}: pushes a snapshot of the DataFrame {call.df} taken when its cell ran "
+                              f"({self._snapshots[step_id].file_name} in the data folder beside this file), "
+                              "not the frame: run the cell and export again to change the rows")
+        else:
+            inp = ({k: self.rewrite(v, f"{step_id}.{k}") for k, v in payload.items()} if isinstance(payload, dict)
+                   else self.rewrite(payload, step_id))  # the input mapping itself stays a mapping
         previous = self.steps[-1]["id"] if self.steps else None
         if previous and "${" + previous not in _key(inp):
             step["after"] = [previous]
@@ -156,6 +208,24 @@ class Recorder:
             self._outs[call.out] = step_id
         if not (call.df and call.action == "etl.pull"):  # a DataFrame is not what the step outputs
             self.index(step_id, call.action, call.output)
+
+    def _snapshot(self, call: MagicCall, step_id: str) -> dict[str, Any] | None:
+        """The input of a Push of the rows ``%etl push --df`` stored (snapshot taken now, before a later
+        cell changes the virtual file); None, and one line saying why, when it cannot be taken."""
+        vf_id = call.output.get("virtualFileId") if isinstance(call.output, Mapping) else None
+        taken = {s.file_name.removesuffix(".json") for s in self._snapshots.values()}
+        name = step_id_for(call.df if isinstance(call.df, str) else "frame", taken) + ".json"
+        try:
+            if self.resources is None or not isinstance(vf_id, str):
+                raise ConnectorError(500, {"message": "no session to pull the pushed rows from"}, action="etl.pull")
+            snapshot, columns = Snapshot.take(self.resources(), vf_id, name)
+        except ConnectorError as exc:
+            self.skipped.append(f"{call.action} --df {call.df} (its rows could not be kept for the pipeline: "
+                                f"{exc.summary()})")
+            print(f"%pipeline record: not recorded: {self.skipped[-1]}")
+            return None
+        self._snapshots[step_id] = snapshot
+        return {"platformFile": "${file:" + name + "}", "parameters": {"schema": [_escape(c) for c in columns]}}
 
     # -- outputs -> references ---------------------------------------------------------------------
     def index(self, step_id: str, action: str, output: Any) -> None:
@@ -227,33 +297,88 @@ class Recorder:
         return "".join([*parts, _escape(text[pos:])])
 
     # -- the pipeline ------------------------------------------------------------------------------
-    def pipeline(self, name: str, base_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-        """The pipeline as data; ``${file:…}`` paths relative to ``base_dir`` when it is given."""
-        steps = [dict(s, input=_relative_files(s["input"], base_dir)) for s in self.steps] if base_dir else self.steps
+    def pipeline(self, name: str, base_dir: str | os.PathLike[str] | None = None,
+                 data_dir: str | None = None) -> dict[str, Any]:
+        """The pipeline as data; ``${file:…}`` paths relative to ``base_dir`` when it is given, snapshots
+        in ``data_dir`` (relative to the pipeline file; default ``<name>-data``)."""
+        data_dir = data_dir or f"{name}-data"
+        steps = []
+        for s in self.steps:
+            if s["id"] in self._snapshots:
+                s = dict(s, input={**s["input"], "platformFile": "${file:" + data_dir + "/"
+                                   + self._snapshots[s["id"]].file_name + "}"})
+            elif base_dir:
+                s = dict(s, input=_relative_files(s["input"], base_dir))
+            steps.append(s)
         return {"name": name, "description": "recorded in a notebook with %pipeline record", "steps": steps}
 
-    def yaml(self, name: str, base_dir: str | os.PathLike[str] | None = None) -> str:
+    def yaml(self, name: str, base_dir: str | os.PathLike[str] | None = None, data_dir: str | None = None) -> str:
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         header = [f"# recorded with %pipeline record on {stamp}; steps keep the notebook's order (`after`):",
                   "# remove an `after` to let independent steps run in parallel."]
         header += [f"# not recorded: {s}" for s in self.skipped]
         header += [f"# check: {s}" for s in self.notes]
-        body = yaml.safe_dump(self.pipeline(name, base_dir), sort_keys=False, allow_unicode=True, width=110)
+        body = yaml.safe_dump(self.pipeline(name, base_dir, data_dir), sort_keys=False, allow_unicode=True,
+                              width=110)
         return "\n".join(header) + "\n" + body
 
     def export(self, path: str | os.PathLike[str], name: str | None = None) -> Path:
         """Write the pipeline to ``path`` once it passes the checks of ``connector-ops pipeline validate``
         (a ``--name`` the job-name rule refuses among them); else raise their
-        :class:`~connector_ops.pipelines.dsl.PipelineError` and write nothing."""
+        :class:`~connector_ops.pipelines.dsl.PipelineError` and write nothing. Snapshots go to
+        ``<stem>-data/`` beside it, first: the checks look for the files it refers to. One that would
+        replace a file holding other bytes is a :class:`FileExistsError`, before anything is written; a
+        failure after that removes the snapshots it wrote."""
         from connector_ops.pipelines.dsl import parse_pipeline
         from connector_ops.pipelines.dsl.source import parse_yaml
 
         target = Path(path).expanduser().resolve()
-        text = self.yaml(name or pipeline_name_for(target), target.parent)
-        parse_pipeline(parse_yaml(text, str(target)))
-        with atomic_write(target) as handle:
-            handle.write(text.encode("utf-8"))
+        data_dir = target.parent / data_dir_for(target)
+        text = self.yaml(name or pipeline_name_for(target), target.parent, data_dir.name)
+        files = self._resources()["platform_files"] if self._snapshots else None
+        dests = {data_dir / s.file_name: (step_id, s) for step_id, s in self._snapshots.items()}
+        for dest, (step_id, snapshot) in dests.items():  # all checked before any is written
+            with _reading_snapshot(step_id):
+                if snapshot.differs_from(files, dest):
+                    raise FileExistsError(errno.EEXIST, f"{dest} exists and holds other rows; move it away or "
+                                                        "export under another name")
+        created = [dest for dest in dests if not dest.exists()]
+        made_dir = bool(dests) and not data_dir.exists()
+        try:
+            for dest, (step_id, snapshot) in dests.items():
+                data_dir.mkdir(exist_ok=True)
+                with _reading_snapshot(step_id), files.open(snapshot.platform_file) as stored, \
+                        atomic_write(dest) as handle:
+                    shutil.copyfileobj(stored, handle)
+            parse_pipeline(parse_yaml(text, str(target)))
+            with atomic_write(target) as handle:
+                handle.write(text.encode("utf-8"))
+        except BaseException:
+            for written in created:
+                written.unlink(missing_ok=True)
+            if made_dir:
+                with contextlib.suppress(OSError):  # only when empty
+                    data_dir.rmdir()
+            raise
         return target
+
+    def _resources(self) -> Mapping[str, Any]:
+        if self.resources is None:
+            raise ConnectorError(500, {"message": "no session to read the DataFrame snapshots from"},
+                                 action="pipeline export")
+        return self.resources()
+
+
+@contextlib.contextmanager
+def _reading_snapshot(step_id: str) -> Iterator[None]:
+    """A snapshot gone from the store (``connector-ops gc``, another store set since) is one line saying what
+    to do, not a traceback."""
+    try:
+        yield
+    except ConnectorOpsError as exc:
+        raise ConnectorError(exc.status, {"message": f"the snapshot of step {step_id} cannot be read ({exc}): "
+                                                    "run its cell again and export"},
+                             action="pipeline export") from None
 
 
 def _relative_files(value: Any, base_dir: str | os.PathLike[str]) -> Any:
