@@ -8,7 +8,7 @@ store. Actions whose spec output is "204, no content" return ``None``. A missing
 from __future__ import annotations
 
 from connector_ops.drive import models as m
-from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.progress import track
 from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
@@ -78,7 +78,10 @@ def upload_file(inp: m.UploadFileInput, drive: DriveBackend, platform_files: Pla
     """Upload a platform file's bytes (streamed) into a folder or the root."""
     pf = inp.platform_file
     local = platform_files.local_id(pf)
-    stored = platform_files.describe(local) if local else None
+    try:
+        stored = platform_files.describe(local) if local else None
+    except NotFound as exc:  # which input names the missing file
+        raise NotFound(f"platformFile: {exc}") from None
     name = pf.name or (stored.name if stored else None)
     if not name:
         raise InvalidInput("platformFile.name", "is required for a file that is not on this platform's file server")

@@ -201,7 +201,7 @@ def test_upload_to_the_root_and_missing_platform_file(drive: Drive) -> None:
     gone = {**pf.to_json(), "link": pf.link[:-4] + "0000"}
     with pytest.raises(ConnectorError) as err:
         drive.run("drive.upload_file", {"platformFile": gone})
-    assert err.value.status == 404
+    assert err.value.status == 404 and err.value.message.startswith("platformFile: platform file '")
 
 
 def test_download_native_document_and_folders(drive: Drive) -> None:
