@@ -62,6 +62,14 @@ steps:
         right: {virtualFileId: "${right.virtualFileId}", customId: R, key: k}
 """
 FANOUT_ROWS = 15_000
+#: a pipeline the test of stale workers edits after the workers loaded it: it pushes another file then
+EDITED = """name: edited
+description: Edited after the Celery workers started
+steps:
+  - {id: load, action: etl.push, input: {platformFile: "${file:%s}"}}
+"""
+RELOAD = """mutation($name: String!) { reloadRepositoryLocation(repositoryLocationName: $name) { __typename
+  ... on WorkspaceLocationEntry { locationOrLoadError { __typename ... on PythonError { message } } } } }"""
 TERMINATE = """mutation($id: String!) { terminateRun(runId: $id) { __typename
   ... on TerminateRunFailure { message } ... on PythonError { message } } }"""
 
@@ -79,6 +87,7 @@ def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     extra_pipelines.mkdir()
     (extra_pipelines / "minutely.yaml").write_text(EVERY_MINUTE)
     (extra_pipelines / "customers.csv").write_text("id,name\n1,Ada\n2,Grace\n")
+    (extra_pipelines / "edited.yaml").write_text(EDITED % "customers.csv")
     (extra_pipelines / "long_join.yaml").write_text(LONG_JOIN)
     (extra_pipelines / "fanout.csv").write_text("k,v\n" + "".join(f"k,{i}\n" for i in range(FANOUT_ROWS)))
     pg_url, drop = create_database(postgres_url)
@@ -212,6 +221,38 @@ def test_celery_runs_foreach_batches_on_both_workers(deployed: Deployment) -> No
                   if e.dagster_event and e.dagster_event.event_type_value == "STEP_SUCCESS"
                   and e.step_key.startswith("check[")}
     assert len(mapped) == -(-SALES_ROWS // 50), mapped  # one validate step per batch of 50 rows
+
+
+def test_celery_workers_refuse_a_step_of_a_pipeline_edited_since_they_started(deployed: Deployment) -> None:
+    """The auditor's scenario: a pipeline file edited and its code location reloaded, while the workers keep
+    the version they loaded when they started. A run of the new version fails at its first step, with the
+    file and what to do (restart the workers), instead of running the old steps and ending SUCCESS."""
+    from connector_ops.ops.factory import error_of_failed_step
+
+    workers = {w.name for w in celery_workers(deployed, 2)}
+    loaded: set[str] = set()  # a worker builds the Definitions at its first step: every worker runs one first
+    for _ in range(8):
+        run_id = deployed.launch("edited", "on_celery")
+        assert deployed.wait(run_id)["status"] == "SUCCESS"
+        loaded |= {host.split("@")[0] for host in steps_per_worker(deployed, run_id)}
+        if loaded == workers:
+            break
+    assert loaded == workers
+    folder = Path(deployed.env["CONNECTOR_OPS_PIPELINES_DIR"])
+    (folder / "five.csv").write_text("id,name\n1,a\n2,b\n3,c\n4,d\n5,e\n")
+    (folder / "edited.yaml").write_text(EDITED % "five.csv")
+    reloaded = graphql(deployed.url, RELOAD, {"name": "on_celery"})["reloadRepositoryLocation"]
+    assert reloaded["locationOrLoadError"]["__typename"] == "RepositoryLocation", reloaded
+    run_id = deployed.launch("edited", "on_celery")
+    assert deployed.wait(run_id)["status"] == "FAILURE"
+    with deployed.instance() as instance:
+        events = [e.dagster_event for e in instance.all_logs(run_id) if e.dagster_event]
+    assert not [e for e in events if e.event_type_value == "STEP_SUCCESS"]  # the old push did not run
+    failed = [e for e in events if e.event_type_value == "STEP_FAILURE"]
+    assert [e.step_key for e in failed] == ["load__input"], failed
+    error = error_of_failed_step(failed[0])
+    assert error.status == 409 and str(folder / "edited.yaml") in error.message, error
+    assert "Restart the processes that run steps (the Celery workers" in error.message
 
 
 def test_daemon_ticks_a_schedule_and_a_sensor(deployed: Deployment) -> None:

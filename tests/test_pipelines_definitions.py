@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from connector_ops.environment import resources_for
+from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.pipelines.catalog import load_catalog
 from connector_ops.pipelines.cli import pipeline
 from connector_ops.pipelines.definitions import build_definitions
@@ -189,3 +190,48 @@ def test_a_drive_sensor_whose_folder_variable_is_unset_skips_the_tick(
                                     "CONNECTOR_OPS_TEST_INBOX is not set")
     monkeypatch.setenv("CONNECTOR_OPS_TEST_INBOX", "root")  # read again at each tick
     assert "no new or modified file in drive folder root" in (tick().skip_message or "")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_step_never_runs_another_version_of_its_pipeline_than_its_run_was_launched_with(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A process that loaded a pipeline file before it was edited (a Celery worker started earlier) and is given
+    a step of a run launched with the edited version fails that step at once — a 409 naming the file and saying
+    to restart the workers — instead of running the old steps and succeeding with the old results."""
+    folder = tmp_path / "more"
+    folder.mkdir()
+    (folder / "two.csv").write_text("id,name\n1,a\n2,b\n")
+    (folder / "five.csv").write_text("id,name\n1,a\n2,b\n3,c\n4,d\n5,e\n")
+    step = 'steps:\n  - {id: load, action: etl.push, input: {platformFile: "${file:%s}"}}\n'
+    path = folder / "ver.yaml"
+    path.write_text("name: ver\n" + step % "two.csv")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    old = build_definitions().resolve_job_def("ver")  # what a worker started now keeps
+    path.write_text("# a comment is no new version\nname: ver\n" + step % "two.csv")
+    assert build_definitions().resolve_job_def("ver").run_tags == old.run_tags
+    path.write_text("name: ver\n" + step % "five.csv")
+    new = build_definitions().resolve_job_def("ver")  # the reloaded code location launches runs of this one
+    assert new.run_tags != old.run_tags
+    with dg.instance_for_test() as instance:
+        stale = old.execute_in_process(instance=instance, tags=dict(new.run_tags), raise_on_error=False)
+        fresh = new.execute_in_process(instance=instance, raise_on_error=False)
+    assert not stale.success
+    assert not [e for e in stale.all_events if e.event_type_value == "STEP_SUCCESS"]  # nothing ran, nothing pushed
+    failed = [e for e in stale.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert [e.step_key for e in failed] == ["load__input"]  # its first step
+    error = error_of_failed_step(failed[0])
+    assert error.status == 409 and not error.retryable
+    assert str(path) in error.message and "Restart" in error.message and "docs/deployment.md" in error.message
+    pushed = [e.step_output_data.metadata for e in fresh.all_events if e.event_type_value == "STEP_OUTPUT"
+              and e.step_key == "load"]
+    assert fresh.success and pushed[0]["dagster/row_count"].value == 5  # the version launched runs
+    assert fresh.dagster_run.tags["connector_ops/pipeline_digest"] == new.tags["connector_ops/pipeline_digest"]
+
+
+def test_set_overrides_are_another_version_of_the_pipeline(tmp_path: Path) -> None:
+    """A job compiled with ``--set`` differs from the file's own: its digest covers the overrides."""
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nsteps:\n  - {id: q, action: etl.query, input: {virtualFileId: abc, query: {a: x}}}\n")
+    plain = compile_pipeline(load_pipeline(path)).job.tags["connector_ops/pipeline_digest"]
+    edited = compile_pipeline(load_pipeline(path, overrides=["q.virtualFileId=xyz"])).job.tags
+    assert edited["connector_ops/pipeline_digest"] != plain

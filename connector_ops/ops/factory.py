@@ -8,7 +8,9 @@
 * metadata: Dagster's standard keys (see :mod:`connector_ops.ops.metadata`), durations, byte counts;
 * failure: ``dagster.Failure`` whose metadata carries the spec's status and body; a ``RetryPolicy``
   retries it only when the error is ``retryable`` (a provider's 429/5xx/connection failure);
-* pools: Drive ops run in the pool ``google_drive``, the mail op in ``mailjet`` (:data:`POOLS`).
+* pools: Drive ops run in the pool ``google_drive``, the mail op in ``mailjet`` (:data:`POOLS`);
+* the definition: in a job compiled from a pipeline file, a step first checks that its process loaded the
+  version of the file its run was launched with (:func:`ensure_launched_definition`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ from connector_ops.registry import ActionSpec, get_action, run_action
 #: ``concurrency.pools`` settings) by connector: runs at once share a provider's rate limit
 POOLS = {"drive": "google_drive", "mail": "mailjet"}
 _SCALARS = {str: str, int: int, float: float, bool: bool}
+#: job tag (copied into each run's tags at launch) with the digest of the pipeline file the job was compiled from
+PIPELINE_DIGEST_TAG = "connector_ops/pipeline_digest"
+#: job metadata key: the pipeline file the job was compiled from
+PIPELINE_FILE_METADATA = "connector_ops/pipeline_file"
+#: a step refused because its process loaded another version of the pipeline than its run was launched with
+STALE_DEFINITION_STATUS = 409
 
 
 def _config_type(annotation: Any) -> Any:
@@ -122,6 +130,30 @@ def failure(exc: ConnectorError) -> dg.Failure:
     return dg.Failure(description=exc.summary(), metadata=metadata, allow_retries=exc.retryable)
 
 
+def ensure_launched_definition(context: dg.OpExecutionContext) -> None:
+    """Fail the step (409, never retried) when this process loaded another version of the pipeline file than
+    the one its run was launched with.
+
+    A process that runs steps — a Celery worker above all — builds the Definitions once (at its first step) and
+    keeps them; after the file is edited and the code location reloaded, a new run (launched with the new
+    version) would run the old version's steps there and succeed with the old results. The compiler puts the
+    file's digest in the job's tags, which Dagster copies into the run's tags at launch; the two must agree.
+    A job defined in code has no digest, and a run launched before jobs carried one has none either: both run
+    as before. Two dict lookups per step, called first by every op a compiled pipeline is made of.
+    """
+    loaded = context.job_def.tags.get(PIPELINE_DIGEST_TAG)
+    launched = context.run.tags.get(PIPELINE_DIGEST_TAG)
+    if loaded is None or launched is None or loaded == launched:
+        return
+    file = context.job_def.metadata.get(PIPELINE_FILE_METADATA)
+    where = file.value if file is not None else f"the pipeline file of job {context.job_name}"
+    message = (f"{where} is not the version this run was launched with (this process loaded version {loaded}, "
+               f"the run was launched with {launched}): the process running step {context.op_handle} loaded "
+               "the file before it changed. Restart the processes that run steps (the Celery workers, see "
+               "docs/deployment.md) after pipeline files change, then launch the run again.")
+    raise failure(ConnectorError(STALE_DEFINITION_STATUS, {"message": message}, action=f"pipeline {context.job_name}"))
+
+
 def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
     """The inverse of :func:`failure`: the ``ConnectorError`` a ``STEP_FAILURE`` event carries (its
     status and body), or a 500 with the description of a ``dg.Failure`` without them, or the first line of
@@ -166,6 +198,7 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
     outs = output_names(spec)
 
     def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
+        ensure_launched_definition(context)
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
         payload = op_payload(spec, context.op_config or {}, inputs)
         started = time.perf_counter()

@@ -13,7 +13,7 @@ import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.limits import MAX_BATCH_SIZE
-from connector_ops.ops.factory import failure
+from connector_ops.ops.factory import ensure_launched_definition, failure
 from connector_ops.ops.metadata import output_metadata
 from connector_ops.registry import error_for, get_action
 from connector_ops.resources.virtual_files.store import VirtualFileStore
@@ -47,6 +47,7 @@ def etl_iterate_batches(
     virtual_file_id: Any,
 ) -> Iterator[dg.DynamicOutput]:
     """Split a virtual file into batches of at most maxBatchSize rows, one dynamic output each."""
+    ensure_launched_definition(context)
     vf_id = virtual_file_id or config.virtualFileId
     spec = get_action("etl.iterate")
     if not vf_id:
@@ -66,6 +67,7 @@ def etl_batch_rows(
     context: dg.OpExecutionContext, virtual_files: dg.ResourceParam[VirtualFileStore], batch: dict
 ) -> list:
     """The rows of one batch planned by ``etl_iterate_batches`` (a list of row objects)."""
+    ensure_launched_definition(context)
     try:
         rows = read_batch(virtual_files, batch)
     except Exception as exc:

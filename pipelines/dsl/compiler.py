@@ -12,6 +12,8 @@ op's config (the job's default run config, editable in the launchpad). Reference
 * ``asset`` gives the step its own op (``<pipeline>__<step>``) that records a materialisation of the
   asset after its output, and the pipeline an ``AssetSpec`` with lineage (:mod:`.assets`); its ``check``
   a node ``<step>__check`` evaluating the asset check on that output (:mod:`.checks`);
+* the file's digest is the job tag ``connector_ops/pipeline_digest`` (so each run's tag too), which every
+  node checks first against its own process's (:func:`~connector_ops.ops.factory.ensure_launched_definition`);
 * ``after`` wires the ``after`` (Nothing) input; ``foreach`` puts the step behind
   ``etl_iterate_batches`` (``<step>__batches``), maps it over the batches (``<step>__rows`` reads each
   batch's rows when ``${batch.rows}`` is used) and collects its outputs in ``<step>__gather``.
@@ -26,7 +28,13 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.ops import all_ops
-from connector_ops.ops.factory import build_op, config_value, output_names
+from connector_ops.ops.factory import (
+    PIPELINE_DIGEST_TAG,
+    PIPELINE_FILE_METADATA,
+    build_op,
+    config_value,
+    output_names,
+)
 from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import asset_specs
@@ -243,12 +251,15 @@ def _compile(pipeline: Pipeline) -> CompiledPipeline:
     builder = _Builder(pipeline)
     graph = builder.build()
     tags = {"pipeline": pipeline.name, **pipeline.tags}
+    if pipeline.digest:  # Dagster copies job tags into each run's at launch: the version the run is of
+        tags[PIPELINE_DIGEST_TAG] = pipeline.digest
     default_config = {"ops": builder.config} if builder.config else {}
     job = graph.to_job(
         name=pipeline.name,
         description=pipeline.description or f"Pipeline {pipeline.name} ({pipeline.file})",
         config=default_config or None,
         tags=tags,
+        metadata={PIPELINE_FILE_METADATA: pipeline.file},
         op_retry_policy=retry_policy(pipeline.retry),
     )
     compiled = CompiledPipeline(pipeline=pipeline, job=job, outputs=builder.outputs, assets=asset_specs(pipeline),

@@ -116,6 +116,7 @@ class Pipeline:
     base_dir: str = "."
     retry: Retry | None = None  # every step's, unless the step has its own
     notify: list[Notify] = field(default_factory=list)  # mails sent when a run ends
+    digest: str = ""  # of the validated document (:meth:`Document.digest`): which version of the file this is
 
     def step(self, step_id: str) -> Step:
         return next(s for s in self.steps if s.id == step_id)

@@ -11,6 +11,7 @@ brackets a ``RecursionError`` that took every job down).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,11 @@ class Document:
                 return self.lines[path]
             path = path[:-1]
         return self.lines.get((), 1)
+
+    def digest(self) -> str:
+        """A short digest of the values (``--set`` overrides applied; comments and layout do not count): the
+        version of the pipeline a job was compiled from, so a step can tell that its process loaded another one."""
+        return hashlib.sha256(repr(self.data).encode()).hexdigest()[:16]
 
 
 class SourceError(Exception):

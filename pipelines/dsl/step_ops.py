@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
-from connector_ops.ops.factory import failure
+from connector_ops.ops.factory import ensure_launched_definition, failure
 from connector_ops.ops.metadata import output_metadata
 from connector_ops.pipelines.dsl import references as r
 
@@ -46,6 +46,7 @@ def resolver_op(
     needs_files = any(ref.is_file for _loc, ref, _exact in r.find_refs(template))
 
     def compute(context: dg.OpExecutionContext, values: dict[str, Any]) -> Iterator[dg.Output]:
+        ensure_launched_definition(context)
         outputs: dict[str, Any] = {}
         for input_name, (step_id, field) in inputs.items():
             if field:
@@ -89,6 +90,7 @@ def gather_op(name: str, out_names: list[str]) -> dg.OpDefinition:
     """Fan-in of a foreach step: each output becomes the list of its per-batch values (batch order)."""
 
     def compute(context: dg.OpExecutionContext, values: dict[str, Any]) -> Iterator[dg.Output]:
+        ensure_launched_definition(context)
         for out_name in out_names:
             value = list(values[out_name])
             yield dg.Output(value, out_name, metadata=output_metadata("", value, {}))
@@ -112,6 +114,7 @@ class TriggerConfig(dg.Config):
 
 
 @dg.op(tags={"kind": "pipeline-trigger"})
-def pipeline_trigger(config: TriggerConfig) -> dict:
+def pipeline_trigger(context: dg.OpExecutionContext, config: TriggerConfig) -> dict:
     """The new drive file the run is about: ``${trigger.fileId}``, ``${trigger.name}``, ``${trigger.folderId}``."""
+    ensure_launched_definition(context)
     return {"fileId": config.fileId, "name": config.name, "folderId": config.folderId}

@@ -124,7 +124,7 @@ class _Checker:
         return Pipeline(
             name=name, steps=steps, file=self.doc.file, description=description, schedule=schedule,
             timezone=timezone, tags=dict(tags), on_new_file=trigger, base_dir=str(self.base_dir), retry=retry,
-            notify=notify,
+            notify=notify, digest=self.doc.digest(),
         )
 
     def trigger(self, raw: Any) -> Trigger | None:
