@@ -89,6 +89,21 @@ def split_line(line: str) -> tuple[str, str]:
     return line[:match.start(1)].strip(), line[match.start(1):].strip()
 
 
+def hiding_semicolon(line: str) -> tuple[str, bool]:
+    """``'iterate -o q {…};'`` -> ``('iterate -o q {…}', True)``: IPython's ``;`` that hides a cell's result.
+
+    IPython cannot see it (the magic's line is a string to Python), so the magic removes it and returns
+    nothing to display. It is taken only after the options or after the input's closing bracket, where it
+    is never valid JSON or YAML today: in ``{a: 1} # note;`` it belongs to the comment and stays."""
+    text = line.rstrip()
+    if not text.endswith(";"):
+        return line, False
+    _, inline = split_line(text)
+    if inline and not text[:-1].rstrip().endswith("}" if inline[0] == "{" else "]"):
+        return line, False
+    return text[:-1], True
+
+
 def connector_actions(connector: str) -> dict[str, ActionSpec]:
     load_all()
     return {spec.short_name: spec for name, spec in sorted(ACTIONS.items()) if spec.connector == connector}
@@ -205,6 +220,7 @@ class ConnectorMagics(Magics):
     def run_connector(self, connector: str, magic: Any, line: str, cell: str | None,
                       local_ns: Mapping[str, Any] | None) -> Any:
         args_action = None
+        line, hidden = hiding_semicolon(line)
         try:
             options, inline = split_line(line)
             try:
@@ -239,7 +255,7 @@ class ConnectorMagics(Magics):
                 self.shell.user_ns[name] = result
         out = args.out or (args.df if isinstance(args.df, str) and spec.name == "etl.pull" else None)
         self.notify(MagicCall(spec.name, payload, output, out, args.df, placeholders=tuple(placeholders)))
-        return result
+        return None if hidden else result
 
     def _call(self, spec: ActionSpec, args: Any, payload: Any, resources: Mapping[str, Any],
               namespace: Mapping[str, Any]) -> Any:

@@ -156,6 +156,21 @@ def test_error_prints_one_line_and_fails_the_cell(env: dict[str, str], capsys: p
     assert "Traceback" not in printed.out + printed.err
 
 
+def test_a_trailing_semicolon_hides_the_output_and_keeps_it_in_the_variable(
+        ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """IPython's ``;`` hides a cell's result; the magic receives it in its line (it was a 400 before)."""
+    ip.run_cell('%etl iterate -o quiet {"content": [{"a": "1"}], "maxBatchSize": 5} ;', store_history=True)
+    ip.run_cell("%%etl iterate -o quiet_cell;\ncontent: [{a: '1'}]\nmaxBatchSize: 5", store_history=True)
+    ip.run_cell('%etl iterate -o shown {"content": [{"a": "1"}], "maxBatchSize": 5}', store_history=True)
+    shown = capsys.readouterr().out
+    assert ip.user_ns["quiet"] == ip.user_ns["quiet_cell"] == ip.user_ns["shown"] == {
+        "content": [{"a": "1"}], "hasNext": False}
+    assert shown.count("Out[") == 1 and "Out[3]" in shown  # only the cell without ``;`` displays
+    # a ``;`` inside the input's text or a YAML comment is the input's, as it always was
+    assert ip.run_line_magic("etl", "iterate {content: [{a: 'x;'}], maxBatchSize: 5} # done;") == {
+        "content": [{"a": "x;"}], "hasNext": False}
+
+
 def test_stop_ends_the_cell_with_one_line(env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop during a push: a KeyboardInterrupt (the kernel's error, "Run all" stops) shown as one line, not a
