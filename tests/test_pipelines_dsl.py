@@ -345,3 +345,21 @@ def test_literals_the_input_model_takes_run_as_they_validate(tmp_path: Path, env
     assert outcome.success, outcome.failure()
     assert outcome.steps["rows"]["content"] == [{"id": "1", "name": "a"}, {"id": "2", "name": "b"}]
     assert outcome.steps["first"]["result"] == [{"id": "1", "name": "a"}]
+
+
+def test_the_readme_pipeline_runs_as_written_on_the_shipped_data(tmp_path: Path, resources: dict) -> None:
+    """README's YAML example is the shipped ``retail_customers.yaml`` and does what the README says."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## YAML pipelines", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    shipped = load_pipeline(DATA.parent / "retail_customers.yaml")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "customers.csv").write_bytes((DATA / "customers.csv").read_bytes())
+    path = write(tmp_path, block, "readme.yaml")
+    pipeline = load_pipeline(path)
+    assert [(s.id, s.action) for s in pipeline.steps] == [(s.id, s.action) for s in shipped.steps]
+    outcome = run_compiled(compile_pipeline(pipeline), resources)
+    assert outcome.success, outcome.failure()
+    assert outcome.steps["drop_others"] == {"deletedCount": 27}
+    exported = resources["platform_files"].read_bytes(outcome.steps["export"]["platformFile"]).decode()
+    rows = exported.splitlines()[1:]
+    assert len(rows) == 13 and all(",retail" in row for row in rows)
