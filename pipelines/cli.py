@@ -158,6 +158,8 @@ def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, v
         if step.id in run.steps:
             value = run.steps[step.id]
             print(f"{step.id} ({step.action.name}): {_json(value if full else abbreviate(value))}")
+    for step_id, message in run.warnings:  # shown by default: a step that worked may not do what was meant
+        print(f"connector-ops: warning: {step_id}: {message}", file=sys.stderr)
     for check in run.result.get_asset_check_evaluations():  # `check:` steps: the finding, and the rows kept
         path = check.metadata.get("rejects_path")
         kept = f"; rejected rows: {path.value}" if path is not None else ""

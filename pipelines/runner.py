@@ -91,17 +91,20 @@ def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, ve
     The pipeline's ``notify:`` mails go out once the run has ended (a mail that cannot be sent is logged:
     the run's own outcome stands).
     """
-    if instance is None and compiled.pipeline.notify:  # the mails read what the run materialised
+    if instance is None:  # the mails and the step warnings are read from the run's log afterwards
         instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     result = run_job(compiled.job, resources, verbose=verbose, instance=instance)
-    if compiled.pipeline.notify and instance is not None:
+    if compiled.pipeline.notify:
         from connector_ops.pipelines.notifications import notify_run
 
         try:
             notify_run(compiled.pipeline, instance, result.dagster_run, resources)
         except ConnectorError as exc:
             logger.error("pipeline %s: notification not sent: %s", compiled.pipeline.name, exc)
-    return PipelineRun(compiled.pipeline.name, result, compiled)
+    run = PipelineRun(compiled.pipeline.name, result, compiled)
+    run.warnings = [(run._step_of(entry.step_key), entry.user_message) for entry in instance.all_logs(result.run_id)
+                    if entry.level == logging.WARNING and entry.step_key and not entry.is_dagster_event]
+    return run
 
 
 def _interrupted(event: dg.DagsterEvent) -> bool:
@@ -134,6 +137,8 @@ class PipelineRun:
         self.errors: dict[str, ConnectorError] = {}
         #: steps stopped by an interrupt (Ctrl-C, Jupyter's Stop, Dagster's Terminate), not by a failure
         self.interrupted: list[str] = []
+        #: ``(step, message)`` for each warning a step logged (a filter naming no column of the file …)
+        self.warnings: list[tuple[str, str]] = []
         if compiled is not None:
             self.status = {step.id: "not run" for step in compiled.pipeline.steps}
             self.steps = step_outputs(compiled, result)

@@ -125,6 +125,31 @@ def test_the_cli_prints_them_on_stderr_and_the_output_stays_json(tmp_path: Path)
     ]
 
 
+def test_pipeline_run_prints_them_on_stderr_without_verbose(tmp_path: Path, env: dict[str, str],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A step's warning is what a user running a pipeline must see: one line each, no ``-v`` needed."""
+    from connector_ops.cli import main
+
+    (tmp_path / "pipe.yaml").write_text(f"""
+name: warned
+steps:
+  - id: load
+    action: etl.push
+    input: {{platformFile: "${{file:{SALES}}}"}}
+  - id: drop
+    action: etl.delete_rows
+    input: {{virtualFileId: "${{load.virtualFileId}}", request: {{count: {{$ne: "1"}}}}}}
+""")
+    assert main(["pipeline", "run", str(tmp_path / "pipe.yaml")]) == 0
+    printed = capsys.readouterr()
+    assert "\"deletedCount\": 204" in printed.out  # every row: what the warnings say
+    assert [line for line in printed.err.splitlines() if "warning" in line] == [
+        "connector-ops: warning: drop: request: no column 'count' in this virtual file, so it is missing in every "
+        "row (its columns: 'order_id', 'date', 'customer_id', 'region', 'product', 'quantity', 'unit_price', "
+        "'status')",
+    ]
+
+
 def test_an_op_writes_them_to_its_log(resources: dict[str, Any], files):
     vf = invoke("etl.push", {"platformFile": files.add_file(SALES).to_json()}, resources)["virtualFileId"]
 
