@@ -10,6 +10,9 @@ import json
 import re
 from pathlib import Path
 
+from connector_ops import invoke
+from connector_ops.environment import resources_for
+from connector_ops.kernel.notices import warnings_to
 from connector_ops.registry import ACTIONS, load_all
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "actions.md"
@@ -47,3 +50,16 @@ def test_the_shapes_users_asked_about_are_spelled_out() -> None:
     assert '"rows": [{"virtualFileId"' in text  # Append Rows' shape
     assert "`templateVariables` is **required**" in text and 'write `"{}"`' in text
     assert "`report-copy.csv`" in text
+
+
+def test_the_query_example_finds_rows_of_the_shipped_sales_file(env: dict[str, str]) -> None:
+    """The Query example is run, not only validated: it once compared text with a number and found nothing."""
+    sales = Path(__file__).resolve().parent.parent / "pipelines" / "data" / "sales.csv"
+    platform_file = resources_for(["platform_files"])["platform_files"].add_file(str(sales)).to_json()
+    vf = invoke("etl.push", {"platformFile": platform_file})["virtualFileId"]
+    example = {**examples()["etl.query"][0], "virtualFileId": vf}
+    heard: list[str] = []
+    with warnings_to(heard.append):
+        rows = invoke("etl.query", example)["result"]
+    assert heard == [] and len(rows) == 55
+    assert {(row["region"], row["status"]) for row in rows} == {("North", "paid"), ("North", "refunded")}
