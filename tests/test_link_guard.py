@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,6 +120,22 @@ def test_a_loopback_internal_service_is_refused_before_any_connection(env, serve
     message = refused(res, internal.url())
     assert "127.0.0.1, a loopback address" in message and "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS" in message
     assert internal.requests == []
+
+
+def test_a_mail_attachment_link_is_guarded_like_every_link(env, servers, monkeypatch):
+    """docs/mail.md once said attachments had no guard: they are read by the same store, so the same 400."""
+    internal = serve(servers)
+    res = with_env(env, monkeypatch)
+    message = {"from": "shop@example.com", "recipients": [{"to": "ana@example.com"}], "templateId": 1,
+               "templateVariables": {},
+               "attachments": [{"platformFile": {"name": "a.csv", "link": internal.url(), "size": len(CSV)}}]}
+    with pytest.raises(ConnectorError) as info:
+        invoke("mail.send_transactional_message", message, res)
+    assert info.value.status == 400
+    assert info.value.body["message"].startswith("attachments[0].platformFile.link: ")
+    assert "127.0.0.1, a loopback address" in info.value.body["message"]
+    outbox = Path(env["CONNECTOR_OPS_HOME"]) / "outbox"
+    assert internal.requests == [] and not any(outbox.glob("*"))  # nothing fetched, nothing sent
 
 
 @pytest.mark.parametrize("name,addresses,kind", [
