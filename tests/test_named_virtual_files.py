@@ -115,3 +115,20 @@ def test_a_reader_in_progress_keeps_its_rows_while_another_run_replaces_them(sto
         assert [tuple(r) for r in rows] == [("old",)]
     worker.join(timeout=30)
     assert published.is_set() and store.rows("asset:shared") == [{"v": "new"}]
+
+
+def test_a_notebook_reads_an_asset_by_its_name_as_docs_pipelines_shows(store: Any) -> None:
+    """docs/pipelines.md once wrote ``%etl query asset:sales/orders``, which the magic refuses: the name goes
+    where an id goes in the action's input. The line the docs give now is run here as written."""
+    from connector_ops.magic import unload_ipython_extension
+    from tests.magic.conftest import make_shell
+
+    store.publish("asset:sales/orders", store.create_from_rows([{"region": "North"}, {"region": "South"}]))
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "pipelines.md").read_text()
+    line = doc.split("`%etl query ", 1)[1].split("`", 1)[0]
+    shell = make_shell()
+    try:
+        assert shell.run_line_magic("etl", f"query {line}")["result"] == [{"region": "North"}, {"region": "South"}]
+    finally:
+        unload_ipython_extension(shell)
+        shell.clear_instance()
