@@ -334,6 +334,20 @@ def test_every_boolean_setting_is_strict(mail_env: dict[str, str], monkeypatch: 
     refuse_single_host("mail", outbox, {**environ, "CONNECTOR_OPS_SHARED_STORAGE": "true"})
 
 
+def test_a_boolean_setting_is_checked_only_where_it_is_read(mail_env: dict[str, str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """As README says: a setting for a backend not in use is not looked at (like SMTP_PORT's)."""
+    monkeypatch.setenv("MAILJET_SANDBOX", "ture")
+    monkeypatch.setenv("GOOGLE_USE_ADC", "yes please")
+    built = resources_for(["mail", "drive"])  # the outbox and the local drive
+    assert [type(built[key]).__name__ for key in ("mail", "drive")] == ["OutboxMailResource", "LocalDriveResource"]
+    refuse_single_host("mail", built["mail"], {"CONNECTOR_OPS_EXECUTOR": "in_process",
+                                               "CONNECTOR_OPS_SHARED_STORAGE": "maybe"})
+    monkeypatch.setenv("CONNECTOR_OPS_MAIL_BACKEND", "mailjet")
+    with pytest.raises(InvalidInput, match="MAILJET_SANDBOX: must be true or false"):
+        resources_for(["mail"])
+
+
 def test_no_cleartext_warning_for_a_loopback_http_url(mailjet_env: dict[str, str], fake_mailjet: Fake,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     assert mailjet_env["MAILJET_API_URL"].startswith("http://127.0.0.1")
