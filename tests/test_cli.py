@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -21,6 +22,28 @@ def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
         extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SCRIPT, *args], input=stdin, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {}), **(extra_env or {})})
+
+
+def test_the_readme_command_list_names_every_command() -> None:
+    """README's "The command line" block once missed ``gc`` and ``pipeline schema``: every command and
+    subcommand click knows is named on a line of it (``pipeline validate|list|run`` names three)."""
+    import click
+
+    from connector_ops.cli import cli as group
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("### The command line", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    usages = [re.split(r"\s{2,}", line, maxsplit=1)[0] for line in block.splitlines()]
+
+    def named(*words: str) -> bool:
+        return any(all(re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", usage) for w in words) for usage in usages)
+
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        subcommands = command.list_commands(ctx) if isinstance(command, click.Group) else [None]
+        missing = [sub for sub in subcommands if not named(name, *([sub] if sub else []))]
+        assert not missing, f"README's command list lacks {name} {missing}"
 
 
 def test_version() -> None:

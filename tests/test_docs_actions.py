@@ -63,3 +63,15 @@ def test_the_query_example_finds_rows_of_the_shipped_sales_file(env: dict[str, s
         rows = invoke("etl.query", example)["result"]
     assert heard == [] and len(rows) == 55
     assert {(row["region"], row["status"]) for row in rows} == {("North", "paid"), ("North", "refunded")}
+
+
+def test_every_input_field_is_named_in_its_actions_section() -> None:
+    """An extension field (drive.create_folder's ``ifExists``) was once left out: every field of every input
+    model appears in the section of its action, in an example or the text."""
+    load_all()
+    sections = {name: section for section in DOC.read_text().split("\n### ")[1:]
+                for name in re.findall(r"`([a-z]+\.[a-z_]+)`", section.partition("\n")[0])}
+    missing = [f"{name}.{info.alias or field}" for name, spec in ACTIONS.items()
+               for field, info in spec.input_model.model_fields.items()
+               if f'"{info.alias or field}"' not in sections[name] and f"`{info.alias or field}`" not in sections[name]]
+    assert missing == []

@@ -62,6 +62,15 @@ def test_check_token_cli(clean_env: dict, fake: FakeDrive, monkeypatch: pytest.M
     assert REFRESH_TOKEN not in out + err and CLIENT_SECRET not in out + err
 
 
+def test_check_token_on_the_local_drive_answers_as_docs_drive_md_says(
+        clean_env: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["drive", "check-token"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer == {"valid": True, "credentials": "none (local drive)", "expiresInSeconds": None}
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "drive.md").read_text().split())
+    assert json.dumps(answer) in doc  # the docs list every answer the command gives
+
+
 def test_login_runs_the_loopback_flow_and_saves_the_refresh_token(clean_env: dict, fake: FakeDrive,
                                                                   monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
