@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,16 @@ class ActionSpec:
 ACTIONS: dict[str, ActionSpec] = {}
 
 
+#: reStructuredText's inline literal, ``x``
+_LITERAL = re.compile(r"``(.+?)``")
+
+
+def summary_text(line: str) -> str:
+    """A docstring's first line as the one-line summary users read (``connector-ops actions``, ``%etl``):
+    reStructuredText's double backticks become the single ones of plain text and Markdown."""
+    return _LITERAL.sub(r"`\1`", line)
+
+
 def action(
     name: str,
     input_model: type[BaseModel],
@@ -108,7 +119,7 @@ def action(
             output_model=output_model,
             fn=fn,
             resource_keys=resources,
-            summary=doc[0] if doc else name,
+            summary=summary_text(doc[0]) if doc else name,
             not_found_status=not_found_status,
             null_error_body=null_error_body,
             extra_inputs=dict(extra_inputs or {}),

@@ -46,6 +46,15 @@ def test_the_readme_command_list_names_every_command() -> None:
         assert not missing, f"README's command list lacks {name} {missing}"
 
 
+def test_action_summaries_are_plain_text_and_query_says_it_filters() -> None:
+    """The summaries come from docstrings: their reStructuredText ``x`` is printed as `x`."""
+    run = cli("actions")
+    assert run.returncode == 0 and "``" not in run.stdout
+    lines = {line.split()[0]: line.split(None, 1)[1] for line in run.stdout.splitlines() if line.strip()}
+    assert "(default name `<stem>-copy<.ext>`," in lines["drive.copy_file"]
+    assert "MongoDB-style filter" in lines["etl.query"]
+
+
 def test_version() -> None:
     run = cli("--version")
     assert run.returncode == 0

@@ -141,7 +141,7 @@ def iterate(inp: m.IterateInput, virtual_files: VirtualFileStore) -> m.IterateOu
 
 @action("etl.query", m.QueryInput, m.QueryOutput, resources=ETL)
 def query(inp: m.QueryInput, virtual_files: VirtualFileStore) -> m.QueryOutput:
-    """The rows whose columns equal the given values, in row order."""
+    """The rows matching a MongoDB-style filter (``{}``: all of them), in row order."""
     limit = 1 if inp.extract_only_one_result else None
     rows = virtual_files.find(inp.virtual_file_id, inp.query, limit=limit)
     return m.QueryOutput.model_construct(result=rows)  # rows built by the store: no re-validation
