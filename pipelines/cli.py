@@ -230,6 +230,13 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     print(f"{verb} {len(result.virtual_files)} virtual file(s) and {len(result.platform_files)} platform file(s); "
           f"kept {result.kept_virtual_files} and {result.kept_platform_files} (made after "
           f"{result.cutoff:%Y-%m-%d %H:%M:%S} UTC or still referred to)")
+    if result.compaction is not None:
+        before, after = (f"{n / 2**20:,.1f} MiB" for n in (result.compaction.before, result.compaction.after))
+        if result.compaction.busy:
+            print(f"connector-ops: warning: the SQLite database was in use, so it was not compacted ({before} -> "
+                  f"{after} on disk): run gc again when no run is using it", file=sys.stderr)
+        else:
+            print(f"{'would compact' if dry_run else 'compacted'} the SQLite database: {before} -> {after} on disk")
 
 
 @pipeline.command("schema")

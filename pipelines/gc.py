@@ -19,7 +19,8 @@ unknown to the instance); re-executing such a run starts from its first step.
 
 References come from the Dagster instance (``DAGSTER_HOME``). Without one, runs leave no history, so only
 age protects a file; the CLI says so. Removal uses the stores' own ``drop``/``delete`` (a virtual file is
-removed in one transaction; a platform file's descriptor and bytes together).
+removed in one transaction; a platform file's descriptor and bytes together). Last, a SQLite database gives
+back the disk space of what was dropped, when it is a good share of the file (:mod:`…virtual_files.compaction`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.resources.virtual_files.compaction import Compaction
 
 #: metadata keys whose values name a virtual file or platform file
 REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id", "rejects_file_id",
@@ -71,12 +73,16 @@ class Collection:
     step_output_runs: list[str] = field(default_factory=list)
     kept_step_output_runs: int = 0
     history: bool = True
+    compaction: Compaction | None = None  # the disk space a SQLite database gave back (or would)
 
     def to_json(self) -> dict[str, Any]:
+        compacted = None if self.compaction is None else {
+            "bytesBefore": self.compaction.before, "bytesAfter": self.compaction.after, "busy": self.compaction.busy}
         return {"cutoff": self.cutoff.isoformat(), "dryRun": self.dry_run, "history": self.history,
                 "virtualFiles": {"removed": self.virtual_files, "kept": self.kept_virtual_files},
                 "platformFiles": {"removed": self.platform_files, "kept": self.kept_platform_files},
-                "stepOutputs": {"removedRuns": self.step_output_runs, "keptRuns": self.kept_step_output_runs}}
+                "stepOutputs": {"removedRuns": self.step_output_runs, "keptRuns": self.kept_step_output_runs},
+                "compaction": compacted}
 
 
 def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstance | None, *,
@@ -103,6 +109,7 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
         result.platform_files.append(file_id)
     if step_outputs is not None:
         _collect_step_outputs(step_outputs, instance, result)
+    result.compaction = virtual_files.compact(dry_run=dry_run)  # last: what was removed is given back too
     return result
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +32,9 @@ from connector_ops.kernel.errors import InvalidInput
 from connector_ops.ops import etl_pull, etl_push
 from connector_ops.ops.assets import action_asset
 from connector_ops.ops.checks import validate_check
+from connector_ops.pipelines.cli import gc as gc_command
 from connector_ops.pipelines.gc import collect, parse_duration
+from tests.conftest import resources_on
 
 SALES = Path(__file__).resolve().parent.parent / "pipelines" / "data" / "sales.csv"
 PULL = {"exportType": "csv", "exportName": "out.csv"}
@@ -287,3 +291,47 @@ def test_the_cli_collects_with_the_instance_of_dagster_home(tmp_path):
     again = json.loads(cli("gc", "--older-than", "0s", "--json").stdout)
     assert again["virtualFiles"]["removed"] == [] and again["platformFiles"]["removed"] == []
     assert cli("pipeline", "run", "sales_report").returncode == 0  # the kept files still serve a run
+
+
+def _rows_csv(path: Path, rows: int) -> Path:
+    path.write_text("id,city,note\n" + "".join(f"{i},City-{i % 997:04d},note {i} of the stray file\n"
+                                               for i in range(rows)), encoding="utf-8")
+    return path
+
+
+def test_gc_gives_back_the_disk_space_of_what_it_dropped(database_url, tmp_path):
+    """SQLite kept a dropped table's pages in its file, and its log as long as the longest write: the store
+    never shrank. gc now compacts it when free pages are a quarter of it or more; PostgreSQL gives the space
+    back as it drops."""
+    resources = resources_on(database_url, tmp_path / "home")
+    files, store = resources["platform_files"], resources["virtual_files"]
+    stray = files.add_file(_rows_csv(tmp_path / "stray.csv", 150_000)).to_json()
+    for _ in range(3):
+        invoke("etl.push", {"platformFile": stray}, resources)
+    cutoff = datetime.now(UTC)
+    time.sleep(1.1)  # the catalog dates a file to the second
+    keeper = invoke("etl.push", {"platformFile": files.add_bytes(b"id\n1\n2\n", "k.csv").to_json()},
+                    resources)["virtualFileId"]
+    assert collect(store, files, None, older_than=timedelta(0), now=cutoff, dry_run=True).compaction is None
+    done = collect(store, files, None, older_than=timedelta(0), now=cutoff)
+    if database_url.startswith("sqlite"):
+        path = Path(database_url.removeprefix("sqlite:///"))
+        log = path.with_name(path.name + "-wal")
+        assert done.compaction is not None and not done.compaction.busy
+        assert done.compaction.after == path.stat().st_size + (log.stat().st_size if log.exists() else 0)
+        assert done.compaction.after < done.compaction.before / 20  # ≈ 47 MiB of file and log → a few pages
+    else:
+        assert done.compaction is None
+    assert len(done.virtual_files) == 3
+    assert invoke("etl.iterate", {"content": keeper, "maxBatchSize": 5}, resources)["content"] == [{"id": "1"},
+                                                                                                   {"id": "2"}]
+    again = collect(store, files, None, older_than=timedelta(0), now=cutoff)
+    assert again.compaction is None and again.to_json()["compaction"] is None
+    if database_url.startswith("sqlite"):  # the command says what it gave back
+        stray = files.add_file(tmp_path / "stray.csv").to_json()  # gc removed the first one
+        for _ in range(3):
+            invoke("etl.push", {"platformFile": stray}, resources)
+        env = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"), "CONNECTOR_OPS_DATABASE_URL": database_url}
+        said = CliRunner().invoke(gc_command, ["--older-than", "0s"], env=env)
+        assert said.exit_code == 0, said.output
+        assert re.search(r"^compacted the SQLite database: [\d.]+ MiB -> 0\.\d MiB on disk$", said.stdout, re.M)

@@ -19,7 +19,9 @@ from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.limits import check_column_names, holds_surrogate, surrogate_refused
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
+from connector_ops.resources.virtual_files.compaction import Compaction, compact_sqlite
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
 from connector_ops.resources.virtual_files.urls import DatabaseUrl
 
@@ -110,6 +112,12 @@ class StoreCore(Resource):
             driver = reader.connection.driver_connection
             driver.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
             yield reader
+
+    def compact(self, *, dry_run: bool = False) -> Compaction | None:
+        """Give back the disk space dropped files left in a SQLite database (:mod:`.compaction`); ``None``
+        on PostgreSQL, which gives it back as it drops, or when there is too little to give back."""
+        path = sqlite_path(self.database_url)
+        return None if path is None else compact_sqlite(self.engine, path, dry_run=dry_run)
 
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every virtual file's id and creation time (UTC), oldest first: what garbage collection weighs."""

@@ -40,6 +40,7 @@ from connector_ops.resources.virtual_files.urls import DatabaseUrl
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from connector_ops.resources.virtual_files.compaction import Compaction
     from connector_ops.resources.virtual_files.sql_store import SqlStore
 
 
@@ -129,6 +130,10 @@ class VirtualFileStore(Resource):
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every virtual file's id and creation time (UTC), oldest first."""
         return self.sql.inventory()
+
+    def compact(self, *, dry_run: bool = False) -> Compaction | None:
+        """Give back the disk space of dropped files where the database keeps it (SQLite); what it gave."""
+        return self.sql.compact(dry_run=dry_run)
 
     # -- reading ---------------------------------------------------------------------------------
     def summary(self, vf_id: str, n: int = 5) -> tuple[int, list[str], list[Row]]:
