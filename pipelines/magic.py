@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import shlex
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from connector_ops.magic import ConnectorMagics, NotebookError, stopped
 from connector_ops.magic_input import WordsParser
 from connector_ops.magic_session import one_line
 from connector_ops.pipelines.recorder import Recorder, pipeline_name_for
-from connector_ops.pipelines.runner import PipelineRun
+from connector_ops.pipelines.runner import PipelineRun, run_compiled
 from connector_ops.pipelines.runner import run_job as run_in_process
 
 logger = logging.getLogger(__name__)
@@ -113,12 +114,15 @@ def _dagster_imported() -> None:
             logger.debug("the empty run before the first %%pipeline run failed", exc_info=True)
 
 
-def run_job(job: dg.JobDefinition, resources: Mapping[str, Any]) -> dg.ExecuteInProcessResult:
-    """The pipeline runner's ``run_job``; a definition problem (e.g. a resource missing from the
-    session) becomes one line instead of a traceback."""
+def run_pipeline(job: dg.JobDefinition, compiled: Any, resources: Mapping[str, Any]) -> PipelineRun:
+    """A run as ``connector-ops pipeline run`` makes it: a YAML pipeline's through the runner's
+    ``run_compiled`` (its ``notify:`` mails sent, its steps' warnings kept), any other job as it is. A
+    definition problem (e.g. a resource missing from the session) becomes one line instead of a traceback."""
     _dagster_imported()
     try:
-        return run_in_process(job, resources)
+        if compiled is not None:
+            return run_compiled(compiled, resources)
+        return PipelineRun(job.name, run_in_process(job, resources), None)
     except dg.DagsterError as exc:
         raise PipelineUsageError(one_line(exc), action=f"pipeline {job.name}") from None
 
@@ -194,7 +198,9 @@ def pipeline_command(magics: ConnectorMagics, words: list[str], recorder: Record
         raise PipelineUsageError(f"unknown %pipeline command {words[0]!r}; commands: {COMMANDS}; use: {USAGE}")
     args = _parser().parse_args(words[1:])
     job, compiled = resolve(magics, args.target, args.overrides)
-    run = PipelineRun(job.name, run_job(job, magics.session.resources()), compiled)
+    run = run_pipeline(job, compiled, magics.session.resources())
+    for step_id, message in run.warnings:  # as the command prints them: a step that worked may not do what was meant
+        print(f"warning: {step_id}: {message}", file=sys.stderr)
     if args.out:
         magics.shell.user_ns[args.out] = run
     error = run.failure()

@@ -272,3 +272,39 @@ def test_a_bad_setting_of_another_connector_leaves_etl_cells_working(ip: Any, mo
         ip.run_cell_magic("mail", "send_transactional_message", "{}")
     assert str(failed.value) == ("mail.send_transactional_message failed (500): configuration error: "
                                  "CONNECTOR_OPS_MAIL_BACKEND: must be one of outbox, mailjet, smtp, got 'bogus'")
+
+
+YAML_NOTIFY = """
+name: mailed
+notify:
+  - when: [success]
+    message:
+      from: "Reports <reports@example.com>"
+      recipients: [{to: team@example.com}]
+      subject: "mailed: ${run.status}"
+      templateId: 1
+      templateVariables: {status: "${run.status}"}
+steps:
+  - id: load
+    action: etl.push
+    input:
+      platformFile: "${file:sales.csv}"
+  - id: trim
+    action: etl.delete_rows
+    input: {virtualFileId: "${load.virtualFileId}", request: {no_such_column: "x"}}
+"""
+
+
+def test_a_yaml_pipeline_runs_as_the_command_runs_it(ip: Any, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """docs/pipelines.md: ``%pipeline run`` mails what ``notify:`` says right after the run, as the command
+    does; it sent nothing. And a step's warning (a filter naming no column) is shown below the cell."""
+    (tmp_path / "sales.csv").write_bytes(SALES.read_bytes())
+    pipeline = tmp_path / "mailed.yaml"
+    pipeline.write_text(YAML_NOTIFY)
+    run = ip.run_line_magic("pipeline", f"run {pipeline}")
+    assert run.success and run["trim"]["deletedCount"] == 0
+    mail = ip.magics_manager.registry["ConnectorMagics"].session.resources()["mail"]
+    outbox = Path(mail.outbox_dir)
+    assert [p.suffix for p in outbox.glob("*.json")] == [".json"]
+    err = capsys.readouterr().err
+    assert "warning: trim: " in err and "no_such_column" in err
