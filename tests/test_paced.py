@@ -3,13 +3,16 @@ stopping a read the consumer needs, and let go of their reading thread when the 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import queue
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from connector_ops.resources.virtual_files import csv_columns, paced
@@ -37,15 +40,15 @@ class Counted(io.RawIOBase):
         return n
 
 
-def _ndjson(data: Counted) -> Iterator[Any]:
+def _ndjson(data: Counted) -> Generator[Any, None, None]:
     return ndjson_batches(io.BufferedReader(data, BLOCK), ["a", "b"], BLOCK)
 
 
-def _csv(data: Counted) -> Iterator[Any]:
-    return iter(csv_batches(io.BufferedReader(data, BLOCK), 2, ","))
+def _csv(data: Counted) -> Generator[Any, None, None]:
+    return csv_batches(io.BufferedReader(data, BLOCK), 2, ",")
 
 
-READERS: dict[str, tuple[bytes, Callable[[Counted], Iterator[Any]]]] = {
+READERS: dict[str, tuple[bytes, Callable[[Counted], Generator[Any, None, None]]]] = {
     "ndjson": (b'{"a": "' + b"x" * 40 + b'", "b": "y"}\n', _ndjson),
     "csv": (b"x" * 40 + b",y\n", _csv),
 }
@@ -167,3 +170,30 @@ def test_stop_waits_for_the_read_in_flight_only_as_long_as_it_is_told() -> None:
     assert stream.stop() is True
     reader.join(5)
     assert stream.readinto(bytearray(BLOCK)) == 0  # every read after the stop gets the end
+
+
+def in_our_streams() -> list[str]:
+    """Where other threads (Arrow's reading one among them) are inside this package's streams."""
+    own, inside = threading.get_ident(), []
+    for ident, frame in sys._current_frames().items():
+        while frame is not None and ident != own:
+            if "virtual_files" in frame.f_code.co_filename:
+                inside.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+            frame = frame.f_back
+    return inside
+
+
+@pytest.mark.parametrize("kind", READERS)
+@pytest.mark.parametrize("end", ["opening fails", "consumer stops"])
+def test_however_the_batches_end_arrows_thread_has_left_the_stream(kind: str, end: str) -> None:
+    """Left inside Python, Arrow's thread aborted the interpreter's shutdown (test_arrow_reader_exit.py)."""
+    line, batches = READERS[kind]
+    if end == "opening fails":  # a first line longer than Arrow's block: its reader fails as it opens
+        long = b"x" * (4 * BLOCK) + b",y\n" if kind == "csv" else b'{"a": "' + b"x" * (4 * BLOCK) + b'"}\n'
+        with pytest.raises(pa.ArrowInvalid, match="straddl"), contextlib.closing(batches(Counted(long * 8))) as read:
+            next(read)
+    else:
+        with contextlib.closing(batches(Counted(line * (BLOCKS * BLOCK // len(line))))) as read:
+            next(read)
+            time.sleep(0.1)  # Arrow's thread reads ahead, until the pacing holds it
+    assert in_our_streams() == []

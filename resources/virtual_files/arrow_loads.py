@@ -13,6 +13,7 @@ whole load succeeded.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -63,7 +64,8 @@ class ArrowLoading(Writing):
         if self.dialect == "postgresql" and not through_arrow and copyable_delimiter(delimiter):
             checked = CopyableLines(CheckedBytes(stream, delimiter.encode()))
             return self._copy(columns, iter(lambda: checked.read(BLOCK), b""), COPY_OPTIONS, delimiter=delimiter)
-        return self.create_from_arrow(columns, csv_batches(stream, len(columns), delimiter))
+        with contextlib.closing(csv_batches(stream, len(columns), delimiter)) as batches:  # Arrow's thread stopped
+            return self.create_from_arrow(columns, batches)
 
     def create_from_ndjson(self, columns: Sequence[str], stream: IO[bytes]) -> str:
         """A new virtual file from NDJSON whose values are all strings or null, with ``columns`` its keys in
@@ -73,7 +75,8 @@ class ArrowLoading(Writing):
         if path is not None and columns:
             return self._in_child(path, columns, {"format": "ndjson", "block": ndjson_columns.BLOCK},
                                   lambda sink: _copy_stream(stream, sink))
-        return self.create_from_arrow(columns, ndjson_batches(stream, columns, ndjson_columns.BLOCK))
+        with contextlib.closing(ndjson_batches(stream, columns, ndjson_columns.BLOCK)) as batches:  # as above
+            return self.create_from_arrow(columns, batches)
 
     def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
         """A new virtual file with ``columns`` holding every Arrow record batch (columns aligned with

@@ -100,16 +100,17 @@ def _copied_from(conn: sa.Connection, info: VirtualFileInfo, schema: Any, block:
         buffered = paced.buffered()
         if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)
             return
-        reader = pacsv.open_csv(
-            WholeCRLF(buffered),
-            read_options=pacsv.ReadOptions(column_names=fields, block_size=block, use_threads=False),
-            parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
-            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(fields, pa.string()), null_values=[""],
-                                                 strings_can_be_null=True, quoted_strings_can_be_null=False))
-        try:
+        try:  # opening reads the first block already: a row longer than it fails here
+            reader = pacsv.open_csv(
+                paced.entrance(WholeCRLF(buffered)),
+                read_options=pacsv.ReadOptions(column_names=fields, block_size=block, use_threads=False),
+                parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
+                convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(fields, pa.string()),
+                                                     null_values=[""], strings_can_be_null=True,
+                                                     quoted_strings_can_be_null=False))
             for batch in paced.taken(reader):
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-        except BaseException:  # the consumer stopped early (an interrupt, an error, the scan closed)
+        except BaseException:  # the reader failed, or the consumer stopped early (an interrupt, an error, closed)
             connection = cursor.connection
             try:
                 connection.cancel_safe(timeout=CANCEL_SECONDS)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Generator
 from functools import lru_cache
 from typing import IO, Any
 
 from connector_ops.resources.virtual_files.crlf_blocks import WholeCRLF
-from connector_ops.resources.virtual_files.paced import Paced
+from connector_ops.resources.virtual_files.paced import LEAVE, Paced
 
 BLOCK = 1 << 20
 #: a quoted field still open after this many bytes is left to the slow path, so the check stays linear
@@ -77,8 +78,10 @@ class CheckedBytes(io.RawIOBase):
             self._pending, self._start = data[end - 1:], 1
 
 
-def csv_batches(stream: IO[bytes], width: int, delimiter: str) -> Any:
-    """A ``pyarrow.RecordBatchReader`` of the data rows in ``stream``: string columns ``c0…c{width-1}``."""
+def csv_batches(stream: IO[bytes], width: int, delimiter: str) -> Generator[Any, None, None]:
+    """Record batches of the data rows in ``stream``: string columns ``c0…c{width-1}``. However they end
+    (the rows read, an error, the consumer closing them), Arrow's reading thread has left ``stream`` by then
+    (:meth:`.Paced.stop`)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -86,13 +89,16 @@ def csv_batches(stream: IO[bytes], width: int, delimiter: str) -> Any:
     paced = Paced(CheckedBytes(stream, delimiter.encode()), BLOCK)
     buffered = paced.buffered()
     if not buffered.peek(1):  # no data rows (Arrow calls an empty input an error)
-        return pa.RecordBatchReader.from_batches(pa.schema([(n, pa.string()) for n in names]), [])
-    reader = pacsv.open_csv(
-        WholeCRLF(buffered),
-        read_options=pacsv.ReadOptions(column_names=names, block_size=BLOCK),
-        parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char='"', double_quote=True, escape_char=False,
-                                         newlines_in_values=True, ignore_empty_lines=True),
-        convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), check_utf8=True,
-                                             strings_can_be_null=False, quoted_strings_can_be_null=False),
-    )
-    return pa.RecordBatchReader.from_batches(reader.schema, paced.taken(reader))
+        return
+    try:
+        reader = pacsv.open_csv(
+            paced.entrance(WholeCRLF(buffered)),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=BLOCK),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char='"', double_quote=True,
+                                             escape_char=False, newlines_in_values=True, ignore_empty_lines=True),
+            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), check_utf8=True,
+                                                 strings_can_be_null=False, quoted_strings_can_be_null=False),
+        )
+        yield from paced.taken(reader)
+    finally:
+        paced.stop(LEAVE)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import IO, Any
 
-from connector_ops.resources.virtual_files.paced import Paced
+from connector_ops.resources.virtual_files.paced import LEAVE, Paced
 
 #: Arrow's block: the unit of parsing and of memory
 BLOCK = 1 << 20
@@ -69,7 +69,7 @@ class _LineAudit(io.RawIOBase):
 
 
 def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK, *,
-                   threads: bool = False) -> Iterator[Any]:
+                   threads: bool = False) -> Generator[Any, None, None]:
     """Record batches of ``columns`` (in that order), every value read as text (no date inference); any
     other key, a value that is not a string or null, or bytes that are not one object per line, raise.
     ``threads``: Arrow's thread pool parses blocks ahead (the SQLite loader process, where the parse is the
@@ -81,11 +81,15 @@ def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK
     paced = Paced(audit, block)
     parse = pj.ParseOptions(explicit_schema=pa.schema([(c, pa.string()) for c in columns]),
                             unexpected_field_behavior="error")
-    reader = pj.open_json(paced.buffered(),
-                          read_options=pj.ReadOptions(block_size=block, use_threads=threads), parse_options=parse)
     rows = 0
-    for batch in paced.taken(reader):
-        rows += batch.num_rows
-        yield batch
+    try:
+        reader = pj.open_json(paced.entrance(paced.buffered()),
+                              read_options=pj.ReadOptions(block_size=block, use_threads=threads),
+                              parse_options=parse)
+        for batch in paced.taken(reader):
+            rows += batch.num_rows
+            yield batch
+    finally:  # however the batches end, Arrow's reading thread has left the stream (:meth:`.Paced.stop`)
+        paced.stop(LEAVE)
     if rows != audit.lines:
         raise NotNDJSON(f"{rows} objects on {audit.lines} lines")

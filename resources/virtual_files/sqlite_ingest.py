@@ -34,7 +34,7 @@ import select
 import struct
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import IO, Any
 
 MODULE = "connector_ops.resources.virtual_files.sqlite_ingest"
@@ -149,7 +149,7 @@ class Frames(io.RawIOBase):
                 pass
 
 
-def batches_of(spec: dict[str, Any], source: IO[bytes]) -> Iterator[Any]:
+def batches_of(spec: dict[str, Any], source: IO[bytes]) -> Generator[Any, None, None]:
     """The record batches of the request's data; a byte left over after the last one is an error."""
     if spec["format"] == "csv":
         from connector_ops.resources.virtual_files.csv_columns import csv_batches
@@ -172,7 +172,7 @@ class ReadAhead:
     ``reader`` (columns renamed ``c0…`` like the row table's). What ``batches`` raises is kept in ``error``
     and ends the batches (the load then fails on it)."""
 
-    def __init__(self, batches: Iterator[Any], width: int) -> None:
+    def __init__(self, batches: Generator[Any, None, None], width: int) -> None:
         import pyarrow as pa
 
         self.error: BaseException | None = None
@@ -183,13 +183,14 @@ class ReadAhead:
         self._thread.start()
         self.reader = pa.RecordBatchReader.from_batches(self._schema, self._batches())
 
-    def _run(self, batches: Iterator[Any]) -> None:
+    def _run(self, batches: Generator[Any, None, None]) -> None:
         import pyarrow as pa
 
         try:
-            for batch in batches:
-                if not self._put(pa.RecordBatch.from_arrays(batch.columns, schema=self._schema)):
-                    return
+            with contextlib.closing(batches):  # stopped early too, Arrow's reading thread is out of the data
+                for batch in batches:
+                    if not self._put(pa.RecordBatch.from_arrays(batch.columns, schema=self._schema)):
+                        return
         except BaseException as exc:  # handed to the consumer: the load fails on it
             self.error = exc
         self._put(None)
