@@ -351,12 +351,15 @@ def test_a_second_host_runs_its_share_of_the_steps(deployed: Deployment,
     print(f"\nsales_batches on a near and a far worker: steps {dict(hosts)}")
 
 
-@pytest.mark.parametrize("location", ["connector_ops", "on_sqlite"])
+@pytest.mark.parametrize("location", ["connector_ops", "on_sqlite", "on_celery"])
 def test_terminate_in_the_ui_stops_a_long_join_at_once(deployed: Deployment, location: str, postgres_url: str) -> None:
     """The UI's Terminate on a run whose step is inside one long SQL statement: the run worker's interrupt
     stops the statement (SQLite: our progress handler; PostgreSQL: a cancel in the server, which psycopg does
     not send for Dagster's exception), so the run is CANCELED within seconds, the server runs nothing more of
-    it, and no table is left without its catalog entry."""
+    it, and no table is left without its catalog entry. On Celery the step runs on a worker (``--pool=solo``),
+    which Dagster's revoke does not stop: the worker's watch of the run interrupts it the same way, and the
+    step ends without success."""
+    workers = celery_workers(deployed, 2) if location == "on_celery" else []
     url = deployed.locations[location].get("CONNECTOR_OPS_DATABASE_URL", postgres_url)
     run_id = deployed.launch("long_join", location)
     wait_for(joining(url), "the Join's statement", 120, deployed.procs)
@@ -369,4 +372,13 @@ def test_terminate_in_the_ui_stops_a_long_join_at_once(deployed: Deployment, loc
     assert took < 20, f"CANCELED {took:.1f} s after Terminate"
     wait_for(lambda: not writing(url), "the end of the Join's writing", 10)
     assert not orphans(url)
+    with deployed.instance() as instance:
+        kinds = [(e.step_key, e.dagster_event.event_type_value) for e in instance.all_logs(run_id) if e.dagster_event]
+    join_events = [kind for step, kind in kinds if step == "join"]
+    assert "STEP_SUCCESS" not in join_events and "STEP_OUTPUT" not in join_events, join_events
+    after = [kind for step, kind in kinds[kinds.index((None, "PIPELINE_CANCELED")):] if step]
+    assert set(after) <= {"STEP_FAILURE"}, kinds  # at most an interrupted Celery step's own failure, late
+    for worker in workers:  # the interrupt stopped the step, not the worker
+        worker.assert_alive()
+        assert "shutdown" not in worker.log().lower(), worker.log()[-3000:]
     print(f"\nlong_join ({location}) terminated: CANCELED {took:.1f} s after Terminate")
