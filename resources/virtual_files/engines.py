@@ -6,7 +6,7 @@ transactions around DDL (pysqlite's legacy mode would auto-commit ``CREATE TABLE
 background thread once a write transaction has ended (:mod:`.checkpoints`), not inside its commit; and
 statements that stop on Ctrl-C (:mod:`.interrupts`).
 PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses; statements cancelled
-in the server by any interrupt (:mod:`.interrupts`).
+in the server by any interrupt (:mod:`.interrupts`), and ended by the server once their client is gone.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ _LOCK = threading.Lock()
 
 #: name -> (nargs, fn) registered on every SQLite connection (e.g. the ``$regex`` matcher).
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
+
+#: how often PostgreSQL checks, while a statement of ours runs, that its client is still there
+CLIENT_CHECK_MS = 5000
 
 _WRITE_OPTION = "cop_write"
 WRITE = {_WRITE_OPTION: True}
@@ -139,6 +142,7 @@ def get_engine(url: str) -> sa.Engine:
 
             engine = sa.create_engine(key, pool_pre_ping=True, connect_args={"client_encoding": "utf8"})
             cancel_on_interrupt(engine)
+            _check_client(engine)
         try:
             _create_catalog(engine)
         except Exception:
@@ -146,6 +150,25 @@ def get_engine(url: str) -> sa.Engine:
             raise
         _ENGINES[key] = engine
         return engine
+
+
+def _check_client(engine: sa.Engine) -> None:
+    """Each session asks the server to check every :data:`CLIENT_CHECK_MS` while a statement runs that we are
+    still connected. A server notices a vanished client (a worker killed mid-step, a host lost) only when it
+    next sends to it, and a Join's ``CREATE TABLE … AS`` sends nothing until it ends: it ran on for minutes,
+    holding its locks, for a transaction that could only roll back. PostgreSQL 14 or later; a server that
+    cannot check on its platform (it checks on Linux) refuses the setting, and goes on without it."""
+    import psycopg
+
+    @sa.event.listens_for(engine, "connect")
+    def connect(dbapi_conn: Any, _record: Any) -> None:
+        if dbapi_conn.info.server_version < 140000:
+            return
+        try:
+            dbapi_conn.execute(f"SET client_connection_check_interval = {CLIENT_CHECK_MS}")
+            dbapi_conn.commit()
+        except psycopg.Error:
+            dbapi_conn.rollback()
 
 
 def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:
