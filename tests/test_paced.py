@@ -172,12 +172,17 @@ def test_stop_waits_for_the_read_in_flight_only_as_long_as_it_is_told() -> None:
     assert stream.readinto(bytearray(BLOCK)) == 0  # every read after the stop gets the end
 
 
+#: the modules of the streams Arrow's reading thread reads through (not the store's own long-lived threads,
+#: such as the background checkpointer, which an earlier test in the same process may have started)
+STREAM_MODULES = tuple(f"virtual_files/{name}.py" for name in ("paced", "csv_columns", "ndjson_columns", "crlf_blocks"))
+
+
 def in_our_streams() -> list[str]:
     """Where other threads (Arrow's reading one among them) are inside this package's streams."""
     own, inside = threading.get_ident(), []
     for ident, frame in sys._current_frames().items():
         while frame is not None and ident != own:
-            if "virtual_files" in frame.f_code.co_filename:
+            if frame.f_code.co_filename.endswith(STREAM_MODULES):
                 inside.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
             frame = frame.f_back
     return inside
