@@ -215,17 +215,19 @@ class Recorder:
         vf_id = call.output.get("virtualFileId") if isinstance(call.output, Mapping) else None
         taken = {s.file_name.removesuffix(".json") for s in self._snapshots.values()}
         name = step_id_for(call.df if isinstance(call.df, str) else "frame", taken) + ".json"
+        if self.resources is None or not isinstance(vf_id, str):
+            return self._not_kept(call, "etl.pull failed (500): no session to pull the pushed rows from")
         try:
-            if self.resources is None or not isinstance(vf_id, str):
-                raise ConnectorError(500, {"message": "no session to pull the pushed rows from"}, action="etl.pull")
             snapshot, columns = Snapshot.take(self.resources(), vf_id, name)
         except ConnectorError as exc:
-            self.skipped.append(f"{call.action} --df {call.df} (its rows could not be kept for the pipeline: "
-                                f"{exc.summary()})")
-            print(f"%pipeline record: not recorded: {self.skipped[-1]}")
-            return None
+            return self._not_kept(call, exc.summary())
         self._snapshots[step_id] = snapshot
         return {"platformFile": "${file:" + name + "}", "parameters": {"schema": [_escape(c) for c in columns]}}
+
+    def _not_kept(self, call: MagicCall, why: str) -> None:
+        """A pushed DataFrame whose rows could not be kept: not recorded, and one line saying why."""
+        self.skipped.append(f"{call.action} --df {call.df} (its rows could not be kept for the pipeline: {why})")
+        print(f"%pipeline record: not recorded: {self.skipped[-1]}")
 
     # -- outputs -> references ---------------------------------------------------------------------
     def index(self, step_id: str, action: str, output: Any) -> None:

@@ -102,8 +102,7 @@ def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, ve
         except ConnectorError as exc:
             logger.error("pipeline %s: notification not sent: %s", compiled.pipeline.name, exc)
     run = PipelineRun(compiled.pipeline.name, result, compiled)
-    run.warnings = [(run._step_of(entry.step_key), entry.user_message) for entry in instance.all_logs(result.run_id)
-                    if entry.level == logging.WARNING and entry.step_key and not entry.is_dagster_event]
+    run.read_warnings(instance)
     return run
 
 
@@ -160,6 +159,12 @@ class PipelineRun:
             elif event.is_successful_output and compiled is None:
                 handle = event.event_specific_data.step_output_handle
                 self.steps.setdefault(step, {})[handle.output_name] = self._output(event, handle)
+
+    def read_warnings(self, instance: dg.DagsterInstance) -> None:
+        """:attr:`warnings` from the run's log in ``instance`` (the instance it ran in)."""
+        self.warnings = [(self._step_of(entry.step_key), entry.user_message)
+                         for entry in instance.all_logs(self.result.run_id)
+                         if entry.level == logging.WARNING and entry.step_key and not entry.is_dagster_event]
 
     def _step_of(self, step_key: str) -> str:
         """A YAML step owns its helper steps (``<id>__input``, ``<id>__batches``, ``<id>[batch_3]``)."""

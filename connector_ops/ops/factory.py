@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import types
 import typing
@@ -83,10 +84,15 @@ def config_value(annotation: Any, value: Any) -> Any:
         return [config_value(args[0], item) for item in value]
     if annotation in _SCALARS and value is not None:
         try:
-            return TypeAdapter(annotation).validate_python(value)
+            return _adapter(annotation).validate_python(value)
         except ValidationError:
             return value
     return value
+
+
+@functools.cache
+def _adapter(scalar: type) -> TypeAdapter:
+    return TypeAdapter(scalar)
 
 
 def _is_model(tp: Any) -> bool:

@@ -57,7 +57,7 @@ def compact_sqlite(engine: sa.Engine, path: str, *, dry_run: bool = False) -> Co
             conn.execute("VACUUM")
             busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]  # 1: a reader kept the log
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+            if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):  # primary code
                 raise
             busy = True
         return Compaction(before, _on_disk(path), busy=bool(busy))
