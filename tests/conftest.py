@@ -8,9 +8,11 @@ PostgreSQL: ``CONNECTOR_OPS_TEST_DATABASE_URL`` if set, else a throwaway server 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,25 @@ def postgres_url() -> Iterator[str]:
     dispose_all()
     if server is not None:
         server.cleanup()
+
+
+@contextlib.contextmanager
+def own_postgres_database(server_url: str, prefix: str) -> Iterator[str]:
+    """A fresh database on the test server, dropped afterwards, for a test that needs a store of its own (the
+    suite's database is shared by every test of the process). Yields its URL, same driver as ``server_url``."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    server = make_url(server_url)
+    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

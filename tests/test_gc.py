@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,7 +33,7 @@ from connector_ops.ops.assets import action_asset
 from connector_ops.ops.checks import validate_check
 from connector_ops.pipelines.cli import gc as gc_command
 from connector_ops.pipelines.gc import collect, parse_duration
-from tests.conftest import resources_on
+from tests.conftest import own_postgres_database, resources_on
 
 SALES = Path(__file__).resolve().parent.parent / "pipelines" / "data" / "sales.csv"
 PULL = {"exportType": "csv", "exportName": "out.csv"}
@@ -46,17 +45,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'vf.db'}"
         return
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    server = make_url(request.getfixturevalue("postgres_url"))
-    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"gc_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield server.set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_postgres_database(request.getfixturevalue("postgres_url"), "gc") as url:
+        yield url
 
 
 @dg.job

@@ -77,6 +77,15 @@ platform_file_chunk = sa.Table(
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
 
+#: which layout of these tables the store holds (one row, ``id`` 1): :mod:`.layout`
+store_layout = sa.Table(
+    "cop_store_layout",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("written_by", sa.String(64), nullable=False),
+)
+
 SEQ_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY = rowid
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from connector_ops.resources.virtual_files.catalog import metadata
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
+from connector_ops.resources.virtual_files.layout import check_stamp
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -172,12 +173,14 @@ def _check_client(engine: sa.Engine) -> None:
 
 
 def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:
-    """Create the catalog tables if missing. Two processes starting together on a new PostgreSQL
-    database can both see them missing; the loser's CREATE fails, and a retry then finds them."""
+    """Create the catalog tables if missing, and check the store's layout stamp (:mod:`.layout`). Two
+    processes starting together on a new PostgreSQL database can both see them missing; the loser's
+    CREATE (or stamp) fails, and a retry then finds them."""
     for attempt in range(attempts):
         try:
             with engine.execution_options(**WRITE).begin() as conn:
                 metadata.create_all(conn, checkfirst=True)
+                check_stamp(conn, engine.url.render_as_string(hide_password=True))
             return
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
             if attempt == attempts - 1:

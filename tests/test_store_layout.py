@@ -1,0 +1,122 @@
+"""The store's layout stamp (resources/virtual_files/layout.py): every process opening a database stamps it
+if it has no stamp yet, and a process whose code knows only older layouts refuses a store laid out by a
+newer connector-ops before reading or writing anything. Each case runs the command line in fresh
+processes, as the processes of a deployment open a store, on a database of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from connector_ops.resources.virtual_files.layout import LAYOUT_VERSION, package_version
+from tests.conftest import own_postgres_database
+
+SCRIPT = str(Path(sys.executable).parent / "connector-ops")
+PASSWORD = "layout-s3cret"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'vf.db'}"
+        return
+    with own_postgres_database(request.getfixturevalue("postgres_url"), "layout") as url:
+        # the test server trusts local sessions, so a password in the URL is accepted and must never be shown
+        yield make_url(url).set(password=PASSWORD).render_as_string(hide_password=False)
+
+
+def cli(url: str, home: Path, *args: str) -> subprocess.Popen[str]:
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("CONNECTOR_OPS_")}
+    environ.update(CONNECTOR_OPS_HOME=str(home), CONNECTOR_OPS_DATABASE_URL=url)
+    return subprocess.Popen([SCRIPT, *args], env=environ, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finished(child: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = child.communicate(timeout=120)
+    return child.returncode, out, err
+
+
+def push(url: str, home: Path, text: str = "id,name\n1,ada\n2,bob\n") -> tuple[int, str, str]:
+    source = home / "in.csv"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(text)
+    code, descriptor, err = finished(cli(url, home, "files", "add", str(source)))
+    assert code == 0, err
+    return finished(cli(url, home, "invoke", "etl.push", json.dumps({"platformFile": json.loads(descriptor)})))
+
+
+def query(url: str, home: Path, file_id: str) -> tuple[int, str, str]:
+    return finished(cli(url, home, "invoke", "etl.query", json.dumps({"virtualFileId": file_id, "query": {}})))
+
+
+def execute(url: str, sql: str) -> list[tuple]:
+    """One statement on its own connection, committed; the rows it returns."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            result = conn.exec_driver_sql(sql)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def stamps(url: str) -> list[tuple]:
+    return execute(url, "SELECT id, version, written_by FROM cop_store_layout")
+
+
+def test_a_new_store_is_stamped_with_this_layout(store_url: str, tmp_path: Path) -> None:
+    code, _, err = push(store_url, tmp_path / "home")
+    assert code == 0, err
+    assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]
+
+
+def test_a_store_from_before_the_stamp_keeps_its_files_and_is_stamped(store_url: str, tmp_path: Path) -> None:
+    """Stores written before the stamp existed have no ``cop_store_layout`` table: that is layout 1."""
+    home = tmp_path / "home"
+    code, out, err = push(store_url, home)
+    assert code == 0, err
+    execute(store_url, "DROP TABLE cop_store_layout")
+    code, out, err = query(store_url, home, json.loads(out)["virtualFileId"])
+    assert code == 0, err
+    assert json.loads(out)["result"] == [{"id": "1", "name": "ada"}, {"id": "2", "name": "bob"}]
+    assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]
+
+
+def test_a_store_of_a_newer_layout_is_refused_before_anything_is_written(store_url: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    code, out, err = push(store_url, home)
+    assert code == 0, err
+    file_id = json.loads(out)["virtualFileId"]
+    execute(store_url, f"UPDATE cop_store_layout SET version = {LAYOUT_VERSION + 1}, written_by = '99.0.0'")
+
+    code, out, err = push(store_url, home, "id\n3\n")
+    assert code == 1, (out, err)
+    message = json.loads(out)["message"]
+    assert message.startswith("the virtual-file store at ")
+    assert (f"has layout {LAYOUT_VERSION + 1}, written by connector-ops 99.0.0; this connector-ops "
+            f"({package_version()}) knows layouts up to {LAYOUT_VERSION}. Upgrade connector-ops here") in message
+    assert "etl.push failed (500)" in err
+    assert PASSWORD not in out + err
+    assert execute(store_url, "SELECT id FROM cop_virtual_file") == [(file_id,)]  # nothing of the second Push
+
+    code, out, _ = query(store_url, home, file_id)
+    assert code == 1 and "knows layouts up to" in json.loads(out)["message"]
+    assert stamps(store_url) == [(1, LAYOUT_VERSION + 1, "99.0.0")]  # the newer code's stamp is left as it was
+
+
+def test_processes_opening_a_new_store_together_stamp_it_once(store_url: str, tmp_path: Path) -> None:
+    """A deployment's processes start together on an empty database: each creates the catalog and stamps
+    it; those that lose the race find the winner's stamp and go on."""
+    children = [cli(store_url, tmp_path / f"home{n}", "gc", "--dry-run", "--json") for n in range(4)]
+    results = [finished(child) for child in children]
+    assert [code for code, _, _ in results] == [0] * 4, results
+    assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]
