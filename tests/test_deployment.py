@@ -108,6 +108,9 @@ def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "on_sqlite": {"CONNECTOR_OPS_EXECUTOR": "", "CONNECTOR_OPS_HOME": str(base / "home_sqlite"),
                       "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{base / 'home_sqlite' / 'vf.db'}"},
         "on_celery": {},
+        # Celery's default pool, each step in a child process of one worker: its own broker, so only that worker
+        "on_prefork": {"CONNECTOR_OPS_CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/4",
+                       "CONNECTOR_OPS_CELERY_BACKEND_URL": f"redis://127.0.0.1:{redis_port}/5"},
         # steps on two hosts that share nothing on disk: the database holds virtual files, platform files and
         # step outputs; its own broker, so only its two workers (one "far", see below) take its steps
         "two_hosts": {"CONNECTOR_OPS_HOME": str(base / "home_two_hosts"), "CONNECTOR_OPS_FILES_BACKEND": "database",
@@ -167,18 +170,32 @@ def test_four_concurrent_runs(deployed: Deployment, location: str) -> None:
     print(f"\n4 concurrent sales_report runs ({location}): all done in {max(seconds):.1f} s")
 
 
+def worker_command(*options: str) -> list[str]:
+    """A Celery worker as deploy/Procfile starts one; ``options`` name it and set its pool."""
+    return [str(BIN / "celery"), "-A", "connector_ops.pipelines.celery_app", "worker", "-Q", "dagster", "-l", "INFO",
+            "--prefetch-multiplier=1", "--without-heartbeat", "--without-gossip", "--without-mingle", *options]
+
+
 def celery_workers(d: Deployment, count: int) -> list[Process]:
     """``count`` workers as deploy/Procfile starts them (started once per module)."""
     existing = [p for p in d.procs if p.name.startswith("worker")]
     if existing:
         return existing
-    workers = [d.add(Process(f"worker{i}", [str(BIN / "celery"), "-A", "connector_ops.pipelines.celery_app", "worker",
-                                            "-Q", "dagster", "-l", "INFO", "--pool=solo", "--prefetch-multiplier=1",
-                                            "-n", f"worker{i}@%h", "--without-heartbeat", "--without-gossip",
-                                            "--without-mingle"], d.env, d.logs))
+    workers = [d.add(Process(f"worker{i}", worker_command("--pool=solo", "-n", f"worker{i}@%h"), d.env, d.logs))
                for i in range(1, count + 1)]
     wait_for(lambda: all("ready." in w.log() for w in workers), "Celery workers ready", 120, workers)
     return workers
+
+
+def prefork_worker(d: Deployment) -> Process:
+    """One worker of the pool docs/deployment.md offers beside ``solo``: ``--pool=prefork -c 2`` (started once)."""
+    existing = [p for p in d.procs if p.name == "prefork"]
+    if existing:
+        return existing[0]
+    worker = d.add(Process("prefork", worker_command("--pool=prefork", "-c", "2", "-n", "prefork@%h"),
+                           {**d.env, **d.locations["on_prefork"]}, d.logs))
+    wait_for(lambda: "ready." in worker.log(), "the prefork worker ready", 120, [worker])
+    return worker
 
 
 def sales_report_nodes() -> list[str]:
@@ -221,6 +238,22 @@ def test_celery_runs_foreach_batches_on_both_workers(deployed: Deployment) -> No
                   if e.dagster_event and e.dagster_event.event_type_value == "STEP_SUCCESS"
                   and e.step_key.startswith("check[")}
     assert len(mapped) == -(-SALES_ROWS // 50), mapped  # one validate step per batch of 50 rows
+
+
+def test_a_prefork_worker_runs_two_reports_at_once(deployed: Deployment) -> None:
+    """Each step in a child process the worker forked before any step ran: the children open their own
+    database sessions and Definitions, and two runs' steps go on side by side."""
+    worker = prefork_worker(deployed)
+    seconds = run_sales_reports(deployed, "on_prefork", 2)
+    with deployed.instance() as instance:
+        run_ids = [r.dagster_run.run_id for r in instance.get_run_records(limit=2)]
+    for run_id in run_ids:
+        hosts = steps_per_worker(deployed, run_id)
+        assert list(hosts) == [next(iter(hosts))] and next(iter(hosts)).startswith("prefork@"), hosts
+        assert sum(hosts.values()) == len(sales_report_nodes()), hosts
+    worker.assert_alive()
+    assert "WorkerLostError" not in worker.log(), worker.log()[-3000:]
+    print(f"\n2 sales_report runs on one prefork worker (-c 2): {max(seconds):.1f} s")
 
 
 def test_celery_workers_refuse_a_step_of_a_pipeline_edited_since_they_started(deployed: Deployment) -> None:
@@ -314,8 +347,7 @@ def test_a_second_host_runs_its_share_of_the_steps(deployed: Deployment,
     shutil.copytree(deployed.env["CONNECTOR_OPS_PIPELINES_DIR"], far / "pipelines")
     far_env = {**deployed.env, **extra, "CONNECTOR_OPS_HOME": str(far / "home"),
                "DAGSTER_HOME": str(far / "dagster_home"), "CONNECTOR_OPS_PIPELINES_DIR": str(far / "pipelines")}
-    worker = [str(BIN / "celery"), "-A", "connector_ops.pipelines.celery_app", "worker", "-Q", "dagster", "-l", "INFO",
-              "--pool=solo", "--prefetch-multiplier=1", "--without-heartbeat", "--without-gossip", "--without-mingle"]
+    worker = worker_command("--pool=solo")
     hidden = f'mount -t tmpfs tmpfs "{base}" && test ! -e "{deployed.env["DAGSTER_HOME"]}" && exec "$@"'
     workers = [
         deployed.add(Process("near", [*worker, "-n", "near@%h"], {**deployed.env, **extra}, deployed.logs)),
@@ -351,15 +383,16 @@ def test_a_second_host_runs_its_share_of_the_steps(deployed: Deployment,
     print(f"\nsales_batches on a near and a far worker: steps {dict(hosts)}")
 
 
-@pytest.mark.parametrize("location", ["connector_ops", "on_sqlite", "on_celery"])
+@pytest.mark.parametrize("location", ["connector_ops", "on_sqlite", "on_celery", "on_prefork"])
 def test_terminate_in_the_ui_stops_a_long_join_at_once(deployed: Deployment, location: str, postgres_url: str) -> None:
     """The UI's Terminate on a run whose step is inside one long SQL statement: the run worker's interrupt
     stops the statement (SQLite: our progress handler; PostgreSQL: a cancel in the server, which psycopg does
     not send for Dagster's exception), so the run is CANCELED within seconds, the server runs nothing more of
-    it, and no table is left without its catalog entry. On Celery the step runs on a worker (``--pool=solo``),
-    which Dagster's revoke does not stop: the worker's watch of the run interrupts it the same way, and the
-    step ends without success."""
-    workers = celery_workers(deployed, 2) if location == "on_celery" else []
+    it, and no table is left without its catalog entry. On Celery the step runs on a worker (``--pool=solo``,
+    or a child process of a ``--pool=prefork`` worker), which Dagster's revoke does not stop: the worker's
+    watch of the run interrupts it the same way, and the step ends without success."""
+    workers = {"on_celery": lambda: celery_workers(deployed, 2),
+               "on_prefork": lambda: [prefork_worker(deployed)]}.get(location, list)()
     url = deployed.locations[location].get("CONNECTOR_OPS_DATABASE_URL", postgres_url)
     run_id = deployed.launch("long_join", location)
     wait_for(joining(url), "the Join's statement", 120, deployed.procs)
@@ -381,4 +414,5 @@ def test_terminate_in_the_ui_stops_a_long_join_at_once(deployed: Deployment, loc
     for worker in workers:  # the interrupt stopped the step, not the worker
         worker.assert_alive()
         assert "shutdown" not in worker.log().lower(), worker.log()[-3000:]
+        assert "WorkerLostError" not in worker.log(), worker.log()[-3000:]  # nor a prefork child
     print(f"\nlong_join ({location}) terminated: CANCELED {took:.1f} s after Terminate")
