@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound, field_path, host_of
 from connector_ops.kernel.limits import check_payload
+from connector_ops.kernel.platform_file import PresentWhen
 
 log = logging.getLogger("connector_ops")
 
@@ -34,7 +35,7 @@ WIRABLE_FIELDS = {
 #: (Validate's ``validated`` is rows or an id, as its ``content`` was): a YAML reference from one kind into
 #: the other is a load error, a Python wiring a failed type check
 FIELD_KINDS = {"platformFile": "platform file", "virtualFileId": "virtual file id",
-               "rejectionFileId": "virtual file id"}
+               "rejectionFileId": "virtual file id", "rejectsFileId": "virtual file id"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,20 @@ class ActionSpec:
         if self.output_model is None:
             return set()
         return {f.alias or n for n, f in self.output_model.model_fields.items() if not f.is_required()}
+
+    def outputs_present(self, payload: Any) -> frozenset[str]:
+        """The optional output fields the input ``payload`` (spec names) guarantees: those marked
+        :class:`PresentWhen` whose condition it sets (Push's ``rejectsFileId`` with ``onRowError:
+        quarantine``). A YAML step refers to them like any output; the generic op does not have them."""
+        return frozenset(name for name, when in self.present_when.items() if when.holds(payload))
+
+    @property
+    def present_when(self) -> dict[str, PresentWhen]:
+        """Optional output field -> the input setting that makes the output always hold it."""
+        if self.output_model is None:
+            return {}
+        return {f.alias or n: mark for n, f in self.output_model.model_fields.items()
+                for mark in f.metadata if isinstance(mark, PresentWhen)}
 
     @property
     def wirable_inputs(self) -> dict[str, str]:

@@ -207,7 +207,7 @@ class Recorder:
         if call.out:
             self._outs[call.out] = step_id
         if not (call.df and call.action == "etl.pull"):  # a DataFrame is not what the step outputs
-            self.index(step_id, call.action, call.output)
+            self.index(step_id, call.action, call.output, inp)
 
     def _snapshot(self, call: MagicCall, step_id: str) -> dict[str, Any] | None:
         """The input of a Push of the rows ``%etl push --df`` stored (snapshot taken now, before a later
@@ -230,18 +230,21 @@ class Recorder:
         print(f"%pipeline record: not recorded: {self.skipped[-1]}")
 
     # -- outputs -> references ---------------------------------------------------------------------
-    def index(self, step_id: str, action: str, output: Any) -> None:
+    def index(self, step_id: str, action: str, output: Any, inp: Any) -> None:
         """Remember the referable fields of a step's output. Not the whole output (``input: ${step}``
-        is no input), nothing inside a field (a row's ``id`` column is data, not an id), no empty value."""
+        is no input), nothing inside a field (a row's ``id`` column is data, not an id), no empty value.
+        An optional extension (Push's ``rejectsFileId``) only when the step's recorded input ``inp``
+        guarantees it (``onRowError: quarantine``), as the pipeline's validation asks."""
         output = json.loads(_key(output)) if output is not None else None
         if not isinstance(output, dict):  # a bare output ("ok", null)
             return
-        optional = get_action(action).optional_output_fields
+        spec = get_action(action)
+        unreferable = spec.optional_output_fields - spec.outputs_present(inp)
         for name in referable_fields(action):
             value = output.get(name)
             if not value:
                 continue
-            if name in optional:  # present only when it applies: a pipeline cannot refer to it
+            if name in unreferable:  # present only when it applies: a pipeline cannot refer to it
                 self._unreferable[_key(value)] = (f"{step_id}'s {name}, which a pipeline cannot refer to "
                                                   f"(an optional extension of {action}'s output)")
             else:

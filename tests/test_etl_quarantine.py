@@ -6,15 +6,23 @@ rejects virtual file holds each refused line's number, reason and text; `fail` (
 
 from __future__ import annotations
 
+import csv
+import io
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pytest
 
 from connector_ops import ConnectorError, invoke
+from connector_ops.cli import main
 from connector_ops.etl import actions, ndjson_fast, push_csv
 from connector_ops.ops import etl_push
+from connector_ops.ops.factory import error_of_failed_step
+from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+from connector_ops.pipelines.runner import run_compiled
 from connector_ops.resources.virtual_files import sqlite_loader
+from tests.pipeline_files import write
 
 RAGGED = b"id,name\n1,Ann\n2,Bob,extra\n3,Cy\n\n4\n5,\"multi\nline\"\n"
 REASON = "expected 2 fields, found {} (a ragged row; check the delimiter and the quoting)"
@@ -123,17 +131,66 @@ def test_the_op_keeps_one_output_and_records_the_rejects_in_its_metadata(resourc
     assert "rejects_file_id" not in event.step_output_data.metadata
 
 
-def test_a_pipeline_referring_to_the_rejects_gets_a_clear_validation_error(tmp_path):
-    from connector_ops.pipelines.dsl import PipelineError, load_pipeline
+QUARANTINING = """
+    name: q
+    steps:
+      - id: load
+        action: etl.push
+        input: {{platformFile: "${{file:people.csv}}", parameters: {parameters}}}
+      - id: bad
+        action: etl.pull
+        input: {{virtualFileId: "${{load.rejectsFileId}}", exportType: csv,
+                exportName: "rejects-of-${{load.rejectsFileId}}.csv"}}
+"""
 
-    path = tmp_path / "q.yaml"
-    path.write_text("""name: q
-steps:
-  - {id: load, action: etl.push, input: {platformFile: {id: x, name: a.csv, contentType: text/csv, link: "http://h/a"},
-                                         parameters: {onRowError: quarantine}}}
-  - {id: bad, action: etl.pull, input: {virtualFileId: "${load.rejectsFileId}", exportType: csv, exportName: r.csv}}
-""")
-    with pytest.raises(PipelineError) as caught:
-        load_pipeline(path)
-    assert "${load.rejectsFileId}: rejectsFileId is an optional extension of etl.push's output and not a step " \
-           "output; the run records it in the step's output metadata" in str(caught.value)
+
+def quarantining(tmp_path: Path, parameters: str = "{onRowError: quarantine}") -> Path:
+    (tmp_path / "people.csv").write_bytes(RAGGED)
+    return write(tmp_path, QUARANTINING.format(parameters=parameters), "q.yaml")
+
+
+def test_a_pipeline_pulls_the_rejects_of_a_quarantining_push(tmp_path, resources):
+    """``${load.rejectsFileId}`` wired straight (virtualFileId) and interpolated (exportName, a resolver)."""
+    outcome = run_compiled(compile_pipeline(load_pipeline(quarantining(tmp_path))), resources)
+    assert outcome.success, outcome.failure()
+    rejects = outcome.steps["load"]["rejectsFileId"]
+    exported = outcome.steps["bad"]["platformFile"]
+    assert exported["name"] == f"rejects-of-{rejects}.csv"
+    text = resources["platform_files"].read_bytes(exported).decode()
+    assert list(csv.reader(io.StringIO(text))) == [
+        ["line", "reason", "text"], ["3", REASON.format(3), "2,Bob,extra"], ["6", REASON.format(1), "4"]]
+    assert rows(outcome.steps["load"]["virtualFileId"], resources) == [
+        {"id": "1", "name": "Ann"}, {"id": "3", "name": "Cy"}, {"id": "5", "name": "multi\nline"}]
+
+
+@pytest.mark.parametrize(("parameters", "sets"), [
+    ("{csvDelimiter: ','}", "does not set `parameters.onRowError`"),
+    ("{onRowError: fail}", 'sets `parameters.onRowError` to "fail"'),
+    ('{onRowError: "${env.ON_ROW_ERROR}"}',
+     "sets `parameters.onRowError` by a reference (${env.ON_ROW_ERROR}), known only when the run starts"),
+])
+def test_validate_refuses_the_rejects_of_a_push_that_may_not_quarantine(tmp_path, capsys, parameters, sets):
+    path = quarantining(tmp_path, parameters)
+    with pytest.raises(SystemExit) as exited:
+        main(["pipeline", "validate", str(path)])
+    assert exited.value.code == 1
+    message = (f"${{load.rejectsFileId}}: etl.push's output has rejectsFileId only with `parameters.onRowError: "
+               f"quarantine`, and step 'load' {sets}; write `parameters.onRowError: quarantine` (literally) in its "
+               "input to refer to rejectsFileId")
+    assert f"step bad: {message}" in capsys.readouterr().out
+
+
+def test_a_launchpad_edit_that_drops_the_quarantine_fails_before_loading(tmp_path, resources):
+    """The run config is editable: without the quarantine the step's rejects would be missing for the later
+    steps, so the step is a 400 naming the field before the file is read, and nothing is loaded."""
+    job = compile_pipeline(load_pipeline(quarantining(tmp_path))).job
+    before = resources["virtual_files"].inventory()
+    result = job.execute_in_process(resources=resources, raise_on_error=False, run_config={"ops": {
+        "load": {"config": {"parameters": {"onRowError": "fail"}}}}})
+    assert not result.success
+    (failed,) = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    error = error_of_failed_step(failed)
+    assert (failed.step_key, error.status) == ("load", 400)
+    assert error.message == ("parameters.onRowError: must be 'quarantine': the pipeline's later steps refer to "
+                             "this step's rejectsFileId")
+    assert resources["virtual_files"].inventory() == before

@@ -8,7 +8,14 @@ from pydantic import Field, field_validator, model_validator
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_BATCH_SIZE, text_encoding
-from connector_ops.kernel.platform_file import REFERABLE, FileName, HeaderValue, PlatformFile, SpecModel
+from connector_ops.kernel.platform_file import (
+    REFERABLE,
+    FileName,
+    HeaderValue,
+    PlatformFile,
+    PresentWhen,
+    SpecModel,
+)
 
 
 def refuse_given(parameters: SpecModel, fields: frozenset[str], why: str) -> None:
@@ -78,7 +85,7 @@ class VirtualFileOutput(SpecModel):
 
 
 class PushOutput(VirtualFileOutput):
-    rejects_file_id: Annotated[str | None, REFERABLE] = Field(
+    rejects_file_id: Annotated[str | None, REFERABLE, PresentWhen("parameters.onRowError", "quarantine")] = Field(
         None, description="extension, only with onRowError: quarantine: the virtual file of the refused lines "
                           "(columns line, reason, text; empty when every line loaded)")
 

@@ -9,6 +9,8 @@ attributes are snake_case with the camelCase spec names as aliases, so both spel
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -53,6 +55,30 @@ class Referable:
 
 
 REFERABLE = Referable()
+
+
+@dataclass(frozen=True)
+class PresentWhen:
+    """Marks an optional output field the output always holds when the input sets ``field`` (a dotted spec
+    path) to ``value``: ``Annotated[str | None, PresentWhen("parameters.onRowError", "quarantine")]`` on
+    Push's ``rejectsFileId``. A YAML step whose input sets it so, literally, has the field as an output of
+    its own (``${step.rejectsFileId}``); the generic op keeps the outputs of the spec. Validation and JSON
+    schemas ignore the mark."""
+
+    field: str
+    value: object
+
+    def given(self, payload: object) -> object:
+        """What the input ``payload`` (spec names) sets the field to; None when it does not set it."""
+        for key in self.field.split("."):
+            if not isinstance(payload, Mapping):
+                return None
+            payload = payload.get(key)
+        return payload
+
+    def holds(self, payload: object) -> bool:
+        """Whether the input ``payload`` sets the field to the value."""
+        return self.given(payload) == self.value
 
 
 class SpecModel(BaseModel):

@@ -19,7 +19,7 @@ import functools
 import time
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -112,11 +112,14 @@ def config_fields(model: type[BaseModel], *, required_ok: bool = True,
     return fields
 
 
-def output_names(spec: ActionSpec) -> dict[str, str]:
+def output_names(spec: ActionSpec, extensions: Collection[str] = ()) -> dict[str, str]:
     """Spec output field -> op output name. Optional extension fields (Push's ``rejectsFileId``) are not op
     outputs: a second output would break every graph that passes ``etl_push()`` on as one value; their
-    values ride on the outputs' metadata instead (:func:`extension_metadata`)."""
-    return {f: to_snake(f) for f in spec.output_fields if f not in spec.optional_output_fields} or {"": "result"}
+    values ride on the outputs' metadata instead (:func:`extension_metadata`). ``extensions``: those an op
+    built for one YAML step does have, because the step's input guarantees them
+    (:meth:`~connector_ops.registry.ActionSpec.outputs_present`)."""
+    return {f: to_snake(f) for f in spec.output_fields
+            if f not in spec.optional_output_fields or f in extensions} or {"": "result"}
 
 
 def extension_metadata(spec: ActionSpec, result: Any) -> dict[str, Any]:
@@ -193,20 +196,28 @@ def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str,
 
 
 def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.AssetKey] | None = None,
-             required_config: frozenset[str] = frozenset()) -> dg.OpDefinition:
+             required_config: frozenset[str] = frozenset(),
+             extensions: frozenset[str] = frozenset()) -> dg.OpDefinition:
     """The op of ``action`` (named ``<connector>_<action>`` unless ``name`` says otherwise). ``assets``
     maps output fields to asset keys: after such an output the op records a materialisation of the
     asset with the output's metadata and where the data is (a YAML step's ``asset:``).
-    ``required_config``: config fields the launchpad must have (a step's literal required fields)."""
+    ``required_config``: config fields the launchpad must have (a step's literal required fields).
+    ``extensions``: optional output fields that are op outputs too (a YAML step refers to them); a run
+    whose input does not guarantee them (its config edited in the launchpad) is a 400 before the action runs."""
     spec = get_action(action)
     assets = dict(assets or {})
     wirable = spec.wirable_inputs
-    outs = output_names(spec)
+    outs = output_names(spec, extensions)
 
     def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
         ensure_launched_definition(context)
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
         payload = op_payload(spec, context.op_config or {}, inputs)
+        if missing := sorted(extensions - spec.outputs_present(payload)):
+            when = spec.present_when[missing[0]]
+            raise failure(ConnectorError(400, {"message": f"{when.field}: must be {when.value!r}: the pipeline's "
+                                                          f"later steps refer to this step's {missing[0]}"},
+                                         action=spec.name))
         started = time.perf_counter()
         try:
             with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)), \

@@ -87,7 +87,7 @@ def platform_file_metadata(value: Mapping[str, Any], files: Any) -> dict[str, An
 
 
 #: output fields whose string value is a virtual file id (Validate's are ids when its content was one)
-VIRTUAL_FILE_FIELDS = frozenset({"virtualFileId", "rejectionFileId", "validated", "rejected"})
+VIRTUAL_FILE_FIELDS = frozenset({"virtualFileId", "rejectionFileId", "rejectsFileId", "validated", "rejected"})
 
 
 def output_metadata(field: str, value: Any, resources: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ op's config (the job's default run config, editable in the launchpad). Reference
   a node ``<step>__check`` evaluating the asset check on that output (:mod:`.checks`);
 * the file's digest is the job tag ``connector_ops/pipeline_digest`` (so each run's tag too), which every
   node checks first against its own process's (:func:`~connector_ops.ops.factory.ensure_launched_definition`);
+* an optional output field the step's literal input guarantees (Push's ``rejectsFileId`` with
+  ``onRowError: quarantine``) is an output of the step's own op, referred to like the others;
 * ``after`` wires the ``after`` (Nothing) input; ``foreach`` puts the step behind
   ``etl_iterate_batches`` (``<step>__batches``), maps it over the batches (``<step>__rows`` reads each
   batch's rows when ``${batch.rows}`` is used) and collects its outputs in ``<step>__gather``.
@@ -99,6 +101,11 @@ def plan_step(step: Step, foreach_steps: set[str]) -> _Plan:
     return plan
 
 
+def step_extensions(step: Step) -> frozenset[str]:
+    """The optional output fields the step's input guarantees as written (Push's ``rejectsFileId`` with
+    ``parameters.onRowError: quarantine``): outputs of the step like the spec's, so ``${step.field}`` is an
+    edge as any other reference. A condition given by a reference guarantees nothing here."""
+    return step.action.outputs_present(step.input)
 
 
 class _Builder:
@@ -149,10 +156,13 @@ class _Builder:
         op_def = self.ops[step.action.op_name]
         required = frozenset(plan.config) & {f.alias or n for n, f in step.action.input_model.model_fields.items()
                                              if f.is_required()}
-        if step.asset is not None or required:  # its own op: the launchpad requires the step's literal
-            # required fields (pre-filled from the job's default config), and an asset step records its asset
+        extensions = step_extensions(step)
+        if step.asset is not None or required or extensions:  # its own op: the launchpad requires the step's
+            # literal required fields (pre-filled from the job's default config), an asset step records its
+            # asset, and the extensions its input guarantees are outputs (${load.rejectsFileId})
             op_def = build_op(step.action.name, name=self.op_name(step.id), required_config=required,
-                              assets={step.asset.field: dg.AssetKey(list(step.asset.key))} if step.asset else None)
+                              assets={step.asset.field: dg.AssetKey(list(step.asset.key))} if step.asset else None,
+                              extensions=extensions)
         kwargs: dict[str, Any] = {name: self.handles[ref.root][ref.path[0]] for name, ref in plan.wired.items()}
         if plan.resolved:
             rows = None
@@ -166,7 +176,7 @@ class _Builder:
         if step.retry is not None:
             node = node.with_retry_policy(retry_policy(step.retry))
         result = node(**kwargs)
-        names = output_names(step.action)
+        names = output_names(step.action, extensions)
         if len(names) == 1:
             return {next(iter(names)): result}
         return {spec_field: getattr(result, out) for spec_field, out in names.items()}
@@ -175,7 +185,7 @@ class _Builder:
         plan = plan_step(step, self.foreach_steps)
         if plan.config:
             self.config[step.id] = {"config": plan.config}
-        names = output_names(step.action)
+        names = output_names(step.action, step_extensions(step))
         if step.foreach is None:
             self.outputs[step.id] = (step.id, names)
             self.handles[step.id] = self.call_action(step, plan)

@@ -382,6 +382,27 @@ class _Checker:
                       f"one value (pick one batch's, e.g. {ref.text[:-1]}.0}})",
                  step.id)
 
+    @staticmethod
+    def absent_extension(ref: r.Ref, target: Step) -> str:
+        """Why ``ref`` names an optional output field ``target``'s output may lack, and what to write: the
+        field is a step output only when the step's input sets its condition literally (the run's input is
+        then known to hold it, whatever a reference would say when the run starts)."""
+        spec, name = target.action, ref.path[0]
+        when = spec.present_when.get(name)
+        if when is None:
+            return (f"{ref.text}: {name} is an optional extension of {spec.name}'s output and not a step output; "
+                    "the run records it in the step's output metadata")
+        given = when.given(target.input)
+        if given is None:
+            sets = f"does not set `{when.field}`"
+        elif isinstance(given, str) and r.is_template(given):
+            sets = f"sets `{when.field}` by a reference ({given}), known only when the run starts"
+        else:
+            sets = f"sets `{when.field}` to {json.dumps(given)}"
+        return (f"{ref.text}: {spec.name}'s output has {name} only with `{when.field}: {when.value}`, and step "
+                f"{target.id!r} {sets}; write `{when.field}: {when.value}` (literally) in its input to refer to "
+                f"{name}")
+
     def output_path(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
         spec = target.action
         if not ref.path:
@@ -390,9 +411,8 @@ class _Checker:
         if not fields:
             self.add(loc, f"{ref.text}: {spec.name} has a bare output; refer to it as ${{{target.id}}}", step.id)
             return
-        if ref.path[0] in spec.optional_output_fields:
-            self.add(loc, f"{ref.text}: {ref.path[0]} is an optional extension of {spec.name}'s output and not "
-                          "a step output; the run records it in the step's output metadata", step.id)
+        if ref.path[0] in spec.optional_output_fields and ref.path[0] not in spec.outputs_present(target.input):
+            self.add(loc, self.absent_extension(ref, target), step.id)
             return
         if ref.path[0] not in fields:
             self.add(loc, f"{ref.text}: {spec.name} has no output field {ref.path[0]!r} "

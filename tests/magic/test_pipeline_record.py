@@ -284,9 +284,9 @@ def test_only_documented_id_fields_become_references(tmp_path: Path) -> None:
     assert steps["gone"]["input"]["request"] == rows[0]
     assert steps["good"]["input"] == {"virtualFileId": "${checked.validated}",
                                       "query": {"link": "https://example.com/ann-profile"}}
-    # an id a pipeline cannot refer to (an optional extension): the notebook's, and the file says so
-    assert steps["refused"]["input"]["content"] == rejects
-    assert "# check: refused.content: left the notebook's value: it is load's rejectsFileId" in rec.yaml("x")
+    # an optional extension the step's input guarantees (quarantine): a reference, which validates
+    assert steps["refused"]["input"]["content"] == "${load.rejectsFileId}"
+    assert "# check:" not in rec.yaml("x")
 
 
 def test_an_id_used_twice_in_one_string_is_referred_to_twice(tmp_path: Path) -> None:
