@@ -7,6 +7,7 @@ problems (file, line, step) of the others; :func:`load_catalog` is the strict fo
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,8 @@ from connector_ops.pipelines.dsl import (
     compile_pipeline,
     load_pipeline,
 )
+
+logger = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PIPELINES_DIR_VARIABLE = "CONNECTOR_OPS_PIPELINES_DIR"
@@ -56,7 +59,8 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
     A broken file costs its own job only: the code location (and every other job, schedule and sensor) still
     loads, and the problems are reported (the Definitions' log and ``broken_pipelines`` job, ``pipeline list``).
     A second file using a job name already taken (by a file before it or a job defined in code) is a problem
-    of that second file.
+    of that second file. So is any other exception while loading or compiling it (a bug of ours or of a
+    library the file reaches): logged with its traceback, reported as an internal error to report.
     """
     catalog = Catalog()
     names: dict[str, str] = dict(CODE_JOBS)
@@ -72,10 +76,22 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
         except PipelineError as exc:
             catalog.problems += exc.problems
             continue
+        except Exception as exc:  # one file's failure, whatever it is, is that file's problem
+            catalog.problems.append(_internal_error(path, exc))
+            continue
         names[pipeline.name] = str(path)
         assets.update(mine)
         catalog.pipelines.append(compiled)
     return catalog
+
+
+def _internal_error(path: Path, exc: Exception) -> Problem:
+    """The problem of a file whose loading raised what no check of ours foresaw. Its traceback goes to the
+    log (frames and source lines, no local values, so nothing of the environment), the problem names the
+    exception so the report can be matched with the log."""
+    logger.error("internal error loading pipeline file %s", path, exc_info=exc)
+    return Problem(str(path), 1, f"internal error while loading the file: {type(exc).__name__}: {exc} — a bug "
+                                 "of connector-ops, please report it with the traceback from the log")
 
 
 def _asset_makers(pipeline: Pipeline, path: Path, assets: dict[str, str]) -> dict[str, str]:

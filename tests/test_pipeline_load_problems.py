@@ -97,6 +97,34 @@ def test_a_broken_file_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch, t
     assert listed.exit_code == 1 and "sales_report" in listed.stdout and str(bad) in listed.stderr
 
 
+def test_an_unexpected_exception_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       env: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    """A tag key that is no string passes our checks and makes Dagster's own argument check raise
+    ``CheckError`` (no ``DagsterError``) while the job is built: the file is a problem at line 1 naming the
+    exception, its traceback is logged, and the code location loads with the other jobs."""
+    folder = with_csv(tmp_path / "more")
+    write(folder, f"name: fine\nsteps:\n  - id: load\n    {PUSH}\n", "fine.yaml")
+    bad = write(folder, f"name: odd_tags\ntags: {{1: one}}\nsteps:\n  - id: load\n    {PUSH}\n", "odd.yaml")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    monkeypatch.setenv("GOOGLE_CLIENT_SECRET", "never-show-this-secret")
+    catalog = read_catalog()
+    assert {"fine", "sales_report"} <= {c.pipeline.name for c in catalog.pipelines}
+    (problem,) = catalog.problems
+    assert (problem.file, problem.line, problem.step) == (str(bad), 1, None)
+    assert problem.message.startswith("internal error while loading the file: CheckError: ")
+    assert problem.message.endswith("a bug of connector-ops, please report it with the traceback from the log")
+    (record,) = [r for r in caplog.records if r.name == "connector_ops.pipelines.catalog"]
+    assert record.exc_info and record.exc_info[0].__name__ == "CheckError" and str(bad) in record.getMessage()
+    assert "never-show-this-secret" not in caplog.text + problem.message
+    defs = build_definitions()
+    assert {"fine", "sales_report", "first_etl", "broken_pipelines"} <= {j.name for j in defs.jobs}
+    assert str(problem) in defs.get_job_def("broken_pipelines").description
+    ran = defs.get_job_def("fine").execute_in_process()
+    assert ran.success and len(ran.output_for_node("load", "virtual_file_id")) == 32
+    listed = CliRunner().invoke(pipeline, ["list"])
+    assert listed.exit_code == 1 and "fine" in listed.stdout and str(problem) in listed.stderr
+
+
 def test_the_schema_refuses_the_names_the_loader_refuses() -> None:
     validator = jsonschema.Draft202012Validator(pipeline_schema())
     for text in (KEYWORD_STEPS, BAD_OWNER, f"name: class\nsteps:\n  - id: load\n    {PUSH}\n"):
