@@ -132,6 +132,22 @@ def test_validation_reports_every_error_with_file_line_and_step(tmp_path: Path) 
         assert any(ln == line and st == step and fragment in msg for ln, st, msg in found), (fragment, text)
 
 
+@pytest.mark.parametrize(("top", "problem"), [
+    ("tags: {1: one}", "`tags` must map names to strings"),  # Dagster's CheckError while building the job
+    (f"timezone: {'x' * 300}", "unknown time zone 'xxx"),  # zoneinfo's OSError: the name is too long a path
+])
+def test_top_level_values_only_dagster_or_the_library_refused_are_located(tmp_path: Path, top: str,
+                                                                          problem: str) -> None:
+    """Two values that passed the checks and failed while the job was built, with another exception than a
+    file's problem (a 500 in ``pipeline validate``): each is a problem of its line."""
+    path = write(tmp_path, f"name: odd\n{top}\nsteps:\n  - id: a\n    action: etl.clean\n"
+                           "    input: {virtualFileId: x}\n")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    (found,) = caught.value.problems
+    assert found.line == 2 and found.message.startswith(problem), found
+
+
 def test_missing_required_field_and_invalid_yaml_are_located(tmp_path: Path) -> None:
     path = write(tmp_path, """
         name: p

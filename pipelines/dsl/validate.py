@@ -107,10 +107,10 @@ class _Checker:
         if timezone is not None:
             try:
                 zoneinfo.ZoneInfo(str(timezone))
-            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a path
                 self.add(("timezone",), f"unknown time zone {timezone!r} (e.g. Europe/Berlin)")
         tags = data.get("tags") or {}
-        if not isinstance(tags, Mapping) or not all(isinstance(v, str) for v in tags.values()):
+        if not isinstance(tags, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
             self.add(("tags",), "`tags` must map names to strings")
             tags = {}
         trigger = self.trigger(data.get("on_new_file"))
