@@ -220,6 +220,9 @@ REFUSED = [
     ({"a": {"$options": "i"}}, "request.a.$options", "$options needs $regex"),
     ({"a": {"$regex": "x", "$options": "g"}}, "request.a.$options", "letters from 'imsx'"),
     ({"a": {"$regex": "("}}, "request.a.$regex", "invalid regular expression"),
+    # what Python's parser refuses with other exceptions than re.error (a 500 before)
+    ({"a": {"$regex": "a{99999999999}"}}, "request.a.$regex", "the repetition number is too large"),
+    ({"a": {"$regex": "(" * 5000 + "a" + ")" * 5000}}, "request.a.$regex", "groups nested more deeply than"),
     ({"a": {"$regex": 5}}, "request.a.$regex", "$regex needs a string pattern"),
     ({"a": {"$gt": None}}, "request.a.$gt", "does not accept null"),
     ({"a": {"$exists": "yes"}}, "request.a.$exists", "$exists needs a boolean"),

@@ -139,6 +139,13 @@ def _not(child: Node) -> Node:
 
 @functools.lru_cache(maxsize=256)
 def _compile_regex(pattern: str, options: str) -> Any:
+    try:
+        return _compile_re2(pattern, options)
+    except RecursionError:  # Python's parser, and our walks of what it parsed, recurse once per nested group
+        raise re.error("groups nested more deeply than Python's parser can read (a few hundred levels)") from None
+
+
+def _compile_re2(pattern: str, options: str) -> Any:
     import re2
 
     python_flags = functools.reduce(operator.or_, (REGEX_OPTIONS[c] for c in options), 0)
@@ -152,6 +159,8 @@ def _compile_regex(pattern: str, options: str) -> Any:
         except FutureWarning as exc:  # "[[:alpha:]]": a set of "[:alph" today, in a later Python maybe not
             raise re.error(f"{exc}: Python reads this as characters today but may not later; escape them "
                            "(\\[, \\-, \\&, \\~, \\|)") from None
+        except OverflowError as exc:  # a repeat past Python's own limit: "a{99999999999}"
+            raise re.error(str(exc)) from None
     backtracking = _needs_backtracking(parsed)
     if backtracking:
         raise re.error(f"{backtracking} are not supported ($regex runs on RE2, which matches in linear time "
