@@ -231,6 +231,26 @@ def test_json_array_and_ndjson(files, env):
     assert json.loads(pull_bytes(files, nd, "json")) == [{"a": "1"}, {"a": "2", "b": "3"}]
 
 
+@pytest.mark.parametrize("name", ["d.json", "d.ndjson"])
+def test_a_json_push_or_pull_refuses_a_delimiter_but_takes_the_default_spelled_out(files, env, store, name):
+    """As a Parquet file refuses the CSV parameters; ``csvDelimiter: ","`` (the docs' examples and the
+    shipped pipelines spell it out) means nothing and passes."""
+    data = b'[{"a": "1;2"}]' if name == "d.json" else b'{"a": "1;2"}\n'
+    before = _virtual_file_count(store)
+    with pytest.raises(ConnectorError) as info:
+        push(files, data, name, "application/json", csvDelimiter=";")
+    assert info.value.summary() == ("etl.push failed (400): parameters.csvDelimiter: does not apply to a JSON "
+                                    "file (JSON has no field delimiter)")
+    assert _virtual_file_count(store) == before
+    vf = push(files, data, name, "application/json", csvDelimiter=",")
+    assert rows(vf) == [{"a": "1;2"}]
+    with pytest.raises(ConnectorError) as info:
+        pull_bytes(files, vf, "json", csvDelimiter="\\t")
+    assert info.value.summary() == ("etl.pull failed (400): parameters.csvDelimiter: does not apply to a JSON "
+                                    "export (JSON has no field delimiter)")
+    assert json.loads(pull_bytes(files, vf, "json", csvDelimiter=",")) == [{"a": "1;2"}]
+
+
 @pytest.mark.parametrize(
     "data,fragment",
     [

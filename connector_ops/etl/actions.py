@@ -72,6 +72,8 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
             return push_parquet(virtual_files, reopen, name, params)
         if not is_json(name, pf.content_type):
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine, text_size=inside.text_size)
+        m.refuse_given(params, m.FOR_CSV_ONLY, "a JSON file (JSON has no field delimiter)",
+                       unless_default=True)
         # also with a quarantine: what the columnar path reads whole, the row reader would refuse no line of
         vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding, params.lines_to_ignore,
                                  params.schema_, text_size=inside.text_size)
@@ -98,6 +100,9 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
                                              f"{packing.suffix}")
         return PlatformFileOutput(platform_file=pull_parquet(inp, virtual_files, platform_files))
     params = inp.parameters
+    if inp.export_type == "json":
+        m.refuse_given(params, m.FOR_CSV_ONLY, "a JSON export (JSON has no field delimiter)",
+                       unless_default=True)
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
     with contextlib.closing(pages):  # the read snapshot ends with the export, even when it fails
         return _export(inp, names, pages, platform_files, packing)

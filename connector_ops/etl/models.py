@@ -18,9 +18,15 @@ from connector_ops.kernel.platform_file import (
 )
 
 
-def refuse_given(parameters: SpecModel, fields: frozenset[str], why: str) -> None:
-    """A 400 naming the first (by input name) of ``fields`` the caller gave: ``why`` they do not apply."""
-    given = sorted(type(parameters).model_fields[f].alias or f for f in parameters.model_fields_set & fields)
+def refuse_given(parameters: SpecModel, fields: frozenset[str], why: str, *, unless_default: bool = False) -> None:
+    """A 400 naming the first (by input name) of ``fields`` the caller gave: ``why`` they do not apply.
+
+    With ``unless_default``, one given at its default value passes: the docs' examples, the scaffold and the
+    shipped pipelines spell ``csvDelimiter: ","`` out, and a file switched from CSV to JSON keeps it, meaning
+    nothing by it; another value means something the file cannot do."""
+    known = type(parameters).model_fields
+    given = sorted(known[f].alias or f for f in parameters.model_fields_set & fields
+                   if not (unless_default and getattr(parameters, f) == known[f].default))
     if given:
         raise InvalidInput(f"parameters.{given[0]}", f"does not apply to {why}")
 
@@ -88,6 +94,10 @@ class PushOutput(VirtualFileOutput):
     rejects_file_id: Annotated[str | None, REFERABLE, PresentWhen("parameters.onRowError", "quarantine")] = Field(
         None, description="extension, only with onRowError: quarantine: the virtual file of the refused lines "
                           "(columns line, reason, text; empty when every line loaded)")
+
+
+#: the parameters of a Push or Pull that only CSV reads: a JSON file's values are not separated by one
+FOR_CSV_ONLY = frozenset({"csv_delimiter"})
 
 
 class PullParameters(SpecModel):
