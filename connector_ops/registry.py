@@ -51,6 +51,9 @@ class ActionSpec:
     not_found_status: int = 500  # the spec's status for "not found" (404 where the spec lists it)
     null_error_body: bool = False  # Clean answers errors with the body null
     extra_inputs: Mapping[str, str] = field(default_factory=dict)  # op input name -> input field
+    #: its input's strings may hold a NUL: rows' values, which the store keeps where its database can (SQLite,
+    #: as Push keeps a file's) and refuses where it cannot (PostgreSQL); the model refuses one anywhere else
+    nul_in_values: bool = False
 
     @property
     def connector(self) -> str:
@@ -123,6 +126,7 @@ def action(
     not_found_status: int = 500,
     null_error_body: bool = False,
     extra_inputs: Mapping[str, str] | None = None,
+    nul_in_values: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``fn(inp, **resources)`` as the one implementation of the action ``name``."""
 
@@ -138,6 +142,7 @@ def action(
             not_found_status=not_found_status,
             null_error_body=null_error_body,
             extra_inputs=dict(extra_inputs or {}),
+            nul_in_values=nul_in_values,
         )
         return fn
 
@@ -248,7 +253,8 @@ def parse_input(spec: ActionSpec, payload: Any) -> BaseModel:
             400, {"message": f"input must be a JSON object, got {type(payload).__name__}"}, action=spec.name
         )
     try:
-        check_payload(payload)  # depth, long integers, NUL: before pydantic or any action code sees it
+        # depth, long integers, NUL: before pydantic or any action code sees it
+        check_payload(payload, nul=not spec.nul_in_values)
     except InvalidInput as exc:
         raise ConnectorError(400, {"message": str(exc)}, action=spec.name) from None
     try:

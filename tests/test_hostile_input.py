@@ -264,11 +264,33 @@ def test_nul_in_filters_ids_columns_and_output_schema_is_a_400(store):
     refused("etl.query", {"virtualFileId": "\x00", "query": {}}, "virtualFileId")
     refused("etl.clean", {"virtualFileId": "x\x00"}, "virtualFileId")
     refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"b\x00": "1"}}]}, "rows[0].content")
-    refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"a": "1\x00"}}]}, "rows[0].content.a")
+    refused("etl.append_rows", {"rows": [{"virtualFileId": vf + "\x00", "content": {"a": "1"}}]},
+            "rows[0].virtualFileId")
     join = {"left": {"virtualFileId": vf, "customId": "l", "key": "a"},
             "right": {"virtualFileId": vf, "customId": "r", "key": "a"}}
     refused("etl.join", {"join": join, "outputSchema": {"x\x00": "l.a"}}, "outputSchema")
     assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]
+
+
+def test_append_rows_keeps_a_nul_value_where_push_does(files, store, database_url):
+    """A file pushed on SQLite, NUL and all, takes its own rows back (Append refused the NUL a Push kept);
+    on PostgreSQL both refuse it, Append naming the value, and nothing is written."""
+    pushed = push_file(files, b'{"a": "x\\u0000y"}\n', "nul.ndjson", "application/x-ndjson")
+    vf = a_file(store)
+    append = {"rows": [{"virtualFileId": vf, "content": {"a": "3"}}, {"virtualFileId": vf, "content": {"a": "x\x00y"}}]}
+    if database_url.startswith("sqlite"):
+        own = invoke("etl.push", pushed)["virtualFileId"]
+        assert store.rows(own) == [{"a": "x\x00y"}]
+        own_rows = [{"virtualFileId": own, "content": row} for row in store.rows(own)]
+        assert invoke("etl.append_rows", {"rows": own_rows}) == "ok"
+        assert store.rows(own) == [{"a": "x\x00y"}] * 2
+        assert invoke("etl.append_rows", append) == "ok"
+        assert store.rows(vf) == [{"a": "1"}, {"a": "2"}, {"a": "3"}, {"a": "x\x00y"}]
+    else:
+        assert "NUL" in refused("etl.push", pushed, "a value holds a NUL character")
+        message = refused("etl.append_rows", append, "rows[1].content.a")
+        assert message == "rows[1].content.a: holds a NUL character (\\u0000)"
+        assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]
 
 
 # -- wide and long filters -----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
 from connector_ops.etl.writers import csv_chunks, json_chunks
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import check_payload
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
@@ -152,9 +153,16 @@ def query(inp: m.QueryInput, virtual_files: VirtualFileStore) -> m.QueryOutput:
     return m.QueryOutput.model_construct(result=rows)  # rows built by the store: no re-validation
 
 
-@action("etl.append_rows", m.AppendRowsInput, None, resources=ETL)
+@action("etl.append_rows", m.AppendRowsInput, None, resources=ETL, nul_in_values=True)
 def append_rows(inp: m.AppendRowsInput, virtual_files: VirtualFileStore) -> str:
-    """Append rows to one or several virtual files in one transaction; new columns extend the schema."""
+    """Append rows to one or several virtual files in one transaction; new columns extend the schema.
+
+    A value may hold a NUL where the database keeps one (SQLite), as a pushed file's may, so a file's own
+    rows can be appended to it; PostgreSQL's text cannot, so there it is a 400 naming the value, before
+    anything is written."""
+    if not virtual_files.holds_nul:
+        for i, row in enumerate(inp.rows):
+            check_payload(row.content, f"rows[{i}].content")
     grouped: dict[str, list[dict[str, str | None]]] = {}
     for row in inp.rows:
         grouped.setdefault(row.virtual_file_id, []).append({k: cell_text(v) for k, v in row.content.items()})

@@ -146,6 +146,22 @@ class AppendRow(SpecModel):
     virtual_file_id: str = Field(min_length=1)
     content: dict[str, Any]
 
+    # Append Rows lets a NUL into its input for the values (:func:`~connector_ops.etl.actions.append_rows`);
+    # an id or a column name never holds one (PostgreSQL would refuse the id as a parameter, not find nothing)
+    @field_validator("virtual_file_id")
+    @classmethod
+    def _no_nul_in_id(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("holds a NUL character (\\u0000)")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _no_nul_in_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if (key := next((k for k in value if "\x00" in k), None)) is not None:
+            raise ValueError(f"a key holds a NUL character: {key!r}")
+        return value
+
 
 class AppendRowsInput(SpecModel):
     rows: list[AppendRow]

@@ -68,6 +68,11 @@ class VirtualFileStore(Resource):
         return sqlite_path(self.database_url)
 
     @property
+    def holds_nul(self) -> bool:
+        """Whether a stored value may hold a NUL character: SQLite's text can, PostgreSQL's cannot."""
+        return self.database_url.startswith("sqlite")
+
+    @property
     def sql(self) -> SqlStore:
         """The SQL jobs behind this facade (for the store's own modules, tests and benchmarks)."""
         from connector_ops.resources.virtual_files.sql_store import sql_store
