@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connector_ops.pipelines.dsl import PipelineError, load_pipeline
 from connector_ops.pipelines.dsl import validate as dsl
@@ -90,6 +95,11 @@ def _edited(path: tuple, value: object) -> dict:
     (("steps", 1, "after"), "load"),  # one id without a list
     (("tags",), None),
     (("schedule",), "@daily"),
+    (("schedule",), "@DAILY"),  # Dagster reads a macro in any case
+    (("schedule",), " 59 23 31 12 7 "),  # each field at its bound; 7 is Sunday too
+    (("schedule",), "*/15 0-23/2 1-L jan-MAR,dec mon-fri"),
+    (("schedule",), "00 06 ? * sun#1,Sat#5"),
+    (("schedule",), "0 6 L,15 */1 ?"),
     (("steps", 0, "asset"), "a/" + "x" * 56),  # the longest key whose virtual file can be named
 ], ids=str)
 def test_schema_accepts_what_the_loader_accepts(schema, tmp_path, path, value):
@@ -109,6 +119,15 @@ def test_schema_accepts_what_the_loader_accepts(schema, tmp_path, path, value):
     (("steps", 1, "description"), 5),
     (("schedule",), "every day"),
     (("schedule",), "0 0 6 * * *"),  # seconds: Dagster refuses them
+    (("schedule",), "61 25 * * *"),  # each field within its bounds
+    (("schedule",), "0 0 32 13 8"),
+    (("schedule",), "5-60 * * * *"),
+    (("schedule",), "0 24/2 * * *"),
+    (("schedule",), "0 6 0 * *"),
+    (("schedule",), "*/0 * * * *"),
+    (("schedule",), "0 6 * * 1#6"),
+    (("schedule",), "0 6 * * monday"),
+    (("schedule",), " @daily"),  # a macro without spaces around it
     (("steps", 0, "asset"), "a/" + "x" * 57),
 ], ids=str)
 def test_schema_refuses_what_the_loader_refuses(schema, tmp_path, path, value):
@@ -117,6 +136,75 @@ def test_schema_refuses_what_the_loader_refuses(schema, tmp_path, path, value):
     with pytest.raises(PipelineError):
         load_pipeline(write(tmp_path, yaml.safe_dump(document)))
     assert check(schema, document)
+
+
+#: each cron field's bounds and its words; values one past either bound, and zeros before them, are drawn too
+_FIELDS = [(0, 59, []), (0, 23, []), (1, 31, ["L", "l", "?"]), (1, 12, ["jan", "Feb", "DEC"]),
+           (0, 7, ["sun", "Mon", "SAT", "?"])]
+
+
+@st.composite
+def _crons(draw: st.DrawFn) -> str:
+    def item(low: int, high: int, words: list[str]) -> str:
+        value = draw(st.one_of(st.integers(low - 1, high + 1).map(str), st.sampled_from(["*", *words]),
+                               st.integers(low, high).map(lambda n: f"0{n}")))
+        if draw(st.booleans()) and value != "*":
+            value += "-" + draw(st.one_of(st.integers(low - 1, high + 1).map(str), st.sampled_from(words or ["5"])))
+        if draw(st.booleans()):
+            value += "/" + str(draw(st.sampled_from([0, 1, 2, 15, 60, 100])))
+        return value
+    return " ".join(",".join(draw(st.lists(st.builds(item, st.just(low), st.just(high), st.just(words)),
+                                           min_size=1, max_size=3)))
+                    for low, high, words in _FIELDS)
+
+
+def _out_of_bounds(cron: str) -> bool:
+    """A value above its field's bound, or below it outside a range (Dagster's parser takes ``3-0``)."""
+    for (low, high, _), field in zip(_FIELDS, cron.split(), strict=True):
+        for number in re.finditer(r"(?<![/\d])\d+", field):
+            in_range = "-" in (field[number.start() - 1:number.start()], field[number.end():number.end() + 1])
+            if int(number[0]) > high or (int(number[0]) < low and not in_range):
+                return True
+    return False
+
+
+@functools.cache
+def _schedule_pattern() -> re.Pattern[str]:
+    return re.compile(pipeline_schema()["properties"]["schedule"]["pattern"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(cron=_crons())
+def test_the_schedule_pattern_takes_every_cron_dagster_takes_and_no_value_out_of_bounds(cron):
+    """The pattern never underlines a schedule that loads, and refuses one with a value out of bounds."""
+    matches = _schedule_pattern().search(cron) is not None
+    if dsl.valid_cron(cron):
+        assert matches, cron
+    if _out_of_bounds(cron):
+        assert not matches, cron
+
+
+def _docs_pipelines() -> dict[str, dict]:
+    """Every YAML block of README.md and docs/*.md that is a pipeline or a part of one (some of its keys, or
+    steps), made whole by a stub, by where it is; a component's or Dagster's own file is left out."""
+    stub = {"name": "docs", "steps": [{"id": "s", "action": "etl.clean", "input": {"virtualFileId": "x"}}]}
+    found = {}
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        for block in re.finditer(r"^( *)```yaml\n(.*?)^\1```", text, re.S | re.M):
+            part = yaml.safe_load(textwrap.dedent(block.group(2)))
+            part = {"steps": part} if isinstance(part, list) else part
+            if isinstance(part, dict) and set(part) <= set(dsl.TOP_KEYS):
+                found[f"{doc.name}:{text.count(chr(10), 0, block.start()) + 1}"] = {**stub, **part}
+    return found
+
+
+DOCS_PIPELINES = _docs_pipelines()
+
+
+@pytest.mark.parametrize("where", DOCS_PIPELINES)
+def test_every_pipeline_of_the_docs_is_valid(schema, where):
+    assert check(schema, DOCS_PIPELINES[where]) == []
 
 
 def test_the_cli_prints_it(schema):

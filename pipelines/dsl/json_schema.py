@@ -32,8 +32,39 @@ _STEP_ID = {"type": "string", "pattern": r"^(?!.*__)[A-Za-z_][A-Za-z0-9_]*$",
             "not": {"enum": sorted(RESERVED_NAMES | RESERVED_ROOTS)}}
 #: ERROR or WARN in any case, as the loader reads it (JSON Schema has no case-insensitive enum)
 _SEVERITY = "^([Ee][Rr][Rr][Oo][Rr]|[Ww][Aa][Rr][Nn])$"
-#: what Dagster's cron check can accept: a macro, or five fields (it refuses seconds and years)
-_CRON = r"^\s*(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})\s*$"
+
+
+def _any_case(words: str) -> str:
+    """An alternation of ``words`` in any case (a JSON Schema pattern has no flags; cron names have any case)."""
+    return "|".join("".join(f"[{c.upper()}{c.lower()}]" for c in word) for word in words.split())
+
+
+def _cron_field(numbers: str, names: str = "", *, last: bool = False, nth: bool = False) -> str:
+    """A pattern of one cron field as Dagster's check takes it: a list of ``*``, values and ranges, each with
+    an optional step (``*/15``, ``1-5/2``); a value is a number in ``numbers`` (leading zeros allowed) or
+    one of ``names``. ``last``: day of month ``L`` (alone or ending a range); ``nth``: day of week
+    ``VALUE#1``-``#5``; both: a lone ``?``. Where its parser is looser in ways no pattern follows (a range
+    may end at 0, as ``3-0``, and be ``0-0``; which ``#`` items a list may mix), this is looser too."""
+    value = f"0*(?:{numbers})" + (f"|{_any_case(names)}" if names else "")
+    end = f"{value}|0+" + ("|[Ll]" if last else "")
+    item = rf"(?:\*|(?:{value})(?:-(?:{end}))?|0+-0+)(?:/0*[1-9][0-9]*)?"
+    if last:
+        item += "|[Ll]"
+    if nth:
+        item += rf"|(?:{value})(?:-(?:{value}))?#0*[1-5]"
+    field = f"(?:{item})(?:,(?:{item}))*"
+    return rf"(?:{field}|\?)" if last or nth else field
+
+
+#: what Dagster's cron check accepts: a macro in any case, or five fields each within its bounds (minute
+#: 0-59, hour 0-23, day 1-31, month 1-12 or jan-dec, weekday 0-7 or sun-sat); it refuses seconds and years.
+#: Looser only where a pattern cannot follow it (the 30th of February, ``L/2``, some lists of ``#`` days).
+_CRON = (rf"^(?:@(?:{_any_case('yearly annually monthly weekly daily midnight hourly')})|\s*"
+         + r"\s+".join([_cron_field("[0-9]|[1-5][0-9]"), _cron_field("[0-9]|1[0-9]|2[0-3]"),
+                         _cron_field("[1-9]|[12][0-9]|3[01]", last=True),
+                         _cron_field("[1-9]|1[0-2]", "jan feb mar apr may jun jul aug sep oct nov dec"),
+                         _cron_field("[0-7]", "sun mon tue wed thu fri sat", nth=True)])
+         + r"\s*)$")
 
 
 def pipeline_schema() -> dict[str, Any]:
