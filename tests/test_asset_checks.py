@@ -65,7 +65,9 @@ def test_thresholds_and_bad_arguments() -> None:
     assert within(3, 100, 3) and not within(4, 100, 3)
     assert within(5, 100, 0.05) and not within(6, 100, 0.05)
     assert within(0, 0, 0.1)
-    with pytest.raises(ValueError, match="max_rejected must be a count"):
-        validate_check("a", SCHEMA, max_rejected=-1)
+    assert within(2, 100, 2.0) and not within(3, 100, 2.0)  # YAML's 2.0: a count
+    for bad in (-1, 1.5, float("nan"), float("inf"), "0.1", True):
+        with pytest.raises(ValueError, match="max_rejected must be a count"):
+            validate_check("a", SCHEMA, max_rejected=bad)
     with pytest.raises(ValueError, match="severity must be ERROR or WARN"):
         validate_check("a", SCHEMA, severity="fatal")

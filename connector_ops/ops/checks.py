@@ -35,7 +35,10 @@ def within(rejected: int, total: int, max_rejected: int | float) -> bool:
 
 
 def check_max_rejected(value: Any) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    """A count (an integer, or a float with no fraction: YAML's ``2.0``) or a fraction in [0, 1). Not NaN,
+    infinity or ``1.5``: none of them says a count or a share, and :func:`within` would read each somehow."""
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0
+            or (isinstance(value, float) and value >= 1 and not value.is_integer())):
         raise ValueError(f"max_rejected must be a count (0, 1, 2, …) or a fraction below 1, got {value!r}")
     return value
 
