@@ -247,8 +247,12 @@ def test_a_json_push_or_pull_refuses_a_delimiter_but_takes_the_default_spelled_o
     with pytest.raises(ConnectorError) as info:
         pull_bytes(files, vf, "json", csvDelimiter="\\t")
     assert info.value.summary() == ("etl.pull failed (400): parameters.csvDelimiter: does not apply to a JSON "
-                                    "export (JSON has no field delimiter)")
-    assert json.loads(pull_bytes(files, vf, "json", csvDelimiter=",")) == [{"a": "1;2"}]
+                                    "export (only CSV has a delimiter and a header row)")
+    with pytest.raises(ConnectorError) as info:  # it was ignored: every object still named its columns
+        pull_bytes(files, vf, "json", addFirstRowAsSchema=False)
+    assert info.value.summary() == ("etl.pull failed (400): parameters.addFirstRowAsSchema: does not apply to a "
+                                    "JSON export (only CSV has a delimiter and a header row)")
+    assert json.loads(pull_bytes(files, vf, "json", csvDelimiter=",", addFirstRowAsSchema=True)) == [{"a": "1;2"}]
 
 
 @pytest.mark.parametrize(

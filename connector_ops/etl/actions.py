@@ -102,7 +102,7 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
         return PlatformFileOutput(platform_file=pull_parquet(inp, virtual_files, platform_files))
     params = inp.parameters
     if inp.export_type == "json":
-        m.refuse_given(params, m.FOR_CSV_ONLY, "a JSON export (JSON has no field delimiter)",
+        m.refuse_given(params, m.FOR_CSV_EXPORT_ONLY, "a JSON export (only CSV has a delimiter and a header row)",
                        unless_default=True)
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
     with contextlib.closing(pages):  # the read snapshot ends with the export, even when it fails

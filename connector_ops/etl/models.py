@@ -98,6 +98,8 @@ class PushOutput(VirtualFileOutput):
 
 #: the parameters of a Push or Pull that only CSV reads: a JSON file's values are not separated by one
 FOR_CSV_ONLY = frozenset({"csv_delimiter"})
+#: and of a Pull: a JSON export's objects name their columns, so it has no header row to leave out
+FOR_CSV_EXPORT_ONLY = FOR_CSV_ONLY | {"add_first_row_as_schema"}
 
 
 class PullParameters(SpecModel):
