@@ -8,7 +8,6 @@ PostgreSQL: ``CONNECTOR_OPS_TEST_DATABASE_URL`` if set, else a throwaway server 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import tempfile
@@ -60,16 +59,19 @@ def postgres_url() -> Iterator[str]:
         server.cleanup()
 
 
-@contextlib.contextmanager
-def own_postgres_database(server_url: str, prefix: str) -> Iterator[str]:
-    """A fresh database on the test server, dropped afterwards, for a test that needs a store of its own (the
-    suite's database is shared by every test of the process). Yields its URL, same driver as ``server_url``."""
+@pytest.fixture(params=["sqlite", "postgresql"])
+def own_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """As ``database_url``, but on PostgreSQL a database of the test's own, dropped afterwards: for a test
+    that sweeps or marks a whole store (the suite's database is shared by every test of the process)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'vf.db'}"
+        return
     import psycopg
     from sqlalchemy.engine import make_url
 
-    server = make_url(server_url)
+    server = make_url(request.getfixturevalue("postgres_url"))
     admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    name = f"own_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:

@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,20 +32,16 @@ from connector_ops.ops.assets import action_asset
 from connector_ops.ops.checks import validate_check
 from connector_ops.pipelines.cli import gc as gc_command
 from connector_ops.pipelines.gc import collect, parse_duration
-from tests.conftest import own_postgres_database, resources_on
+from tests.conftest import resources_on
 
 SALES = Path(__file__).resolve().parent.parent / "pipelines" / "data" / "sales.csv"
 PULL = {"exportType": "csv", "exportName": "out.csv"}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database of this test's own: gc sweeps a whole store, and the suite's PostgreSQL database is shared."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'vf.db'}"
-        return
-    with own_postgres_database(request.getfixturevalue("postgres_url"), "gc") as url:
-        yield url
+@pytest.fixture
+def database_url(own_database_url: str) -> str:
+    """A database of this test's own: gc sweeps a whole store."""
+    return own_database_url
 
 
 @dg.job

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,20 +16,18 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from connector_ops.resources.virtual_files.layout import LAYOUT_VERSION, package_version
-from tests.conftest import own_postgres_database
 
 SCRIPT = str(Path(sys.executable).parent / "connector-ops")
 PASSWORD = "layout-s3cret"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'vf.db'}"
-        return
-    with own_postgres_database(request.getfixturevalue("postgres_url"), "layout") as url:
-        # the test server trusts local sessions, so a password in the URL is accepted and must never be shown
-        yield make_url(url).set(password=PASSWORD).render_as_string(hide_password=False)
+@pytest.fixture
+def store_url(own_database_url: str) -> str:
+    """A store of the test's own; on PostgreSQL with a password, which the test server (trusting local
+    sessions) accepts, and which must never be shown."""
+    if own_database_url.startswith("sqlite"):
+        return own_database_url
+    return make_url(own_database_url).set(password=PASSWORD).render_as_string(hide_password=False)
 
 
 def cli(url: str, home: Path, *args: str) -> subprocess.Popen[str]:
