@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from connector_ops.environment import resources_for
+from connector_ops.kernel.version import package_version
 from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.pipelines.catalog import load_catalog
 from connector_ops.pipelines.cli import pipeline
@@ -226,6 +227,32 @@ def test_a_step_never_runs_another_version_of_its_pipeline_than_its_run_was_laun
               and e.step_key == "load"]
     assert fresh.success and pushed[0]["dagster/row_count"].value == 5  # the version launched runs
     assert fresh.dagster_run.tags["connector_ops/pipeline_digest"] == new.tags["connector_ops/pipeline_digest"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_step_never_runs_under_another_connector_ops_than_its_run_was_launched_by(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A worker not yet upgraded (or not restarted since) is given a step of a run that an upgraded code
+    location launched: the job it compiled carries its own version, the run the launcher's, and the step
+    fails at once with a 409 saying which versions met and what to do."""
+    (tmp_path / "two.csv").write_text("id,name\n1,a\n2,b\n")
+    path = tmp_path / "ver.yaml"
+    path.write_text('name: ver\nsteps:\n  - {id: load, action: etl.push, input: {platformFile: "${file:two.csv}"}}\n')
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(tmp_path))
+    job = build_definitions().resolve_job_def("ver")
+    assert job.run_tags["connector_ops/version"] == package_version()
+    with dg.instance_for_test() as instance:
+        upgraded = job.execute_in_process(instance=instance, tags={"connector_ops/version": "99.0.0"},
+                                          raise_on_error=False)
+        same = job.execute_in_process(instance=instance, raise_on_error=False)
+    assert not upgraded.success
+    assert not [e for e in upgraded.all_events if e.event_type_value == "STEP_SUCCESS"]
+    (failed,) = [e for e in upgraded.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = error_of_failed_step(failed)
+    assert error.status == 409 and not error.retryable
+    assert error.message.startswith(f"the run was launched by connector-ops 99.0.0, and the process running step "
+                                    f"{failed.step_key} runs connector-ops {package_version()}: every process")
+    assert same.success
 
 
 def test_set_overrides_are_another_version_of_the_pipeline(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from connector_ops.resources.virtual_files.layout import LAYOUT_VERSION, package_version
+from connector_ops.kernel.version import package_version
+from connector_ops.resources.virtual_files.layout import LAYOUT_VERSION
 
 SCRIPT = str(Path(sys.executable).parent / "connector-ops")
 PASSWORD = "layout-s3cret"

@@ -40,6 +40,8 @@ POOLS = {"drive": "google_drive", "mail": "mailjet"}
 _SCALARS = {str: str, int: int, float: float, bool: bool}
 #: job tag (copied into each run's tags at launch) with the digest of the pipeline file the job was compiled from
 PIPELINE_DIGEST_TAG = "connector_ops/pipeline_digest"
+#: the connector-ops version of the process that compiled a pipeline's job, and so of the runs launched from it
+VERSION_TAG = "connector_ops/version"
 #: job metadata key: the pipeline file the job was compiled from
 PIPELINE_FILE_METADATA = "connector_ops/pipeline_file"
 #: a step refused because its process loaded another version of the pipeline than its run was launched with
@@ -148,10 +150,19 @@ def ensure_launched_definition(context: dg.OpExecutionContext) -> None:
     version) would run the old version's steps there and succeed with the old results. The compiler puts the
     file's digest in the job's tags, which Dagster copies into the run's tags at launch; the two must agree.
     A job defined in code has no digest, and a run launched before jobs carried one has none either: both run
-    as before. Two dict lookups per step, called first by every op a compiled pipeline is made of.
+    as before. Likewise the connector-ops version the job was compiled by: a worker not yet upgraded (or not
+    yet restarted after an upgrade) refuses the steps of a run launched by an upgraded code location. Four
+    dict lookups per step, called first by every op a compiled pipeline is made of.
     """
-    loaded = context.job_def.tags.get(PIPELINE_DIGEST_TAG)
-    launched = context.run.tags.get(PIPELINE_DIGEST_TAG)
+    loaded, launched = context.job_def.tags.get(VERSION_TAG), context.run.tags.get(VERSION_TAG)
+    if loaded is not None and launched is not None and loaded != launched:
+        message = (f"the run was launched by connector-ops {launched}, and the process running step "
+                   f"{context.op_handle} runs connector-ops {loaded}: every process of a deployment (code servers, "
+                   "run workers, Celery workers) must run one version. Upgrade or restart the processes that run "
+                   "steps (docs/deployment.md, Upgrading), then launch the run again.")
+        raise failure(ConnectorError(STALE_DEFINITION_STATUS, {"message": message},
+                                     action=f"pipeline {context.job_name}"))
+    loaded, launched = context.job_def.tags.get(PIPELINE_DIGEST_TAG), context.run.tags.get(PIPELINE_DIGEST_TAG)
     if loaded is None or launched is None or loaded == launched:
         return
     file = context.job_def.metadata.get(PIPELINE_FILE_METADATA)

@@ -15,22 +15,14 @@ the version before, run here in the same transaction as the stamp.
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import ActionFailed
+from connector_ops.kernel.version import package_version
 from connector_ops.resources.virtual_files.catalog import store_layout
 
 #: the layout this code reads and writes
 LAYOUT_VERSION = 1
-
-
-def package_version() -> str:
-    try:
-        return importlib.metadata.version("connector-ops")
-    except importlib.metadata.PackageNotFoundError:  # running from a source tree that is not installed
-        return "unknown"
 
 
 def check_stamp(conn: sa.Connection, shown_url: str) -> None:
