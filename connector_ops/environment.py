@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connector_ops.kernel.disk import min_free_disk
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.resource import Resource
 from connector_ops.kernel.secrets import MASK, mask_url, masked
@@ -151,7 +152,8 @@ def _platform_files(env: Env) -> Recipe:
     except ValueError as exc:
         raise InvalidInput(ALLOWED_HOSTS_ENV, str(exc)) from None
     return Recipe.of(PlatformFileStore, files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
-                     file_server_url=url, allowed_private_hosts=allowed, files_database_url=database)
+                     file_server_url=url, allowed_private_hosts=allowed, files_database_url=database,
+                     min_free_disk=min_free_disk(env.environ))
 
 
 def _virtual_files(env: Env) -> Recipe:
@@ -163,7 +165,8 @@ def _virtual_files(env: Env) -> Recipe:
     if problem:  # checked here, where the variable's name is known; the value itself stays out of the recipe
         raise InvalidInput("CONNECTOR_OPS_DATABASE_URL", problem)
     default = f"sqlite:///{env.home / 'virtual_files.db'}"
-    return Recipe.of(VirtualFileStore, database_url=env.secret("CONNECTOR_OPS_DATABASE_URL", default))
+    return Recipe.of(VirtualFileStore, database_url=env.secret("CONNECTOR_OPS_DATABASE_URL", default),
+                     min_free_disk=min_free_disk(env.environ))
 
 
 def _drive(env: Env) -> Recipe:
@@ -172,7 +175,7 @@ def _drive(env: Env) -> Recipe:
         from connector_ops.resources.drive.local import LocalDriveResource
 
         return Recipe.of(LocalDriveResource, drive_dir=env.path("CONNECTOR_OPS_DRIVE_DIR", "drive"),
-                         link_base=env.get("CONNECTOR_OPS_DRIVE_LINK_BASE"))
+                         link_base=env.get("CONNECTOR_OPS_DRIVE_LINK_BASE"), min_free_disk=min_free_disk(env.environ))
     from connector_ops.resources.drive.google import DEFAULT_API_URL, GoogleDriveResource
     from connector_ops.resources.drive.google_auth import DEFAULT_TOKEN_URL
 

@@ -27,6 +27,7 @@ import httpx
 from pydantic import PrivateAttr, field_validator
 
 from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unclaimed
+from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of, link_shown
 from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
 from connector_ops.kernel.replay import Open, fetched_once
@@ -127,6 +128,9 @@ class PlatformFileStore(Resource):
     files_database_url: str | None = None
     """Keep the files in this database instead of ``files_dir`` (secret): ``CONNECTOR_OPS_FILES_BACKEND=database``
     uses the virtual-file store's, so every host reads and writes the same files."""
+    min_free_disk: int = DEFAULT_MIN_FREE_DISK
+    """Bytes of free disk space its writes leave on the disk of ``files_dir`` (``CONNECTOR_OPS_MIN_FREE_DISK``;
+    0: no check): a write that would go below stops with a 500 and leaves nothing."""
 
     _http: httpx.Client | None = PrivateAttr(default=None)
     _swept: bool = PrivateAttr(default=False)
@@ -217,11 +221,11 @@ class PlatformFileStore(Resource):
             return
         data_path, meta_path = self._paths(file_id)
         try:
-            with atomic_write(data_path) as handle:
+            with atomic_write(data_path, min_free_disk=self.min_free_disk) as handle:
                 pending = PendingFile(handle)
                 yield pending
             descriptor = self._descriptor(file_id, name, content_type, pending.size)
-            with atomic_write(meta_path) as meta:
+            with atomic_write(meta_path, min_free_disk=self.min_free_disk) as meta:
                 meta.write(json.dumps(descriptor.to_json()).encode())
             pending.descriptor = descriptor
         except BaseException:

@@ -18,6 +18,7 @@ import io
 import tempfile
 from collections.abc import Iterator
 
+from connector_ops.kernel.disk import temp_floor
 from connector_ops.kernel.scoped import batched
 
 #: the rejects virtual file's columns
@@ -29,8 +30,10 @@ class Quarantine:
     """Collects refused lines on disk; :meth:`batches` reads them back for the rejects virtual file."""
 
     def __init__(self) -> None:
+        floor = temp_floor()  # the refused lines grow TMPDIR
+        floor.check()
         self._file = tempfile.TemporaryFile("w+", newline="", encoding="utf-8")  # noqa: SIM115 - closed by close()
-        self._writer = csv.writer(self._file)
+        self._writer = csv.writer(floor.guard(self._file))
         self.count = 0
 
     def refuse(self, line: int, reason: str, text: str) -> None:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
+from connector_ops.kernel.disk import DiskFloor
+
 TEMP_PREFIX = ".tmp-"
 
 
@@ -27,20 +29,24 @@ def temp_prefix() -> str:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
-                 durable: bool = False) -> Iterator[IO[bytes]]:
+                 durable: bool = False, min_free_disk: int = 0) -> Iterator[IO[bytes]]:
     """Yield a binary handle whose bytes replace ``path`` only if the block succeeds.
 
     ``file_mode`` sets permissions before any byte is written (secrets: ``0o600``); ``durable`` fsyncs
-    the data before the rename (a crash then leaves the old file or the new one, never an empty one).
+    the data before the rename (a crash then leaves the old file or the new one, never an empty one);
+    ``min_free_disk`` is the floor of free space the writing keeps (:class:`~.disk.DiskFloor`, checked
+    before the first byte and as they are written; 0: none).
     """
     target = Path(path)
+    floor = DiskFloor(str(target.parent), min_free_disk)
+    floor.check()
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=temp_prefix())
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the fd closes or the process dies
         if file_mode is not None:
             os.fchmod(fd, file_mode)
         with os.fdopen(fd, "wb") as handle:
-            yield handle
+            yield floor.guard(handle)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 from typing import IO
 
+from connector_ops.kernel.disk import temp_floor
 from connector_ops.kernel.streams import Open
 
 
@@ -28,6 +29,8 @@ class Replay:
 
     def __init__(self, source: IO[bytes], chunk: int = 1 << 20) -> None:
         self._source, self._chunk = source, chunk
+        self._floor = temp_floor()  # the kept bytes grow TMPDIR as the source is read
+        self._floor.check()
         self._kept = tempfile.TemporaryFile(prefix="connector-ops-fetched-")  # noqa: SIM115 (closed by close())
         self._fetched = 0  # bytes of the source read, all of them kept
         self._ended = False
@@ -80,6 +83,7 @@ class Replay:
             if not data:
                 self._ended = True
                 return b""
+            self._floor.wrote(len(data))
             os.pwrite(self._kept.fileno(), data, self._fetched)
             self._fetched += len(data)
             return data[:size]  # the rest is kept: the next read takes it from there

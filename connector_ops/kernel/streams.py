@@ -21,6 +21,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
+from connector_ops.kernel.disk import temp_floor
+
 #: a new read of a file from its first byte, each call (a file on disk opened again, a fetched link replayed)
 Open = Callable[[], AbstractContextManager[IO[bytes]]]
 
@@ -164,12 +166,14 @@ def seekable_opener(open_file: Open, prefix: str = "connector-ops-") -> Iterator
 
 def _copy(raw: IO[bytes], stack: contextlib.ExitStack, prefix: str) -> Path:
     """A copy of ``raw``'s bytes that lives as long as ``stack``, and the path that opens it."""
+    floor = temp_floor()  # the copy grows TMPDIR as large as the file
+    floor.check()
     if _PROC_FD.is_dir():
         out = stack.enter_context(tempfile.TemporaryFile(prefix=prefix))  # noqa: SIM115 - the stack closes it
         path = _PROC_FD / str(out.fileno())
     else:
         path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))) / "copy"
         out = stack.enter_context(path.open("wb"))
-    shutil.copyfileobj(raw, out, 1 << 20)
+    shutil.copyfileobj(raw, floor.guard(out), 1 << 20)
     out.flush()
     return path

@@ -22,6 +22,7 @@ from typing import IO
 from pydantic import PrivateAttr
 
 from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unclaimed
+from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.resource import Resource
@@ -69,6 +70,9 @@ class LocalDriveResource(Resource):
     """Folder holding the local drive (its items and their metadata)."""
     link_base: str | None = None
     """Base of shared links (``<link_base>/<id>``; default: file:// URLs of the stored bytes)."""
+    min_free_disk: int = DEFAULT_MIN_FREE_DISK
+    """Bytes of free disk space its writes leave on the disk of ``drive_dir`` (``CONNECTOR_OPS_MIN_FREE_DISK``;
+    0: no check): a write that would go below stops with a 500 and leaves nothing."""
 
     def single_host(self) -> str | None:
         return f"the local drive is the folder {self.drive_dir} of one host; use CONNECTOR_OPS_DRIVE_BACKEND=google"
@@ -150,7 +154,7 @@ class LocalDriveResource(Resource):
 
     def _new_blob(self, item_id: str) -> contextlib.AbstractContextManager[IO[bytes]]:
         """Write bytes under a temporary name; they appear at ``items/<id>`` only if the block succeeds."""
-        return atomic_write(self._blob(item_id))
+        return atomic_write(self._blob(item_id), min_free_disk=self.min_free_disk)
 
     def _discard(self, item_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -22,6 +22,7 @@ from typing import IO, Any
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateTable
 
+from connector_ops.kernel.disk import DiskBelowFloor
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files import ndjson_columns, sqlite_loader
@@ -109,7 +110,10 @@ class ArrowLoading(Writing):
         spec = {"path": path, "table_name": info.table_name, "columns": list(columns), "inserts": inserts,
                 "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())), **source}
         try:
-            sqlite_loader.loader_for(path).load(spec, feed)
+            sqlite_loader.loader_for(path).load(spec, feed, self.disk_floor())
+        except DiskBelowFloor:
+            self.give_back_log()
+            raise
         except sqlite_loader.IngestFailed:
             with self.reading() as conn:  # a child that died after its commit: the file is there, whole
                 if conn.execute(sa.select(cat.virtual_file.c.id).where(cat.virtual_file.c.id == vf_id)).first():

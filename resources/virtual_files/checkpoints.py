@@ -128,15 +128,25 @@ def before_write(path: str) -> None:
         _finished.wait_for(lambda: path not in _unfinished, timeout=SETTLE_SECONDS)
 
 
-def checkpoint(path: str) -> None:
-    """One passive checkpoint of the SQLite file at ``path`` (nothing if it cannot be opened)."""
+def checkpoint(path: str, mode: str = "PASSIVE") -> None:
+    """One checkpoint of the SQLite file at ``path`` (nothing if it cannot be opened): ``PASSIVE``, or
+    ``TRUNCATE`` to also cut the log down to nothing (:func:`give_back`)."""
     with contextlib.suppress(sqlite3.Error):
         uri = Path(path).resolve().as_uri() + "?mode=rw"  # a file removed meanwhile is not created again
         conn = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
         try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
         finally:
             conn.close()
+
+
+def give_back(path: str) -> None:
+    """After a write stopped because the disk ran low (``CONNECTOR_OPS_MIN_FREE_DISK``): the pages it wrote to
+    the log, rolled back, go back to the disk now. The log file keeps its largest length otherwise (see
+    above), and the space the guard stopped short of taking would stay taken. The background checkpoint the
+    stopped write asked for as it ended runs first: a checkpoint that finds another one running gives up."""
+    before_write(path)
+    checkpoint(path, "TRUNCATE")
 
 
 def wait() -> None:

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
+from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, DiskBelowFloor, DiskFloor
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.limits import check_column_names, holds_surrogate, surrogate_refused
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
+from connector_ops.resources.virtual_files.checkpoints import give_back
 from connector_ops.resources.virtual_files.compaction import Compaction, compact_sqlite
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
+from connector_ops.resources.virtual_files.interrupts import keeping
 from connector_ops.resources.virtual_files.urls import DatabaseUrl
 
 
@@ -63,6 +67,8 @@ class StoreCore(Resource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
     database_url: DatabaseUrl
+    min_free_disk: int = DEFAULT_MIN_FREE_DISK
+    """Bytes of free space SQLite's writes leave on the disk of its file (``CONNECTOR_OPS_MIN_FREE_DISK``)."""
 
     @property
     def engine(self) -> sa.Engine:
@@ -78,16 +84,38 @@ class StoreCore(Resource):
             yield conn
 
     @contextlib.contextmanager
-    def writing(self) -> Iterator[sa.Connection]:
-        """A write transaction; a value the database cannot hold is the caller's invalid input (400)."""
+    def writing(self, *, grows: bool = True) -> Iterator[sa.Connection]:
+        """A write transaction; a value the database cannot hold is the caller's invalid input (400).
+
+        On a SQLite file one that ``grows`` the database keeps ``min_free_disk`` free on its disk: refused
+        before it begins, stopped by its statements' progress handler once the free space falls below
+        (:mod:`.interrupts`), then rolled back. A drop or a delete frees space, so it is never refused: it is
+        how one gets out of a full disk."""
+        floor = self.disk_floor() if grows else None
+        if floor is not None:
+            floor.check()
         try:
-            with self.engine.execution_options(**WRITE).begin() as conn:
+            with self.engine.execution_options(**WRITE).begin() as conn, keeping(conn, floor):
                 yield conn
+        except DiskBelowFloor:
+            self.give_back_log()
+            raise
         except Exception as exc:
             problem = unstorable_value(exc)
             if problem is None:
                 raise
             raise problem from None
+
+    def give_back_log(self) -> None:
+        """The disk space a write stopped below the floor took in SQLite's log, given back (:func:`.give_back`)."""
+        path = sqlite_path(self.database_url)
+        if path:
+            give_back(path)
+
+    def disk_floor(self) -> DiskFloor | None:
+        """The floor of free space on the disk of the SQLite file (``None``: PostgreSQL, or in memory)."""
+        path = sqlite_path(self.database_url)
+        return DiskFloor(os.path.dirname(os.path.abspath(path)), self.min_free_disk) if path else None
 
     @contextlib.contextmanager
     def reading_beside(self, conn: sa.Connection) -> Iterator[sa.Connection]:

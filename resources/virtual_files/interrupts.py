@@ -25,10 +25,13 @@ objects, which cancel such a statement as they are rolled back or closed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from connector_ops.kernel.disk import DiskBelowFloor, DiskFloor
 
 #: SQLite virtual-machine instructions between two calls of the progress handler: 1.7 ms of a recursive
 #: count (measured), a Python call each that costs nothing measurable in a Join or a scan (BENCHMARKS.md)
@@ -37,18 +40,45 @@ PROGRESS_STEPS = 100_000
 _ABANDONED = frozenset({"interrupted", "user-defined function raised exception"})
 
 
-def _signals_in() -> int:
-    """The progress handler: a pending signal's handler runs as this is entered; 0 means go on."""
-    return 0
-
-
 class _Failure:
-    """The last exception one of a connection's functions raised itself (not a signal as it was entered)."""
+    """The last exception one of a connection's functions raised itself (not a signal as it was entered), and
+    the floor of free disk space its write transaction keeps, if any (:func:`keeping`)."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "floor")
 
     def __init__(self) -> None:
         self.error: BaseException | None = None
+        self.floor: DiskFloor | None = None
+
+
+def _progress(failure: _Failure) -> Callable[[], int]:
+    """The progress handler: a pending signal's handler runs as it is entered; then, in a transaction that
+    keeps a floor, the free space is looked at (every ``CHECK_EVERY_SECONDS``). 0 means go on."""
+    def progress() -> int:
+        floor = failure.floor
+        if floor is not None:
+            try:
+                floor.check_soon()
+            except DiskBelowFloor as exc:
+                failure.error = exc
+                return 1
+        return 0
+    return progress
+
+
+@contextlib.contextmanager
+def keeping(conn: Any, floor: DiskFloor | None) -> Iterator[None]:
+    """Within this block the statements of ``conn`` (an SQLAlchemy connection on an
+    :class:`InterruptibleConnection`) stop once the free space falls below ``floor``."""
+    failure = getattr(conn.connection.driver_connection, "failure", None) if floor is not None else None
+    if failure is None:
+        yield
+        return
+    failure.floor = floor
+    try:
+        yield
+    finally:
+        failure.floor = None
 
 
 def _translated(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,7 +115,7 @@ class InterruptibleConnection(sqlite3.Connection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.failure = _Failure()
-        self.set_progress_handler(_signals_in, PROGRESS_STEPS)
+        self.set_progress_handler(_progress(self.failure), PROGRESS_STEPS)
 
     def cursor(self, factory: Any = InterruptibleCursor) -> Any:  # type: ignore[override]
         return super().cursor(factory)

@@ -82,7 +82,7 @@ class Querying(StoreCore):
                      dry_run: bool = False) -> int:
         """Delete the rows matching the filter; returns how many were deleted. ``dry_run`` counts them in a
         read transaction instead (the same compiled filter, so the count is what a delete would remove)."""
-        with self.reading() if dry_run else self.writing() as conn:
+        with self.reading() if dry_run else self.writing(grows=False) as conn:
             info = self.info(conn, vf_id, lock=not dry_run)
             table = info.table
             where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name, conn=conn)

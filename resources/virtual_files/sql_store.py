@@ -14,6 +14,6 @@ class SqlStore(ArrowLoading, Transforms, Reading):
 
 
 @lru_cache(maxsize=64)
-def sql_store(database_url: str) -> SqlStore:
-    """One per URL per process (it holds nothing but the URL; the engine is cached the same way)."""
-    return SqlStore(database_url=database_url)
+def sql_store(database_url: str, min_free_disk: int) -> SqlStore:
+    """One per URL and floor per process (it holds nothing else; the engine is cached by URL)."""
+    return SqlStore(database_url=database_url, min_free_disk=min_free_disk)

@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO, Any
 
+from connector_ops.kernel.disk import DiskBelowFloor, DiskFloor
 from connector_ops.resources.virtual_files.sqlite_ingest import (
     ABORT,
     COMMITTED,
@@ -58,11 +59,13 @@ class _Frames:
     early (it failed: ``answered``) or the pipe broke (it died: ``broken``); the caller looks at those
     flags, since a writer between (Arrow's IPC writer) may wrap what ``write`` raises."""
 
-    def __init__(self, child: subprocess.Popen) -> None:
+    def __init__(self, child: subprocess.Popen, floor: DiskFloor | None) -> None:
         self._stdin: IO[bytes] = child.stdin  # type: ignore[assignment]
         self._stdout: IO[bytes] = child.stdout  # type: ignore[assignment]
+        self._floor = floor
         self.answered = False
         self.broken: OSError | None = None
+        self.below_floor: DiskBelowFloor | None = None  # the free space fell below the floor: data withdrawn
 
     def write(self, data: bytes | memoryview) -> int:
         if not data:
@@ -70,6 +73,12 @@ class _Frames:
         if self.answered or _readable(self._stdout):
             self.answered = True
             raise RuntimeError("the SQLite loader answered before the end of the data")
+        if self._floor is not None:  # the loader's database grows as fast as it is sent data
+            try:
+                self._floor.wrote(len(data))
+            except DiskBelowFloor as exc:
+                self.below_floor = exc
+                raise
         self._send(FRAME.pack(len(data)), data)
         return len(data)
 
@@ -130,13 +139,16 @@ class Loader:
                 pass
             self._kill()
 
-    def load(self, spec: dict[str, Any], feed: Callable[[Any], None]) -> None:
+    def load(self, spec: dict[str, Any], feed: Callable[[Any], None], floor: DiskFloor | None = None) -> None:
         """Run one load: ``spec`` says what to create (:func:`.sqlite_ingest.ingest`), ``feed(sink)`` writes
         the data. Raises :class:`IngestFailed` when it did not commit; ``feed``'s own errors pass through
-        (nothing committed)."""
+        (nothing committed), as does :class:`DiskBelowFloor` when the free space of the database's disk falls
+        below ``floor`` (checked before the request and as the data is sent; the data is withdrawn)."""
+        if floor is not None:
+            floor.check()
         with self._lock:
             child = self._ready(spec)
-            frames = _Frames(child)
+            frames = _Frames(child, floor)
             try:
                 failure = _send(frames, feed)
                 answer = child.stdout.readline()  # type: ignore[union-attr]
@@ -218,7 +230,7 @@ def _send(frames: _Frames, feed: Callable[[Any], None]) -> Exception | None:
         if frames.broken is not None:
             raise
         frames.end(ABORT)
-        return None if frames.answered else exc
+        return None if frames.answered else frames.below_floor or exc  # Arrow's writer may wrap it
     frames.end()
     return None
 

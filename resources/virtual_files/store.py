@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.shapes import (
@@ -49,6 +50,10 @@ class VirtualFileStore(Resource):
 
     database_url: DatabaseUrl
     """SQLAlchemy URL: ``sqlite:///path.db`` or ``postgresql+psycopg://user:password@host/db`` (secret)."""
+    min_free_disk: int = DEFAULT_MIN_FREE_DISK
+    """Bytes of free disk space writes to a SQLite file leave on its disk (``CONNECTOR_OPS_MIN_FREE_DISK``;
+    0: no check): a write that would go below stops with a 500 and leaves nothing. Not PostgreSQL's: its
+    server's disk is not ours to see, and the server refuses by itself."""
 
     def close(self) -> None:
         """Stop this database's SQLite loader process, if this process started one (a later column-wise
@@ -77,7 +82,7 @@ class VirtualFileStore(Resource):
         """The SQL jobs behind this facade (for the store's own modules, tests and benchmarks)."""
         from connector_ops.resources.virtual_files.sql_store import sql_store
 
-        return sql_store(self.database_url)
+        return sql_store(self.database_url, self.min_free_disk)
 
     # -- writing ---------------------------------------------------------------------------------
     def create_from_batches(self, columns: Sequence[str], batches: Iterable[list[Values]]) -> str:

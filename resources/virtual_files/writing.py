@@ -206,7 +206,7 @@ class Writing(StoreCore):
 
     def drop(self, vf_id: str) -> None:
         """Remove the virtual file and free its storage (``NotFound`` if it does not exist)."""
-        with self.writing() as conn:
+        with self.writing(grows=False) as conn:
             info = self.info(conn, vf_id, lock=True)
             conn.execute(sa.delete(cat.vf_cursor).where(cat.vf_cursor.c.vf_id == vf_id))
             conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == vf_id))

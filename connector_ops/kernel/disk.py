@@ -1,0 +1,140 @@
+"""A floor of free disk space that every writer on this host keeps (``CONNECTOR_OPS_MIN_FREE_DISK``).
+
+Nothing else bounds what a Push, a Pull export or a download writes: a gzip bomb of short rows (a small file
+that inflates to 1 GiB) grew a SQLite database by 1.87 GiB, and a large enough one ran until the disk was full
+— SQLite rolled back, but by then Dagster's run storage, a database server and every other process on that
+disk had failed too. So each writer that grows a file here checks the free space of the folder it writes in,
+before it starts and then every :data:`CHECK_EVERY_BYTES` it writes (a ``statvfs`` costs a few µs), and stops
+with :class:`DiskBelowFloor` (500: an out-of-space host is the server's condition, not the caller's input)
+while the floor still stands. The writers roll back as on any other error, so nothing is left of them.
+
+The choke points: :func:`connector_ops.kernel.atomic.atomic_write` (platform files, the local drive), the
+SQLite store's write transactions (its progress handler, :mod:`connector_ops.resources.virtual_files.interrupts`)
+and its loader process's data (:mod:`connector_ops.resources.virtual_files.sqlite_loader`), and the temporary
+files in ``TMPDIR`` that a Push or a Pull spools to (:func:`temp_floor`). A PostgreSQL server's disk is not
+ours to see: the server refuses by itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from connector_ops.kernel.errors import ActionFailed, InvalidInput
+
+MIN_FREE_DISK_VARIABLE = "CONNECTOR_OPS_MIN_FREE_DISK"
+#: 1 GiB: room for what the other processes of the host still write once we stop (Dagster's run and event
+#: storage, logs, a database server's next checkpoint), and for the WAL and pages SQLite writes at a commit
+#: after the last check; small beside today's disks, large beside one run's logs.
+DEFAULT_MIN_FREE_DISK = 1 << 30
+#: a writer looks at the free space again after this many bytes (a few µs per 4 MiB: nothing measurable)
+CHECK_EVERY_BYTES = 4 << 20
+#: a SQLite statement looks again after this many seconds (its progress handler counts instructions, not bytes)
+CHECK_EVERY_SECONDS = 0.01
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``2GiB``, ``500MiB``, ``1.5GB``, ``1048576`` (bytes) or ``0`` as a number of bytes; ``ValueError`` else."""
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"must be a size such as 1GiB, 500MiB or a number of bytes (0 turns the check off), "
+                         f"got {text!r}")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def shown_size(size: int) -> str:
+    """``size`` bytes for a person: ``1.5 GiB``, ``29.6 GiB``, ``300 MiB``, ``512 bytes``."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} bytes"
+
+
+def min_free_disk(environ: Mapping[str, str] | None = None) -> int:
+    """The floor ``CONNECTOR_OPS_MIN_FREE_DISK`` sets (default :data:`DEFAULT_MIN_FREE_DISK`); a bad value is
+    refused naming the variable, like every other setting's."""
+    value = (os.environ if environ is None else environ).get(MIN_FREE_DISK_VARIABLE) or None
+    if value is None:
+        return DEFAULT_MIN_FREE_DISK
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise InvalidInput(MIN_FREE_DISK_VARIABLE, str(exc)) from None
+
+
+class DiskBelowFloor(ActionFailed):
+    """The free space of a folder written to fell below ``CONNECTOR_OPS_MIN_FREE_DISK`` (status 500)."""
+
+
+@dataclass
+class DiskFloor:
+    """Keep at least ``min_free`` bytes free on the disk of ``folder`` (0: no check)."""
+
+    folder: str
+    min_free: int
+    _last: float = field(default=0.0, repr=False)
+    _unchecked: int = field(default=0, repr=False)
+
+    def check(self) -> None:
+        """Raise :class:`DiskBelowFloor` if the free space is below the floor now."""
+        if self.min_free <= 0:
+            return
+        stats = os.statvfs(self.folder)
+        free = stats.f_bavail * stats.f_frsize
+        if free < self.min_free:
+            raise DiskBelowFloor(
+                f"not enough free disk space in {self.folder}: {shown_size(free)} free, below "
+                f"{MIN_FREE_DISK_VARIABLE}={shown_size(self.min_free)}; stopped before the disk filled up, "
+                "nothing was written (free some space, or lower the setting; 0 turns the check off)")
+
+    def check_soon(self) -> None:
+        """:meth:`check`, at most every :data:`CHECK_EVERY_SECONDS` (for a caller that cannot count bytes)."""
+        now = time.monotonic()
+        if self.min_free > 0 and now - self._last >= CHECK_EVERY_SECONDS:
+            self._last = now
+            self.check()
+
+    def wrote(self, size: int) -> None:
+        """Count ``size`` bytes written; :meth:`check` once :data:`CHECK_EVERY_BYTES` have been since the last."""
+        self._unchecked += size
+        if self._unchecked >= CHECK_EVERY_BYTES:
+            self._unchecked = 0
+            self.check()
+
+    def guard(self, handle: IO[bytes]) -> IO[bytes]:
+        """``handle``, checking the floor every :data:`CHECK_EVERY_BYTES` written to it (the caller checks
+        before it creates the file, so a refusal up front leaves not even an empty one)."""
+        return handle if self.min_free <= 0 else _Guarded(handle, self)  # type: ignore[return-value]
+
+
+def temp_floor(environ: Mapping[str, str] | None = None) -> DiskFloor:
+    """The floor of the temporary folder (``TMPDIR``) that a Push or a Pull spools to."""
+    return DiskFloor(tempfile.gettempdir(), min_free_disk(environ))
+
+
+class _Guarded:
+    """A writable handle that checks its floor every :data:`CHECK_EVERY_BYTES`; all else goes to the handle."""
+
+    def __init__(self, handle: IO[Any], floor: DiskFloor) -> None:
+        self._handle, self._floor = handle, floor
+
+    def write(self, data: Any) -> int:
+        written = self._handle.write(data)
+        self._floor.wrote(len(data))
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+    def __iter__(self) -> Any:
+        return iter(self._handle)

@@ -1,0 +1,176 @@
+"""CONNECTOR_OPS_MIN_FREE_DISK: every writer on this host stops before the disk's free space falls below the
+floor, with a 500 naming the folder, the free space and the setting, and leaves nothing behind.
+
+Real SQLite files, real folders, the real disk: the floors are set relative to the free space measured just
+before, with margins other tests writing to the same disk (``pytest -n 2``) cannot close: far above it
+(free + 1 TiB) to be refused up front, and a bomb that would grow the database by ≈ 0.9 GiB against a floor
+64 MiB below the free space to be stopped mid-way. Either way the assertions hold: if another test took the
+64 MiB first, the Push is refused before it starts, with the same message and the same nothing left.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.environment import resources_for
+from connector_ops.kernel.disk import MIN_FREE_DISK_VARIABLE, parse_size
+from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files import sqlite_loader
+from tests.servers import another_file_server
+
+#: the floor guards this host's disk: SQLite's (PostgreSQL's server refuses by itself)
+sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+def free_bytes(folder: Path) -> int:
+    stats = os.statvfs(folder)
+    return stats.f_bavail * stats.f_frsize
+
+
+@pytest.fixture
+def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A TMPDIR of the test's own, to see that a refused writer leaves no temporary file there."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def refused(name: str, payload: dict[str, Any]) -> str:
+    with pytest.raises(ConnectorError) as caught:
+        invoke(name, payload)
+    assert caught.value.status == 500
+    return caught.value.message
+
+
+def assert_worded(message: str, folder: Path) -> None:
+    assert f"not enough free disk space in {folder}: " in message
+    assert f"below {MIN_FREE_DISK_VARIABLE}=" in message
+    assert "nothing was written" in message
+
+
+def virtual_files(env: dict[str, str]) -> int:
+    store = resources_for(["virtual_files"], env)["virtual_files"]
+    with store.sql.reading() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(cat.virtual_file)).scalar_one()
+
+
+def far_above(folder: Path) -> str:
+    return str(free_bytes(folder) + (1 << 40))
+
+
+@sqlite_only
+def test_a_push_a_pull_export_and_a_platform_file_are_refused_up_front(env, tmp_path, temp_dir, monkeypatch):
+    files = resources_for(["platform_files"], env)["platform_files"]
+    pf = files.add_bytes(b"a,b\n1,2\n3,4\n", "rows.csv", "text/csv").to_json()
+    vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
+    home, files_dir = database_file(env).parent, Path(files.files_dir)
+    listing = sorted(os.listdir(files_dir))
+
+    floor = far_above(tmp_path)
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, floor)
+    assert_worded(refused("etl.push", {"platformFile": pf}), home)
+    assert virtual_files(env) == 1
+    assert_worded(refused("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "out.csv"}),
+                  files_dir)
+    assert_worded(refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"a": "5", "b": "6"}}]}),
+                  home)
+    with pytest.raises(Exception, match="not enough free disk space") as caught:
+        resources_for(["platform_files"])["platform_files"].add_bytes(b"x" * 100, "x.bin")
+    assert caught.value.status == 500
+
+    drive = resources_for(["drive"])["drive"]
+    with pytest.raises(Exception, match="not enough free disk space") as caught:
+        drive.upload(io.BytesIO(b"x" * 100), "x.txt", "text/plain", 100, None)
+    assert caught.value.status == 500
+    assert drive.list_folder(None) == []
+    assert [p.name for p in Path(drive.drive_dir).rglob("*") if p.is_file() and ".tmp-" in p.name] == []
+
+    assert sorted(os.listdir(files_dir)) == listing  # no data, no descriptor, no temporary file
+    assert os.listdir(temp_dir) == []
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, "0")
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 10})["content"] == [
+        {"a": "1", "b": "2"}, {"a": "3", "b": "4"}]  # the file as it was: nothing appended
+
+
+@sqlite_only
+def test_a_link_spooled_to_tmpdir_is_refused_before_it_is_fetched(env, tmp_path, temp_dir, monkeypatch):
+    """A link of another server is kept in TMPDIR as it is read (:mod:`…kernel.replay`): checked there too."""
+    with another_file_server(tmp_path / "remote", monkeypatch) as remote:
+        pf = remote.add_bytes(b"a,b\n1,2\n", "rows.csv", "text/csv")
+        monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, far_above(tmp_path))
+        message = refused("etl.push", {"platformFile": {"name": pf.name, "link": pf.link,
+                                                         "contentType": pf.content_type}})
+    assert_worded(message, temp_dir)
+    assert os.listdir(temp_dir) == []
+    assert virtual_files(env) == 0
+
+
+def database_file(env: dict[str, str]) -> Path:
+    return Path(resources_for(["virtual_files"], env)["virtual_files"].sqlite_file)
+
+
+def log_and_file(database: Path) -> int:
+    """The bytes of the database file and its write-ahead log."""
+    return sum(p.stat().st_size for p in (database, database.with_name(f"{database.name}-wal")) if p.exists())
+
+
+@sqlite_only
+@pytest.mark.parametrize("path", ["row loader", "loader process"])
+def test_a_gzip_bomb_stops_mid_way_and_leaves_the_database_as_it_was(env, tmp_path, temp_dir, monkeypatch, path):
+    """A 0.5 MB gzip of 512 MiB of short rows (≈ 0.9 GiB of database) against a floor 64 MiB below the free
+    space: stopped, rolled back, and the log's pages given back to the disk."""
+    if path == "loader process":
+        monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
+    else:
+        monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 1 << 62)
+        monkeypatch.setattr(sqlite_loader, "SQLITE_WARM_MIN_BYTES", 1 << 62)
+    files = resources_for(["platform_files"], env)["platform_files"]
+    member = gzip.compress(b"1,2\n" * (1 << 18))  # 1 MiB of rows in ≈ 1 KiB
+    bomb = files.add_bytes(gzip.compress(b"a,b\n") + member * 512, "bomb.csv.gz", "application/gzip").to_json()
+    invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "one.csv").to_json()})
+    database = database_file(env)
+    before = log_and_file(database)
+
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, str(free_bytes(tmp_path) - (64 << 20)))
+    assert_worded(refused("etl.push", {"platformFile": bomb}), database.parent)
+
+    assert virtual_files(env) == 1  # the small file only
+    assert log_and_file(database) <= before + (1 << 20)
+    assert os.listdir(temp_dir) == []
+
+
+@sqlite_only
+def test_0_turns_the_check_off(env, tmp_path, monkeypatch):
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, "0")
+    files = resources_for(["platform_files"])["platform_files"]
+    pf = files.add_bytes(b"a\n1\n", "one.csv").to_json()
+    assert invoke("etl.iterate", {"content": invoke("etl.push", {"platformFile": pf})["virtualFileId"],
+                                  "maxBatchSize": 5})["content"] == [{"a": "1"}]
+
+
+@pytest.mark.parametrize(("text", "size"), [("0", 0), ("1048576", 1 << 20), ("500MiB", 500 << 20),
+                                            ("2GiB", 2 << 30), ("1.5 GB", 1_500_000_000), ("64kib", 64 << 10)])
+def test_sizes(text, size):
+    assert parse_size(text) == size
+
+
+@sqlite_only
+@pytest.mark.parametrize("value", ["lots", "-1", "1 PiB", "2 GiBs", "1e9"])
+def test_a_bad_value_is_refused_naming_the_variable(env, tmp_path, monkeypatch, value):
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, value)
+    files = resources_for(["platform_files"], {**env, MIN_FREE_DISK_VARIABLE: "0"})["platform_files"]
+    pf = files.add_bytes(b"a\n1\n", "one.csv").to_json()
+    with pytest.raises(ConnectorError) as caught:
+        invoke("etl.push", {"platformFile": pf})
+    assert caught.value.message.startswith(f"configuration error: {MIN_FREE_DISK_VARIABLE}: must be a size")
+    assert virtual_files({**env, MIN_FREE_DISK_VARIABLE: "0"}) == 0
