@@ -150,6 +150,25 @@ def test_a_gzip_bomb_stops_mid_way_and_leaves_the_database_as_it_was(env, tmp_pa
 
 
 @sqlite_only
+def test_reads_and_what_makes_room_go_on_below_the_floor(env, tmp_path, monkeypatch):
+    """Iterate and Query write a little (a cursor's row, an index Query would build) but are reads: below the
+    floor Iterate goes on and Query answers by a scan; Delete Rows and Clean free space, so they run."""
+    files = resources_for(["platform_files"], env)["platform_files"]
+    pf = files.add_bytes(b"a,b\n1,2\n3,4\n5,6\n", "rows.csv", "text/csv").to_json()
+    vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, far_above(tmp_path))
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 1}) == {"content": [{"a": "1", "b": "2"}],
+                                                                         "hasNext": True}
+    assert invoke("etl.iterate", {"content": [1, 2, 3], "maxBatchSize": 2}) == {"content": [1, 2], "hasNext": True}
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"a": "3"}}) == {"result": [{"a": "3", "b": "4"}]}
+    assert invoke("etl.delete_rows", {"virtualFileId": vf, "request": {"a": "1"}}) == {"deletedCount": 1}
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {}})["result"] == [{"a": "3", "b": "4"},
+                                                                                {"a": "5", "b": "6"}]
+    assert invoke("etl.clean", {"virtualFileId": vf}) is None
+    assert virtual_files(env) == 0
+
+
+@sqlite_only
 def test_0_turns_the_check_off(env, tmp_path, monkeypatch):
     monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, "0")
     files = resources_for(["platform_files"])["platform_files"]

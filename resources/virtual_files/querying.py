@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from connector_ops.kernel.disk import DiskBelowFloor
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.notices import warn
 from connector_ops.resources.virtual_files import catalog as cat
@@ -57,12 +58,15 @@ class Querying(StoreCore):
              field: str = "query") -> list[Row]:
         """Rows matching the filter, in row order.
 
-        The first query on a column indexes it (once); later queries are one read transaction.
+        The first query on a column indexes it (once); later queries are one read transaction. An index only
+        speeds the answer up, so with the disk below its floor (``CONNECTOR_OPS_MIN_FREE_DISK``) the query
+        scans instead of failing.
         """
+        indexing = True
         while True:
             with self.reading() as conn:
                 info = self.info(conn, vf_id)
-                if not self._needs_index(info, flt):
+                if not (indexing and self._needs_index(info, flt)):
                     table = info.table
                     where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name,
                                            conn=conn)
@@ -72,7 +76,10 @@ class Querying(StoreCore):
                         query = query.limit(limit)
                     with _parsed_by_sqlite(field):
                         return fetch_dicts(conn, info.names, query)
-            self._create_indexes(info, equality_columns(flt))
+            try:
+                self._create_indexes(info, equality_columns(flt))
+            except DiskBelowFloor:
+                indexing = False
 
     @staticmethod
     def _needs_index(info: VirtualFileInfo, flt: Mapping[str, Any]) -> bool:

@@ -111,8 +111,9 @@ class Reading(StoreCore):
         The position advances in the same transaction as the read. When a call returns
         ``hasNext = false`` the position resets, so the next call starts from the first row again.
         A replaced file (new generation) restarts the cursor.
+        A read: its write is the cursor's one row, so a disk below the floor does not stop it.
         """
-        with self.writing() as conn:
+        with self.writing(grows=False) as conn:
             postgres = conn.dialect.name == "postgresql"
             # PostgreSQL: the file is only read (a reader's lock: a Pull of it does not hold this back); the
             # cursor's own row, locked as it is read, keeps two Iterates of one cursor in turn
@@ -132,7 +133,7 @@ class Reading(StoreCore):
     def next_array_batch(self, items: list[Any], limit: int) -> tuple[list[Any], bool]:
         """Iterate over an inline array: the same array continues where its last call stopped."""
         digest = hashlib.sha256(json.dumps(items, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-        with self.writing() as conn:
+        with self.writing(grows=False) as conn:  # the cursor's one row
             key = cat.array_cursor.c.digest == digest
             position = conn.execute(sa.select(cat.array_cursor.c.position).where(key)).scalar() or 0
             batch = items[position:position + limit]

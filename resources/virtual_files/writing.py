@@ -185,7 +185,7 @@ class Writing(StoreCore):
         if name == source:
             return name
         vf, col, cur = cat.virtual_file, cat.vf_column, cat.vf_cursor
-        with self.writing() as conn:
+        with self.writing(grows=False) as conn:  # the catalog's rows, and a drop
             new = self.info(conn, source, lock=True)
             try:
                 old: VirtualFileInfo | None = self.info(conn, name, lock=True)
