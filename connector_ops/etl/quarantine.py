@@ -31,7 +31,6 @@ class Quarantine:
 
     def __init__(self) -> None:
         floor = temp_floor()  # the refused lines grow TMPDIR
-        floor.check()
         self._file = tempfile.TemporaryFile("w+", newline="", encoding="utf-8")  # noqa: SIM115 - closed by close()
         self._writer = csv.writer(floor.guard(self._file))
         self.count = 0

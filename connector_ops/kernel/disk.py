@@ -118,8 +118,11 @@ class DiskFloor:
 
 
 def temp_floor(environ: Mapping[str, str] | None = None) -> DiskFloor:
-    """The floor of the temporary folder (``TMPDIR``) that a Push or a Pull spools to."""
-    return DiskFloor(tempfile.gettempdir(), min_free_disk(environ))
+    """The floor of the temporary folder (``TMPDIR``) that a Push or a Pull spools to, checked now: a spool
+    is refused before its file exists."""
+    floor = DiskFloor(tempfile.gettempdir(), min_free_disk(environ))
+    floor.check()
+    return floor
 
 
 class _Guarded:

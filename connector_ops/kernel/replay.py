@@ -30,7 +30,6 @@ class Replay:
     def __init__(self, source: IO[bytes], chunk: int = 1 << 20) -> None:
         self._source, self._chunk = source, chunk
         self._floor = temp_floor()  # the kept bytes grow TMPDIR as the source is read
-        self._floor.check()
         self._kept = tempfile.TemporaryFile(prefix="connector-ops-fetched-")  # noqa: SIM115 (closed by close())
         self._fetched = 0  # bytes of the source read, all of them kept
         self._ended = False

@@ -154,24 +154,27 @@ def ensure_launched_definition(context: dg.OpExecutionContext) -> None:
     yet restarted after an upgrade) refuses the steps of a run launched by an upgraded code location. Four
     dict lookups per step, called first by every op a compiled pipeline is made of.
     """
-    loaded, launched = context.job_def.tags.get(VERSION_TAG), context.run.tags.get(VERSION_TAG)
-    if loaded is not None and launched is not None and loaded != launched:
-        message = (f"the run was launched by connector-ops {launched}, and the process running step "
-                   f"{context.op_handle} runs connector-ops {loaded}: every process of a deployment (code servers, "
-                   "run workers, Celery workers) must run one version. Upgrade or restart the processes that run "
-                   "steps (docs/deployment.md, Upgrading), then launch the run again.")
-        raise failure(ConnectorError(STALE_DEFINITION_STATUS, {"message": message},
-                                     action=f"pipeline {context.job_name}"))
-    loaded, launched = context.job_def.tags.get(PIPELINE_DIGEST_TAG), context.run.tags.get(PIPELINE_DIGEST_TAG)
-    if loaded is None or launched is None or loaded == launched:
-        return
+    for tag, told in ((VERSION_TAG, _another_version), (PIPELINE_DIGEST_TAG, _another_file)):
+        loaded, launched = context.job_def.tags.get(tag), context.run.tags.get(tag)
+        if loaded is not None and launched is not None and loaded != launched:
+            raise failure(ConnectorError(STALE_DEFINITION_STATUS, {"message": told(context, loaded, launched)},
+                                         action=f"pipeline {context.job_name}"))
+
+
+def _another_version(context: dg.OpExecutionContext, loaded: str, launched: str) -> str:
+    return (f"the run was launched by connector-ops {launched}, and the process running step {context.op_handle} "
+            f"runs connector-ops {loaded}: every process of a deployment (code servers, run workers, Celery "
+            "workers) must run one version. Upgrade or restart the processes that run steps (docs/deployment.md, "
+            "Upgrading), then launch the run again.")
+
+
+def _another_file(context: dg.OpExecutionContext, loaded: str, launched: str) -> str:
     file = context.job_def.metadata.get(PIPELINE_FILE_METADATA)
     where = file.value if file is not None else f"the pipeline file of job {context.job_name}"
-    message = (f"{where} is not the version this run was launched with (this process loaded version {loaded}, "
-               f"the run was launched with {launched}): the process running step {context.op_handle} loaded "
-               "the file before it changed. Restart the processes that run steps (the Celery workers, see "
-               "docs/deployment.md) after pipeline files change, then launch the run again.")
-    raise failure(ConnectorError(STALE_DEFINITION_STATUS, {"message": message}, action=f"pipeline {context.job_name}"))
+    return (f"{where} is not the version this run was launched with (this process loaded version {loaded}, "
+            f"the run was launched with {launched}): the process running step {context.op_handle} loaded "
+            "the file before it changed. Restart the processes that run steps (the Celery workers, see "
+            "docs/deployment.md) after pipeline files change, then launch the run again.")
 
 
 def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:

@@ -22,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from connector_ops.kernel.secrets import mask_url
 from connector_ops.resources.virtual_files.catalog import metadata
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
@@ -180,7 +181,7 @@ def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:
         try:
             with engine.execution_options(**WRITE).begin() as conn:
                 metadata.create_all(conn, checkfirst=True)
-                check_stamp(conn, engine.url.render_as_string(hide_password=True))
+                check_stamp(conn, mask_url(engine.url.render_as_string(hide_password=False)))
             return
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
             if attempt == attempts - 1:
