@@ -121,11 +121,15 @@ def load_catalog(environ: dict[str, str] | None = None) -> list[CompiledPipeline
 
 
 def find_pipeline(name: str, environ: dict[str, str] | None = None) -> Path | None:
-    """The file defining the pipeline (job) ``name``, if any."""
+    """The file defining the pipeline (job) ``name``, if any. The other files are only looked through: one
+    that does not load is passed over (an unexpected exception logged as :func:`read_catalog` logs it), so a
+    broken file never stops a run of another pipeline."""
     for path in pipeline_files(environ):
         try:
             if load_pipeline(path).name == name:
                 return path
         except PipelineError:
             continue
+        except Exception as exc:  # what read_catalog would report as this file's internal error
+            _internal_error(path, exc)
     return None

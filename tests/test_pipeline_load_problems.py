@@ -16,7 +16,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from connector_ops.pipelines.catalog import CODE_JOBS, read_catalog
+from connector_ops.pipelines.catalog import CODE_JOBS, find_pipeline, read_catalog
 from connector_ops.pipelines.cli import pipeline
 from connector_ops.pipelines.definitions import build_definitions
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
@@ -250,3 +250,27 @@ def test_nesting_and_aliases_are_bounded_with_the_line(tmp_path: Path) -> None:
     with_csv(tmp_path)
     with pytest.raises(PipelineError, match="unknown key 'common'"):  # aliases still work within the bound
         load_pipeline(write(tmp_path, shared))
+
+
+def test_looking_for_a_pipeline_by_name_passes_over_a_file_that_fails_unexpectedly(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``pipeline run NAME`` and ``%pipeline run NAME`` look through every file for NAME: one that raises what
+    no check foresaw (here PyYAML itself fails on it) is passed over and logged, as the catalog reports it,
+    instead of ending the search with its traceback."""
+    compose = yaml.composer.Composer.get_single_node
+
+    def failing_for_odd(loader: yaml.composer.Composer) -> Any:
+        if "name: odd" in getattr(loader, "buffer", ""):
+            raise RuntimeError("a failure inside PyYAML")
+        return compose(loader)
+
+    monkeypatch.setattr(yaml.composer.Composer, "get_single_node", failing_for_odd)
+    folder = with_csv(tmp_path / "more")
+    bad = write(folder, f"name: odd\nsteps:\n  - id: load\n    {PUSH}\n", "a_odd.yaml")
+    fine = write(folder, f"name: zfine\nsteps:\n  - id: load\n    {PUSH}\n", "b_fine.yaml")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    assert find_pipeline("zfine") == fine
+    assert find_pipeline("nowhere") is None
+    records = [r for r in caplog.records if r.name == "connector_ops.pipelines.catalog"]
+    assert records and all(r.exc_info and r.exc_info[0] is RuntimeError and str(bad) in r.getMessage()
+                           for r in records)
