@@ -9,10 +9,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from click.testing import CliRunner
+from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.execution.api import execute_run
+from dagster._core.execution.plan.resume_retry import ReexecutionStrategy
+from dagster._core.test_utils import create_test_daemon_workspace_context
+from dagster._core.workspace.load_target import ModuleTarget
 
 from connector_ops.environment import resources_for
 from connector_ops.kernel.version import package_version
-from connector_ops.ops.factory import error_of_failed_step
+from connector_ops.ops.factory import PIPELINE_DIGEST_TAG, error_of_failed_step
 from connector_ops.pipelines.catalog import load_catalog
 from connector_ops.pipelines.cli import pipeline
 from connector_ops.pipelines.definitions import build_definitions
@@ -262,3 +267,46 @@ def test_set_overrides_are_another_version_of_the_pipeline(tmp_path: Path) -> No
     plain = compile_pipeline(load_pipeline(path)).job.tags["connector_ops/pipeline_digest"]
     edited = compile_pipeline(load_pipeline(path, overrides=["q.virtualFileId=xyz"])).job.tags
     assert edited["connector_ops/pipeline_digest"] != plain
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_re_execution_runs_the_pipeline_as_fixed_since_its_parent_failed(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The everyday recovery: a step fails, the file is fixed, the location reloaded, the run re-executed from
+    failure. Dagster makes the re-execution from the job as the location has it now, but gives it the parent
+    run's tags, old digest included (exactly what the UI's Re-execute and the daemon's retries do, through
+    ``create_reexecuted_run`` against a real code server). Its steps are checked against the job it was made
+    from: a process that loaded the fixed file runs them (a 409 "loaded the file before it changed" before),
+    and one still holding the old file is refused (it ran the old steps before)."""
+    folder = tmp_path / "more"
+    folder.mkdir()
+    (folder / "two.csv").write_text("id,name\n1,a\n2,b\n")
+    path = folder / "ver.yaml"
+    steps = ('name: ver\nsteps:\n  - {id: load, action: etl.push, input: {platformFile: "${file:two.csv}"}}\n'
+             "  - {id: drop, action: etl.clean, input: {virtualFileId: %s}}\n")
+    path.write_text(steps % "nope")  # a virtual file that does not exist: the step fails when it runs
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    broken = build_definitions().resolve_job_def("ver")
+    with dg.instance_for_test() as instance:
+        parent = broken.execute_in_process(instance=instance, raise_on_error=False).dagster_run
+        assert parent.status == dg.DagsterRunStatus.FAILURE
+        path.write_text(steps % '"${load.virtualFileId}"')
+        fixed = build_definitions().resolve_job_def("ver")
+        target = ModuleTarget("connector_ops.pipelines", None, str(tmp_path), "loc")
+        with create_test_daemon_workspace_context(target, instance) as workspace:  # a code server, as deployed
+            request = workspace.create_request_context()
+            location = request.get_code_location("loc")
+            job = next(iter(location.get_repositories().values())).get_full_job("ver")
+            retries = [instance.create_reexecuted_run(parent_run=parent, request_context=request,
+                                                      code_location=location, remote_job=job,
+                                                      strategy=ReexecutionStrategy.FROM_FAILURE,
+                                                      use_parent_run_tags=True) for _ in range(2)]
+        old, new = broken.tags[PIPELINE_DIGEST_TAG], fixed.tags[PIPELINE_DIGEST_TAG]
+        assert retries[0].tags[PIPELINE_DIGEST_TAG] == old != new  # the parent's tags, as Dagster gives them
+        ran = execute_run(InMemoryJob(fixed), retries[0], instance)
+        stale = execute_run(InMemoryJob(broken), retries[1], instance)
+    assert ran.success and [e.step_key for e in ran.all_events if e.event_type_value == "STEP_SUCCESS"] == ["drop"]
+    (failed,) = [e for e in stale.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = error_of_failed_step(failed)
+    assert error.status == 409 and str(path) in error.message
+    assert f"this process loaded version {old}, the run was launched with {new}" in error.message

@@ -152,13 +152,43 @@ def ensure_launched_definition(context: dg.OpExecutionContext) -> None:
     A job defined in code has no digest, and a run launched before jobs carried one has none either: both run
     as before. Likewise the connector-ops version the job was compiled by: a worker not yet upgraded (or not
     yet restarted after an upgrade) refuses the steps of a run launched by an upgraded code location. Four
-    dict lookups per step, called first by every op a compiled pipeline is made of.
+    dict lookups per step, called first by every op a compiled pipeline is made of; a re-execution adds one
+    read of its job snapshot per process (:func:`_launched_tags`).
     """
+    launched_tags = _launched_tags(context)
     for tag, told in ((VERSION_TAG, _another_version), (PIPELINE_DIGEST_TAG, _another_file)):
-        loaded, launched = context.job_def.tags.get(tag), context.run.tags.get(tag)
+        loaded, launched = context.job_def.tags.get(tag), launched_tags.get(tag)
         if loaded is not None and launched is not None and loaded != launched:
             raise failure(ConnectorError(STALE_DEFINITION_STATUS, {"message": told(context, loaded, launched)},
                                          action=f"pipeline {context.job_name}"))
+
+
+def _launched_tags(context: dg.OpExecutionContext) -> Mapping[str, str]:
+    """The tags of the job definition the run was created from.
+
+    At launch Dagster copies the job's tags into the run's, so those are read. A re-execution (the UI's
+    "Re-execute", the daemon's automatic retries) is created from the job as the code location has it *now*,
+    but takes its parent run's tags over the job's: after the file was fixed and the location reloaded, the
+    run's tags still carry the old digest. Its job snapshot is what it was made from, so it is read instead:
+    else every step of the re-execution (run by processes that loaded the fixed file) would be refused, and a
+    worker still holding the old file would pass.
+    """
+    run = context.run
+    if run.parent_run_id is None or run.job_snapshot_id is None:
+        return run.tags
+    return _snapshot_tags(context.instance, run.job_snapshot_id)
+
+
+#: job snapshot id -> its tags: ids are content hashes, so an entry never goes stale; one per version of a
+#: job re-executed in this process
+_SNAPSHOT_TAGS: dict[str, Mapping[str, str]] = {}
+
+
+def _snapshot_tags(instance: dg.DagsterInstance, snapshot_id: str) -> Mapping[str, str]:
+    tags = _SNAPSHOT_TAGS.get(snapshot_id)
+    if tags is None:
+        tags = _SNAPSHOT_TAGS[snapshot_id] = instance.get_job_snapshot(snapshot_id).tags
+    return tags
 
 
 def _another_version(context: dg.OpExecutionContext, loaded: str, launched: str) -> str:
