@@ -16,7 +16,7 @@ import dagster as dg
 import pytest
 
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
-from connector_ops.pipelines.notifications import NOTIFIED_TAG
+from connector_ops.pipelines.notifications import MAX_ATTEMPTS, NOTIFIED_TAG
 from connector_ops.pipelines.runner import run_compiled
 from tests.pipeline_files import write
 
@@ -93,28 +93,66 @@ def test_only_the_statuses_asked_for_are_mailed(tmp_path: Path, resources: dict,
     assert [s.name for s in compiled.notify_sensors] == ["cities_notify_failure"]
 
 
+class Sensor:
+    """A notify sensor evaluated as the daemon does, one evaluation after another: its cursor kept between
+    them, its resources given (the context closes those it built, else the garbage collector does, late)."""
+
+    def __init__(self, sensor: dg.SensorDefinition, instance: dg.DagsterInstance, files: Any) -> None:
+        self.sensor, self.instance, self.files, self.cursor = sensor, instance, files, None
+
+    def evaluate(self, mail: Any) -> str:
+        with dg.build_sensor_context(instance=self.instance, cursor=self.cursor,
+                                     resources={"mail": mail, "platform_files": self.files}) as context:
+            reason = self.sensor(context)
+            self.cursor = context.cursor
+        assert isinstance(reason, dg.SkipReason)  # it requests no run
+        return reason.skip_message or ""
+
+
 def test_the_sensor_mails_a_run_once(tmp_path: Path, resources: dict, files: Any) -> None:
     compiled = pipeline(tmp_path, files)
     success, failure = compiled.notify_sensors
     assert (success.name, failure.name) == ("cities_notify_success", "cities_notify_failure")
     assert success.default_status == dg.DefaultSensorStatus.RUNNING
     with dg.DagsterInstance.ephemeral() as instance:
+        before = compiled.job.execute_in_process(resources=resources, instance=instance)  # before the sensor ran
+        sensor = Sensor(success, instance, files)
+        assert sensor.evaluate(resources["mail"]).startswith("watching runs of cities that end in success")
         result = compiled.job.execute_in_process(resources=resources, instance=instance)  # no notify: a daemon's run
         assert outbox(resources) == []
-        [ended] = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS)
-
-        def evaluate() -> Any:  # the context closes the resources it built (else the garbage collector does, late)
-            with dg.build_run_status_sensor_context(
-                    sensor_name=success.name, dagster_event=ended.dagster_event, dagster_instance=instance,
-                    dagster_run=instance.get_run_by_id(result.run_id),
-                    resources={"mail": resources["mail"], "platform_files": files}) as context:
-                return success(context)
-
-        assert evaluate() is None
+        assert sensor.evaluate(resources["mail"]) == "1 message(s) sent"
         [message] = outbox(resources)
         assert message["Subject"] == "cities: success" and len(message["Attachments"]) == 1
-        assert isinstance(evaluate(), dg.SkipReason)  # already notified: no second mail
+        assert message["Variables"]["run"] == result.run_id
+        assert sensor.evaluate(resources["mail"]) == "0 message(s) sent"  # already notified: no second mail
         assert len(outbox(resources)) == 1
+        assert NOTIFIED_TAG not in instance.get_run_by_id(before.run_id).tags  # ended before the watch began
+
+
+def test_a_mail_that_fails_is_sent_at_a_later_evaluation(tmp_path: Path, resources: dict, files: Any) -> None:
+    """The mail backend fails (here an outbox folder that cannot be made; a Mailjet or SMTP outage alike):
+    the run is not marked notified, and the sensor's next evaluations try it again until it is sent, or
+    give it up after MAX_ATTEMPTS, tagged and logged."""
+    compiled = pipeline(tmp_path, files)
+    (tmp_path / "plain-file").write_text("not a folder")
+    broken = resources["mail"].model_copy(update={"outbox_dir": str(tmp_path / "plain-file" / "outbox")})
+    with dg.DagsterInstance.ephemeral() as instance:
+        sensor = Sensor(compiled.notify_sensors[0], instance, files)
+        sensor.evaluate(resources["mail"])
+        first, second = (compiled.job.execute_in_process(resources=resources, instance=instance) for _ in range(2))
+        said = sensor.evaluate(broken)
+        assert said.startswith(f"0 message(s) sent; not sent, run {first.run_id}: mail.send_transactional_message "
+                               "failed (500)") and f"(attempt 1 of {MAX_ATTEMPTS})" in said
+        assert instance.get_run_by_id(first.run_id).tags[NOTIFIED_TAG] == ""  # the claim given back
+        assert sensor.evaluate(resources["mail"]) == "2 message(s) sent"
+        assert sorted(m["Variables"]["run"] for m in outbox(resources)) == sorted([first.run_id, second.run_id])
+        assert sensor.evaluate(resources["mail"]) == "0 message(s) sent"
+        third = compiled.job.execute_in_process(resources=resources, instance=instance)
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            assert f"(attempt {attempt} of {MAX_ATTEMPTS})" in sensor.evaluate(broken)
+        assert instance.get_run_by_id(third.run_id).tags[NOTIFIED_TAG] == "given up"
+        assert sensor.evaluate(resources["mail"]) == "0 message(s) sent"
+        assert len(outbox(resources)) == 2
 
 
 def test_notify_problems_are_reported_with_lines(tmp_path: Path) -> None:
