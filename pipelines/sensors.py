@@ -3,9 +3,13 @@
 The cursor maps the id of each file already seen to its version (Google: the MD5 of its content, or its
 modifiedTime for native documents; local drive: modification time and size), pruned to the files still in
 the folder, so it stays as small as the folder. A file is *new* when its id is not in the cursor and
-*modified* when its version differs. Each run request carries ``run_key = <folder>/<file id>`` for a new
-file and ``<folder>/<file id>@<version>`` for a modified one, so even a lost cursor update cannot start a
-second run for the same file content. Files present when the sensor is first turned on count as new:
+*modified* when its version differs. Each run request carries ``run_key = <folder>/<file id>@<revision>``,
+the file's change counter (Google: its ``version``; local drive: a counter in its row), which grows with
+every change and never repeats. Dagster's daemon drops a request whose run key already has a run, so the
+key must be new for every change the sensor counts: a file that leaves the folder and comes back (pruned
+from the cursor, so *new* again) or whose content goes back to an earlier MD5 gets a revision never used
+before, while a lost cursor update repeats the same revision and cannot start a second run for the same
+change. Files present when the sensor is first turned on count as new:
 nothing dropped into the folder earlier is silently skipped. A cursor of an earlier release (a list of
 ids) is read as "seen, version unknown": those files start runs only once they change after the upgrade.
 """
@@ -37,8 +41,7 @@ class Change:
     modified: bool
 
     def run_key(self, folder: str) -> str:
-        key = f"{folder}/{self.item.id}"
-        return f"{key}@{self.item.version}" if self.modified else key
+        return f"{folder}/{self.item.id}@{self.item.revision}"
 
 
 def changed_files(listing: list[DriveItem], cursor: str | None) -> tuple[list[Change], str]:

@@ -316,7 +316,7 @@ def test_daemon_ticks_a_schedule_and_a_sensor(deployed: Deployment) -> None:
     wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("drive_inbox")),
              "the sensor's run succeeded", 120, deployed.procs)
     (sensor_run,) = runs_of("drive_inbox")
-    assert sensor_run.dagster_run.tags["dagster/run_key"].endswith(f"/{file_id}")
+    assert sensor_run.dagster_run.tags["dagster/run_key"].endswith(f"/{file_id}@1")
     wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("minutely")),
              "the schedule's run succeeded", 150, deployed.procs)
     assert runs_of("minutely")[0].dagster_run.tags["dagster/schedule_name"] == "minutely_schedule"

@@ -149,7 +149,7 @@ def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tm
     first = upload("a.csv", "x,y\n1,2\n3,4\n")
     result = tick(None)
     (request,) = result.run_requests
-    assert request.run_key == f"root/{first}"
+    assert request.run_key == f"root/{first}@1"  # its revision: the first
     assert request.run_config["ops"]["trigger"]["config"] == {"fileId": first, "name": "a.csv", "folderId": "root"}
     dg.validate_run_config(job, request.run_config)  # the job's defaults are kept next to the trigger
     assert request.run_config["ops"]["to_json"]["config"]["exportType"] == "json"
@@ -159,7 +159,7 @@ def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tm
 
     second = upload("b.csv", "x,y\n5,6\n")
     newer = tick(result.cursor)
-    assert [r.run_key for r in newer.run_requests] == [f"root/{second}"]
+    assert [r.run_key for r in newer.run_requests] == [f"root/{second}@1"]
 
     run = job.execute_in_process(run_config=request.run_config, resources=resources)
     assert run.success

@@ -79,6 +79,10 @@ class DriveItem:
     #: local drive: modification time and size). Not part of the spec's List output; the drive sensor
     #: keys its cursor on it to see modified files.
     version: str | None = None
+    #: grows with every change to the file, moves and renames included, and never repeats (Google: its
+    #: ``version``; local drive: a counter in its row). The drive sensor puts it in each run key, so a file
+    #: that changes back to earlier content, or leaves the folder and returns, gets a key never used before.
+    revision: str | None = None
 
 
 def listing_order(item: DriveItem) -> tuple[bool, str, str]:

@@ -529,7 +529,7 @@ class GoogleDriveResource(Resource):
 
     def list_folder(self, folder_id: str | None) -> list[DriveItem]:
         params = {**SAD, "includeItemsFromAllDrives": "true", "pageSize": str(self.page_size),
-                  "fields": "nextPageToken,files(id,name,mimeType,md5Checksum,modifiedTime)"}
+                  "fields": "nextPageToken,files(id,name,mimeType,md5Checksum,modifiedTime,version)"}
         parent = "root"
         if folder_id and folder_id not in ROOT_ALIASES:
             meta = self._get(folder_id, "id,mimeType,driveId", "read the folder to list", "folderId")
@@ -546,7 +546,7 @@ class GoogleDriveResource(Resource):
             page = self.http.call("GET", self._url("files"), action="list the folder", params=page_params)
             for f in page.get("files") or []:
                 items.append(DriveItem(f["id"], f["name"], "folder" if f.get("mimeType") == FOLDER_MIME else "file",
-                                       f.get("md5Checksum") or f.get("modifiedTime")))
+                                       f.get("md5Checksum") or f.get("modifiedTime"), f.get("version")))
             token = page.get("nextPageToken")
             if not token:
                 return sorted(items, key=listing_order)

@@ -1,10 +1,10 @@
 """LocalDriveResource: a drive in a folder on disk, so every drive action works with no Google account.
 
-Layout under ``drive_dir``: ``drive.db`` (SQLite, WAL) holds the tree — ids, names, kinds, parents and
-sharing — and ``items/<id>`` holds each file's bytes. Ids are random URL-safe strings generated here; a
-user-supplied name is only ever a column value, never part of a path. Bytes are written to a temporary
-file and renamed into place before the row that makes them visible is committed, and rows change in one
-transaction per action, so a failed action leaves nothing half-written. The root folder has the id
+Layout under ``drive_dir``: ``drive.db`` (SQLite, WAL) holds the tree — ids, names, kinds, parents, sharing
+and each item's change counter — and ``items/<id>`` holds each file's bytes. Ids are random URL-safe strings
+generated here; a user-supplied name is only ever a column value, never part of a path. Bytes are written to
+a temporary file and renamed into place before the row that makes them visible is committed, and rows change
+in one transaction per action, so a failed action leaves nothing half-written. The root folder has the id
 ``root`` and the name ``my-drive`` (both accepted as ids).
 """
 
@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS items (
     mime_type TEXT NOT NULL,
     parent TEXT REFERENCES items(id),
     size INTEGER NOT NULL DEFAULT 0,
-    modified TEXT NOT NULL
+    modified TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS items_parent ON items(parent);
 CREATE TABLE IF NOT EXISTS permissions (
@@ -61,6 +62,25 @@ CREATE TABLE IF NOT EXISTS permissions (
     PRIMARY KEY (item_id, type, grantee)
 );
 """
+
+
+def _add_version_column(conn: sqlite3.Connection) -> None:
+    """A drive created before items had a ``version`` (their change counter) gets the column, each row at 1.
+
+    Checked without a lock at every connection (a cheap ``PRAGMA``); only a drive that lacks the column takes
+    the write lock and checks again, so two processes opening an old drive at once add it once."""
+    def missing() -> bool:
+        return "version" not in {row["name"] for row in conn.execute("PRAGMA table_info(items)")}
+
+    if missing():
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if missing():
+                conn.execute("ALTER TABLE items ADD COLUMN version INTEGER NOT NULL DEFAULT 1")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
 
 class LocalDriveResource(Resource):
@@ -109,8 +129,9 @@ class LocalDriveResource(Resource):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.executescript(SCHEMA)
-            conn.execute("INSERT OR IGNORE INTO items VALUES (?, 'my-drive', 1, ?, NULL, 0, ?)",
-                         (ROOT, FOLDER_MIME, utc_timestamp()))
+            _add_version_column(conn)
+            conn.execute("INSERT OR IGNORE INTO items (id, name, is_folder, mime_type, parent, size, modified) "
+                         "VALUES (?, 'my-drive', 1, ?, NULL, 0, ?)", (ROOT, FOLDER_MIME, utc_timestamp()))
             if write:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -149,7 +170,8 @@ class LocalDriveResource(Resource):
 
     def _insert(self, conn: sqlite3.Connection, item_id: str, name: str, folder: bool, mime: str,
                 parent: str, size: int = 0) -> None:
-        conn.execute("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?, ?)",
+        conn.execute("INSERT INTO items (id, name, is_folder, mime_type, parent, size, modified) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                      (item_id, name, int(folder), mime, parent, size, utc_timestamp()))
 
     def _new_blob(self, item_id: str) -> contextlib.AbstractContextManager[IO[bytes]]:
@@ -166,7 +188,8 @@ class LocalDriveResource(Resource):
             row = self._item(conn, item_id, "id")
             if row["id"] == ROOT:
                 raise InvalidInput("id", "the drive root cannot be renamed")
-            conn.execute("UPDATE items SET name = ?, modified = ? WHERE id = ?", (name, utc_timestamp(), row["id"]))
+            conn.execute("UPDATE items SET name = ?, modified = ?, version = version + 1 WHERE id = ?",
+                         (name, utc_timestamp(), row["id"]))
 
     def create_file(self, name: str, folder_id: str | None, mime_type: str) -> str:
         new_id = self._new_id()
@@ -194,7 +217,8 @@ class LocalDriveResource(Resource):
             target = self._folder(conn, folder_id, "folderId")
             if row["is_folder"] and target in self._subtree(conn, row["id"]):
                 raise InvalidInput("folderId", "is the folder being moved or inside it")
-            conn.execute("UPDATE items SET parent = ?, modified = ? WHERE id = ?", (target, utc_timestamp(), row["id"]))
+            conn.execute("UPDATE items SET parent = ?, modified = ?, version = version + 1 WHERE id = ?",
+                         (target, utc_timestamp(), row["id"]))
 
     @staticmethod
     def _subtree(conn: sqlite3.Connection, item_id: str) -> list[str]:
@@ -307,10 +331,11 @@ class LocalDriveResource(Resource):
     def list_folder(self, folder_id: str | None) -> list[DriveItem]:
         with self._db() as conn:
             parent = self._folder(conn, folder_id, "folderId")
-            rows = conn.execute("SELECT id, name, is_folder, modified, size FROM items WHERE parent = ?",
+            rows = conn.execute("SELECT id, name, is_folder, modified, size, version FROM items WHERE parent = ?",
                                 (parent,)).fetchall()
         return sorted((DriveItem(r["id"], r["name"], "folder" if r["is_folder"] else "file",
-                                 f"{r['modified']}/{r['size']}") for r in rows), key=listing_order)
+                                 f"{r['modified']}/{r['size']}", str(r["version"])) for r in rows),
+                      key=listing_order)
 
     def check_token(self) -> dict[str, object]:
         return {"valid": True, "credentials": "none (local drive)", "expiresInSeconds": None}

@@ -193,7 +193,7 @@ class FakeDrive:
         self.storage.mkdir(parents=True, exist_ok=True)
         self.root_id = "0AROOT" + secrets.token_hex(4)
         self.files[self.root_id] = {"kind": "drive#file", "id": self.root_id, "name": "My Drive",
-                                    "mimeType": FOLDER, "parents": [], "trashed": False}
+                                    "mimeType": FOLDER, "parents": [], "trashed": False, "version": "1"}
         self.permissions[self.root_id] = [self._owner_permission()]
 
     # -- test helpers -------------------------------------------------------------------------------
@@ -221,6 +221,7 @@ class FakeDrive:
         (self.storage / file_id).write_bytes(data)
         self.files[file_id].update(size=str(len(data)), md5Checksum=hashlib.md5(data).hexdigest(),
                                    modifiedTime=time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()))
+        self._changed(self.files[file_id])
 
     def children(self, parent: str) -> list[dict[str, Any]]:
         return [f for f in self.files.values() if parent in f["parents"]]
@@ -241,6 +242,7 @@ class FakeDrive:
         md5 = hashlib.md5(data).hexdigest() if data is not None else self._md5_file(blob) if blob else None
         f = {"kind": "drive#file", "id": file_id, "name": name, "mimeType": mime, "parents": [parent],
              "trashed": False, "modifiedTime": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+             "version": "1",
              "webViewLink": f"https://drive.google.com/file/d/{file_id}/view?usp=drivesdk", **extra}
         if mime == FOLDER:
             f["webViewLink"] = f"https://drive.google.com/drive/folders/{file_id}"
@@ -252,6 +254,12 @@ class FakeDrive:
         self.files[file_id] = f
         self.permissions[file_id] = [self._owner_permission()]
         return f
+
+    @staticmethod
+    def _changed(f: dict[str, Any]) -> None:
+        """Drive's ``version``: "A monotonically increasing version number for the file. This reflects every
+        change made to the file on the server, even those not visible to the user" (an int64 as a string)."""
+        f["version"] = str(int(f["version"]) + 1)
 
     @staticmethod
     def _md5_file(path: Path) -> str:
@@ -558,6 +566,7 @@ class FakeDrive:
         f["parents"] = parents
         if "name" in body:
             f["name"] = body["name"]
+        self._changed(f)
         return self._fields(f, params)
 
     def _subtree(self, file_id: str) -> list[str]:
@@ -652,6 +661,7 @@ class FakeDrive:
                                                                          "allowFileDiscovery") if k in body}}
             perms.append(existing)
         existing["role"] = role
+        self._changed(f)
         return self._fields(existing, params, "kind,id,type,role")
 
     def _permissions_list(self, params: dict[str, str], path: str, body: Any) -> Response:
@@ -674,6 +684,7 @@ class FakeDrive:
         if perms is None or not any(p["id"] == permission_id for p in perms):
             return not_found(permission_id)
         perms[:] = [p for p in perms if p["id"] != permission_id]
+        self._changed(self.files[file_id if file_id != "root" else self.root_id])
         return Response(status_code=204)
 
     # resumable uploads ----------------------------------------------------------------------------------
