@@ -144,6 +144,36 @@ def test_the_schema_refuses_the_names_the_loader_refuses() -> None:
     assert list(validator.iter_errors(good)) == []
 
 
+SCHEDULED = f"name: daily\nschedule: \"0 6 * * *\"\nZONE\nsteps:\n  - id: load\n    {PUSH}\n"
+
+
+@pytest.mark.parametrize(("zone", "problem"), [
+    ("timezone: localtime", "`timezone` 'localtime' is not an IANA time zone name (e.g. UTC or Europe/Berlin)"),
+    ("timezone: posix/Europe/Berlin", "`timezone` 'posix/Europe/Berlin' is not an IANA time zone name"),
+    ("timezone: [Europe/Berlin]", "`timezone` ['Europe/Berlin'] is not an IANA time zone name"),
+])
+def test_a_time_zone_must_be_an_iana_name(tmp_path: Path, zone: str, problem: str) -> None:
+    """``localtime`` is the zone of whichever host runs the schedule, not a zone the file names."""
+    ((line, step, message),) = problems(write(with_csv(tmp_path), SCHEDULED.replace("ZONE", zone)))
+    assert (line, step) == (3, None) and message.startswith(problem)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York"])
+def test_iana_time_zones_are_taken(tmp_path: Path, zone: str) -> None:
+    path = write(with_csv(tmp_path), SCHEDULED.replace("ZONE", f"timezone: {zone}"))
+    schedule = compile_pipeline(load_pipeline(path)).schedule
+    assert schedule is not None and schedule.execution_timezone == zone
+
+
+def test_a_time_zone_without_a_schedule_is_a_problem_of_its_line(tmp_path: Path) -> None:
+    """It used to be ignored: the file's author thinks something runs at 06:00 Berlin time, and nothing does."""
+    text = f"name: unscheduled\ntags: {{team: sales}}\ntimezone: Europe/Berlin\nsteps:\n  - id: load\n    {PUSH}\n"
+    ((line, step, message),) = problems(write(with_csv(tmp_path), text))
+    assert (line, step) == (3, None)
+    assert message == "`timezone` only applies to a `schedule`; add one or remove `timezone`"
+    assert list(jsonschema.Draft202012Validator(pipeline_schema()).iter_errors(yaml.safe_load(text)))
+
+
 @pytest.mark.parametrize("name", ["first_etl", "broken_pipelines"])
 def test_a_file_cannot_take_the_name_of_a_job_defined_in_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                              name: str) -> None:

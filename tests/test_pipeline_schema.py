@@ -129,6 +129,7 @@ def test_schema_accepts_what_the_loader_accepts(schema, tmp_path, path, value):
     (("schedule",), "0 6 * * monday"),
     (("schedule",), " @daily"),  # a macro without spaces around it
     (("steps", 0, "asset"), "a/" + "x" * 57),
+    (("timezone",), "UTC"),  # a time zone only applies to a schedule
 ], ids=str)
 def test_schema_refuses_what_the_loader_refuses(schema, tmp_path, path, value):
     document = _edited(path, value)

@@ -110,7 +110,7 @@ def test_validation_reports_every_error_with_file_line_and_step(tmp_path: Path) 
         (1, None, "`name` 'bad pipeline' is not a valid job name: it contains ' ' — use letters, digits and _; "
                   "e.g. 'bad_pipeline'"),
         (2, None, "not a valid cron string"),
-        (3, None, "unknown time zone 'Mars/Olympus'"),
+        (3, None, "`timezone` 'Mars/Olympus' is not an IANA time zone name"),
         (4, None, "unknown key 'colour'"),
         (7, "load", "unknown action 'etl.pushh'; did you mean etl.push"),
         (15, "q", "unknown field 'bogus' in etl.query input"),
@@ -134,7 +134,7 @@ def test_validation_reports_every_error_with_file_line_and_step(tmp_path: Path) 
 
 @pytest.mark.parametrize(("top", "problem"), [
     ("tags: {1: one}", "`tags` must map names to strings"),  # Dagster's CheckError while building the job
-    (f"timezone: {'x' * 300}", "unknown time zone 'xxx"),  # zoneinfo's OSError: the name is too long a path
+    (f"timezone: {'x' * 300}", "`timezone` 'xxx"),  # once zoneinfo's OSError: the name is too long a path
 ])
 def test_top_level_values_only_dagster_or_the_library_refused_are_located(tmp_path: Path, top: str,
                                                                           problem: str) -> None:

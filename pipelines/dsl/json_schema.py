@@ -135,7 +135,7 @@ def pipeline_schema() -> dict[str, Any]:
             "name": {**_DAGSTER_NAME, "description": "the job's name"},
             "description": {"type": "string"},
             "schedule": {"type": "string", "pattern": _CRON, "description": "a cron string"},
-            "timezone": {"type": "string", "description": "an IANA time zone, e.g. Europe/Paris"},
+            "timezone": {"type": "string", "description": "an IANA time zone name of the schedule, e.g. Europe/Paris"},
             "tags": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
             "on_new_file": {"type": "object", "additionalProperties": False, "required": ["folderId"],
                             "properties": {"folderId": {"type": "string"},
@@ -146,6 +146,7 @@ def pipeline_schema() -> dict[str, Any]:
                        "description": "mail when a run ends (success and/or failure)"},
             "steps": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/step"}},
         },
+        "dependentRequired": {"timezone": ["schedule"]},  # a time zone only applies to a schedule
         "$defs": {**defs, "step": step},
     }
 

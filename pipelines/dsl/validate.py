@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib.resources
 import json
 import re
 import types
 import typing
-import zoneinfo
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,17 @@ def valid_cron(cron: str) -> bool:
     except Exception:
         return False
     return True
+
+
+@functools.cache
+def iana_time_zones() -> frozenset[str]:
+    """The IANA time zone names, as the ``tzdata`` package (a Dagster dependency) lists them.
+
+    Not ``zoneinfo.available_timezones()``: that also walks the machine's zone files, which hold ``localtime``
+    (whatever zone this host happens to be in) and other local names; a pipeline file means one zone on
+    every host that runs it."""
+    with importlib.resources.files("tzdata").joinpath("zones").open(encoding="utf-8") as zones:
+        return frozenset(line.strip() for line in zones if line.strip())
 
 
 def _fields_of(model: Any) -> list[str] | None:
@@ -104,11 +115,11 @@ class _Checker:
         schedule, timezone = data.get("schedule"), data.get("timezone")
         if schedule is not None and (not isinstance(schedule, str) or not valid_cron(schedule)):
             self.add(("schedule",), f"`schedule` {schedule!r} is not a valid cron string (e.g. \"0 6 * * *\")")
-        if timezone is not None:
-            try:
-                zoneinfo.ZoneInfo(str(timezone))
-            except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a path
-                self.add(("timezone",), f"unknown time zone {timezone!r} (e.g. Europe/Berlin)")
+        if timezone is not None and (not isinstance(timezone, str) or timezone not in iana_time_zones()):
+            self.add(("timezone",),
+                     f"`timezone` {timezone!r} is not an IANA time zone name (e.g. UTC or Europe/Berlin)")
+        elif timezone is not None and schedule is None:
+            self.add(("timezone",), "`timezone` only applies to a `schedule`; add one or remove `timezone`")
         tags = data.get("tags") or {}
         if not isinstance(tags, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
             self.add(("tags",), "`tags` must map names to strings")
