@@ -51,8 +51,9 @@ class ActionSpec:
     not_found_status: int = 500  # the spec's status for "not found" (404 where the spec lists it)
     null_error_body: bool = False  # Clean answers errors with the body null
     extra_inputs: Mapping[str, str] = field(default_factory=dict)  # op input name -> input field
-    #: its input's strings may hold a NUL: rows' values, which the store keeps where its database can (SQLite,
-    #: as Push keeps a file's) and refuses where it cannot (PostgreSQL); the model refuses one anywhere else
+    #: its input's strings may hold a NUL: rows' values or a filter's operands, which the store keeps and finds
+    #: where its database can (SQLite, as Push keeps a file's) and refuses where it cannot (PostgreSQL); the
+    #: model (or the filter parser, for a column name) refuses one anywhere else
     nul_in_values: bool = False
 
     @property

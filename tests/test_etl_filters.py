@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from connector_ops import ConnectorError, invoke
 from connector_ops.etl.readers import cell_text
+from connector_ops.resources.virtual_files.filters import LONG_IN
 
 COLUMNS = ["a", "b", 'q"k', "sp ace", "é"]
 STRINGS = ["", "10", "9", "9.5", "-1", "abc", "ABC", "abd", "a\nb", "b\na", "é", "Z", "x y", "a.b"]
@@ -393,3 +394,52 @@ def test_a_filter_with_more_patterns_than_the_regex_cache_compiles_each_once(sto
     assert invoke("etl.delete_rows", {"virtualFileId": vf, "request": flt}, resources) == {"deletedCount": 0}
     # a few times a pattern per action (parsing, the index check, compiling), whatever the number of rows
     assert _compile_regex.cache_info().misses - before <= 2 * 3 * 300
+
+
+NUL = "x\x00y"
+#: filters naming the row ``{"a": NUL}`` (Push and Append Rows keep it on SQLite), and the field each names
+NUL_FILTERS = [
+    ({"a": NUL}, "a"),
+    ({"a": {"$eq": NUL}}, "a.$eq"),
+    ({"a": {"$in": ["z", NUL]}}, "a.$in[1]"),
+    ({"a": {"$in": [*map(str, range(LONG_IN)), NUL]}}, f"a.$in[{LONG_IN}]"),  # bound as one JSON array
+    ({"a": {"$regex": "^x\x00"}}, "a.$regex"),
+    ({"$or": [{"a": "z"}, {"a": {"$gte": NUL, "$lt": "x\x01"}}]}, "$or[1].a.$gte"),
+    ({"a": {"$not": {"$nin": [NUL]}}}, "a.$not.$nin[0]"),
+]
+
+
+@pytest.mark.parametrize(("flt", "field"), NUL_FILTERS, ids=[c[1] for c in NUL_FILTERS])
+def test_an_operand_holding_a_nul_finds_the_value_sqlite_keeps(store, resources, database_url, flt, field):
+    """SQLite keeps a NUL in a value (as Push and Append Rows do), so Query finds it and Delete Rows deletes
+    it; PostgreSQL's text cannot hold one, so there the operand is a 400 naming it, and nothing is deleted."""
+    if database_url.startswith("sqlite"):
+        vf = store.create_from_rows([{"a": NUL}, {"a": "x"}, {"b": NUL}])
+        assert invoke("etl.query", {"virtualFileId": vf, "query": flt}, resources)["result"] == [{"a": NUL}]
+        negated = {"$nor": [flt]}
+        assert invoke("etl.query", {"virtualFileId": vf, "query": negated}, resources)["result"] == [
+            {"a": "x"}, {"b": NUL}]
+        assert invoke("etl.delete_rows", {"virtualFileId": vf, "request": flt}, resources) == {"deletedCount": 1}
+        assert store.rows(vf) == [{"a": "x"}, {"b": NUL}]
+        return
+    vf = store.create_from_rows([{"a": "x"}])
+    for name, key in (("etl.query", "query"), ("etl.delete_rows", "request")):
+        with pytest.raises(ConnectorError) as info:
+            invoke(name, {"virtualFileId": vf, key: flt}, resources)
+        assert info.value.status == 400
+        assert info.value.message == (f"{key}.{field}: holds a NUL character (\\u0000), "
+                                      "which PostgreSQL's text cannot hold")
+    assert store.rows(vf) == [{"a": "x"}]
+
+
+@pytest.mark.parametrize("flt", [{"a\x00": "1"}, {"$and": [{"a": "1"}, {"\x00": "1"}]}, {"a": {"$eq\x00": "1"}}])
+def test_a_nul_in_a_filter_key_or_an_id_is_a_400_on_both_databases(store, resources, flt):
+    vf = store.create_from_rows([{"a": "1"}])
+    for name, key in (("etl.query", "query"), ("etl.delete_rows", "request")):
+        with pytest.raises(ConnectorError) as info:
+            invoke(name, {"virtualFileId": vf, key: flt}, resources)
+        assert info.value.status == 400 and info.value.message.startswith(key), info.value.message
+        with pytest.raises(ConnectorError) as info:
+            invoke(name, {"virtualFileId": vf + "\x00", key: {}}, resources)
+        assert info.value.status == 400 and info.value.message.startswith("virtualFileId"), info.value.message
+    assert store.rows(vf) == [{"a": "1"}]

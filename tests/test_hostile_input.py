@@ -258,8 +258,8 @@ def test_nul_in_json_keys_is_a_400(files, store):
 
 def test_nul_in_filters_ids_columns_and_output_schema_is_a_400(store):
     vf = a_file(store)
-    refused("etl.query", {"virtualFileId": vf, "query": {"a": "x\x00"}}, "query.a")
-    refused("etl.delete_rows", {"virtualFileId": vf, "request": {"a": {"$in": ["1", "x\x00"]}}}, "request.a.$in[1]")
+    refused("etl.query", {"virtualFileId": vf, "query": {"a\x00": "x"}}, "query")  # a value: test_etl_filters
+    refused("etl.delete_rows", {"virtualFileId": vf, "request": {"$or": [{"\x00": "1"}]}}, "request.$or[0]")
     refused("etl.iterate", {"content": vf + "\x00", "maxBatchSize": 1}, "content")
     refused("etl.query", {"virtualFileId": "\x00", "query": {}}, "virtualFileId")
     refused("etl.clean", {"virtualFileId": "x\x00"}, "virtualFileId")
@@ -289,7 +289,7 @@ def test_append_rows_keeps_a_nul_value_where_push_does(files, store, database_ur
     else:
         assert "NUL" in refused("etl.push", pushed, "a value holds a NUL character")
         message = refused("etl.append_rows", append, "rows[1].content.a")
-        assert message == "rows[1].content.a: holds a NUL character (\\u0000)"
+        assert message == "rows[1].content.a: holds a NUL character (\\u0000), which PostgreSQL's text cannot hold"
         assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]
 
 

@@ -21,7 +21,6 @@ from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
 from connector_ops.etl.writers import csv_chunks, json_chunks
 from connector_ops.kernel.errors import InvalidInput
-from connector_ops.kernel.limits import check_payload
 from connector_ops.kernel.progress import reading_with_progress, track
 from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
@@ -145,9 +144,12 @@ def iterate(inp: m.IterateInput, virtual_files: VirtualFileStore) -> m.IterateOu
     return m.IterateOutput.model_construct(content=rows, has_next=has_next)  # rows built by the store: no re-validation
 
 
-@action("etl.query", m.QueryInput, m.QueryOutput, resources=ETL)
+@action("etl.query", m.QueryInput, m.QueryOutput, resources=ETL, nul_in_values=True)
 def query(inp: m.QueryInput, virtual_files: VirtualFileStore) -> m.QueryOutput:
-    """The rows matching a MongoDB-style filter (``{}``: all of them), in row order."""
+    """The rows matching a MongoDB-style filter (``{}``: all of them), in row order.
+
+    An operand may hold a NUL where a stored value may (SQLite; :meth:`~VirtualFileStore.check_nul`)."""
+    virtual_files.check_nul(inp.query, "query")
     limit = 1 if inp.extract_only_one_result else None
     rows = virtual_files.find(inp.virtual_file_id, inp.query, limit=limit)
     return m.QueryOutput.model_construct(result=rows)  # rows built by the store: no re-validation
@@ -160,9 +162,8 @@ def append_rows(inp: m.AppendRowsInput, virtual_files: VirtualFileStore) -> str:
     A value may hold a NUL where the database keeps one (SQLite), as a pushed file's may, so a file's own
     rows can be appended to it; PostgreSQL's text cannot, so there it is a 400 naming the value, before
     anything is written."""
-    if not virtual_files.holds_nul:
-        for i, row in enumerate(inp.rows):
-            check_payload(row.content, f"rows[{i}].content")
+    for i, row in enumerate(inp.rows):
+        virtual_files.check_nul(row.content, f"rows[{i}].content")
     grouped: dict[str, list[dict[str, str | None]]] = {}
     for row in inp.rows:
         grouped.setdefault(row.virtual_file_id, []).append({k: cell_text(v) for k, v in row.content.items()})

@@ -11,10 +11,12 @@ from connector_ops.registry import action
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 
-@action("etl.delete_rows", m.DeleteRowsInput, m.DeleteRowsOutput, resources=("virtual_files",))
+@action("etl.delete_rows", m.DeleteRowsInput, m.DeleteRowsOutput, resources=("virtual_files",), nul_in_values=True)
 def delete_rows(inp: m.DeleteRowsInput, virtual_files: VirtualFileStore) -> m.DeleteRowsOutput:
     """Delete the rows matching a MongoDB-style filter; returns how many were deleted.
 
-    With ``dryRun``, returns how many would be, deleting nothing."""
+    With ``dryRun``, returns how many would be, deleting nothing. An operand may hold a NUL where a stored
+    value may (SQLite; :meth:`~VirtualFileStore.check_nul`)."""
+    virtual_files.check_nul(inp.request, "request")
     return m.DeleteRowsOutput(deleted_count=virtual_files.delete_where(inp.virtual_file_id, inp.request,
                                                                        dry_run=inp.dry_run))

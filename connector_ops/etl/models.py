@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_BATCH_SIZE, text_encoding
@@ -29,6 +29,18 @@ def refuse_given(parameters: SpecModel, fields: frozenset[str], why: str, *, unl
                    if not (unless_default and getattr(parameters, f) == known[f].default))
     if given:
         raise InvalidInput(f"parameters.{given[0]}", f"does not apply to {why}")
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("holds a NUL character (\\u0000)")
+    return value
+
+
+#: The virtual file of an action that lets a NUL into its input for the values (``nul_in_values``: Append
+#: Rows' row values, Query's and Delete Rows' filter operands, which SQLite keeps): an id never holds one
+#: (PostgreSQL would refuse it as a parameter, not find nothing).
+NulFreeId = Annotated[str, Field(min_length=1), AfterValidator(_no_nul)]
 
 
 def _delimiter(value: str) -> str:
@@ -135,7 +147,7 @@ class IterateOutput(SpecModel):
 
 
 class QueryInput(SpecModel):
-    virtual_file_id: str = Field(min_length=1, description="the virtual file to query (not shown in the spec)")
+    virtual_file_id: NulFreeId = Field(description="the virtual file to query (not shown in the spec)")
     query: dict[str, Any]
     extract_only_one_result: bool = False
 
@@ -145,18 +157,10 @@ class QueryOutput(SpecModel):
 
 
 class AppendRow(SpecModel):
-    virtual_file_id: str = Field(min_length=1)
+    virtual_file_id: NulFreeId
     content: dict[str, Any]
 
-    # Append Rows lets a NUL into its input for the values (:func:`~connector_ops.etl.actions.append_rows`);
-    # an id or a column name never holds one (PostgreSQL would refuse the id as a parameter, not find nothing)
-    @field_validator("virtual_file_id")
-    @classmethod
-    def _no_nul_in_id(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("holds a NUL character (\\u0000)")
-        return value
-
+    # a column name never holds a NUL (only a value may: :func:`~connector_ops.etl.actions.append_rows`)
     @field_validator("content")
     @classmethod
     def _no_nul_in_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +179,7 @@ class CleanInput(SpecModel):
 
 # -- transforms: Delete Rows, Map, Validate, Join ------------------------------------------------------
 class DeleteRowsInput(SpecModel):
-    virtual_file_id: str = Field(min_length=1)
+    virtual_file_id: NulFreeId
     request: dict[str, Any] = Field(description="a MongoDB query filter; keys are (literal) column names")
     dry_run: bool = Field(False, description="our extension: count the rows that would be deleted, delete nothing")
 

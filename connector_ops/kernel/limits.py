@@ -85,19 +85,20 @@ def holds_surrogate(half: str) -> str:
 
 
 def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: bool = True,
-                  finite: bool = True) -> None:
+                  finite: bool = True, nul_because: str = "") -> None:
     """Refuse what no action can handle, naming the first offending field: nesting deeper than ``limit``,
     an integer too long for text, a NUL character in a key or a string (no database text column, header
     or file name can hold one), half a surrogate pair (:func:`lone_surrogate`), NaN or an infinity
     (:func:`not_finite`). Iterative, so the check itself cannot exhaust the stack; a cyclic structure (from
     Python callers) ends at the depth limit. ``nul=False`` lets NUL through (data values the store itself
-    checks); ``finite=False`` lets NaN and infinities through (readers that store them as text)."""
+    checks); ``finite=False`` lets NaN and infinities through (readers that store them as text);
+    ``nul_because`` ends the message of a NUL (the database that cannot hold one)."""
     stack: list[tuple[Any, tuple[str | int, ...], int]] = [(value, (field,) if field else (), 0)]
     while stack:
         item, path, depth = stack.pop()
         if isinstance(item, str):
             if nul and "\x00" in item:
-                raise InvalidInput(field_path(path), "holds a NUL character (\\u0000)")
+                raise InvalidInput(field_path(path), f"holds a NUL character (\\u0000){nul_because}")
             if (half := lone_surrogate(item)) is not None:
                 raise InvalidInput(field_path(path), holds_surrogate(half))
             continue
@@ -118,7 +119,7 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
             for key, child in item.items():
                 if isinstance(key, str):
                     if nul and "\x00" in key:
-                        raise InvalidInput(field_path(path), f"a key holds a NUL character: {key!r}")
+                        raise InvalidInput(field_path(path), f"a key holds a NUL character: {key!r}{nul_because}")
                     if (half := lone_surrogate(key)) is not None:
                         raise InvalidInput(field_path(path), f"a key {holds_surrogate(half)}")
                 stack.append((child, (*path, str(key)), depth + 1))

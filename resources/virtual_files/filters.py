@@ -394,6 +394,8 @@ def parse_filter(flt: Any, field: str = "request") -> Node:
         path = f"{field}.{key}"
         if not isinstance(key, str):
             raise InvalidInput(field, f"keys must be strings, got {key!r}")
+        if "\x00" in key:  # no column name holds one; an operand may (SQLite keeps it in a value)
+            raise InvalidInput(field, f"a key holds a NUL character: {key!r}")
         if key in LOGICAL_OPERATORS:
             clauses.append(_parse_logical(key, value, path))
         elif key.startswith("$"):
@@ -590,8 +592,10 @@ def _member_sql(column: sa.ColumnElement, values: tuple[str, ...], dialect: str)
         return column == sa.any_(sa.bindparam(None, list(values), type_=ARRAY(sa.Text)))
     import json
 
-    listed = sa.select(sa.column("value", sa.Text)).select_from(
-        sa.func.json_each(sa.bindparam(None, json.dumps(values), type_=sa.Text)))
+    value: sa.ColumnElement = sa.column("value", sa.Text)
+    if any("\x00" in v for v in values):  # SQLite's JSON functions end a text at a NUL: such lists go as hex
+        values, value = tuple(v.encode().hex() for v in values), sa.func.cop_unhex(value)
+    listed = sa.select(value).select_from(sa.func.json_each(sa.bindparam(None, json.dumps(values), type_=sa.Text)))
     return column.in_(listed)
 
 
@@ -633,6 +637,8 @@ def _sqlite_regexp(key: str, value: str | None) -> int:
 
 
 SQLITE_FUNCTIONS["cop_regexp"] = (2, _sqlite_regexp)
+#: a long ``$in`` list's value from its hex (:func:`_member_sql`; SQLite 3.40 has no ``unhex``)
+SQLITE_FUNCTIONS["cop_unhex"] = (1, lambda text: bytes.fromhex(text).decode())
 
 
 class _HoldsFinder(_Parens):

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
+from connector_ops.kernel.limits import check_payload
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.shapes import (
@@ -76,6 +77,13 @@ class VirtualFileStore(Resource):
     def holds_nul(self) -> bool:
         """Whether a stored value may hold a NUL character: SQLite's text can, PostgreSQL's cannot."""
         return self.database_url.startswith("sqlite")
+
+    def check_nul(self, value: Any, field: str) -> None:
+        """A 400 naming the first string in ``value`` (a row's values, a filter's operands) that holds a NUL
+        where the database's text cannot hold one (PostgreSQL); on SQLite a value keeps it, as a Push keeps
+        a file's, so a filter can find it and a file's own rows can be appended to it."""
+        if not self.holds_nul:
+            check_payload(value, field, nul_because=", which PostgreSQL's text cannot hold")
 
     @property
     def sql(self) -> SqlStore:
