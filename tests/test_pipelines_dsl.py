@@ -379,3 +379,29 @@ def test_the_readme_pipeline_runs_as_written_on_the_shipped_data(tmp_path: Path,
     exported = resources["platform_files"].read_bytes(outcome.steps["export"]["platformFile"]).decode()
     rows = exported.splitlines()[1:]
     assert len(rows) == 13 and all(",retail" in row for row in rows)
+
+
+WHOLE_NUMBERS = """
+    name: whole
+    on_new_file: {{folderId: root, minimumIntervalSeconds: {n}}}
+    retry: {{max_retries: {n}}}
+    steps:
+      - id: each
+        action: etl.clean
+        foreach: {{virtualFileId: vf, maxBatchSize: {n}}}
+        input: {{virtualFileId: "${{batch.virtualFileId}}"}}
+"""
+
+
+def test_whole_number_keys_take_an_integral_float_as_action_inputs_do(tmp_path: Path) -> None:
+    """``2.0`` is the whole number 2 to an action's integer input and to the editor's schema (JSON Schema has
+    one number 2); the loader refused it. ``2.5``, booleans, NaN and infinities are still no whole number."""
+    pipeline = load_pipeline(write(tmp_path, WHOLE_NUMBERS.format(n="40.0")))
+    assert pipeline.retry.max_retries == 40 and pipeline.step("each").foreach.max_batch_size == 40
+    assert pipeline.on_new_file.minimum_interval_seconds == 40
+    assert all(type(n) is int for n in (pipeline.retry.max_retries, pipeline.on_new_file.minimum_interval_seconds))
+    for bad in ("2.5", "true", ".nan", ".inf", "'2'"):
+        with pytest.raises(PipelineError) as caught:
+            load_pipeline(write(tmp_path, WHOLE_NUMBERS.format(n=bad)))
+        found = {p.line for p in caught.value.problems if "a whole number" in p.message}
+        assert found == {2, 3, 7}, (bad, caught.value.problems)  # minimumIntervalSeconds, max_retries, maxBatchSize

@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.pipelines.dsl.model import Retry
-from connector_ops.pipelines.dsl.sections import Report, known_mapping
+from connector_ops.pipelines.dsl.sections import Report, known_mapping, whole_number
 
 RETRY_KEYS = ("max_retries", "delay", "backoff")
 BACKOFFS = {"exponential": dg.Backoff.EXPONENTIAL, "linear": dg.Backoff.LINEAR}
@@ -31,8 +31,8 @@ def parse_retry(raw: Any, path: tuple[str | int, ...], report: Report) -> Retry 
     ok = known_mapping(raw, path, "retry", RETRY_KEYS, shape, report)
     if ok is None:
         return None
-    count = raw.get("max_retries")
-    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_RETRIES:
+    count = whole_number(raw.get("max_retries"))
+    if count is None or not 0 <= count <= MAX_RETRIES:
         report((*path, "max_retries"), f"`max_retries` is required: a whole number from 0 to {MAX_RETRIES}")
         ok = False
     delay = raw.get("delay")

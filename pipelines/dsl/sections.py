@@ -23,3 +23,14 @@ def known_mapping(raw: Any, path: tuple[str | int, ...], section: str, keys: Seq
             report((*path, key), f"unknown key {key!r} in {section}; allowed: {', '.join(keys)}")
             ok = False
     return ok
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` as an ``int`` when it is a whole number: an integer, or a float without a fraction (YAML's
+    ``1.0``), which an action's integer input takes (pydantic) and the editor schema's ``"type": "integer"``
+    cannot tell from 1; else ``None`` (``1.5``, ``true``, NaN, an infinity, text)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, float) and value.is_integer() else None

@@ -31,6 +31,7 @@ from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, 
 from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
 from connector_ops.pipelines.dsl.retries import parse_retry
+from connector_ops.pipelines.dsl.sections import whole_number
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.registry import ACTIONS, FIELD_KINDS, ActionSpec, get_action, load_all, problem_of
 
@@ -152,8 +153,8 @@ class _Checker:
         for loc, ref, _exact in self.refs(folder, (*path, "folderId"), None):
             if ref.root != r.ENV:
                 self.add(loc, f"{ref.text}: on_new_file.folderId may only use ${{env.NAME}}")
-        interval = raw.get("minimumIntervalSeconds", 30)
-        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+        interval = whole_number(raw.get("minimumIntervalSeconds", 30))
+        if interval is None or interval < 1:
             self.add((*path, "minimumIntervalSeconds"), "must be a whole number of seconds, at least 1")
             interval = 30
         return Trigger(folder_id=folder, minimum_interval_seconds=interval)
@@ -252,8 +253,8 @@ class _Checker:
         for key in raw:
             if key not in FOREACH_KEYS:
                 self.add((*path, key), f"unknown key {key!r} in foreach; allowed: {', '.join(FOREACH_KEYS)}", label)
-        size = raw.get("maxBatchSize", DEFAULT_BATCH_SIZE)
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        size = whole_number(raw.get("maxBatchSize", DEFAULT_BATCH_SIZE))
+        if size is None or size < 1:
             self.add((*path, "maxBatchSize"), "`maxBatchSize` must be a whole number, at least 1", label)
             size = DEFAULT_BATCH_SIZE
         if "virtualFileId" not in raw:
