@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
+from connector_ops.kernel.json_text import read_json
 
 PROG = "connector-ops"
 #: command group -> ("module:attribute", one-line help shown without importing the module)
@@ -100,7 +101,7 @@ def read_payload(text: str | None, action: str) -> Any:
             raise ConnectorError(400, {"message": f"input: cannot read {text[1:]!r}: {exc.strerror}"},
                                  action=action) from None
     try:
-        return json.loads(data, parse_constant=_not_json_number)
+        return read_json(data, parse_constant=_not_json_number)
     except _NotJson as exc:
         raise ConnectorError(400, {"message": f"input is not valid JSON: {exc} is no JSON number"},
                              action=action) from None

@@ -23,6 +23,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from pathlib import PurePath
 from typing import Any, NoReturn
 
@@ -31,7 +32,8 @@ import yaml
 from pydantic import BaseModel
 
 from connector_ops.kernel.errors import ConnectorError
-from connector_ops.kernel.yaml_text import FastTextLoader
+from connector_ops.kernel.json_text import read_json
+from connector_ops.kernel.yaml_text import ExactNumberLoader
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 #: characters after which a quote opens a string (JSON always; YAML at the start of a scalar)
@@ -87,7 +89,7 @@ def evaluate(expression: str, namespace: Mapping[str, Any]) -> Any:
 
 
 def jsonable(value: Any) -> Any:
-    """``json.dumps`` fallback: models, DataFrames, numpy scalars, paths and dates become JSON values."""
+    """``json.dumps`` fallback: models, DataFrames, numpy scalars, decimals, paths and dates become JSON values."""
     if isinstance(value, BaseModel):
         return value.model_dump(by_alias=True, mode="json")
     if isinstance(value, PurePath):
@@ -100,6 +102,8 @@ def jsonable(value: Any) -> Any:
         return _pandas_values(value)
     if type(value).__module__.startswith("numpy") and hasattr(value, "tolist"):
         return value.tolist()  # arrays become lists, numpy scalars Python numbers
+    if isinstance(value, Decimal):  # a number as read_json reads one; json writes no Decimal
+        return float(value)
     raise TypeError(f"a {type(value).__name__} is not a JSON value")
 
 
@@ -212,10 +216,10 @@ def parse(text: str) -> Any:
     if not text:
         return {}
     try:
-        return json.loads(text)
+        return read_json(text)
     except json.JSONDecodeError as json_error:
-        try:
-            return yaml.load(text, Loader=FastTextLoader)  # safe, dates kept as text (C speed when available)
+        try:  # safe, dates kept as text, floats as Decimal as from JSON (C speed when available)
+            return yaml.load(text, Loader=ExactNumberLoader)
         except yaml.YAMLError as yaml_error:
             if _JSON_LIKE.match(text):  # YAML flow style ({a: "x"}) gets YAML's problem, not JSON's
                 problem = f"{json_error.msg} (line {json_error.lineno}, column {json_error.colno})"

@@ -35,6 +35,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -285,6 +286,8 @@ class Recorder:
             if (ref := self.reference(_key(value), where)) is not None:
                 return "${" + ref + "}"
             return self._embedded(value, where)
+        if isinstance(value, Decimal):  # the magic's 1.50: a pipeline's literal is run config, a JSON float
+            return float(value)
         return value
 
     def _embedded(self, text: str, where: str) -> str:

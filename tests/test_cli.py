@@ -12,6 +12,7 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,3 +204,22 @@ def test_a_bad_setting_of_another_connector_breaks_no_other_command(env: dict[st
     assert mailed.returncode == 1
     assert mailed.stderr == ("connector-ops: mail.send_transactional_message failed (500): configuration error: "
                              "CONNECTOR_OPS_MAIL_BACKEND: must be one of outbox, mailjet, smtp, got 'bogus'\n")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_number_keeps_the_text_a_push_keeps(env: dict[str, str], files: Any, store: Any) -> None:
+    """The CLI read JSON numbers as floats: ``1.50`` was stored ``"1.5"``, 20 digits as 17 and ``1E400`` was a
+    400 (an infinity), where a Push of the same NDJSON keeps each number's text."""
+    from connector_ops import invoke
+
+    numbers = '{"a": 1.50, "b": 1e5, "c": -0.0, "d": 1E400, "e": 12345678901234567890.5, "f": 7}'
+    pf = files.add_bytes(numbers.encode() + b"\n", "n.ndjson", "application/x-ndjson").to_json()
+    vf = invoke("etl.push", {"platformFile": pf})["virtualFileId"]
+    run = cli("invoke", "etl.append_rows", f'{{"rows": [{{"virtualFileId": "{vf}", "content": {numbers}}}]}}', env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    pushed, appended = store.rows(vf)
+    assert appended == pushed == {"a": "1.50", "b": "1E+5", "c": "-0.0", "d": "1E+400",
+                                  "e": "12345678901234567890.5", "f": "7"}
+    huge = cli("invoke", "etl.iterate", '{"content": "x", "maxBatchSize": 1E999999999}', env=env)
+    assert (huge.returncode, json.loads(huge.stdout)) == (2, {"message": "maxBatchSize: a number with more than "
+                                                                         "4300 digits"})

@@ -8,6 +8,7 @@ given to the oracle as they are stored (numbers as their JSON text, null as a mi
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 import mongomock
@@ -443,3 +444,13 @@ def test_a_nul_in_a_filter_key_or_an_id_is_a_400_on_both_databases(store, resour
             invoke(name, {"virtualFileId": vf + "\x00", key: {}}, resources)
         assert info.value.status == 400 and info.value.message.startswith("virtualFileId"), info.value.message
     assert store.rows(vf) == [{"a": "1"}]
+
+
+def test_a_decimal_operand_is_a_number_as_a_float_is(store, resources):
+    """The CLI and the magic read ``1.50`` as a ``Decimal`` (its digits kept): an operand selects what the
+    float would (no row: type bracketing), not a 400 "does not accept Decimal"."""
+    vf = store.create_from_rows([{"a": "1.50"}, {"b": "x"}])
+    for flt, rows in (({"a": Decimal("1.50")}, []), ({"a": {"$ne": Decimal("1.50")}}, [{"a": "1.50"}, {"b": "x"}]),
+                      ({"a": {"$in": [Decimal("1.50"), "1.50"]}}, [{"a": "1.50"}]),
+                      ({"a": {"$exists": Decimal("1")}}, [{"a": "1.50"}]), ({"a": {"$gt": Decimal("1")}}, [])):
+        assert invoke("etl.query", {"virtualFileId": vf, "query": flt}, resources)["result"] == rows, flt

@@ -154,7 +154,7 @@ def _item(line: str, *, pairs: bool = False) -> dict[str, str | None]:
     if line[end:].strip(_JSON_SPACE):
         raise ValueError("more than one value on the line")
     if doubt or not _within(line, MAX_DEPTH):
-        check_payload(value, limit=MAX_DEPTH, nul=False)
+        check_payload(value, limit=MAX_DEPTH, nul=False, long_decimals=True)
     return _row(value, "an item")
 
 
@@ -225,7 +225,8 @@ def _json_line(line: str, number: int) -> Any:
         raise InvalidInput(FIELD, f"line {number}: holds {too_many_digits()}") from None
     if _SURROGATE_ESCAPE.search(line) or not _within(line, MAX_DEPTH + 1):
         try:
-            check_payload(value, limit=MAX_DEPTH + 1, nul=False, finite=False)  # the row is one level; NaN is text
+            # the row is one level; NaN and a long number are text
+            check_payload(value, limit=MAX_DEPTH + 1, nul=False, finite=False, long_decimals=True)
         except InvalidInput as exc:
             raise InvalidInput(FIELD, f"line {number}: {exc}") from None
     return value

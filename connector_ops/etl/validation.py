@@ -16,7 +16,6 @@ after the point (trailing zeros not counted) and ``p−s`` before it (leading ze
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -170,11 +169,10 @@ def _number_text(value: Any) -> str | None:
     """A JSON number as plain decimal text; strings as they are; anything else None."""
     if isinstance(value, str):
         return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return format(Decimal(str(value)), "f")
+    number = value if isinstance(value, Decimal) else Decimal(str(value))  # a Decimal: read from JSON text
+    return format(number, "f") if number.is_finite() else None
 
 
 def _integer_check(low: int | None, high: int | None) -> Check:

@@ -1,4 +1,5 @@
-"""Compact JSON text of values from Python callers, as both the ETL store and the mail payload write it.
+"""JSON text as every entry point reads it, and compact JSON text of values from Python callers, as both
+the ETL store and the mail payload write it.
 
 ``json`` writes NumPy's numbers only through a ``default`` and a ``Decimal`` only through ``float``, where
 ``2.50`` would become ``2.5`` and a 20-digit amount would lose digits: here each ``Decimal`` keeps its own
@@ -55,3 +56,11 @@ def _with_decimals(value: Any, encode: Callable[[Any], str]) -> str:
             raise ValueError(f"{value} is not a JSON number")
         return str(value)
     return encode(value)
+
+
+def read_json(data: str | bytes, *, parse_constant: Callable[[str], Any] | None = None) -> Any:
+    """JSON text as a payload: a number with a fraction or an exponent as a ``Decimal``, as a Push reads a
+    JSON row, so ``1.50`` from the CLI or the magic is stored ``"1.50"`` as a Push stores it (a float would
+    make it ``1.5``, and 20 digits 17), and ``1e5`` ``"1E+5"`` alike. ``parse_constant`` gets ``NaN`` and
+    the infinities (default: floats, which the payload check refuses naming the field)."""
+    return json.loads(data, parse_float=Decimal, parse_constant=parse_constant)

@@ -85,14 +85,17 @@ def holds_surrogate(half: str) -> str:
 
 
 def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: bool = True,
-                  finite: bool = True, nul_because: str = "") -> None:
+                  finite: bool = True, nul_because: str = "", long_decimals: bool = False) -> None:
     """Refuse what no action can handle, naming the first offending field: nesting deeper than ``limit``,
     an integer too long for text, a NUL character in a key or a string (no database text column, header
     or file name can hold one), half a surrogate pair (:func:`lone_surrogate`), NaN or an infinity
     (:func:`not_finite`). Iterative, so the check itself cannot exhaust the stack; a cyclic structure (from
     Python callers) ends at the depth limit. ``nul=False`` lets NUL through (data values the store itself
     checks); ``finite=False`` lets NaN and infinities through (readers that store them as text);
-    ``nul_because`` ends the message of a NUL (the database that cannot hold one)."""
+    ``nul_because`` ends the message of a NUL (the database that cannot hold one). A ``Decimal`` (a number
+    with a fraction or an exponent, as the entry points read JSON) whose digits written out would pass the
+    integer limit (``1E999999999``: an integer input would take minutes to build it) is refused too, unless
+    ``long_decimals`` (readers that store its text)."""
     stack: list[tuple[Any, tuple[str | int, ...], int]] = [(value, (field,) if field else (), 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -110,6 +113,9 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
         if not is_map and not isinstance(item, list | tuple):
             if not isinstance(item, _JSON_SCALARS) and not _a_model(item):
                 raise InvalidInput(field_path(path), not_json(item))
+            if (not long_decimals and isinstance(item, decimal.Decimal) and item.is_finite()
+                    and abs(item.adjusted()) >= MAX_INT_DIGITS):
+                raise InvalidInput(field_path(path), too_many_digits())
             if finite and (word := not_finite(item)) is not None:
                 raise InvalidInput(field_path(path), f"{word} is not a JSON number (JSON has no NaN or Infinity)")
             continue

@@ -42,6 +42,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
@@ -67,6 +68,8 @@ REGEX_BATCH = 20_000
 LONG_IN = 100
 #: children of one SQL AND/OR node; wider ones become a balanced tree of groups
 FAN_OUT = 16
+#: a number operand: JSON's, as Python reads it (an entry point's reader makes a fraction a ``Decimal``)
+NUMBER = int | float | Decimal
 
 
 # -- the parsed filter ---------------------------------------------------------------------------
@@ -445,7 +448,7 @@ def _parse_operators(column: str, ops: Mapping[str, Any], path: str) -> Node:
             member = _member(column, op, operand, where)
             clauses.append(member if op == "$in" else _not(member))
         elif op == "$exists":
-            if not isinstance(operand, bool | int | float):
+            if not isinstance(operand, bool | NUMBER):
                 raise InvalidInput(where, f"$exists needs a boolean (or a number, 0 for false), got {_kind(operand)}")
             missing = Match(column, (), missing=True)
             clauses.append(_not(missing) if operand else missing)
@@ -465,7 +468,7 @@ def _scalar(operand: Any, where: str, op: str) -> None:
         raise InvalidInput(where, f"{op} does not accept an embedded document (rows are flat)")
     if isinstance(operand, list | tuple):
         raise InvalidInput(where, f"{op} does not accept an array (rows are flat)")
-    if not (operand is None or isinstance(operand, str | bool | int | float)):
+    if not (operand is None or isinstance(operand, str | bool | NUMBER)):
         raise InvalidInput(where, f"{op} does not accept {_kind(operand)}")
 
 
@@ -523,8 +526,8 @@ def _operator_problem(op: str, *, top_level: bool) -> str:
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
-    return {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "an array",
-            dict: "an object"}.get(type(value), type(value).__name__)
+    return {str: "a string", bool: "a boolean", int: "a number", float: "a number", Decimal: "a number",
+            list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
 
 
 # -- compiling -----------------------------------------------------------------------------------
@@ -748,12 +751,13 @@ def filter_warnings(flt: Mapping[str, Any], columns: Sequence[str], field: str =
                 elif op in ("$in", "$nin") and isinstance(v, list):
                     for item in v:
                         if _is_number(item):
-                            numbers.append(f"{path}.{op}: {item!r} is {_kind(item)}{_number_tail(op, negations)}")
+                            numbers.append(
+                                f"{path}.{op}: {_literal(item)} is {_kind(item)}{_number_tail(op, negations)}")
                             break
                 elif op in ("$eq", "$ne", *COMPARISONS) and _is_number(v):
-                    numbers.append(f"{path}.{op}: {v!r} is {_kind(v)}{_number_tail(op, negations)}")
+                    numbers.append(f"{path}.{op}: {_literal(v)} is {_kind(v)}{_number_tail(op, negations)}")
         elif _is_number(value):
-            numbers.append(f"{path}: {value!r} is {_kind(value)}{_number_tail('$eq', negations)}")
+            numbers.append(f"{path}: {_literal(value)} is {_kind(value)}{_number_tail('$eq', negations)}")
 
     walk(flt, field, ())
     found = []
@@ -767,7 +771,12 @@ def filter_warnings(flt: Mapping[str, Any], columns: Sequence[str], field: str =
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, bool | int | float)
+    return isinstance(value, bool | NUMBER)
+
+
+def _literal(value: Any) -> str:
+    """A number as its caller wrote it: a ``Decimal`` (read from JSON text) with its digits, not its repr."""
+    return str(value) if isinstance(value, Decimal) else repr(value)
 
 
 def _number_tail(op: str, negations: Sequence[str] = ()) -> str:

@@ -296,3 +296,25 @@ def test_tables_tell_missing_from_empty_and_keep_spaces(ip: Any) -> None:
     assert '<td style="white-space: pre-wrap"></td>' in page and '<td style="color: #999">&lt;NA&gt;</td>' in page
     text = ip.display_formatter.format(out)[0]["text/plain"]
     assert [line.split() for line in text.splitlines()[1:4]] == [["a", "b"], ["lead"], ["x", "<NA>"]]
+
+
+NUMBERS = '{"a": 1.50, "b": 1e5, "c": -0.0, "d": 1E400, "e": 12345678901234567890.5, "f": 7}'
+
+
+def test_a_number_keeps_the_text_a_push_keeps_from_json_and_yaml(ip: Any, tmp_path: Path) -> None:
+    """The magic read JSON and YAML numbers as floats: ``1.50`` was stored ``"1.5"`` and 20 digits as 17, where
+    a Push of the same NDJSON keeps the text (``1E400`` was even a 400, as an infinity)."""
+    (tmp_path / "n.ndjson").write_text(NUMBERS + "\n")
+    ip.run_line_magic("connectors", f"add-file {tmp_path / 'n.ndjson'} -o numbers")
+    ip.user_ns["vf"] = ip.run_line_magic("etl", 'push {"platformFile": {{numbers}}}')["virtualFileId"]
+    row = '[{"virtualFileId": "{{vf}}", "content": ' + NUMBERS + "}]"
+    assert ip.run_line_magic("etl", 'append_rows {"rows": ' + row + "}") == "ok"
+    assert ip.run_cell_magic("etl", "append_rows", "rows:\n  - virtualFileId: '{{vf}}'\n"
+                             "    content: {a: 1.50, c: -0.0, e: 12345678901234567890.5, f: 7}\n") == "ok"
+    pushed, from_json, from_yaml = ip.run_line_magic("etl", 'iterate {"content": "{{vf}}", "maxBatchSize": 5}')[
+        "content"]
+    assert pushed == {"a": "1.50", "b": "1E+5", "c": "-0.0", "d": "1E+400", "e": "12345678901234567890.5", "f": "7"}
+    assert from_json == pushed
+    assert from_yaml == {k: pushed[k] for k in "acef"}
+    found = ip.run_line_magic("etl", 'query {"virtualFileId": "{{vf}}", "query": {"a": {"$in": [1.50, "1.50"]}}}')
+    assert found["result"] == [pushed, from_json, from_yaml]  # the number selects no row (type bracketing): no 400

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -93,10 +94,10 @@ def test_frames_keep_every_digit_and_missing_values_are_null() -> None:
         ["2024-01-02", "2024-01-03 04:05:06", None], format="mixed"), "n": [1, 2, 3]})
     series = pd.Series([1 / 3, np.inf])
     assert read_input('{"f": {{frame}}, "s": {{series}}}', {"frame": frame, "series": series}) == {
-        "f": [{"price": 0.30000000000000004, "day": "2024-01-02T00:00:00", "n": 1},
-              {"price": 123456789.123456, "day": "2024-01-03T04:05:06", "n": 2},
+        "f": [{"price": Decimal("0.30000000000000004"), "day": "2024-01-02T00:00:00", "n": 1},
+              {"price": Decimal("123456789.123456"), "day": "2024-01-03T04:05:06", "n": 2},
               {"price": None, "day": None, "n": 3}],
-        "s": [1 / 3, None],
+        "s": [Decimal(repr(1 / 3)), None],  # read back from the JSON text, a number's digits as they are written
     }
 
 

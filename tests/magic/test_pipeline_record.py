@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -457,3 +458,13 @@ def test_export_never_replaces_another_snapshot_and_leaves_nothing_when_refused(
     with pytest.raises(ConnectorError, match=r"the snapshot of step push cannot be read .*: run its cell again"):
         rec.export(out / "again.yaml")
     assert not (out / "again.yaml").exists() and not (out / "again-data").exists()
+
+
+def test_a_number_the_magic_read_is_exported_as_the_number_a_pipeline_reads(tmp_path: Path) -> None:
+    """The magic reads ``1.50`` as a ``Decimal`` (its digits kept); a pipeline's literal input is Dagster run
+    config, whose numbers are floats: the export wrote no ``Decimal`` (YAML cannot) and failed."""
+    rec = Recorder()
+    rec.start()
+    payload = {"content": [{"a": Decimal("1.50")}], "maxBatchSize": Decimal("2.0")}
+    rec(_call("etl.iterate", payload, {"content": [{"a": "1.50"}], "hasNext": False}, "page"))
+    assert _exported(rec, tmp_path)["page"]["input"] == {"content": [{"a": 1.5}], "maxBatchSize": 2.0}
