@@ -17,6 +17,11 @@ the task). So each step task watches its run (:class:`CancellableStep`): once th
 thread running it, which Dagster's handler turns into ``DagsterExecutionInterruptedError`` inside the step
 (the store then cancels its statement and rolls back) — and the task ends ``REVOKED``, without taking the
 worker down.
+
+**A worker that dies.** Each step task, in every pool, also writes a heartbeat into the result backend every
+:data:`~connector_ops.pipelines.celery_heartbeat.HEARTBEAT_SECONDS` (its worker's hostname and pid), which the
+run worker watches: a step whose heartbeat stopped fails its run
+(:mod:`connector_ops.pipelines.celery_heartbeat`).
 """
 
 from __future__ import annotations
@@ -25,12 +30,14 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
 import celery
 from celery.exceptions import Ignore
+from celery.utils.log import get_task_logger
 from dagster import DagsterInstance, DagsterRunStatus
 from dagster._core.errors import DagsterExecutionInterruptedError
 from dagster._grpc.types import ExecuteStepArgs
@@ -40,6 +47,7 @@ from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_execute_job_task, create_resume_job_task, create_task
 
 from connector_ops.environment import EXECUTOR_VARIABLE, pin_home
+from connector_ops.pipelines.celery_heartbeat import HEARTBEAT_SECONDS, HEARTBEAT_STATE
 from connector_ops.pipelines.executors import BACKEND_VARIABLE, BROKER_VARIABLE, celery_settings
 
 pin_home()  # the worker's home, resolved once for the processes that run its steps
@@ -51,19 +59,23 @@ app = make_app(CeleryExecutor.for_cli(broker=_broker, backend=os.environ.get(BAC
 #: how often a running step's task reads its run's status (one query on the instance's run storage)
 WATCH_SECONDS = 1.0
 _STOPPING = frozenset({DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED})
+log = get_task_logger(__name__)
 
 
 class _RunWatch:
-    """A thread that reads the run's status while its step runs and, once the run is being canceled,
-    interrupts the main thread while Dagster's ``SIGINT`` handler is in place (which makes it an
-    interrupt of the step: ``DagsterExecutionInterruptedError``, or a flag Dagster raises at the step's
-    next checkpoint). A signal that lands in our own handler instead (the task before or after Dagster's
-    part) is dropped and sent again once Dagster's handler is back; any other ``SIGINT`` goes on to the
-    handler that was there (Celery's warm shutdown)."""
+    """A thread that writes the step's heartbeat every :data:`HEARTBEAT_SECONDS` while its step runs and,
+    when ``interrupts`` (the task runs in the main thread, where signals land), reads the run's status and,
+    once the run is being canceled, interrupts the main thread while Dagster's ``SIGINT`` handler is in
+    place (which makes it an interrupt of the step: ``DagsterExecutionInterruptedError``, or a flag Dagster
+    raises at the step's next checkpoint). A signal that lands in our own handler instead (the task before
+    or after Dagster's part) is dropped and sent again once Dagster's handler is back; any other ``SIGINT``
+    goes on to the handler that was there (Celery's warm shutdown)."""
 
-    def __init__(self, args: ExecuteStepArgs) -> None:
+    def __init__(self, args: ExecuteStepArgs, beat: Callable[[], None], interrupts: bool) -> None:
         self.args = args
+        self.interrupts = interrupts
         self.stopping = False  # the run is CANCELING or CANCELED
+        self._beat = beat
         self._sent = False
         self._done = threading.Event()
         self._main = threading.main_thread().ident
@@ -71,15 +83,31 @@ class _RunWatch:
         self._thread = threading.Thread(target=self._watch, name=f"run-watch-{args.run_id}", daemon=True)
 
     def _watch(self) -> None:
-        with DagsterInstance.from_ref(self.args.instance_ref) as instance:  # type: ignore[arg-type]
+        """Beat, and look at the run; a failure to look is logged and never stops the heartbeat (which
+        would fail a healthy step as lost)."""
+        with contextlib.ExitStack() as stack:
+            instance = None
+            if self.interrupts:
+                instance = stack.enter_context(DagsterInstance.from_ref(self.args.instance_ref))  # type: ignore[arg-type]
+            next_beat = time.monotonic() + HEARTBEAT_SECONDS  # the task wrote the first one
             while not self._done.is_set():
-                if not self.stopping:
-                    run = instance.get_run_by_id(self.args.run_id)
-                    self.stopping = run is not None and run.status in _STOPPING
-                if self.stopping and not self._sent and signal.getsignal(signal.SIGINT) is not self._guard:
-                    self._sent = True
-                    signal.pthread_kill(self._main, signal.SIGINT)  # type: ignore[arg-type]
-                self._done.wait(WATCH_SECONDS)
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + HEARTBEAT_SECONDS
+                    self._beat()
+                if instance is not None:
+                    try:
+                        self._interrupt_if_stopping(instance)
+                    except Exception as exc:  # the instance's database unreachable for a moment
+                        log.warning("run %s: its status not read: %s", self.args.run_id, exc)
+                self._done.wait(WATCH_SECONDS if instance is not None else HEARTBEAT_SECONDS)
+
+    def _interrupt_if_stopping(self, instance: DagsterInstance) -> None:
+        if not self.stopping:
+            run = instance.get_run_by_id(self.args.run_id)
+            self.stopping = run is not None and run.status in _STOPPING
+        if self.stopping and not self._sent and signal.getsignal(signal.SIGINT) is not self._guard:
+            self._sent = True
+            signal.pthread_kill(self._main, signal.SIGINT)  # type: ignore[arg-type]
 
     def _guarding(self, previous: Any) -> Callable[[int, FrameType | None], None]:
         def guard(signo: int, frame: FrameType | None) -> None:
@@ -96,33 +124,35 @@ class _RunWatch:
         """Watch while the body runs, then put back the handlers of ``SIGINT`` and ``SIGTERM`` (Dagster's
         handler, as it leaves, sets SIGTERM's to the SIGINT handler it found: Celery's warm shutdown for
         SIGTERM would have become its Ctrl-C handler)."""
-        before: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        self._guard = self._guarding(before[signal.SIGINT])
-        signal.signal(signal.SIGINT, self._guard)
+        before: dict[int, Any] = {}
+        if self.interrupts:
+            before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+            self._guard = self._guarding(before[signal.SIGINT])
+            signal.signal(signal.SIGINT, self._guard)
         self._thread.start()
         try:
             yield
         finally:
             self._done.set()
             self._thread.join()  # a signal it sent has reached a handler by now (a join runs pending ones)
-            for sig, handler in before.items():
+            for sig, handler in before.items():  # and no heartbeat comes after the task's result
                 signal.signal(sig, handler)
 
 
 class CancellableStep(celery.Task):
-    """dagster-celery's step task (its body unchanged), interrupted when its run is canceled; it then ends
-    ``REVOKED``, which the run worker takes as the revoke it sent.
+    """dagster-celery's step task (its body unchanged), sending heartbeats while it runs, and interrupted
+    when its run is canceled; it then ends ``REVOKED``, which the run worker takes as the revoke it sent.
 
-    Not ``track_started``: a revoke reaches every worker, and an idle one marks a task still ``PENDING`` as
-    ``REVOKED`` at once. That ends the run while the interrupted step may still be writing its failure (the
-    step's ``STEP_FAILURE`` can follow ``PIPELINE_CANCELED`` by up to a second), but it is also what ends a
-    run whose worker died mid-step when the run is terminated: a ``STARTED`` task is left to its worker,
-    and the run worker would wait for it for ever."""
+    Not ``track_started``: the first heartbeat says the task started (with more: the worker and its pid). A
+    revoke reaches every worker, and an idle one marks a task still ``PENDING`` as ``REVOKED`` at once; a
+    task in its heartbeat state is left to its worker (or, once lost, to the run worker's watch)."""
 
     def __call__(self, execute_step_args_packed: Any, executable_dict: Any) -> Any:
-        if threading.current_thread() is not threading.main_thread():  # a threads/gevent pool: no signals
-            return super().__call__(execute_step_args_packed, executable_dict)
-        watch = _RunWatch(unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs))
+        args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
+        beat = self._heartbeat(args)
+        beat()  # before the step: a task in the heartbeat state is running, not queued
+        # signals reach only the main thread: under --pool=threads or gevent a step is not interrupted
+        watch = _RunWatch(args, beat, interrupts=threading.current_thread() is threading.main_thread())
         try:
             with watch.watching():
                 return super().__call__(execute_step_args_packed, executable_dict)
@@ -131,6 +161,21 @@ class CancellableStep(celery.Task):
                 raise
         self.backend.mark_as_revoked(self.request.id, reason="the run was canceled", request=self.request)
         raise Ignore()
+
+    def _heartbeat(self, args: ExecuteStepArgs) -> Callable[[], None]:
+        """What writes the task's heartbeat (from the watch's thread too: the request is captured here, as
+        Celery keeps it per thread). A write that fails is logged; the next one may get through."""
+        request = self.request
+        step = ", ".join(args.step_keys_to_execute or [])
+        base = {"hostname": request.hostname, "pid": os.getpid(), "run_id": args.run_id, "step": step}
+
+        def beat() -> None:
+            try:
+                self.backend.store_result(request.id, {**base, "time": time.time()}, HEARTBEAT_STATE,
+                                          request=request)
+            except Exception as exc:  # a broken backend connection: the run worker sees the beats stop
+                log.warning("step %s: heartbeat not written: %s", step, exc)
+        return beat
 
 
 execute_plan = create_task(app, base=CancellableStep)

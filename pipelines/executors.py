@@ -17,11 +17,14 @@ changes. Under ``multiprocess`` a missing ``start_method`` means ``forkserver`` 
 Celery: the broker and result backend are read by the run worker from ``CONNECTOR_OPS_CELERY_BROKER_URL``
 and ``CONNECTOR_OPS_CELERY_BACKEND_URL`` (default: the broker URL) — environment references, never URLs
 (which may hold passwords) in run config. Workers run ``celery -A connector_ops.pipelines.celery_app
-worker`` (:mod:`connector_ops.pipelines.celery_app`) with the same variables.
+worker`` (:mod:`connector_ops.pipelines.celery_app`) with the same variables. A step whose worker dies fails
+its run after ``CONNECTOR_OPS_CELERY_LOST_AFTER`` seconds without a heartbeat
+(:mod:`connector_ops.pipelines.celery_heartbeat`).
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 from collections.abc import Mapping
@@ -40,6 +43,9 @@ from connector_ops.environment import EXECUTOR_VARIABLE
 
 BROKER_VARIABLE = "CONNECTOR_OPS_CELERY_BROKER_URL"
 BACKEND_VARIABLE = "CONNECTOR_OPS_CELERY_BACKEND_URL"
+LOST_AFTER_VARIABLE = "CONNECTOR_OPS_CELERY_LOST_AFTER"
+#: seconds without a heartbeat after which a running step's worker is taken for dead
+DEFAULT_LOST_AFTER = 60.0
 EXECUTORS = ("in_process", "multiprocess", "celery")
 #: what a forkserver imports once, so each forked step starts with the Definitions already built
 PRELOAD_MODULES = ["connector_ops.pipelines.definitions"]
@@ -91,12 +97,30 @@ def celery_settings(environ: Mapping[str, str]) -> dict[str, Any]:
     return {"broker": {"env": BROKER_VARIABLE}, "backend": {"env": backend}}
 
 
+def celery_lost_after(environ: Mapping[str, str], minimum: float) -> float:
+    """``CONNECTOR_OPS_CELERY_LOST_AFTER``: seconds (at least ``minimum``) a running step may go without a
+    heartbeat before the run worker fails it as lost."""
+    raw = (environ.get(LOST_AFTER_VARIABLE) or "").strip()
+    if not raw:
+        return DEFAULT_LOST_AFTER
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= minimum):
+        raise ExecutorSettingError(
+            f"{LOST_AFTER_VARIABLE}={raw!r} is not a number of seconds of at least {minimum:g} (the time a "
+            f"running Celery step may go without a heartbeat; default {DEFAULT_LOST_AFTER:g})")
+    return seconds
+
+
 #: how often the run worker looks at its Celery tasks (dagster-celery's own loop: once a second)
 CELERY_POLL_SECONDS = 0.05
 
 
 def celery_executor(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
-    """dagster-celery's executor with our broker settings, polling its tasks every 50 ms.
+    """dagster-celery's executor with our broker settings, polling its tasks every 50 ms and failing a step
+    whose worker stopped sending heartbeats (:mod:`connector_ops.pipelines.celery_heartbeat`).
 
     dagster-celery's run-worker loop sleeps ``TICK_SECONDS`` (1 s) between looks at its tasks, so a job of
     short steps in sequence — ``sales_report`` has 24 — waits about a second per step for nothing
@@ -105,12 +129,15 @@ def celery_executor(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
     """
     try:
         import dagster_celery.core_execution_loop as celery_loop
-        from dagster_celery import celery_executor as dagster_celery_executor
+
+        from connector_ops.pipelines.celery_heartbeat import MIN_LOST_AFTER, watched_celery_executor
     except ImportError as exc:
         raise ExecutorSettingError(
             f"{EXECUTOR_VARIABLE}=celery needs the celery extra: pip install 'connector-ops[celery]'") from exc
+    settings = celery_settings(environ)
+    lost_after = celery_lost_after(environ, MIN_LOST_AFTER)
     celery_loop.TICK_SECONDS = CELERY_POLL_SECONDS
-    return dagster_celery_executor.configured(celery_settings(environ), name="celery")
+    return watched_celery_executor(lost_after).configured(settings, name="celery")
 
 
 def job_executor(environ: Mapping[str, str] | None = None) -> dg.ExecutorDefinition:

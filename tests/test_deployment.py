@@ -6,13 +6,16 @@ workers over Redis.
 Four code locations load the same module with different environments (each its own ``CONNECTOR_OPS_HOME``):
 ``connector_ops`` (the defaults: in-process executor, virtual files on PostgreSQL), ``on_sqlite`` (virtual files
 on SQLite), ``on_celery`` (``CONNECTOR_OPS_EXECUTOR=celery``; the workers share its environment) and
-``two_hosts`` (Celery with everything in PostgreSQL, one worker on a "second host" that sees none of our disk).
+``two_hosts`` (Celery with everything in PostgreSQL, one worker on a "second host" that sees none of our disk);
+``on_prefork`` and ``on_lost`` have a broker of their own for a worker of their own.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -62,6 +65,8 @@ steps:
         right: {virtualFileId: "${right.virtualFileId}", customId: R, key: k}
 """
 FANOUT_ROWS = 15_000
+#: CONNECTOR_OPS_CELERY_LOST_AFTER of the location whose worker the test kills (the smallest allowed)
+LOST_AFTER = 10
 #: a pipeline the test of stale workers edits after the workers loaded it: it pushes another file then
 EDITED = """name: edited
 description: Edited after the Celery workers started
@@ -111,6 +116,10 @@ def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         # Celery's default pool, each step in a child process of one worker: its own broker, so only that worker
         "on_prefork": {"CONNECTOR_OPS_CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/4",
                        "CONNECTOR_OPS_CELERY_BACKEND_URL": f"redis://127.0.0.1:{redis_port}/5"},
+        # a worker of its own that the test of a lost worker kills, and a small limit for the loss
+        "on_lost": {"CONNECTOR_OPS_CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/6",
+                    "CONNECTOR_OPS_CELERY_BACKEND_URL": f"redis://127.0.0.1:{redis_port}/7",
+                    "CONNECTOR_OPS_CELERY_LOST_AFTER": str(LOST_AFTER)},
         # steps on two hosts that share nothing on disk: the database holds virtual files, platform files and
         # step outputs; its own broker, so only its two workers (one "far", see below) take its steps
         "two_hosts": {"CONNECTOR_OPS_HOME": str(base / "home_two_hosts"), "CONNECTOR_OPS_FILES_BACKEND": "database",
@@ -416,3 +425,54 @@ def test_terminate_in_the_ui_stops_a_long_join_at_once(deployed: Deployment, loc
         assert "shutdown" not in worker.log().lower(), worker.log()[-3000:]
         assert "WorkerLostError" not in worker.log(), worker.log()[-3000:]  # nor a prefork child
     print(f"\nlong_join ({location}) terminated: CANCELED {took:.1f} s after Terminate")
+
+
+@pytest.mark.parametrize("pool", ["solo", "threads"])
+def test_a_step_whose_worker_is_killed_fails_its_run(deployed: Deployment, postgres_url: str, pool: str) -> None:
+    """A worker SIGKILLed in the middle of a long Join (its own worker, on its own broker: the others stay
+    up; with either pool the step runs in the worker's process, in its main thread or another): its
+    heartbeat stops, and after ``CONNECTOR_OPS_CELERY_LOST_AFTER`` the run worker fails the step,
+    naming it and the worker, so the run ends ``FAILURE`` instead of staying ``STARTED``; the Join's
+    statement stopped and rolled back."""
+    import redis
+
+    from connector_ops.pipelines.celery_heartbeat import HEARTBEAT_SECONDS, HEARTBEAT_STATE
+
+    extra = deployed.locations["on_lost"]
+    # -c 1: two steps at once in threads of one process deadlocked once in Dagster's logging setup (one
+    # thread's logging.config.dictConfig against another's handler lock), before either step's own work
+    worker = Process("doomed", worker_command(f"--pool={pool}", "-c", "1", "-n", "doomed@%h"),
+                     {**deployed.env, **extra}, deployed.logs)
+    try:
+        wait_for(lambda: "ready." in worker.log(), "the doomed worker ready", 120, [worker])
+        run_id = deployed.launch("long_join", "on_lost")
+        wait_for(joining(postgres_url), "the Join's statement", 120, [*deployed.procs, worker])
+        results = redis.Redis.from_url(extra["CONNECTOR_OPS_CELERY_BACKEND_URL"])
+
+        def heartbeat() -> dict[str, Any]:
+            metas = [json.loads(results.get(key) or "{}") for key in results.scan_iter("celery-task-meta-*")]
+            (beat,) = [m["result"] for m in metas if m.get("status") == HEARTBEAT_STATE
+                       and m["result"]["run_id"] == run_id and m["result"]["step"] == "join"]
+            return beat
+
+        beat = heartbeat()
+        assert beat["pid"] == worker.proc.pid and beat["hostname"].startswith("doomed@"), beat
+        os.kill(beat["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        result = deployed.wait(run_id, timeout=LOST_AFTER + 60)
+        took = time.monotonic() - killed
+        assert result["status"] == "FAILURE", result
+        # the limit runs from the last beat, written up to a period before the kill
+        assert LOST_AFTER - HEARTBEAT_SECONDS <= took < LOST_AFTER + 20, f"FAILURE {took:.1f} s after the kill"
+        wait_for(lambda: not writing(postgres_url), "the end of the Join's writing", 15)
+        assert not orphans(postgres_url)
+        with deployed.instance() as instance:
+            failures = [e.dagster_event.event_specific_data.error for e in instance.all_logs(run_id)
+                        if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_FAILURE"]
+        (error,) = failures
+        text = error.to_string()
+        assert f'Step "join" was lost: its Celery worker {beat["hostname"]} (pid {beat["pid"]})' in text, text
+        assert "probably died" in text and "rolled back" in text and "from failure" in text, text
+    finally:
+        worker.stop()
+    print(f"\nlong_join's worker ({pool}) killed: FAILURE {took:.1f} s after the kill (limit {LOST_AFTER} s)")
