@@ -48,6 +48,7 @@ from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 from connector_ops.kernel.platform_file import REFERABLE
 from connector_ops.magic import MagicCall
 from connector_ops.magic_input import jsonable
+from connector_ops.pipelines.dsl.names import RESERVED_NAMES
 from connector_ops.pipelines.dsl.references import RESERVED_ROOTS
 from connector_ops.registry import get_action, run_action
 
@@ -83,11 +84,13 @@ def _written_ref(expression: str, outs: Mapping[str, str]) -> str | None:
 
 
 def step_id_for(name: str, taken: set[str]) -> str:
-    """A valid, unused step id from an ``-o`` name or an action's short name."""
+    """A valid, unused step id from an ``-o`` name or an action's short name: never a reference root
+    (``env``, ``file``…) nor a name Dagster refuses for an op (``input``, ``output``, a Python keyword), which
+    get ``_step`` — the cell's ``{{input.field}}`` still finds the step, through the ``-o`` name."""
     base = re.sub(r"_+", "_", _ID_CHARS.sub("_", name)).strip("_") or "step"
     if base[0].isdigit():
         base = f"step_{base}"
-    if base in RESERVED_ROOTS:
+    if base in RESERVED_ROOTS or base in RESERVED_NAMES:
         base = f"{base}_step"
     candidate, n = base, 2
     while candidate in taken:

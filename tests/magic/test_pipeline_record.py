@@ -468,3 +468,27 @@ def test_a_number_the_magic_read_is_exported_as_the_number_a_pipeline_reads(tmp_
     payload = {"content": [{"a": Decimal("1.50")}], "maxBatchSize": Decimal("2.0")}
     rec(_call("etl.iterate", payload, {"content": [{"a": "1.50"}], "hasNext": False}, "page"))
     assert _exported(rec, tmp_path)["page"]["input"] == {"content": [{"a": 1.5}], "maxBatchSize": 2.0}
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("input", "input_step"), ("output", "output_step"), ("context", "context_step"), ("class", "class_step"),
+])
+def test_step_ids_avoid_the_names_dagster_reserves(name: str, expected: str) -> None:
+    assert step_id_for(name, set()) == expected
+
+
+def test_a_session_with_reserved_out_names_exports_and_runs(ip: Any, sales: dict[str, Any], tmp_path: Path) -> None:
+    """``-o input`` / ``-o output``: Dagster refuses them as op names, so the steps are ``input_step`` and
+    ``output_step``; the cell's ``{{input.virtualFileId}}`` still becomes a reference to the push."""
+    ip.run_line_magic("pipeline", "record")
+    ip.run_cell('%etl push -o input {"platformFile": {{sales}}, "parameters": {"csvDelimiter": ","}}')
+    ip.run_cell('%etl query -o output {"virtualFileId": "{{input.virtualFileId}}", "query": {"region": "North"}}')
+    target = tmp_path / "ids.yaml"
+    ip.run_line_magic("pipeline", f"export {target}")
+    steps = {s["id"]: s for s in yaml.safe_load(target.read_text())["steps"]}
+    assert list(steps) == ["input_step", "output_step"]
+    assert steps["output_step"]["input"]["virtualFileId"] == "${input_step.virtualFileId}"
+    ip.run_line_magic("pipeline", f"run {target} -o run")
+    result = ip.user_ns["run"].steps["output_step"]["result"]
+    assert result == ip.user_ns["output"]["result"] and len(result) > 0
+
