@@ -103,6 +103,30 @@ def pipeline_name_for(path: str | os.PathLike[str]) -> str:
     return step_id_for(Path(path).stem, set())
 
 
+#: characters YAML reads as line breaks; PyYAML writes them raw in a single-quoted or plain scalar, where the
+#: loader folds them (NEL came back as a space), but escapes them in double quotes (``\N``, ``\L``, ``\P``)
+_YAML_BREAKS = frozenset("\x85\u2028\u2029")
+
+
+class _Dumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` whose every string loads back exactly: one holding a YAML line break other than
+    ``\\n`` is double-quoted."""
+
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        if _YAML_BREAKS.isdisjoint(data):
+            return super().represent_str(data)
+        return self.represent_scalar("tag:yaml.org,2002:str", data, style='"')
+
+
+_Dumper.add_representer(str, _Dumper.represent_str)
+
+
+def _comment(text: str) -> str:
+    """One comment line: a line break in a note (a key of the cell's JSON can hold one) would end the comment
+    and put the rest of the note into the YAML; a lone surrogate would make the file unwritable as UTF-8."""
+    return "# " + " ".join(text.splitlines()).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _escape(text: str) -> str:
     return text.replace("${", "$${")
 
@@ -327,10 +351,10 @@ class Recorder:
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         header = [f"# recorded with %pipeline record on {stamp}; steps keep the notebook's order (`after`):",
                   "# remove an `after` to let independent steps run in parallel."]
-        header += [f"# not recorded: {s}" for s in self.skipped]
-        header += [f"# check: {s}" for s in self.notes]
-        body = yaml.safe_dump(self.pipeline(name, base_dir, data_dir), sort_keys=False, allow_unicode=True,
-                              width=110)
+        header += [_comment(f"not recorded: {s}") for s in self.skipped]
+        header += [_comment(f"check: {s}") for s in self.notes]
+        body = yaml.dump(self.pipeline(name, base_dir, data_dir), Dumper=_Dumper, sort_keys=False,
+                         allow_unicode=True, width=110)
         return "\n".join(header) + "\n" + body
 
     def export(self, path: str | os.PathLike[str], name: str | None = None) -> Path:

@@ -492,3 +492,24 @@ def test_a_session_with_reserved_out_names_exports_and_runs(ip: Any, sales: dict
     result = ip.user_ns["run"].steps["output_step"]["result"]
     assert result == ip.user_ns["output"]["result"] and len(result) > 0
 
+
+#: strings YAML or JSON treat specially; each must reach the step exactly as the cell passed it
+TRICKY = ["a\r\nb", "\ufeffx", " lead", "x: y", "#c", "null", "~", "0o17", "1_000", ".inf", "=", "<<", "2024-01-01",
+          "12:30:00", "yes", "$${x}", "${x}", "$$", "$", "a}b", "tab\there", "ünï", "\t", "01", "+1", "0x1F", "1:20",
+          "a\n", "\n\n", "a\rb", "\x00", "\x7f", "\ufffe", "\U0001F600", "é'\"\\",
+          # what YAML reads as line breaks besides \n (NEL came back as a space), C1 controls, lone surrogates
+          "\x85", "a\x85b", " \x85 ", "\u2028", "x\u2028y\u2029z", "\u2029", *map(chr, range(0x80, 0xA0)),
+          "\ud800", "a\udfffb"]
+
+
+def test_every_recorded_string_loads_back_exactly(tmp_path: Path) -> None:
+    from connector_ops.pipelines.dsl import load_pipeline
+    from connector_ops.pipelines.dsl import references as r
+
+    query = {f"c{i}": value for i, value in enumerate(TRICKY)} | {"key\x85with\nbreaks": "v"}
+    rec = Recorder()
+    rec.start()
+    rec(_call("etl.query", {"virtualFileId": "abc", "query": query}, {"result": []}, "q"))
+    target = rec.export(tmp_path / "literals.yaml")
+    loaded = r.resolve(load_pipeline(target).step("q").input, r.Scope(steps={}, environ={}))["query"]
+    assert loaded == query
