@@ -16,6 +16,13 @@ Everything else stays a literal, even when an earlier
 output happens to hold the same value (a row's ``id`` column is data). An id a pipeline cannot refer to
 stays the notebook's value, with a ``# check:`` comment in the file.
 
+Every successful call is remembered from the session's start (:class:`_Past`: its input, its output's ids): a
+recorded step using an id made by a call that is no step (run before ``%pipeline record``, or while it was
+stopped) brings that call in as a step, in the session's order, with the calls that changed the file since
+(:data:`CHANGES_ITS_INPUT`) — a run must make its own file, not act on the session's by its id. A maker a
+pipeline cannot repeat (a pushed DataFrame never snapshotted) is one of :attr:`Recorder.problems`, which
+stop the export.
+
 Steps keep the notebook's order (each names the previous one in ``after`` unless it already refers to
 it), so a run does what the cells did even where the actions have side effects (Delete Rows, Append
 Rows, Map with overwrite, Clean). Step ids come from ``-o`` names, else the action (``query``,
@@ -34,7 +41,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -59,8 +66,42 @@ _OUTPUT_PATH = re.compile(rf"([A-Za-z_]\w*)((?:{_PATH_PART.pattern})*)")
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_]+")
 
 
+#: actions that change the virtual file they are given (its rows, or Iterate's cursor): a cell run before
+#: recording that did so to a file a recorded step uses is brought into the pipeline with the cell that made it
+CHANGES_ITS_INPUT = frozenset({"etl.delete_rows", "etl.append_rows", "etl.clean", "etl.iterate"})
+
+
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=jsonable, ensure_ascii=False)
+
+
+def _values(value: Any) -> Iterator[str]:
+    """The canonical JSON of ``value`` and of every dict, list and string inside it."""
+    yield _key(value)
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _values(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _values(v)
+
+
+@dataclass(frozen=True)
+class _Past:
+    """A successful call, kept from the session's start whether or not it was recorded, so that a recorded
+    step using what it made can bring it into the pipeline. Of its output only the referable ids and
+    platform-file descriptors (``makes``): a row list a later cell passes on is data, which a literal
+    reproduces."""
+
+    seq: int
+    call: MagicCall
+    makes: frozenset[str]
+
+    def holds(self, key: str) -> bool:
+        return key in self.makes
+
+    def uses(self, key: str) -> bool:
+        return any(k == key for k in _values(self.call.payload))
 
 
 @functools.cache
@@ -180,6 +221,11 @@ class Recorder:
     _outs: dict[str, str] = field(default_factory=dict)  # -o name -> step id
     _named: dict[str, str] = field(default_factory=dict)  # canonical JSON -> the reference the cell wrote
     _snapshots: dict[str, Snapshot] = field(default_factory=dict)  # step id -> the rows its --df push stored
+    problems: list[str] = field(default_factory=list)  # what keeps the pipeline from doing what the cells did
+    _past: list[_Past] = field(default_factory=list)  # every successful call, from the session's start
+    _seq_of: dict[str, int] = field(default_factory=dict)  # step id -> its call's place in _past
+    _added: dict[str, str] = field(default_factory=dict)  # step id of a call from before recording -> why
+    _now: int = 0  # the place in _past of the call being recorded: only what came before it is referred to
 
     def start(self, new: bool = False) -> None:
         """Record from now on: after ``%pipeline record stop`` the kept steps go on (a resume), unless
@@ -191,6 +237,9 @@ class Recorder:
             self.steps.clear()
             self.skipped.clear()
             self.notes.clear()
+            self.problems.clear()
+            self._seq_of.clear()
+            self._added.clear()
             self._refs.clear()
             self._unreferable.clear()
             self._outs.clear()
@@ -204,8 +253,29 @@ class Recorder:
                 options = urlencode(given, quote_via=quote, safe="/")  # as ${file:path?name=…&contentType=…} reads them
                 self._files[_key(call.output)] = f"{call.path}?{options}" if options else call.path
             return
-        if not self.active:
-            return
+        seq = self._remember(call)
+        if self.active:
+            self._record(call, seq)
+
+    def _remember(self, call: MagicCall) -> int:
+        """Keep ``call`` in :attr:`_past`, of its output only the ids and descriptors; its place there."""
+        output = json.loads(_key(call.output)) if isinstance(call.output, Mapping) else {}  # not a DataFrame
+        kept = {name: v for name in referable_fields(call.action)
+                if isinstance(v := output.get(name), str | dict) and v}
+        self._past.append(_Past(len(self._past) + 1, replace(call, output=kept), frozenset(map(_key, kept.values()))))
+        return len(self._past)
+
+    def _record(self, call: MagicCall, seq: int, why: str | None = None) -> None:
+        """Record ``call``, the ``seq``-th of the session, as a step in the session's order; ``why`` it was
+        brought in, for a call that was not recorded when it ran."""
+        outer = self._now, self._named
+        self._now = seq
+        try:
+            self._step(call, seq, why)
+        finally:
+            self._now, self._named = outer
+
+    def _step(self, call: MagicCall, seq: int, why: str | None) -> None:
         taken = {s["id"] for s in self.steps}
         step_id = step_id_for(call.out or call.action.split(".", 1)[1], taken)
         payload = dict(call.payload) if isinstance(call.payload, Mapping) else call.payload
@@ -216,7 +286,9 @@ class Recorder:
         if call.df and call.action == "etl.pull" and isinstance(payload, dict):
             payload.setdefault("exportType", "csv")
             payload.setdefault("exportName", f"{payload.get('virtualFileId') or 'virtual-file'}.csv")
-        step: dict[str, Any] = {"id": step_id, "action": call.action}
+        step: dict[str, Any] = {"id": step_id, "action": call.action, "input": None}
+        self._seq_of[step_id] = seq  # its id taken before its input brings in earlier cells
+        self.steps.append(step)
         self._named = {_key(value): ref for expr, value in call.placeholders
                        if (ref := _written_ref(expr, self._outs)) is not None}
         if step_id in self._snapshots:  # its input was made here, not by the cell: nothing to refer to
@@ -227,12 +299,12 @@ class Recorder:
         else:
             inp = ({k: self.rewrite(v, f"{step_id}.{k}") for k, v in payload.items()} if isinstance(payload, dict)
                    else self.rewrite(payload, step_id))  # the input mapping itself stays a mapping
-        previous = self.steps[-1]["id"] if self.steps else None
-        if previous and "${" + previous not in _key(inp):
-            step["after"] = [previous]
         step["input"] = inp
-        self.steps.append(step)
-        if call.out:
+        self.steps.sort(key=lambda s: self._seq_of[s["id"]])
+        self._chain()
+        if why is not None:
+            self._added[step_id] = why
+        if call.out and (why is None or call.out not in self._outs):  # a later cell's -o of the name wins
             self._outs[call.out] = step_id
         if not (call.df and call.action == "etl.pull"):  # a DataFrame is not what the step outputs
             self.index(step_id, call.action, call.output, inp)
@@ -251,6 +323,46 @@ class Recorder:
             return self._not_kept(call, exc.summary())
         self._snapshots[step_id] = snapshot
         return {"platformFile": "${file:" + name + "}", "parameters": {"schema": [_escape(c) for c in columns]}}
+
+    def _chain(self) -> None:
+        """Each step that does not already refer to the one before it runs after it (``after``)."""
+        for i, step in enumerate(self.steps):
+            previous = self.steps[i - 1]["id"] if i else None
+            after = [previous] if previous and "${" + previous not in _key(step["input"]) else None
+            rest = {k: v for k, v in step.items() if k not in ("id", "action", "after")}
+            head = {"id": step["id"], "action": step["action"], **({"after": after} if after else {})}
+            step.clear()  # in place: the step being recorded is still being filled in
+            step.update(head | rest)
+
+    def _bring_in(self, key: str, where: str) -> str | None:
+        """A value no recorded step made, made by a cell that is no step (run before ``%pipeline record``,
+        while it was stopped, or dropped by ``--new``): that cell becomes a step, in the session's order,
+        with the cells that changed the file in between (:data:`CHANGES_ITS_INPUT`) — and, through their own
+        inputs, what they needed. The reference to it; None when no such cell made it. A cell a pipeline
+        cannot repeat (a pushed DataFrame) is a problem, which stops the export."""
+        steps = set(self._seq_of.values())
+        earlier = [p for p in self._past if p.seq < self._now and p.seq not in steps]
+        maker = next((p for p in earlier if p.holds(key)), None)
+        if maker is None:
+            return None
+        value = json.loads(key)
+        shown = value if isinstance(value, str) else value.get("name") or "a platform file"
+        if maker.call.df:
+            self.problems.append(f"{where}: {shown} was made by `%etl push --df {maker.call.df}`, a cell not "
+                                 "recorded, which a pipeline cannot repeat without its rows: run that cell again "
+                                 "while recording (then the cells using it), and export")
+            return None
+        for past in earlier:
+            changes = past.call.action in CHANGES_ITS_INPUT and past.uses(key)
+            if past.seq >= maker.seq and (past.holds(key) or changes) \
+                    and past.seq not in set(self._seq_of.values()):  # not brought in meanwhile, as another's input
+                why = (f"({past.call.action}, a cell not recorded: run before %pipeline record or while it was "
+                       f"stopped) {'made' if past is maker else 'changed'} what {where} uses")
+                self._record(past.call, past.seq, why)
+        made = next(step_id for step_id, seq in self._seq_of.items() if seq == maker.seq)
+        # the maker's, also where a later cell output the same id (Map overwriting the file): the steps run in order
+        return next((r for r in self._refs.get(key, ()) if r.split(".", 1)[0] == made), None) \
+            or self.reference(key, where)
 
     def _not_kept(self, call: MagicCall, why: str) -> None:
         """A pushed DataFrame whose rows could not be kept: not recorded, and one line saying why."""
@@ -284,11 +396,12 @@ class Recorder:
         The reference the cell wrote (``{{load.virtualFileId}}``) when it is one of the value's; else the
         one output holding the value. Two steps' outputs holding it and no ``{{…}}`` naming one (a Python
         variable): no guess — the literal, and a note."""
-        refs = self._refs.get(key)
+        refs = [r for r in self._refs.get(key, ()) if self._seq_of[r.split(".", 1)[0]] < self._now]
         if not refs:
             if key in self._unreferable:
                 self.notes.append(f"{where}: left the notebook's value: it is {self._unreferable[key]}")
-            return None
+                return None
+            return self._bring_in(key, where)
         if self._named.get(key) in refs:
             return self._named[key]
         if len({ref.split(".", 1)[0] for ref in refs}) == 1:
@@ -351,6 +464,8 @@ class Recorder:
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         header = [f"# recorded with %pipeline record on {stamp}; steps keep the notebook's order (`after`):",
                   "# remove an `after` to let independent steps run in parallel."]
+        header += [_comment(f"cannot export: {s}") for s in self.problems]
+        header += [_comment(f"added: {step_id} {why}") for step_id, why in self._added.items()]
         header += [_comment(f"not recorded: {s}") for s in self.skipped]
         header += [_comment(f"check: {s}") for s in self.notes]
         body = yaml.dump(self.pipeline(name, base_dir, data_dir), Dumper=_Dumper, sort_keys=False,
@@ -367,6 +482,9 @@ class Recorder:
         from connector_ops.pipelines.dsl import parse_pipeline
         from connector_ops.pipelines.dsl.source import parse_yaml
 
+        if self.problems:
+            raise ConnectorError(400, {"message": "not written: the pipeline would not do what the cells did: "
+                                                  + "; ".join(self.problems)}, action="pipeline export")
         target = Path(path).expanduser().resolve()
         data_dir = target.parent / data_dir_for(target)
         text = self.yaml(name or pipeline_name_for(target), target.parent, data_dir.name)

@@ -513,3 +513,58 @@ def test_every_recorded_string_loads_back_exactly(tmp_path: Path) -> None:
     target = rec.export(tmp_path / "literals.yaml")
     loaded = r.resolve(load_pipeline(target).step("q").input, r.Scope(steps={}, environ={}))["query"]
     assert loaded == query
+
+
+def test_a_file_made_before_recording_is_made_by_the_pipeline(ip: Any, sales: dict[str, Any], tmp_path: Path) -> None:
+    """A virtual file pushed (and changed) before ``%pipeline record``, used after: the cells that made and
+    changed it become the first steps, so the run acts on a file of its own, as the cells did on theirs —
+    not on the session's file by its literal id (which another store does not have)."""
+    ip.run_cell('%etl push -o pre {"platformFile": {{sales}}, "parameters": {"csvDelimiter": ","}}')
+    ip.run_cell('%etl delete_rows -o early {"virtualFileId": "{{pre.virtualFileId}}", "request": {"status": "test"}}')
+    ip.run_cell('%etl query -o peek {"virtualFileId": "{{pre.virtualFileId}}", "query": {}}')  # reads: not needed
+    ip.run_line_magic("pipeline", "record")
+    ip.run_cell('%etl delete_rows -o d0 {"virtualFileId": "{{pre.virtualFileId}}", "request": {"region": "North"}}')
+    ip.run_cell('%etl query -o rest {"virtualFileId": "{{pre.virtualFileId}}", "query": {}}')
+    target = tmp_path / "pre.yaml"
+    ip.run_line_magic("pipeline", f"export {target}")
+
+    text = target.read_text()
+    steps = {s["id"]: s for s in yaml.safe_load(text)["steps"]}
+    assert list(steps) == ["pre", "early", "d0", "rest"]
+    assert steps["pre"]["input"]["platformFile"] == "${file:" + os.path.relpath(SALES, tmp_path) + "}"
+    assert steps["early"]["input"]["virtualFileId"] == steps["d0"]["input"]["virtualFileId"] == "${pre.virtualFileId}"
+    assert steps["d0"]["after"] == ["early"]
+    assert ("# added: pre (etl.push, a cell not recorded: run before %pipeline record or while it was stopped) "
+            "made what d0.virtualFileId uses") in text
+    assert "# added: early (etl.delete_rows, a cell not recorded: " in text and "changed what d0.virtualFileId" in text
+    assert ip.user_ns["pre"]["virtualFileId"] not in text
+
+    session = {name: dict(ip.user_ns[name]) for name in ("d0", "rest")}
+    assert session["d0"]["deletedCount"] > 0 and len(session["rest"]["result"]) > 0
+    ip.run_line_magic("pipeline", f"run {target} -o run")
+    run = ip.user_ns["run"]
+    assert run.steps["d0"] == session["d0"] and run.steps["rest"] == session["rest"]
+    assert run.steps["pre"]["virtualFileId"] != ip.user_ns["pre"]["virtualFileId"]
+    ip.run_cell('%etl query -o after_run {"virtualFileId": "{{pre.virtualFileId}}", "query": {}}')
+    assert ip.user_ns["after_run"]["result"] == session["rest"]["result"]  # the session's file untouched
+
+
+def test_a_value_made_by_a_cell_a_pipeline_cannot_repeat_stops_the_export(
+        ip: Any, tmp_path: Path) -> None:
+    """A DataFrame pushed before recording: its rows were never kept, so no step can make the file; the export
+    says so, naming the value and what to do, and writes nothing — never the session's id as a literal."""
+    from connector_ops.magic import NotebookError
+
+    ip.run_cell("import pandas as pd\nframe = pd.DataFrame({'a': ['1', '2']})")
+    ip.run_cell("%etl push --df frame -o fr")
+    ip.run_line_magic("pipeline", "record")
+    ip.run_cell('%etl query -o q {"virtualFileId": "{{fr.virtualFileId}}", "query": {}}')
+    vf = ip.user_ns["fr"]["virtualFileId"]
+    ip.run_line_magic("pipeline", "show")
+    target = tmp_path / "df.yaml"
+    with pytest.raises(NotebookError) as caught:
+        ip.run_line_magic("pipeline", f"export {target}")
+    assert caught.value.status == 400
+    assert (f"q.virtualFileId: {vf} was made by `%etl push --df frame`, a cell not recorded, which a pipeline "
+            "cannot repeat without its rows: run that cell again while recording") in str(caught.value)
+    assert not target.exists()
