@@ -300,6 +300,12 @@ class Recorder:
             inp = ({k: self.rewrite(v, f"{step_id}.{k}") for k, v in payload.items()} if isinstance(payload, dict)
                    else self.rewrite(payload, step_id))  # the input mapping itself stays a mapping
         step["input"] = inp
+        if call.action == "etl.iterate" and isinstance(payload, dict) and isinstance(payload.get("content"), list):
+            self.notes.append(f"{step_id}: Iterate over an inline array goes on from the one position kept per "
+                              "array content (README, Iterate), which this session and every run share: a run "
+                              "starts where the last call over the same array stopped, not where the cell did; "
+                              "to get the cell's batches, iterate a virtual file pushed from the array instead "
+                              "(each run pushes its own, with its own position)")
         self.steps.sort(key=lambda s: self._seq_of[s["id"]])
         self._chain()
         if why is not None:

@@ -568,3 +568,21 @@ def test_a_value_made_by_a_cell_a_pipeline_cannot_repeat_stops_the_export(
     assert (f"q.virtualFileId: {vf} was made by `%etl push --df frame`, a cell not recorded, which a pipeline "
             "cannot repeat without its rows: run that cell again while recording") in str(caught.value)
     assert not target.exists()
+
+
+def test_iterate_over_an_inline_array_is_marked_as_not_reproduced(ip: Any, sales: dict[str, Any],
+                                                                 tmp_path: Path) -> None:
+    """The store keeps one position per array content, shared by the session and every run, so a run of the
+    recorded steps starts where the last call over that array stopped: the file must say so on those steps
+    (and only those: a pushed file's position is the run's own)."""
+    ip.run_line_magic("pipeline", "record")
+    ip.run_cell('%etl push -o load {"platformFile": {{sales}}, "parameters": {"csvDelimiter": ","}}')
+    ip.run_cell('%etl iterate -o page {"content": "{{load.virtualFileId}}", "maxBatchSize": 3}')
+    ip.run_cell('%etl iterate -o arr {"content": ["a", "b", "c", "d", "e"], "maxBatchSize": 2}')
+    ip.run_cell('%etl iterate -o arr {"content": ["a", "b", "c", "d", "e"], "maxBatchSize": 2}')
+    target = tmp_path / "iterate.yaml"
+    ip.run_line_magic("pipeline", f"export {target}")
+    notes = [line for line in target.read_text().splitlines() if line.startswith("# check:")]
+    assert [note.split(":")[1].strip() for note in notes] == ["arr", "arr_2"]
+    assert "Iterate over an inline array goes on from the one position kept per array content" in notes[0]
+    assert "iterate a virtual file pushed from the array instead" in notes[0]
