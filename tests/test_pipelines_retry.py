@@ -43,6 +43,14 @@ def test_retry_is_validated_with_its_line(tmp_path: Path) -> None:
     assert "p.yaml:7: step ls: `backoff` needs `delay`" in text
 
 
+@pytest.mark.parametrize("delay", [".nan", ".inf", "-.inf"])
+def test_a_delay_that_is_no_number_of_seconds_is_refused(tmp_path: Path, delay: str) -> None:
+    """YAML's ``.nan`` and ``.inf`` are floats: ``.inf`` would wait for ever before the retry."""
+    path = write(tmp_path, LISTING.format(top=f"retry: {{max_retries: 1, delay: {delay}}}", step=""))
+    with pytest.raises(PipelineError, match=r"p\.yaml:2: `delay` must be a number of seconds, 0 or more"):
+        load_pipeline(path)
+
+
 def test_retry_compiles_to_retry_policies(tmp_path: Path) -> None:
     path = write(tmp_path, LISTING.format(top="retry: {max_retries: 1}",
                                           step="retry: {max_retries: 3, delay: 0.5, backoff: linear}"))

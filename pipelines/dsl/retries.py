@@ -10,6 +10,7 @@ it only when they are transient (see ``ConnectorError.retryable``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import dagster as dg
@@ -36,7 +37,8 @@ def parse_retry(raw: Any, path: tuple[str | int, ...], report: Report) -> Retry 
         report((*path, "max_retries"), f"`max_retries` is required: a whole number from 0 to {MAX_RETRIES}")
         ok = False
     delay = raw.get("delay")
-    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0):
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
+                              or not 0 <= delay < math.inf):  # NaN fails too (.nan, .inf: a wait for ever)
         report((*path, "delay"), "`delay` must be a number of seconds, 0 or more")
         ok = False
     backoff = raw.get("backoff")
