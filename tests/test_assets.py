@@ -128,3 +128,83 @@ def test_asset_problems_are_reported_with_lines(tmp_path: Path) -> None:
     assert "p.yaml:5: step q: etl.query produces no virtual file or platform file to be an asset" in text
     assert "p.yaml:9: step p: `group` describes an asset: add `asset: <key>` to the step" in text
     assert "p.yaml:10: step p: `owners` describes an asset" in text
+
+
+def step_failure(result: dg.ExecuteInProcessResult) -> Any:
+    [event] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    return event.step_failure_data.user_failure_data
+
+
+def test_a_python_asset_cannot_change_another_assets_file_in_place(resources: dict, files: Any, store: Any) -> None:
+    """Before, the Map changed asset:c/raw in place and publishing moved it to asset:c/tidy: c/raw's data was
+    gone while its materialisation still claimed its rows."""
+    pf = files.add_bytes(CSV, "cities.csv").to_json()
+    raw = action_asset("c/raw", "etl.push", {"platformFile": pf})
+    tidy = action_asset("c/tidy", "etl.map", {"action": "upper(city)", "overwriteVirtualFile": True},
+                        inputs={"virtualFileId": "c/raw"})
+    result = dg.materialize([raw, tidy], resources=resources, instance=dg.DagsterInstance.ephemeral(),
+                            raise_on_error=False)
+    assert not result.success
+    data = step_failure(result)
+    assert data.metadata["status"].value == 400
+    assert data.description.startswith("etl.map failed (400): overwriteVirtualFile: true would change virtual file "
+                                       "'asset:c/raw' in place")
+    assert [r["city"] for r in store.rows("asset:c/raw")] == ["Paris", "Rome", "Paris"]  # unchanged, still there
+
+
+INPLACE_PIPELINE = """
+    name: inplace
+    steps:
+      - id: load
+        action: etl.push
+        asset: cities/raw
+        input:
+          platformFile: {pf}
+      - id: tidy
+        action: etl.map
+        asset: cities/tidy
+        input: {{virtualFileId: "${{{source}.virtualFileId}}", action: "upper(city)", overwriteVirtualFile: true}}
+      - id: pick
+        action: etl.map
+        input: {{virtualFileId: "${{load.virtualFileId}}", action: "trim", overwriteVirtualFile: true}}
+"""
+
+
+def test_pipeline_validate_refuses_an_asset_step_overwriting_another_assets_file(tmp_path: Path) -> None:
+    (tmp_path / "c.csv").write_bytes(CSV)
+    path = write(tmp_path, INPLACE_PIPELINE.format(pf='"${file:c.csv}"', source="load"))
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    assert str(caught.value) == (
+        f"{path}:11: step tidy: overwriteVirtualFile: true would change virtual file 'asset:cities/raw' in place, "
+        "the data of asset cities/raw; set overwriteVirtualFile: false so that asset cities/tidy gets a virtual "
+        "file of its own")
+
+
+def test_an_asset_step_overwriting_another_assets_file_fails_before_the_action(tmp_path: Path, resources: dict,
+                                                                               files: Any, store: Any) -> None:
+    """What the file does not show (the asset's file reaches the step through a step in between) is refused
+    when the step runs: a 400 naming the field, the upstream asset's rows untouched."""
+    import json
+
+    pf = json.dumps(files.add_bytes(CSV, "cities.csv").to_json())
+    compiled = compile_pipeline(load_pipeline(write(tmp_path, INPLACE_PIPELINE.format(pf=pf, source="pick"))))
+    defs = dg.Definitions(assets=compiled.assets, jobs=[compiled.job], resources=resources)
+    result = defs.resolve_job_def("inplace").execute_in_process(raise_on_error=False)
+    assert not result.success
+    data = step_failure(result)
+    assert data.metadata["status"].value == 400 and "overwriteVirtualFile: false" in data.description
+    assert [r["city"] for r in store.rows("asset:cities/raw")] == ["Paris", "Rome", "Paris"]
+    assert "asset:cities/tidy" not in {i for i, _ in store.inventory()}
+
+
+def test_publishing_another_assets_file_is_refused_and_keeps_it(store: Any) -> None:
+    """The last guard, whatever the action returned: an asset never takes another asset's named file."""
+    from connector_ops.kernel.errors import ConnectorError
+    from connector_ops.ops.asset_files import publish
+
+    store.publish("asset:a", store.create_from_rows([{"v": "1"}]))
+    with pytest.raises(ConnectorError) as caught:
+        publish("virtualFileId", "asset:a", dg.AssetKey("b"), {"virtual_files": store})
+    assert caught.value.status == 409 and "the data of asset a" in caught.value.message
+    assert store.rows("asset:a") == [{"v": "1"}] and "asset:b" not in {i for i, _ in store.inventory()}

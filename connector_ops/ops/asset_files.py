@@ -13,6 +13,8 @@ from typing import Any
 
 import dagster as dg
 
+from connector_ops.kernel.errors import ConnectorError
+
 ASSET_FILE_PREFIX = "asset:"
 VIRTUAL_FILE_OUTPUTS = ("virtualFileId", "validated")
 _ID_LIMIT = 64  # the catalog's id column
@@ -29,9 +31,43 @@ def asset_file_name(key: dg.AssetKey) -> str:
     return name
 
 
+#: input flag -> the input field whose virtual file the action changes in place when the flag is true
+IN_PLACE_FLAGS = {"overwriteVirtualFile": "virtualFileId"}
+
+
+def in_place_problem(payload: Mapping[str, Any], key: dg.AssetKey) -> str | None:
+    """Why the asset step making ``key`` must not run with ``payload``: it would change in place (and then
+    publish, i.e. take over) the named file of another asset. ``None`` when it may run. The step's own
+    named file is fine (it replaces its own rows)."""
+    for flag, target in IN_PLACE_FLAGS.items():
+        source = payload.get(target)
+        if payload.get(flag) is True and isinstance(source, str) and source.startswith(ASSET_FILE_PREFIX) \
+                and source != asset_file_name(key):
+            return (f"{flag}: true would change virtual file {source!r} in place, the data of asset "
+                    f"{source[len(ASSET_FILE_PREFIX):]}; set {flag}: false so that asset "
+                    f"{key.to_user_string()} gets a virtual file of its own")
+    return None
+
+
+def check_asset_input(payload: Mapping[str, Any], key: dg.AssetKey) -> None:
+    """Refuse (400, before the action runs) an input with which the step making asset ``key`` would change
+    another asset's data: an asset step never changes or takes another asset's named file."""
+    if (problem := in_place_problem(payload, key)) is not None:
+        raise ConnectorError(400, {"message": problem})
+
+
 def publish(field: str, value: Any, key: dg.AssetKey, resources: Mapping[str, Any]) -> Any:
     """An asset's data as readers will find it: a virtual file becomes (replaces) the asset's named file;
-    a platform file stays as it is (a new file per materialisation; ``connector-ops gc`` removes old ones)."""
+    a platform file stays as it is (a new file per materialisation; ``connector-ops gc`` removes old ones).
+
+    A virtual file that is another asset's named file is refused (409), not moved nor copied: moving would
+    delete that asset's data under its recorded materialisation; a copy would hide that the step made no
+    file of its own (it passed on, or changed, the other asset's data)."""
     if field in VIRTUAL_FILE_OUTPUTS and isinstance(value, str) and "virtual_files" in resources:
-        return resources["virtual_files"].publish(asset_file_name(key), value)
+        name = asset_file_name(key)
+        if value.startswith(ASSET_FILE_PREFIX) and value != name:
+            raise ConnectorError(409, {"message": f"{field} is virtual file {value!r}, the data of asset "
+                                                  f"{value[len(ASSET_FILE_PREFIX):]}; asset {key.to_user_string()} "
+                                                  "needs a virtual file of its own, the other asset's is kept"})
+        return resources["virtual_files"].publish(name, value)
     return value

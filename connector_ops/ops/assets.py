@@ -19,7 +19,7 @@ import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.progress import LogReporter, reporting_to
-from connector_ops.ops.asset_files import asset_file_name, publish
+from connector_ops.ops.asset_files import asset_file_name, check_asset_input, publish
 from connector_ops.ops.factory import POOLS, failure
 from connector_ops.ops.metadata import LOCATION_KEYS, materialization_metadata, run_metadata
 from connector_ops.registry import ActionSpec, get_action, run_action
@@ -91,6 +91,7 @@ def action_asset(
         try:
             for name, up in upstream.items():
                 payload[name] = latest_location(context.instance, up)
+            check_asset_input(payload, key)
             with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)):
                 result = run_action(spec, payload, resources)
             data = publish(field, result[field], key, resources)

@@ -29,7 +29,7 @@ from pydantic.alias_generators import to_snake
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
-from connector_ops.ops.asset_files import publish
+from connector_ops.ops.asset_files import check_asset_input, publish
 from connector_ops.ops.metadata import materialization_metadata, output_metadata, run_metadata
 from connector_ops.ops.types import type_of
 from connector_ops.registry import ActionSpec, get_action, run_action
@@ -264,19 +264,22 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
                                          action=spec.name))
         started = time.perf_counter()
         try:
+            for key in assets.values():
+                check_asset_input(payload, key)
             with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)), \
                     warnings_to(context.log.warning):
                 result = run_action(spec, payload, resources)
+            # readers (the next steps too) find an asset's data under its own name
+            published = {field: publish(field, result[field], key, resources) for field, key in assets.items()}
         except ConnectorError as exc:
+            exc.action = exc.action or spec.name
             raise failure(exc) from None
         call = {**run_metadata(payload, time.perf_counter() - started), **extension_metadata(spec, result)}
         if "" in outs:
             yield dg.Output(result, "result", metadata={**output_metadata("", result, resources), **call})
             return
         for field, out_name in outs.items():
-            value = result[field]
-            if field in assets:  # readers (the next steps too) find the asset's data under its own name
-                value = publish(field, value, assets[field], resources)
+            value = published.get(field, result[field])
             yield dg.Output(value, out_name, metadata={**output_metadata(field, value, resources), **call})
             if field in assets:
                 yield dg.AssetMaterialization(assets[field], metadata={

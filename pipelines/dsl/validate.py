@@ -24,6 +24,7 @@ import dagster as dg
 from pydantic import BaseModel, ValidationError
 
 from connector_ops.kernel.errors import InvalidInput, field_path
+from connector_ops.ops.asset_files import IN_PLACE_FLAGS, asset_file_name, in_place_problem
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
@@ -367,6 +368,7 @@ class _Checker:
             if exact:
                 self.kinds_match(ref, loc, step, by_id[ref.root])
                 self.one_per_batch(ref, loc, step, by_id[ref.root])
+                self.in_place_on_asset(ref, loc, step, by_id[ref.root])
             return ref.root
         return None
 
@@ -379,6 +381,20 @@ class _Checker:
         if wanted and given and wanted != given and ref.path[0] in target.action.output_fields:
             self.add(loc, f"{ref.text} is a {given} ({target.action.name}'s {ref.path[0]}); `{field}` takes a "
                           f"{wanted}", step.id)
+
+    def in_place_on_asset(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
+        """An asset step working in place (a literal ``overwriteVirtualFile: true``) on the virtual file of
+        another asset step: the run would refuse it (:func:`in_place_problem`), so the file does not load."""
+        field = loc[-1] if loc[2:3] == ("input",) and len(loc) == 4 else None
+        if step.asset is None or target.asset is None or ref.path != (target.asset.field,):
+            return
+        for flag, wired in IN_PLACE_FLAGS.items():
+            if field == wired:
+                named = asset_file_name(dg.AssetKey(list(target.asset.key)))
+                problem = in_place_problem({flag: step.input.get(flag), wired: named},
+                                           dg.AssetKey(list(step.asset.key)))
+                if problem is not None:
+                    self.add((*loc[:3], flag), problem, step.id)
 
     def one_per_batch(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
         """A foreach step's output is a list, one value per batch: wired whole where the field takes one value
