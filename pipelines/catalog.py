@@ -12,6 +12,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dagster as dg
+
+from connector_ops.ops import etl_pull, etl_push, etl_query
 from connector_ops.pipelines.dsl import (
     CompiledPipeline,
     Pipeline,
@@ -20,6 +23,7 @@ from connector_ops.pipelines.dsl import (
     compile_pipeline,
     load_pipeline,
 )
+from connector_ops.pipelines.samples import sample_file
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +33,11 @@ BROKEN_PIPELINES_JOB = "broken_pipelines"
 #: the jobs :mod:`connector_ops.pipelines.definitions` defines in code: a pipeline file cannot take their names
 CODE_JOBS = {"first_etl": "the hand-written job first_etl (connector_ops.pipelines.definitions)",
              BROKEN_PIPELINES_JOB: "the job listing the files that did not load"}
+#: the ops of those jobs (name -> definition, owner): Dagster wants each op/graph name defined once in a code
+#: location (``broken_pipelines`` makes its op anew for each load: no pipeline's definition is it)
+CODE_NODES: dict[str, tuple[object, str]] = {
+    **{op.name: (op, CODE_JOBS["first_etl"]) for op in (sample_file, etl_push, etl_query, etl_pull)},
+    "report_pipeline_problems": (None, CODE_JOBS[BROKEN_PIPELINES_JOB])}
 
 
 def pipeline_files(environ: dict[str, str] | None = None) -> list[Path]:
@@ -65,6 +74,7 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
     catalog = Catalog()
     names: dict[str, str] = dict(CODE_JOBS)
     assets: dict[str, str] = {}  # asset key -> the step that makes it: one maker per asset
+    nodes = dict(CODE_NODES)
     for path in pipeline_files(environ):
         try:
             pipeline = load_pipeline(path)
@@ -73,6 +83,7 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
                 raise PipelineError([Problem(str(path), 1, used)])
             mine = _asset_makers(pipeline, path, assets)
             compiled = compile_pipeline(pipeline)
+            my_nodes = node_names(compiled, path, nodes)
         except PipelineError as exc:
             catalog.problems += exc.problems
             continue
@@ -81,6 +92,7 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
             continue
         names[pipeline.name] = str(path)
         assets.update(mine)
+        nodes.update(my_nodes)
         catalog.pipelines.append(compiled)
     return catalog
 
@@ -107,6 +119,42 @@ def _asset_makers(pipeline: Pipeline, path: Path, assets: dict[str, str]) -> dic
             taken.append(Problem(str(path), step.line, f"asset {key!r} is already made by "
                                  f"{assets.get(key) or mine[key]}", step.id))
         mine[key] = f"{path} (step {step.id})"
+    if taken:
+        raise PipelineError(taken)
+    return mine
+
+
+def node_names(compiled: CompiledPipeline, path: Path, nodes: dict[str, tuple[object, str]]
+                ) -> dict[str, tuple[object, str]]:
+    """Op/graph name -> (its definition, who defines it) for the nodes this file adds to the code location:
+    its job's graph and ops, and its asset checks' ops (``<key as identifier>_<check name>``, in Dagster's
+    asset job). Dagster refuses the whole code location when one name has two definitions (``sales-eu/orders``
+    and ``sales_eu/orders`` both name their check op ``sales_eu__orders_validate``), so a name already
+    defined (by an earlier file, a job in code, or this file's job) is this file's problem, at its step."""
+    pipeline = compiled.pipeline
+    job_prefix = f"{pipeline.name}__"
+    named: list[tuple[str, object, str, int, str | None]] = [  # name, definition, what it is, line, step
+        (compiled.job.graph.name, compiled.job.graph, f"job {pipeline.name}", 1, None)]
+    for node in compiled.job.all_node_defs:
+        step_id = node.name.removeprefix(job_prefix).split("__", 1)[0]
+        step = next((s for s in pipeline.steps if s.id == step_id), None)
+        named.append((node.name, node, f"op {node.name} of job {pipeline.name}", step.line if step else 1,
+                      step.id if step else None))
+    for check in compiled.checks:
+        [key] = {k.asset_key for k in check.check_keys}
+        step = next(s for s in pipeline.steps if s.asset is not None and dg.AssetKey(list(s.asset.key)) == key)
+        assert step.check is not None
+        named.append((check.node_def.name, check.node_def, f"the op of check {step.check.name} of asset "
+                      f"{key.to_user_string()}", step.line, step.id))
+    mine: dict[str, tuple[object, str]] = {}
+    taken: list[Problem] = []
+    for name, definition, what, line, step_id in named:
+        known = nodes.get(name) or mine.get(name)
+        if known is not None and known[0] is not definition:
+            taken.append(Problem(str(path), line, f"{what} gets the Dagster name {name!r}, which {known[1]} "
+                                 "already has (Dagster wants each op or graph name once in a code location): "
+                                 "rename the asset key, the check (`check: name:`) or the step", step_id))
+        mine.setdefault(name, (definition, f"{path} ({what})"))
     if taken:
         raise PipelineError(taken)
     return mine

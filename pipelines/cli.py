@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import click
 
 from connector_ops.environment import RESOURCE_KEYS
-from connector_ops.pipelines.catalog import find_pipeline, pipeline_files, read_catalog
+from connector_ops.pipelines.catalog import CODE_NODES, find_pipeline, node_names, pipeline_files, read_catalog
 from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.runner import PipelineRun, run_compiled
 from connector_ops.session import Session
@@ -41,7 +41,8 @@ def validate(files: tuple[str, ...]) -> None:
     for file in files:
         try:
             pipeline = load_pipeline(file)
-            compile_pipeline(pipeline)  # also proves the job builds
+            # also proves the job builds, and its op names can be those of one code location
+            node_names(compile_pipeline(pipeline), Path(file), dict(CODE_NODES))
         except PipelineError as exc:
             _print_problems(exc)
             failed = True

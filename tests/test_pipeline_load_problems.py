@@ -304,3 +304,42 @@ def test_looking_for_a_pipeline_by_name_passes_over_a_file_that_fails_unexpected
     records = [r for r in caplog.records if r.name == "connector_ops.pipelines.catalog"]
     assert records and all(r.exc_info and r.exc_info[0] is RuntimeError and str(bad) in r.getMessage()
                            for r in records)
+
+
+def checked_asset(job: str, key: str, check: str = "validate") -> str:
+    return (f"name: {job}\nsteps:\n  - id: load\n    {PUSH}\n    asset: {key}\n"
+            f"    check: {{schema: {{id: {{type: string}}}}, name: {check}}}\n")
+
+
+@pytest.mark.parametrize(("first", "second", "name"), [
+    (checked_asset("job_a", "sales-eu/orders"), checked_asset("job_b", "sales_eu/orders"), "sales_eu__orders_validate"),
+    (checked_asset("job_a", "a/b"), checked_asset("job_b", "a__b"), "a__b_validate"),
+    (checked_asset("job_a", "orders"), f"name: orders_validate\nsteps:\n  - id: load\n    {PUSH}\n", "orders_validate"),
+    (f"name: job_a\nsteps:\n  - id: load_x\n    {PUSH}\n", checked_asset("job_b", "job_a/load_x_", "input"),
+     "job_a__load_x__input"),  # the node resolving step load_x's input
+], ids=["dash_underscore", "slash_double_underscore", "check_op_vs_job", "check_op_vs_step_op"])
+def test_files_whose_dagster_names_collide_cost_the_later_file_only(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, first: str, second: str, name: str) -> None:
+    """Asset keys that differ only where Dagster's op names do not (``sales-eu`` / ``sales_eu``, ``a/b`` /
+    ``a__b``) name their check ops alike, and a check op can take a job's or a step op's name. Dagster then
+    refused the whole code location; now the later file is a problem at its step and the rest loads."""
+    folder = with_csv(tmp_path / "more")
+    write(folder, first, "a.yaml")
+    later = write(folder, second, "b.yaml")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    catalog = read_catalog()
+    (problem,) = catalog.problems
+    assert (problem.file, problem.line) == (str(later), 1 if second.startswith("name: orders") else 3)
+    assert f"gets the Dagster name {name!r}, which {folder / 'a.yaml'} (" in problem.message
+    assert "job_a" in {c.pipeline.name for c in catalog.pipelines}
+    defs = build_definitions()
+    dg.Definitions.validate_loadable(defs)  # what `dagster definitions validate` does: the location loads
+    assert {"job_a", "sales_report", "broken_pipelines"} <= {j.name for j in defs.get_repository_def().get_all_jobs()}
+
+
+def test_a_check_op_named_like_an_op_of_a_job_in_code_is_a_problem(tmp_path: Path) -> None:
+    """``etl`` checked by ``push`` names its op ``etl_push``, an op of ``first_etl``: `pipeline validate` says so."""
+    path = write(with_csv(tmp_path), checked_asset("mine", "etl", "push"))
+    ran = CliRunner().invoke(pipeline, ["validate", str(path)])
+    assert ran.exit_code == 1
+    assert f"{path}:3: step load: the op of check push of asset etl gets the Dagster name 'etl_push'" in ran.stdout
