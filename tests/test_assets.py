@@ -208,3 +208,38 @@ def test_publishing_another_assets_file_is_refused_and_keeps_it(store: Any) -> N
         publish("virtualFileId", "asset:a", dg.AssetKey("b"), {"virtual_files": store})
     assert caught.value.status == 409 and "the data of asset a" in caught.value.message
     assert store.rows("asset:a") == [{"v": "1"}] and "asset:b" not in {i for i, _ in store.inventory()}
+
+
+ROWS_ASSET = """
+    name: rows_asset
+    steps:
+      - id: check_rows
+        action: etl.validate
+        asset: rows/valid
+        {check}
+        input:
+          content: [{{q: "1"}}, {{q: "x"}}]
+          schema: {{q: {{type: integer}}}}
+"""
+
+
+@pytest.mark.parametrize("check", ["", "check: {schema: {q: {type: integer}}}"], ids=["asset", "asset_and_check"])
+def test_an_asset_of_validate_over_inline_rows_is_a_load_error(tmp_path: Path, check: str) -> None:
+    """Before, the materialisation recorded the rows' Python repr as its virtual file id (and a check failed
+    the run with a raw DagsterTypeCheckDidNotPass)."""
+    path = write(tmp_path, ROWS_ASSET.format(check=check))
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    (problem,) = caught.value.problems
+    assert (problem.line, problem.step) == (8, "check_rows")  # content:
+    assert problem.message.startswith("`asset` needs a virtual file: content: an asset's data is a virtual file, "
+                                      "and `validated` is one only when `content` is a virtual file id")
+
+
+def test_a_validate_asset_given_rows_at_run_time_fails_with_a_400_naming_content(resources: dict) -> None:
+    rows = action_asset("rows/valid", "etl.validate", {"content": [{"q": "1"}], "schema": {"q": {"type": "integer"}}})
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([rows], resources=resources, instance=instance, raise_on_error=False)
+    data = step_failure(result)
+    assert data.metadata["status"].value == 400 and data.description.startswith("etl.validate failed (400): content:")
+    assert instance.get_latest_materialization_event(dg.AssetKey(["rows", "valid"])) is None

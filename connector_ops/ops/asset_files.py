@@ -33,6 +33,19 @@ def asset_file_name(key: dg.AssetKey) -> str:
 
 #: input flag -> the input field whose virtual file the action changes in place when the flag is true
 IN_PLACE_FLAGS = {"overwriteVirtualFile": "virtualFileId"}
+#: output field -> the input field that must be a virtual file id for the output to be one (Validate: rows
+#: in, rows out; an asset's data is a file, not rows written into its materialisation)
+FILE_ONLY_FROM = {"validated": "content"}
+
+
+def file_input_problem(field: str, value: Any) -> str | None:
+    """Why output ``field`` cannot be an asset's virtual file when its input field holds ``value``."""
+    source = FILE_ONLY_FROM.get(field)
+    if source is None or isinstance(value, str):
+        return None
+    return (f"{source}: an asset's data is a virtual file, and `{field}` is one only when `{source}` is a "
+            f"virtual file id (e.g. ${{load.virtualFileId}}), not a {type(value).__name__} of rows; load the rows "
+            "first (etl.push), or drop `asset:`")
 
 
 def in_place_problem(payload: Mapping[str, Any], key: dg.AssetKey) -> str | None:
@@ -49,10 +62,13 @@ def in_place_problem(payload: Mapping[str, Any], key: dg.AssetKey) -> str | None
     return None
 
 
-def check_asset_input(payload: Mapping[str, Any], key: dg.AssetKey) -> None:
-    """Refuse (400, before the action runs) an input with which the step making asset ``key`` would change
-    another asset's data: an asset step never changes or takes another asset's named file."""
-    if (problem := in_place_problem(payload, key)) is not None:
+def check_asset_input(field: str, payload: Mapping[str, Any], key: dg.AssetKey) -> None:
+    """Refuse (400, before the action runs) an input with which the step making asset ``key`` of its output
+    ``field`` would change another asset's data (an asset step never changes or takes another asset's named
+    file), or would make no virtual file at all (Validate of rows)."""
+    source = FILE_ONLY_FROM.get(field)
+    problem = in_place_problem(payload, key) or (file_input_problem(field, payload.get(source)) if source else None)
+    if problem is not None:
         raise ConnectorError(400, {"message": problem})
 
 

@@ -91,7 +91,7 @@ def action_asset(
         try:
             for name, up in upstream.items():
                 payload[name] = latest_location(context.instance, up)
-            check_asset_input(payload, key)
+            check_asset_input(field, payload, key)
             with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)):
                 result = run_action(spec, payload, resources)
             data = publish(field, result[field], key, resources)

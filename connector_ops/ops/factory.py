@@ -264,8 +264,8 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
                                          action=spec.name))
         started = time.perf_counter()
         try:
-            for key in assets.values():
-                check_asset_input(payload, key)
+            for field, key in assets.items():
+                check_asset_input(field, payload, key)
             with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)), \
                     warnings_to(context.log.warning):
                 result = run_action(spec, payload, resources)

@@ -23,7 +23,7 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.ops.asset_files import asset_file_name
+from connector_ops.ops.asset_files import FILE_ONLY_FROM, asset_file_name, file_input_problem
 from connector_ops.ops.assets import asset_field
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Pipeline, Step
@@ -84,6 +84,11 @@ def parse_asset(item: Mapping[str, Any], path: tuple[str | int, ...], spec: Acti
         if field is None:
             report((*path, "asset"), f"{spec.name} produces no virtual file or platform file to be an asset")
             ok = False
+    source = FILE_ONLY_FROM.get(field or "")
+    inp = item.get("input")
+    if source is not None and isinstance(inp, Mapping) and source in inp and not isinstance(inp[source], str):
+        report((*path, "input", source), f"`asset` needs a virtual file: {file_input_problem(field, inp[source])}")
+        ok = False
     if ok:
         try:
             asset_file_name(dg.AssetKey(parts))
