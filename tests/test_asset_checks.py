@@ -71,3 +71,25 @@ def test_thresholds_and_bad_arguments() -> None:
             validate_check("a", SCHEMA, max_rejected=bad)
     with pytest.raises(ValueError, match="severity must be ERROR or WARN"):
         validate_check("a", SCHEMA, severity="fatal")
+
+
+def test_a_check_whose_asset_file_is_gone_names_it_and_how_to_make_it_again(resources: dict, store: Any,
+                                                                            sales: dg.AssetsDefinition) -> None:
+    """Before, the check failed with Validate's bare ``etl.validate failed (404): not found``."""
+    from connector_ops import invoke
+
+    check = validate_check("sales/raw", SCHEMA, max_rejected=0.5)
+    instance = dg.DagsterInstance.ephemeral()
+    assert dg.materialize([sales, check], resources=resources, instance=instance).success
+    invoke("etl.clean", {"virtualFileId": "asset:sales/raw"}, resources=resources)  # the file is gone
+    job = dg.Definitions(assets=[sales], asset_checks=[check], resources=resources
+                         ).resolve_implicit_global_asset_job_def()
+    alone = job.get_subset(asset_selection=set(), asset_check_selection={dg.AssetCheckKey(
+        dg.AssetKey(["sales", "raw"]), "validate")}).execute_in_process(instance=instance, raise_on_error=False)
+    [failed] = [e for e in alone.all_events if e.event_type_value == "STEP_FAILURE"]
+    data = failed.step_failure_data.user_failure_data
+    assert data.metadata["status"].value == 404  # Validate's status for a missing file, as the spec says
+    assert data.description == (
+        "check validate of sales/raw failed (404): virtual file 'asset:sales/raw' of asset sales/raw not found "
+        "(removed since it was materialised); materialize the asset again (run the job that makes it), then run "
+        "the check")

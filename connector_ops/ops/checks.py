@@ -108,6 +108,18 @@ def export_name(key: dg.AssetKey, name: str) -> str:
     return f"{key.to_python_identifier()}_{name}_rejects.csv"
 
 
+def file_gone(exc: ConnectorError, key: dg.AssetKey, name: str, source: Any) -> ConnectorError:
+    """A check's failure in its own words: Validate answers a missing file with the spec's bare 404 ``not
+    found``, which names neither the file nor the asset; the check's failure (still a 404) names both and
+    how to make the file again. Any other error stays as the action said it."""
+    if exc.status != 404 or not isinstance(source, str):
+        return exc
+    return ConnectorError(404, {"message": f"virtual file {source!r} of asset {key.to_user_string()} not found "
+                                           "(removed since it was materialised); materialize the asset again "
+                                           "(run the job that makes it), then run the check"},
+                          action=f"check {name} of {key.to_user_string()}")
+
+
 def check_description(rule: ValidateRule) -> str:
     return f"Validate against a schema of {len(rule.schema)} columns; {rule.text}."
 
@@ -132,10 +144,12 @@ def validate_check(
     def check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
         resources = {"virtual_files": context.resources.virtual_files,
                      "platform_files": context.resources.platform_files}
+        source = None
         try:
-            found = evaluate(rule, latest_location(context.instance, key), export_name(key, name), resources)
+            source = latest_location(context.instance, key)
+            found = evaluate(rule, source, export_name(key, name), resources)
         except ConnectorError as exc:
-            raise failure(exc) from None
+            raise failure(file_gone(exc, key, name, source)) from None
         return dg.AssetCheckResult(passed=found.passed, severity=rule.level, metadata=found.metadata,
                                    description=found.description)
 

@@ -23,7 +23,15 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
-from connector_ops.ops.checks import SEVERITIES, ValidateRule, check_max_rejected, evaluate, export_name, validate_check
+from connector_ops.ops.checks import (
+    SEVERITIES,
+    ValidateRule,
+    check_max_rejected,
+    evaluate,
+    export_name,
+    file_gone,
+    validate_check,
+)
 from connector_ops.ops.factory import ensure_launched_definition, failure
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Check, Pipeline
@@ -124,7 +132,7 @@ def check_op(name: str, key: dg.AssetKey, check: Check) -> dg.OpDefinition:
         try:
             found = evaluate(rule, virtual_file_id, export_name(key, check.name), resources)
         except ConnectorError as exc:
-            raise failure(exc) from None
+            raise failure(file_gone(exc, key, check.name, virtual_file_id)) from None
         yield dg.AssetCheckEvaluation(asset_key=key, check_name=check.name, passed=found.passed,
                                       metadata=found.metadata, severity=rule.level, description=found.description)
         if check.blocking and not found.passed:  # the data breaks the rules: a 422 with the check's own message
