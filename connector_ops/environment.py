@@ -94,6 +94,8 @@ class Env:
 HOME_VARIABLE = "CONNECTOR_OPS_HOME"
 #: the executor of the Definitions' jobs (:mod:`connector_ops.pipelines.executors`)
 EXECUTOR_VARIABLE = "CONNECTOR_OPS_EXECUTOR"
+#: seconds a running Celery step may go without a heartbeat (:mod:`connector_ops.pipelines.celery_heartbeat`)
+LOST_AFTER_VARIABLE = "CONNECTOR_OPS_CELERY_LOST_AFTER"
 
 
 def pin_home(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:

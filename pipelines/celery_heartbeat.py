@@ -30,7 +30,7 @@ from dagster._core.execution.retries import RetryMode
 from dagster_celery.core_execution_loop import core_celery_execution_loop
 from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
 
-from connector_ops.pipelines.executors import LOST_AFTER_VARIABLE
+from connector_ops.environment import LOST_AFTER_VARIABLE
 
 #: the task state a running step's heartbeat writes (a state of its own: not ready, and left alone by a revoke)
 HEARTBEAT_STATE = "HEARTBEAT"

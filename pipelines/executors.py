@@ -39,11 +39,10 @@ from dagster._core.definitions.executor_definition import (
     multiple_process_executor_requirements,
 )
 
-from connector_ops.environment import EXECUTOR_VARIABLE
+from connector_ops.environment import EXECUTOR_VARIABLE, LOST_AFTER_VARIABLE
 
 BROKER_VARIABLE = "CONNECTOR_OPS_CELERY_BROKER_URL"
 BACKEND_VARIABLE = "CONNECTOR_OPS_CELERY_BACKEND_URL"
-LOST_AFTER_VARIABLE = "CONNECTOR_OPS_CELERY_LOST_AFTER"
 #: seconds without a heartbeat after which a running step's worker is taken for dead
 DEFAULT_LOST_AFTER = 60.0
 EXECUTORS = ("in_process", "multiprocess", "celery")
