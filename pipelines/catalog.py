@@ -14,7 +14,6 @@ from pathlib import Path
 
 import dagster as dg
 
-from connector_ops.ops import etl_pull, etl_push, etl_query
 from connector_ops.pipelines.dsl import (
     CompiledPipeline,
     Pipeline,
@@ -23,7 +22,7 @@ from connector_ops.pipelines.dsl import (
     compile_pipeline,
     load_pipeline,
 )
-from connector_ops.pipelines.samples import sample_file
+from connector_ops.pipelines.first_etl import first_etl
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +30,15 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 PIPELINES_DIR_VARIABLE = "CONNECTOR_OPS_PIPELINES_DIR"
 BROKEN_PIPELINES_JOB = "broken_pipelines"
 #: the jobs :mod:`connector_ops.pipelines.definitions` defines in code: a pipeline file cannot take their names
-CODE_JOBS = {"first_etl": "the hand-written job first_etl (connector_ops.pipelines.definitions)",
+CODE_JOBS = {first_etl.name: "the hand-written job first_etl (connector_ops.pipelines.first_etl)",
              BROKEN_PIPELINES_JOB: "the job listing the files that did not load"}
-#: the ops of those jobs (name -> definition, owner): Dagster wants each op/graph name defined once in a code
-#: location (``broken_pipelines`` makes its op anew for each load: no pipeline's definition is it)
+#: the op of ``broken_pipelines`` (made anew at each load, from the problems: no pipeline's definition is it)
+REPORT_PROBLEMS_OP = "report_pipeline_problems"
+#: the ops and graphs of those jobs (name -> definition, owner): Dagster wants each op or graph name defined
+#: once in a code location
 CODE_NODES: dict[str, tuple[object, str]] = {
-    **{op.name: (op, CODE_JOBS["first_etl"]) for op in (sample_file, etl_push, etl_query, etl_pull)},
-    "report_pipeline_problems": (None, CODE_JOBS[BROKEN_PIPELINES_JOB])}
+    **{node.name: (node, CODE_JOBS[first_etl.name]) for node in first_etl.all_node_defs},
+    REPORT_PROBLEMS_OP: (None, CODE_JOBS[BROKEN_PIPELINES_JOB])}
 
 
 def pipeline_files(environ: dict[str, str] | None = None) -> list[Path]:

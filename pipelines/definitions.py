@@ -1,6 +1,6 @@
 """The Definitions object: jobs, schedules, sensors and resources from the environment.
 
-Jobs: ``first_etl`` (a hand-written graph of generated ops) and one job per pipeline file
+Jobs: ``first_etl`` (a hand-written graph of generated ops, :mod:`.first_etl`) and one job per pipeline file
 (``pipelines/*.yaml`` and ``$CONNECTOR_OPS_PIPELINES_DIR``, see :mod:`connector_ops.pipelines.catalog`), among them
 the demo ``sales_report``. A pipeline's ``schedule:`` becomes a schedule and its ``on_new_file:`` a
 drive-folder sensor (both stopped until turned on in the UI or with ``dagster schedule/sensor start``).
@@ -13,30 +13,13 @@ import logging
 import dagster as dg
 
 from connector_ops.environment import pin_home
-from connector_ops.ops import etl_pull, etl_push, etl_query
-from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB, read_catalog
+from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB, REPORT_PROBLEMS_OP, read_catalog
 from connector_ops.pipelines.components.shared import pipeline_resources
 from connector_ops.pipelines.dsl import Problem
 from connector_ops.pipelines.executors import job_executor
-from connector_ops.pipelines.samples import sample_file
+from connector_ops.pipelines.first_etl import first_etl
 
 logger = logging.getLogger(__name__)
-
-
-@dg.job(
-    description="Push the bundled sales CSV, query one region and pull the result as CSV (embedded defaults).",
-    config={
-        "ops": {
-            "sample_file": {"config": {"name": "sales.csv"}},
-            "etl_query": {"config": {"query": {"region": "North"}}},
-            "etl_pull": {"config": {"exportType": "csv", "exportName": "north_sales.csv"}},
-        }
-    },
-    tags={"kind": "demo"},
-)
-def first_etl():
-    vf = etl_push(platform_file=sample_file())
-    etl_pull(virtual_file_id=vf, after=[etl_query(virtual_file_id=vf)])
 
 
 def broken_pipelines_job(problems: list[Problem]) -> dg.JobDefinition:
@@ -44,7 +27,7 @@ def broken_pipelines_job(problems: list[Problem]) -> dg.JobDefinition:
     and a launch fails with them (so a schedule or a script that expected the job learns why)."""
     text = "\n".join(str(problem) for problem in problems)
 
-    @dg.op(name="report_pipeline_problems")
+    @dg.op(name=REPORT_PROBLEMS_OP)
     def report_pipeline_problems() -> None:
         raise dg.Failure(description=f"{len(problems)} problem(s) in pipeline files:\n{text}")
 
