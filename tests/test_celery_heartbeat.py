@@ -1,5 +1,6 @@
 """The run worker's watch of a Celery step's heartbeat (connector_ops.pipelines.celery_heartbeat), on a real
-Redis result backend written as a step task writes it; and the setting of its limit."""
+Redis result backend written as a step task writes it; and the setting of its limit. The celery extra is part
+of the dev install, so an import failure here is an error, never a skip."""
 
 from __future__ import annotations
 
@@ -9,16 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from tests.deployment import redis_server
-from tests.servers import free_port
-
-pytest.importorskip("dagster_celery")
-
 from celery import Celery, states
 from celery.exceptions import TaskRevokedError
 
-from connector_ops.environment import EXECUTOR_VARIABLE
+from connector_ops.environment import EXECUTOR_VARIABLE, LOST_AFTER_VARIABLE
 from connector_ops.pipelines.celery_heartbeat import (
     HEARTBEAT_STATE,
     MIN_LOST_AFTER,
@@ -28,11 +23,12 @@ from connector_ops.pipelines.celery_heartbeat import (
 from connector_ops.pipelines.executors import (
     BROKER_VARIABLE,
     DEFAULT_LOST_AFTER,
-    LOST_AFTER_VARIABLE,
     ExecutorSettingError,
     celery_lost_after,
     job_executor,
 )
+from tests.deployment import redis_server
+from tests.servers import free_port
 
 LIMIT = 1.0  # seconds: WatchedResult takes any limit; the variable's minimum is for real workers
 
