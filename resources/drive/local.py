@@ -73,14 +73,21 @@ def _add_version_column(conn: sqlite3.Connection) -> None:
         return "version" not in {row["name"] for row in conn.execute("PRAGMA table_info(items)")}
 
     if missing():
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(conn):
             if missing():
                 conn.execute("ALTER TABLE items ADD COLUMN version INTEGER NOT NULL DEFAULT 1")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+
+
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One ``BEGIN IMMEDIATE`` transaction: committed when the body ends, rolled back when it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class LocalDriveResource(Resource):
@@ -133,13 +140,8 @@ class LocalDriveResource(Resource):
             conn.execute("INSERT OR IGNORE INTO items (id, name, is_folder, mime_type, parent, size, modified) "
                          "VALUES (?, 'my-drive', 1, ?, NULL, 0, ?)", (ROOT, FOLDER_MIME, utc_timestamp()))
             if write:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with _immediate(conn):
                     yield conn
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
             else:
                 yield conn
         finally:
