@@ -134,7 +134,12 @@ def _index(conn: sa.Connection, name: str, column: sa.ColumnElement) -> None:
     except sa.exc.DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) != TOO_LONG_FOR_BTREE:
             raise
-        sa.Index(name, column, postgresql_using="hash").create(conn)
+        _hash_index(conn, name, column)
+
+
+def _hash_index(conn: sa.Connection, name: str, column: sa.ColumnElement) -> None:
+    """The hash index both :func:`_index` and :func:`hash_instead_of_btree` fall back to (PostgreSQL only)."""
+    sa.Index(name, column, postgresql_using="hash").create(conn)
 
 
 def hash_instead_of_btree(conn: sa.Connection, exc: BaseException) -> bool:
@@ -153,9 +158,8 @@ def hash_instead_of_btree(conn: sa.Connection, exc: BaseException) -> bool:
     ).one_or_none()
     if found is None:
         return False
-    quote = conn.dialect.identifier_preparer.quote
-    conn.exec_driver_sql(f"DROP INDEX {quote(index)}")
-    conn.exec_driver_sql(f"CREATE INDEX {quote(index)} ON {quote(found[0])} USING hash ({quote(found[1])})")
+    conn.exec_driver_sql(f"DROP INDEX {conn.dialect.identifier_preparer.quote(index)}")
+    _hash_index(conn, index, sa.Table(found[0], sa.MetaData(), sa.Column(found[1])).c[found[1]])
     return True
 
 
