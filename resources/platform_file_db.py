@@ -1,9 +1,12 @@
 """Platform files kept in a database (``CONNECTOR_OPS_FILES_BACKEND=database``): bytes and descriptors in the
 virtual-file store's database, so every host of a deployment reads and writes the same files.
 
-Bytes are rows of at most 1 MiB (``cop_platform_file_chunk``), written as the writer produces them and
-read back one chunk at a time, so memory stays bounded whatever the file's size. A file is written in
-one transaction, its descriptor last: until it commits nobody sees it, and a failure leaves nothing.
+Bytes are rows of at most 1 MiB (``cop_platform_file_chunk``), read back one chunk at a time, so memory stays
+bounded whatever the file's size. A file is written in one transaction, its descriptor last: until it commits
+nobody sees it, and a failure leaves nothing. On PostgreSQL the chunks go in as the writer produces them. On
+SQLite a write transaction holds the whole database's write lock, so a file that arrives slowly (a Drive
+download) would make every other writer — each Push, each step of a run — wait for it and fail after the
+busy timeout: there the bytes are spooled to a temporary file first, and the transaction only copies them.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime
 from typing import IO, Any
 
 import sqlalchemy as sa
 
+from connector_ops.kernel.disk import temp_floor
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.virtual_files.catalog import platform_file, platform_file_chunk
 from connector_ops.resources.virtual_files.core import as_utc
@@ -105,12 +111,26 @@ class DatabaseFiles:
         self.engine = get_engine(database_url)
 
     @contextlib.contextmanager
-    def create(self, file_id: str) -> Iterator[tuple[_ChunkWriter, list[dict[str, Any]]]]:
+    def create(self, file_id: str) -> Iterator[tuple[IO[bytes] | _ChunkWriter, list[dict[str, Any]]]]:
         """Yields a writer and a list to append the descriptor to; both are committed together."""
         descriptor: list[dict[str, Any]] = []
+        if self.engine.dialect.name == "sqlite":
+            floor = temp_floor()
+            with tempfile.TemporaryFile() as spool:
+                yield floor.guard(spool), descriptor
+                spool.seek(0)
+                with self._transaction(file_id, descriptor) as writer:
+                    shutil.copyfileobj(spool, writer, CHUNK)
+            return
+        with self._transaction(file_id, descriptor) as writer:
+            yield writer, descriptor
+
+    @contextlib.contextmanager
+    def _transaction(self, file_id: str, descriptor: list[dict[str, Any]]) -> Iterator[_ChunkWriter]:
+        """The write transaction of one file: the chunks written in the block, then its descriptor."""
         with self.engine.execution_options(**WRITE).begin() as conn:
             writer = _ChunkWriter(conn, file_id)
-            yield writer, descriptor
+            yield writer
             writer.finish()
             # dated when the write ends, as lastModified (PostgreSQL's now() is the transaction's start: a
             # file written for longer than gc's --older-than would be removed as soon as it is made)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,23 @@ def test_a_failed_write_leaves_nothing(hosts: Any) -> None:
         sink.write(os.urandom(1024 * 1024 + 1))  # one chunk already sent to the database
         raise RuntimeError("boom")
     assert set(dict(b.inventory())) == before
+
+
+def test_a_file_being_written_does_not_hold_other_writers_off(hosts: Any) -> None:
+    """A file that arrives slowly (a Drive download) held SQLite's write lock from its first byte to its
+    last, so every other writer of the database, another host's file or any Push, waited for it and failed
+    after the 60 s busy timeout. Another host's whole write now commits while the slow one is still open."""
+    a, b = hosts
+    done: list[Any] = []
+    with a.create("slow.bin") as sink:
+        sink.write(os.urandom(1024 * 1024 + 1))
+        other = threading.Thread(target=lambda: done.append(b.add_bytes(b"quick\n", "quick.txt")))
+        other.start()
+        other.join(timeout=10)
+        assert done, "another host's write waited for the file still being written"
+        sink.write(b"the end")
+    assert b.read_bytes(sink.descriptor.to_json()).endswith(b"the end")
+    assert a.read_bytes(done[0].to_json()) == b"quick\n"
 
 
 def test_the_file_server_streams_from_the_database(hosts: Any) -> None:
