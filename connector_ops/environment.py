@@ -218,7 +218,8 @@ def _mail(env: Env) -> Recipe:
     if backend == "outbox":
         from connector_ops.resources.mail.outbox import OutboxMailResource
 
-        return Recipe.of(OutboxMailResource, outbox_dir=env.path("CONNECTOR_OPS_OUTBOX_DIR", "outbox"))
+        return Recipe.of(OutboxMailResource, outbox_dir=env.path("CONNECTOR_OPS_OUTBOX_DIR", "outbox"),
+                         min_free_disk=min_free_disk(env.environ))
     if backend == "mailjet":
         from connector_ops.resources.mail.mailjet import DEFAULT_API_URL, MailjetResource
 

@@ -115,6 +115,27 @@ def test_a_link_spooled_to_tmpdir_is_refused_before_it_is_fetched(env, tmp_path,
     assert virtual_files(env) == 0
 
 
+@sqlite_only
+def test_a_mail_into_the_outbox_and_a_platform_file_into_the_database_are_refused(env, tmp_path, temp_dir,
+                                                                                 monkeypatch):
+    """The outbox (a message holds its attachments in base64) and the database backend's spool (in TMPDIR)
+    wrote with no floor at all."""
+    files = resources_for(["platform_files"], env)["platform_files"]
+    attachment = files.add_bytes(b"x" * 1000, "report.txt", "text/plain").to_json()
+    outbox = Path(resources_for(["mail"], env)["mail"].outbox_dir)
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, far_above(tmp_path))
+    assert_worded(refused("mail.send_transactional_message", {
+        "from": "Shop <noreply@example.com>", "recipients": [{"to": "alice@example.org", "type": "To"}],
+        "subject": "Report", "templateId": 1, "templateVariables": "{}",
+        "attachments": [{"platformFile": attachment}]}), outbox)
+    assert not outbox.exists() or os.listdir(outbox) == []
+    monkeypatch.setenv("CONNECTOR_OPS_FILES_BACKEND", "database")
+    with pytest.raises(Exception, match="not enough free disk space") as caught:
+        resources_for(["platform_files"])["platform_files"].add_bytes(b"x" * 100, "x.bin")
+    assert caught.value.status == 500
+    assert os.listdir(temp_dir) == []
+
+
 def database_file(env: dict[str, str]) -> Path:
     return Path(resources_for(["virtual_files"], env)["virtual_files"].sqlite_file)
 

@@ -8,7 +8,7 @@ before it starts and then every :data:`CHECK_EVERY_BYTES` it writes (a ``statvfs
 with :class:`DiskBelowFloor` (500: an out-of-space host is the server's condition, not the caller's input)
 while the floor still stands. The writers roll back as on any other error, so nothing is left of them.
 
-The choke points: :func:`connector_ops.kernel.atomic.atomic_write` (platform files, the local drive), the
+The choke points: :func:`connector_ops.kernel.atomic.atomic_write` (platform files, the local drive, the outbox), the
 SQLite store's write transactions (its progress handler, :mod:`connector_ops.resources.virtual_files.interrupts`)
 and its loader process's data (:mod:`connector_ops.resources.virtual_files.sqlite_loader`), and the temporary
 files in ``TMPDIR`` that a Push or a Pull spools to (:func:`temp_floor`). A PostgreSQL server's disk is not

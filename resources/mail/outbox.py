@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import PrivateAttr
 
 from connector_ops.kernel.atomic import atomic_write, sweep_leftovers
+from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.base import MailResource
 from connector_ops.resources.mail.message import MailMessage
@@ -26,6 +27,9 @@ class OutboxMailResource(MailResource):
 
     outbox_dir: str
     """Folder the messages are written to, one JSON file each."""
+    min_free_disk: int = DEFAULT_MIN_FREE_DISK
+    """Bytes kept free on the outbox's disk (``CONNECTOR_OPS_MIN_FREE_DISK``): a message holds its attachments
+    in base64, as large as the files it carries."""
 
     def single_host(self) -> str | None:
         return f"the outbox is the folder {self.outbox_dir} of one host; use CONNECTOR_OPS_MAIL_BACKEND=mailjet or smtp"
@@ -40,6 +44,6 @@ class OutboxMailResource(MailResource):
             self._swept = True
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         final = root / f"{stamp}-{uuid.uuid4().hex[:12]}.json"
-        with atomic_write(final, durable=True) as sink:
+        with atomic_write(final, durable=True, min_free_disk=self.min_free_disk) as sink:
             write_payload(sink, message, attachments, sandbox=False)
         return final.name
