@@ -16,7 +16,7 @@ from dagster._core.test_utils import create_test_daemon_workspace_context
 from dagster._core.workspace.load_target import ModuleTarget
 
 from connector_ops.environment import resources_for
-from connector_ops.kernel.version import package_version
+from connector_ops.kernel.version import build_version, package_version, source_digest
 from connector_ops.ops.factory import PIPELINE_DIGEST_TAG, error_of_failed_step
 from connector_ops.pipelines.catalog import load_catalog
 from connector_ops.pipelines.cli import pipeline
@@ -235,19 +235,23 @@ def test_a_step_never_runs_another_version_of_its_pipeline_than_its_run_was_laun
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("launched_by", ["99.0.0+0123456789ab", f"{package_version()}+000000000000"],
+                         ids=["another release", "another commit of this release"])
 def test_a_step_never_runs_under_another_connector_ops_than_its_run_was_launched_by(
-        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, launched_by: str) -> None:
     """A worker not yet upgraded (or not restarted since) is given a step of a run that an upgraded code
     location launched: the job it compiled carries its own version, the run the launcher's, and the step
-    fails at once with a 409 saying which versions met and what to do."""
+    fails at once with a 409 saying which versions met and what to do. Deployed from git, every commit is
+    the same package version: the sources' digest tells them apart."""
     (tmp_path / "two.csv").write_text("id,name\n1,a\n2,b\n")
     path = tmp_path / "ver.yaml"
     path.write_text('name: ver\nsteps:\n  - {id: load, action: etl.push, input: {platformFile: "${file:two.csv}"}}\n')
     monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(tmp_path))
     job = build_definitions().resolve_job_def("ver")
-    assert job.run_tags["connector_ops/version"] == package_version()
+    assert job.run_tags["connector_ops/version"] == build_version()
+    assert build_version().startswith(f"{package_version()}+")
     with dg.instance_for_test() as instance:
-        upgraded = job.execute_in_process(instance=instance, tags={"connector_ops/version": "99.0.0"},
+        upgraded = job.execute_in_process(instance=instance, tags={"connector_ops/version": launched_by},
                                           raise_on_error=False)
         same = job.execute_in_process(instance=instance, raise_on_error=False)
     assert not upgraded.success
@@ -255,9 +259,34 @@ def test_a_step_never_runs_under_another_connector_ops_than_its_run_was_launched
     (failed,) = [e for e in upgraded.all_events if e.event_type_value == "STEP_FAILURE"]
     error = error_of_failed_step(failed)
     assert error.status == 409 and not error.retryable
-    assert error.message.startswith(f"the run was launched by connector-ops 99.0.0, and the process running step "
-                                    f"{failed.step_key} runs connector-ops {package_version()}: every process")
+    assert error.message.startswith(f"the run was launched by connector-ops {launched_by}, and the process running "
+                                    f"step {failed.step_key} runs connector-ops {build_version()}: every process")
     assert same.success
+
+
+def test_the_source_digest_is_the_same_for_a_wheel_and_a_source_tree_and_changes_with_any_source(
+        tmp_path: Path) -> None:
+    """A wheel installs pipelines/ and resources/ inside connector_ops/, a source tree keeps them beside it:
+    one set of sources, one digest. Any edit of a .py file changes it; compiled files do not."""
+    tree, wheel = tmp_path / "tree", tmp_path / "wheel"
+    for folder, source in (("connector_ops", "a = 1\n"), ("pipelines", "b = 2\n"), ("resources", "c = 3\n")):
+        (tree / folder / "sub").mkdir(parents=True)
+        (tree / folder / "sub" / "m.py").write_text(source)
+        inside = wheel / "connector_ops" / ("" if folder == "connector_ops" else folder) / "sub"
+        inside.mkdir(parents=True, exist_ok=True)
+        (inside / "m.py").write_text(source)
+    (tree / "connector_ops" / "sub" / "__pycache__").mkdir()
+    (tree / "connector_ops" / "sub" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0")
+
+    def digest(root: Path, nested: bool) -> str:
+        return source_digest({"connector_ops": root / "connector_ops",
+                              "connector_ops.pipelines": root / ("connector_ops/pipelines" if nested else "pipelines"),
+                              "connector_ops.resources": root / ("connector_ops/resources" if nested else "resources")})
+
+    assert digest(tree, nested=False) == digest(wheel, nested=True)
+    before = digest(tree, nested=False)
+    (tree / "pipelines" / "sub" / "m.py").write_text("b = 2  # edited\n")
+    assert digest(tree, nested=False) != before
 
 
 def test_set_overrides_are_another_version_of_the_pipeline(tmp_path: Path) -> None:

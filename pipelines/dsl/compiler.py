@@ -29,7 +29,7 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.kernel.version import package_version
+from connector_ops.kernel.version import build_version
 from connector_ops.ops import all_ops
 from connector_ops.ops.factory import (
     PIPELINE_DIGEST_TAG,
@@ -262,7 +262,7 @@ def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
 def _compile(pipeline: Pipeline) -> CompiledPipeline:
     builder = _Builder(pipeline)
     graph = builder.build()
-    tags = {"pipeline": pipeline.name, **pipeline.tags, VERSION_TAG: package_version()}
+    tags = {"pipeline": pipeline.name, **pipeline.tags, VERSION_TAG: build_version()}
     if pipeline.digest:  # Dagster copies job tags into each run's at launch: the version the run is of
         tags[PIPELINE_DIGEST_TAG] = pipeline.digest
     default_config = {"ops": builder.config} if builder.config else {}
