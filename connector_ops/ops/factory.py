@@ -195,7 +195,8 @@ def _another_version(context: dg.OpExecutionContext, loaded: str, launched: str)
     return (f"the run was launched by connector-ops {launched}, and the process running step {context.op_handle} "
             f"runs connector-ops {loaded}: every process of a deployment (code servers, run workers, Celery "
             "workers) must run one version. Upgrade or restart the processes that run steps (docs/deployment.md, "
-            "Upgrading), then launch the run again.")
+            "Upgrading), or reload the code location if its sources were edited since it loaded, then launch the "
+            "run again.")
 
 
 def _another_file(context: dg.OpExecutionContext, loaded: str, launched: str) -> str:
