@@ -32,7 +32,7 @@ import yaml
 from pydantic import BaseModel
 
 from connector_ops.kernel.errors import ConnectorError
-from connector_ops.kernel.json_text import read_json
+from connector_ops.kernel.json_text import json_text, read_json
 from connector_ops.kernel.yaml_text import ExactNumberLoader
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
@@ -102,7 +102,7 @@ def jsonable(value: Any) -> Any:
         return _pandas_values(value)
     if type(value).__module__.startswith("numpy") and hasattr(value, "tolist"):
         return value.tolist()  # arrays become lists, numpy scalars Python numbers
-    if isinstance(value, Decimal):  # a number as read_json reads one; json writes no Decimal
+    if isinstance(value, Decimal):  # for json.dumps (the recorder's keys); to_json_text writes its own digits
         return float(value)
     raise TypeError(f"a {type(value).__name__} is not a JSON value")
 
@@ -116,13 +116,17 @@ def _pandas_values(value: Any) -> list[Any]:
 
 
 def to_json_text(value: Any) -> str:
-    return json.dumps(value, default=jsonable, ensure_ascii=False)
+    """The JSON a ``{{…}}`` inserts: ``json.dumps``'s spacing, a ``Decimal`` (a number as the magic reads one)
+    with its own digits, so ``{{price}}`` of ``1.50`` is stored ``"1.50"`` as the same number typed in the
+    cell, or pushed, is."""
+    return json_text(value, default=jsonable)
 
 
 def _interpolated(value: Any) -> str:
     """How a value reads inside a string: strings as they are, values whose JSON is a string (a path, a
-    date) as that string — ``"report-{{day}}.csv"`` is ``report-2024-01-01.csv`` — everything else as JSON."""
-    if not isinstance(value, str):
+    date) as that string — ``"report-{{day}}.csv"`` is ``report-2024-01-01.csv`` — everything else as JSON
+    (a ``Decimal``'s own digits: ``"{{price}}"`` of ``1.50`` is ``"1.50"``)."""
+    if not isinstance(value, str | Decimal):
         with contextlib.suppress(TypeError):
             value = jsonable(value)
     return value if isinstance(value, str) else to_json_text(value)

@@ -1,5 +1,5 @@
-"""JSON text as every entry point reads it, and compact JSON text of values from Python callers, as both
-the ETL store and the mail payload write it.
+"""JSON text as every entry point reads it, and JSON text of values from Python callers: compact as both
+the ETL store and the mail payload write it, spaced as the magic's ``{{…}}`` inserts it.
 
 ``json`` writes NumPy's numbers only through a ``default`` and a ``Decimal`` only through ``float``, where
 ``2.50`` would become ``2.5`` and a 20-digit amount would lose digits: here each ``Decimal`` keeps its own
@@ -9,6 +9,7 @@ written again by a walk that hands every part without one back to the C encoder.
 
 from __future__ import annotations
 
+import functools
 import json
 import numbers
 from collections.abc import Callable, Mapping
@@ -20,10 +21,8 @@ class _HasDecimal(Exception):
     pass
 
 
-def _no_decimal(value: Any) -> Any:
-    """The encoder's ``default``: NumPy's numbers as Python's; a ``Decimal`` stops it (see above)."""
-    if isinstance(value, Decimal):
-        raise _HasDecimal
+def _numbers(value: Any) -> Any:
+    """The default ``default``: NumPy's numbers as Python's."""
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
@@ -31,31 +30,61 @@ def _no_decimal(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not a JSON value")  # check_payload refuses it first
 
 
-_lenient = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_no_decimal).encode
-_strict = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_no_decimal, allow_nan=False).encode
+COMPACT = (",", ":")
+#: ``json.dumps``'s own spacing
+SPACED = (", ", ": ")
 
 
-def compact_json(value: Any, *, allow_nan: bool = True) -> str:
-    """Compact JSON of ``value`` (not ASCII-escaped). ``allow_nan=False`` raises ``ValueError`` at a NaN or an
-    infinity, which JSON has not: for text sent to another program, where an input check should have
-    refused them already."""
-    encode = _lenient if allow_nan else _strict
+@functools.lru_cache(maxsize=8)
+def _encoder(separators: tuple[str, str], allow_nan: bool,
+             default: Callable[[Any], Any]) -> Callable[[Any], str]:
+    """The C encoder with ``default`` behind a check that stops it at a ``Decimal`` (see above)."""
+    def stop_at_decimal(value: Any) -> Any:
+        if isinstance(value, Decimal):
+            raise _HasDecimal
+        return default(value)
+
+    return json.JSONEncoder(ensure_ascii=False, separators=separators, default=stop_at_decimal,
+                            allow_nan=allow_nan).encode
+
+
+def json_text(value: Any, *, separators: tuple[str, str] = SPACED, allow_nan: bool = True,
+              default: Callable[[Any], Any] = _numbers) -> str:
+    """JSON of ``value`` (not ASCII-escaped) with each ``Decimal`` written with its own digits, ``json.dumps``'s
+    spacing unless ``separators`` says otherwise; ``default`` turns other objects into JSON values, as
+    ``json.dumps``'s does. ``allow_nan=False`` raises ``ValueError`` at a NaN or an infinity, which JSON has
+    not: for text sent to another program, where an input check should have refused them already."""
+    encode = _encoder(separators, allow_nan, default)
     try:
         return encode(value)
     except _HasDecimal:
-        return _with_decimals(value, encode)
+        return _with_decimals(value, encode, separators, allow_nan, default)
 
 
-def _with_decimals(value: Any, encode: Callable[[Any], str]) -> str:
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{encode(str(k))}:{_with_decimals(v, encode)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_with_decimals(v, encode) for v in value) + "]"
-    if isinstance(value, Decimal):
-        if not value.is_finite() and encode is _strict:
-            raise ValueError(f"{value} is not a JSON number")
-        return str(value)
-    return encode(value)
+def compact_json(value: Any, *, allow_nan: bool = True) -> str:
+    """Compact JSON of ``value``, as the ETL store keeps a row and the mail payload is sent (:func:`json_text`)."""
+    return json_text(value, separators=COMPACT, allow_nan=allow_nan)
+
+
+def _with_decimals(value: Any, encode: Callable[[Any], str], separators: tuple[str, str], allow_nan: bool,
+                   default: Callable[[Any], Any]) -> str:
+    item, key = separators
+
+    def walk(part: Any) -> str:
+        if isinstance(part, Mapping):
+            return "{" + item.join(f"{encode(str(k))}{key}{walk(v)}" for k, v in part.items()) + "}"
+        if isinstance(part, list | tuple):
+            return "[" + item.join(walk(v) for v in part) + "]"
+        if isinstance(part, Decimal):
+            if not part.is_finite() and not allow_nan:
+                raise ValueError(f"{part} is not a JSON number")
+            return str(part)
+        try:
+            return encode(part)
+        except _HasDecimal:  # an object whose ``default`` value holds a Decimal (a DataFrame of Decimals)
+            return walk(default(part))
+
+    return walk(value)
 
 
 def read_json(data: str | bytes, *, parse_constant: Callable[[str], Any] | None = None) -> Any:

@@ -7,6 +7,7 @@ compared with :func:`connector_ops.invoke`, the Python API over the same action 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -318,3 +319,21 @@ def test_a_number_keeps_the_text_a_push_keeps_from_json_and_yaml(ip: Any, tmp_pa
     assert from_yaml == {k: pushed[k] for k in "acef"}
     found = ip.run_line_magic("etl", 'query {"virtualFileId": "{{vf}}", "query": {"a": {"$in": [1.50, "1.50"]}}}')
     assert found["result"] == [pushed, from_json, from_yaml]  # the number selects no row (type bracketing): no 400
+
+
+def test_a_placeholder_of_a_decimal_keeps_its_digits_in_and_out_of_strings(ip: Any, tmp_path: Path) -> None:
+    """``{{x}}`` of ``Decimal("1.50")`` (a number as the magic reads one) was written as the float ``1.5``, in a
+    string too, where a Push of the same number keeps ``"1.50"``; an object holding one the same."""
+    (tmp_path / "n.ndjson").write_text('{"a": 1.50, "b": 1e5}\n')
+    ip.run_line_magic("connectors", f"add-file {tmp_path / 'n.ndjson'} -o numbers")
+    ip.user_ns["vf"] = ip.run_line_magic("etl", 'push {"platformFile": {{numbers}}}')["virtualFileId"]
+    ip.user_ns["x"], ip.user_ns["row"] = Decimal("1.50"), {"a": Decimal("1.50"), "b": [Decimal("1E+5")]}
+    assert ip.run_line_magic("etl", 'append_rows {"rows": [{"virtualFileId": "{{vf}}", "content": '
+                                    '{"a": {{x}}, "b": "{{x}}", "c": "{{row}}"}}]}') == "ok"
+    assert ip.run_cell_magic("etl", "append_rows", "rows:\n  - virtualFileId: '{{vf}}'\n"
+                                                   "    content: {a: {{x}}, b: '{{x}}'}\n") == "ok"
+    pushed, from_json, from_yaml = ip.run_line_magic("etl", 'iterate {"content": "{{vf}}", "maxBatchSize": 5}')[
+        "content"]
+    assert pushed == {"a": "1.50", "b": "1E+5"}
+    assert from_json == {"a": "1.50", "b": "1.50", "c": '{"a": 1.50, "b": [1E+5]}'}  # json.dumps's spacing kept
+    assert from_yaml == {"a": "1.50", "b": "1.50"}
