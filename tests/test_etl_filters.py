@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from connector_ops import ConnectorError, invoke
 from connector_ops.etl.readers import cell_text
+from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.virtual_files.filters import LONG_IN
 
 COLUMNS = ["a", "b", 'q"k', "sp ace", "é"]
@@ -430,6 +431,23 @@ def test_an_operand_holding_a_nul_finds_the_value_sqlite_keeps(store, resources,
         assert info.value.status == 400
         assert info.value.message == (f"{key}.{field}: holds a NUL character (\\u0000), "
                                       "which PostgreSQL's text cannot hold")
+    assert store.rows(vf) == [{"a": "x"}]
+
+
+def test_the_store_itself_refuses_a_nul_operand_on_postgresql(store, database_url):
+    """The check is the filter compiler's, where every filter passes, not each action's: the store's own
+    find and delete_where (what any action that takes a filter calls) answer a 400 naming the operand on
+    PostgreSQL (a parameter holding a NUL failed in the driver, a 500), and find the value on SQLite."""
+    vf = store.create_from_rows([{"a": "x"}])
+    flt = {"a": {"$in": ["z", NUL]}}
+    if database_url.startswith("sqlite"):
+        assert store.find(vf, flt, field="where") == []
+        assert store.delete_where(vf, flt, field="where") == 0
+        return
+    for call in (store.find, store.delete_where):
+        with pytest.raises(InvalidInput) as info:
+            call(vf, flt, field="where")
+        assert str(info.value) == "where.a.$in[1]: holds a NUL character (\\u0000), which PostgreSQL's text cannot hold"
     assert store.rows(vf) == [{"a": "x"}]
 
 

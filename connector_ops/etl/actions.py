@@ -148,8 +148,8 @@ def iterate(inp: m.IterateInput, virtual_files: VirtualFileStore) -> m.IterateOu
 def query(inp: m.QueryInput, virtual_files: VirtualFileStore) -> m.QueryOutput:
     """The rows matching a MongoDB-style filter (``{}``: all of them), in row order.
 
-    An operand may hold a NUL where a stored value may (SQLite; :meth:`~VirtualFileStore.check_nul`)."""
-    virtual_files.check_nul(inp.query, "query")
+    An operand may hold a NUL where a stored value may (SQLite; the filter compiler refuses one on PostgreSQL:
+    :func:`~connector_ops.resources.virtual_files.filters.compile_filter`)."""
     limit = 1 if inp.extract_only_one_result else None
     rows = virtual_files.find(inp.virtual_file_id, inp.query, limit=limit)
     return m.QueryOutput.model_construct(result=rows)  # rows built by the store: no re-validation

@@ -16,7 +16,7 @@ def delete_rows(inp: m.DeleteRowsInput, virtual_files: VirtualFileStore) -> m.De
     """Delete the rows matching a MongoDB-style filter; returns how many were deleted.
 
     With ``dryRun``, returns how many would be, deleting nothing. An operand may hold a NUL where a stored
-    value may (SQLite; :meth:`~VirtualFileStore.check_nul`)."""
-    virtual_files.check_nul(inp.request, "request")
+    value may (SQLite; the filter compiler refuses one on PostgreSQL:
+    :func:`~connector_ops.resources.virtual_files.filters.compile_filter`)."""
     return m.DeleteRowsOutput(deleted_count=virtual_files.delete_where(inp.virtual_file_id, inp.request,
                                                                        dry_run=inp.dry_run))

@@ -52,6 +52,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.resources.virtual_files.engines import SQLITE_FUNCTIONS, room_to_hash_keys
 from connector_ops.resources.virtual_files.fetching import stream
+from connector_ops.resources.virtual_files.store import refuse_nul_for_postgres
 
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 FIELD_OPERATORS = {"$eq", "$ne", "$in", "$nin", "$exists", "$regex", "$options", "$not", *COMPARISONS}
@@ -539,9 +540,13 @@ def compile_filter(flt: Mapping[str, Any], columns: Mapping[str, sa.ColumnElemen
     """One SQL boolean expression selecting the rows that match the MongoDB filter ``flt``.
 
     ``columns`` maps user column names to SQL columns (``VirtualFileInfo.column_map``). On PostgreSQL a
-    filter with ``$regex`` needs ``conn`` (the transaction the expression will run in).
+    filter with ``$regex`` needs ``conn`` (the transaction the expression will run in). An operand may hold
+    a NUL where a stored value may (SQLite, as a pushed file's); on PostgreSQL it is a 400 naming it, here,
+    where every filter passes, so no action that takes a filter has to remember it.
     """
-    tree = parse_filter(flt, field)
+    tree = parse_filter(flt, field)  # first: a NUL in a key is refused on both databases, in the same words
+    if dialect == "postgresql":
+        refuse_nul_for_postgres(flt, field)
     regex = _regex_matcher(dialect, conn)
     return _to_sql(tree, columns, exact=False, dialect=dialect, regex=regex)
 

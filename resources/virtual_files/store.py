@@ -46,6 +46,13 @@ if TYPE_CHECKING:
     from connector_ops.resources.virtual_files.sql_store import SqlStore
 
 
+
+def refuse_nul_for_postgres(value: Any, field: str) -> None:
+    """A 400 naming the first string in ``value`` that holds a NUL, which PostgreSQL's text cannot hold (a
+    parameter holding one fails in the driver, as a 500 "database error")."""
+    check_payload(value, field, nul_because=", which PostgreSQL's text cannot hold")
+
+
 class VirtualFileStore(Resource):
     """Virtual files in the database at ``database_url`` (``sqlite:///…`` or ``postgresql+psycopg://…``)."""
 
@@ -79,11 +86,12 @@ class VirtualFileStore(Resource):
         return self.database_url.startswith("sqlite")
 
     def check_nul(self, value: Any, field: str) -> None:
-        """A 400 naming the first string in ``value`` (a row's values, a filter's operands) that holds a NUL
-        where the database's text cannot hold one (PostgreSQL); on SQLite a value keeps it, as a Push keeps
-        a file's, so a filter can find it and a file's own rows can be appended to it."""
+        """A 400 naming the first string in ``value`` (a row's values) that holds a NUL where the database's
+        text cannot hold one (PostgreSQL); on SQLite a value keeps it, as a Push keeps a file's, so a file's
+        own rows can be appended to it. A filter's operands get the same check from the filter compiler,
+        which every filter passes (:func:`~.filters.compile_filter`)."""
         if not self.holds_nul:
-            check_payload(value, field, nul_because=", which PostgreSQL's text cannot hold")
+            refuse_nul_for_postgres(value, field)
 
     @property
     def sql(self) -> SqlStore:
