@@ -78,9 +78,12 @@ class Env:
         return word in TRUE_WORDS
 
     def choice(self, name: str, default: str, choices: Iterable[str]) -> str:
-        value = (self.get(name) or default).strip().lower()
+        """The setting ``name`` as one of ``choices`` (any case, spaces around ignored); refused naming the
+        setting, the value as it was written and the values allowed."""
+        given = self.get(name) or default
+        value = given.strip().lower()
         if value not in choices:
-            raise InvalidInput(name, f"must be one of {', '.join(choices)}, got {value!r}")
+            raise InvalidInput(name, f"must be one of {', '.join(choices)}, got {given!r}")
         return value
 
     @property

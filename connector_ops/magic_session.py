@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from connector_ops.display import StatusTable
 from connector_ops.environment import RESOURCE_KEYS, SECRET_VARIABLES, masked_environment, resources_for
-from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
+from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput
 from connector_ops.kernel.secrets import MASK
 from connector_ops.kernel.secrets import masked as mask_setting
 from connector_ops.registry import describe_validation_error
@@ -130,11 +130,17 @@ class NotebookSession:
             self.env_overrides, self.field_overrides = saved
             if isinstance(exc, SessionError):
                 raise
-            names = ", ".join(a.partition("=")[0] for a in assignments)  # never echo values: they may be secret
+            given = [a.partition("=")[0] for a in assignments]  # never echo values: they may be secret
+            setting = exc.__cause__
+            if isinstance(setting, InvalidInput) and setting.field in given:  # it names the setting itself
+                raise SessionError(f"cannot set {setting}") from None
             # a ConnectorError's own message: its str() carries a status of its own ('failed (500): …')
             problem = describe_validation_error(exc) if isinstance(exc, ValidationError) \
                 else exc.message if isinstance(exc, ConnectorError) else str(exc)
-            raise SessionError(f"cannot set {names}: {problem}") from None
+            field = given[0].rpartition(".")[2]  # the resource's own check names its field: said once
+            if len(given) == 1 and problem.startswith(f"{field}: "):
+                problem = problem.removeprefix(f"{field}: ")
+            raise SessionError(f"cannot set {', '.join(given)}: {problem}") from None
         finally:
             self._invalidate()
 
@@ -198,8 +204,8 @@ class NotebookSession:
         else:
             try:
                 resources = resources_for(keys, self.environ())
-            except ConnectorOpsError as exc:
-                raise ConnectorError(500, {"message": f"configuration error: {exc}"}) from None
+            except ConnectorOpsError as exc:  # the setting's own error stays the cause: ``set`` words it alone
+                raise ConnectorError(500, {"message": f"configuration error: {exc}"}) from exc
         by_key: dict[str, dict[str, str]] = {}
         for (key, field), value in self.field_overrides.items():
             by_key.setdefault(key, {})[field] = value

@@ -112,6 +112,21 @@ def test_dagster_adapters_given_values_hide_their_secrets():
     assert "u:****@h/db" in shown
 
 
+@pytest.mark.parametrize(("url", "driver"), [("SQLite:///x.db", "SQLite"),
+                                           ("PostgreSQL+psycopg://etl:Hunter2PgPw@pg/etl", "PostgreSQL+psycopg")])
+def test_a_driver_written_in_capitals_is_refused_naming_the_variable(tmp_path, url, driver):
+    """The check read the driver in any case and let it through; SQLAlchemy then failed at the first query
+    with "NoSuchModuleError: Can't load plugin: sqlalchemy.dialects:SQLite", a 500 naming no setting."""
+    from connector_ops.environment import resources_for
+    from connector_ops.kernel.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as info:
+        resources_for(["virtual_files"], {"CONNECTOR_OPS_HOME": str(tmp_path), "CONNECTOR_OPS_DATABASE_URL": url})
+    assert str(info.value) == (
+        f"CONNECTOR_OPS_DATABASE_URL: names the database driver {driver!r}, which is written in lower case "
+        f"({driver.lower()}); use sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE")
+
+
 def test_a_refused_database_url_made_by_hand_is_named_by_its_kind_never_repeated(monkeypatch):
     """Given to the store directly (Python, ``%connectors set``, an adapter with an ``EnvVar``), a URL the store
     refuses was quoted whole by pydantic's report, password and all."""

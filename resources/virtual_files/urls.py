@@ -24,10 +24,13 @@ def database_url_problem(url: str) -> str | None:
     match = _SCHEME.match(url)
     if match is None:
         return f"is not a database URL (a path needs sqlite:///); use {SUPPORTED_URLS}"
-    driver = match.group(1).lower()
-    if driver not in _SUPPORTED_DRIVERS:
-        return f"names the database driver {driver!r}, which is not supported; use {SUPPORTED_URLS}"
-    return None
+    driver = match.group(1)
+    if driver in _SUPPORTED_DRIVERS:
+        return None
+    if driver.lower() in _SUPPORTED_DRIVERS:  # passed here once, then SQLAlchemy said "Can't load plugin" (a 500)
+        return f"names the database driver {driver!r}, which is written in lower case ({driver.lower()}); " \
+               f"use {SUPPORTED_URLS}"
+    return f"names the database driver {driver!r}, which is not supported; use {SUPPORTED_URLS}"
 
 
 def supported_url(url: str) -> str:

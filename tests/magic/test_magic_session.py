@@ -77,11 +77,16 @@ def test_process_environment_changes_are_picked_up(ip: Any, tmp_path: Path, monk
         ("set frob=1", "frob: no resource has this field; settable: drive.drive_dir"),
         ("set nothing.x=1", "nothing.x: no resource 'nothing'"),
         ("set virtual_files.nope=1", "virtual_files.nope: virtual_files has no field 'nope'"),
-        ("set http_timeout_s=soon", "cannot set http_timeout_s: http_timeout_s: Input should be a valid number"),
+        # each names the setting once (it read "cannot set X: configuration error: X: …")
+        ("set http_timeout_s=soon", "(400): cannot set http_timeout_s: Input should be a valid number"),
         ("set", "nothing to set"),
         ("set SMTP_PORT=S3CRETport CONNECTOR_OPS_MAIL_BACKEND=smtp",
-         "connectors failed (400): cannot set SMTP_PORT, CONNECTOR_OPS_MAIL_BACKEND: "
-         "configuration error: SMTP_PORT: must be a port number"),
+         "connectors failed (400): cannot set SMTP_PORT: must be a port number (1 to 65535)"),
+        ("set CONNECTOR_OPS_FILES_BACKEND=Dropbox",
+         "connectors failed (400): cannot set CONNECTOR_OPS_FILES_BACKEND: must be one of local, database, "
+         "got 'Dropbox'"),
+        ("set database_url=SQLITE:///x.db", "connectors failed (400): cannot set database_url: names the database "
+                                            "driver 'SQLITE', which is written in lower case (sqlite); use"),
         ("set justaword", "'justaword': write NAME=value"),
         ("use no_such_module_xyz:defs", "cannot import 'no_such_module_xyz'"),
         ("use connector_ops:invoke", "connector_ops:invoke is a function, not a dagster Definitions"),
