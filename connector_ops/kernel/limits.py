@@ -228,3 +228,9 @@ def text_encoding(value: str) -> str:
     if not getattr(info, "_is_text_encoding", True):
         raise ValueError(f"{value!r} is not a text encoding (it converts bytes to bytes or text to text)")
     return info.name
+
+
+def refuse_nul_for_postgres(value: Any, field: str) -> None:
+    """A 400 naming the first string in ``value`` that holds a NUL, which PostgreSQL's text cannot hold (a
+    parameter holding one fails in the driver, as a 500 "database error")."""
+    check_payload(value, field, nul_because=", which PostgreSQL's text cannot hold")

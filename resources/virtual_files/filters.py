@@ -50,9 +50,9 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import refuse_nul_for_postgres
 from connector_ops.resources.virtual_files.engines import SQLITE_FUNCTIONS, room_to_hash_keys
 from connector_ops.resources.virtual_files.fetching import stream
-from connector_ops.resources.virtual_files.store import refuse_nul_for_postgres
 
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 FIELD_OPERATORS = {"$eq", "$ne", "$in", "$nin", "$exists", "$regex", "$options", "$not", *COMPARISONS}

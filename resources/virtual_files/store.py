@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
-from connector_ops.kernel.limits import check_payload
+from connector_ops.kernel.limits import refuse_nul_for_postgres
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.shapes import (
@@ -45,12 +45,6 @@ if TYPE_CHECKING:
     from connector_ops.resources.virtual_files.compaction import Compaction
     from connector_ops.resources.virtual_files.sql_store import SqlStore
 
-
-
-def refuse_nul_for_postgres(value: Any, field: str) -> None:
-    """A 400 naming the first string in ``value`` that holds a NUL, which PostgreSQL's text cannot hold (a
-    parameter holding one fails in the driver, as a 500 "database error")."""
-    check_payload(value, field, nul_because=", which PostgreSQL's text cannot hold")
 
 
 class VirtualFileStore(Resource):
