@@ -22,6 +22,10 @@ worker down.
 :data:`~connector_ops.pipelines.celery_heartbeat.HEARTBEAT_SECONDS` (its worker's hostname and pid), which the
 run worker watches: a step whose heartbeat stopped fails its run
 (:mod:`connector_ops.pipelines.celery_heartbeat`).
+
+**A worker that was only frozen.** A step task commits nothing once its run is no longer in progress or its
+run worker declared it lost (:mod:`connector_ops.pipelines.celery_fence`): every commit asks the run first,
+and the watch interrupts the step as for a Terminate once the answer is no.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 import celery
 from celery.exceptions import Ignore
 from celery.utils.log import get_task_logger
-from dagster import DagsterInstance, DagsterRunStatus
+from dagster import DagsterInstance
 from dagster._core.errors import DagsterExecutionInterruptedError
 from dagster._grpc.types import ExecuteStepArgs
 from dagster._serdes import unpack_value
@@ -47,6 +51,8 @@ from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_execute_job_task, create_resume_job_task, create_task
 
 from connector_ops.environment import EXECUTOR_VARIABLE, pin_home
+from connector_ops.kernel.fence import fenced
+from connector_ops.pipelines.celery_fence import RunGate
 from connector_ops.pipelines.celery_heartbeat import HEARTBEAT_SECONDS, HEARTBEAT_STATE
 from connector_ops.pipelines.executors import BACKEND_VARIABLE, BROKER_VARIABLE, celery_settings
 
@@ -58,23 +64,23 @@ app = make_app(CeleryExecutor.for_cli(broker=_broker, backend=os.environ.get(BAC
 
 #: how often a running step's task reads its run's status (one query on the instance's run storage)
 WATCH_SECONDS = 1.0
-_STOPPING = frozenset({DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED})
 log = get_task_logger(__name__)
 
 
 class _RunWatch:
     """A thread that writes the step's heartbeat every :data:`HEARTBEAT_SECONDS` while its step runs and,
-    when ``interrupts`` (the task runs in the main thread, where signals land), reads the run's status and,
-    once the run is being canceled, interrupts the main thread while Dagster's ``SIGINT`` handler is in
+    when ``interrupts`` (the task runs in the main thread, where signals land), asks the step's gate and,
+    once it refuses (the run is being canceled or has ended, or the step was declared lost: :class:`RunGate`),
+    interrupts the main thread while Dagster's ``SIGINT`` handler is in
     place (which makes it an interrupt of the step: ``DagsterExecutionInterruptedError``, or a flag Dagster
     raises at the step's next checkpoint). A signal that lands in our own handler instead (the task before
     or after Dagster's part) is dropped and sent again once Dagster's handler is back; any other ``SIGINT``
     goes on to the handler that was there (Celery's warm shutdown)."""
 
-    def __init__(self, args: ExecuteStepArgs, beat: Callable[[], None], interrupts: bool) -> None:
+    def __init__(self, args: ExecuteStepArgs, beat: Callable[[], None], gate: RunGate, interrupts: bool) -> None:
         self.args = args
         self.interrupts = interrupts
-        self.stopping = False  # the run is CANCELING or CANCELED
+        self.gate = gate
         self._beat = beat
         self._sent = False
         self._done = threading.Event()
@@ -83,28 +89,25 @@ class _RunWatch:
         self._thread = threading.Thread(target=self._watch, name=f"run-watch-{args.run_id}", daemon=True)
 
     def _watch(self) -> None:
-        """Beat, and look at the run; a failure to look is logged and never stops the heartbeat (which
-        would fail a healthy step as lost)."""
-        with contextlib.ExitStack() as stack:
-            instance = None
+        """Beat, and ask the gate; a failure to read the run never stops the heartbeat (which would fail a
+        healthy step as lost): the gate answers it as a refusal of the moment, which does not stop the step."""
+        next_beat = time.monotonic() + HEARTBEAT_SECONDS  # the task wrote the first one
+        while not self._done.is_set():
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + HEARTBEAT_SECONDS
+                self._beat()
             if self.interrupts:
-                instance = stack.enter_context(DagsterInstance.from_ref(self.args.instance_ref))  # type: ignore[arg-type]
-            next_beat = time.monotonic() + HEARTBEAT_SECONDS  # the task wrote the first one
-            while not self._done.is_set():
-                if time.monotonic() >= next_beat:
-                    next_beat = time.monotonic() + HEARTBEAT_SECONDS
-                    self._beat()
-                if instance is not None:
-                    try:
-                        self._interrupt_if_stopping(instance)
-                    except Exception as exc:  # the instance's database unreachable for a moment
-                        log.warning("run %s: its status not read: %s", self.args.run_id, exc)
-                self._done.wait(WATCH_SECONDS if instance is not None else HEARTBEAT_SECONDS)
+                self._interrupt_if_stopping()
+            self._done.wait(WATCH_SECONDS if self.interrupts else HEARTBEAT_SECONDS)
 
-    def _interrupt_if_stopping(self, instance: DagsterInstance) -> None:
+    @property
+    def stopping(self) -> bool:
+        """The step is to stop: its gate refused for good."""
+        return self.gate.stopping
+
+    def _interrupt_if_stopping(self) -> None:
         if not self.stopping:
-            run = instance.get_run_by_id(self.args.run_id)
-            self.stopping = run is not None and run.status in _STOPPING
+            self.gate()
         if self.stopping and not self._sent and signal.getsignal(signal.SIGINT) is not self._guard:
             self._sent = True
             signal.pthread_kill(self._main, signal.SIGINT)  # type: ignore[arg-type]
@@ -151,16 +154,36 @@ class CancellableStep(celery.Task):
         args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
         beat = self._heartbeat(args)
         beat()  # before the step: a task in the heartbeat state is running, not queued
-        # signals reach only the main thread: under --pool=threads or gevent a step is not interrupted
-        watch = _RunWatch(args, beat, interrupts=threading.current_thread() is threading.main_thread())
-        try:
-            with watch.watching():
-                return super().__call__(execute_step_args_packed, executable_dict)
-        except DagsterExecutionInterruptedError:
-            if not watch.stopping:
-                raise
-        self.backend.mark_as_revoked(self.request.id, reason="the run was canceled", request=self.request)
+        with DagsterInstance.from_ref(args.instance_ref) as instance:  # type: ignore[arg-type]
+            gate = RunGate(instance, args.run_id, self.request.id, ", ".join(args.step_keys_to_execute or []))
+            # signals reach only the main thread: under --pool=threads or gevent a step is not interrupted, and
+            # only the fence before each commit holds it
+            watch = _RunWatch(args, beat, gate, interrupts=threading.current_thread() is threading.main_thread())
+            try:
+                with fenced(gate), watch.watching():
+                    events = super().__call__(execute_step_args_packed, executable_dict)
+            except DagsterExecutionInterruptedError:
+                if not watch.stopping:
+                    raise
+            else:
+                if gate.reason is not None:  # a commit was refused: the step failed on it (Fenced)
+                    self._report_stop(instance, gate)
+                return events
+            self._report_stop(instance, gate)
+        self.backend.mark_as_revoked(self.request.id, reason=gate.reason, request=self.request)
         raise Ignore()
+
+    def _report_stop(self, instance: DagsterInstance, gate: RunGate) -> None:
+        """Say in the worker's log and in the run's why the step stopped without committing (the run may have
+        ended long before: the worker was frozen)."""
+        message = f"Step stopped on Celery worker {self.request.hostname} without committing: {gate.reason}"
+        log.warning("%s", message)
+        if gate.run is None:  # the run is gone: nowhere to say it but here
+            return
+        try:
+            instance.report_engine_event(message, gate.run, step_key=gate.step or None)
+        except Exception as exc:  # the instance unreachable: the worker's log has it
+            log.warning("run %s: the step's stop not reported: %s", gate.run_id, exc)
 
     def _heartbeat(self, args: ExecuteStepArgs) -> Callable[[], None]:
         """What writes the task's heartbeat (from the watch's thread too: the request is captured here, as

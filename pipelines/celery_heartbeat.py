@@ -20,6 +20,7 @@ value change), so clocks that differ between hosts cannot fake a loss.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
@@ -31,6 +32,7 @@ from dagster_celery.core_execution_loop import core_celery_execution_loop
 from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
 
 from connector_ops.environment import LOST_AFTER_VARIABLE
+from connector_ops.pipelines.celery_fence import lost_tag
 
 #: the task state a running step's heartbeat writes (a state of its own: not ready, and left alone by a revoke)
 HEARTBEAT_STATE = "HEARTBEAT"
@@ -52,12 +54,18 @@ class WatchedResult(AsyncResult):
     :class:`StepLostError` (or ``TaskRevokedError`` when the run was being terminated anyway) and revokes
     the task.
 
-    A task with no heartbeat yet waits in the queue, which may legitimately take long: no time-out then."""
+    A task with no heartbeat yet waits in the queue, which may legitimately take long: no time-out then.
 
-    def __init__(self, task_id: str, app: Any, step_key: str, lost_after: float) -> None:
+    ``fence(task_id)`` is called before a step is declared lost and must record it where the step's fence
+    reads (the run's :func:`~.celery_fence.lost_tag`); if it raises, the step is not declared lost yet
+    (asked again at the next look): a step declared lost must be unable to commit should its worker resume."""
+
+    def __init__(self, task_id: str, app: Any, step_key: str, lost_after: float,
+                 fence: Callable[[str], None] | None = None) -> None:
         super().__init__(task_id, app=app)
         self.step_key = step_key
         self.lost_after = lost_after
+        self.fence = fence
         self._beat: Any = None  # the last heartbeat seen
         self._changed = 0.0  # when (monotonic) it was first seen
         self._lost: str | None = None  # why the step is lost
@@ -79,13 +87,17 @@ class WatchedResult(AsyncResult):
             self._beat, self._changed = beat, now
             return
         age = now - self._changed
-        if age > self.lost_after:
-            self._lost = (
-                f'Step "{self.step_key}" was lost: its Celery worker {beat.get("hostname")} (pid {beat.get("pid")}) '
-                f"sent no heartbeat for {age:.0f} s ({LOST_AFTER_VARIABLE} is {self.lost_after:g} s). The worker "
-                "probably died (killed, out of memory, its host lost); the step's statement in the virtual-file "
-                "store stopped and its transaction rolled back (anything it did outside the store, such as a "
-                "mail sent, may have happened). Re-execute the run from failure.")
+        if age <= self.lost_after:
+            return
+        if self.fence is not None:
+            self.fence(self.id)  # may raise: then not lost yet
+        worker = f'its Celery worker {beat.get("hostname")} (pid {beat.get("pid")}) sent no heartbeat for {age:.0f} s'
+        self._lost = (
+            f'Step "{self.step_key}" was lost: {worker} ({LOST_AFTER_VARIABLE} is {self.lost_after:g} s). The '
+            "worker probably died (killed, out of memory, its host lost); the step's statement in the "
+            "virtual-file store stopped and its transaction rolled back (anything it did outside the store, "
+            "such as a mail sent, may have happened). Should the worker only have been frozen, its step "
+            "commits nothing when it resumes. Re-execute the run from failure.")
 
     def revoke(self, *args: Any, **kwargs: Any) -> None:
         self._revoked = True
@@ -113,7 +125,12 @@ class WatchedCeleryExecutor(CeleryExecutor):
     def _submit(self, app: Any, plan_context: Any, step: Any, queue: str, priority: int,
                 known_state: Any) -> WatchedResult:
         sent = _submit_task(app, plan_context, step, queue, priority, known_state)
-        return WatchedResult(sent.id, app=app, step_key=step.key, lost_after=self.lost_after)
+        instance, run_id = plan_context.instance, plan_context.run_id
+
+        def fence(task_id: str) -> None:
+            instance.add_run_tags(run_id, {lost_tag(task_id): step.key})
+
+        return WatchedResult(sent.id, app=app, step_key=step.key, lost_after=self.lost_after, fence=fence)
 
 
 def watched_celery_executor(lost_after: float) -> dg.ExecutorDefinition:

@@ -17,11 +17,14 @@ from typing import Any
 
 import httpx
 
-from connector_ops.kernel.errors import link_shown
+from connector_ops.kernel.errors import host_of, link_shown
+from connector_ops.kernel.fence import check_fence
 
 #: set while one of our clients sends (records are made in the sending thread, so a context variable
 #: tells ours from another library's)
 _SENDING = contextvars.ContextVar("connector_ops_http_sending", default=False)
+#: methods that change nothing on the server: never fenced (:mod:`connector_ops.kernel.fence`)
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _URL = re.compile(r"""https?://[^\s'"<>]+""", re.IGNORECASE)
 #: a relative redirect in httpcore's header list: ``(b'Location', b'/next?token=…')``
 _RELATIVE_LOCATION = re.compile(r"""(\(b'location', b')(/[^'?]*)\?[^']*'""", re.IGNORECASE)
@@ -49,6 +52,8 @@ class Client(httpx.Client):
     """``httpx.Client`` whose requests' URLs reach httpx's and httpcore's log lines as messages show them."""
 
     def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        if request.method not in _SAFE_METHODS:  # a request that may change something is a commit
+            check_fence(f"{request.method} request to {host_of(request.url)}")
         token = _SENDING.set(True)
         try:
             return super().send(request, **kwargs)

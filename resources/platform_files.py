@@ -29,6 +29,7 @@ from pydantic import PrivateAttr, field_validator
 from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unclaimed
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of, link_shown
+from connector_ops.kernel.fence import check_fence
 from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
@@ -216,6 +217,7 @@ class PlatformFileStore(Resource):
             with self._db.create(file_id) as (writer, descriptor):
                 pending = PendingFile(writer)
                 yield pending
+                check_fence(f"platform file {name!r}")  # inside its transaction: a refusal rolls it back
                 pending.descriptor = self._descriptor(file_id, name, content_type, pending.size)
                 descriptor.append(pending.descriptor.to_json())
             return
@@ -224,6 +226,7 @@ class PlatformFileStore(Resource):
             with atomic_write(data_path, min_free_disk=self.min_free_disk) as handle:
                 pending = PendingFile(handle)
                 yield pending
+            check_fence(f"platform file {name!r}")  # before its descriptor, which makes it exist
             descriptor = self._descriptor(file_id, name, content_type, pending.size)
             with atomic_write(meta_path, min_free_disk=self.min_free_disk) as meta:
                 meta.write(json.dumps(descriptor.to_json()).encode())

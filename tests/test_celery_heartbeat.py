@@ -118,3 +118,27 @@ def test_a_bad_limit_names_the_variable(value: str) -> None:
 def test_the_limit_defaults_to_a_minute() -> None:
     assert celery_lost_after({}, MIN_LOST_AFTER) == DEFAULT_LOST_AFTER == 60
     assert celery_lost_after({LOST_AFTER_VARIABLE: " 15 "}, MIN_LOST_AFTER) == 15
+
+
+def test_a_step_is_declared_lost_only_once_its_fence_is_recorded(app: Celery) -> None:
+    """The run worker records the loss where the step's fence reads it before it gives up on the step; a record
+    that fails (the instance unreachable) puts the loss off to the next look."""
+    recorded: list[str] = []
+    failures = [RuntimeError("the instance is unreachable")]
+
+    def fence(task_id: str) -> None:
+        if failures:
+            raise failures.pop()
+        recorded.append(task_id)
+
+    result = WatchedResult(str(uuid.uuid4()), app=app, step_key="join", lost_after=LIMIT, fence=fence)
+    beat(app, result.id, 1)
+    assert not result.ready()
+    time.sleep(LIMIT + 0.2)
+    with pytest.raises(RuntimeError, match="unreachable"):
+        result.ready()
+    assert not recorded
+    assert result.ready() and recorded == [result.id]
+    with pytest.raises(StepLostError, match="commits nothing when it resumes"):
+        result.get()
+

@@ -65,6 +65,9 @@ steps:
         right: {virtualFileId: "${right.virtualFileId}", customId: R, key: k}
 """
 FANOUT_ROWS = 15_000
+#: the Join of the test of a frozen worker: seconds of work, which the server finishes while the worker is frozen
+SHORT_JOIN = LONG_JOIN.replace("long_join", "short_join").replace("fanout.csv", "fanout_short.csv")
+SHORT_FANOUT_ROWS = 3_000
 #: CONNECTOR_OPS_CELERY_LOST_AFTER of the location whose worker the test kills (the smallest allowed)
 LOST_AFTER = 10
 #: a pipeline the test of stale workers edits after the workers loaded it: it pushes another file then
@@ -95,6 +98,9 @@ def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     (extra_pipelines / "edited.yaml").write_text(EDITED % "customers.csv")
     (extra_pipelines / "long_join.yaml").write_text(LONG_JOIN)
     (extra_pipelines / "fanout.csv").write_text("k,v\n" + "".join(f"k,{i}\n" for i in range(FANOUT_ROWS)))
+    (extra_pipelines / "short_join.yaml").write_text(SHORT_JOIN)
+    (extra_pipelines / "fanout_short.csv").write_text(
+        "k,v\n" + "".join(f"k,{i}\n" for i in range(SHORT_FANOUT_ROWS)))
     pg_url, drop = create_database(postgres_url)
     redis_port = free_port()
     env = {  # the webserver, the daemon and the Celery workers
@@ -427,6 +433,31 @@ def test_terminate_in_the_ui_stops_a_long_join_at_once(deployed: Deployment, loc
     print(f"\nlong_join ({location}) terminated: CANCELED {took:.1f} s after Terminate")
 
 
+def lost_worker(d: Deployment, name: str, pool: str) -> Process:
+    """A worker of its own for the location ``on_lost`` (its own broker: only it takes that location's steps),
+    which a test kills or freezes, ready."""
+    # -c 1: two steps at once in threads of one process deadlocked once in Dagster's logging setup (one
+    # thread's logging.config.dictConfig against another's handler lock), before either step's own work
+    worker = Process(name, worker_command(f"--pool={pool}", "-c", "1", "-n", f"{name}@%h"),
+                     {**d.env, **d.locations["on_lost"]}, d.logs)
+    wait_for(lambda: "ready." in worker.log(), f"the {name} worker ready", 120, [worker])
+    return worker
+
+
+def heartbeat(d: Deployment, run_id: str, step: str) -> dict[str, Any]:
+    """The heartbeat of the running task of ``step`` (location ``on_lost``), as its worker last wrote it, with
+    its task id."""
+    import redis
+
+    from connector_ops.pipelines.celery_heartbeat import HEARTBEAT_STATE
+
+    results = redis.Redis.from_url(d.locations["on_lost"]["CONNECTOR_OPS_CELERY_BACKEND_URL"])
+    metas = [json.loads(results.get(key) or "{}") for key in results.scan_iter("celery-task-meta-*")]
+    (beat,) = [{**m["result"], "task_id": m["task_id"]} for m in metas if m.get("status") == HEARTBEAT_STATE
+               and m["result"]["run_id"] == run_id and m["result"]["step"] == step]
+    return beat
+
+
 @pytest.mark.parametrize("pool", ["solo", "threads"])
 def test_a_step_whose_worker_is_killed_fails_its_run(deployed: Deployment, postgres_url: str, pool: str) -> None:
     """A worker SIGKILLed in the middle of a long Join (its own worker, on its own broker: the others stay
@@ -434,28 +465,13 @@ def test_a_step_whose_worker_is_killed_fails_its_run(deployed: Deployment, postg
     heartbeat stops, and after ``CONNECTOR_OPS_CELERY_LOST_AFTER`` the run worker fails the step,
     naming it and the worker, so the run ends ``FAILURE`` instead of staying ``STARTED``; the Join's
     statement stopped and rolled back."""
-    import redis
+    from connector_ops.pipelines.celery_heartbeat import HEARTBEAT_SECONDS
 
-    from connector_ops.pipelines.celery_heartbeat import HEARTBEAT_SECONDS, HEARTBEAT_STATE
-
-    extra = deployed.locations["on_lost"]
-    # -c 1: two steps at once in threads of one process deadlocked once in Dagster's logging setup (one
-    # thread's logging.config.dictConfig against another's handler lock), before either step's own work
-    worker = Process("doomed", worker_command(f"--pool={pool}", "-c", "1", "-n", "doomed@%h"),
-                     {**deployed.env, **extra}, deployed.logs)
+    worker = lost_worker(deployed, "doomed", pool)
     try:
-        wait_for(lambda: "ready." in worker.log(), "the doomed worker ready", 120, [worker])
         run_id = deployed.launch("long_join", "on_lost")
         wait_for(joining(postgres_url), "the Join's statement", 120, [*deployed.procs, worker])
-        results = redis.Redis.from_url(extra["CONNECTOR_OPS_CELERY_BACKEND_URL"])
-
-        def heartbeat() -> dict[str, Any]:
-            metas = [json.loads(results.get(key) or "{}") for key in results.scan_iter("celery-task-meta-*")]
-            (beat,) = [m["result"] for m in metas if m.get("status") == HEARTBEAT_STATE
-                       and m["result"]["run_id"] == run_id and m["result"]["step"] == "join"]
-            return beat
-
-        beat = heartbeat()
+        beat = heartbeat(deployed, run_id, "join")
         assert beat["pid"] == worker.proc.pid and beat["hostname"].startswith("doomed@"), beat
         os.kill(beat["pid"], signal.SIGKILL)
         killed = time.monotonic()
@@ -476,3 +492,66 @@ def test_a_step_whose_worker_is_killed_fails_its_run(deployed: Deployment, postg
     finally:
         worker.stop()
     print(f"\nlong_join's worker ({pool}) killed: FAILURE {took:.1f} s after the kill (limit {LOST_AFTER} s)")
+
+
+def catalogued(url: str) -> int:
+    """How many virtual files the store's catalog holds."""
+    import sqlalchemy as sa
+
+    from connector_ops.resources.virtual_files.engines import get_engine
+
+    with get_engine(url).connect() as conn:
+        return conn.execute(sa.text("SELECT count(*) FROM cop_virtual_file")).scalar_one()
+
+
+@pytest.mark.parametrize("pool", ["solo", "threads"])
+def test_a_frozen_worker_that_resumes_after_its_run_failed_commits_nothing(
+        deployed: Deployment, postgres_url: str, pool: str) -> None:
+    """A worker SIGSTOPped in the middle of a Join (a paused VM, a stall) past CONNECTOR_OPS_CELERY_LOST_AFTER:
+    the run fails the step as lost. The server finishes the Join's statement meanwhile; then the worker is
+    SIGCONTed, and its step would go on to commit the Join's output after the run failed (a re-execution from
+    failure would then have made it twice). Its fence refuses the commit (under ``threads`` the only guard:
+    no interrupt there; under ``solo`` the watch may interrupt the step first): no file, no table, no step
+    output, and the step says why in the run's log and the worker's."""
+    import sqlalchemy as sa
+
+    from connector_ops.pipelines.celery_fence import lost_tag
+    from connector_ops.resources.virtual_files.catalog import step_output
+    from connector_ops.resources.virtual_files.engines import get_engine
+
+    worker = lost_worker(deployed, f"frozen_{pool}", pool)
+    stopped = False
+    try:
+        run_id = deployed.launch("short_join", "on_lost")
+        wait_for(joining(postgres_url), "the Join's statement", 120, [*deployed.procs, worker])
+        beat = heartbeat(deployed, run_id, "join")
+        files = catalogued(postgres_url)  # left and right are in
+        os.kill(beat["pid"], signal.SIGSTOP)
+        stopped = True
+        result = deployed.wait(run_id, timeout=LOST_AFTER + 60)
+        assert result["status"] == "FAILURE", result
+        wait_for(lambda: not writing(postgres_url), "the Join's statement done in the server", 180)
+        os.kill(beat["pid"], signal.SIGCONT)
+        stopped = False
+        wait_for(lambda: "without committing" in worker.log(), "the step's word that it stopped", 60, [worker])
+        time.sleep(2)  # anything it would still do
+        assert catalogued(postgres_url) == files
+        assert not orphans(postgres_url)
+        with get_engine(postgres_url).connect() as conn:
+            outputs = conn.execute(sa.select(step_output.c.key).where(step_output.c.run_id == run_id)).scalars()
+            assert not [key for key in outputs if "/join/" in key]
+        with deployed.instance() as instance:
+            run = instance.get_run_by_id(run_id)
+            events = [e for e in instance.all_logs(run_id) if e.dagster_event and e.step_key == "join"]
+        assert run.tags.get(lost_tag(beat["task_id"])) == "join", run.tags
+        kinds = [e.dagster_event.event_type_value for e in events]
+        assert "STEP_SUCCESS" not in kinds and "STEP_OUTPUT" not in kinds, kinds
+        (stop,) = [e.message for e in events if "without committing" in (e.message or "")]
+        assert 'step "join" of run' in stop and "declared it lost" in stop, stop
+        worker.assert_alive()
+    finally:
+        if stopped:
+            os.kill(beat["pid"], signal.SIGCONT)
+        worker.stop()
+    print(f"\nshort_join's worker ({pool}) frozen past the limit and resumed: nothing committed")
+

@@ -24,6 +24,7 @@ from pydantic import PrivateAttr
 from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unclaimed
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.fence import check_fence
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.drive.base import (
@@ -84,6 +85,7 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
+        check_fence("the local drive's change")
     except BaseException:
         conn.execute("ROLLBACK")
         raise

@@ -11,6 +11,7 @@ import ipaddress
 import logging
 from abc import ABC, abstractmethod
 
+from connector_ops.kernel.fence import check_fence
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.message import MailMessage
@@ -45,6 +46,7 @@ class MailResource(Resource, ABC):
         """Send ``message``; returns a reference for logs (a message id or a file name, no personal data)."""
         reader = AttachmentReader(files, message.attachments)
         reader.precheck()  # before any byte is read or any connection is opened
+        check_fence("the mail")  # once handed over, it cannot be taken back
         reference = self.deliver(message, reader)
         log.info(
             "mail sent with %s: template %s, %d recipient(s), %d attachment(s), reference %s",

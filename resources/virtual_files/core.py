@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, DiskBelowFloor, DiskFloor
 from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.fence import check_fence
 from connector_ops.kernel.limits import check_column_names, holds_surrogate, surrogate_refused
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
@@ -97,6 +98,7 @@ class StoreCore(Resource):
         try:
             with self.engine.execution_options(**WRITE).begin() as conn, keeping(conn, floor):
                 yield conn
+                check_fence("the virtual-file store's write")  # inside: a refusal rolls it back
         except DiskBelowFloor:
             self.give_back_log()
             raise

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from connector_ops.kernel.disk import DiskBelowFloor, DiskFloor
+from connector_ops.kernel.fence import check_fence
 from connector_ops.resources.virtual_files.sqlite_ingest import (
     ABORT,
     COMMITTED,
@@ -231,6 +232,7 @@ def _send(frames: _Frames, feed: Callable[[Any], None]) -> Exception | None:
             raise
         frames.end(ABORT)
         return None if frames.answered else frames.below_floor or exc  # Arrow's writer may wrap it
+    check_fence("the SQLite loader's load")  # the end of data is what commits; a refusal kills the loader
     frames.end()
     return None
 

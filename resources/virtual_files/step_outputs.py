@@ -14,6 +14,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import NotFound
+from connector_ops.kernel.fence import check_fence
 from connector_ops.resources.virtual_files.catalog import step_output
 from connector_ops.resources.virtual_files.core import as_utc
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine
@@ -30,6 +31,7 @@ class StepOutputs:
         with self.engine.execution_options(**WRITE).begin() as conn:
             conn.execute(sa.delete(step_output).where(table.key == key))
             conn.execute(sa.insert(step_output).values(key=key, run_id=run_id, value=value))
+            check_fence(f"step output {key!r}")
 
     def get(self, key: str) -> bytes:
         with self.engine.begin() as conn:
