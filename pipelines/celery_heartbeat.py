@@ -43,6 +43,10 @@ HEARTBEAT_STATE = "HEARTBEAT"
 #: to the result backend every 2 s per running step costs nothing worth counting.
 HEARTBEAT_SECONDS = 2.0
 MIN_LOST_AFTER = 5 * HEARTBEAT_SECONDS
+#: the limit once the run is being terminated (its tasks revoked): two beats missed in a row. A live worker
+#: interrupts its step within a second and answers ``REVOKED``; one that is merely slow does no harm if taken
+#: for lost, since its step's fence (:mod:`.celery_fence`) refuses every commit of a run no longer in progress.
+TERMINATING_LOST_AFTER = 2 * HEARTBEAT_SECONDS
 
 
 class StepLostError(RuntimeError):
@@ -55,6 +59,8 @@ class WatchedResult(AsyncResult):
     the task.
 
     A task with no heartbeat yet waits in the queue, which may legitimately take long: no time-out then.
+    Once revoked (the run is being terminated) the limit is :data:`TERMINATING_LOST_AFTER`: a worker killed
+    before the Terminate does not hold the run ``CANCELING`` for the whole limit.
 
     ``fence(task_id)`` is called before a step is declared lost and must record it where the step's fence
     reads (the run's :func:`~.celery_fence.lost_tag`); if it raises, the step is not declared lost yet
@@ -87,11 +93,15 @@ class WatchedResult(AsyncResult):
             self._beat, self._changed = beat, now
             return
         age = now - self._changed
-        if age <= self.lost_after:
+        limit = min(self.lost_after, TERMINATING_LOST_AFTER) if self._revoked else self.lost_after
+        if age <= limit:
             return
         if self.fence is not None:
             self.fence(self.id)  # may raise: then not lost yet
         worker = f'its Celery worker {beat.get("hostname")} (pid {beat.get("pid")}) sent no heartbeat for {age:.0f} s'
+        if self._revoked:
+            self._lost = f'Step "{self.step_key}" was lost while the run was being terminated: {worker}.'
+            return
         self._lost = (
             f'Step "{self.step_key}" was lost: {worker} ({LOST_AFTER_VARIABLE} is {self.lost_after:g} s). The '
             "worker probably died (killed, out of memory, its host lost); the step's statement in the "

@@ -15,8 +15,10 @@ from celery.exceptions import TaskRevokedError
 
 from connector_ops.environment import EXECUTOR_VARIABLE, LOST_AFTER_VARIABLE
 from connector_ops.pipelines.celery_heartbeat import (
+    HEARTBEAT_SECONDS,
     HEARTBEAT_STATE,
     MIN_LOST_AFTER,
+    TERMINATING_LOST_AFTER,
     StepLostError,
     WatchedResult,
 )
@@ -142,3 +144,32 @@ def test_a_step_is_declared_lost_only_once_its_fence_is_recorded(app: Celery) ->
     with pytest.raises(StepLostError, match="commits nothing when it resumes"):
         result.get()
 
+
+def test_a_lost_step_of_a_run_being_terminated_is_given_up_after_two_missed_beats(app: Celery) -> None:
+    """Terminate: the run worker revokes its tasks; a task in its heartbeat state whose worker is dead gets no
+    answer, and the run waited for the whole lost limit. Once revoked, two missed beats are enough."""
+    result = WatchedResult(str(uuid.uuid4()), app=app, step_key="join", lost_after=60)
+    beat(app, result.id, 1)
+    assert not result.ready()
+    result.revoke()
+    started = time.monotonic()
+    assert ready_for(result, TERMINATING_LOST_AFTER + 2)
+    assert time.monotonic() - started < TERMINATING_LOST_AFTER + 1
+    with pytest.raises(TaskRevokedError, match='Step "join" was lost while the run was being terminated'):
+        result.get()
+
+
+def test_a_revoked_step_that_keeps_beating_is_waited_for(app: Celery) -> None:
+    """A live worker's step beats on until it stops (interrupted) and answers REVOKED: not lost meanwhile."""
+    result = WatchedResult(str(uuid.uuid4()), app=app, step_key="join", lost_after=60)
+    beats = iter(range(1000))
+    last = [0.0]
+
+    def beating() -> None:
+        if time.monotonic() - last[0] > HEARTBEAT_SECONDS:
+            beat(app, result.id, next(beats))
+            last[0] = time.monotonic()
+
+    beating()
+    result.revoke()
+    assert not ready_for(result, 3 * TERMINATING_LOST_AFTER, beating)

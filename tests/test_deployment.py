@@ -555,3 +555,28 @@ def test_a_frozen_worker_that_resumes_after_its_run_failed_commits_nothing(
         worker.stop()
     print(f"\nshort_join's worker ({pool}) frozen past the limit and resumed: nothing committed")
 
+
+def test_terminate_does_not_wait_for_the_lost_limit(deployed: Deployment, postgres_url: str) -> None:
+    """Terminate on a run whose step's worker was just killed: the run worker does not wait out
+    CONNECTOR_OPS_CELERY_LOST_AFTER (no worker answers the revoke of a task in its heartbeat state) but two
+    missed beats, and the run is CANCELED (the step, were it alive, could commit nothing: its run is not in
+    progress)."""
+    from connector_ops.pipelines.celery_heartbeat import TERMINATING_LOST_AFTER
+
+    worker = lost_worker(deployed, "terminated", "solo")
+    try:
+        run_id = deployed.launch("long_join", "on_lost")
+        wait_for(joining(postgres_url), "the Join's statement", 120, [*deployed.procs, worker])
+        os.kill(heartbeat(deployed, run_id, "join")["pid"], signal.SIGKILL)
+        terminated = graphql(deployed.url, TERMINATE, {"id": run_id})["terminateRun"]
+        assert terminated["__typename"] == "TerminateRunSuccess", terminated
+        sent = time.monotonic()
+        result = deployed.wait(run_id, timeout=LOST_AFTER + 60)
+        took = time.monotonic() - sent
+        assert result["status"] == "CANCELED", result
+        assert took < TERMINATING_LOST_AFTER + 3 < LOST_AFTER, f"CANCELED {took:.1f} s after Terminate"
+        wait_for(lambda: not writing(postgres_url), "the end of the Join's writing", 15)
+        assert not orphans(postgres_url)
+    finally:
+        worker.stop()
+    print(f"\nlong_join's worker killed, then Terminate: CANCELED {took:.1f} s after (limit {LOST_AFTER} s)")
