@@ -343,3 +343,46 @@ def test_a_check_op_named_like_an_op_of_a_job_in_code_is_a_problem(tmp_path: Pat
     ran = CliRunner().invoke(pipeline, ["validate", str(path)])
     assert ran.exit_code == 1
     assert f"{path}:3: step load: the op of check push of asset etl gets the Dagster name 'etl_push'" in ran.stdout
+
+
+@pytest.mark.parametrize("name", ["__ASSET_JOB", "__anonymous_asset_job_sales"])
+def test_a_job_name_dagster_keeps_for_its_asset_jobs_costs_only_its_file(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str) -> None:
+    """Dagster builds such a job and refuses it only in the Definitions: the whole code location went down
+    (every job, schedule and sensor) while `pipeline validate` said ok. Now the name is a problem of line 1."""
+    folder = with_csv(tmp_path / "more")
+    text = f"name: {name}\nsteps:\n  - id: load\n    {PUSH}\n"
+    bad = write(folder, text, "bad.yaml")
+    ((line, step, message),) = problems(bad)
+    assert (line, step) == (1, None) and f"`name` {name!r} is reserved by Dagster for its asset jobs" in message
+    assert list(jsonschema.Draft202012Validator(pipeline_schema()).iter_errors(yaml.safe_load(text)))
+    ran = CliRunner().invoke(pipeline, ["validate", str(bad)])
+    assert ran.exit_code == 1 and f"{bad}:1: `name` {name!r} is reserved by Dagster" in ran.stdout
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    defs = build_definitions()
+    dg.Definitions.validate_loadable(defs)  # the location loads
+    assert {"sales_report", "first_etl", "broken_pipelines"} <= {j.name for j in defs.jobs}
+    listed = CliRunner().invoke(pipeline, ["list"])
+    assert listed.exit_code == 1 and "sales_report" in listed.stdout and str(bad) in listed.stderr
+
+
+NOTIFY = ("notify:\n  - when: [success, failure]\n    message: {from: r@example.com, recipients: [{to: a@example.com}],"
+          " subject: s, templateId: 1, templateVariables: {}}\n")
+TRIGGERED = 'on_new_file: {folderId: root}\nsteps:\n  - id: load\n    action: etl.push\n' \
+            '    input: {platformFile: "${file:customers.csv}", name: "${trigger.name}"}\n'
+
+
+def test_schedule_and_sensor_names_of_files_never_collide(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Schedules and sensors share one namespace in Dagster, and a file derives ``<job>_schedule``,
+    ``<job>_on_new_file`` and ``<job>_notify_<status>``. No suffix ends another, so two files derive the same
+    one only with the same job name (a problem of the later file): files named to end like another's
+    schedule or sensors all load. A new derived name must keep it so, or join the catalog's name check."""
+    folder = with_csv(tmp_path / "more")
+    for name in ("a", "a_schedule", "a_on_new_file", "a_notify", "a_notify_success", "a_on_new", "a_on"):
+        write(folder, f'name: {name}\nschedule: "0 6 * * *"\n{NOTIFY}{TRIGGERED}', f"{name}.yaml")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    assert read_catalog().problems == []
+    defs = build_definitions()
+    dg.Definitions.validate_loadable(defs)
+    derived = [s.name for s in defs.schedules] + [s.name for s in defs.sensors]
+    assert len(derived) == len(set(derived)) and {"a_schedule_schedule", "a_notify_failure"} <= set(derived)

@@ -16,7 +16,7 @@ from typing import Any
 
 from connector_ops.ops.asset_files import MAX_KEY_CHARS
 from connector_ops.pipelines.dsl.assets import GROUP
-from connector_ops.pipelines.dsl.names import NAME, OWNER, RESERVED_NAMES
+from connector_ops.pipelines.dsl.names import NAME, OWNER, RESERVED_JOB_NAMES, RESERVED_NAMES
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, WHEN
 from connector_ops.pipelines.dsl.references import RESERVED_ROOTS
 from connector_ops.pipelines.dsl.retries import BACKOFFS, MAX_RETRIES
@@ -25,8 +25,9 @@ from connector_ops.registry import ACTIONS, load_all
 SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
 #: a string holding a reference stands for any value
 REFERENCE = {"type": "string", "pattern": r"\$\{", "description": "a ${…} reference, resolved when the step runs"}
-#: a job or op name Dagster accepts
-_DAGSTER_NAME = {"type": "string", "pattern": NAME, "not": {"enum": sorted(RESERVED_NAMES)}}
+#: a job name Dagster accepts: not a keyword or one of its own names, nor one it keeps for its asset jobs
+_JOB_NAME = {"type": "string", "pattern": NAME,
+             "not": {"anyOf": [{"enum": sorted(RESERVED_NAMES)}, {"pattern": RESERVED_JOB_NAMES}]}}
 #: a step id: also no ``__`` (the compiler's separator of helper nodes) and no reference root
 _STEP_ID = {"type": "string", "pattern": r"^(?!.*__)[A-Za-z_][A-Za-z0-9_]*$",
             "not": {"enum": sorted(RESERVED_NAMES | RESERVED_ROOTS)}}
@@ -132,7 +133,7 @@ def pipeline_schema() -> dict[str, Any]:
         "required": ["name", "steps"],
         "additionalProperties": False,
         "properties": {
-            "name": {**_DAGSTER_NAME, "description": "the job's name"},
+            "name": {**_JOB_NAME, "description": "the job's name"},
             "description": {"type": "string"},
             "schedule": {"type": "string", "pattern": _CRON, "description": "a cron string"},
             "timezone": {"type": "string", "description": "an IANA time zone name of the schedule, e.g. Europe/Paris"},

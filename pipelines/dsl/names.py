@@ -8,16 +8,27 @@ from __future__ import annotations
 
 import re
 
+from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME, is_reserved_asset_job_name
+from dagster._core.definitions.target import ANONYMOUS_ASSET_JOB_PREFIX
 from dagster._core.definitions.utils import DISALLOWED_NAMES
 
 #: letters, digits and _, not starting with a digit (job, op and group names)
 NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: names Dagster refuses for a job or an op: Python keywords and its own (``input``, ``type``, ``config``…)
 RESERVED_NAMES: frozenset[str] = frozenset(DISALLOWED_NAMES)
+#: job names Dagster keeps for its asset jobs (``__ASSET_JOB``, ``__anonymous_asset_job…``): it accepts such a
+#: job when the job is built and refuses it only in the Definitions — the whole code location, every job,
+#: schedule and sensor with it. As a JSON Schema pattern; :func:`is_reserved_job_name` is Dagster's own test.
+RESERVED_JOB_NAMES = rf"^({re.escape(IMPLICIT_ASSET_JOB_NAME)}$|{re.escape(ANONYMOUS_ASSET_JOB_PREFIX)})"
 #: an asset owner as Dagster accepts it: an e-mail address or ``team:NAME``
 OWNER = r"^(team:.+|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7})$"
 
 _OWNER = re.compile(OWNER)
+
+
+def is_reserved_job_name(name: str) -> bool:
+    """Whether Dagster keeps ``name`` for its asset jobs (a job of ours so named would take the location down)."""
+    return is_reserved_asset_job_name(name)
 
 
 def is_owner(text: str) -> bool:

@@ -29,7 +29,7 @@ from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
-from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES
+from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_reserved_job_name
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
 from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.sections import whole_number
@@ -111,6 +111,9 @@ class _Checker:
         elif name in RESERVED_NAMES:
             self.add(("name",), f"`name` {name!r} is reserved by Dagster (a Python keyword or one of its own names);"
                                 f" e.g. {name + '_pipeline'!r}")
+        elif is_reserved_job_name(name):
+            self.add(("name",), f"`name` {name!r} is reserved by Dagster for its asset jobs (Dagster would refuse "
+                                f"the whole code location); e.g. {name.strip('_') + '_pipeline'!r}")
         description = data.get("description")
         if description is not None and not isinstance(description, str):
             self.add(("description",), "`description` must be a string")
