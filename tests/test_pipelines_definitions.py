@@ -235,6 +235,42 @@ def test_a_step_never_runs_another_version_of_its_pipeline_than_its_run_was_laun
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_step_never_stores_another_version_of_a_file_its_run_was_launched_with(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``${file:two.csv}`` is read when its step runs: a run launched, then the CSV edited, pushed the new rows
+    without notice. The pipeline's digest now covers the file's content, and the step storing it checks it:
+    the step fails with a 409 naming the file — whether its process loaded the pipeline before the edit (the
+    content it recorded differs) or after (its digest differs from the run's) — and nothing is pushed."""
+    folder = tmp_path / "more"
+    folder.mkdir()
+    csv = folder / "two.csv"
+    csv.write_text("id,name\n1,a\n2,b\n")
+    (folder / "ver.yaml").write_text(
+        'name: ver\nsteps:\n  - {id: load, action: etl.push, input: {platformFile: "${file:two.csv}"}}\n')
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    launched = build_definitions().resolve_job_def("ver")  # what the code location launches runs of
+    csv.write_text("id,name\n1,a\n2,b\n3,c\n4,d\n5,e\n")  # edited after the launch
+    edited = build_definitions().resolve_job_def("ver")  # a process that loads the pipeline now
+    assert edited.run_tags[PIPELINE_DIGEST_TAG] != launched.run_tags[PIPELINE_DIGEST_TAG]
+    with dg.instance_for_test() as instance:
+        loaded_before = launched.execute_in_process(instance=instance, raise_on_error=False)
+        loaded_after = edited.execute_in_process(instance=instance, tags=dict(launched.run_tags),
+                                                 raise_on_error=False)
+        relaunched = edited.execute_in_process(instance=instance, raise_on_error=False)
+    for stale in (loaded_before, loaded_after):
+        assert not stale.success
+        assert not [e for e in stale.all_events if e.event_type_value == "STEP_SUCCESS"]  # nothing pushed
+        (failed,) = [e for e in stale.all_events if e.event_type_value == "STEP_FAILURE"]
+        error = error_of_failed_step(failed)
+        assert failed.step_key == "load__input" and error.status == 409 and not error.retryable
+    assert error_of_failed_step(next(e for e in loaded_before.all_events if e.event_type_value == "STEP_FAILURE")
+                                ).message.startswith(f"{csv} (a ${{file:…}} of the pipeline) changed since the run")
+    pushed = [e.step_output_data.metadata for e in relaunched.all_events if e.event_type_value == "STEP_OUTPUT"
+              and e.step_key == "load"]
+    assert relaunched.success and pushed[0]["dagster/row_count"].value == 5  # launched anew: the file as it is
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("launched_by", ["99.0.0+0123456789ab", f"{package_version()}+000000000000"],
                          ids=["another release", "another commit of this release"])
 def test_a_step_never_runs_under_another_connector_ops_than_its_run_was_launched_by(

@@ -146,14 +146,14 @@ def ensure_launched_definition(context: dg.OpExecutionContext) -> None:
     the one its run was launched with.
 
     A process that runs steps — a Celery worker above all — builds the Definitions once (at its first step) and
-    keeps them; after the file is edited and the code location reloaded, a new run (launched with the new
-    version) would run the old version's steps there and succeed with the old results. The compiler puts the
-    file's digest in the job's tags, which Dagster copies into the run's tags at launch; the two must agree.
-    A job defined in code has no digest, and a run launched before jobs carried one has none either: both run
-    as before. Likewise the connector-ops version the job was compiled by: a worker not yet upgraded (or not
-    yet restarted after an upgrade) refuses the steps of a run launched by an upgraded code location. Four
-    dict lookups per step, called first by every op a compiled pipeline is made of; a re-execution adds one
-    read of its job snapshot per process (:func:`_launched_tags`).
+    keeps them; after the file is edited and the code location reloaded, a new run (launched with the new version)
+    would run the old version's steps there and succeed with the old results. The compiler puts the file's digest
+    (which covers the content of its ``${file:…}`` files) in the job's tags, which Dagster copies into the run's
+    tags at launch; the two must agree. A job defined in code has no digest, and a run launched before jobs carried
+    one has none either: both run as before. Likewise the connector-ops version the job was compiled by: a worker
+    not yet upgraded (or not yet restarted after an upgrade) refuses the steps of a run launched by an upgraded code
+    location. Four dict lookups per step, called first by every op a compiled pipeline is made of; a re-execution
+    adds one read of its job snapshot per process (:func:`_launched_tags`).
     """
     launched_tags = _launched_tags(context)
     for tag, told in ((VERSION_TAG, _another_version), (PIPELINE_DIGEST_TAG, _another_file)):
@@ -202,6 +202,7 @@ def _another_version(context: dg.OpExecutionContext, loaded: str, launched: str)
 def _another_file(context: dg.OpExecutionContext, loaded: str, launched: str) -> str:
     file = context.job_def.metadata.get(PIPELINE_FILE_METADATA)
     where = file.value if file is not None else f"the pipeline file of job {context.job_name}"
+    where += " (or a file it references with ${file:…})"
     return (f"{where} is not the version this run was launched with (this process loaded version {loaded}, "
             f"the run was launched with {launched}): the process running step {context.op_handle} loaded "
             "the file before it changed. Restart the processes that run steps (the Celery workers, see "

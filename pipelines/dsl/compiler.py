@@ -12,8 +12,10 @@ op's config (the job's default run config, editable in the launchpad). Reference
 * ``asset`` gives the step its own op (``<pipeline>__<step>``) that records a materialisation of the
   asset after its output, and the pipeline an ``AssetSpec`` with lineage (:mod:`.assets`); its ``check``
   a node ``<step>__check`` evaluating the asset check on that output (:mod:`.checks`);
-* the file's digest is the job tag ``connector_ops/pipeline_digest`` (so each run's tag too), which every
-  node checks first against its own process's (:func:`~connector_ops.ops.factory.ensure_launched_definition`);
+* the file's digest (covering the ``${file:…}`` files' content) is the job tag ``connector_ops/pipeline_digest``
+  (so each run's tag too), which every node checks first against its own process's
+  (:func:`~connector_ops.ops.factory.ensure_launched_definition`); a resolver storing a ``${file:…}`` file
+  checks its content against the digest its process loaded (:mod:`.local_files`);
 * an optional output field the step's literal input guarantees (Push's ``rejectsFileId`` with
   ``onRowError: quarantine``) is an output of the step's own op, referred to like the others;
 * ``after`` wires the ``after`` (Nothing) input; ``foreach`` puts the step behind
@@ -136,6 +138,7 @@ class _Builder:
         uses = {ref.root for ref in refs}
         op_def = resolver_op(
             self.op_name(node), template, steps, action=step.action.name, base_dir=self.p.base_dir,
+            files=self.p.files,
             batch=batch is not None, rows=rows is not None, trigger=r.TRIGGER in uses,
         )
         kwargs = {upstream_input(sid, out): self.handles[sid][f] for sid, fields in steps.items()

@@ -116,7 +116,10 @@ class Pipeline:
     base_dir: str = "."
     retry: Retry | None = None  # every step's, unless the step has its own
     notify: list[Notify] = field(default_factory=list)  # mails sent when a run ends
-    digest: str = ""  # of the validated document (:meth:`Document.digest`): which version of the file this is
+    #: ``${file:path}`` -> the SHA-256 of that file's content when the pipeline was loaded (:mod:`.local_files`)
+    files: dict[str, str] = field(default_factory=dict)
+    #: of the validated document and ``files`` (:meth:`Document.digest`): which version of the pipeline this is
+    digest: str = ""
 
     def step(self, step_id: str) -> Step:
         return next(s for s in self.steps if s.id == step_id)

@@ -12,6 +12,7 @@ brackets a ``RecursionError`` that took every job down).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,10 +44,13 @@ class Document:
             path = path[:-1]
         return self.lines.get((), 1)
 
-    def digest(self) -> str:
-        """A short digest of the values (``--set`` overrides applied; comments and layout do not count): the
-        version of the pipeline a job was compiled from, so a step can tell that its process loaded another one."""
-        return hashlib.sha256(repr(self.data).encode()).hexdigest()[:16]
+    def digest(self, files: Mapping[str, str] | None = None) -> str:
+        """A short digest of the values (``--set`` overrides applied; comments and layout do not count) and of
+        ``files``, the content digests of the local files the steps reference (``${file:path}``,
+        :mod:`.local_files`): the version of the pipeline a job was compiled from, so a step can tell that its
+        process loaded another one. Without files it is the values' alone, as before files counted."""
+        text = repr(self.data) + (repr(sorted(files.items())) if files else "")
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class SourceError(Exception):

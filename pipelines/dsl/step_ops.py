@@ -16,9 +16,10 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
-from connector_ops.ops.factory import ensure_launched_definition, failure
+from connector_ops.ops.factory import STALE_DEFINITION_STATUS, ensure_launched_definition, failure
 from connector_ops.ops.metadata import output_metadata
 from connector_ops.pipelines.dsl import references as r
+from connector_ops.pipelines.dsl.local_files import changed_files, referenced_paths
 
 BATCH_INPUT, ROWS_INPUT, TRIGGER_INPUT = "batch", "batch_rows", "trigger"
 
@@ -34,16 +35,21 @@ def resolver_op(
     *,
     action: str,
     base_dir: str,
+    files: Mapping[str, str],
     batch: bool = False,
     rows: bool = False,
     trigger: bool = False,
 ) -> dg.OpDefinition:
-    """An op resolving ``template`` from the outputs of ``steps`` (step id -> {spec field: op output})."""
+    """An op resolving ``template`` from the outputs of ``steps`` (step id -> {spec field: op output}).
+
+    ``files``: the content digests of the pipeline's ``${file:path}`` files as its process loaded them (the
+    pipeline's digest covers them): a file changed since is refused with a 409, like a step of another version
+    of the pipeline than its run's, never stored and run in its new content."""
     inputs: dict[str, tuple[str, str]] = {}
     for step_id, fields in steps.items():
         for field, out_name in fields.items():
             inputs[upstream_input(step_id, out_name)] = (step_id, field)
-    needs_files = any(ref.is_file for _loc, ref, _exact in r.find_refs(template))
+    paths = referenced_paths([template])
 
     def compute(context: dg.OpExecutionContext, values: dict[str, Any]) -> Iterator[dg.Output]:
         ensure_launched_definition(context)
@@ -58,7 +64,8 @@ def resolver_op(
             descriptor = values[BATCH_INPUT]
             scope.batch = {"index": descriptor["index"], "virtualFileId": descriptor["virtualFileId"],
                            "rows": values.get(ROWS_INPUT)}
-        if needs_files:
+        if paths:
+            ensure_unchanged_files(context, files, base_dir, paths)
             store = context.resources.platform_files
             scope.add_file = lambda rel, options: store.add_file(
                 Path(base_dir) / rel, name=options.get("name"), content_type=options.get("contentType")).to_json()
@@ -80,10 +87,26 @@ def resolver_op(
         compute_fn=compute,
         ins=ins,
         outs={"result": dg.Out(dg.Any, description="the resolved input fields")},
-        required_resource_keys={"platform_files"} if needs_files else set(),
+        required_resource_keys={"platform_files"} if paths else set(),
         description=f"Resolve the `${{…}}` references of a `{action}` step's input.",
         tags={"kind": "pipeline-resolver"},
     )
+
+
+def ensure_unchanged_files(context: dg.OpExecutionContext, files: Mapping[str, str], base_dir: str,
+                           paths: list[str]) -> None:
+    """Fail the step (409, never retried) when a ``${file:…}`` file it stores changed since its process loaded
+    the pipeline: that process's digest matched the run's (:func:`ensure_launched_definition`), so the
+    content it recorded is the one the run was launched with."""
+    changed = changed_files(files, base_dir, paths)
+    if changed:
+        names = ", ".join(str(Path(base_dir) / rel) for rel in changed)
+        message = (f"{names} (a ${{file:…}} of the pipeline) changed since the run was launched: the run is of "
+                   f"its earlier content, and step {context.op_handle} would store the new one in its place. "
+                   "Reload the code location (and restart the processes that run steps, see docs/deployment.md), "
+                   "then launch the run again to run the file as it is now.")
+        raise failure(ConnectorError(STALE_DEFINITION_STATUS, {"message": message},
+                                     action=f"pipeline {context.job_name}"))
 
 
 def gather_op(name: str, out_names: list[str]) -> dg.OpDefinition:

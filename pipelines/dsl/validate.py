@@ -28,6 +28,7 @@ from connector_ops.ops.asset_files import IN_PLACE_FLAGS, asset_file_name, in_pl
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
+from connector_ops.pipelines.dsl.local_files import file_digests
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
 from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_reserved_job_name
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
@@ -137,10 +138,11 @@ class _Checker:
                               lambda message, path: self.check_input(mail, message, path, None))
         if self.problems:
             return None
+        files = file_digests(steps, str(self.base_dir))  # the version covers their content
         return Pipeline(
             name=name, steps=steps, file=self.doc.file, description=description, schedule=schedule,
             timezone=timezone, tags=dict(tags), on_new_file=trigger, base_dir=str(self.base_dir), retry=retry,
-            notify=notify, digest=self.doc.digest(),
+            notify=notify, files=files, digest=self.doc.digest(files),
         )
 
     def trigger(self, raw: Any) -> Trigger | None:

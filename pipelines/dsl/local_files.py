@@ -1,0 +1,56 @@
+"""The local files a pipeline's steps name with ``${file:path}``: part of the version of the pipeline.
+
+A step stores such a file as a platform file when it runs, reading it then. The pipeline's digest (the job
+tag ``connector_ops/pipeline_digest``, which every step compares with its run's) promises that a step runs
+the version of the pipeline its run was launched with, or refuses with a 409: so the digest covers the
+content of these files too (read when the file is loaded), and the step storing one checks that its content
+is still the one its own process loaded — else a run launched, then the referenced file edited, would run
+the new content without notice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from connector_ops.pipelines.dsl import references as r
+from connector_ops.pipelines.dsl.model import Step
+
+
+def referenced_paths(templates: Iterable[Any]) -> list[str]:
+    """The paths of the ``${file:path}`` references in ``templates``, each once, in order of appearance."""
+    paths = (ref.path[0] for template in templates for _loc, ref, _exact in r.find_refs(template) if ref.is_file)
+    return list(dict.fromkeys(paths))
+
+
+def content_digest(path: Path) -> str:
+    """The SHA-256 of the file's bytes (read in chunks: a referenced CSV may be large)."""
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def file_digests(steps: Iterable[Step], base_dir: str) -> dict[str, str]:
+    """``path -> content digest`` of every ``${file:path}`` in the steps' inputs (and foreach sources) that
+    names a readable file (one that does not is the validator's problem, or the step's error when it runs)."""
+    templates = [t for step in steps for t in (step.input, step.foreach.virtual_file_id if step.foreach else None)]
+    digests: dict[str, str] = {}
+    for rel in referenced_paths(templates):
+        path = Path(base_dir) / rel
+        if path.is_file():
+            digests[rel] = content_digest(path)
+    return digests
+
+
+def changed_files(digests: Mapping[str, str], base_dir: str, paths: Iterable[str]) -> list[str]:
+    """Of ``paths``, those whose content is no longer what ``digests`` recorded when the pipeline loaded.
+
+    A file gone since is left to the step (its own "not a readable file" error). Between this check and the
+    step's copy of the file there is only that copy's start: the file edited in that instant is not seen."""
+    changed = []
+    for rel in paths:
+        path = Path(base_dir) / rel
+        if rel in digests and path.is_file() and content_digest(path) != digests[rel]:
+            changed.append(rel)
+    return changed
