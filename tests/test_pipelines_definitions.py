@@ -271,6 +271,40 @@ def test_a_step_never_stores_another_version_of_a_file_its_run_was_launched_with
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_run_launched_by_a_code_location_not_reloaded_since_the_file_changed_says_to_reload_it(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The ``dagster dev`` loop: the file is edited and a run launched without reloading the code location. The
+    run worker (started for the run, in_process executor) loads the edited file; the run carries the location's
+    old version. The 409 says the code location is stale and to reload it, not to restart the workers; once the
+    file changes yet again, it says both sides are behind."""
+    step = 'steps:\n  - {id: load, action: etl.push, input: {platformFile: "${file:%s}"}}\n'
+    for name in ("two.csv", "five.csv", "three.csv"):
+        (tmp_path / name).write_text("id,name\n1,a\n")
+    path = tmp_path / "ver.yaml"
+    path.write_text("name: ver\n" + step % "two.csv")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(tmp_path))
+    location = build_definitions().resolve_job_def("ver")  # what the code location loaded and launches runs of
+    path.write_text("name: ver\n" + step % "five.csv")
+    worker = build_definitions().resolve_job_def("ver")  # the run worker, started after the edit
+
+    def refused() -> str:
+        with dg.instance_for_test() as instance:
+            run = worker.execute_in_process(instance=instance, tags=dict(location.run_tags), raise_on_error=False)
+        (failed,) = [e for e in run.all_events if e.event_type_value == "STEP_FAILURE"]
+        error = error_of_failed_step(failed)
+        assert error.status == 409 and str(path) in error.message
+        return error.message
+
+    message = refused()
+    assert "changed since the code location loaded it" in message
+    assert "Reload the code location (UI: Deployment → Reload, or restart `dagster dev`" in message
+    assert "Restart the processes" not in message and "Celery" not in message
+    path.write_text("name: ver\n" + step % "three.csv")
+    message = refused()
+    assert "changed again" in message and "reload the code location" in message and "Celery workers" in message
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("launched_by", ["99.0.0+0123456789ab", f"{package_version()}+000000000000"],
                          ids=["another release", "another commit of this release"])
 def test_a_step_never_runs_under_another_connector_ops_than_its_run_was_launched_by(

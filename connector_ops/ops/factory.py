@@ -200,13 +200,35 @@ def _another_version(context: dg.OpExecutionContext, loaded: str, launched: str)
 
 
 def _another_file(context: dg.OpExecutionContext, loaded: str, launched: str) -> str:
+    """Which side is stale, told by the pipeline as it is on disk now (loaded once, on this refusal only).
+
+    The run's tags hold the version the code location had loaded when it launched the run, this process's job
+    the version it loaded. Under the default executors the step runs in a run worker started for the run,
+    which loads the file afresh: if the pipeline on disk is this process's version, the code location is the one
+    behind (the file was edited and not reloaded: the ``dagster dev`` loop); if it is the run's, this process
+    is (a Celery worker started before the edit); if it is neither, the file changed again since both loaded it.
+    """
+    from connector_ops.pipelines.dsl.validate import current_digest  # the pipeline layer sits above the ops
+
     file = context.job_def.metadata.get(PIPELINE_FILE_METADATA)
     where = file.value if file is not None else f"the pipeline file of job {context.job_name}"
+    on_disk = current_digest(file.value) if file is not None else None
     where += " (or a file it references with ${file:…})"
-    return (f"{where} is not the version this run was launched with (this process loaded version {loaded}, "
-            f"the run was launched with {launched}): the process running step {context.op_handle} loaded "
-            "the file before it changed. Restart the processes that run steps (the Celery workers, see "
-            "docs/deployment.md) after pipeline files change, then launch the run again.")
+    versions = f"(this process loaded version {loaded}, the run was launched with {launched})"
+    reload = ("reload the code location (UI: Deployment → Reload, or restart `dagster dev` or the code server, "
+              "see docs/deployment.md)")
+    if on_disk == loaded:
+        return (f"{where} changed since the code location loaded it {versions}: the run was launched with the "
+                f"code location's old version, and the process running step {context.op_handle} loaded the file "
+                f"as it is now. {reload[0].upper()}{reload[1:]}, then launch the run again.")
+    if on_disk == launched:
+        return (f"{where} is not the version this run was launched with {versions}: the process running step "
+                f"{context.op_handle} loaded the file before it changed. Restart the processes that run steps "
+                "(the Celery workers, see docs/deployment.md) after pipeline files change, then launch the run "
+                "again.")
+    return (f"{where} changed again since the code location and the process running step {context.op_handle} "
+            f"loaded it {versions}: {reload} and restart the processes that run steps (the Celery workers), "
+            "then launch the run again.")
 
 
 def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:

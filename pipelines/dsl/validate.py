@@ -625,3 +625,13 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> Pipeline:
     if overrides:
         doc.data = apply_overrides(doc.data, overrides)
     return parse_pipeline(doc)
+
+
+def current_digest(path: str | Path) -> str | None:
+    """The digest of the pipeline as its file (and its ``${file:…}`` files) are on disk now, as the catalog would
+    load it (no ``--set``), or ``None`` when it does not load: what a refused step compares with the version its
+    own process loaded, to say which side is stale (:func:`~connector_ops.ops.factory.ensure_launched_definition`)."""
+    try:
+        return load_pipeline(path).digest
+    except PipelineError:
+        return None
