@@ -94,6 +94,12 @@ def test_launch_sales_report_through_the_webserver(webserver: str, env: dict[str
     checked = graphql(webserver, VALID, {"selector": pipeline, "config": dropped})["isPipelineConfigValid"]
     assert checked["__typename"] == "RunConfigValidationInvalid", checked
     assert any('"exportName"' in e["message"] and "report" in e["message"] for e in checked["errors"]), checked
+    # and a choice field's typo (an enum: the launchpad's dropdown), before the steps ahead of it run
+    typo = {**FORKSERVER, "ops": {"report": {"config": {"exportType": "xml", "exportName": "r.xml"}}}}
+    checked = graphql(webserver, VALID, {"selector": pipeline, "config": typo})["isPipelineConfigValid"]
+    assert checked["__typename"] == "RunConfigValidationInvalid", checked
+    assert [e["message"] for e in checked["errors"]] == [
+        "Value at path root:ops:report:config:exportType not in enum type json|csv|parquet got xml"], checked
     ok = graphql(webserver, VALID, {"selector": pipeline, "config": FORKSERVER})["isPipelineConfigValid"]
     assert ok["__typename"] == "PipelineConfigValidationValid", ok
     launched = graphql(webserver, LAUNCH, {"params": {"selector": selector, "runConfigData": FORKSERVER}})["launchRun"]

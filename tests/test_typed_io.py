@@ -85,3 +85,55 @@ def test_the_launchpad_requires_a_steps_literal_required_fields() -> None:
     with pytest.raises(DagsterInvalidConfigError) as caught:
         dg.validate_run_config(job, config)
     assert 'Missing required config entry "exportName" at path root:ops:report:config' in str(caught.value)
+
+
+def test_the_launchpad_offers_a_choice_fields_choices_and_refuses_a_typo() -> None:
+    """``exportType``, ``onRowError``… are enums in the launchpad (a dropdown): ``exportType: xml`` is refused
+    before the run starts, not by the step after the steps before it ran and materialised their assets. The op
+    still receives the string. A field the model normalises first (a join's ``type``, read in any case) takes
+    what the model takes; an optional choice may be null; a list of choices is a list of the enum."""
+    import copy
+    from typing import Literal
+
+    from dagster._core.errors import DagsterInvalidConfigError
+    from pydantic import BaseModel
+
+    from connector_ops.ops.factory import config_fields
+    from connector_ops.pipelines.definitions import build_definitions
+
+    job = build_definitions().get_job_def("sales_report")
+    export = job.graph.node_named("report").definition.config_schema.config_type.fields["exportType"].config_type
+    assert isinstance(export, dg.Enum) and export.config_values == ["json", "csv", "parquet"]
+    config = copy.deepcopy(job.run_config)
+    config["ops"]["report"]["config"]["exportType"] = "xml"
+    with pytest.raises(DagsterInvalidConfigError, match="root:ops:report:config:exportType not in enum type"):
+        dg.validate_run_config(job, config)
+    push = etl_push.config_schema.config_type.fields["parameters"].config_type.fields["onRowError"].config_type
+    assert isinstance(push, dg.Enum) and push.config_values == ["fail", "quarantine"]
+
+    class Choices(BaseModel):
+        one: Literal["a", "b"] | None = None
+        many: list[Literal["a", "b"]] = []
+
+    received = []
+
+    @dg.op(config_schema=config_fields(Choices, required_ok=False))
+    def takes(context) -> None:  # Dagster reads the annotation: a string under `from __future__`
+        received.append(context.op_config)
+
+    @dg.job
+    def chosen() -> None:
+        takes()
+
+    chosen_config = {"one": "b", "many": ["a", "b"]}
+    assert chosen.execute_in_process(run_config={"ops": {"takes": {"config": chosen_config}}}).success
+    assert chosen.execute_in_process(run_config={"ops": {"takes": {"config": {"one": None}}}}).success
+    assert received[0] == {"one": "b", "many": ["a", "b"]} and type(received[0]["one"]) is str
+    with pytest.raises(DagsterInvalidConfigError, match="not in enum type"):
+        chosen.execute_in_process(run_config={"ops": {"takes": {"config": {"many": ["c"]}}}})
+
+    from connector_ops.etl.models import JoinSpec
+
+    sides = {side: {"virtualFileId": side, "customId": side, "key": "x"} for side in ("left", "right")}
+    assert JoinSpec.model_validate({**sides, "type": "left"}).type == "LEFT"  # read in any case
+    assert not isinstance(config_fields(JoinSpec)["type"].config_type, dg.Enum)  # so the launchpad takes "left" too

@@ -48,25 +48,46 @@ PIPELINE_FILE_METADATA = "connector_ops/pipeline_file"
 STALE_DEFINITION_STATUS = 409
 
 
-def _config_type(annotation: Any) -> Any:
-    """A Dagster config type for a pydantic annotation (structure shown in the launchpad)."""
+def _config_type(annotation: Any, *, choices: bool = True) -> Any:
+    """A Dagster config type for a pydantic annotation (structure shown in the launchpad).
+
+    ``choices``: a ``Literal`` of strings becomes a Dagster enum (a dropdown; a typo refused at launch, before any
+    step runs and materialises an asset; the op still receives the string). ``False`` for a field the model
+    normalises before checking it (Join's ``type`` in any case): the model, not Dagster, says what it accepts."""
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if origin in (typing.Union, types.UnionType):
         if len(args) == 1:
-            return dg.Noneable(_config_type(args[0]))
+            return dg.Noneable(_config_type(args[0], choices=choices))
         return dg.Any
     if annotation in _SCALARS:
         return _SCALARS[annotation]
+    if origin is typing.Literal and choices and args and all(isinstance(a, str) for a in args):
+        return _enum(tuple(args))
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         fields = config_fields(annotation, required_ok=False)  # a model that ignores unknown fields (spec 2.1's
         lax = annotation.model_config.get("extra") != "forbid"  # platformFile) takes them in config too
         return dg.Permissive(fields) if lax else dg.Shape(fields)
-    if origin is list and args and (args[0] in _SCALARS or _is_model(args[0])):
-        return [_config_type(args[0])]
+    if origin is list and args and (args[0] in _SCALARS or _is_model(args[0])
+                                    or typing.get_origin(args[0]) is typing.Literal):
+        return [_config_type(args[0], choices=choices)]
     if origin is dict:
         return dg.Permissive()
     return dg.Any
+
+
+@functools.cache
+def _enum(values: tuple[str, ...]) -> dg.Enum:
+    """The enum of these choices, named by them: Dagster checks a value against the first enum of a name in a
+    job's config, so two fields with other choices must not share a name (one set of choices, one enum)."""
+    return dg.Enum("|".join(values), [dg.EnumValue(v) for v in values])
+
+
+def _normalised_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of ``model`` a validator sees before pydantic checks their type (``mode="before"``, ``"wrap"``
+    or ``"plain"``): they accept more than their annotation says."""
+    return frozenset(name for dec in model.__pydantic_decorators__.field_validators.values()
+                     if dec.info.mode != "after" for name in dec.info.fields)
 
 
 def config_value(annotation: Any, value: Any) -> Any:
@@ -106,10 +127,11 @@ def config_fields(model: type[BaseModel], *, required_ok: bool = True,
     """The config schema of an action's input. ``required``: fields the launchpad must have whatever
     ``required_ok`` says (a pipeline step's literal required fields)."""
     fields = {}
+    normalised = _normalised_fields(model)
     for name, info in model.model_fields.items():
         key = info.alias or name
         must = (required_ok and info.is_required() and key not in wirable) or key in required
-        fields[key] = dg.Field(_config_type(info.annotation), is_required=must,
+        fields[key] = dg.Field(_config_type(info.annotation, choices=name not in normalised), is_required=must,
                                description=info.description or None)
     return fields
 
