@@ -18,13 +18,15 @@ from connector_ops.pipelines.components.shared import pipeline_resources
 from connector_ops.pipelines.dsl import Problem
 from connector_ops.pipelines.executors import job_executor
 from connector_ops.pipelines.first_etl import first_etl
+from connector_ops.pipelines.stand_ins import stand_ins
 
 logger = logging.getLogger(__name__)
 
 
 def broken_pipelines_job(problems: list[Problem]) -> dg.JobDefinition:
     """``broken_pipelines``: how the UI shows files that did not load — its description lists the problems,
-    and a launch fails with them (so a schedule or a script that expected the job learns why)."""
+    and a launch fails with them (so a script that expected the job learns why). A broken file's schedule or
+    drive-folder sensor keeps its name and skips each tick saying why (:mod:`.stand_ins`)."""
     text = "\n".join(str(problem) for problem in problems)
 
     @dg.op(name=REPORT_PROBLEMS_OP)
@@ -48,14 +50,22 @@ def build_definitions() -> dg.Definitions:
     pipelines = catalog.pipelines
     for problem in catalog.problems:
         logger.error("pipeline file not loaded: %s", problem)
-    extra = [broken_pipelines_job(catalog.problems)] if catalog.problems else []
+    schedules = [p.schedule for p in pipelines if p.schedule is not None]
+    sensors = [*(p.sensor for p in pipelines if p.sensor is not None),
+               *(sensor for p in pipelines for sensor in p.notify_sensors)]
+    extra = []
+    if catalog.problems:
+        extra = [broken_pipelines_job(catalog.problems)]
+        standing_schedules, standing_sensors = stand_ins(catalog.problems, extra[0],
+                                                         taken=[d.name for d in (*schedules, *sensors)])
+        schedules += standing_schedules
+        sensors += standing_sensors
     return dg.Definitions(
         jobs=[first_etl, *(p.job for p in pipelines), *extra],
         assets=[spec for p in pipelines for spec in p.assets],
         asset_checks=[check for p in pipelines for check in p.checks],
-        schedules=[p.schedule for p in pipelines if p.schedule is not None],
-        sensors=[*(p.sensor for p in pipelines if p.sensor is not None),
-                 *(sensor for p in pipelines for sensor in p.notify_sensors)],
+        schedules=schedules,
+        sensors=sensors,
         resources=pipeline_resources(),  # from the environment, and the io_manager of outputs every host reads
         executor=job_executor(),  # CONNECTOR_OPS_EXECUTOR: in_process (default), multiprocess, celery
     )

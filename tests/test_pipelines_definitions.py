@@ -409,3 +409,49 @@ def test_a_re_execution_runs_the_pipeline_as_fixed_since_its_parent_failed(
     error = error_of_failed_step(failed)
     assert error.status == 409 and str(path) in error.message
     assert f"this process loaded version {old}, the run was launched with {new}" in error.message
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_running_schedule_whose_file_breaks_ticks_skipped_saying_why(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A schedule is turned on; its file is then broken and the code location reloaded. The daemon's next tick
+    (its own tick loop, against a real code server) is skipped with the file's located problem, under the same
+    schedule name, instead of failing with "Could not find schedule". A drive-folder sensor likewise."""
+    import datetime
+    import logging
+
+    from dagster._core.scheduler.instigation import TickStatus
+    from dagster._scheduler.scheduler import launch_scheduled_runs
+
+    folder = tmp_path / "more"
+    folder.mkdir()
+    path = folder / "mini.yaml"
+    good = ('name: mini\nschedule: "* * * * *"\nsteps:\n'
+            "  - {id: q, action: etl.query, input: {virtualFileId: abc, query: {a: x}}}\n")
+    path.write_text(good)
+    (folder / "inbox.yaml").write_text('name: inbox\non_new_file: {folderId: root}\nsteps:\n  - {id: dl, action: '
+                                       'drive.download_fille, input: {fileId: "${trigger.fileId}"}}\n')
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    target = ModuleTarget("connector_ops.pipelines", None, str(tmp_path), "loc")
+    with dg.instance_for_test() as instance, create_test_daemon_workspace_context(target, instance) as workspace:
+        repo = next(iter(workspace.create_request_context().get_code_location("loc").get_repositories().values()))
+        instance.start_schedule(repo.get_schedule("mini_schedule"))
+        path.write_text(good.replace("etl.query", "etl.queryy"))
+        workspace.reload_code_location("loc")
+        repo = next(iter(workspace.create_request_context().get_code_location("loc").get_repositories().values()))
+        schedule = repo.get_schedule("mini_schedule")
+        assert "broken_pipelines" in {j.name for j in repo.get_all_jobs()} and schedule.job_name == "broken_pipelines"
+        end = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=61)
+        list(launch_scheduled_runs(workspace, logging.getLogger("scheduler"), end, iteration_times={}))
+        (tick,) = instance.get_ticks(schedule.get_remote_origin_id(), schedule.selector_id)
+        assert tick.status == TickStatus.SKIPPED, tick
+        assert tick.skip_reason.startswith(f"pipeline file {path} did not load: fix it, then reload the code location")
+        assert f"{path}:4: step q: unknown action 'etl.queryy'" in tick.skip_reason
+        assert not instance.get_runs()  # broken_pipelines is its target, never launched
+        sensor = repo.get_sensor("inbox_on_new_file")
+        assert sensor.job_name == "broken_pipelines"
+    defs = build_definitions()
+    with dg.build_sensor_context() as context:
+        skipped = defs.get_sensor_def("inbox_on_new_file").evaluate_tick(context)
+    assert not skipped.run_requests and "drive.download_fille" in (skipped.skip_message or "")
+    assert {s.name for s in defs.schedules} >= {"mini_schedule", "sales_report_schedule"}
