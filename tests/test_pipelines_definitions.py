@@ -171,6 +171,21 @@ def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tm
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_sensor_triggered_job_launched_by_hand_without_a_file_id_says_where_to_set_it(env: dict[str, str]) -> None:
+    """The launchpad's defaults of ``drive_inbox`` have no file id (its sensor sets one per file): the run fails
+    at its trigger with a 400 naming the config path to set, not with the first step's "String should have at
+    least 1 character"."""
+    job = build_definitions().resolve_job_def("drive_inbox")
+    run = job.execute_in_process(resources=resources_for(environ=env), raise_on_error=False)
+    (failed,) = [e for e in run.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = error_of_failed_step(failed)
+    assert failed.step_key == "trigger" and error.status == 400
+    assert error.message == ("trigger.fileId is empty: a run of drive_inbox is about one drive file, which its sensor "
+                             "drive_inbox_on_new_file sets; to launch it by hand, set ops.trigger.config.fileId (a "
+                             "drive file id) in the launchpad")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_a_drive_sensor_whose_folder_variable_is_unset_skips_the_tick(
         env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "inbox.yaml"

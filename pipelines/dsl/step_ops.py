@@ -138,6 +138,14 @@ class TriggerConfig(dg.Config):
 
 @dg.op(tags={"kind": "pipeline-trigger"})
 def pipeline_trigger(context: dg.OpExecutionContext, config: TriggerConfig) -> dict:
-    """The new drive file the run is about: ``${trigger.fileId}``, ``${trigger.name}``, ``${trigger.folderId}``."""
+    """The new drive file the run is about: ``${trigger.fileId}``, ``${trigger.name}``, ``${trigger.folderId}``.
+
+    A run launched by hand without a file id is a 400 saying where to set it, here, before the first step reads
+    the empty id (that said only ``fileId: String should have at least 1 character``)."""
     ensure_launched_definition(context)
+    if not config.fileId.strip():
+        raise failure(ConnectorError(400, {"message": (
+            f"trigger.fileId is empty: a run of {context.job_name} is about one drive file, which its sensor "
+            f"{context.job_name}_on_new_file sets; to launch it by hand, set ops.{context.op_handle}.config.fileId "
+            "(a drive file id) in the launchpad")}, action=f"pipeline {context.job_name}"))
     return {"fileId": config.fileId, "name": config.name, "folderId": config.folderId}
