@@ -14,9 +14,8 @@ import dagster as dg
 
 from connector_ops.environment import pin_home
 from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB, REPORT_PROBLEMS_OP, read_catalog
-from connector_ops.pipelines.components.shared import pipeline_resources
+from connector_ops.pipelines.components.shared import shared_definitions
 from connector_ops.pipelines.dsl import Problem
-from connector_ops.pipelines.executors import job_executor
 from connector_ops.pipelines.first_etl import first_etl
 from connector_ops.pipelines.stand_ins import stand_ins
 
@@ -44,7 +43,10 @@ def broken_pipelines_job(problems: list[Problem]) -> dg.JobDefinition:
 def build_definitions() -> dg.Definitions:
     """Compile the pipeline files now (each load re-reads them, so ``dagster dev`` reloads pick up edits).
 
-    A broken file is logged and listed by the ``broken_pipelines`` job; every other job still loads.
+    A broken file is logged and listed by the ``broken_pipelines`` job; every other job still loads. The
+    resources, ``io_manager`` and executor are the very objects every pipeline component of the same
+    environment gets (:func:`shared_definitions`), so a ``dg`` project can merge these Definitions with its
+    components: Dagster refuses two different objects under one resource key.
     """
     catalog = read_catalog()
     pipelines = catalog.pipelines
@@ -60,14 +62,15 @@ def build_definitions() -> dg.Definitions:
                                                          taken=[d.name for d in (*schedules, *sensors)])
         schedules += standing_schedules
         sensors += standing_sensors
+    shared = shared_definitions()
     return dg.Definitions(
         jobs=[first_etl, *(p.job for p in pipelines), *extra],
         assets=[spec for p in pipelines for spec in p.assets],
         asset_checks=[check for p in pipelines for check in p.checks],
         schedules=schedules,
         sensors=sensors,
-        resources=pipeline_resources(),  # from the environment, and the io_manager of outputs every host reads
-        executor=job_executor(),  # CONNECTOR_OPS_EXECUTOR: in_process (default), multiprocess, celery
+        resources=shared.resources,  # from the environment, and the io_manager of outputs every host reads
+        executor=shared.executor,  # CONNECTOR_OPS_EXECUTOR: in_process (default), multiprocess, celery
     )
 
 

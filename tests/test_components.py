@@ -385,3 +385,30 @@ def test_a_set_key_into_a_value_that_is_no_mapping_is_reported_on_its_line(proje
         project.load()
     assert (f"{defs_yaml}:5: set 'load.platformFile.name': load.platformFile holds a str, not a mapping of "
             "fields" in _causes(failed.value))
+
+
+def test_a_project_merging_the_shipped_pipelines_with_its_components_loads(project: Project) -> None:
+    """``Definitions.merge(components, connector_ops.pipelines.defs)``: both carry the same resource, IO
+    manager and executor objects, so Dagster merges them instead of refusing two objects under one key."""
+    _write(project.package / "definitions.py", """
+        from pathlib import Path
+
+        import dagster as dg
+
+        from connector_ops.pipelines import defs as shipped
+
+
+        @dg.definitions
+        def defs() -> dg.Definitions:
+            return dg.Definitions.merge(dg.load_from_defs_folder(path_within_project=Path(__file__).parent), shipped)
+        """)
+    project.copy_sales_report("my_sales")  # the same file, as another job name would clash: rename it
+    pipeline = project.defs / "my_sales" / "sales_report.yaml"
+    pipeline.write_text(pipeline.read_text(encoding="utf-8").replace("name: sales_report", "name: my_sales", 1)
+                        .replace("asset: sales/", "asset: my_sales/"), encoding="utf-8")
+    checked = project.dg("check", "defs")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    listed = project.dg("list", "defs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    jobs = {job["name"] for job in json.loads(listed.stdout)["jobs"]}
+    assert {"my_sales", "sales_report", "first_etl"} <= jobs
