@@ -22,6 +22,8 @@ from dagster.components.testing.utils import component_defs
 
 from connector_ops.environment import resources_for
 from connector_ops.pipelines.components import PipelineComponent
+from connector_ops.pipelines.components.scaffold import EXAMPLE_CSV, PIPELINE_FILE, STARTER, pipeline_name
+from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
 from tests.test_pipelines_sales_report import INVALID_ROWS, check_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -337,6 +339,19 @@ def test_dg_scaffold_defs_writes_a_pipeline_that_runs(project: Project, env: dic
     files = resources_for(environ=env)["platform_files"]
     exported = files.read_bytes(result.output_for_node("export", "platform_file"))
     assert [line.split(",")[0] for line in exported.decode().splitlines()] == ["order_id", "A-1", "A-3"]
+
+
+@pytest.mark.parametrize(("folder", "name"), [
+    ("ventes-\u00e9t\u00e9", "ventes_ete"), ("stra\u00dfe", "strasse"), ("2024 sales", "p_2024_sales"),
+    ("\u65e5\u672c", "pipeline"), ("class", "class_pipeline")])
+def test_the_scaffolder_names_the_pipeline_so_that_it_loads(tmp_path: Path, folder: str, name: str) -> None:
+    """A folder name with letters Dagster refuses in a job name (accents, other scripts, a keyword): the
+    starter pipeline gets an ASCII name and asset key, and the file validates and compiles."""
+    assert pipeline_name(tmp_path / folder) == name
+    path = _write(tmp_path / folder / PIPELINE_FILE, STARTER.format(name=pipeline_name(tmp_path / folder)))
+    _write(path.parent / "data" / "example.csv", EXAMPLE_CSV)
+    compiled = compile_pipeline(load_pipeline(path))
+    assert compiled.job.name == name and [a.key for a in compiled.assets] == [dg.AssetKey([name, "orders"])]
 
 
 def test_set_fills_a_pipeline_file_when_the_project_loads(

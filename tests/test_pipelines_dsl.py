@@ -132,6 +132,24 @@ def test_validation_reports_every_error_with_file_line_and_step(tmp_path: Path) 
         assert any(ln == line and st == step and fragment in msg for ln, st, msg in found), (fragment, text)
 
 
+@pytest.mark.parametrize(("name", "bad", "suggested"), [
+    ("ventes_\u00e9t\u00e9", "'\u00e9'", "ventes_ete"),  # accented letters: str.isalnum() takes them, Dagster not
+    ("stra\u00dfe", "'\u00df'", "strasse"),
+    ("donn\u00e9es-2024", "'-', '\u00e9'", "donnees_2024"),
+    ("a - b", "' ', '-'", "a_b"),  # one _ for a run of refused characters
+])
+def test_a_name_with_letters_dagster_refuses_names_them_and_suggests_an_ascii_name(
+        tmp_path: Path, name: str, bad: str, suggested: str) -> None:
+    path = write(tmp_path, f'name: "{name}"\nsteps:\n  - id: q\n    action: etl.query\n'
+                           '    input: {virtualFileId: x, query: {}}\n')
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    [problem] = caught.value.problems
+    assert problem.message == (f"`name` {name!r} is not a valid job name: it contains {bad} — use letters, "
+                               f"digits and _; e.g. {suggested!r}")
+    load_pipeline(write(tmp_path, path.read_text(encoding="utf-8").replace(name, suggested)))  # it is valid
+
+
 @pytest.mark.parametrize(("top", "problem"), [
     ("tags: {1: one}", "`tags` must map names to strings"),  # Dagster's CheckError while building the job
     (f"timezone: {'x' * 300}", "`timezone` 'xxx"),  # once zoneinfo's OSError: the name is too long a path

@@ -7,11 +7,12 @@ user edits a working file instead of an empty one. Files already there are kept.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from dagster.components import Scaffolder, ScaffoldRequest
 from dagster.components.component_scaffolding import scaffold_component
+
+from connector_ops.pipelines.dsl.names import name_like
 
 PIPELINE_FILE = "pipeline.yaml"
 STARTER = """\
@@ -43,9 +44,9 @@ EXAMPLE_CSV = "order_id,customer,amount,status\nA-1,ada,12.50,open\nA-2,bob,7.00
 
 
 def pipeline_name(folder: Path) -> str:
-    """A job name from the component's folder name: letters, digits and _ (``weekly-report`` -> ``weekly_report``)."""
-    name = re.sub(r"\W+", "_", folder.name).strip("_") or "pipeline"
-    return f"p_{name}" if name[0].isdigit() else name
+    """A job name from the component's folder name, in the ASCII letters, digits and _ Dagster takes
+    (``weekly-report`` -> ``weekly_report``, ``ventes-été`` -> ``ventes_ete``); ``pipeline`` when none is left."""
+    return name_like(folder.name) or "pipeline"
 
 
 class PipelineScaffolder(Scaffolder):

@@ -7,6 +7,7 @@ file:line; so the validator and the JSON Schema both check them here, against th
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NAME, is_reserved_asset_job_name
 from dagster._core.definitions.target import ANONYMOUS_ASSET_JOB_PREFIX
@@ -24,6 +25,32 @@ RESERVED_JOB_NAMES = rf"^({re.escape(IMPLICIT_ASSET_JOB_NAME)}$|{re.escape(ANONY
 OWNER = r"^(team:.+|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7})$"
 
 _OWNER = re.compile(OWNER)
+_NAME = re.compile(NAME)
+#: letters NFKD does not take apart into an ASCII letter and accents
+_LETTERS = str.maketrans({"ß": "ss", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE", "ø": "o", "Ø": "O",
+                          "ł": "l", "Ł": "L", "đ": "d", "Đ": "D", "þ": "th", "Þ": "Th"})
+
+
+def is_name_character(char: str) -> bool:
+    """Whether Dagster takes ``char`` in a job, op or group name: an ASCII letter, digit or ``_``
+    (``str.isalnum`` alone would also take ``é`` or ``ß``, which Dagster refuses)."""
+    return char.isascii() and (char.isalnum() or char == "_")
+
+
+def name_like(text: str) -> str | None:
+    """A valid name close to ``text``, or None: accents dropped (``ventes_été`` -> ``ventes_ete``), every
+    other run of characters Dagster refuses -> one ``_`` (``weekly-report`` -> ``weekly_report``), a leading
+    digit prefixed (``2024_sales`` -> ``p_2024_sales``), a name Dagster reserves suffixed
+    (``class_pipeline``). What the scaffolder names a pipeline after its folder, and what the validator
+    suggests for a name it refuses."""
+    ascii_text = "".join(c for c in unicodedata.normalize("NFKD", text.translate(_LETTERS))
+                         if not unicodedata.combining(c))
+    fixed = re.sub(r"[^A-Za-z0-9]+", "_", ascii_text).strip("_")
+    if fixed[:1].isdigit():
+        fixed = f"p_{fixed}"
+    if fixed in RESERVED_NAMES:
+        fixed = f"{fixed}_pipeline"
+    return fixed if fixed and _NAME.match(fixed) else None
 
 
 def is_reserved_job_name(name: str) -> bool:

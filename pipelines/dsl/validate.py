@@ -30,7 +30,7 @@ from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
 from connector_ops.pipelines.dsl.local_files import file_digests
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
-from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_reserved_job_name
+from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_name_character, is_reserved_job_name, name_like
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
 from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.sections import whole_number
@@ -102,11 +102,11 @@ class _Checker:
         if name is None:
             self.add(("name",), "`name` is required: letters, digits and _ (it becomes the job name)")
         elif not isinstance(name, str) or not _NAME.match(name):
-            bad = sorted({c for c in str(name) if not (c.isalnum() or c == "_")})
+            bad = sorted({c for c in str(name) if not is_name_character(c)})
             why = (f"it contains {', '.join(repr(c) for c in bad)}" if bad and isinstance(name, str)
                    else "it starts with a digit" if isinstance(name, str) and name[:1].isdigit()
                    else f"it is a {type(name).__name__}, not text" if not isinstance(name, str) else "it is empty")
-            suggestion = _suggested_name(name) if isinstance(name, str) else None
+            suggestion = name_like(name) if isinstance(name, str) else None
             hint = f"; e.g. {suggestion!r}" if suggestion else ""
             self.add(("name",), f"`name` {name!r} is not a valid job name: {why} — use letters, digits and _{hint}")
         elif name in RESERVED_NAMES:
@@ -496,14 +496,6 @@ def _literal_checks() -> dict[str, dict[str, Callable[[Any, str], Any]]]:
 
     return {"etl.query": {"query": parse_filter}, "etl.delete_rows": {"request": parse_filter},
             "etl.validate": {"schema": rules}}
-
-
-def _suggested_name(name: str) -> str | None:
-    """``bad-one`` -> ``bad_one``."""
-    fixed = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
-    if fixed[:1].isdigit():
-        fixed = f"p_{fixed}"
-    return fixed if fixed and _NAME.match(fixed) else None
 
 
 def _cycles(pending: list[Step], deps: Mapping[str, set[str]]) -> list[list[str]]:
