@@ -139,7 +139,7 @@ def project(tmp_path: Path) -> Project:
 #: an inline pipeline mixing Dagster's load-time templates with our run-time references
 INLINE = """
     pipeline:
-      name: "customers_{{ env.DG_TEST_REGION | lower }}"
+      name: "customers_{{ env.DG_TEST_REGION | lower }}"  # set in every test that loads it: unset fails
       description: "Customers of {{ env('DG_TEST_REGION') }}"
       tags: {year: "2024", region: "{{ env.DG_TEST_REGION }}"}
       steps:
@@ -284,6 +284,50 @@ def test_a_missing_variable_fails_the_load_naming_it(project: Project, monkeypat
     with pytest.raises(Exception, match="Error while loading component north") as failed:
         project.load()
     assert "Environment variable DG_TEST_MISSING is not set" in _causes(failed.value)
+
+
+def test_an_unset_variable_written_by_env_dot_fails_the_load_on_its_line(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``{{ env.X }}`` of an unset variable inside a longer string wrote the text ``None`` (job
+    ``customers_none``): in ``pipeline:`` and ``set:`` it fails the load naming the variable, on its line."""
+    monkeypatch.delenv("DG_TEST_UNSET", raising=False)
+    inline = project.component("north", """
+        pipeline:
+          name: "customers_{{ env.DG_TEST_UNSET | lower }}"
+          steps:
+            - {id: query, action: etl.query, input: {virtualFileId: x, query: {}}}
+        """)
+    with pytest.raises(Exception, match="Error while loading component north") as failed:
+        project.load()
+    text = _causes(failed.value)
+    assert f"{inline}:4 - attributes.pipeline.name" in text
+    assert "environment variable DG_TEST_UNSET is not set (`env.DG_TEST_UNSET`)" in text
+
+    inline.unlink()
+    in_set = project.component("east", """
+        path: pipeline.yaml
+        set:
+          export.exportName: "{{ env.DG_TEST_UNSET }}-customers.csv"
+        """, {"pipeline.yaml": (PIPELINES / "retail_customers.yaml").read_text()})
+    with pytest.raises(Exception, match="Error while loading component east") as failed:
+        project.load()
+    assert f"{in_set}:5 - attributes.set.export.exportName" in _causes(failed.value)
+    assert "environment variable DG_TEST_UNSET is not set" in _causes(failed.value)
+
+
+def test_an_unset_variable_with_a_default_or_a_test_still_loads(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What Jinja offers for an optional variable keeps working: a default, ``or``, ``{% if %}``."""
+    monkeypatch.delenv("DG_TEST_UNSET", raising=False)
+    project.component("north", """
+        pipeline:
+          name: "customers_{{ env.DG_TEST_UNSET | default('eu') }}"
+          description: "{{ env.DG_TEST_UNSET or 'all regions' }}{% if env.DG_TEST_UNSET %} only{% endif %}"
+          steps:
+            - {id: query, action: etl.query, input: {virtualFileId: x, query: {}}}
+        """)
+    job = project.load().resolve_job_def("customers_eu")
+    assert job.description == "all regions"
 
 
 def test_resources_false_leaves_resources_to_the_project(project: Project) -> None:

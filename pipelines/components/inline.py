@@ -14,19 +14,49 @@ from collections.abc import Mapping
 from typing import Any
 
 from dagster.components import ResolutionContext
+from dagster.components.resolved.scopes import EnvScope
 from dagster_shared.yaml_utils.source_position import SourcePositionTree
+from jinja2 import Undefined
 
 from connector_ops.pipelines.dsl.source import Document
 
 _JINJA_MARKS = ("{{", "{%")
 
 
+class UnsetVariable(Undefined):
+    """``{{ env.X }}`` of a variable that is not set. Dagster's ``env.X`` gives None, which Jinja writes as the
+    text ``None`` inside a longer string: a deployment that forgot ``REGION`` would silently get the job
+    ``customers_none``. This value is falsy and Jinja's ``default`` filter replaces it (``{% if env.X %}``,
+    ``{{ env.X | default('eu') }}``, ``{{ env.X or 'eu' }}`` keep working), but writing it out — alone, in a
+    string, through a filter such as ``lower`` — fails the load, and Dagster reports the line of
+    ``defs.yaml``."""
+
+    __str__ = Undefined._fail_with_undefined_error
+
+
+class LoadEnvScope(EnvScope):
+    """Dagster's ``env`` (``env('X')``, ``env('X', 'default')``), whose ``env.X`` of an unset variable is an
+    :class:`UnsetVariable` instead of None."""
+
+    def __getattr__(self, key: str) -> Any:
+        value = super().__getattr__(key)  # raises AttributeError for Jinja's own probes
+        if value is not None:
+            return value
+        return UnsetVariable(hint=f"environment variable {key} is not set (`env.{key}`): set it, or give a "
+                                  f"default: `env('{key}', 'value')` or `env.{key} | default('value')`", name=key)
+
+
 def render_templates(context: ResolutionContext, value: Any) -> Any:
-    """``value`` with Dagster's templates rendered in the strings that hold one, everything else as written."""
+    """``value`` with Dagster's templates rendered in the strings that hold one, everything else as written;
+    ``{{ env.X }}`` of an unset variable fails instead of writing ``None`` (:class:`UnsetVariable`)."""
+    return _render(context.with_scope(env=LoadEnvScope()), value)
+
+
+def _render(context: ResolutionContext, value: Any) -> Any:
     if isinstance(value, Mapping):
-        return {key: render_templates(context.at_path(key), item) for key, item in value.items()}
+        return {key: _render(context.at_path(key), item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [render_templates(context.at_path(i), item) for i, item in enumerate(value)]
+        return [_render(context.at_path(i), item) for i, item in enumerate(value)]
     if isinstance(value, str) and any(mark in value for mark in _JINJA_MARKS):
         return context.resolve_value(value)
     return value
