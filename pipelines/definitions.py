@@ -13,31 +13,13 @@ import logging
 import dagster as dg
 
 from connector_ops.environment import pin_home
-from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB, REPORT_PROBLEMS_OP, read_catalog
+from connector_ops.pipelines.broken import broken_pipelines_job
+from connector_ops.pipelines.catalog import read_catalog
 from connector_ops.pipelines.components.shared import shared_definitions
-from connector_ops.pipelines.dsl import Problem
 from connector_ops.pipelines.first_etl import first_etl
 from connector_ops.pipelines.stand_ins import stand_ins
 
 logger = logging.getLogger(__name__)
-
-
-def broken_pipelines_job(problems: list[Problem]) -> dg.JobDefinition:
-    """``broken_pipelines``: how the UI shows files that did not load — its description lists the problems,
-    and a launch fails with them (so a script that expected the job learns why). A broken file's schedule or
-    drive-folder sensor keeps its name and skips each tick saying why (:mod:`.stand_ins`)."""
-    text = "\n".join(str(problem) for problem in problems)
-
-    @dg.op(name=REPORT_PROBLEMS_OP)
-    def report_pipeline_problems() -> None:
-        raise dg.Failure(description=f"{len(problems)} problem(s) in pipeline files:\n{text}")
-
-    @dg.job(name=BROKEN_PIPELINES_JOB, tags={"kind": "problems"},
-            description=f"Pipeline files that did not load (fix them, then reload the code location):\n{text}")
-    def broken_pipelines() -> None:
-        report_pipeline_problems()
-
-    return broken_pipelines
 
 
 def build_definitions() -> dg.Definitions:

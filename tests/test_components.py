@@ -22,6 +22,7 @@ from dagster.components.testing.utils import component_defs
 
 from connector_ops.environment import resources_for
 from connector_ops.pipelines.components import PipelineComponent
+from connector_ops.pipelines.components.pipeline import VALIDATING_VARIABLE
 from connector_ops.pipelines.components.scaffold import EXAMPLE_CSV, PIPELINE_FILE, STARTER, pipeline_name
 from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
 from tests.test_pipelines_sales_report import INVALID_ROWS, check_outputs
@@ -134,6 +135,13 @@ def _causes(exc: BaseException) -> str:
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     return Project(tmp_path / "project")
+
+
+@pytest.fixture
+def validating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load as ``dg check defs`` does (its variable set): a broken pipeline fails the load instead of
+    becoming a ``broken_pipelines__<folder>`` job."""
+    monkeypatch.setenv(VALIDATING_VARIABLE, "1")
 
 
 #: an inline pipeline mixing Dagster's load-time templates with our run-time references
@@ -420,7 +428,7 @@ def test_set_fills_a_pipeline_file_when_the_project_loads(
     assert len(rows) == 8 and all(",East," in row for row in rows)  # the 8 East customers of the shipped file
 
 
-def test_a_set_key_naming_no_step_is_reported_on_its_line(project: Project) -> None:
+def test_a_set_key_naming_no_step_is_reported_on_its_line(project: Project, validating: None) -> None:
     defs_yaml = project.component("typo", """
         path: pipeline.yaml
         set:
@@ -434,7 +442,8 @@ def test_a_set_key_naming_no_step_is_reported_on_its_line(project: Project) -> N
     assert f"{defs_yaml}:6: set 'nodot': name a step's input field: step.field[.sub]" in text
 
 
-def test_a_set_key_into_a_value_that_is_no_mapping_is_reported_on_its_line(project: Project) -> None:
+def test_a_set_key_into_a_value_that_is_no_mapping_is_reported_on_its_line(project: Project,
+                                                                           validating: None) -> None:
     defs_yaml = project.component("deep", """
         path: pipeline.yaml
         set:
@@ -471,3 +480,37 @@ def test_a_project_merging_the_shipped_pipelines_with_its_components_loads(proje
     assert listed.returncode == 0, listed.stderr
     jobs = {job["name"] for job in json.loads(listed.stdout)["jobs"]}
     assert {"my_sales", "sales_report", "first_etl"} <= jobs
+
+
+def test_a_broken_component_costs_its_own_job_only_but_fails_dg_check_defs(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a running code location a broken pipeline becomes ``broken_pipelines__<folder>`` (its problems in
+    the description and in the failure of a launch) and every other component still loads; ``dg check defs``
+    still exits 1 with the located problem, so CI stops it."""
+    monkeypatch.delenv(VALIDATING_VARIABLE, raising=False)
+    project.copy_sales_report()
+    broken = project.defs / "nightly" / "pipeline.yaml"
+    project.component("nightly", "path: pipeline.yaml", {"pipeline.yaml": """
+        name: nightly
+        steps:
+          - id: export
+            action: etl.pulll
+            input: {virtualFileId: x, exportType: csv}
+        """})
+    problem = f"{broken}:4: step export: unknown action 'etl.pulll'"
+
+    defs = project.load()
+    assert defs.resolve_job_def("sales_report").name == "sales_report"
+    assert [s.name for s in defs.schedules or []] == ["sales_report_schedule"]  # the good one still scheduled
+    placeholder = defs.resolve_job_def("broken_pipelines__nightly")
+    assert problem in (placeholder.description or "")
+    result = placeholder.execute_in_process(raise_on_error=False)
+    [failed] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert problem in failed.event_specific_data.error.message
+
+    listed = project.dg("list", "defs", "--json")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert {job["name"] for job in json.loads(listed.stdout)["jobs"]} == {"sales_report", "broken_pipelines__nightly"}
+    checked = project.dg("check", "defs")
+    assert checked.returncode == 1
+    assert problem in checked.stdout + checked.stderr

@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from connector_ops.ops.factory import error_of_failed_step
-from connector_ops.pipelines.definitions import broken_pipelines_job
+from connector_ops.pipelines.broken import broken_pipelines_job
 from connector_ops.pipelines.dsl import PipelineError, Problem, compile_pipeline, load_pipeline
 from connector_ops.pipelines.runner import run_compiled
 from tests.pipeline_files import write

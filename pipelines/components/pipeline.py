@@ -11,6 +11,8 @@ our ``${step.field}`` / ``${env.X}`` references stay in the pipeline and are res
 from __future__ import annotations
 
 import copy
+import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,13 +30,22 @@ from dagster.components import (
 from pydantic import ConfigDict, Field, model_validator
 
 from connector_ops.environment import pin_home
+from connector_ops.pipelines.broken import broken_pipelines_job
+from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB
 from connector_ops.pipelines.components.inline import inline_document
 from connector_ops.pipelines.components.overrides import Overrides, resolve_overrides
 from connector_ops.pipelines.components.scaffold import PipelineScaffolder
 from connector_ops.pipelines.components.shared import shared_definitions
 from connector_ops.pipelines.dsl import CompiledPipeline, Pipeline, PipelineError, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl.names import name_like
 from connector_ops.pipelines.dsl.source import Document
 from connector_ops.pipelines.dsl.validate import apply_overrides, parse_pipeline
+
+logger = logging.getLogger(__name__)
+
+#: set by ``dg check defs`` (and ``dagster definitions validate``) while it loads the project: Dagster's way
+#: for code to be strict only there
+VALIDATING_VARIABLE = "DAGSTER_IS_DEFS_VALIDATION_CLI"
 
 InlinePipeline = Annotated[
     Document | Mapping[str, Any],
@@ -108,14 +119,39 @@ class PipelineComponent(Component, Resolvable, Model):
         return parse_pipeline(document)
 
     def build_defs(self, context: ComponentLoadContext) -> dg.Definitions:
+        """The pipeline's definitions. A broken pipeline fails ``dg check defs`` with its problems (so CI
+        stops it) but, in a running code location, costs only its own job: it becomes the job
+        ``broken_pipelines__<folder>`` listing the problems, as the catalog's ``broken_pipelines`` does, and
+        every other component's jobs, schedules and sensors still load."""
         pin_home()  # one home for the code location and every run and step process it starts
-        compiled = self.compile(context)
-        defs = dg.Definitions(
+        try:
+            compiled = self.compile(context)
+        except PipelineError as exc:
+            if os.environ.get(VALIDATING_VARIABLE) == "1":
+                raise
+            defs = self._broken(context, exc)
+        else:
+            defs = self._defs(compiled)
+        return dg.Definitions.merge(defs, shared_definitions()) if self.resources else defs
+
+    @staticmethod
+    def _broken(context: ComponentLoadContext, exc: PipelineError) -> dg.Definitions:
+        for problem in exc.problems:
+            logger.error("pipeline component not loaded: %s", problem)
+        try:
+            folder = context.path.relative_to(context.defs_module_path).as_posix()
+        except ValueError:  # a component loaded from elsewhere than the defs folder
+            folder = context.path.name
+        job = f"{BROKEN_PIPELINES_JOB}__{name_like(folder) or 'component'}"
+        return dg.Definitions(jobs=[broken_pipelines_job(exc.problems, name=job, op_name=f"{job}__report")])
+
+    @staticmethod
+    def _defs(compiled: CompiledPipeline) -> dg.Definitions:
+        return dg.Definitions(
             jobs=[compiled.job],
             assets=list(compiled.assets),
             asset_checks=list(compiled.checks),
             schedules=[compiled.schedule] if compiled.schedule is not None else [],
             sensors=[*([compiled.sensor] if compiled.sensor is not None else []), *compiled.notify_sensors],
         )
-        return dg.Definitions.merge(defs, shared_definitions()) if self.resources else defs
 
