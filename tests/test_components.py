@@ -428,6 +428,15 @@ def test_set_fills_a_pipeline_file_when_the_project_loads(
     assert len(rows) == 8 and all(",East," in row for row in rows)  # the 8 East customers of the shipped file
 
 
+def test_a_missing_pipeline_file_is_reported_on_the_path_line(project: Project, validating: None) -> None:
+    """Not as line 1 of a file that does not exist: on the line of ``path:`` in ``defs.yaml``."""
+    defs_yaml = project.component("gone", "resources: false\npath: nothere.yaml")
+    with pytest.raises(Exception, match="Error while building definitions for gone") as failed:
+        project.load()
+    assert (f"{defs_yaml}:4: `path` 'nothere.yaml': no pipeline file at {defs_yaml.parent / 'nothere.yaml'}"
+            in _causes(failed.value))
+
+
 def test_a_set_key_naming_no_step_is_reported_on_its_line(project: Project, validating: None) -> None:
     defs_yaml = project.component("typo", """
         path: pipeline.yaml

@@ -23,6 +23,7 @@ from dagster.components import (
     ComponentLoadContext,
     ComponentTypeSpec,
     Model,
+    ResolutionContext,
     Resolvable,
     Resolver,
     scaffold_with,
@@ -32,11 +33,18 @@ from pydantic import ConfigDict, Field, model_validator
 from connector_ops.environment import pin_home
 from connector_ops.pipelines.broken import broken_pipelines_job
 from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB
-from connector_ops.pipelines.components.inline import inline_document
+from connector_ops.pipelines.components.inline import inline_document, yaml_lines
 from connector_ops.pipelines.components.overrides import Overrides, resolve_overrides
 from connector_ops.pipelines.components.scaffold import PipelineScaffolder
 from connector_ops.pipelines.components.shared import shared_definitions
-from connector_ops.pipelines.dsl import CompiledPipeline, Pipeline, PipelineError, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl import (
+    CompiledPipeline,
+    Pipeline,
+    PipelineError,
+    Problem,
+    compile_pipeline,
+    load_pipeline,
+)
 from connector_ops.pipelines.dsl.names import name_like
 from connector_ops.pipelines.dsl.source import Document
 from connector_ops.pipelines.dsl.validate import apply_overrides, parse_pipeline
@@ -46,6 +54,30 @@ logger = logging.getLogger(__name__)
 #: set by ``dg check defs`` (and ``dagster definitions validate``) while it loads the project: Dagster's way
 #: for code to be strict only there
 VALIDATING_VARIABLE = "DAGSTER_IS_DEFS_VALIDATION_CLI"
+
+class PathAttribute(str):
+    """The ``path:`` attribute as Dagster rendered it, and where it is written in ``defs.yaml``: a file that
+    is not there is reported on that line, not as line 1 of a file that does not exist."""
+
+    file: str
+    line: int
+
+
+def resolve_path(context: ResolutionContext, raw: Any) -> Any:
+    """Dagster's own rendering of ``path:`` (``{{ env.X }}`` as everywhere in Dagster), plus its line."""
+    value = context.resolve_value(raw)
+    if not isinstance(value, str):
+        return value
+    located = PathAttribute(value)
+    located.file, lines = yaml_lines(context)
+    located.line = lines.get((), 1)
+    return located
+
+
+PipelinePath = Annotated[
+    PathAttribute | str,
+    Resolver(resolve_path, model_field_type=str),  # described by the field below
+]
 
 InlinePipeline = Annotated[
     Document | Mapping[str, Any],
@@ -68,7 +100,7 @@ class PipelineComponent(Component, Resolvable, Model):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    path: str | None = Field(
+    path: PipelinePath | None = Field(
         default=None,
         description="A pipeline file, relative to this component's folder (or absolute), e.g. `sales_report.yaml`.",
         examples=["pipeline.yaml"],
@@ -109,7 +141,12 @@ class PipelineComponent(Component, Resolvable, Model):
     def _validated(self, context: ComponentLoadContext, overrides: list[str]) -> Pipeline:
         if self.path is not None:
             file = Path(self.path).expanduser()
-            return load_pipeline(file if file.is_absolute() else context.path / file, overrides)
+            file = file if file.is_absolute() else context.path / file
+            if not file.is_file():
+                raise PipelineError([Problem(getattr(self.path, "file", str(context.path / "defs.yaml")),
+                                             getattr(self.path, "line", 1),
+                                             f"`path` {str(self.path)!r}: no pipeline file at {file}")])
+            return load_pipeline(file, overrides)
         document = self.pipeline
         if not isinstance(document, Document):  # built in Python with a plain mapping
             document = Document(data=dict(document or {}), file=str(context.path / "defs.yaml"))
