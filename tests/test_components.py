@@ -451,6 +451,24 @@ def test_a_set_key_naming_no_step_is_reported_on_its_line(project: Project, vali
     assert f"{defs_yaml}:6: set 'nodot': name a step's input field: step.field[.sub]" in text
 
 
+def test_a_set_value_the_step_refuses_is_reported_on_its_line(project: Project, validating: None) -> None:
+    """A field the action does not have, or a value it refuses, set by ``set:``: on that key's line of
+    ``defs.yaml``, not on the step's line of the pipeline file (where nothing is wrong)."""
+    defs_yaml = project.component("typo", """
+        path: pipeline.yaml
+        set:
+          export.exportNam: x.csv
+          export.exportType: xls
+        """, {"pipeline.yaml": (PIPELINES / "retail_customers.yaml").read_text(),
+              "data/customers.csv": (PIPELINES / "data" / "customers.csv").read_text()})
+    with pytest.raises(Exception, match="Error while building definitions for typo") as failed:
+        project.load()
+    text = _causes(failed.value)
+    assert f"{defs_yaml}:5: step export: set 'export.exportNam': unknown field 'exportNam' in etl.pull input" in text
+    assert f"{defs_yaml}:6: step export: set 'export.exportType': exportType: Input should be 'json'" in text
+    assert "pipeline.yaml:" not in text
+
+
 def test_a_set_key_into_a_value_that_is_no_mapping_is_reported_on_its_line(project: Project,
                                                                            validating: None) -> None:
     defs_yaml = project.component("deep", """

@@ -213,6 +213,23 @@ steps:
     assert load_pipeline(path, ["q.query.region=North"]).step("q").input["query"] == {"region": "North"}
 
 
+def test_a_value_set_with_set_that_the_step_refuses_is_the_set_arguments_problem(tmp_path: Path) -> None:
+    """Not the pipeline file's: ``--set:N`` names the N-th ``--set``, whose value the step refuses."""
+    path = write(with_csv(tmp_path), f"""name: p
+steps:
+  - id: load
+    {PUSH}
+  - id: q
+    action: etl.query
+    input: {{virtualFileId: "${{load.virtualFileId}}", query: {{}}}}
+""")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path, ["q.query.region=North", "q.bogus=1"])
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.line, problem.step) == ("--set", 2, "q")
+    assert problem.message.startswith("unknown field 'bogus' in etl.query input")
+
+
 def test_an_unclosed_reference_is_a_load_error_naming_step_and_field(tmp_path: Path) -> None:
     path = write(with_csv(tmp_path), f"""name: p
 steps:

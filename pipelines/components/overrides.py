@@ -36,9 +36,15 @@ class Overrides:
     def locate(self, exc: PipelineError) -> PipelineError:
         """``exc`` with the problems of a ``set:`` key moved to that key's line in ``defs.yaml``."""
         located = []
+        keys = list(self.values)
         for problem in exc.problems:
             key = next((k for k, item in zip(self.values, self.items(), strict=True)
                         if problem.file == CLI_FILE and problem.message.startswith(repr(item))), None)
+            if key is None and problem.file == CLI_FILE and 1 <= problem.line <= len(keys):
+                key = keys[problem.line - 1]  # the validator's problem with the value this key set
+                located.append(Problem(self.file, self.lines.get(key, 1), f"set {key!r}: {problem.message}",
+                                       problem.step))
+                continue
             if key is None:
                 located.append(problem)
                 continue

@@ -151,8 +151,9 @@ class PipelineComponent(Component, Resolvable, Model):
         if not isinstance(document, Document):  # built in Python with a plain mapping
             document = Document(data=dict(document or {}), file=str(context.path / "defs.yaml"))
         if overrides:
-            data = apply_overrides(copy.deepcopy(document.data), overrides)
-            document = Document(data=data, file=document.file, lines=document.lines)
+            elsewhere: dict[tuple[str | int, ...], tuple[str, int]] = {}
+            data = apply_overrides(copy.deepcopy(document.data), overrides, elsewhere)
+            document = Document(data=data, file=document.file, lines=document.lines, elsewhere=elsewhere)
         return parse_pipeline(document)
 
     def build_defs(self, context: ComponentLoadContext) -> dg.Definitions:

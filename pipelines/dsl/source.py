@@ -34,6 +34,20 @@ class Document:
     data: Any
     file: str
     lines: dict[Path, int] = field(default_factory=dict)
+    #: values written somewhere else than ``file``: path -> (file, line) of what put them there (a ``--set``
+    #: argument, a ``set:`` key of ``defs.yaml``), so a problem of such a value is reported where it was written
+    elsewhere: dict[Path, tuple[str, int]] = field(default_factory=dict)
+
+    def place(self, path: Path) -> tuple[str, int]:
+        """File and line of ``path``: where its value, or its nearest ancestor's, was written."""
+        path = tuple(path)
+        while path:
+            if path in self.elsewhere:
+                return self.elsewhere[path]
+            if path in self.lines:
+                return self.file, self.lines[path]
+            path = path[:-1]
+        return self.file, self.lines.get((), 1)
 
     def line(self, path: Path) -> int:
         """The line of ``path``, or of its nearest ancestor that has one (1 for the document)."""

@@ -35,6 +35,7 @@ from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
 from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.sections import whole_number
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
+from connector_ops.pipelines.dsl.source import Path as SourcePath
 from connector_ops.registry import ACTIONS, FIELD_KINDS, ActionSpec, get_action, load_all, problem_of
 
 TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "notify", "steps")
@@ -87,7 +88,7 @@ class _Checker:
         self.broken_ids: set[str] = set()  # steps with errors of their own: references to them are not reported
 
     def add(self, path: Sequence[str | int], message: str, step: str | None = None) -> None:
-        self.problems.append(Problem(self.doc.file, self.doc.line(tuple(path)), message, step))
+        self.problems.append(Problem(*self.doc.place(tuple(path)), message, step))
 
     # -- top level -------------------------------------------------------------------------------
     def pipeline(self) -> Pipeline | None:
@@ -561,10 +562,14 @@ def _set_in(step: dict[str, Any], parts: list[str], value: Any) -> str | None:
     return None
 
 
-def apply_overrides(data: Any, overrides: Iterable[str]) -> Any:
-    """``--set step.field[.sub]=value`` edits of the raw file (value parsed as JSON when it is JSON)."""
+def apply_overrides(data: Any, overrides: Iterable[str],
+                    placed: dict[SourcePath, tuple[str, int]] | None = None) -> Any:
+    """``--set step.field[.sub]=value`` edits of the raw file (value parsed as JSON when it is JSON).
+
+    ``placed`` (a :attr:`Document.elsewhere`) gets the path of each value set -> ``("--set", n)``, n the
+    override's 1-based position: a problem the validator then finds in that value is the override's."""
     problems = []
-    for item in overrides:
+    for position, item in enumerate(overrides, start=1):
         target, sep, text = item.partition("=")
         parts = target.strip().split(".")
         if not sep or len(parts) < 2:
@@ -582,6 +587,8 @@ def apply_overrides(data: Any, overrides: Iterable[str]) -> Any:
         problem = _set_in(step, parts, value)
         if problem:
             problems.append(Problem("--set", 1, f"{item!r}: {problem}"))
+        elif placed is not None:
+            placed[("steps", steps.index(step), "input", *parts[1:])] = ("--set", position)
     if problems:
         raise PipelineError(problems)
     return data
@@ -615,7 +622,7 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> Pipeline:
         raise PipelineError([Problem(file, exc.line, str(exc))]) from None
     overrides = list(overrides)
     if overrides:
-        doc.data = apply_overrides(doc.data, overrides)
+        doc.data = apply_overrides(doc.data, overrides, doc.elsewhere)
     return parse_pipeline(doc)
 
 
