@@ -541,3 +541,26 @@ def test_a_broken_component_costs_its_own_job_only_but_fails_dg_check_defs(
     checked = project.dg("check", "defs")
     assert checked.returncode == 1
     assert problem in checked.stdout + checked.stderr
+
+
+def test_a_name_another_component_took_names_that_component(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dagster's own error ("conflicting AssetSpecs with the same key") named neither component: the second
+    component to take a job name or an asset key gets our problem naming the first, and only it is broken."""
+    push = 'steps:\n  - {id: q, action: etl.push, asset: shared/rows, input: {platformFile: "${file:c.csv}"}}\n'
+    for folder, name in (("first", "weekly"), ("second", "weekly"), ("third", "other")):
+        project.component(folder, "path: p.yaml", {"p.yaml": f"name: {name}\n{push}", "c.csv": "a,b\n"})
+    monkeypatch.delenv(VALIDATING_VARIABLE, raising=False)
+    defs = project.load()
+    assert defs.resolve_job_def("weekly").name == "weekly"
+    second = defs.resolve_job_def("broken_pipelines__second").description or ""
+    assert f"{project.defs / 'second' / 'p.yaml'}:1: job name 'weekly' is already used by the component " \
+           f"{project.defs / 'first'}" in second
+    third = defs.resolve_job_def("broken_pipelines__third").description or ""
+    assert f"{project.defs / 'third' / 'p.yaml'}:3: step q: asset 'shared/rows' is already made by " \
+           f"{project.defs / 'first' / 'p.yaml'} (step q)" in third
+
+    monkeypatch.setenv(VALIDATING_VARIABLE, "1")
+    with pytest.raises(Exception, match="Error while building definitions for second") as failed:
+        project.load()
+    assert "job name 'weekly' is already used by the component" in _causes(failed.value)

@@ -33,6 +33,7 @@ from pydantic import ConfigDict, Field, model_validator
 from connector_ops.environment import pin_home
 from connector_ops.pipelines.broken import broken_pipelines_job
 from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB
+from connector_ops.pipelines.components.claims import claim_names
 from connector_ops.pipelines.components.inline import inline_document, yaml_lines
 from connector_ops.pipelines.components.overrides import Overrides, resolve_overrides
 from connector_ops.pipelines.components.scaffold import PipelineScaffolder
@@ -164,6 +165,7 @@ class PipelineComponent(Component, Resolvable, Model):
         pin_home()  # one home for the code location and every run and step process it starts
         try:
             compiled = self.compile(context)
+            claim_names(context, compiled)  # a name another component took: our problem, naming it
         except PipelineError as exc:
             if os.environ.get(VALIDATING_VARIABLE) == "1":
                 raise
