@@ -82,7 +82,7 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
             if pipeline.name in names:
                 used = f"job name {pipeline.name!r} is already used by {names[pipeline.name]}"
                 raise PipelineError([Problem(str(path), 1, used)])
-            mine = _asset_makers(pipeline, path, assets)
+            mine = asset_makers(pipeline, path, assets)
             compiled = compile_pipeline(pipeline)
             my_nodes = node_names(compiled, path, nodes)
         except PipelineError as exc:
@@ -107,7 +107,7 @@ def _internal_error(path: Path, exc: Exception) -> Problem:
                                  "of connector-ops, please report it with the traceback from the log")
 
 
-def _asset_makers(pipeline: Pipeline, path: Path, assets: dict[str, str]) -> dict[str, str]:
+def asset_makers(pipeline: Pipeline, path: Path, assets: dict[str, str]) -> dict[str, str]:
     """Asset key -> ``file (step id)`` for the assets this file makes; one maker per asset across files, so
     a key already made (earlier in this file or by another file) is this file's problem."""
     mine: dict[str, str] = {}

@@ -19,7 +19,7 @@ import functools
 import time
 import types
 import typing
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -221,6 +221,18 @@ def _another_version(context: dg.OpExecutionContext, loaded: str, launched: str)
             "run again.")
 
 
+#: the digest of a pipeline file as it is on disk now, or ``None`` when it does not load: given by the pipeline
+#: layer, which sits above the ops (:func:`tell_stale_side_with`)
+_digest_on_disk: Callable[[str], str | None] | None = None
+
+
+def tell_stale_side_with(digest_on_disk: Callable[[str], str | None]) -> None:
+    """How :func:`_another_file` reads a pipeline file's version now (set once the pipeline layer is imported,
+    as it is wherever a compiled pipeline, the only kind of job with a file, exists)."""
+    global _digest_on_disk
+    _digest_on_disk = digest_on_disk
+
+
 def _another_file(context: dg.OpExecutionContext, loaded: str, launched: str) -> str:
     """Which side is stale, told by the pipeline as it is on disk now (loaded once, on this refusal only).
 
@@ -230,11 +242,9 @@ def _another_file(context: dg.OpExecutionContext, loaded: str, launched: str) ->
     behind (the file was edited and not reloaded: the ``dagster dev`` loop); if it is the run's, this process
     is (a Celery worker started before the edit); if it is neither, the file changed again since both loaded it.
     """
-    from connector_ops.pipelines.dsl.validate import current_digest  # the pipeline layer sits above the ops
-
     file = context.job_def.metadata.get(PIPELINE_FILE_METADATA)
     where = file.value if file is not None else f"the pipeline file of job {context.job_name}"
-    on_disk = current_digest(file.value) if file is not None else None
+    on_disk = _digest_on_disk(file.value) if file is not None and _digest_on_disk is not None else None
     where += " (or a file it references with ${file:…})"
     versions = f"(this process loaded version {loaded}, the run was launched with {launched})"
     reload = ("reload the code location (UI: Deployment → Reload, or restart `dagster dev` or the code server, "

@@ -17,7 +17,7 @@ from typing import Any
 
 from dagster.components import ComponentLoadContext
 
-from connector_ops.pipelines.catalog import _asset_makers, node_names
+from connector_ops.pipelines.catalog import asset_makers, node_names
 from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, Problem
 
 
@@ -49,5 +49,5 @@ def claim_names(context: ComponentLoadContext, compiled: CompiledPipeline) -> No
                                                        f"component {owner}")])
     assets = {key: maker for claims in others.values() for key, maker in claims.assets.items()}
     nodes = {name: node for claims in others.values() for name, node in claims.nodes.items()}
-    mine = _asset_makers(pipeline, file, assets)
+    mine = asset_makers(pipeline, file, assets)
     load[context.path] = _Claims(job=pipeline.name, assets=mine, nodes=node_names(compiled, file, nodes))

@@ -56,6 +56,7 @@ logger = logging.getLogger(__name__)
 #: for code to be strict only there
 VALIDATING_VARIABLE = "DAGSTER_IS_DEFS_VALIDATION_CLI"
 
+
 class PathAttribute(str):
     """The ``path:`` attribute as Dagster rendered it, and where it is written in ``defs.yaml``: a file that
     is not there is reported on that line, not as line 1 of a file that does not exist."""

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from connector_ops.kernel.errors import InvalidInput, field_path
 from connector_ops.ops.asset_files import IN_PLACE_FLAGS, asset_file_name, in_place_problem
+from connector_ops.ops.factory import tell_stale_side_with
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
@@ -634,3 +635,6 @@ def current_digest(path: str | Path) -> str | None:
         return load_pipeline(path).digest
     except PipelineError:
         return None
+
+
+tell_stale_side_with(current_digest)
