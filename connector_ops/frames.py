@@ -121,11 +121,13 @@ def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
 
 
 def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
-               stream_forms: Mapping[int, int | bool] | None = None) -> str:
+               stream_forms: Mapping[int, int | bool] | None = None, stream_size: int | None = None) -> str:
     """A new virtual file holding ``frame``'s rows; returns its id. A pandas frame goes to Arrow a slice at a
     time, and a stream a batch at a time, so memory grows with the slice or batch, not the frame.
     ``stream_forms``: a stream's :func:`.frame_text.column_form` of each column, where its source could be
-    read for them first (a Parquet file); else each value of a stream is written in its own form."""
+    read for them first (a Parquet file); else each value of a stream is written in its own form.
+    ``stream_size``: a stream's size in bytes where its source knows it (a Parquet file's footer); else its
+    first batches are read and held to measure it (:func:`.frame_streams.peeked`)."""
     import pyarrow as pa
 
     frame = as_frame(frame, field)
@@ -141,7 +143,7 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
     elif (stream := arrow_stream(frame)) is not None:  # later batches unseen: each timestamp its own form
         names, batches = stream
         columns, forms = [str(n) for n in names], dict(stream_forms or {})
-        size, batches = peeked(batches)
+        size, batches = (stream_size, batches) if stream_size is not None else peeked(batches)
         parts = _told_if_empty(positioned(batches), field)
         total = None
     else:

@@ -125,3 +125,34 @@ def test_a_local_parquet_file_added_is_typed_as_parquet(files, env, tmp_path):
     pf = files.add_file(path).to_json()
     assert pf["contentType"] == "application/vnd.apache.parquet"
     assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == rows(push(files, parquet(TYPED)))
+
+
+#: one Parquet Push in a process of its own, which prints the peak of Arrow's memory pool (MiB) through it
+PEAK_OF_ONE_PUSH = """
+import sys
+import pyarrow as pa
+from connector_ops import invoke
+from connector_ops.environment import resources_for
+resources = resources_for()
+pf = resources["platform_files"].add_file(sys.argv[1]).to_json()
+invoke("etl.push", {"platformFile": pf}, resources)
+print(pa.default_memory_pool().max_memory() / 2**20)
+"""
+
+
+def test_a_file_of_one_large_row_group_is_read_in_small_batches(env, tmp_path):
+    """Arrow's pool peaked at 30 MiB pushing these 300k rows: 65,536-row batches, whose size pyarrow's column
+    readers hold several times over, and the first 16 MiB of them kept to measure a size the file's footer
+    gives. Now 17.5 MiB (16,384-row batches, the footer's size)."""
+    import os
+    import subprocess
+    import sys
+
+    n = 300_000
+    path = tmp_path / "one-group.parquet"
+    pq.write_table(pa.table({"i": pa.array(range(n)), "a": [f"row-{i:08d}-left" for i in range(n)],
+                             "b": [f"{i * 7919 % 1000003:012d}" for i in range(n)], "x": [i / 7 for i in range(n)]}),
+                   path, row_group_size=n)
+    done = subprocess.run([sys.executable, "-c", PEAK_OF_ONE_PUSH, str(path)], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert float(done.stdout.split()[-1]) < 24
