@@ -16,11 +16,12 @@ Everything else stays a literal, even when an earlier
 output happens to hold the same value (a row's ``id`` column is data). An id a pipeline cannot refer to
 stays the notebook's value, with a ``# check:`` comment in the file.
 
-Every successful call is remembered from the session's start (:class:`_Past`: its input, its output's ids): a
-recorded step using an id made by a call that is no step (run before ``%pipeline record``, or while it was
-stopped) brings that call in as a step, in the session's order, with the calls that changed the file since
-(:data:`CHANGES_ITS_INPUT`) — a run must make its own file, not act on the session's by its id. A maker a
-pipeline cannot repeat (a pushed DataFrame never snapshotted) is one of :attr:`Recorder.problems`, which
+Every successful call is remembered from the session's start (:class:`_Past`: its input, on disk past a few
+KiB, and its output's ids): a recorded step using an id made by a call that is no step (run before
+``%pipeline record``, or while it was stopped) brings that call in as a step, in the session's order, with
+the calls that changed the file since (:data:`CHANGES_ITS_INPUT`) — a run must make its own file, not act
+on the session's by its id. A maker a pipeline cannot repeat (a pushed DataFrame never snapshotted) is one
+of :attr:`Recorder.problems`, which
 stop the export.
 
 Steps keep the notebook's order (each names the previous one in ``after`` unless it already refers to
@@ -40,7 +41,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -86,22 +87,102 @@ def _values(value: Any) -> Iterator[str]:
             yield from _values(v)
 
 
+@dataclass
+class _Made:
+    """Every id and descriptor the session's calls output (:attr:`_Past.makes`), and which of them an input
+    holds: :func:`_values` restricted to strings equal to an id and dicts shaped like a descriptor, so that
+    the canonical JSON of each row of 80,000 inline rows is not written (6 s a cell)."""
+
+    keys: set[str] = field(default_factory=set)
+    strings: set[str] = field(default_factory=set)
+    shapes: set[frozenset[str]] = field(default_factory=set)
+
+    def add(self, values: Iterable[Any]) -> None:
+        for value in values:
+            self.keys.add(_key(value))
+            if isinstance(value, str):
+                self.strings.add(value)
+            elif isinstance(value, dict):
+                self.shapes.add(frozenset(value))
+
+    def held(self, value: Any) -> frozenset[str]:
+        """The canonical JSON of each id and descriptor inside ``value`` (a loop, not a recursion: a few
+        hundred thousand values a cell)."""
+        strings: set[str] = set()
+        found: set[str] = set()
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                if item in self.strings:
+                    strings.add(item)
+            elif isinstance(item, dict):
+                if self.shapes and frozenset(item) in self.shapes and (key := _key(item)) in self.keys:
+                    found.add(key)
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+        return frozenset(found | {_key(s) for s in strings})
+
+
+#: a call's pickled size from which :class:`_Kept` writes it to its file, not memory
+KEPT_IN_MEMORY = 4096
+
+
+class _Kept:
+    """The calls of :class:`_Past`, kept for as long as the session, in an anonymous temporary file past a few
+    KiB each: an input of 80,000 inline rows (``{"rows": {{rows}}}``) held +100 MiB per cell in memory until
+    the kernel stopped, though the pipeline needs it only if a recorded step brings that cell in. Removed by
+    the system when the session ends. A call pickle cannot write stays in memory."""
+
+    def __init__(self) -> None:
+        self._file: Any = None
+
+    def keep(self, call: MagicCall) -> Callable[[], MagicCall]:
+        """``call`` kept; a function that gives it back."""
+        import pickle
+
+        try:
+            data = pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # a value of {{…}} pickle cannot write: kept as it is
+            return lambda: call
+        if len(data) < KEPT_IN_MEMORY:
+            return lambda: call
+        if self._file is None:
+            import tempfile
+
+            self._file = tempfile.TemporaryFile(prefix="connector-ops-recorder-")  # noqa: SIM115 (the session's)
+        offset = self._file.seek(0, os.SEEK_END)
+        self._file.write(data)
+        return functools.partial(self._load, offset, len(data))
+
+    def _load(self, offset: int, size: int) -> MagicCall:
+        import pickle
+
+        self._file.seek(offset)
+        return pickle.loads(self._file.read(size))  # our own file, written by keep
+
+
 @dataclass(frozen=True)
 class _Past:
     """A successful call, kept from the session's start whether or not it was recorded, so that a recorded
     step using what it made can bring it into the pipeline. Of its output only the referable ids and
     platform-file descriptors (``makes``): a row list a later cell passes on is data, which a literal
-    reproduces."""
+    reproduces. In memory only what the search for a maker reads (``makes``; ``used``, the ids and descriptors
+    of earlier calls its input holds); the call itself through :class:`_Kept`, read back if it is brought in."""
 
     seq: int
-    call: MagicCall
+    action: str
+    df: Any
     makes: frozenset[str]
+    used: frozenset[str]
+    load: Callable[[], MagicCall]
 
     def holds(self, key: str) -> bool:
         return key in self.makes
 
     def uses(self, key: str) -> bool:
-        return any(k == key for k in _values(self.call.payload))
+        return key in self.used
 
 
 @functools.cache
@@ -223,6 +304,8 @@ class Recorder:
     _snapshots: dict[str, Snapshot] = field(default_factory=dict)  # step id -> the rows its --df push stored
     problems: list[str] = field(default_factory=list)  # what keeps the pipeline from doing what the cells did
     _past: list[_Past] = field(default_factory=list)  # every successful call, from the session's start
+    _made: _Made = field(default_factory=_Made)  # what they output
+    _kept: _Kept = field(default_factory=_Kept)  # their calls
     _seq_of: dict[str, int] = field(default_factory=dict)  # step id -> its call's place in _past
     _added: dict[str, str] = field(default_factory=dict)  # step id of a call from before recording -> why
     _now: int = 0  # the place in _past of the call being recorded: only what came before it is referred to
@@ -262,7 +345,10 @@ class Recorder:
         output = json.loads(_key(call.output)) if isinstance(call.output, Mapping) else {}  # not a DataFrame
         kept = {name: v for name in referable_fields(call.action)
                 if isinstance(v := output.get(name), str | dict) and v}
-        self._past.append(_Past(len(self._past) + 1, replace(call, output=kept), frozenset(map(_key, kept.values()))))
+        used = self._made.held(call.payload)
+        self._past.append(_Past(len(self._past) + 1, call.action, call.df, frozenset(map(_key, kept.values())), used,
+                                self._kept.keep(replace(call, output=kept))))
+        self._made.add(kept.values())
         return len(self._past)
 
     def _record(self, call: MagicCall, seq: int, why: str | None = None) -> None:
@@ -353,18 +439,18 @@ class Recorder:
             return None
         value = json.loads(key)
         shown = value if isinstance(value, str) else value.get("name") or "a platform file"
-        if maker.call.df:
-            self.problems.append(f"{where}: {shown} was made by `%etl push --df {maker.call.df}`, a cell not "
+        if maker.df:
+            self.problems.append(f"{where}: {shown} was made by `%etl push --df {maker.df}`, a cell not "
                                  "recorded, which a pipeline cannot repeat without its rows: run that cell again "
                                  "while recording (then the cells using it), and export")
             return None
         for past in earlier:
-            changes = past.call.action in CHANGES_ITS_INPUT and past.uses(key)
+            changes = past.action in CHANGES_ITS_INPUT and past.uses(key)
             if past.seq >= maker.seq and (past.holds(key) or changes) \
                     and past.seq not in set(self._seq_of.values()):  # not brought in meanwhile, as another's input
-                why = (f"({past.call.action}, a cell not recorded: run before %pipeline record or while it was "
+                why = (f"({past.action}, a cell not recorded: run before %pipeline record or while it was "
                        f"stopped) {'made' if past is maker else 'changed'} what {where} uses")
-                self._record(past.call, past.seq, why)
+                self._record(past.load(), past.seq, why)
         made = next(step_id for step_id, seq in self._seq_of.items() if seq == maker.seq)
         # the maker's, also where a later cell output the same id (Map overwriting the file): the steps run in order
         return next((r for r in self._refs.get(key, ()) if r.split(".", 1)[0] == made), None) \

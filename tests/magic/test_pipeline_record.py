@@ -586,3 +586,37 @@ def test_iterate_over_an_inline_array_is_marked_as_not_reproduced(ip: Any, sales
     assert [note.split(":")[1].strip() for note in notes] == ["arr", "arr_2"]
     assert "Iterate over an inline array goes on from the one position kept per array content" in notes[0]
     assert "iterate a virtual file pushed from the array instead" in notes[0]
+
+
+def test_a_cells_large_input_is_not_held_for_the_session(ip: Any, sales: dict[str, Any], tmp_path: Path) -> None:
+    """Every successful call is remembered from the session's start, in case a recorded step brings it in:
+    an input of 20,000 inline rows stayed in memory (+10 MiB a cell, 80,000 rows +100 MiB) until the kernel
+    stopped. It is kept on disk now, and read back when the cell is brought in."""
+    import gc
+    import tracemalloc
+
+    ip.run_cell('%etl push -o pre {"platformFile": {{sales}}, "parameters": {"csvDelimiter": ","}}')
+    vf = ip.user_ns["pre"]["virtualFileId"]
+    ip.user_ns["rows"] = [{"virtualFileId": vf, "content": {"region": f"R{i:06d}", "status": "bulk"}}
+                          for i in range(20_000)]
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        ip.run_cell('%etl append_rows {"rows": {{rows}}};')
+        del ip.user_ns["rows"]
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 2 << 20, f"{held / 2**20:.1f} MiB held after the cell"
+
+    ip.run_line_magic("pipeline", "record")
+    ip.run_cell('%etl query -o bulk {"virtualFileId": "{{pre.virtualFileId}}", "query": {"status": "bulk"}}')
+    target = tmp_path / "bulk.yaml"
+    ip.run_line_magic("pipeline", f"export {target}")
+    steps = yaml.safe_load(target.read_text())["steps"]
+    appended = next(s for s in steps if s["action"] == "etl.append_rows")
+    assert len(appended["input"]["rows"]) == 20_000
+    assert appended["input"]["rows"][-1]["content"] == {"region": "R019999", "status": "bulk"}
+    assert len(ip.user_ns["bulk"]["result"]) == 20_000
