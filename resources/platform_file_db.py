@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.disk import temp_floor
 from connector_ops.kernel.errors import NotFound
-from connector_ops.resources.virtual_files.catalog import platform_file, platform_file_chunk
+from connector_ops.resources.virtual_files.catalog import platform_file, platform_file_chunk, write_ended
 from connector_ops.resources.virtual_files.core import as_utc
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine
 
@@ -132,11 +132,9 @@ class DatabaseFiles:
             writer = _ChunkWriter(conn, file_id)
             yield writer
             writer.finish()
-            # dated when the write ends, as lastModified (PostgreSQL's now() is the transaction's start: a
-            # file written for longer than gc's --older-than would be removed as soon as it is made)
-            written = sa.func.clock_timestamp() if conn.dialect.name == "postgresql" else sa.func.now()
+            # dated when the write ends, as lastModified
             conn.execute(sa.insert(platform_file).values(id=file_id, descriptor=json.dumps(descriptor[0]),
-                                                         created_at=written))
+                                                         created_at=write_ended(conn)))
 
     def describe(self, file_id: str) -> dict[str, Any]:
         with self.engine.connect() as conn:

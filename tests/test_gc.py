@@ -8,6 +8,7 @@ job's latest successful run or an asset's latest materialisation names.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -108,6 +110,69 @@ def test_a_file_written_for_long_is_dated_when_its_write_ends(env, tmp_path):
         result = collect(res["virtual_files"], store, None, older_than=timedelta(seconds=1))
         assert result.platform_files == [], backend
         assert [file_id for file_id, _ in store.inventory()] == [sink.descriptor.id]
+
+
+def test_a_virtual_file_is_dated_when_its_write_ends(resources):
+    """A virtual file was dated when its write began (its catalog row first; on PostgreSQL now() is the
+    transaction's start): a Push or Join longer than --older-than was removed as soon as it was made."""
+    store = resources["virtual_files"]
+
+    def slow_rows() -> Any:
+        yield [["1", "a"]]
+        time.sleep(2.2)
+        yield [["2", "b"]]
+
+    class SlowCsv(io.RawIOBase):  # a column-wise load: SQLite's loader process, PostgreSQL's COPY
+        def __init__(self) -> None:
+            self.parts = [b"1,a\n", b"2,b\n"]
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            if not self.parts:
+                return 0
+            if len(self.parts) == 1:
+                time.sleep(2.2)
+            part = self.parts.pop(0)
+            buffer[:len(part)] = part
+            return len(part)
+
+    for write in (lambda: store.create_from_batches(["id", "name"], slow_rows()),
+                  lambda: store.sql.create_from_csv(["id", "name"], io.BufferedReader(SlowCsv(), 4), ",")):
+        vf_id = write()
+        result = collect(store, resources["platform_files"], None, older_than=timedelta(seconds=2))
+        assert result.virtual_files == [] and vf_id in inventory(resources)[0]
+        assert store.summary(vf_id)[0] == 2
+        store.drop(vf_id)
+
+
+def _backdate(store: Any, vf_id: str, days: int) -> None:
+    from connector_ops.resources.virtual_files.catalog import virtual_file
+    from connector_ops.resources.virtual_files.engines import get_engine
+
+    with get_engine(store.database_url).begin() as conn:
+        conn.execute(sa.update(virtual_file).where(virtual_file.c.id == vf_id)
+                     .values(created_at=datetime.now(UTC) - timedelta(days=days)))
+
+
+def test_a_rewritten_virtual_file_is_dated_by_its_last_write(resources, files):
+    """Map over itself, Append Rows and Delete Rows left the date a file was first made: the default gc
+    (7d) removed a file whose rows were written minutes ago."""
+    store = resources["virtual_files"]
+    vf = invoke("etl.push", {"platformFile": files.add_file(SALES).to_json()}, resources)["virtualFileId"]
+    writes = [("etl.map", {"virtualFileId": vf, "action": "trim", "overwriteVirtualFile": True}),
+              ("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"order_id": "today"}}]}),
+              ("etl.delete_rows", {"virtualFileId": vf, "request": {"order_id": "today"}})]
+    for action, payload in writes:
+        _backdate(store, vf, 10)
+        assert vf in collect(store, files, None, older_than=timedelta(days=7), dry_run=True).virtual_files
+        invoke(action, payload, resources)
+        assert dict(store.inventory())[vf] > datetime.now(UTC) - timedelta(minutes=1), action
+        assert collect(store, files, None, older_than=timedelta(days=7)).virtual_files == [], action
+    _backdate(store, vf, 10)
+    invoke("etl.delete_rows", {"virtualFileId": vf, "request": {"order_id": "never"}}, resources)
+    assert vf in collect(store, files, None, older_than=timedelta(days=7), dry_run=True).virtual_files  # unchanged
 
 
 def test_only_what_nothing_refers_to_is_removed(resources, files):

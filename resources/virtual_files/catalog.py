@@ -86,6 +86,16 @@ store_layout = sa.Table(
     sa.Column("written_by", sa.String(64), nullable=False),
 )
 
+
+def write_ended(conn: sa.Connection) -> sa.ColumnElement:
+    """The time at which a write transaction's last statement runs, as ``created_at`` dates what it wrote.
+
+    ``connector-ops gc`` keeps what was written after its cutoff: a file dated when its write began (what
+    PostgreSQL's ``now()`` says all transaction long) would be old the instant a long write commits.
+    SQLite's ``CURRENT_TIMESTAMP`` is the statement's own time already."""
+    return sa.func.clock_timestamp() if conn.dialect.name == "postgresql" else sa.func.now()
+
+
 SEQ_TYPE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite: INTEGER PRIMARY KEY = rowid
 
 

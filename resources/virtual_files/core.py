@@ -30,6 +30,26 @@ from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_
 from connector_ops.resources.virtual_files.interrupts import keeping
 from connector_ops.resources.virtual_files.urls import DatabaseUrl
 
+#: ``Connection.info`` key: the virtual files the open write transaction wrote rows of (:func:`mark_written`)
+_WRITTEN = "connector_ops.written_virtual_files"
+
+
+def mark_written(conn: sa.Connection, vf_id: str) -> None:
+    """Date ``vf_id`` (its ``created_at``) when the ``writing()`` transaction ``conn`` ends.
+
+    A virtual file is dated by its last write, not its first: ``connector-ops gc --older-than`` keeps what
+    was written after its cutoff, and a file whose rows were all rewritten (Map over itself), appended to or
+    deleted from today is as fresh as a new one; a Push or Join longer than the cutoff must not be old the
+    moment it commits. One ``UPDATE`` of the catalog per write transaction."""
+    conn.info[_WRITTEN].add(vf_id)
+
+
+def _date_written(conn: sa.Connection) -> None:
+    written = conn.info.get(_WRITTEN)
+    if written:
+        vf = cat.virtual_file
+        conn.execute(sa.update(vf).where(vf.c.id.in_(sorted(written))).values(created_at=cat.write_ended(conn)))
+
 
 @functools.cache
 def _lookup() -> sa.Select:
@@ -97,8 +117,13 @@ class StoreCore(Resource):
             floor.check()
         try:
             with self.engine.execution_options(**WRITE).begin() as conn, keeping(conn, floor):
-                yield conn
-                check_fence("the virtual-file store's write")  # inside: a refusal rolls it back
+                conn.info[_WRITTEN] = set()
+                try:
+                    yield conn
+                    _date_written(conn)
+                    check_fence("the virtual-file store's write")  # inside: a refusal rolls it back
+                finally:
+                    conn.info.pop(_WRITTEN, None)  # the pooled connection's info outlives the transaction
         except DiskBelowFloor:
             self.give_back_log()
             raise
@@ -150,7 +175,8 @@ class StoreCore(Resource):
         return None if path is None else compact_sqlite(self.engine, path, dry_run=dry_run)
 
     def inventory(self) -> list[tuple[str, datetime]]:
-        """Every virtual file's id and creation time (UTC), oldest first: what garbage collection weighs."""
+        """Every virtual file's id and the time its last write ended (UTC, ``created_at``: :func:`mark_written`),
+        oldest first: what garbage collection weighs."""
         vf = cat.virtual_file
         with self.reading() as conn:
             rows = conn.execute(sa.select(vf.c.id, vf.c.created_at).order_by(vf.c.created_at, vf.c.id)).all()

@@ -18,7 +18,7 @@ from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.notices import warn
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
-from connector_ops.resources.virtual_files.core import StoreCore
+from connector_ops.resources.virtual_files.core import StoreCore, mark_written
 from connector_ops.resources.virtual_files.engines import SQLITE_SORT_KIB, page_cache
 from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns, filter_warnings
 from connector_ops.resources.virtual_files.rows import fetch_dicts, select_rows
@@ -97,7 +97,10 @@ class Querying(StoreCore):
             with _parsed_by_sqlite(field):
                 if dry_run:
                     return conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar_one()
-                return conn.execute(sa.delete(table).where(where)).rowcount
+                deleted = conn.execute(sa.delete(table).where(where)).rowcount
+                if deleted:
+                    mark_written(conn, vf_id)
+                return deleted
 
 
 @contextlib.contextmanager

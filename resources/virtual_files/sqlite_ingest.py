@@ -253,11 +253,12 @@ def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
     try:
         db.execute("BEGIN IMMEDIATE")
         try:
-            for sql in [spec["ddl"], *spec["inserts"]]:
-                db.execute(sql)
+            db.execute(spec["ddl"])
             db.ingest(spec["table_name"], ahead.reader)
             if ahead.error is not None:  # the driver's message about a failed stream says less
                 raise ahead.error
+            for sql in spec["inserts"]:  # the catalog's rows last: the file is dated when its load ends (gc)
+                db.execute(sql)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

@@ -18,7 +18,7 @@ from connector_ops.kernel.limits import check_column_count, name_problem
 from connector_ops.kernel.scoped import batched
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
-from connector_ops.resources.virtual_files.core import StoreCore
+from connector_ops.resources.virtual_files.core import StoreCore, mark_written
 from connector_ops.resources.virtual_files.engines import SQLITE_LOAD_KIB, page_cache
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import hash_instead_of_btree
@@ -35,6 +35,7 @@ class RowWriter:
         self.names: list[str] = list(info.names)
         self.ordinals: list[int] = list(info.ordinals)
         self.replaced: VirtualFileInfo | None = None  # create(replace=…): the old rows, still readable here
+        mark_written(conn, info.id)  # dated when the transaction ends, as every virtual file written
 
     def ensure_columns(self, names: Iterable[str]) -> None:
         """Add the columns in ``names`` that the virtual file does not have yet (in that order)."""
@@ -197,7 +198,8 @@ class Writing(StoreCore):
                 conn.execute(sa.insert(vf).values(id=name, table_name=new.table_name, generation=1))
             else:
                 conn.execute(sa.update(vf).where(vf.c.id == name).values(
-                    table_name=new.table_name, generation=old.generation + 1, created_at=sa.func.now()))
+                    table_name=new.table_name, generation=old.generation + 1))
+            mark_written(conn, name)
             conn.execute(sa.update(col).where(col.c.vf_id == source).values(vf_id=name))
             conn.execute(sa.delete(vf).where(vf.c.id == source))
             if old is not None:
