@@ -215,6 +215,7 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
               f"only age protects a file (files made in the last {older_than} are kept)", file=sys.stderr)
     with Session() as session:
         stores = session.resources_for(["virtual_files", "platform_files"])
+        stores["virtual_files"].check_exists()  # a mistyped SQLite URL is not an empty store to sweep
         result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run,
                          step_outputs=StepOutputs(stores["virtual_files"].database_url))
     if as_json:

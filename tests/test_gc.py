@@ -343,6 +343,19 @@ def test_the_cli_collects_with_the_instance_of_dagster_home(tmp_path):
     assert cli("pipeline", "run", "sales_report").returncode == 0  # the kept files still serve a run
 
 
+def test_gc_on_a_sqlite_file_that_does_not_exist_says_so(tmp_path):
+    """A mistyped SQLite URL made a new empty store there, and gc reported nothing to collect (exit 0)."""
+    typo = tmp_path / "typo" / "dir" / "vf.db"
+    env = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"), "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{typo}"}
+    script = str(Path(sys.executable).parent / "connector-ops")
+    for args in (["--dry-run"], ["--older-than", "0s", "--json"]):
+        said = subprocess.run([script, "gc", *args], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, **env})
+        assert said.returncode == 3, said.stdout + said.stderr  # not found (connector-ops --help)
+        assert f"failed (404): the virtual-file store's database {typo} does not exist" in said.stderr
+        assert not (tmp_path / "typo").exists() and not (tmp_path / "home").exists()
+
+
 def _rows_csv(path: Path, rows: int) -> Path:
     path.write_text("id,city,note\n" + "".join(f"{i},City-{i % 997:04d},note {i} of the stray file\n"
                                                for i in range(rows)), encoding="utf-8")

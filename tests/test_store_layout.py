@@ -113,8 +113,17 @@ def test_a_store_of_a_newer_layout_is_refused_before_anything_is_written(store_u
 
 def test_processes_opening_a_new_store_together_stamp_it_once(store_url: str, tmp_path: Path) -> None:
     """A deployment's processes start together on an empty database: each creates the catalog and stamps
-    it; those that lose the race find the winner's stamp and go on."""
-    children = [cli(store_url, tmp_path / f"home{n}", "gc", "--dry-run", "--json") for n in range(4)]
+    it; those that lose the race find the winner's stamp and go on. (Pushes: gc opens only a store that
+    exists.)"""
+    inputs = []
+    for n in range(4):
+        source = tmp_path / f"home{n}" / "in.csv"
+        source.parent.mkdir(parents=True)
+        source.write_text("id\n1\n")
+        code, descriptor, err = finished(cli(store_url, tmp_path / f"home{n}", "files", "add", str(source)))
+        assert code == 0, err
+        inputs.append(json.dumps({"platformFile": json.loads(descriptor)}))
+    children = [cli(store_url, tmp_path / f"home{n}", "invoke", "etl.push", inputs[n]) for n in range(4)]
     results = [finished(child) for child in children]
     assert [code for code, _, _ in results] == [0] * 4, results
     assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]

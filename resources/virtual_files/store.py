@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
@@ -73,6 +74,19 @@ class VirtualFileStore(Resource):
     def sqlite_file(self) -> str | None:
         """The SQLite file of ``database_url`` (``None``: PostgreSQL, or SQLite in memory)."""
         return sqlite_path(self.database_url)
+
+    def check_exists(self) -> None:
+        """``NotFound`` when the store is a SQLite file that does not exist.
+
+        Opening a store creates its file (and directories): right for a run's first write, wrong for a command
+        that only looks at a store or removes from it — ``gc --dry-run`` on a mistyped URL made an empty store
+        there and reported nothing to collect, as if the typo were a clean store."""
+        path = self.sqlite_file
+        if path is not None and not Path(path).expanduser().is_file():
+            from connector_ops.kernel.errors import NotFound
+
+            raise NotFound(f"the virtual-file store's database {path} does not exist: check "
+                           "CONNECTOR_OPS_DATABASE_URL (or CONNECTOR_OPS_HOME, whose virtual_files.db is the default)")
 
     @property
     def holds_nul(self) -> bool:
