@@ -7,15 +7,17 @@ is kept when something may still read it, and removed otherwise:
 * **recent**: it was made after the cutoff (``now - older_than``) — a notebook or a run may be using it;
 * **an asset's data**: the latest materialisation of any asset records it (``virtual_file_id`` /
   ``platform_file`` metadata), so downstream assets and the UI still find it;
-* **a recent run refers to it**: a run created after the cutoff, or one not finished, named it in its run
-  config, its outputs' metadata (``virtual_file_id`` / ``platform_file_id``, which our ops record) or its
-  asset checks' results (the rejected rows and their CSV);
+* **a recent run refers to it**: a run created after the cutoff, or one not finished, or an ancestor of
+  either (a re-execution reads what its parent's and root's steps made), named it in its run config, its
+  outputs' metadata (``virtual_file_id`` / ``platform_file_id``, which our ops record) or its asset checks'
+  results (the rejected rows and their CSV);
 * **a job's latest successful run produced it**: the products of the last good run of every job (the
   report a schedule made last night) stay until a newer run of that job succeeds.
 
 Step outputs kept in the database by our IO manager (:mod:`connector_ops.ops.io_manager`) go with their run:
-a run's outputs are removed once its newest output is older than the cutoff and the run is finished (or
-unknown to the instance); re-executing such a run starts from its first step.
+a run's outputs are removed once its newest output is older than the cutoff and the run is neither recent
+nor an ancestor of a recent run (:func:`recent_runs`; a run unknown to the instance is not recent);
+re-executing such a run starts from its first step.
 
 References come from the Dagster instance (``DAGSTER_HOME``). Without one, runs leave no history, so only
 age protects a file; the CLI says so. Removal uses the stores' own ``drop``/``delete`` (a virtual file is
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -90,7 +92,9 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
             step_outputs: Any = None) -> Collection:
     """Remove the virtual files, platform files and step outputs nothing refers to (see the module's rules)."""
     cutoff = (now or datetime.now(UTC)) - older_than
-    refs = referenced(instance, cutoff) if instance is not None else set()
+    records = list(instance.get_run_records()) if instance is not None else []  # newest first
+    recent = recent_runs(records, cutoff)
+    refs = referenced(instance, records, recent) if instance is not None else set()
     result = Collection(cutoff=cutoff, dry_run=dry_run, history=instance is not None)
     for vf_id, created in virtual_files.inventory():
         if created >= cutoff or vf_id in refs:
@@ -108,15 +112,14 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
             platform_files.delete(file_id)
         result.platform_files.append(file_id)
     if step_outputs is not None:
-        _collect_step_outputs(step_outputs, instance, result)
+        _collect_step_outputs(step_outputs, recent, result)
     result.compaction = virtual_files.compact(dry_run=dry_run)  # last: what was removed is given back too
     return result
 
 
-def _collect_step_outputs(step_outputs: Any, instance: dg.DagsterInstance | None, result: Collection) -> None:
+def _collect_step_outputs(step_outputs: Any, recent: set[str], result: Collection) -> None:
     for run_id, newest in step_outputs.runs():
-        run = instance.get_run_by_id(run_id) if instance is not None else None
-        if newest >= result.cutoff or (run is not None and run.status not in _FINISHED):
+        if newest >= result.cutoff or run_id in recent:
             result.kept_step_output_runs += 1
         else:
             result.step_output_runs.append(run_id)
@@ -124,22 +127,47 @@ def _collect_step_outputs(step_outputs: Any, instance: dg.DagsterInstance | None
         step_outputs.delete_runs(result.step_output_runs)
 
 
-def referenced(instance: dg.DagsterInstance, cutoff: datetime) -> set[str]:
+def recent_runs(records: Sequence[dg.RunRecord], cutoff: datetime) -> set[str]:
+    """The ids of the runs whose files and step outputs are kept as recent: those created after the cutoff,
+    those not finished (queued, starting, running …), and every ancestor of either (``parent_run_id`` up to
+    ``root_run_id``).
+
+    A re-execution reads the outputs of the steps it does not run, and so their files, from the run that
+    produced them — its parent, or an older run up its chain. One created but not finished names none of
+    them; one that failed recently may be re-executed from failure in turn, reading the same. Their whole
+    chain stays, however old, as long as they are recent."""
+    by_id = {record.dagster_run.run_id: record.dagster_run for record in records}
+    recent: set[str] = set()
+    for record in records:
+        run = record.dagster_run
+        if record.create_timestamp < cutoff and run.status in _FINISHED:
+            continue
+        recent.add(run.run_id)
+        ancestor = run
+        while ancestor is not None and ancestor.parent_run_id and ancestor.parent_run_id not in recent:
+            recent.add(ancestor.parent_run_id)
+            ancestor = by_id.get(ancestor.parent_run_id)
+        if run.root_run_id:
+            recent.add(run.root_run_id)
+    return recent
+
+
+def referenced(instance: dg.DagsterInstance, records: Sequence[dg.RunRecord], recent: set[str]) -> set[str]:
     """Every id (and the last path segment of every link or path) that an asset's latest materialisation,
-    a recent or unfinished run, or a job's latest successful run names."""
+    a recent run (:func:`recent_runs`) or a job's latest successful run names. ``records``: the instance's
+    run records, newest first."""
     strings: set[str] = set()
     for key in instance.get_asset_keys():
         event = instance.get_latest_materialization_event(key)
         if event is not None and event.asset_materialization is not None:
             strings.update(_metadata_strings(event.asset_materialization.metadata))
     latest_success: set[str] = set()
-    for record in instance.get_run_records():  # newest first
+    for record in records:  # newest first
         run = record.dagster_run
-        recent = record.create_timestamp >= cutoff or run.status not in _FINISHED
         first_success = run.status == dg.DagsterRunStatus.SUCCESS and run.job_name not in latest_success
         if first_success:
             latest_success.add(run.job_name)
-        if recent or first_success:
+        if run.run_id in recent or first_success:
             strings.update(_walk_strings(run.run_config))
             strings.update(_run_output_strings(instance, run.run_id))
     return strings | {s.rstrip("/").rsplit("/", 1)[-1] for s in strings}

@@ -315,6 +315,43 @@ def test_step_outputs_go_with_their_runs(resources, files, env):
     assert done.to_json()["stepOutputs"] == {"removedRuns": done.step_output_runs, "keptRuns": 0}
 
 
+def test_a_re_execution_keeps_what_its_parent_made(resources, files, env):
+    """A re-execution from failure reads its parent's step outputs and their files, which it does not name:
+    created but not finished (launched, queued, started), or failed recently (to be re-executed again), it
+    lost them to gc once the parent was finished and older than the cutoff."""
+    from connector_ops.ops.io_manager import StepOutputIOManager
+    from connector_ops.resources.virtual_files.step_outputs import StepOutputs
+
+    outputs = StepOutputs(env["CONNECTOR_OPS_DATABASE_URL"])
+    instance = dg.DagsterInstance.ephemeral()
+    pf = files.add_file(SALES).to_json()
+    parent = run_job(push_and_pull, {**resources, "io_manager": StepOutputIOManager()}, instance, pf, fail=True)
+    assert not parent.success
+    made = outputs_of(parent) | {pf["id"]}  # the push's virtual file, and the file it read
+    between = datetime.now(UTC)
+    time.sleep(0.05)
+
+    def gc(now: datetime) -> Any:
+        return collect(resources["virtual_files"], files, instance, older_than=timedelta(0), now=now,
+                       step_outputs=outputs, dry_run=True)
+
+    for status in (dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.FAILURE):
+        child = instance.create_run_for_job(push_and_pull, run_config={}, parent_run_id=parent.run_id,
+                                            root_run_id=parent.run_id, status=status)
+        grandchild = instance.create_run_for_job(push_and_pull, run_config={}, parent_run_id=child.run_id,
+                                                 root_run_id=parent.run_id, status=status)
+        # unfinished: whenever gc runs; failed: while the re-executions are recent
+        now = datetime.now(UTC) + timedelta(days=8) if status != dg.DagsterRunStatus.FAILURE else between
+        result = gc(now)
+        assert not made & (set(result.virtual_files) | set(result.platform_files)), status
+        assert parent.run_id not in result.step_output_runs, status
+        instance.delete_run(grandchild.run_id)
+        instance.delete_run(child.run_id)
+    result = gc(datetime.now(UTC) + timedelta(days=8))  # nothing refers to the failed parent any more
+    assert made <= set(result.virtual_files) | set(result.platform_files)
+    assert result.step_output_runs == [parent.run_id]
+
+
 def test_the_cli_collects_with_the_instance_of_dagster_home(tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME"))}
     (tmp_path / "dagster").mkdir()
