@@ -11,8 +11,10 @@ is kept when something may still read it, and removed otherwise:
   either (a re-execution reads what its parent's and root's steps made), named it in its run config, its
   outputs' metadata (``virtual_file_id`` / ``platform_file_id``, which our ops record) or its asset checks'
   results (the rejected rows and their CSV);
-* **a job's latest successful run produced it**: the products of the last good run of every job (the
-  report a schedule made last night) stay until a newer run of that job succeeds.
+* **a job's latest successful run produced or read it**: the products of the last good run of every job
+  (the report a schedule made last night) and its inputs (the reference table it reads each night, however
+  given: each step records what it read, :func:`connector_ops.ops.metadata.read_metadata`) stay until a
+  newer run of that job succeeds.
 
 Step outputs kept in the database by our IO manager (:mod:`connector_ops.ops.io_manager`) go with their run:
 a run's outputs are removed once its newest output is older than the cutoff and the run is neither recent
@@ -37,10 +39,13 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.ops.metadata import READ_PLATFORM_FILES, READ_VIRTUAL_FILES
 from connector_ops.resources.virtual_files.compaction import Compaction
 
 #: metadata keys whose values name a virtual file or platform file
 REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id", "rejects_file_id",
+                  # what a step read, however its input was given (a job's default config, ${env.…})
+                  READ_VIRTUAL_FILES, READ_PLATFORM_FILES,
                   # an asset check's (connector_ops.ops.checks): its rejected rows stay one click away
                   "rejects_virtual_file_id", "validated_virtual_file_id", "rejects_platform_file_id")
 _FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}

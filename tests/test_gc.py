@@ -352,6 +352,50 @@ def test_a_re_execution_keeps_what_its_parent_made(resources, files, env):
     assert result.step_output_runs == [parent.run_id]
 
 
+def test_the_inputs_a_scheduled_pipeline_reads_stay(resources, files, env, tmp_path, monkeypatch):
+    """A reference table read by a YAML pipeline through a literal virtualFileId (the job's default config: a
+    scheduled run stores run config {}), through ${env.…}, or a literal platformFile, was removed by the
+    default gc after the run: no run named it. Each step now records what it read."""
+    from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+    from tests.pipeline_files import write
+
+    pf = files.add_file(SALES).to_json()
+    literal, by_env, batched = (invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+                                for _ in range(3))
+    source = files.add_file(SALES).to_json()
+    monkeypatch.setenv("GC_REF_TABLE", by_env)
+    monkeypatch.setenv("GC_BATCHED", batched)
+    path = write(tmp_path, f"""
+        name: nightly
+        schedule: "0 6 * * *"
+        steps:
+          - id: literal
+            action: etl.pull
+            input: {{virtualFileId: "{literal}", exportType: csv, exportName: a.csv}}
+          - id: by_env
+            action: etl.query
+            input: {{virtualFileId: "${{env.GC_REF_TABLE}}", query: {{region: North}}}}
+          - id: batches
+            foreach: {{virtualFileId: "${{env.GC_BATCHED}}", maxBatchSize: 50}}
+            action: etl.iterate
+            input: {{content: "${{batch.rows}}", maxBatchSize: 100}}
+          - id: load
+            action: etl.push
+            input: {{platformFile: {json.dumps(source)}}}
+        """)
+    compiled = compile_pipeline(load_pipeline(path))
+    instance = dg.DagsterInstance.ephemeral()
+    request = compiled.schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests[0]
+    assert request.run_config == {}  # the literal inputs are the job's default config
+    run = compiled.job.execute_in_process(run_config=request.run_config, instance=instance, resources=resources)
+    assert run.success
+    result = collect(resources["virtual_files"], files, instance, older_than=timedelta(days=7),
+                     now=datetime.now(UTC) + timedelta(days=8))
+    vfs, pfs = inventory(resources)
+    assert {literal, by_env, batched} <= vfs, result.virtual_files
+    assert source["id"] in pfs and pf["id"] in result.platform_files  # what only the setup read goes
+
+
 def test_the_cli_collects_with_the_instance_of_dagster_home(tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME"))}
     (tmp_path / "dagster").mkdir()

@@ -14,7 +14,7 @@ import dagster as dg
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.limits import MAX_BATCH_SIZE
 from connector_ops.ops.factory import ensure_launched_definition, failure
-from connector_ops.ops.metadata import output_metadata
+from connector_ops.ops.metadata import output_metadata, read_metadata
 from connector_ops.registry import error_for, get_action
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
@@ -58,8 +58,9 @@ def etl_iterate_batches(
         batches = plan_batches(virtual_files, vf_id, config.maxBatchSize)
     except Exception as exc:
         raise failure(error_for(spec, exc)) from exc
+    read = read_metadata({"virtualFileId": vf_id})  # what gc keeps for the job's latest successful run
     for batch in batches:
-        yield dg.DynamicOutput(batch, mapping_key=f"b{batch['index']:05d}")
+        yield dg.DynamicOutput(batch, mapping_key=f"b{batch['index']:05d}", metadata=read)
 
 
 @dg.op(tags={"connector": "etl", "action": "etl.iterate"})

@@ -6,7 +6,9 @@
 * a platform file: ``path`` (``MetadataValue.path``) when its bytes are on this machine, ``link`` (a URL)
   only when it can be opened: a remote link, or ours while the file server answers; ``size_bytes``;
 * a list of rows: ``count`` and a ``preview`` table;
-* every output: ``duration_s`` (the action's wall time); transfers also ``bytes_in`` (what was read).
+* every output: ``duration_s`` (the action's wall time); transfers also ``bytes_in`` (what was read);
+  ``read_virtual_file_ids`` / ``read_platform_files``: the stored files the action's input named (what
+  ``connector-ops gc`` keeps for a job's latest successful run, however its input was given).
 """
 
 from __future__ import annotations
@@ -116,13 +118,58 @@ def bytes_in(payload: Mapping[str, Any]) -> int | None:
     return sum(known) if known else None
 
 
+#: metadata keys of the virtual files / platform files (their ``id`` and ``link``) a step's input named
+READ_VIRTUAL_FILES, READ_PLATFORM_FILES = "read_virtual_file_ids", "read_platform_files"
+#: input fields holding row data or a filter, not references: never searched (an Iterate's or Validate's
+#: ``content`` names a virtual file when it is a string)
+_NOT_REFERENCES = frozenset({"content", "request"})
+_APPENDED_ROW = frozenset({"virtualFileId", "content"})
+
+
+def files_read(payload: Any, vfs: set[str] | None = None, pfs: set[str] | None = None) -> tuple[set[str], set[str]]:
+    """The virtual file ids and platform files (``id`` and ``link`` strings) ``payload`` names: every
+    ``virtualFileId`` (Join's sides and Append Rows' rows too), a string ``content``, every ``platformFile``.
+
+    Recorded because nothing else says what a run read: a YAML job's literal input is its default config (a
+    scheduled run stores ``{}``), a ``${env.…}`` input is resolved inside the step. Row data is not searched,
+    so the cost is one pass over an input's fields (and over Append Rows' rows, not their values)."""
+    vfs = set() if vfs is None else vfs
+    pfs = set() if pfs is None else pfs
+    if isinstance(payload, Mapping):
+        for key, value in payload.items():
+            if key in ("virtualFileId", "content") and isinstance(value, str):
+                vfs.add(value)
+            elif key == "platformFile" and isinstance(value, Mapping):
+                pfs.update(v for v in (value.get("id"), value.get("link")) if isinstance(v, str))
+            elif key not in _NOT_REFERENCES and isinstance(value, Mapping | list):
+                files_read(value, vfs, pfs)
+    elif isinstance(payload, list):
+        for item in payload:
+            if type(item) is dict and item.keys() <= _APPENDED_ROW and isinstance(vf := item.get("virtualFileId"), str):
+                vfs.add(vf)  # an Append Rows row, the one list that may be long: no call per row
+            elif isinstance(item, Mapping | list):
+                files_read(item, vfs, pfs)
+    return vfs, pfs
+
+
+def read_metadata(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """What a step read, as metadata (nothing when its input named no stored file)."""
+    vfs, pfs = files_read(payload)
+    meta: dict[str, Any] = {}
+    if vfs:
+        meta[READ_VIRTUAL_FILES] = dg.MetadataValue.json(sorted(vfs))
+    if pfs:
+        meta[READ_PLATFORM_FILES] = dg.MetadataValue.json(sorted(pfs))
+    return meta
+
+
 def run_metadata(payload: Mapping[str, Any], seconds: float) -> dict[str, Any]:
-    """Metadata of the call itself, added to each of its outputs: duration and bytes read."""
+    """Metadata of the call itself, added to each of its outputs: duration, bytes read, files read."""
     meta: dict[str, Any] = {"duration_s": dg.MetadataValue.float(round(seconds, 3))}
     read = bytes_in(payload)
     if read is not None:
         meta["bytes_in"] = dg.MetadataValue.int(read)
-    return meta
+    return {**meta, **read_metadata(payload)}
 
 
 #: metadata key of an asset materialisation saying where its data is, by output field
