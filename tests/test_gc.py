@@ -61,7 +61,7 @@ def run_job(job: dg.JobDefinition, resources: dict[str, Any], instance: dg.Dagst
     """One run; ``fail`` makes the Pull (or the Push) refuse its input after the Push stored its file."""
     config: dict[str, Any] = {"etl_push": {"config": {"platformFile": pf}}}
     if job is push_and_pull:
-        config["etl_pull"] = {"config": {**PULL, "exportType": "xml" if fail else "csv"}}
+        config["etl_pull"] = {"config": {**PULL, "parameters": {"csvDelimiter": "too long"}} if fail else PULL}
     elif fail:
         config["etl_push"]["config"]["parameters"] = {"csvDelimiter": "too long"}
     return job.execute_in_process(resources=resources, instance=instance, run_config={"ops": config},

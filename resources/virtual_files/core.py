@@ -117,13 +117,14 @@ class StoreCore(Resource):
             floor.check()
         try:
             with self.engine.execution_options(**WRITE).begin() as conn, keeping(conn, floor):
-                conn.info[_WRITTEN] = set()
+                info = conn.info  # kept: after an interrupt ``conn.info`` raises (an invalidated connection)
+                info[_WRITTEN] = set()
                 try:
                     yield conn
                     _date_written(conn)
                     check_fence("the virtual-file store's write")  # inside: a refusal rolls it back
                 finally:
-                    conn.info.pop(_WRITTEN, None)  # the pooled connection's info outlives the transaction
+                    info.pop(_WRITTEN, None)  # the pooled connection's info outlives the transaction
         except DiskBelowFloor:
             self.give_back_log()
             raise
