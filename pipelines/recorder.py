@@ -39,8 +39,10 @@ import functools
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -140,8 +142,6 @@ class _Kept:
 
     def keep(self, call: MagicCall) -> Callable[[], MagicCall]:
         """``call`` kept; a function that gives it back."""
-        import pickle
-
         try:
             data = pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # a value of {{…}} pickle cannot write: kept as it is
@@ -149,16 +149,12 @@ class _Kept:
         if len(data) < KEPT_IN_MEMORY:
             return lambda: call
         if self._file is None:
-            import tempfile
-
             self._file = tempfile.TemporaryFile(prefix="connector-ops-recorder-")  # noqa: SIM115 (the session's)
         offset = self._file.seek(0, os.SEEK_END)
         self._file.write(data)
         return functools.partial(self._load, offset, len(data))
 
     def _load(self, offset: int, size: int) -> MagicCall:
-        import pickle
-
         self._file.seek(offset)
         return pickle.loads(self._file.read(size))  # our own file, written by keep
 

@@ -44,8 +44,7 @@ def mark_written(conn: sa.Connection, vf_id: str) -> None:
     conn.info[_WRITTEN].add(vf_id)
 
 
-def _date_written(conn: sa.Connection) -> None:
-    written = conn.info.get(_WRITTEN)
+def _date_written(conn: sa.Connection, written: set[str]) -> None:
     if written:
         vf = cat.virtual_file
         conn.execute(sa.update(vf).where(vf.c.id.in_(sorted(written))).values(created_at=cat.write_ended(conn)))
@@ -121,7 +120,7 @@ class StoreCore(Resource):
                 info[_WRITTEN] = set()
                 try:
                     yield conn
-                    _date_written(conn)
+                    _date_written(conn, info[_WRITTEN])
                     check_fence("the virtual-file store's write")  # inside: a refusal rolls it back
                 finally:
                     info.pop(_WRITTEN, None)  # the pooled connection's info outlives the transaction
