@@ -180,13 +180,16 @@ def referenced(instance: dg.DagsterInstance, records: Sequence[dg.RunRecord], re
 
 def _run_output_strings(instance: dg.DagsterInstance, run_id: str) -> Iterator[str]:
     kinds = {dg.DagsterEventType.STEP_OUTPUT, dg.DagsterEventType.ASSET_MATERIALIZATION,
-             dg.DagsterEventType.ASSET_CHECK_EVALUATION}
+             dg.DagsterEventType.ASSET_CHECK_EVALUATION, dg.DagsterEventType.STEP_FAILURE}
     for entry in instance.all_logs(run_id, of_type=kinds):
         event = entry.dagster_event
         if event is None:
             continue
         if event.event_type == dg.DagsterEventType.STEP_OUTPUT:
             yield from _metadata_strings(event.step_output_data.metadata)
+        elif event.event_type == dg.DagsterEventType.STEP_FAILURE:  # what a failed step read (its input)
+            user = event.step_failure_data.user_failure_data if event.step_failure_data else None
+            yield from _metadata_strings(user.metadata if user is not None else {})
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
             yield from _metadata_strings(event.event_specific_data.metadata)
         else:

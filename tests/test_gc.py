@@ -396,6 +396,38 @@ def test_the_inputs_a_scheduled_pipeline_reads_stay(resources, files, env, tmp_p
     assert source["id"] in pfs and pf["id"] in result.platform_files  # what only the setup read goes
 
 
+def test_what_a_recent_failed_run_read_stays(resources, files, env, tmp_path, monkeypatch):
+    """A step records what it read when it fails too: a nightly run failing on a reference table given by
+    ${env.…} (named in no run config) kept nothing, so gc removed the table its re-execution from failure
+    reads again."""
+    from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+    from tests.pipeline_files import write
+
+    table = invoke("etl.push", {"platformFile": files.add_file(SALES).to_json()}, resources)["virtualFileId"]
+    monkeypatch.setenv("GC_FAILED_READ", table)
+    monkeypatch.setenv("GC_DELIMITER", "too long")  # refused when the step runs, after it read its input
+    path = write(tmp_path, """
+        name: nightly_failing
+        steps:
+          - id: export
+            action: etl.pull
+            input: {virtualFileId: "${env.GC_FAILED_READ}", exportType: csv, exportName: a.csv,
+                    parameters: {csvDelimiter: "${env.GC_DELIMITER}"}}
+        """)
+    time.sleep(0.05)
+    cutoff = datetime.now(UTC)  # the table is older than this, the run newer
+    instance = dg.DagsterInstance.ephemeral()
+    run = compile_pipeline(load_pipeline(path)).job.execute_in_process(instance=instance, resources=resources,
+                                                                      raise_on_error=False)
+    assert not run.success
+    result = collect(resources["virtual_files"], files, instance, older_than=timedelta(0), now=cutoff,
+                     dry_run=True)
+    assert table not in result.virtual_files
+    result = collect(resources["virtual_files"], files, instance, older_than=timedelta(0),
+                     now=datetime.now(UTC) + timedelta(days=1), dry_run=True)
+    assert table in result.virtual_files  # once the failed run is old, nothing keeps it
+
+
 def test_the_cli_collects_with_the_instance_of_dagster_home(tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME"))}
     (tmp_path / "dagster").mkdir()

@@ -97,7 +97,7 @@ def action_asset(
             data = publish(field, result[field], key, resources)
         except ConnectorError as exc:
             exc.action = exc.action or spec.name
-            raise failure(exc) from None
+            raise failure(exc, payload) from None
         metadata = {**materialization_metadata(field, data, resources),
                     **run_metadata(payload, time.perf_counter() - started)}
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)

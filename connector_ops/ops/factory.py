@@ -30,7 +30,7 @@ from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
 from connector_ops.ops.asset_files import check_asset_input, publish
-from connector_ops.ops.metadata import materialization_metadata, output_metadata, run_metadata
+from connector_ops.ops.metadata import materialization_metadata, output_metadata, read_metadata, run_metadata
 from connector_ops.ops.types import type_of
 from connector_ops.registry import ActionSpec, get_action, run_action
 
@@ -154,10 +154,15 @@ def extension_metadata(spec: ActionSpec, result: Any) -> dict[str, Any]:
             if result.get(f) is not None}
 
 
-def failure(exc: ConnectorError) -> dg.Failure:
-    """The op failure of an action error: a ``RetryPolicy`` may retry it only if ``exc.retryable``."""
+def failure(exc: ConnectorError, payload: Mapping[str, Any] | None = None) -> dg.Failure:
+    """The op failure of an action error: a ``RetryPolicy`` may retry it only if ``exc.retryable``.
+
+    ``payload``: the input the action ran with; the files it names are recorded as on a success
+    (:func:`.metadata.read_metadata`), so ``connector-ops gc`` keeps what a recent failed run read — the
+    input its re-execution from failure will read again."""
     metadata = {"status": dg.MetadataValue.int(exc.status), "body": dg.MetadataValue.json(exc.body),
-                "retryable": dg.MetadataValue.bool(exc.retryable)}
+                "retryable": dg.MetadataValue.bool(exc.retryable),
+                **(read_metadata(payload) if payload is not None else {})}
     if exc.detail is not None:  # what a ``null`` body cannot say (Clean)
         metadata["detail"] = dg.MetadataValue.text(exc.detail)
     return dg.Failure(description=exc.summary(), metadata=metadata, allow_retries=exc.retryable)
@@ -329,7 +334,7 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
             published = {field: publish(field, result[field], key, resources) for field, key in assets.items()}
         except ConnectorError as exc:
             exc.action = exc.action or spec.name
-            raise failure(exc) from None
+            raise failure(exc, payload) from None
         call = {**run_metadata(payload, time.perf_counter() - started), **extension_metadata(spec, result)}
         if "" in outs:
             yield dg.Output(result, "result", metadata={**output_metadata("", result, resources), **call})
