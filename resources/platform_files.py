@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import mimetypes
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -240,9 +241,13 @@ class PlatformFileStore(Resource):
         return PlatformFile(id=file_id, name=name, content_type=content_type or guess_content_type(name),
                             link=self.link_for(file_id), size=size, last_modified=utc_timestamp())
 
-    def add_file(self, path: str | os.PathLike[str], name: str | None = None,
-                 content_type: str | None = None) -> PlatformFile:
-        """Copy a local file into the store (``connector-ops files add``)."""
+    def add_file(self, path: str | os.PathLike[str], name: str | None = None, content_type: str | None = None,
+                 verify: Callable[[str], None] | None = None) -> PlatformFile:
+        """Copy a local file into the store (``connector-ops files add``).
+
+        ``verify``: called with the SHA-256 of the bytes copied, before the file exists; raising there keeps
+        nothing. A pipeline's ``${file:…}`` checks that the file is the one its run was launched with in
+        the same read that copies it, so no edit slips in between a check and the copy."""
         source = Path(path)
         if content_type is not None and not _MEDIA_TYPE.fullmatch(content_type):
             raise InvalidInput("contentType", f"must be a media type, type/subtype (text/csv), got {content_type!r}")
@@ -250,7 +255,14 @@ class PlatformFileStore(Resource):
         if not source.is_file():
             raise InvalidInput("path", f"{source} is not a readable file")
         with source.open("rb") as src, self.create(name, content_type) as sink:
-            shutil.copyfileobj(src, sink, CHUNK)
+            if verify is None:
+                shutil.copyfileobj(src, sink, CHUNK)
+            else:
+                digest = hashlib.sha256()
+                while chunk := src.read(CHUNK):
+                    digest.update(chunk)
+                    sink.write(chunk)
+                verify(digest.hexdigest())
         assert sink.descriptor is not None
         return sink.descriptor
 

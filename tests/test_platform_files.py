@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -58,6 +59,30 @@ def test_failed_write_leaves_nothing(store):
         sink.write(b"partial")
         raise RuntimeError("boom")
     assert list(Path(store.files_dir).iterdir()) == []
+
+
+def check_verified_copy(store: PlatformFileStore, tmp_path: Path) -> None:
+    """``add_file(verify=…)`` hands over the SHA-256 of the bytes it copied, in the one read that copies them (a
+    pipeline's ``${file:…}`` check: hashing first and copying after let an edit between the two through), and a
+    refusal there keeps nothing."""
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    source = tmp_path / "source.bin"
+    source.write_bytes(data)
+    seen: list[str] = []
+    pf = store.add_file(source, verify=seen.append)
+    assert seen == [hashlib.sha256(data).hexdigest()] and store.read_bytes(pf.to_json()) == data
+    before = store.inventory()
+
+    def refuse(digest: str) -> None:
+        raise ConnectorError(409, {"message": f"changed: {digest}"})
+
+    with pytest.raises(ConnectorError, match="changed"):
+        store.add_file(source, verify=refuse)
+    assert store.inventory() == before
+
+
+def test_a_copy_is_verified_by_what_it_copied(store, tmp_path):
+    check_verified_copy(store, tmp_path)
 
 
 def test_file_server_serves_bytes_type_and_length(store):

@@ -18,6 +18,7 @@ from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
 from connector_ops.resources.platform_files import PlatformFileStore
 from tests.servers import acting_once_answering, free_port, serving
+from tests.test_platform_files import check_verified_copy
 
 
 @pytest.fixture
@@ -46,6 +47,10 @@ def test_what_one_host_writes_the_other_reads(hosts: Any, env: dict[str, str]) -
     with pytest.raises(NotFound):
         a.describe(pf.id)
     assert not any(Path(a.files_dir).parent.rglob(pf.id))  # never on disk
+
+
+def test_a_copy_is_verified_by_what_it_copied(hosts: Any, tmp_path: Path) -> None:
+    check_verified_copy(hosts[0], tmp_path)
 
 
 def test_a_failed_write_leaves_nothing(hosts: Any) -> None:

@@ -3,15 +3,15 @@
 A step stores such a file as a platform file when it runs, reading it then. The pipeline's digest (the job
 tag ``connector_ops/pipeline_digest``, which every step compares with its run's) promises that a step runs
 the version of the pipeline its run was launched with, or refuses with a 409: so the digest covers the
-content of these files too (read when the file is loaded), and the step storing one checks that its content
-is still the one its own process loaded — else a run launched, then the referenced file edited, would run
-the new content without notice.
+content of these files too (read when the file is loaded), and the step storing one checks, as it copies it,
+that its content is still the one its own process loaded — else a run launched, then the referenced file
+edited, would run the new content without notice.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +41,3 @@ def file_digests(steps: Iterable[Step], base_dir: str) -> dict[str, str]:
         if path.is_file():
             digests[rel] = content_digest(path)
     return digests
-
-
-def changed_files(digests: Mapping[str, str], base_dir: str, paths: Iterable[str]) -> list[str]:
-    """Of ``paths``, those whose content is no longer what ``digests`` recorded when the pipeline loaded.
-
-    A file gone since is left to the step (its own "not a readable file" error). Between this check and the
-    step's copy of the file there is only that copy's start: the file edited in that instant is not seen."""
-    changed = []
-    for rel in paths:
-        path = Path(base_dir) / rel
-        if rel in digests and path.is_file() and content_digest(path) != digests[rel]:
-            changed.append(rel)
-    return changed

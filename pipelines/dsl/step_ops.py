@@ -9,7 +9,7 @@
 
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
 from connector_ops.ops.factory import STALE_DEFINITION_STATUS, ensure_launched_definition, failure
 from connector_ops.ops.metadata import output_metadata
 from connector_ops.pipelines.dsl import references as r
-from connector_ops.pipelines.dsl.local_files import changed_files, referenced_paths
+from connector_ops.pipelines.dsl.local_files import referenced_paths
 
 BATCH_INPUT, ROWS_INPUT, TRIGGER_INPUT = "batch", "batch_rows", "trigger"
 
@@ -65,10 +65,10 @@ def resolver_op(
             scope.batch = {"index": descriptor["index"], "virtualFileId": descriptor["virtualFileId"],
                            "rows": values.get(ROWS_INPUT)}
         if paths:
-            ensure_unchanged_files(context, files, base_dir, paths)
             store = context.resources.platform_files
             scope.add_file = lambda rel, options: store.add_file(
-                Path(base_dir) / rel, name=options.get("name"), content_type=options.get("contentType")).to_json()
+                Path(base_dir) / rel, name=options.get("name"), content_type=options.get("contentType"),
+                verify=unchanged_file_check(context, files, base_dir, rel)).to_json()
         try:
             value = r.resolve(template, scope)
         except (InvalidInput, NotFound) as exc:
@@ -93,20 +93,26 @@ def resolver_op(
     )
 
 
-def ensure_unchanged_files(context: dg.OpExecutionContext, files: Mapping[str, str], base_dir: str,
-                           paths: list[str]) -> None:
-    """Fail the step (409, never retried) when a ``${file:…}`` file it stores changed since its process loaded
-    the pipeline: that process's digest matched the run's (:func:`ensure_launched_definition`), so the
-    content it recorded is the one the run was launched with."""
-    changed = changed_files(files, base_dir, paths)
-    if changed:
-        names = ", ".join(str(Path(base_dir) / rel) for rel in changed)
-        message = (f"{names} (a ${{file:…}} of the pipeline) changed since the run was launched: the run is of "
-                   f"its earlier content, and step {context.op_handle} would store the new one in its place. "
-                   "Reload the code location (and restart the processes that run steps, see docs/deployment.md), "
-                   "then launch the run again to run the file as it is now.")
+def unchanged_file_check(context: dg.OpExecutionContext, files: Mapping[str, str], base_dir: str,
+                         rel: str) -> Callable[[str], None] | None:
+    """What fails the step (409, never retried) when the ``${file:…}`` file ``rel`` it stores, hashed as it is
+    copied, is not the content its process loaded with the pipeline: that process's digest matched the run's
+    (:func:`ensure_launched_definition`), so that content is the one the run was launched with. ``None`` for
+    a file that was not readable then (its step says so, or stores what is there now)."""
+    loaded = files.get(rel)
+    if loaded is None:
+        return None
+
+    def check(copied: str) -> None:
+        if copied == loaded:
+            return
+        message = (f"{Path(base_dir) / rel} (a ${{file:…}} of the pipeline) changed since the run was launched: the "
+                   f"run is of its earlier content, and step {context.op_handle} would store the new one in its "
+                   "place. Reload the code location (and restart the processes that run steps, see "
+                   "docs/deployment.md), then launch the run again to run the file as it is now.")
         raise failure(ConnectorError(STALE_DEFINITION_STATUS, {"message": message},
                                      action=f"pipeline {context.job_name}"))
+    return check
 
 
 def gather_op(name: str, out_names: list[str]) -> dg.OpDefinition:
