@@ -34,7 +34,7 @@ from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import reporting_to, tqdm_reporter
 from connector_ops.magic_frames import file_preview, pull_frame, push_frame
-from connector_ops.magic_input import InputError, WordsParser, read_input
+from connector_ops.magic_input import InputError, WordsParser, python_name, read_input
 from connector_ops.magic_session import NotebookSession, SessionError
 from connector_ops.registry import ACTIONS, ActionSpec, load_all, run_action
 
@@ -104,6 +104,14 @@ def hiding_semicolon(line: str) -> tuple[str, bool]:
     return text[:-1], True
 
 
+def line_words(line: str) -> tuple[list[str], bool]:
+    """A command magic's line (``%connectors``, ``%pipeline``) as shell words, and whether it ended with the
+    ``;`` that hides the result (:func:`hiding_semicolon`): without this, ``-o big;`` named the variable
+    ``big;`` and ``--name x.csv;`` stored ``x.csv;``."""
+    line, hidden = hiding_semicolon(line)
+    return shlex.split(line), hidden
+
+
 def connector_actions(connector: str) -> dict[str, ActionSpec]:
     load_all()
     return {spec.short_name: spec for name, spec in sorted(ACTIONS.items()) if spec.connector == connector}
@@ -155,10 +163,11 @@ def _connector_magic(connector: str) -> Callable[..., Any]:
     The input is the action's JSON input (YAML accepted). ``{{{{name}}}}`` inserts a Python value: as
     text inside a quoted string, as its JSON value elsewhere. ``%{connector}`` alone lists the actions.
     """
-    magic = argument("--df", nargs="?", const=True, default=None, metavar="NAME",
+    magic = argument("--df", nargs="?", const=True, default=None, metavar="NAME", type=python_name,
                      help="etl push: the DataFrame variable to push; etl pull: return a DataFrame "
                           "(stored in NAME when given)")(magic)
-    magic = argument("-o", "--out", metavar="NAME", help="store the output in this variable")(magic)
+    magic = argument("-o", "--out", metavar="NAME", type=python_name,
+                     help="store the output in this variable")(magic)
     magic = argument("action", nargs="?", help="the action, snake_case (push, query, create_shared_link…)")(magic)
     magic = magic_arguments()(magic)
     return no_var_expand(needs_local_scope(line_cell_magic(magic)))
@@ -287,32 +296,36 @@ class ConnectorMagics(Magics):
         %connectors add-file PATH [--name NAME] [-o VAR]   store a local file as a platform file
         """
         try:
-            words = shlex.split(line)
-            command, rest = (words[0], words[1:]) if words else ("", [])
-            if command == "":
-                return self.session.status()
-            if command == "use" and len(rest) == 1:
-                self.session.use(rest[0])
-                return self.session.status()
-            if command == "set":
-                self.session.set(rest)
-                return self.session.status()
-            if command == "reset" and not rest:
-                self.session.reset()
-                return self.session.status()
-            if command == "add-file":
-                return self._add_file(rest)
-            raise SessionError(f"unknown %connectors command {line.strip()!r}; "
-                               "use: (nothing), use TARGET, set NAME=VALUE…, reset, add-file PATH")
+            words, hidden = line_words(line)
+            result = self._connectors_command(line, words)
         except ConnectorError as exc:
             raise NotebookError.from_error(exc) from None
+        return None if hidden else result
+
+    def _connectors_command(self, line: str, words: list[str]) -> Any:
+        command, rest = (words[0], words[1:]) if words else ("", [])
+        if command == "":
+            return self.session.status()
+        if command == "use" and len(rest) == 1:
+            self.session.use(rest[0])
+            return self.session.status()
+        if command == "set":
+            self.session.set(rest)
+            return self.session.status()
+        if command == "reset" and not rest:
+            self.session.reset()
+            return self.session.status()
+        if command == "add-file":
+            return self._add_file(rest)
+        raise SessionError(f"unknown %connectors command {line.strip()!r}; "
+                           "use: (nothing), use TARGET, set NAME=VALUE…, reset, add-file PATH")
 
     def _add_file(self, words: list[str]) -> Any:
         parser = WordsParser("%connectors add-file", action="connectors")
         parser.add_argument("path")
         parser.add_argument("--name")
         parser.add_argument("--content-type")
-        parser.add_argument("-o", "--out")
+        parser.add_argument("-o", "--out", type=python_name)
         args = parser.parse_args(words)
         resources = self.session.resources(["platform_files"])
         try:

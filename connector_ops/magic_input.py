@@ -20,6 +20,7 @@ import contextlib
 import datetime as _dt
 import functools
 import json
+import keyword
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -60,6 +61,16 @@ class WordsParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise InputError(f"{self.prog}: {message}", action=self.action)
+
+
+def python_name(text: str) -> str:
+    """argparse ``type`` of the options naming a notebook variable (``-o VAR``, ``--df NAME``): a name that is
+    no Python identifier (``my-var``, ``big;``) would be stored where no cell can read it back, so it is a
+    usage error (``argument -o/--out: 'my-var' is not a Python variable name``), a 400 like any other."""
+    if text.isidentifier() and not keyword.iskeyword(text):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a Python variable name "
+                                     "(letters, digits and _, not starting with a digit, not a keyword)")
 
 
 @functools.lru_cache(maxsize=512)

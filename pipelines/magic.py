@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,8 +29,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from connector_ops.display import StatusTable
 from connector_ops.kernel.deferred import interrupts_deferred
 from connector_ops.kernel.errors import ConnectorError
-from connector_ops.magic import ConnectorMagics, NotebookError, stopped
-from connector_ops.magic_input import WordsParser
+from connector_ops.magic import ConnectorMagics, NotebookError, line_words, stopped
+from connector_ops.magic_input import WordsParser, python_name
 from connector_ops.magic_session import one_line
 from connector_ops.pipelines.recorder import Recorder, pipeline_name_for
 from connector_ops.pipelines.runner import PipelineRun, run_compiled
@@ -131,7 +130,7 @@ def _parser() -> WordsParser:
     parser = WordsParser("%pipeline run", action="pipeline")
     parser.add_argument("target")
     parser.add_argument("--set", action="append", default=[], dest="overrides")
-    parser.add_argument("-o", "--out")
+    parser.add_argument("-o", "--out", type=python_name)
     return parser
 
 
@@ -239,9 +238,11 @@ class PipelineMagics(Magics):
         %pipeline export FILE.yaml [--name NAME]   write it (then `connector-ops pipeline run FILE.yaml`)
         """
         try:
-            return pipeline_command(self.connector, shlex.split(line), self.recorder)
+            words, hidden = line_words(line)
+            result = pipeline_command(self.connector, words, self.recorder)
         except ConnectorError as exc:
             raise NotebookError.from_error(exc) from None
+        return None if hidden else result
 
 
 def load_ipython_extension(ipython: Any) -> None:

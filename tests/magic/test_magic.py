@@ -172,6 +172,33 @@ def test_a_trailing_semicolon_hides_the_output_and_keeps_it_in_the_variable(
         "content": [{"a": "x;"}], "hasNext": False}
 
 
+def test_a_trailing_semicolon_hides_connectors_and_pipeline_results_too(ip: Any, tmp_path: Path) -> None:
+    """``%connectors add-file … -o VAR;`` and ``%pipeline run … -o VAR;`` hide their result as ``%etl`` does:
+    the ``;`` named the variable ``big;`` (and ``--name x.csv;`` the stored file) before."""
+    path = tmp_path / "c.csv"
+    path.write_text("a\n1\n")
+    assert ip.run_line_magic("connectors", f"add-file {path} -o big;") is None
+    assert ip.run_line_magic("connectors", f"add-file {path} -o named --name x.csv;") is None
+    assert ip.user_ns["big"]["name"] == "c.csv" and ip.user_ns["named"]["name"] == "x.csv"
+    assert not [name for name in ip.user_ns if name.endswith(";")]
+    assert ip.run_line_magic("connectors", f"add-file {path} -o shown")["name"] == "c.csv"
+    assert ip.run_line_magic("pipeline", "run first_etl -o run;") is None
+    assert ip.user_ns["run"].success
+
+
+@pytest.mark.parametrize("line", ["etl iterate -o my-var {content: [1], maxBatchSize: 1}",
+                                  "etl pull --df my-df {virtualFileId: x}",
+                                  "connectors add-file c.csv -o 'big;'", "connectors add-file c.csv -o class",
+                                  "pipeline run first_etl -o 2run"])
+def test_a_variable_name_that_is_no_python_identifier_is_a_400_naming_the_option(ip: Any, line: str) -> None:
+    magic, _, rest = line.partition(" ")
+    with pytest.raises(NotebookError) as caught:
+        ip.run_line_magic(magic, rest)
+    assert caught.value.status == 400
+    assert "is not a Python variable name" in str(caught.value)
+    assert ("argument --df" if "--df" in line else "argument -o/--out") in str(caught.value)
+
+
 def test_stop_ends_the_cell_with_one_line(env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop during a push: a KeyboardInterrupt (the kernel's error, "Run all" stops) shown as one line, not a
