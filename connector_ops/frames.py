@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 Kind = Literal["pandas", "polars", "pyarrow"]
 BATCH_ROWS = 65_536
 T = TypeVar("T")
-_INTEGER = r"(?:0|-?[1-9][0-9]{0,17})"  # canonical decimal integers that fit in int64 ("-0" is not one)
+#: canonical decimal integers of int64's length, 19 digits at most ("-0" is not one); the cast then refuses the
+#: 19-digit ones past int64's range, which stay text
+_INTEGER = r"(?:0|-?[1-9][0-9]{0,18})"
 
 
 def _pandas(frame: Any) -> bool:  # not isinstance: pandas is imported only when a frame is one
@@ -240,7 +242,10 @@ def _lossless(column: Any) -> Any:
     if len(present) == 0:
         return column
     if pc.all(pc.match_substring_regex(present, f"^{_INTEGER}$")).as_py():
-        return column.cast(pa.int64())
+        try:
+            return column.cast(pa.int64())  # a checked cast: a value past int64's range raises, never wraps
+        except pa.ArrowInvalid:
+            return column  # as floats they would lose digits
     try:
         numbers = column.cast(pa.float64())
     except pa.ArrowInvalid:

@@ -99,6 +99,22 @@ def test_an_integer_column_with_a_gap_pulls_exactly(env):
     assert rows(push_frame(typed)) == [{"h": big, "n": "1"}, {"n": "2"}]
 
 
+def test_nineteen_digit_integers_pull_as_integers_up_to_int64s_range(env):
+    """10**18 … int64's maximum (19 digits) are int64 values, as they were pushed; one past the range stays
+    text (as a float it would lose digits), never wraps."""
+    top, bottom = 2 ** 63 - 1, -2 ** 63
+    vf = push_frame(pd.DataFrame({"a": pd.array([2 ** 62 + 1, None], dtype="Int64"),
+                                  "b": [str(10 ** 18), str(top)], "c": [str(bottom), "0"],
+                                  "past": [str(2 ** 63), "1"], "under": [str(bottom - 1), "1"]}))
+    typed = pull_frame(vf, infer_types=True)
+    assert typed[["a", "b", "c"]].dtypes.to_dict() == {"a": pd.Int64Dtype(), "b": np.dtype("int64"),
+                                                       "c": np.dtype("int64")}
+    assert pd.api.types.is_string_dtype(typed["past"]) and pd.api.types.is_string_dtype(typed["under"])
+    assert typed["a"].tolist() == [2 ** 62 + 1, pd.NA]
+    assert typed["b"].tolist() == [10 ** 18, top] and typed["c"].tolist() == [bottom, 0]
+    assert typed["past"].tolist() == [str(2 ** 63), "1"] and typed["under"].tolist() == [str(bottom - 1), "1"]
+
+
 def test_errors_are_the_actions_errors(env):
     with pytest.raises(ConnectorError) as info:
         push_frame("not a frame")
