@@ -10,7 +10,7 @@ import difflib
 import importlib
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +198,17 @@ def canonical_name(name: str) -> str:
         if found and "." not in text and connector in CONNECTORS:
             return f"{connector}.{rest.replace('-', '_')}"
     return text
+
+
+def closest_name(name: str, known: Iterable[str]) -> str | None:
+    """The name of ``known`` that ``name`` most likely meant: one differing only in case first
+    (``virtualFileID`` -> ``virtualFileId``, which difflib scores below its cutoff), else the closest."""
+    known = list(known)
+    same = [k for k in known if k.lower() == name.lower()]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=1)
+    return next((k for k in known if close and k.lower() == close[0]), None)
 
 
 def unknown_action_message(name: str) -> str:

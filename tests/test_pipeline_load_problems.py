@@ -386,7 +386,8 @@ def test_a_job_name_dagster_keeps_for_its_asset_jobs_costs_only_its_file(
 NOTIFY = ("notify:\n  - when: [success, failure]\n    message: {from: r@example.com, recipients: [{to: a@example.com}],"
           " subject: s, templateId: 1, templateVariables: {}}\n")
 TRIGGERED = 'on_new_file: {folderId: root}\nsteps:\n  - id: load\n    action: etl.push\n' \
-            '    input: {platformFile: "${file:customers.csv}", name: "${trigger.name}"}\n'
+            '    input: {platformFile: "${file:customers.csv}"}\n' \
+            '  - id: get\n    action: drive.download_file\n    input: {fileId: "${trigger.fileId}"}\n'
 
 
 def test_schedule_and_sensor_names_of_files_never_collide(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -187,6 +187,31 @@ def test_missing_required_field_and_invalid_yaml_are_located(tmp_path: Path) -> 
     assert problem.line >= 3 and "invalid YAML" in problem.message
 
 
+def test_a_misspelled_field_holding_a_reference_is_unknown_with_the_field_meant(tmp_path: Path) -> None:
+    """The value's reference (checked when the step runs) does not hide that the field itself is unknown; a
+    field differing only in case is suggested (difflib alone would not)."""
+    path = write(tmp_path, """
+        name: typo_ref
+        steps:
+          - id: load
+            action: etl.push
+            input: {platformFile: {name: a.csv, contentType: text/csv, link: "file:///a.csv", size: 1}}
+          - id: q
+            action: etl.query
+            input: {virtualFileID: "${load.virtualFileId}", query: {}}
+          - id: q2
+            action: etl.query
+            input: {virtualFileId: "${load.virtualFileId}", qeury: "${load.virtualFileId}", query: {}}
+        """)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    messages = {(p.line, p.step, p.message) for p in caught.value.problems}
+    assert (8, "q", "unknown field 'virtualFileID' in etl.query input; did you mean 'virtualFileId'? "
+                    "(fields: virtualFileId, query, extractOnlyOneResult)") in messages
+    assert any(line == 11 and step == "q2" and "unknown field 'qeury'" in message and "did you mean 'query'?" in
+               message for line, step, message in messages), messages
+
+
 def test_cli_validate_prints_problems_and_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     good = write(tmp_path, """
         name: fine

@@ -37,7 +37,7 @@ from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.sections import whole_number
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.pipelines.dsl.source import Path as SourcePath
-from connector_ops.registry import ACTIONS, FIELD_KINDS, ActionSpec, get_action, load_all, problem_of
+from connector_ops.registry import ACTIONS, FIELD_KINDS, ActionSpec, closest_name, get_action, load_all, problem_of
 
 TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "notify", "steps")
 STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry", *ASSET_STEP_KEYS, "check")
@@ -278,12 +278,14 @@ class _Checker:
         except ValidationError as exc:
             for err in exc.errors(include_url=False):
                 loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
-                if any(loc[:n] in templated for n in range(1, len(loc) + 1)):
-                    continue
+                if err["type"] != "extra_forbidden" and any(loc[:n] in templated for n in range(1, len(loc) + 1)):
+                    continue  # its value is known when the step runs; an unknown field is unknown whatever it holds
                 where = field_path(loc)
                 if err["type"] == "extra_forbidden":
                     known = _fields_of(_owner_model(spec.input_model, loc[:-1])) or []
+                    meant = closest_name(str(loc[-1]), known)
                     msg = f"unknown field {where!r} in {spec.name} input"
+                    msg += f"; did you mean {meant!r}?" if meant else ""
                     msg += f" (fields: {', '.join(known)})" if known else ""
                 elif err["type"] == "missing":
                     msg = f"{where}: is required by {spec.name}"
