@@ -230,6 +230,28 @@ steps:
     assert problem.message.startswith("unknown field 'bogus' in etl.query input")
 
 
+def test_a_field_a_set_makes_on_its_way_is_the_set_arguments_problem(tmp_path: Path) -> None:
+    """``--set load.input.x=1`` makes a field ``input`` the action lacks: ``--set:N`` (docs/pipelines.md,
+    Running), not the step's line in the file; a field it only goes through stays the file's."""
+    path = write(with_csv(tmp_path), f"""name: p
+steps:
+  - id: load
+    {PUSH}
+  - id: q
+    action: etl.query
+    input: {{virtualFileId: "${{load.virtualFileId}}", query: {{}}}}
+""")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path, ["q.query.region=North", "load.input.x=1"])
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.line, problem.step) == ("--set", 2, "load")
+    assert problem.message.startswith("unknown field 'input' in etl.push input")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path, ["q.query.region=North", "load.bogus.deep.x=1"])
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.line) == ("--set", 2) and "unknown field 'bogus'" in problem.message
+
+
 def test_an_unclosed_reference_is_a_load_error_naming_step_and_field(tmp_path: Path) -> None:
     path = write(with_csv(tmp_path), f"""name: p
 steps:

@@ -548,29 +548,37 @@ def i_path(raw: list[Any], step_id: str) -> int:
     return next(i for i, item in enumerate(raw) if isinstance(item, Mapping) and item.get("id") == step_id)
 
 
-def _set_in(step: dict[str, Any], parts: list[str], value: Any) -> str | None:
+def _set_in(step: dict[str, Any], parts: list[str], value: Any) -> tuple[str | None, list[tuple[str, ...]]]:
     """Put ``value`` at ``step.field[.sub]`` (``parts``) in the step's input, making missing (or null) mappings
-    on the way; what is wrong when a value on the way is no mapping (text, a list), which has no fields to set."""
+    on the way; what is wrong when a value on the way is no mapping (text, a list), which has no fields to set,
+    and the input paths the override wrote: the value's and, where it made a field of the input, that field's
+    (``--set load.input.x=1`` makes a field ``input``, which the action may not have: that is the override's
+    problem, not the step's line's)."""
     node, keys = step, ["input", *parts[1:]]
+    made: list[tuple[str, ...]] = []
     for depth, key in enumerate(keys[:-1]):
         if node.get(key) is None:
             node[key] = {}
+            if depth and not made:
+                made.append(tuple(keys[1:depth + 1]))
         node = node[key]
         if not isinstance(node, dict):
             if not depth:
-                return f"the input of step {parts[0]!r} is a {type(node).__name__}, not a mapping of fields"
+                return f"the input of step {parts[0]!r} is a {type(node).__name__}, not a mapping of fields", []
             where = ".".join(parts[:depth + 1])
-            return f"{where} holds a {type(node).__name__}, not a mapping of fields; set it whole (--set {where}=…)"
+            return (f"{where} holds a {type(node).__name__}, not a mapping of fields; set it whole "
+                    f"(--set {where}=…)"), []
     node[keys[-1]] = value
-    return None
+    return None, [*made, tuple(keys[1:])]
 
 
 def apply_overrides(data: Any, overrides: Iterable[str],
                     placed: dict[SourcePath, tuple[str, int]] | None = None) -> Any:
     """``--set step.field[.sub]=value`` edits of the raw file (value parsed as JSON when it is JSON).
 
-    ``placed`` (a :attr:`Document.elsewhere`) gets the path of each value set -> ``("--set", n)``, n the
-    override's 1-based position: a problem the validator then finds in that value is the override's."""
+    ``placed`` (a :attr:`Document.elsewhere`) gets the path of each value set, and of the first field of the
+    input an override made on the way, -> ``("--set", n)``, n the override's 1-based position: a problem the
+    validator then finds in that value (or in a field the action lacks) is the override's."""
     problems = []
     for position, item in enumerate(overrides, start=1):
         target, sep, text = item.partition("=")
@@ -587,11 +595,12 @@ def apply_overrides(data: Any, overrides: Iterable[str],
         if step is None:
             problems.append(Problem("--set", 1, f"{item!r}: there is no step {parts[0]!r}"))
             continue
-        problem = _set_in(step, parts, value)
+        problem, written = _set_in(step, parts, value)
         if problem:
             problems.append(Problem("--set", 1, f"{item!r}: {problem}"))
         elif placed is not None:
-            placed[("steps", steps.index(step), "input", *parts[1:])] = ("--set", position)
+            for path in written:
+                placed[("steps", steps.index(step), "input", *path)] = ("--set", position)
     if problems:
         raise PipelineError(problems)
     return data
