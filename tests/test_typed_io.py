@@ -9,7 +9,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from connector_ops.ops import etl_pull, etl_push
+from connector_ops.ops import etl_pull, etl_push, etl_query
+from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.pipelines.dsl import PipelineError, load_pipeline
 from tests.pipeline_files import write
 
@@ -67,6 +68,55 @@ def test_a_python_wiring_of_the_wrong_kind_fails_at_the_input(resources: dict[st
     text = str(failure.event_specific_data.error)
     assert 'Type check failed for step input "platform_file"' in text
     assert "expected a platform file (an object with a link), got a virtual file id" in text
+    error = error_of_failed_step(failure)  # what a run reports: the field, a 400, no Dagster class path
+    assert (error.status, error.body) == (400, {"message": "platformFile: expected a platform file (an object "
+                                                           "with a link), got a virtual file id"})
+
+
+def test_rows_wired_where_a_virtual_file_id_goes_are_a_load_error(tmp_path: Path) -> None:
+    """Query's ``result`` (a list of rows) into ``virtualFileId`` or ``foreach.virtualFileId``: the output field's
+    type against the input field's, at file:line (it passed validate, and the run failed with a 500 naming
+    DagsterTypeCheckDidNotPass and quoting rows). A list into a field that takes one is fine."""
+    path = write(tmp_path, """
+        name: rows_as_vf
+        steps:
+          - id: q
+            action: etl.query
+            input: {virtualFileId: abc, query: {}}
+          - id: out
+            action: etl.pull
+            input: {virtualFileId: "${q.result}", exportType: csv, exportName: x.csv}
+          - id: each
+            action: etl.clean
+            foreach: {virtualFileId: "${q.result}"}
+            input: {virtualFileId: abc}
+          - id: fine
+            action: etl.iterate
+            input: {content: "${q.result}", maxBatchSize: 10}
+    """)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    assert [str(p).split(": ", 1)[1] for p in caught.value.problems] == [
+        "step out: ${q.result} is a list (etl.query's result); `virtualFileId` takes a virtual file id",
+        "step each: ${q.result} is a list (etl.query's result); `foreach.virtualFileId` takes a virtual file id"]
+    assert [p.line for p in caught.value.problems] == [8, 11]
+
+
+def test_rows_wired_into_a_virtual_file_id_in_python_fail_as_a_400_without_the_rows(
+        resources: dict[str, Any], files: Any) -> None:
+    @dg.job
+    def rows_as_id() -> None:
+        etl_pull(virtual_file_id=etl_query(virtual_file_id=etl_push()))
+
+    pf = files.add_bytes(b"name\nsecret-customer\n", "a.csv").to_json()
+    result = rows_as_id.execute_in_process(resources=resources, raise_on_error=False, run_config={"ops": {
+        "etl_push": {"config": {"platformFile": pf}}, "etl_query": {"config": {"query": {}}},
+        "etl_pull": {"config": {"exportType": "csv", "exportName": "x.csv"}}}})
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "secret-customer" not in str(failure.event_specific_data.error)
+    error = error_of_failed_step(failure)
+    assert (error.status, error.body) == (400, {"message": "virtualFileId: expected a virtual file id (a string), "
+                                                           "got list"})
 
 
 def test_the_launchpad_requires_a_steps_literal_required_fields() -> None:

@@ -31,7 +31,7 @@ from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
 from connector_ops.ops.asset_files import check_asset_input, publish
 from connector_ops.ops.metadata import materialization_metadata, output_metadata, read_metadata, run_metadata
-from connector_ops.ops.types import type_of
+from connector_ops.ops.types import type_check_error, type_of
 from connector_ops.registry import ActionSpec, get_action, run_action
 
 #: Dagster pools (concurrency limits set with ``dagster instance concurrency set``, or the instance's
@@ -285,6 +285,9 @@ def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
                               retryable=bool(retryable.value) if retryable is not None else False)
     if user is not None and user.description:  # a dg.Failure: its own words, not its class path
         return ConnectorError(500, {"message": user.description})
+    wrong_type = type_check_error(data.error if data else None)  # a wired input of the wrong kind: a 400
+    if wrong_type is not None:
+        return wrong_type
     text = data.error.message.strip() if data and data.error else ""
     return ConnectorError(500, {"message": text.splitlines()[0] if text else "step failed"})
 

@@ -376,6 +376,7 @@ class _Checker:
             self.output_path(ref, loc, step, by_id[ref.root])
             if exact:
                 self.kinds_match(ref, loc, step, by_id[ref.root])
+                self.list_into_one(ref, loc, step, by_id[ref.root])
                 self.one_per_batch(ref, loc, step, by_id[ref.root])
                 self.in_place_on_asset(ref, loc, step, by_id[ref.root])
             return ref.root
@@ -390,6 +391,25 @@ class _Checker:
         if wanted and given and wanted != given and ref.path[0] in target.action.output_fields:
             self.add(loc, f"{ref.text} is a {given} ({target.action.name}'s {ref.path[0]}); `{field}` takes a "
                           f"{wanted}", step.id)
+
+    def list_into_one(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
+        """An output field that is always a list (Query's ``result``: rows) wired whole where the field takes one
+        value (a virtual file id, text): a load error, as :meth:`kinds_match` makes one of a platform file
+        where a virtual file id goes, not the run's failed type check. The field types are compared as
+        :meth:`one_per_batch` compares them (a foreach step's outputs are that method's)."""
+        if target.foreach is not None or len(ref.path) != 1 or target.action.output_model is None:
+            return
+        given = _field_annotation(target.action.output_model, ref.path[0])
+        if given is None or not _only_lists(given):
+            return
+        if loc[2:3] == ("input",):
+            wanted = _owner_model(step.action.input_model, loc[3:])
+            if wanted is None or _takes_list(wanted):
+                return
+        where = field_path(loc[3:]) if loc[2:3] == ("input",) else "foreach.virtualFileId"
+        kind = FIELD_KINDS.get(str(loc[-1]))
+        self.add(loc, f"{ref.text} is a list ({target.action.name}'s {ref.path[0]}); `{where}` takes "
+                      f"{'a ' + kind if kind else 'one value'}", step.id)
 
     def in_place_on_asset(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
         """An asset step working in place (a literal ``overwriteVirtualFile: true``) on the virtual file of
@@ -532,6 +552,17 @@ def _takes_list(annotation: Any) -> bool:
     if origin is list:
         return True
     return origin in (typing.Union, types.UnionType) and any(_takes_list(a) for a in typing.get_args(annotation))
+
+
+def _only_lists(annotation: Any) -> bool:
+    """Whether a field of type ``annotation`` always holds a list (``list[…]``, or a union of lists and
+    ``None``): Validate's ``validated`` (rows or an id) is not, whatever it holds in one run."""
+    if annotation is list or typing.get_origin(annotation) is list:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return bool(kinds) and all(_only_lists(a) for a in kinds)
+    return False
 
 
 def _owner_model(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
