@@ -17,6 +17,7 @@ spec's JSON, displayed as tables and file links). A failure prints one line,
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shlex
@@ -137,6 +138,17 @@ def actions_table(connector: str) -> StatusTable:
     return StatusTable(f"%{connector} actions", rows, [f"usage: %{connector} ACTION {{JSON or YAML input}}"])
 
 
+def magic_help(connector: str, magic: Any, action: str | None) -> str:
+    """What ``%etl --help`` shows: what ``%etl?`` shows (the docstring and the options); ``%etl query --help``
+    (or ``-h``): the action's input fields, as ``connector-ops actions etl.query`` prints them."""
+    if action is None:
+        return inspect.cleandoc(magic.__doc__ or "")
+    from connector_ops.action_docs import describe_text
+
+    usage = f"usage: %{connector} {action} [-o NAME] {{JSON or YAML input}}  (or %%{connector} {action} + input)"
+    return f"{usage}\n\n{describe_text(find_action(connector, action).name)}"
+
+
 def _keys_for(spec: ActionSpec, frames: Any) -> tuple[str, ...]:
     """The resources a cell needs: the action's, and platform files where DataFrames become files."""
     return (*spec.resource_keys, "platform_files") if frames else spec.resource_keys
@@ -168,6 +180,8 @@ def _connector_magic(connector: str) -> Callable[..., Any]:
                           "(stored in NAME when given)")(magic)
     magic = argument("-o", "--out", metavar="NAME", type=python_name,
                      help="store the output in this variable")(magic)
+    magic = argument("-h", "--help", action="store_true",
+                     help="show this help; after ACTION, the action's input fields")(magic)
     magic = argument("action", nargs="?", help="the action, snake_case (push, query, create_shared_link…)")(magic)
     magic = magic_arguments()(magic)
     return no_var_expand(needs_local_scope(line_cell_magic(magic)))
@@ -237,6 +251,9 @@ class ConnectorMagics(Magics):
             except Exception as exc:  # argparse's UsageError: one line like any other input error
                 raise InputError(str(exc), action=connector) from None
             args_action = args.action
+            if args.help:  # argparse's own -h would print and exit: the magic's help, or the action's
+                print(magic_help(connector, magic, args.action))
+                return None
             body = cell if cell is not None and cell.strip() else None
             if args.action is None:
                 if body or inline or args.out or args.df:

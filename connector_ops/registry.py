@@ -225,13 +225,27 @@ PLATFORM_FILE_HINT = ("must be a platform file — the descriptor {name, content
                       "between them, not a path; `connector-ops files add PATH` stores a local file and prints one")
 
 
-def problem_of(err: Mapping[str, Any]) -> str:
-    """One pydantic error in users' words (no internal class names)."""
+#: (action, a field it does not have) -> what the user most likely meant: the field the spec gives the same
+#: value in (Iterate and Validate take a virtual file id in ``content``, where other actions name it)
+UNKNOWN_FIELD_HINTS = {
+    ("etl.iterate", "virtualFileId"): "etl.iterate takes the virtual file id in `content`",
+    ("etl.validate", "virtualFileId"): "etl.validate takes the virtual file id (or rows) in `content`",
+}
+
+
+def unknown_field_hint(action: str | None, loc: tuple[Any, ...]) -> str | None:
+    """The hint of :data:`UNKNOWN_FIELD_HINTS` for the unknown top-level input field at ``loc``, if any."""
+    return UNKNOWN_FIELD_HINTS.get((action or "", str(loc[0]))) if len(loc) == 1 else None
+
+
+def problem_of(err: Mapping[str, Any], action: str | None = None) -> str:
+    """One pydantic error in users' words (no internal class names); ``action``'s hint for a field it lacks."""
     msg = str(err["msg"])
     if err["type"] == "missing":
         return "is required"
     if err["type"] == "extra_forbidden":
-        return "is not a known field"
+        hint = unknown_field_hint(action, tuple(err["loc"]))
+        return f"is not a known field ({hint})" if hint else "is not a known field"
     if err["type"] in ("model_type", "model_attributes_type") and \
             (err.get("ctx") or {}).get("class_name") in PLATFORM_FILE_MODELS:
         return f"{PLATFORM_FILE_HINT}; got {type(err.get('input')).__name__}"
@@ -242,13 +256,13 @@ def problem_of(err: Mapping[str, Any]) -> str:
 PROBLEMS_SHOWN = 10
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError, action: str | None = None) -> str:
     """Turn pydantic's report into ``rows[0].content: problem; …`` with spec (camelCase) field names: the first
-    :data:`PROBLEMS_SHOWN` problems, then how many more there are."""
+    :data:`PROBLEMS_SHOWN` problems, then how many more there are; ``action``'s hints for fields it lacks."""
     parts = []
     for err in exc.errors(include_url=False):
         loc = field_path(err["loc"])
-        msg = problem_of(err)
+        msg = problem_of(err, action)
         parts.append(f"{loc}: {msg}" if loc else msg)
     problems = list(dict.fromkeys(parts))
     more = len(problems) - PROBLEMS_SHOWN
@@ -272,7 +286,7 @@ def parse_input(spec: ActionSpec, payload: Any) -> BaseModel:
     try:
         return spec.input_model.model_validate(dict(payload))
     except ValidationError as exc:
-        raise ConnectorError(400, {"message": describe_validation_error(exc)}, action=spec.name) from None
+        raise ConnectorError(400, {"message": describe_validation_error(exc, spec.name)}, action=spec.name) from None
 
 
 def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:

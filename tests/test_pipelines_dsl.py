@@ -212,6 +212,45 @@ def test_a_misspelled_field_holding_a_reference_is_unknown_with_the_field_meant(
                message for line, step, message in messages), messages
 
 
+def test_a_step_id_dagster_refuses_says_why_and_suggests_one(tmp_path: Path) -> None:
+    """``load-step`` is given: "`id` is required" said otherwise. As the job-name check: what is wrong, a name
+    that works."""
+    path = write(tmp_path, """
+        name: p
+        steps:
+          - id: load-step
+            action: etl.clean
+            input: {virtualFileId: x}
+          - id: a__b
+            action: etl.clean
+            input: {virtualFileId: x}
+          - action: etl.clean
+            input: {virtualFileId: x}
+        """)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    assert [(p.line, p.message) for p in caught.value.problems] == [
+        (3, "`id` 'load-step' is not a valid step id: it contains '-' — use letters, digits and single _ "
+            "(it becomes the op name); e.g. 'load_step'"),
+        (6, "`id` 'a__b' is not a valid step id: it contains __ — use letters, digits and single _ "
+            "(it becomes the op name); e.g. 'a_b'"),
+        (9, "`id` is required: letters, digits and single _ (it becomes the op name)")]
+
+
+def test_an_unknown_field_with_a_hint_of_its_action_says_where_the_value_goes(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        name: p
+        steps:
+          - id: each
+            action: etl.iterate
+            input: {virtualFileId: abc, maxBatchSize: 10}
+        """)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    assert (5, "unknown field 'virtualFileId' in etl.iterate input; etl.iterate takes the virtual file id in "
+               "`content` (fields: content, maxBatchSize)") in {(p.line, p.message) for p in caught.value.problems}
+
+
 def test_cli_validate_prints_problems_and_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     good = write(tmp_path, """
         name: fine

@@ -61,3 +61,14 @@ def is_reserved_job_name(name: str) -> bool:
 def is_owner(text: str) -> bool:
     """Whether Dagster takes ``text`` as an asset owner."""
     return bool(_OWNER.match(text))
+
+
+def why_not_a_name(name: object) -> str:
+    """Why ``name`` (given, not a valid :data:`NAME`) is not one, in the user's words: the characters Dagster
+    refuses, a leading digit, not text, empty. The job-name and step-id problems both say it."""
+    if not isinstance(name, str):
+        return f"it is a {type(name).__name__}, not text"
+    bad = sorted({c for c in name if not is_name_character(c)})
+    if bad:
+        return f"it contains {', '.join(repr(c) for c in bad)}"
+    return "it starts with a digit" if name[:1].isdigit() else "it is empty"

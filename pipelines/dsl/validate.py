@@ -31,13 +31,22 @@ from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
 from connector_ops.pipelines.dsl.local_files import file_digests
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
-from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_name_character, is_reserved_job_name, name_like
+from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_reserved_job_name, name_like, why_not_a_name
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, parse_notify
 from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.sections import whole_number
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.pipelines.dsl.source import Path as SourcePath
-from connector_ops.registry import ACTIONS, FIELD_KINDS, ActionSpec, closest_name, get_action, load_all, problem_of
+from connector_ops.registry import (
+    ACTIONS,
+    FIELD_KINDS,
+    ActionSpec,
+    closest_name,
+    get_action,
+    load_all,
+    problem_of,
+    unknown_field_hint,
+)
 
 TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "notify", "steps")
 STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry", *ASSET_STEP_KEYS, "check")
@@ -104,13 +113,10 @@ class _Checker:
         if name is None:
             self.add(("name",), "`name` is required: letters, digits and _ (it becomes the job name)")
         elif not isinstance(name, str) or not _NAME.match(name):
-            bad = sorted({c for c in str(name) if not is_name_character(c)})
-            why = (f"it contains {', '.join(repr(c) for c in bad)}" if bad and isinstance(name, str)
-                   else "it starts with a digit" if isinstance(name, str) and name[:1].isdigit()
-                   else f"it is a {type(name).__name__}, not text" if not isinstance(name, str) else "it is empty")
             suggestion = name_like(name) if isinstance(name, str) else None
             hint = f"; e.g. {suggestion!r}" if suggestion else ""
-            self.add(("name",), f"`name` {name!r} is not a valid job name: {why} — use letters, digits and _{hint}")
+            self.add(("name",), f"`name` {name!r} is not a valid job name: {why_not_a_name(name)} — use letters, "
+                                f"digits and _{hint}")
         elif name in RESERVED_NAMES:
             self.add(("name",), f"`name` {name!r} is reserved by Dagster (a Python keyword or one of its own names);"
                                 f" e.g. {name + '_pipeline'!r}")
@@ -193,8 +199,17 @@ class _Checker:
             if key not in STEP_KEYS:
                 self.add((*path, key), f"unknown key {key!r}; allowed: {', '.join(STEP_KEYS)}", label)
         ok = True
-        if not isinstance(step_id, str) or not _NAME.match(step_id) or "__" in step_id:
+        if step_id is None:
             self.add((*path, "id"), "`id` is required: letters, digits and single _ (it becomes the op name)", label)
+            ok = False
+        elif not isinstance(step_id, str) or not _NAME.match(step_id) or "__" in step_id:
+            why = why_not_a_name(step_id) if not isinstance(step_id, str) or not _NAME.match(step_id) \
+                else "it contains __"
+            suggestion = name_like(step_id) if isinstance(step_id, str) else None
+            suggestion = re.sub("_+", "_", suggestion) if suggestion else None
+            hint = f"; e.g. {suggestion!r}" if suggestion and suggestion not in RESERVED_NAMES else ""
+            self.add((*path, "id"), f"`id` {step_id!r} is not a valid step id: {why} — use letters, digits and "
+                                    f"single _ (it becomes the op name){hint}", label)
             ok = False
         elif step_id in r.RESERVED_ROOTS:
             self.add((*path, "id"), f"`{step_id}` is reserved for ${{{step_id}…}} references", label)
@@ -284,8 +299,9 @@ class _Checker:
                 if err["type"] == "extra_forbidden":
                     known = _fields_of(_owner_model(spec.input_model, loc[:-1])) or []
                     meant = closest_name(str(loc[-1]), known)
+                    hint = unknown_field_hint(spec.name, loc)
                     msg = f"unknown field {where!r} in {spec.name} input"
-                    msg += f"; did you mean {meant!r}?" if meant else ""
+                    msg += f"; {hint}" if hint else f"; did you mean {meant!r}?" if meant else ""
                     msg += f" (fields: {', '.join(known)})" if known else ""
                 elif err["type"] == "missing":
                     msg = f"{where}: is required by {spec.name}"

@@ -199,6 +199,29 @@ def test_a_variable_name_that_is_no_python_identifier_is_a_400_naming_the_option
     assert ("argument --df" if "--df" in line else "argument -o/--out") in str(caught.value)
 
 
+def test_help_shows_the_magics_help_or_the_actions(ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """``%etl --help`` / ``-h`` were refused as unrecognized arguments: they show what ``%etl?`` shows, and after
+    an action its input fields (as ``connector-ops actions etl.query``)."""
+    from connector_ops.action_docs import describe_text
+
+    for line in ("--help", "-h"):
+        assert ip.run_line_magic("etl", line) is None
+        shown = capsys.readouterr().out
+        assert "%etl [-h] [-o NAME]" in shown and "store the output in this variable" in shown
+    assert ip.run_line_magic("etl", "query --help") is None
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: %etl query [-o NAME]") and describe_text("etl.query") in shown
+    assert ip.run_line_magic("drive", "list -h") is None and "drive.list" in capsys.readouterr().out
+
+
+def test_iterate_given_a_virtual_file_id_field_says_it_goes_in_content(ip: Any) -> None:
+    """Iterate takes the id in ``content``: "virtualFileId: is not a known field" alone did not say so."""
+    with pytest.raises(NotebookError) as caught:
+        ip.run_line_magic("etl", 'iterate {"virtualFileId": "abc", "maxBatchSize": 1}')
+    assert str(caught.value) == ("etl.iterate failed (400): content: is required; virtualFileId: is not a known "
+                                 "field (etl.iterate takes the virtual file id in `content`)")
+
+
 def test_stop_ends_the_cell_with_one_line(env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop during a push: a KeyboardInterrupt (the kernel's error, "Run all" stops) shown as one line, not a
