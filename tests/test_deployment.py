@@ -339,6 +339,16 @@ def test_daemon_ticks_a_schedule_and_a_sensor(deployed: Deployment) -> None:
     assert runs_of("minutely")[0].dagster_run.tags["dagster/schedule_name"] == "minutely_schedule"
 
 
+def test_the_daemon_monitors_runs(deployed: Deployment) -> None:
+    """deploy/dagster.yaml turns run monitoring on: the daemon fails runs stuck STARTING and terminates runs past
+    their dagster/max_runtime tag (docs/deployment.md). Its monitoring daemon runs and beats."""
+    def beats() -> bool:
+        with deployed.instance() as instance:
+            return instance.run_monitoring_enabled and "MONITORING" in instance.get_daemon_heartbeats()
+
+    wait_for(beats, "the run monitoring daemon's heartbeat", 90, deployed.procs)
+
+
 def test_a_second_host_runs_its_share_of_the_steps(deployed: Deployment,
                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
     """A worker on a "second host": its own home, Dagster home and pipeline folder, and a private mount
