@@ -21,7 +21,7 @@ from typing import Any
 from connector_ops.kernel.disk import min_free_disk
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.resource import Resource
-from connector_ops.kernel.secrets import MASK, mask_url, masked
+from connector_ops.kernel.secrets import mask_secret, masked
 
 #: Variables whose value is secret: passed as EnvVar in Definitions, masked by ``%connectors``.
 SECRET_VARIABLES = frozenset(
@@ -278,7 +278,7 @@ def masked_environment(environ: Mapping[str, str] | None = None) -> dict[str, st
 
     def shown(name: str, value: str) -> str:
         if name in SECRET_VARIABLES:
-            return mask_url(value) if "://" in value else MASK
+            return mask_secret(value)
         return masked(name, value)
 
     env = os.environ if environ is None else environ

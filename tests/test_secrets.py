@@ -242,3 +242,45 @@ def test_a_cli_command_besides_an_action_fails_in_one_line(tmp_path, monkeypatch
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "SeCrEtPw" not in out + err
     assert "failed (500): database error: connection failed" in err
+
+
+@pytest.mark.parametrize("secret", ["Tr0ub4dor://x", "k3y://Zq9", "pass://word.example", "https://", "sqlite:relative"])
+def test_a_secret_holding_a_scheme_like_mark_is_masked_whole(secret):
+    """``://`` alone made a secret "a URL", and a URL with no ``user:pw@`` showed whole: a password
+    ``Tr0ub4dor://x`` was printed by ``%connectors``, ``masked_environment`` and reprs."""
+    from connector_ops.environment import masked_environment
+
+    assert masked("api_secret", secret) == masked("password", secret) == "****"
+    assert masked_environment({"SMTP_PASSWORD": secret, "MAILJET_API_SECRET": secret,
+                               "CONNECTOR_OPS_DATABASE_URL": secret}) == {
+        "CONNECTOR_OPS_DATABASE_URL": "****", "MAILJET_API_SECRET": "****", "SMTP_PASSWORD": "****"}
+
+
+def test_a_secret_that_is_a_url_with_its_host_keeps_its_host_readable():
+    from connector_ops.environment import masked_environment
+
+    assert masked_environment({"CONNECTOR_OPS_DATABASE_URL": "postgresql+psycopg://bob:pa/ss#wd@127.0.0.1/db",
+                               "GOOGLE_CLIENT_SECRET": "https://u:pw@vault.example/x"}) == {
+        "CONNECTOR_OPS_DATABASE_URL": "postgresql+psycopg://bob:****@127.0.0.1/db",
+        "GOOGLE_CLIENT_SECRET": "https://u:****@vault.example/x"}
+    assert masked_environment({"CONNECTOR_OPS_DATABASE_URL": "sqlite:////srv/co/vf.db"}) == {
+        "CONNECTOR_OPS_DATABASE_URL": "sqlite:////srv/co/vf.db"}
+
+
+def test_connectors_status_masks_a_session_secret_holding_a_scheme_like_mark(tmp_path, monkeypatch):
+    from tests.magic.conftest import make_shell
+
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    monkeypatch.setenv("CONNECTOR_OPS_MIN_FREE_DISK", "0")
+    ip = make_shell()
+    try:
+        ip.run_line_magic("connectors", "set CONNECTOR_OPS_MAIL_BACKEND=mailjet MAILJET_API_KEY=pub "
+                                        "MAILJET_API_SECRET=k3y://Zq9")
+        data, _ = ip.display_formatter.format(ip.run_line_magic("connectors", ""))
+        shown = data.get("text/plain", "") + data.get("text/html", "")
+        assert "MailjetResource" in shown and "Zq9" not in shown
+    finally:
+        from connector_ops.magic import unload_ipython_extension
+
+        unload_ipython_extension(ip)
+        ip.clear_instance()

@@ -1,7 +1,9 @@
 """Keeping secrets out of what people see: reprs of resources, ``%connectors``, log lines.
 
-One rule everywhere: a field whose name says it is secret shows as ``****``; a URL shows with its
-password (``user:pw@`` or a ``password=`` style query parameter) replaced by ``****``.
+One rule everywhere: a field whose name says it is secret shows as ``****``, unless its value is a URL of a
+kind we read (a web or database URL with its host); a URL shows with its password (``user:pw@`` or a
+``password=`` style query parameter) replaced by ``****``. A secret that merely holds ``://``
+(``k3y://Zq9``) is a secret, not a URL: it is masked whole.
 """
 
 from __future__ import annotations
@@ -43,13 +45,38 @@ def mask_url(value: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
+#: the URL schemes a secret setting may hold as a URL (a database URL's driver, ``+psycopg``, aside)
+_URL_SCHEMES = frozenset({"http", "https", "postgresql", "postgres", "sqlite"})
+
+
+def _is_url_we_read(value: str) -> bool:
+    """Whether ``value`` is a web or database URL with its host (or SQLite's file path): only then may a
+    secret show as a URL. Telling by ``://`` alone showed a password such as ``Tr0ub4dor://x`` in clear."""
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.split("+", 1)[0] not in _URL_SCHEMES:
+        return False
+    if scheme.startswith("sqlite"):
+        return rest.startswith("/")  # sqlite:///relative.db or sqlite:////abs.db
+    masked_value = mask_url(value)  # a database password may hold / # ? that urlsplit would end the host at
+    try:
+        return bool(urlsplit(masked_value).hostname)
+    except ValueError:
+        return False
+
+
+def mask_secret(value: str) -> str:
+    """A secret setting's value as it may be shown: a URL we read with its password hidden, anything else
+    ``****`` whole."""
+    return mask_url(value) if _is_url_we_read(value) else MASK
+
+
 def masked(field: str, value: Any) -> Any:
     """How a setting may be shown: secret fields masked, URLs with their passwords hidden."""
     if not isinstance(value, str) or value == "":
         return value
-    if "://" in value:
-        return mask_url(value)
-    return MASK if SECRET_NAME.search(field) else value
+    if SECRET_NAME.search(field):
+        return mask_secret(value)
+    return mask_url(value) if "://" in value else value
 
 
 class RedactedRepr:
