@@ -284,3 +284,32 @@ def test_connectors_status_masks_a_session_secret_holding_a_scheme_like_mark(tmp
 
         unload_ipython_extension(ip)
         ip.clear_instance()
+
+
+@pytest.mark.parametrize("url", ["postgresql+psycopg://bob:p@ss:wo5rd@127.0.0.1/db",
+                                 "postgresql+psycopg://bob:secret@127.0.0.1:54x32/db",
+                                 "postgresql+psycopg://bob:a:b/c@[::1]:5x/db"])
+def test_a_database_url_whose_port_is_no_number_is_a_configuration_error_naming_the_variable(tmp_path, monkeypatch,
+                                                                                             url):
+    """SQLAlchemy reads the password up to the first ``@`` and calls ``int()`` on what follows the host: an
+    unescaped ``@`` ``:`` in a password was a 500 "ValueError: invalid literal for int() … 'wo5rd@127.0.0.1'"."""
+    from connector_ops import ConnectorError, invoke
+
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", url)
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.query", {"virtualFileId": "x", "query": {}})
+    assert info.value.body == {"message": "configuration error: CONNECTOR_OPS_DATABASE_URL: has a port that is not "
+                               "a number (as read after the host); URL-encode @ : / in the password (%40 %3A %2F)"}
+    with pytest.raises(ValueError, match="port that is not a number") as built:
+        VirtualFileStore(database_url=url)
+    assert not any(piece in str(built.value) for piece in ("wo5rd", "54x32", "5x", "secret"))
+
+
+def test_a_database_url_with_a_numeric_or_no_port_passes_the_check():
+    from connector_ops.resources.virtual_files.urls import database_url_problem
+
+    for url in ("postgresql+psycopg://bob:p%40ss@127.0.0.1:5432/db", "postgresql+psycopg://bob:pw@db/x",
+                "postgresql+psycopg://bob:pw@[::1]:5432/db", "sqlite:////abs/path/vf.db", "sqlite:///rel.db",
+                "postgresql+psycopg://bob:Ab/Cd9@db/x", "postgresql+psycopg:///db?host=/run/pg"):
+        assert database_url_problem(url) is None, url

@@ -16,6 +16,11 @@ from pydantic import AfterValidator
 SUPPORTED_URLS = "sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
 _SUPPORTED_DRIVERS = frozenset({"sqlite", "sqlite+pysqlite", "postgresql", "postgres", "postgresql+psycopg"})
 _SCHEME = re.compile(r"^([\w+]+)://", re.ASCII)
+#: the port as SQLAlchemy's URL grammar (``sqlalchemy.engine.url._parse_url``) finds it: the password runs to
+#: the first ``@``, the host to the next ``:``, ``/`` or ``?``; SQLAlchemy then calls ``int()`` on the port
+_PORT = re.compile(r"^[\w+]+://(?:[^:/]*(?::[^@]*)?@)?(?:\[[^/?]+\]|[^/:?]+)?(?::(?P<port>[^/?]*))?")
+#: what to do about a port that is not a number, which is most often a password's ``@`` ``:`` or ``/``
+_PORT_HINT = "URL-encode @ : / in the password (%40 %3A %2F)"
 
 
 def database_url_problem(url: str) -> str | None:
@@ -26,11 +31,20 @@ def database_url_problem(url: str) -> str | None:
         return f"is not a database URL (a path needs sqlite:///); use {SUPPORTED_URLS}"
     driver = match.group(1)
     if driver in _SUPPORTED_DRIVERS:
-        return None
+        return _port_problem(url)
     if driver.lower() in _SUPPORTED_DRIVERS:  # passed here once, then SQLAlchemy said "Can't load plugin" (a 500)
         return f"names the database driver {driver!r}, which is written in lower case ({driver.lower()}); " \
                f"use {SUPPORTED_URLS}"
     return f"names the database driver {driver!r}, which is not supported; use {SUPPORTED_URLS}"
+
+
+def _port_problem(url: str) -> str | None:
+    """A port SQLAlchemy would fail to read (``int('wo5rd@127.0.0.1')``, a 500 quoting a piece of the
+    password), named without repeating it."""
+    port = _PORT.match(url)
+    if port is None or not port["port"] or (port["port"].isascii() and port["port"].isdigit()):
+        return None
+    return f"has a port that is not a number (as read after the host); {_PORT_HINT}"
 
 
 def supported_url(url: str) -> str:
