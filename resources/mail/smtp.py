@@ -9,6 +9,7 @@ rendered and the attachments read (within the 15 MB budget) before the connectio
 
 from __future__ import annotations
 
+import base64
 import smtplib
 import ssl
 from email.headerregistry import Address as HeaderAddress
@@ -58,6 +59,23 @@ class _Watched(smtplib.SMTP):
         super().send(s)
         if isinstance(s, bytes) and s.endswith(b"\r\n.\r\n"):  # only data() sends bytes: the message body
             self.message_sent = True
+
+
+    def login(self, user: str, password: str, *, initial_response_ok: bool = True) -> tuple[int, bytes]:
+        """smtplib's own login, but a user name or password with a non-ASCII character goes as UTF-8 through
+        AUTH PLAIN (RFC 4616): smtplib encodes every login as ASCII, and its UnicodeEncodeError (a 500) quoted
+        the character of the password and its position."""
+        if f"{user}{password}".isascii():
+            return super().login(user, password, initial_response_ok=initial_response_ok)
+        self.ehlo_or_helo_if_needed()
+        if "PLAIN" not in self.esmtp_features.get("auth", "").upper().split():
+            raise ActionFailed("SMTP_USERNAME or SMTP_PASSWORD holds a non-ASCII character, which only AUTH PLAIN "
+                               "carries (as UTF-8, RFC 4616); the SMTP server does not offer it")
+        token = base64.b64encode(b"\0" + user.encode() + b"\0" + password.encode()).decode("ascii")
+        code, reply = self.docmd("AUTH", f"PLAIN {token}")
+        if code in (235, 503):  # authenticated / already authenticated, as smtplib's login
+            return code, reply
+        raise smtplib.SMTPAuthenticationError(code, reply)
 
 
 class _WatchedSSL(_Watched, smtplib.SMTP_SSL):

@@ -171,6 +171,32 @@ def test_wrong_password(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatc
     assert "smtp-wrong-pw-93b1" not in text and recorder.envelopes == []
 
 
+def test_a_non_ascii_user_name_and_password_log_in_as_utf8(smtp_env: dict[str, str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """smtplib encodes a login as ASCII: a password "hunter2é!" was a 500 "UnicodeEncodeError: 'ascii' codec
+    can't encode character '\\xe9' in position 12", a character of the password and where it is. AUTH PLAIN
+    carries UTF-8 (RFC 4616)."""
+    with smtp_server(authenticator=password_authenticator("rélais", "hunter2é!"),
+                     auth_require_tls=False) as (recorder, port):
+        use(monkeypatch, port, SMTP_USERNAME="rélais", SMTP_PASSWORD="hunter2é!")
+        assert send(message(templateVariables=VARIABLES)) == {}
+        use(monkeypatch, port, SMTP_PASSWORD="wrongé-93b1")
+        text = failure(message(templateVariables=VARIABLES))
+    assert len(recorder.envelopes) == 1
+    assert text.startswith("SMTP authentication failed at 127.0.0.1:") and "93b1" not in text
+
+
+def test_a_non_ascii_password_without_auth_plain_is_named_not_quoted(smtp_env: dict[str, str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    with smtp_server(authenticator=password_authenticator(USER, "hunter2é!"), auth_require_tls=False,
+                     auth_exclude_mechanism=["PLAIN"]) as (recorder, port):
+        use(monkeypatch, port, SMTP_USERNAME=USER, SMTP_PASSWORD="hunter2é!")
+        text = failure(message(templateVariables=VARIABLES))
+    assert text == ("SMTP_USERNAME or SMTP_PASSWORD holds a non-ASCII character, which only AUTH PLAIN carries "
+                    "(as UTF-8, RFC 4616); the SMTP server does not offer it")
+    assert recorder.envelopes == []
+
+
 def test_template_problems_are_500_before_connecting(smtp_env: dict[str, str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     with smtp_server() as (recorder, port):
