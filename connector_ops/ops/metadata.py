@@ -4,11 +4,14 @@
   text, so every column is ``string``) and ``preview`` (a ``MetadataValue.table`` of the first rows);
   the UI's asset and run views read the two ``dagster/`` keys (row-count charts, the columns tab);
 * a platform file: ``path`` (``MetadataValue.path``) when its bytes are on this machine, ``link`` (a URL)
-  only when it can be opened: a remote link, or ours while the file server answers; ``size_bytes``;
+  only when it can be opened: a remote link, or ours while the file server answers; ``size_bytes``. A
+  remote link is stored as messages show it (``scheme://host/path``, :func:`link_shown`): its password or
+  signature would otherwise sit in Dagster's event log, even when the input gave it through ``${env.…}``;
 * a list of rows: ``count`` and a ``preview`` table;
 * every output: ``duration_s`` (the action's wall time); transfers also ``bytes_in`` (what was read);
   ``read_virtual_file_ids`` / ``read_platform_files``: the stored files the action's input named (what
-  ``connector-ops gc`` keeps for a job's latest successful run, however its input was given).
+  ``connector-ops gc`` keeps for a job's latest successful run, however its input was given): ids, and
+  links as :func:`link_shown` shows them (gc reads a link's last path segment, our file's id).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import dagster as dg
 import httpx
 
-from connector_ops.kernel.errors import NotFound
+from connector_ops.kernel.errors import NotFound, link_shown
 
 PREVIEW_ROWS = 5
 _CELL_LIMIT = 200
@@ -84,8 +87,19 @@ def platform_file_metadata(value: Mapping[str, Any], files: Any) -> dict[str, An
         if _server_answers(files.file_server_url):
             meta["link"] = dg.MetadataValue.url(link)
     elif link.startswith(("http://", "https://")):
-        meta["link"] = dg.MetadataValue.url(link)
+        shown = link_shown(link)  # a signed link without its signature opens nothing: then text, not a URL
+        meta["link"] = dg.MetadataValue.url(link) if shown == link else dg.MetadataValue.text(shown)
     return meta
+
+
+def stored_platform_file(value: Mapping[str, Any], files: Any) -> dict[str, Any]:
+    """A platform file as event metadata may keep it: our own file's link as it is (an asset's downstream
+    reads it back, :func:`connector_ops.ops.assets.latest_location`), any other link without its password
+    and query (:func:`link_shown`)."""
+    link = value.get("link")
+    if not isinstance(link, str) or (files is not None and files.local_id(value) is not None):
+        return dict(value)
+    return {**value, "link": link_shown(link)}
 
 
 #: output fields whose string value is a virtual file id (Validate's are ids when its content was one)
@@ -127,7 +141,7 @@ _APPENDED_ROW = frozenset({"virtualFileId", "content"})
 
 
 def files_read(payload: Any, vfs: set[str] | None = None, pfs: set[str] | None = None) -> tuple[set[str], set[str]]:
-    """The virtual file ids and platform files (``id`` and ``link`` strings) ``payload`` names: every
+    """The virtual file ids and platform files (``id``, and ``link`` without password or query) ``payload`` names: every
     ``virtualFileId`` (Join's sides and Append Rows' rows too), a string ``content``, every ``platformFile``.
 
     Recorded because nothing else says what a run read: a YAML job's literal input is its default config (a
@@ -140,7 +154,10 @@ def files_read(payload: Any, vfs: set[str] | None = None, pfs: set[str] | None =
             if key in ("virtualFileId", "content") and isinstance(value, str):
                 vfs.add(value)
             elif key == "platformFile" and isinstance(value, Mapping):
-                pfs.update(v for v in (value.get("id"), value.get("link")) if isinstance(v, str))
+                if isinstance(file_id := value.get("id"), str):
+                    pfs.add(file_id)
+                if isinstance(link := value.get("link"), str):  # gc reads its last path segment: our file's id
+                    pfs.add(link_shown(link))
             elif key not in _NOT_REFERENCES and isinstance(value, Mapping | list):
                 files_read(value, vfs, pfs)
     elif isinstance(payload, list):
@@ -178,5 +195,6 @@ LOCATION_KEYS = {"virtualFileId": "virtual_file_id", "validated": "virtual_file_
 
 def materialization_metadata(field: str, value: Any, resources: Mapping[str, Any]) -> dict[str, Any]:
     """An asset materialisation's metadata: the output's standard metadata plus where the data is."""
-    location = dg.MetadataValue.json(dict(value)) if isinstance(value, Mapping) else dg.MetadataValue.text(str(value))
+    location = (dg.MetadataValue.json(stored_platform_file(value, resources.get("platform_files")))
+                if isinstance(value, Mapping) else dg.MetadataValue.text(str(value)))
     return {**output_metadata(field, value, resources), LOCATION_KEYS[field]: location}
