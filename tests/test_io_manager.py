@@ -93,3 +93,64 @@ def test_the_url_reaches_runs_as_an_environment_reference(env: dict[str, str],
     unset = step_output_io_manager()
     assert unset.database_url is None  # resolved where the step runs, never the loader's SQLite path
     assert env["CONNECTOR_OPS_HOME"] not in json.dumps(unset.model_dump(), default=str)
+
+
+def test_env_values_stay_out_of_the_stored_step_outputs(env: dict[str, str], tmp_path: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's resolver handed its action op the input with ``${env.…}`` substituted, and the step-output
+    store pickled it into the database until gc: a secret given as the docs advise sat in cop_step_output.
+    The resolver hands the variables over by name; the action op reads them where it runs."""
+    from connector_ops.environment import resources_for
+    from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+    from tests.pipeline_files import write
+
+    (tmp_path / "data.csv").write_text("token\nSecretAlpha\nSecretTail9\nDefaultRow\nSecretJson7\nkept\n",
+                                       encoding="utf-8")
+    monkeypatch.setenv("SECRET_A", "SecretAlpha")
+    monkeypatch.setenv("SECRET_TAIL", "Tail9")
+    monkeypatch.setenv("SECRET_QUERY", '{"token": {"$nin": ["SecretJson7"]}}')
+    path = write(tmp_path, """
+        name: env_secrets
+        steps:
+          - id: load
+            action: etl.push
+            input: {platformFile: "${file:data.csv}"}
+          - id: filtered
+            action: etl.query
+            input:
+              virtualFileId: "${load.virtualFileId}"
+              query: {token: {"$nin": ["${env.SECRET_A}", "Secret${env.SECRET_TAIL}", "${env.UNSET_X:-DefaultRow}"]}}
+          - id: exact
+            action: etl.query
+            input: {virtualFileId: "${load.virtualFileId}", query: "${env.SECRET_QUERY}"}
+        """)
+    resources = {**resources_for(environ=env), "io_manager": StepOutputIOManager()}
+    result = compile_pipeline(load_pipeline(path)).job.execute_in_process(resources=resources)
+    assert result.output_for_node("filtered", "result") == [{"token": "SecretJson7"}, {"token": "kept"}]
+    assert [r["token"] for r in result.output_for_node("exact", "result")] == [
+        "SecretAlpha", "SecretTail9", "DefaultRow", "kept"]
+    with get_engine(env["CONNECTOR_OPS_DATABASE_URL"]).begin() as conn:
+        stored = {key: bytes(value) for key, value in conn.execute(
+            sa.select(step_output.c.key, step_output.c.value).where(step_output.c.run_id == result.run_id))}
+    inputs = {k: v for k, v in stored.items() if k.endswith("__input/result")}
+    assert len(inputs) == 3 and b"SECRET_A" in inputs[f"{result.run_id}/filtered__input/result"]
+    for secret in (b"SecretAlpha", b"Tail9", b"SecretJson7"):
+        assert not any(secret in value for value in inputs.values()), secret
+
+
+def test_env_fields_are_read_in_the_environment_of_the_process_running_the_action() -> None:
+    """What the resolver stores holds names; a Celery worker reading it later reads its own environment."""
+    from connector_ops.kernel.errors import InvalidInput
+    from connector_ops.pipelines.dsl import references as r
+
+    template = {"query": {"a": "${env.X}", "b": ["x-${env.Y}-${step.n}", "${env.Z:-[3]}"]}, "n": "${step.n}"}
+    scope = r.Scope(steps={"step": {"n": 7}}, environ={"X": "[1, 2]", "Y": "why"})
+    deferred = r.resolve_deferring_env(template, scope)
+    stored = pickle.dumps(deferred)
+    assert b"why" not in stored and b"[1, 2]" not in stored
+    assert pickle.loads(stored).value({"X": "1", "Y": "w"}) == {"query": {"a": 1, "b": ["x-w-7", [3]]}, "n": 7}
+    assert r.resolve(template, scope) == pickle.loads(stored).value(scope.environ)
+    with pytest.raises(InvalidInput, match=r"\$\{env.X\}: environment variable X is not set"):
+        deferred.value({})
+    with pytest.raises(InvalidInput, match="environment variable Y is not set"):
+        r.resolve_deferring_env(template, r.Scope(steps={"step": {"n": 7}}, environ={"X": "1"}))

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import time
 import types
 import typing
@@ -26,7 +27,8 @@ import dagster as dg
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_snake
 
-from connector_ops.kernel.errors import ConnectorError
+from connector_ops.kernel.deferred_values import Deferred
+from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import LogReporter, reporting_to
 from connector_ops.ops.asset_files import check_asset_input, publish
@@ -293,9 +295,12 @@ def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
 
 
 def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The action input: the op config, with wired inputs taking precedence."""
+    """The action input: the op config, with wired inputs taking precedence. ``fields`` given as a
+    :class:`~connector_ops.kernel.deferred_values.Deferred` (a pipeline step's ``${env.…}`` values, kept out of the
+    stored step outputs) are read here, from the environment of the process running the action."""
     payload = {k: v for k, v in config.items() if v is not None}
-    payload.update(inputs.get("fields") or {})
+    fields = inputs.get("fields")
+    payload.update((fields.value(os.environ) if isinstance(fields, Deferred) else fields) or {})
     for input_name, field in spec.wirable_inputs.items():
         value = inputs.get(input_name)
         if value is not None:
@@ -320,7 +325,10 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
     def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
         ensure_launched_definition(context)
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
-        payload = op_payload(spec, context.op_config or {}, inputs)
+        try:
+            payload = op_payload(spec, context.op_config or {}, inputs)
+        except ConnectorOpsError as exc:  # a ${env.…} unset since the step before read it
+            raise failure(ConnectorError(exc.status, {"message": str(exc)}, action=spec.name)) from None
         if missing := sorted(extensions - spec.outputs_present(payload)):
             when = spec.present_when[missing[0]]
             raise failure(ConnectorError(400, {"message": f"{when.field}: must be {when.value!r}: the pipeline's "

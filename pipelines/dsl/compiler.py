@@ -126,7 +126,8 @@ class _Builder:
         """Definitions made for this job are prefixed by the job name so jobs never share a name."""
         return f"{self.p.name}__{node}"
 
-    def resolver(self, node: str, step: Step, template: Any, *, batch: Any = None, rows: Any = None) -> Any:
+    def resolver(self, node: str, step: Step, template: Any, *, batch: Any = None, rows: Any = None,
+                 defer_env: bool = True) -> Any:
         refs = [ref for _loc, ref, _exact in r.find_refs(template)]
         steps: dict[str, dict[str, str]] = {}
         for ref in refs:
@@ -139,7 +140,7 @@ class _Builder:
         op_def = resolver_op(
             self.op_name(node), template, steps, action=step.action.name, base_dir=self.p.base_dir,
             files=self.p.files,
-            batch=batch is not None, rows=rows is not None, trigger=r.TRIGGER in uses,
+            batch=batch is not None, rows=rows is not None, trigger=r.TRIGGER in uses, defer_env=defer_env,
         )
         kwargs = {upstream_input(sid, out): self.handles[sid][f] for sid, fields in steps.items()
                   for f, out in fields.items()}
@@ -217,7 +218,7 @@ class _Builder:
                 and ref.root not in self.foreach_steps:
             kwargs["virtual_file_id"] = self.handles[ref.root][ref.path[0]]
         else:
-            kwargs["virtual_file_id"] = self.resolver(f"{step.id}__source", step, source)
+            kwargs["virtual_file_id"] = self.resolver(f"{step.id}__source", step, source, defer_env=False)
         if step.after:
             kwargs["after"] = self.after(step)
         self.config[node] = {"config": config}

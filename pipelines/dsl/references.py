@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
+from connector_ops.kernel.deferred_values import Deferred
 from connector_ops.kernel.errors import InvalidInput
 
 _TOKEN = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
@@ -230,15 +231,68 @@ def _interpolated(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _joined(parts: Sequence[str | Ref], scope: Scope) -> Any:
+    """The value of one template string: an exact reference keeps its JSON type, else the parts joined."""
+    if len(parts) == 1 and isinstance(parts[0], Ref):
+        return lookup(parts[0], scope)
+    return "".join(p if isinstance(p, str) else _interpolated(lookup(p, scope, exact=False)) for p in parts)
+
+
 def resolve(value: Any, scope: Scope) -> Any:
     """``value`` with every reference replaced (exact ones keep their JSON type)."""
+    return _resolve(value, scope, (), None)
+
+
+def resolve_deferring_env(value: Any, scope: Scope) -> Any:
+    """:func:`resolve` for a value the step-output store keeps: each string holding an ``${env.…}`` stays an
+    :class:`EnvFields` entry (the variable's name, its other references resolved now), read by the action op
+    when it runs; the store would otherwise keep a secret until gc. Each is read once here too, so a variable
+    that is not set fails this step, as before."""
+    pending: dict[Location, tuple[str | Ref, ...]] = {}
+    resolved = _resolve(value, scope, (), pending)
+    return EnvFields(resolved, tuple(pending.items())) if pending else resolved
+
+
+def _resolve(value: Any, scope: Scope, location: Location,
+             pending: dict[Location, tuple[str | Ref, ...]] | None) -> Any:
     if isinstance(value, str):
         parts = parse_template(value)
-        if len(parts) == 1 and isinstance(parts[0], Ref):
-            return lookup(parts[0], scope)
-        return "".join(p if isinstance(p, str) else _interpolated(lookup(p, scope, exact=False)) for p in parts)
+        if pending is None or not any(isinstance(p, Ref) and p.root == ENV for p in parts):
+            return _joined(parts, scope)
+        exact = len(parts) == 1
+        kept = tuple(p if exact or isinstance(p, str) or p.root == ENV else _interpolated(lookup(p, scope, exact=False))
+                     for p in parts)
+        _joined(kept, scope)  # an unset variable is this step's 400
+        pending[location] = kept
+        return None
     if isinstance(value, Mapping):
-        return {k: resolve(v, scope) for k, v in value.items()}
+        return {k: _resolve(v, scope, (*location, k), pending) for k, v in value.items()}
     if isinstance(value, list):
-        return [resolve(v, scope) for v in value]
+        return [_resolve(v, scope, (*location, i), pending) for i, v in enumerate(value)]
     return value
+
+
+@dataclass(frozen=True)
+class EnvFields(Deferred):
+    """Resolved input fields but for their ``${env.…}`` strings, kept as ``(location, parts)``: what a step
+    stores on its way to the action op, which reads the variables where it runs (:class:`.Deferred`)."""
+
+    fields: Any
+    env: tuple[tuple[Location, tuple[str | Ref, ...]], ...]
+
+    def value(self, environ: Mapping[str, str]) -> Any:
+        scope = Scope(environ=environ)
+        fields = self.fields
+        for location, parts in self.env:
+            fields = _replaced(fields, location, _joined(parts, scope))
+        return fields
+
+
+def _replaced(value: Any, location: Location, new: Any) -> Any:
+    """``value`` with ``new`` at ``location``, copying only the containers on the way."""
+    if not location:
+        return new
+    head, rest = location[0], location[1:]
+    copy = dict(value) if isinstance(value, Mapping) else list(value)
+    copy[head] = _replaced(value[head], rest, new)  # type: ignore[index]
+    return copy

@@ -1,8 +1,9 @@
 """The few ops the compiler adds around the action ops: reference resolvers, fan-in, the trigger.
 
 * resolver (``<step>__input``): receives exactly the upstream outputs a step's ``${…}`` references
-  need, resolves its input template at run time (environment read inside the run, so values never
-  enter run config) and hands the finished fields to the action op's ``fields`` input;
+  need, resolves its input template at run time and hands the finished fields to the action op's
+  ``fields`` input. ``${env.…}`` values are handed over by name (:class:`.references.EnvFields`), read by
+  the action op where it runs: they never enter run config, nor the stored step outputs;
 * gather (``<step>__gather``): collects the per-batch outputs of a ``foreach`` step into lists;
 * trigger (``trigger``): the drive file that started the run (run config, set by the sensor).
 """
@@ -39,8 +40,12 @@ def resolver_op(
     batch: bool = False,
     rows: bool = False,
     trigger: bool = False,
+    defer_env: bool = True,
 ) -> dg.OpDefinition:
     """An op resolving ``template`` from the outputs of ``steps`` (step id -> {spec field: op output}).
+
+    ``defer_env``: hand ``${env.…}`` values over by name, for an action op's ``fields``; ``False`` for a
+    value wired into a typed input (a ``foreach``'s virtual file id, which is no secret).
 
     ``files``: the content digests of the pipeline's ``${file:path}`` files as its process loaded them (the
     pipeline's digest covers them): a file changed since is refused with a 409, like a step of another version
@@ -70,7 +75,7 @@ def resolver_op(
                 Path(base_dir) / rel, name=options.get("name"), content_type=options.get("contentType"),
                 verify=unchanged_file_check(context, files, base_dir, rel)).to_json()
         try:
-            value = r.resolve(template, scope)
+            value = (r.resolve_deferring_env if defer_env else r.resolve)(template, scope)
         except (InvalidInput, NotFound) as exc:
             raise failure(ConnectorError(exc.status, {"message": str(exc)}, action=action)) from None
         yield dg.Output(value, "result")
