@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 from jinja2.sandbox import SandboxedEnvironment
 
-from connector_ops.kernel.errors import ActionFailed
+from connector_ops.kernel.errors import ActionFailed, InvalidInput
 from connector_ops.resources.mail.message import check_header_text
 
 SUBJECT, TEXT, HTML = "subject.j2", "body.txt.j2", "body.html.j2"
@@ -67,5 +68,31 @@ class LocalTemplates:
             try:
                 check_header_text(subject, "the rendered subject")
             except ValueError as exc:
+                culprit = self._subject_variable(template_id, variables)
+                if culprit is not None:  # the caller's value broke the line: theirs to fix, a 400
+                    raise InvalidInput(f"templateVariables.{culprit}", f"is rendered into the subject (template "
+                                       f"{template_id}, {SUBJECT}), which is one header line: {exc}") from None
                 raise ActionFailed(f"template {template_id}, {SUBJECT}: {exc}") from None
         return Rendered(subject or None, text, html)
+
+    def _subject_variable(self, template_id: int, variables: dict[str, Any]) -> str | None:
+        """The first variable the subject template uses whose value holds a line break or a control character
+        (``None``: the template itself makes them)."""
+        source, _, _ = self._plain.loader.get_source(self._plain, f"{template_id}/{SUBJECT}")  # type: ignore[union-attr]
+        used = jinja2.meta.find_undeclared_variables(self._plain.parse(source))
+        return next((name for name in sorted(used) if name in variables and _has_control(variables[name])), None)
+
+
+def _has_control(value: Any) -> bool:
+    """Whether a string inside ``value`` (a nested object's too) is no header text."""
+    if isinstance(value, str):
+        try:
+            check_header_text(value)
+        except ValueError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_control(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_control(v) for v in value)
+    return False

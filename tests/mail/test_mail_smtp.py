@@ -207,8 +207,27 @@ def test_template_problems_are_500_before_connecting(smtp_env: dict[str, str],
             "template 4242, body.txt.j2: UndefinedError: 'first_name' is undefined")
         assert failure(message(templateId=8, templateVariables='{"qty": "2", "price": "3"}')) == (
             "template 8, body.txt.j2: TypeError: can't multiply sequence by non-int of type 'str'")
-        assert failure(message(subject=None, templateVariables=VARIABLES.replace('"12345"', '"1\\n2"'))) == (
-            "template 4242, subject.j2: the rendered subject must not contain line breaks or control characters "
+    assert recorder.envelopes == []
+
+
+def test_a_variable_breaking_the_rendered_subject_is_a_400_naming_it(smtp_env: dict[str, str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A template variable holding CR/LF rendered into subject.j2 (a header) was refused as the template's
+    500; the value is the caller's, so it is a 400 naming the variable. A line break the template itself
+    writes stays the template's 500."""
+    templates = Path(smtp_env["CONNECTOR_OPS_TEMPLATES_DIR"])
+    (templates / "9").mkdir()
+    (templates / "9" / "body.txt.j2").write_text("hi")
+    (templates / "9" / "subject.j2").write_text("Order\n{{ order_id }}")
+    with smtp_server() as (recorder, port):
+        use(monkeypatch, port)
+        with pytest.raises(ConnectorError) as caught:
+            send(message(subject=None, templateVariables=VARIABLES.replace('"12345"', '"1\\r\\nBcc: x@evil.org"')))
+        assert caught.value.status == 400 and caught.value.body["message"] == (
+            "templateVariables.order_id: is rendered into the subject (template 4242, subject.j2), which is one "
+            "header line: the rendered subject must not contain line breaks or control characters (found '\\r')")
+        assert failure(message(subject=None, templateId=9, templateVariables='{"order_id": "1"}')) == (
+            "template 9, subject.j2: the rendered subject must not contain line breaks or control characters "
             "(found '\\n')")
     assert recorder.envelopes == []
 
