@@ -39,13 +39,13 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
-from connector_ops.ops.metadata import READ_PLATFORM_FILES, READ_VIRTUAL_FILES
+from connector_ops.ops.metadata import READ_PLATFORM_FILES, READ_VIRTUAL_FILES, STORED_PLATFORM_FILES
 from connector_ops.resources.virtual_files.compaction import Compaction
 
 #: metadata keys whose values name a virtual file or platform file
 REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id", "rejects_file_id",
                   # what a step read, however its input was given (a job's default config, ${env.…})
-                  READ_VIRTUAL_FILES, READ_PLATFORM_FILES,
+                  READ_VIRTUAL_FILES, READ_PLATFORM_FILES, STORED_PLATFORM_FILES,
                   # an asset check's (connector_ops.ops.checks): its rejected rows stay one click away
                   "rejects_virtual_file_id", "validated_virtual_file_id", "rejects_platform_file_id")
 _FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}

@@ -428,6 +428,37 @@ def test_what_a_recent_failed_run_read_stays(resources, files, env, tmp_path, mo
     assert table in result.virtual_files  # once the failed run is old, nothing keeps it
 
 
+def test_a_file_a_step_stored_for_a_later_step_stays_for_its_re_execution(resources, files, env, tmp_path):
+    """A ``${file:…}`` file is stored by its step's resolver, before the action step runs: a run failing (or
+    killed) in between named it nowhere, so gc removed it while a re-execution from failure was queued, and
+    the re-executed step failed with a 404. The resolver's output names what it stored."""
+    from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+    from tests.pipeline_files import write
+
+    (tmp_path / "c.csv").write_text("id,name\n1,a\n")
+    path = write(tmp_path, """
+        name: stored_then_failed
+        steps:
+          - {id: first, action: etl.query, input: {virtualFileId: nowhere, query: {}}}
+          - {id: load, action: etl.push, after: [first], input: {platformFile: "${file:c.csv}"}}
+        """)
+    instance = dg.DagsterInstance.ephemeral()
+    before = {pf for pf, _ in files.inventory()}
+    parent = compile_pipeline(load_pipeline(path)).job.execute_in_process(instance=instance, resources=resources,
+                                                                         raise_on_error=False)
+    assert not parent.success
+    (stored,) = {pf for pf, _ in files.inventory()} - before
+    queued = dict(parent_run_id=parent.run_id, root_run_id=parent.run_id, status=dg.DagsterRunStatus.NOT_STARTED)
+    child = instance.create_run_for_job(compile_pipeline(load_pipeline(path)).job, run_config={}, **queued)
+    result = collect(resources["virtual_files"], files, instance, older_than=timedelta(days=7),
+                     now=datetime.now(UTC) + timedelta(days=8), dry_run=True)
+    assert stored not in result.platform_files
+    instance.delete_run(child.run_id)
+    result = collect(resources["virtual_files"], files, instance, older_than=timedelta(days=7),
+                     now=datetime.now(UTC) + timedelta(days=8), dry_run=True)
+    assert stored in result.platform_files  # nothing queued: an old failed run keeps nothing
+
+
 def test_the_cli_collects_with_the_instance_of_dagster_home(tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME"))}
     (tmp_path / "dagster").mkdir()

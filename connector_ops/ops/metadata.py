@@ -134,6 +134,8 @@ def bytes_in(payload: Mapping[str, Any]) -> int | None:
 
 #: metadata keys of the virtual files / platform files (their ``id`` and ``link``) a step's input named
 READ_VIRTUAL_FILES, READ_PLATFORM_FILES = "read_virtual_file_ids", "read_platform_files"
+#: metadata key of the platform files a YAML step's resolver stored (its ``${file:…}`` files)
+STORED_PLATFORM_FILES = "stored_platform_file_ids"
 #: input fields holding row data or a filter, not references: never searched (an Iterate's or Validate's
 #: ``content`` names a virtual file when it is a string)
 _NOT_REFERENCES = frozenset({"content", "request"})

@@ -18,7 +18,7 @@ import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
 from connector_ops.ops.factory import STALE_DEFINITION_STATUS, ensure_launched_definition, failure
-from connector_ops.ops.metadata import output_metadata
+from connector_ops.ops.metadata import STORED_PLATFORM_FILES, output_metadata
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.local_files import referenced_paths
 
@@ -69,16 +69,26 @@ def resolver_op(
             descriptor = values[BATCH_INPUT]
             scope.batch = {"index": descriptor["index"], "virtualFileId": descriptor["virtualFileId"],
                            "rows": values.get(ROWS_INPUT)}
+        stored: list[str] = []
         if paths:
             store = context.resources.platform_files
-            scope.add_file = lambda rel, options: store.add_file(
-                Path(base_dir) / rel, name=options.get("name"), content_type=options.get("contentType"),
-                verify=unchanged_file_check(context, files, base_dir, rel)).to_json()
+
+            def add_file(rel: str, options: Mapping[str, Any]) -> dict[str, Any]:
+                descriptor = store.add_file(Path(base_dir) / rel, name=options.get("name"),
+                                            content_type=options.get("contentType"),
+                                            verify=unchanged_file_check(context, files, base_dir, rel))
+                stored.append(descriptor.id)
+                return descriptor.to_json()
+
+            scope.add_file = add_file
         try:
             value = (r.resolve_deferring_env if defer_env else r.resolve)(template, scope)
         except (InvalidInput, NotFound) as exc:
             raise failure(ConnectorError(exc.status, {"message": str(exc)}, action=action)) from None
-        yield dg.Output(value, "result")
+        # what this step stored, named where gc looks: a run killed before its action step read the file, then
+        # re-executed from failure, reads it from this output
+        yield dg.Output(value, "result", metadata={STORED_PLATFORM_FILES: dg.MetadataValue.json(stored)} if stored
+                        else None)
 
     ins = {input_name: dg.In(dg.Any) for input_name in inputs}
     if batch:

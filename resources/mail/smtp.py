@@ -60,7 +60,6 @@ class _Watched(smtplib.SMTP):
         if isinstance(s, bytes) and s.endswith(b"\r\n.\r\n"):  # only data() sends bytes: the message body
             self.message_sent = True
 
-
     def login(self, user: str, password: str, *, initial_response_ok: bool = True) -> tuple[int, bytes]:
         """smtplib's own login, but a user name or password with a non-ASCII character goes as UTF-8 through
         AUTH PLAIN (RFC 4616): smtplib encodes every login as ASCII, and its UnicodeEncodeError (a 500) quoted
