@@ -7,6 +7,8 @@ import os
 import pickle
 import subprocess
 import sys
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -14,11 +16,15 @@ import pytest
 import sqlalchemy as sa
 from dagster._core.types.dagster_type import resolve_dagster_type
 
-from connector_ops.ops.io_manager import StepOutputIOManager, step_output_io_manager
+from connector_ops.environment import resources_for
+from connector_ops.ops.io_manager import StepOutputIOManager, pickled_within, step_output_io_manager
 from connector_ops.pipelines.definitions import build_definitions
+from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+from connector_ops.pipelines.runner import run_compiled
 from connector_ops.resources.virtual_files.catalog import step_output
 from connector_ops.resources.virtual_files.engines import get_engine
 from connector_ops.resources.virtual_files.step_outputs import StepOutputs
+from tests.pipeline_files import write
 
 
 def kept(database_url: str, run_id: str) -> dict[str, Any]:
@@ -154,3 +160,61 @@ def test_env_fields_are_read_in_the_environment_of_the_process_running_the_actio
         deferred.value({})
     with pytest.raises(InvalidInput, match="environment variable Y is not set"):
         r.resolve_deferring_env(template, r.Scope(steps={"step": {"n": 7}}, environ={"X": "1"}))
+
+
+def test_an_output_over_the_limit_fails_its_step_naming_it_and_what_to_do(
+        tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Query's whole result wired to the next step was pickled whole into the table: past the database's
+    1 GB the step failed after all its work with a raw ``string or blob too big``. Now a stored output is
+    capped (``CONNECTOR_OPS_MAX_STEP_OUTPUT``, lowered here to 4 KiB) and the step fails with a 400 that
+    names the step, the output, the limit and what to wire instead; nothing of it is stored."""
+    monkeypatch.setenv("CONNECTOR_OPS_MAX_STEP_OUTPUT", "4KiB")
+    resources = {**resources_for(environ=env), "io_manager": StepOutputIOManager()}
+    rows = "id,name\n" + "".join(f"{i},customer number {i}\n" for i in range(500))
+    pf = resources["platform_files"].add_bytes(rows.encode(), "c.csv", "text/csv").to_json()
+    path = write(tmp_path, f"""
+        name: big
+        steps:
+          - id: load
+            action: etl.push
+            input: {{platformFile: {json.dumps(pf)}}}
+          - id: everything
+            action: etl.query
+            input: {{virtualFileId: "${{load.virtualFileId}}", query: {{}}}}
+          - id: again
+            action: etl.iterate
+            input: {{content: "${{everything.result}}", maxBatchSize: 10}}
+    """)
+    outcome = run_compiled(compile_pipeline(load_pipeline(path)), resources)
+    assert not outcome.success
+    error = outcome.errors["everything"]
+    assert error.status == 400 and error.action == "etl.query"
+    assert ("step 'everything': its output 'result' (500 items) is more than 4 KiB pickled, the most a step "
+            "output kept between steps may hold (CONNECTOR_OPS_MAX_STEP_OUTPUT)") in error.message
+    assert "virtualFileId" in error.message and "etl.pull" in error.message
+    stored = kept(env["CONNECTOR_OPS_DATABASE_URL"], outcome.result.run_id)
+    assert [key.split("/", 1)[1] for key in stored] == ["load/virtual_file_id"]  # the small output is kept
+    monkeypatch.setenv("CONNECTOR_OPS_MAX_STEP_OUTPUT", "2GB")  # more than the databases take: refused
+    refused = run_compiled(compile_pipeline(load_pipeline(path)), resources)
+    assert "CONNECTOR_OPS_MAX_STEP_OUTPUT: at most 1,000,000,000 bytes" in refused.errors["load"].message
+
+
+def peak_of(make: Any) -> int:
+    """The most memory Python allocated while ``make()`` ran."""
+    tracemalloc.start()
+    try:
+        make()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_pickling_stops_once_past_the_limit() -> None:
+    """A value far over the limit is refused without building its whole pickle (nor the pickler's whole memo)."""
+    value = [{"id": str(i), "name": f"customer {i}"} for i in range(200_000)]  # ≈ 8 MB pickled
+    whole = peak_of(lambda: pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    refused = peak_of(lambda: pickled_within(value, 512 << 10))
+    assert pickled_within(value, 1 << 20) is None
+    assert refused < whole / 4, (refused, whole)
+    assert pickle.loads(pickled_within(value[:10], 1 << 20) or b"") == value[:10]
+    assert pickle.loads(pickled_within(value, 0) or b"") == value  # 0: no cap of ours

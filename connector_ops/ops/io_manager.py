@@ -2,26 +2,105 @@
 
 Dagster's default IO manager pickles each output to the local disk of the host that ran the step, so a
 step on another host (a Celery worker, a Kubernetes pod) fails with ``FileNotFoundError`` reading its
-input. Our outputs are small (ids, ``platformFile`` descriptors, batches of row ranges) and the store's
+input. Most outputs are small (ids, ``platformFile`` descriptors, batches of row ranges) and the store's
 database is already reached by every host that runs ETL steps, so they are kept there
 (:mod:`connector_ops.resources.virtual_files.step_outputs`): with PostgreSQL, any host reads what any
 other wrote; with the default SQLite file, the run stays on one host, as it always was.
 
 Values are pickled, as Dagster's own IO managers do (the database is the deployment's own, trusted).
 ``connector-ops gc`` removes the outputs of runs older than its cutoff.
+
+Not every output is small: a Query's or an Iterate's ``result`` is rows (≈ 110 bytes pickled per row of
+seven short columns: 1M rows are 112 MiB, and the run's process holds the rows, the pickle and the
+driver's copy at once: 1.4 GiB). A value is one row of one table, so it is bounded by the database
+(SQLite refuses a blob over 1,000,000,000 bytes, PostgreSQL's ``bytea`` over 1 GB) — and that refusal
+came only after all the step's work, as a raw SQL traceback. So a stored output is capped at
+``CONNECTOR_OPS_MAX_STEP_OUTPUT`` (:data:`DEFAULT_MAX_STEP_OUTPUT`), read where the step runs: the
+pickle is written into a counting buffer that stops as soon as it passes the limit (never building more
+than the limit plus one pickle frame), and the step fails with a 400 naming the step, the output, the
+limit and what to wire instead (the virtual file id, or a Pull).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
 
 from connector_ops.environment import recipes_for
-from connector_ops.kernel.errors import NotFound
+from connector_ops.kernel.disk import parse_size, shown_size
+from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
+
+MAX_STEP_OUTPUT_VARIABLE = "CONNECTOR_OPS_MAX_STEP_OUTPUT"
+#: 256 MiB pickled (≈ 2M rows of seven short columns): a quarter of what either database takes in one value,
+#: and what a run's process can hold several times over (rows, pickle, driver copy) on an ordinary host.
+DEFAULT_MAX_STEP_OUTPUT = 256 << 20
+#: the most the setting may be: SQLite's largest blob (its default SQLITE_MAX_LENGTH), below PostgreSQL's 1 GB
+DATABASE_VALUE_LIMIT = 1_000_000_000
+
+
+def max_step_output(environ: Mapping[str, str] | None = None) -> int:
+    """The cap ``CONNECTOR_OPS_MAX_STEP_OUTPUT`` sets on one stored step output, in bytes (0: only the
+    database's own limit). Read at each output, where the step runs, so a test may lower it."""
+    value = (os.environ if environ is None else environ).get(MAX_STEP_OUTPUT_VARIABLE) or None
+    if value is None:
+        return DEFAULT_MAX_STEP_OUTPUT
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise InvalidInput(MAX_STEP_OUTPUT_VARIABLE, str(exc)) from None
+    if size > DATABASE_VALUE_LIMIT:
+        raise InvalidInput(MAX_STEP_OUTPUT_VARIABLE, f"at most {DATABASE_VALUE_LIMIT:,} bytes (the largest value "
+                                                     f"SQLite stores; PostgreSQL's is 1 GB), got {value!r}")
+    return size
+
+
+class _OverLimit(Exception):
+    """The pickle passed its limit; raised from inside ``Pickler.dump`` to stop it."""
+
+
+class _CappedBuffer(io.BytesIO):
+    """A buffer that refuses to grow past ``limit`` bytes: the pickler writes a frame (≤ 64 KiB) at a time,
+    so a value far over the limit costs no more than the limit to refuse."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def write(self, data: Any) -> int:  # type: ignore[override]
+        if self.limit and self.tell() + memoryview(data).nbytes > self.limit:
+            raise _OverLimit
+        return super().write(data)
+
+
+def pickled_within(obj: Any, limit: int) -> bytes | None:
+    """``obj`` pickled, or ``None`` as soon as its pickle passes ``limit`` bytes (0: no limit)."""
+    buffer = _CappedBuffer(limit)
+    try:
+        pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    except _OverLimit:
+        return None
+    return buffer.getvalue()
+
+
+def output_too_large(context: dg.OutputContext, obj: Any, limit: int) -> ConnectorError:
+    """The 400 of an output over ``limit``: which step and output, how large, the limit, and what to do."""
+    output = context.name if context.mapping_key is None else f"{context.name} [{context.mapping_key}]"
+    count = f" ({len(obj):,} items)" if isinstance(obj, list | tuple | dict) else ""
+    try:
+        action = (context.op_def.tags or {}).get("action")
+    except Exception:
+        action = None
+    return ConnectorError(400, {"message": (
+        f"step {context.step_key!r}: its output {output!r}{count} is more than {shown_size(limit)} pickled, the "
+        f"most a step output kept between steps may hold ({MAX_STEP_OUTPUT_VARIABLE}); wire the virtual file "
+        "instead of its rows (its virtualFileId, which the next step reads itself — a foreach step reads its "
+        "rows in batches), or export it with etl.pull to a platform file")}, action=action)
 
 
 def output_key(identifier: list[str]) -> str:
@@ -51,8 +130,16 @@ class StepOutputIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if context.dagster_type.is_nothing:
             return
-        self._outputs().put(output_key(context.get_identifier()), context.run_id,
-                            pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        from connector_ops.ops.factory import failure  # here: the factory's module imports the ops' modules
+
+        try:
+            limit = max_step_output()
+        except InvalidInput as exc:
+            raise failure(ConnectorError(400, {"message": str(exc)})) from None
+        data = pickled_within(obj, limit)
+        if data is None:
+            raise failure(output_too_large(context, obj, limit))
+        self._outputs().put(output_key(context.get_identifier()), context.run_id, data)
 
     def load_input(self, context: dg.InputContext) -> Any:
         if context.dagster_type.is_nothing:
