@@ -12,6 +12,8 @@ import pytest
 from connector_ops.cli import main
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import MAX_BATCHES
+from connector_ops.ops.io_manager import StepOutputIOManager
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.runner import run_compiled
@@ -487,3 +489,33 @@ def test_whole_number_keys_take_an_integral_float_as_action_inputs_do(tmp_path: 
             load_pipeline(write(tmp_path, WHOLE_NUMBERS.format(n=bad)))
         found = {p.line for p in caught.value.problems if "a whole number" in p.message}
         assert found == {2, 3, 7}, (bad, caught.value.problems)  # minimumIntervalSeconds, max_retries, maxBatchSize
+
+
+def test_a_foreach_of_too_many_batches_is_refused_before_any_runs(tmp_path: Path, env: dict[str, str]) -> None:
+    """A foreach's cost grows faster than its batch count (2,000 batches: 4–5 minutes, 600 MiB) and nothing
+    capped it: a 1M-row file at maxBatchSize 1 would have run for days. More than MAX_BATCHES is a 400
+    before any batch, giving the rows, the batches and the smallest maxBatchSize that fits."""
+    resources = {**resources_for(environ=env), "io_manager": StepOutputIOManager()}
+    rows = MAX_BATCHES + 1
+    pf = resources["platform_files"].add_bytes(
+        ("id\n" + "".join(f"{i}\n" for i in range(rows))).encode(), "ids.csv", "text/csv").to_json()
+    path = write(tmp_path, f"""
+        name: fan
+        steps:
+          - id: load
+            action: etl.push
+            input: {{platformFile: {json.dumps(pf)}}}
+          - id: check
+            foreach: {{virtualFileId: "${{load.virtualFileId}}", maxBatchSize: 1}}
+            action: etl.validate
+            input: {{content: "${{batch.rows}}", schema: {{id: {{type: integer, required: true}}}}}}
+    """)
+    outcome = run_compiled(compile_pipeline(load_pipeline(path)), resources)
+    assert not outcome.success
+    assert list(outcome.errors) == ["check"]
+    error = outcome.errors["check"]
+    assert error.status == 400 and error.action == "etl.iterate"
+    assert error.message == (f"maxBatchSize: {rows:,} rows in batches of 1 are {rows:,} batches, more than the "
+                             f"{MAX_BATCHES:,} a foreach step may run; use a maxBatchSize of at least 2")
+    assert not any(event.is_successful_output for event in outcome.result.all_events
+                   if event.step_key == "check__batches")  # refused before yielding any batch

@@ -11,8 +11,8 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.kernel.errors import ConnectorError
-from connector_ops.kernel.limits import MAX_BATCH_SIZE
+from connector_ops.kernel.errors import ConnectorError, InvalidInput
+from connector_ops.kernel.limits import MAX_BATCH_SIZE, MAX_BATCHES
 from connector_ops.ops.factory import ensure_launched_definition, failure
 from connector_ops.ops.metadata import output_metadata, read_metadata
 from connector_ops.registry import error_for, get_action
@@ -24,8 +24,21 @@ class BatchesConfig(dg.Config):
     maxBatchSize: int = 10_000
 
 
+def check_batch_count(rows: int, batch_size: int, limit: int = MAX_BATCHES) -> None:
+    """Refuse a fan-out of more than ``limit`` batches (:data:`MAX_BATCHES`: why that many), naming the row
+    count, the batch count and the smallest maxBatchSize that fits."""
+    batches = -(-rows // batch_size)
+    if batches > limit:
+        raise InvalidInput("maxBatchSize", (
+            f"{rows:,} rows in batches of {batch_size:,} are {batches:,} batches, more than the {limit:,} a "
+            f"foreach step may run; use a maxBatchSize of at least {-(-rows // limit):,}"))
+
+
 def plan_batches(store: VirtualFileStore, vf_id: str, batch_size: int) -> list[dict[str, Any]]:
-    generation, bounds = store.batch_bounds(vf_id, min(batch_size, MAX_BATCH_SIZE))  # larger means "all"
+    """The batches of ``vf_id``, refused before they are planned when there would be too many."""
+    batch_size = min(batch_size, MAX_BATCH_SIZE)  # larger means "all"
+    check_batch_count(store.summary(vf_id, 0)[0], batch_size)  # a COUNT: the bounds query is the costly one
+    generation, bounds = store.batch_bounds(vf_id, batch_size)
     return [
         {"virtualFileId": vf_id, "generation": generation, "afterSeq": a, "uptoSeq": b, "index": i}
         for i, (a, b) in enumerate(bounds)
