@@ -95,3 +95,17 @@ def test_frames_pushed_and_pulled_report_their_rows(env):
     with reporting_to(recorder.factory):
         assert len(pull_frame(push_frame(frame))) == 70_000
     assert recorder.reports == [("push DataFrame", 70_000, 70_000, True), ("pull DataFrame", None, 70_000, True)]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_query_reports_the_rows_it_has_read(files, env):
+    """A Query of every row of a big file reads for seconds and showed nothing (Push and Pull show a bar):
+    it reports its rows a page at a time."""
+    data = b"a,b\n" + b"".join(b"%d,x\n" % i for i in range(30_000))
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(data, "q.csv").to_json()})["virtualFileId"]
+    recorder = Recorder()
+    with reporting_to(recorder.factory):
+        result = invoke("etl.query", {"virtualFileId": vf, "query": {}})["result"]
+        one = invoke("etl.query", {"virtualFileId": vf, "query": {"a": "7"}})["result"]
+    assert len(result) == 30_000 and one == [{"a": "7", "b": "x"}]
+    assert recorder.reports == [(f"query {vf}", None, 30_000, True), (f"query {vf}", None, 1, True)]

@@ -151,7 +151,8 @@ def query(inp: m.QueryInput, virtual_files: VirtualFileStore) -> m.QueryOutput:
     An operand may hold a NUL where a stored value may (SQLite; the filter compiler refuses one on PostgreSQL:
     :func:`~connector_ops.resources.virtual_files.filters.compile_filter`)."""
     limit = 1 if inp.extract_only_one_result else None
-    rows = virtual_files.find(inp.virtual_file_id, inp.query, limit=limit)
+    with track(f"query {inp.virtual_file_id}", None, "rows") as reporter:  # as Push and Pull show theirs
+        rows = virtual_files.find(inp.virtual_file_id, inp.query, limit=limit, progress=reporter.update)
     return m.QueryOutput.model_construct(result=rows)  # rows built by the store: no re-validation
 
 

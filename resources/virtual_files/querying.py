@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -55,7 +55,7 @@ class Querying(StoreCore):
         return True
 
     def find(self, vf_id: str, flt: Mapping[str, Any], *, limit: int | None = None,
-             field: str = "query") -> list[Row]:
+             field: str = "query", progress: Callable[[int], None] | None = None) -> list[Row]:
         """Rows matching the filter, in row order.
 
         The first query on a column indexes it (once); later queries are one read transaction. An index only
@@ -75,7 +75,7 @@ class Querying(StoreCore):
                     if limit is not None:
                         query = query.limit(limit)
                     with _parsed_by_sqlite(field):
-                        return fetch_dicts(conn, info.names, query)
+                        return fetch_dicts(conn, info.names, query, progress)
             try:
                 self._create_indexes(info, equality_columns(flt))
             except DiskBelowFloor:

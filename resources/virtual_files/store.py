@@ -20,7 +20,7 @@ read back, so "missing" and "empty string" stay different.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -208,9 +208,10 @@ class VirtualFileStore(Resource):
 
     # -- querying --------------------------------------------------------------------------------
     def find(self, vf_id: str, flt: Mapping[str, Any], *, limit: int | None = None,
-             field: str = "query") -> list[Row]:
-        """Rows matching the filter, in row order (the first query on a column indexes it)."""
-        return self.sql.find(vf_id, flt, limit=limit, field=field)
+             field: str = "query", progress: Callable[[int], None] | None = None) -> list[Row]:
+        """Rows matching the filter, in row order (the first query on a column indexes it); ``progress`` is
+        told how many rows each page read adds."""
+        return self.sql.find(vf_id, flt, limit=limit, field=field, progress=progress)
 
     def delete_where(self, vf_id: str, flt: Mapping[str, Any], *, field: str = "request",
                      dry_run: bool = False) -> int:
