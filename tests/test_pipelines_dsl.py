@@ -134,6 +134,25 @@ def test_validation_reports_every_error_with_file_line_and_step(tmp_path: Path) 
         assert any(ln == line and st == step and fragment in msg for ln, st, msg in found), (fragment, text)
 
 
+def test_a_foreach_step_whose_input_takes_no_batch_is_a_located_problem(tmp_path: Path) -> None:
+    """A foreach step whose input used no ${batch…} passed nothing to map: `pipeline validate` and the code
+    location failed with a 500, Dagster's 'Unexpected dynamic fan in dep' CheckError."""
+    path = write(tmp_path, """
+        name: same_work
+        steps:
+          - {id: load, action: etl.push, input: {platformFile: "${file:p.yaml}"}}
+          - id: each
+            foreach: {virtualFileId: "${load.virtualFileId}", maxBatchSize: 1}
+            action: etl.query
+            input: {virtualFileId: "${load.virtualFileId}", query: {}}
+        """)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    (problem,) = caught.value.problems
+    assert (problem.line, problem.step) == (5, "each")
+    assert problem.message.startswith("a foreach step's input must use its batch (${batch.rows}")
+
+
 @pytest.mark.parametrize(("name", "bad", "suggested"), [
     ("ventes_\u00e9t\u00e9", "'\u00e9'", "ventes_ete"),  # accented letters: str.isalnum() takes them, Dagster not
     ("stra\u00dfe", "'\u00df'", "strasse"),
@@ -516,6 +535,35 @@ def test_a_foreach_of_too_many_batches_is_refused_before_any_runs(tmp_path: Path
     error = outcome.errors["check"]
     assert error.status == 400 and error.action == "etl.iterate"
     assert error.message == (f"maxBatchSize: {rows:,} rows in batches of 1 are {rows:,} batches, more than the "
-                             f"{MAX_BATCHES:,} a foreach step may run; use a maxBatchSize of at least 2")
+                             f"{MAX_BATCHES:,} a foreach step may run (CONNECTOR_OPS_MAX_FOREACH_BATCHES); use a "
+                             "maxBatchSize of at least 2")
     assert not any(event.is_successful_output for event in outcome.result.all_events
                    if event.step_key == "check__batches")  # refused before yielding any batch
+
+
+def test_the_foreach_batch_limit_is_a_setting(tmp_path: Path, env: dict[str, str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A team mailing each customer on its own (maxBatchSize 1) may raise the limit, knowingly."""
+    resources = {**resources_for(environ=env), "io_manager": StepOutputIOManager()}
+    pf = resources["platform_files"].add_bytes(b"id\n1\n2\n3\n", "ids.csv", "text/csv").to_json()
+    path = write(tmp_path, f"""
+        name: fan_set
+        steps:
+          - id: load
+            action: etl.push
+            input: {{platformFile: {json.dumps(pf)}}}
+          - id: each
+            foreach: {{virtualFileId: "${{load.virtualFileId}}", maxBatchSize: 1}}
+            action: etl.validate
+            input: {{content: "${{batch.rows}}", schema: {{id: {{type: integer}}}}}}
+    """)
+    compiled = compile_pipeline(load_pipeline(path))
+    monkeypatch.setenv("CONNECTOR_OPS_MAX_FOREACH_BATCHES", "2")
+    refused = run_compiled(compiled, resources)
+    assert refused.errors["each"].message.endswith(
+        "more than the 2 a foreach step may run (CONNECTOR_OPS_MAX_FOREACH_BATCHES); use a maxBatchSize of at least 2")
+    monkeypatch.setenv("CONNECTOR_OPS_MAX_FOREACH_BATCHES", "3")
+    assert run_compiled(compiled, resources).success
+    monkeypatch.setenv("CONNECTOR_OPS_MAX_FOREACH_BATCHES", "many")
+    bad = run_compiled(compiled, resources).errors["each"]
+    assert bad.status == 400 and "CONNECTOR_OPS_MAX_FOREACH_BATCHES: must be a whole number" in bad.message

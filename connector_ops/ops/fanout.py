@@ -5,8 +5,8 @@ not rows (research/etl.md §6): descriptors go through the IO manager cheaply, a
 re-reads exactly its range, so a retried step gets the same rows and no cursor state is shared.
 """
 
-
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -24,20 +24,36 @@ class BatchesConfig(dg.Config):
     maxBatchSize: int = 10_000
 
 
-def check_batch_count(rows: int, batch_size: int, limit: int = MAX_BATCHES) -> None:
-    """Refuse a fan-out of more than ``limit`` batches (:data:`MAX_BATCHES`: why that many), naming the row
-    count, the batch count and the smallest maxBatchSize that fits."""
+MAX_BATCHES_VARIABLE = "CONNECTOR_OPS_MAX_FOREACH_BATCHES"
+
+
+def max_batches(environ: Mapping[str, str] | None = None) -> int:
+    """The most batches one foreach step may run: ``CONNECTOR_OPS_MAX_FOREACH_BATCHES``, else
+    :data:`MAX_BATCHES` (why that many). Read where the step runs: a pipeline that mails each of 5,000
+    customers on its own (``maxBatchSize: 1``) is one a team may choose to run, knowingly."""
+    value = (os.environ if environ is None else environ).get(MAX_BATCHES_VARIABLE) or None
+    if value is None:
+        return MAX_BATCHES
+    if not (value.isascii() and value.isdigit() and int(value) >= 1):
+        raise InvalidInput(MAX_BATCHES_VARIABLE, f"must be a whole number of batches, at least 1, got {value!r}")
+    return int(value)
+
+
+def check_batch_count(rows: int, batch_size: int, limit: int) -> None:
+    """Refuse a fan-out of more than ``limit`` batches, naming the row count, the batch count, the smallest
+    maxBatchSize that fits and the setting that raises the limit."""
     batches = -(-rows // batch_size)
     if batches > limit:
         raise InvalidInput("maxBatchSize", (
             f"{rows:,} rows in batches of {batch_size:,} are {batches:,} batches, more than the {limit:,} a "
-            f"foreach step may run; use a maxBatchSize of at least {-(-rows // limit):,}"))
+            f"foreach step may run ({MAX_BATCHES_VARIABLE}); use a maxBatchSize of at least "
+            f"{-(-rows // limit):,}"))
 
 
 def plan_batches(store: VirtualFileStore, vf_id: str, batch_size: int) -> list[dict[str, Any]]:
     """The batches of ``vf_id``, refused before they are planned when there would be too many."""
     batch_size = min(batch_size, MAX_BATCH_SIZE)  # larger means "all"
-    check_batch_count(store.summary(vf_id, 0)[0], batch_size)  # a COUNT: the bounds query is the costly one
+    check_batch_count(store.summary(vf_id, 0)[0], batch_size, max_batches())  # a COUNT; the bounds query costs
     generation, bounds = store.batch_bounds(vf_id, batch_size)
     return [
         {"virtualFileId": vf_id, "generation": generation, "afterSeq": a, "uptoSeq": b, "index": i}

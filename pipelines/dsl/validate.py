@@ -344,11 +344,17 @@ class _Checker:
         sources = [(step.input, (*path, "input"), True)]
         if step.foreach is not None:
             sources.append((step.foreach.virtual_file_id, (*path, "foreach", "virtualFileId"), False))
+        uses_batch = False
         for value, base, batch_ok in sources:
             for loc, ref, exact in self.refs(value, base, step.id):
+                uses_batch = uses_batch or (batch_ok and ref.root == r.BATCH)
                 dep = self.ref(ref, exact, loc, step, by_id, has_trigger, batch_ok)
                 if dep:
                     deps.add(dep)
+        if step.foreach is not None and not uses_batch:  # Dagster cannot map a step that takes no batch either
+            self.add((*path, "foreach"), "a foreach step's input must use its batch (${batch.rows}, "
+                                         "${batch.virtualFileId}, …): without it every batch would do the same work",
+                     step.id)
         for j, other in enumerate(step.after):
             if other == step.id:
                 self.add((*path, "after", j), "a step cannot run after itself", step.id)
