@@ -216,6 +216,8 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     with Session() as session:
         stores = session.resources_for(["virtual_files", "platform_files"])
         stores["virtual_files"].check_exists()  # a mistyped SQLite URL is not an empty store to sweep
+        if dry_run:  # a dry run changes nothing: not even the store's start removes a killed writer's leftovers
+            stores["platform_files"].keep_leftovers()
         result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run,
                          step_outputs=StepOutputs(stores["virtual_files"].database_url))
     if as_json:

@@ -153,6 +153,12 @@ class PlatformFileStore(Resource):
         AllowList.parse(value)
         return value
 
+    def keep_leftovers(self) -> None:
+        """Leave the crash leftovers of ``files_dir`` alone in this process: its start removes them otherwise
+        (:attr:`root`). For what must change nothing — ``gc --dry-run`` lists what would go; a later start of
+        the store, or ``gc`` without ``--dry-run``, removes them."""
+        self._swept = True
+
     def set_resolver(self, resolver: Resolver) -> None:
         """Resolve link hosts with ``resolver`` (``(host, port) -> addresses``) instead of the system's:
         a deployment's own name service, or a test's stand-in."""

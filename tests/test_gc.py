@@ -542,3 +542,24 @@ def test_gc_gives_back_the_disk_space_of_what_it_dropped(database_url, tmp_path)
         said = CliRunner().invoke(gc_command, ["--older-than", "0s"], env=env)
         assert said.exit_code == 0, said.output
         assert re.search(r"^compacted the SQLite database: [\d.]+ MiB -> 0\.\d MiB on disk$", said.stdout, re.M)
+
+
+def test_a_dry_run_leaves_a_killed_writers_leftovers_where_they_are(tmp_path):
+    """``gc --dry-run`` removed a killed Pull's ``.tmp-<pid>-…`` file (unlocked, older than a minute): the
+    platform-file store's start sweeps such leftovers, and the dry run started it. It now changes nothing;
+    the real run (the store's start) removes them."""
+    env = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"),
+           "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'vf.db'}"}
+    stores = resources_for(["platform_files", "virtual_files"], env)
+    files = stores["platform_files"]
+    invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "one.csv").to_json()}, stores)
+    leftover = Path(files.files_dir) / ".tmp-999999-killed"
+    leftover.write_bytes(b"half a pull")
+    os.utime(leftover, (time.time() - 120, time.time() - 120))
+    said = CliRunner().invoke(gc_command, ["--older-than", "0s", "--dry-run", "--json"], env=env)
+    assert said.exit_code == 0, said.output
+    assert len(json.loads(said.stdout)["platformFiles"]["removed"]) == 1
+    assert leftover.exists() and len(os.listdir(files.files_dir)) == 3  # the file, its descriptor, the leftover
+    said = CliRunner().invoke(gc_command, ["--older-than", "0s", "--json"], env=env)
+    assert said.exit_code == 0, said.output
+    assert os.listdir(files.files_dir) == []
