@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from connector_ops import ConnectorError, invoke
+from connector_ops.kernel.disk import DiskFull
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
 from connector_ops.resources.platform_files import PlatformFileStore, guess_content_type
@@ -58,6 +60,22 @@ def test_failed_write_leaves_nothing(store):
     with pytest.raises(RuntimeError), store.create("x.csv") as sink:
         sink.write(b"partial")
         raise RuntimeError("boom")
+    assert list(Path(store.files_dir).iterdir()) == []
+
+
+def test_a_full_disk_is_named_not_a_bare_errno(tmp_path):
+    """With the floor off (``CONNECTOR_OPS_MIN_FREE_DISK=0``) a Pull into a full folder failed with a bare
+    ``OSError: [Errno 28] No space left on device`` (500, no message). The disk's refusal is stood in by the
+    writer's own ``OSError`` (a tmpfs to fill needs a mount): a 500 naming the folder, the free space and the
+    setting, and nothing left."""
+    store = PlatformFileStore(files_dir=str(tmp_path / "files"), min_free_disk=0)
+    with pytest.raises(DiskFull) as caught, store.create("x.csv") as sink:
+        sink.write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert caught.value.status == 500
+    message = str(caught.value)
+    assert message.startswith(f"no space left on the disk of {store.files_dir}: ") and " free; " in message
+    assert "nothing was written" in message and "CONNECTOR_OPS_MIN_FREE_DISK=0 turns off the check" in message
     assert list(Path(store.files_dir).iterdir()) == []
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from connector_ops.kernel.disk import DiskFloor
+from connector_ops.kernel.disk import DiskFloor, disk_full, is_disk_full
 
 TEMP_PREFIX = ".tmp-"
 
@@ -35,7 +35,8 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
     ``file_mode`` sets permissions before any byte is written (secrets: ``0o600``); ``durable`` fsyncs
     the data before the rename (a crash then leaves the old file or the new one, never an empty one);
     ``min_free_disk`` is the floor of free space the writing keeps (:class:`~.disk.DiskFloor`, checked
-    before the first byte and as they are written; 0: none).
+    before the first byte and as they are written; 0: none). A disk that fills up anyway is a
+    :class:`~.disk.DiskFull` naming the folder, with the temporary file removed.
     """
     target = Path(path)
     floor = DiskFloor(str(target.parent), min_free_disk)
@@ -51,9 +52,11 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_disk_full(exc):  # the floor off (0) or outrun: the folder named, not a bare errno 28
+            raise disk_full(str(target.parent), min_free_disk) from None
         raise
 
 

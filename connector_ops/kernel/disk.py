@@ -17,6 +17,7 @@ ours to see: the server refuses by itself.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -76,6 +77,38 @@ class DiskBelowFloor(ActionFailed):
     """The free space of a folder written to fell below ``CONNECTOR_OPS_MIN_FREE_DISK`` (status 500)."""
 
 
+class DiskFull(DiskBelowFloor):
+    """The disk of a folder written to ran out of space (``ENOSPC``, SQLite's "database or disk is full"):
+    the floor was off, or something else on the host took the space. A 500, like the floor's."""
+
+
+def free_space(folder: str) -> int:
+    """The bytes an unprivileged writer may still write on the disk of ``folder``."""
+    stats = os.statvfs(folder)
+    return stats.f_bavail * stats.f_frsize
+
+
+def disk_full(folder: str, min_free: int, detail: str = "", done: str = "nothing was written") -> DiskFull:
+    """The error for a disk that filled up under a writer in ``folder``, in the floor's words: where, how
+    much is free now, ``detail`` (e.g. a database's log size), what became of the write, and the setting
+    (``min_free``: its value here) that stops writers before this happens."""
+    try:
+        free = shown_size(free_space(folder))
+    except OSError:
+        free = "unknown"
+    extra = f"; {detail}" if detail else ""
+    setting = (f"{MIN_FREE_DISK_VARIABLE}=0 turns off the check that stops writers before the disk fills up"
+               if min_free <= 0 else
+               f"another process took the space {MIN_FREE_DISK_VARIABLE}={shown_size(min_free)} keeps")
+    return DiskFull(f"no space left on the disk of {folder}: {free} free{extra}; {done} (free some space; "
+                    f"{setting})")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says a disk (or a quota) ran out of space."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 @dataclass
 class DiskFloor:
     """Keep at least ``min_free`` bytes free on the disk of ``folder`` (0: no check)."""
@@ -89,8 +122,7 @@ class DiskFloor:
         """Raise :class:`DiskBelowFloor` if the free space is below the floor now."""
         if self.min_free <= 0:
             return
-        stats = os.statvfs(self.folder)
-        free = stats.f_bavail * stats.f_frsize
+        free = free_space(self.folder)
         if free < self.min_free:
             raise DiskBelowFloor(
                 f"not enough free disk space in {self.folder}: {shown_size(free)} free, below "
