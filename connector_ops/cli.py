@@ -13,6 +13,7 @@ action on stderr.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -136,15 +137,20 @@ def invoke(name: str, input: str | None) -> None:
 
     INPUT is JSON text, - to read it from stdin, or @FILE to read it from a file; none means {}.
     """
+    from connector_ops.kernel.deferred import interrupts_ignored_once_answered
     from connector_ops.kernel.notices import warnings_to
     from connector_ops.kernel.progress import reporting_to, tqdm_reporter
     from connector_ops.registry import canonical_name
     from connector_ops.session import Session
 
     payload = read_payload(input, canonical_name(name))
-    with Session() as session, reporting_to(tqdm_reporter if sys.stderr.isatty() else None), \
+    with interrupts_ignored_once_answered() as answered, Session() as session, \
+            reporting_to(tqdm_reporter if sys.stderr.isatty() else None), \
             warnings_to(lambda message: print(f"connector-ops: warning: {message}", file=sys.stderr)):
-        print_json(session.invoke(name, payload))
+        output = session.invoke(name, payload)
+        answered()  # done and committed: a Ctrl-C while it is printed and the session closes changes nothing
+        print_json(output)
+        sys.stdout.flush()
 
 
 @cli.command()
@@ -259,7 +265,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry_point() -> None:  # pragma: no cover - the console script
-    sys.exit(main())
+    code = main()
+    # the answer is printed and the exit code decided: a Ctrl-C while the interpreter ends (its atexit
+    # handlers close the loader processes) must not make the process end by SIGINT instead
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -254,3 +254,28 @@ def test_a_stop_early_in_a_kernels_first_cell_leaves_tables_working(sqlite_kerne
             "assert d.to_dict('records') == [{'a': 1, 'b': 2}], d")  # numbers where no text changes
     stopped_early_then_again(sqlite_kernel_env, cell, delay,
                              loaded="import sys\nassert {'pandas', 'numpy', 'pyarrow'} <= set(sys.modules)")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_ctrl_c_once_the_output_is_printed_changes_nothing(env, files, database_url, tmp_path):
+    """A Ctrl-C after a Push had committed and printed its output, while the command closed its session (the
+    loader process's checkpoint, the connections), made it exit as interrupted (``Aborted!``, 1; -2 by
+    SIGINT when it landed outside click) though its file was kept. Once the answer is final the command
+    ignores Ctrl-C: exit 0, the output whole."""
+    rows = "id,name,pad\n" + "".join(f"{i},name {i},{'x' * 60}\n" for i in range(600_000))
+    pf = files.add_bytes(rows.encode(), "rows.csv", "text/csv").to_json()
+    (tmp_path / "push.json").write_text(json.dumps({"platformFile": pf}))
+    before = stored(database_url)[0]
+    since: list[Callable[[], bool]] = []
+
+    def answered() -> bool:  # committed, and the few milliseconds to the printed answer gone by
+        if not since:
+            if stored(database_url)[0] == before:
+                return False
+            since.append(after(0.15))
+        return since[0]()
+
+    done, _ = ctrl_c(["invoke", "etl.push", f"@{tmp_path / 'push.json'}"], env, answered)
+    assert done.returncode == 0, done
+    assert "Aborted!" not in done.stderr
+    assert json.loads(done.stdout)["virtualFileId"] in stored(database_url)[0] - before

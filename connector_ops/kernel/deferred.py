@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -33,3 +33,20 @@ def interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if received:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_ignored_once_answered() -> Iterator[Callable[[], None]]:
+    """Yields ``answered()``: once it is called, a SIGINT is ignored until the block ends, then the handler
+    of before is back. For a command whose answer is final (the work committed, the output about to be
+    printed) before its process is done: a Ctrl-C while it closes its connections and its loader made a
+    Push whose output was printed and whose file was kept exit by SIGINT (-2, 130 in a shell), as if it
+    had failed. Off the main thread ``answered()`` does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+    finally:
+        signal.signal(signal.SIGINT, previous)
