@@ -104,7 +104,7 @@ def disk_full(folder: str, min_free: int, detail: str = "", done: str = "nothing
     extra = f"; {detail}" if detail else ""
     setting = (f"{MIN_FREE_DISK_VARIABLE}=0 turns off the check that stops writers before the disk fills up"
                if min_free <= 0 else
-               f"another process took the space {MIN_FREE_DISK_VARIABLE}={shown_size(min_free)} keeps")
+               f"another process took the space that {MIN_FREE_DISK_VARIABLE}={shown_size(min_free)} keeps free")
     return DiskFull(f"no space left on the disk of {folder}: {free} free{extra}; {done} (free some space; "
                     f"{setting})")
 
