@@ -140,10 +140,12 @@ def get_engine(url: str) -> sa.Engine:
                                                          "factory": InterruptibleConnection})
             _setup_sqlite(engine, path)
         else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
+            from connector_ops.resources.virtual_files import db_errors
             from connector_ops.resources.virtual_files.pg_cancel import cancel_on_interrupt
 
             engine = sa.create_engine(key, pool_pre_ping=True, connect_args={"client_encoding": "utf8"})
             cancel_on_interrupt(engine)
+            db_errors.install(engine)
             _check_client(engine)
         try:
             _create_catalog(engine)

@@ -1,0 +1,156 @@
+"""PostgreSQL's refusals, in the words of the deployment that can fix them.
+
+A role without a privilege, a server out of connection slots, a pool with no connection free, a URL that
+reaches no database: the driver's text alone ("permission denied for table cop_virtual_file", "sorry, too
+many clients already", SQLAlchemy's ``QueuePool limit … timed out``) was a raw 500 that named neither the
+role, the privilege, nor the setting to change. :func:`install` translates them where they happen (the
+engine's ``handle_error`` hook and its pool), so every caller — actions, ``files serve``, ``gc`` — sees the
+same :class:`DatabaseRefused` or :class:`DatabaseBusy`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sqlalchemy as sa
+
+from connector_ops.kernel.errors import ConnectorOpsError
+
+#: insufficient_privilege: "permission denied for table …", "must be owner of table …"
+INSUFFICIENT_PRIVILEGE = "42501"
+#: too_many_connections: the server's ``max_connections`` all taken
+TOO_MANY_CONNECTIONS = "53300"
+#: SQLSTATE classes of a URL that reaches no database: connection exception, invalid authorization,
+#: invalid catalog name (no such database)
+CONNECTION_CLASSES = ("08", "28", "3D")
+
+#: ``Connection.info`` key: the role (``current_user``) a pooled PostgreSQL session acts as
+ROLE = "connector_ops.role"
+
+_OBJECT = re.compile(r'(?:for|of) (table|relation|schema|sequence|index|materialized view) "?([^"\s]+)"?')
+
+
+class DatabaseRefused(ConnectorOpsError):
+    """The database refused the store's role something (a privilege, the ownership of a table): 500, not
+    retryable — the same role would be refused again. ``sqlstate`` is the database's."""
+
+    status = 500
+
+    def __init__(self, message: str, sqlstate: str | None) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
+
+
+class DatabaseBusy(ConnectorOpsError):
+    """No database connection to be had now (the process's pool, or the server's slots, all taken): 503,
+    retryable — one freed a moment later serves the same call."""
+
+    status = 503
+    retryable = True
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
+
+
+def sqlstate_of(exc: BaseException) -> str | None:
+    """The SQLSTATE of ``exc``: a driver error, SQLAlchemy's wrapper of one, or one of ours."""
+    state = getattr(exc, "sqlstate", None)
+    if state is None:
+        state = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return state
+
+
+def first_line(exc: BaseException) -> str:
+    """The driver's own first line, not SQLAlchemy's report with the statement and its parameters."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip()
+    return text.splitlines()[0] if text else type(orig).__name__
+
+
+def _privilege_for(statement: str | None, line: str) -> str:
+    """The privilege the refused statement needed, from its verb: ``SELECT … FOR SHARE``/``FOR UPDATE`` lock
+    rows, which PostgreSQL grants only with ``UPDATE``."""
+    if line.startswith("must be owner"):
+        return "ownership"
+    verb = (statement or "").lstrip().split(None, 1)[0].upper() if (statement or "").strip() else ""
+    if verb == "SELECT" and re.search(r"\bFOR (SHARE|UPDATE|NO KEY UPDATE|KEY SHARE)\b", statement or "", re.I):
+        return ("UPDATE: readers lock the file's catalog row FOR SHARE while they read, so that it is not "
+                "dropped or replaced under them, and PostgreSQL grants that lock only with UPDATE (a role "
+                "with SELECT alone cannot read the store)")
+    if verb in ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"):
+        return verb
+    if verb in ("CREATE", "ALTER", "DROP") and "schema" in line:
+        return "CREATE on the schema"
+    if verb == "COPY":
+        return "INSERT"
+    return "the privilege the statement needs"
+
+
+def permission_denied(exc: BaseException, *, role: str | None, statement: str | None,
+                      owner: str | None = None) -> DatabaseRefused:
+    """The refusal ``exc`` (SQLSTATE 42501) naming the object, the role, the privilege it needed and what to
+    change: grant it, or connect as the role that owns the store's tables."""
+    line = first_line(exc)
+    found = _OBJECT.search(line)
+    kind, name = found.groups() if found else ("object", "?")
+    who = f"role {role!r}" if role else "the role of CONNECTOR_OPS_DATABASE_URL"
+    privilege = _privilege_for(statement, line)
+    if privilege == "ownership":
+        owned_by = f"role {owner!r}" if owner else "another role"
+        advice = (f"{kind} {name} is owned by {owned_by}, and only its owner may index, alter or drop it: every "
+                  f"process must connect as the role that owns the store's tables (or add "
+                  f"?options=-crole%3D{owner or '<owner>'} to CONNECTOR_OPS_DATABASE_URL, the owner granted to "
+                  "the login role) — see docs/deployment.md#postgresql-roles-and-privileges")
+        return DatabaseRefused(f"{who} is not the owner of {kind} {name}: {advice}", INSUFFICIENT_PRIVILEGE)
+    advice = ("grant it, or connect as the role that owns the store's tables — the privileges the store needs "
+              "are in docs/deployment.md#postgresql-roles-and-privileges")
+    if kind == "schema":
+        advice = ("grant CREATE on that schema, or choose a schema the role may create tables in with "
+                  "?options=-csearch_path%3D<schema> in CONNECTOR_OPS_DATABASE_URL — see "
+                  "docs/deployment.md#postgresql-roles-and-privileges")
+    said = "" if line.startswith("permission denied for") else f" ({line})"
+    return DatabaseRefused(f"permission denied for {kind} {name} to {who}: it needs {privilege}{said}; {advice}",
+                           INSUFFICIENT_PRIVILEGE)
+
+
+def _owner_of(engine: sa.Engine, line: str) -> str | None:
+    """The role owning the table ``line`` names, asked on a connection of its own (the refused transaction is
+    aborted); ``None`` when that cannot be had."""
+    found = _OBJECT.search(line)
+    if not found:
+        return None
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text("SELECT pg_get_userbyid(relowner) FROM pg_class "
+                                        "WHERE oid = to_regclass(:name)"), {"name": found.group(2)}).scalar()
+    except Exception:  # an owner unknown is only a less precise message
+        return None
+
+
+def _on_error(ctx: sa.engine.ExceptionContext) -> BaseException | None:
+    """The ``handle_error`` hook: the refusals above, translated; anything else left as it is."""
+    if ctx.is_pre_ping:
+        return None
+    exc = ctx.original_exception
+    state = sqlstate_of(exc)
+    if state == INSUFFICIENT_PRIVILEGE:
+        line = first_line(exc)
+        role = ctx.connection.info.get(ROLE) if ctx.connection is not None else None
+        owner = _owner_of(ctx.engine, line) if ctx.engine is not None and line.startswith("must be owner") \
+            else None
+        return permission_denied(exc, role=role, statement=ctx.statement, owner=owner)
+    return None
+
+
+def install(engine: sa.Engine) -> None:
+    """Translate the refusals of ``engine`` (PostgreSQL), and remember each session's role for them."""
+    sa.event.listen(engine, "handle_error", _on_error, retval=True)
+
+    @sa.event.listens_for(engine, "connect")
+    def remember_role(dbapi_conn: Any, record: Any) -> None:  # once per session, never per query
+        with dbapi_conn.cursor() as cur:
+            cur.execute("SELECT current_user")
+            record.info[ROLE] = cur.fetchone()[0]
+        dbapi_conn.commit()

@@ -1,0 +1,86 @@
+"""The store on PostgreSQL under roles other than its tables' owner: what works, and what is refused with a
+message naming the table, the role and the privilege (never the driver's text alone)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.resources.virtual_files.engines import dispose_all
+from tests.conftest import resources_on
+
+
+class Roles:
+    """A database of its own whose store the superuser made, and the roles to reach it as."""
+
+    def __init__(self, url: str, suffix: str, home: Path) -> None:
+        self.url, self.suffix, self.home = url, suffix, home
+
+    def role(self, name: str) -> str:
+        return f"{name}_{self.suffix}"
+
+    def resources(self, role: str | None = None) -> dict[str, Any]:
+        """Resources connecting as the superuser, acting as ``role`` (``options=-crole=…``)."""
+        settings = {"options": f"-crole={self.role(role)}"} if role else {}
+        return resources_on(self.url, self.home / (role or "owner"), **settings)
+
+    def sql(self, *statements: str) -> None:
+        engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+        engine.dispose()
+
+
+@pytest.fixture
+def roles(postgres_url: str, tmp_path: Path) -> Iterator[Roles]:
+    """``app_…``: every privilege on the store's tables, owner of none; ``ro_…``: ``SELECT`` only."""
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    suffix = uuid.uuid4().hex[:10]
+    name = f"roles_{suffix}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        conn.exec_driver_sql(f"CREATE ROLE app_{suffix}")
+        conn.exec_driver_sql(f"CREATE ROLE ro_{suffix}")
+    made = Roles(make_url(postgres_url).set(database=name).render_as_string(hide_password=False), suffix, tmp_path)
+    try:
+        yield made
+    finally:
+        dispose_all()
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
+            conn.exec_driver_sql(f"DROP ROLE app_{suffix}")
+            conn.exec_driver_sql(f"DROP ROLE ro_{suffix}")
+        admin.dispose()
+
+
+def pushed(roles: Roles, csv: bytes = b"name,city\nAda,Paris\nBob,Oslo\n") -> str:
+    """A file the owner pushed, then every privilege on every table given to ``app``, ``SELECT`` to ``ro``."""
+    owner = roles.resources()
+    pf = owner["platform_files"].add_bytes(csv, "people.csv", "text/csv").to_json()
+    vf = invoke("etl.push", {"platformFile": pf}, owner)["virtualFileId"]
+    app, ro = roles.role("app"), roles.role("ro")
+    roles.sql(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {app}",
+              f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {app}",
+              f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {ro}")
+    return vf
+
+
+def test_a_read_only_role_is_refused_naming_the_table_role_and_privilege(roles: Roles) -> None:
+    vf = pushed(roles)
+    ro = roles.resources("ro")
+    for action, payload in (("etl.query", {"virtualFileId": vf, "query": {}}),
+                            ("etl.iterate", {"content": vf, "maxBatchSize": 10})):
+        with pytest.raises(ConnectorError) as info:
+            invoke(action, payload, ro)
+        message = info.value.message
+        assert info.value.status == 500 and not info.value.retryable
+        assert "cop_virtual_file" in message and f"'{roles.role('ro')}'" in message, message
+        assert "UPDATE" in message and "docs/deployment.md" in message, message
