@@ -84,3 +84,21 @@ def test_a_read_only_role_is_refused_naming_the_table_role_and_privilege(roles: 
         assert info.value.status == 500 and not info.value.retryable
         assert "cop_virtual_file" in message and f"'{roles.role('ro')}'" in message, message
         assert "UPDATE" in message and "docs/deployment.md" in message, message
+
+
+def test_a_role_that_does_not_own_the_tables_queries_by_scanning_and_is_told_who_owns_them(roles: Roles) -> None:
+    vf = pushed(roles)
+    app = roles.resources("app")
+    for _ in range(2):  # the index it may not build: a scan, the second time without trying again
+        found = invoke("etl.query", {"virtualFileId": vf, "query": {"city": "Oslo"}}, app)["result"]
+        assert found == [{"name": "Bob", "city": "Oslo"}]
+    invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"name": "Cy", "city": "Rome"}}]}, app)
+    with pytest.raises(ConnectorError) as info:  # a new column: ALTER TABLE, the owner's alone
+        invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"zip": "75001"}}]}, app)
+    message = info.value.message
+    assert info.value.status == 500 and "vf_" in message and "'postgres'" in message, message
+    assert "-crole%3Dpostgres" in message and f"'{roles.role('app')}'" in message, message
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.clean", {"virtualFileId": vf}, app)
+    assert info.value.body is None and "is not the owner" in (info.value.detail or ""), info.value.detail
+    assert "'postgres'" in info.value.detail

@@ -19,10 +19,15 @@ from connector_ops.kernel.notices import warn
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore, mark_written
+from connector_ops.resources.virtual_files.db_errors import INSUFFICIENT_PRIVILEGE, DatabaseRefused
 from connector_ops.resources.virtual_files.engines import SQLITE_SORT_KIB, page_cache
 from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns, filter_warnings
 from connector_ops.resources.virtual_files.rows import fetch_dicts, select_rows
 from connector_ops.resources.virtual_files.shapes import Row
+
+#: (database URL, table) of the files whose indexes this process may not build (its role does not own
+#: them): their Queries scan without asking again, which would cost a refused write transaction each time
+_NOT_OURS_TO_INDEX: set[tuple[str, str]] = set()
 
 
 class Querying(StoreCore):
@@ -59,14 +64,16 @@ class Querying(StoreCore):
         """Rows matching the filter, in row order.
 
         The first query on a column indexes it (once); later queries are one read transaction. An index only
-        speeds the answer up, so with the disk below its floor (``CONNECTOR_OPS_MIN_FREE_DISK``) the query
-        scans instead of failing.
+        speeds the answer up, so with the disk below its floor (``CONNECTOR_OPS_MIN_FREE_DISK``), or on
+        PostgreSQL under a role that does not own the file's table (only its owner may index it), the query
+        scans instead of failing; the latter is remembered for the file's table, once per process.
         """
         indexing = True
         while True:
             with self.reading() as conn:
                 info = self.info(conn, vf_id)
-                if not (indexing and self._needs_index(info, flt)):
+                if not (indexing and self._needs_index(info, flt)
+                        and (self.database_url, info.table_name) not in _NOT_OURS_TO_INDEX):
                     table = info.table
                     where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name,
                                            conn=conn)
@@ -79,6 +86,11 @@ class Querying(StoreCore):
             try:
                 self._create_indexes(info, equality_columns(flt))
             except DiskBelowFloor:
+                indexing = False
+            except DatabaseRefused as exc:
+                if exc.sqlstate != INSUFFICIENT_PRIVILEGE:
+                    raise
+                _NOT_OURS_TO_INDEX.add((self.database_url, info.table_name))
                 indexing = False
 
     @staticmethod
