@@ -20,7 +20,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from connector_ops.kernel.errors import NotFound
+from connector_ops.kernel.errors import ConnectorOpsError, NotFound
 from connector_ops.resources.platform_files import CHUNK, PlatformFileStore
 
 
@@ -100,6 +100,9 @@ def create_app(store: PlatformFileStore) -> Starlette:
             handle = store.open_stored(file_id)
         except (NotFound, FileNotFoundError):
             return JSONResponse({"message": "not found"}, status_code=404)
+        except ConnectorOpsError as exc:  # the database busy (a 503 to retry), a privilege refused: said, no traceback
+            retry = {"Retry-After": "1"} if exc.retryable else {}
+            return JSONResponse({"message": str(exc)}, status_code=exc.status, headers=retry)
         name = descriptor.name or file_id
         headers = {"Content-Disposition": content_disposition(name), "X-Content-Type-Options": "nosniff",
                    # as a header, not Starlette's media_type, which adds "; charset=utf-8" to every text/* type

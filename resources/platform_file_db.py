@@ -61,7 +61,8 @@ class _ChunkWriter:
 
 class _ChunkReader(io.RawIOBase):
     """The bytes of one file, a chunk row at a time (one short query per chunk), on ``conn``: its transaction
-    is one snapshot, so a file deleted meanwhile is still read whole. Closing it ends the transaction."""
+    is one snapshot, so a file deleted meanwhile is still read whole. Closing it ends the transaction (and
+    gives the connection back to the pool)."""
 
     def __init__(self, conn: sa.Connection, file_id: str, size: int | None) -> None:
         self._conn, self._file_id, self._size = conn, file_id, size
@@ -143,8 +144,13 @@ class DatabaseFiles:
     def open(self, file_id: str) -> IO[bytes]:
         """The file's bytes, its descriptor and every chunk read in one snapshot (PostgreSQL's ``REPEATABLE
         READ``, SQLite's read transaction): a file already deleted is ``NotFound`` before any byte, and a
-        delete or ``gc`` committed while it is read does not cut it. The stream holds one connection of the
-        pool until it is closed."""
+        delete or ``gc`` committed while it is read does not cut it.
+
+        The snapshot is read whole into a spool (in memory up to one chunk, then a temporary file kept above
+        ``CONNECTOR_OPS_MIN_FREE_DISK``) and the transaction ends before the caller reads a byte: the reader
+        is often a client over the network (``files serve``, a Drive upload), and a transaction held open
+        while it stalled kept a pooled connection "idle in transaction" — 15 stalled downloads took the whole
+        pool, and every other request waited 30 s for a 500."""
         conn = self.engine.connect()
         try:
             if conn.dialect.name == "postgresql":
@@ -154,7 +160,16 @@ class DatabaseFiles:
         except BaseException:
             conn.close()
             raise
-        return io.BufferedReader(_ChunkReader(conn, file_id, size), CHUNK)
+        spool = tempfile.SpooledTemporaryFile(max_size=CHUNK)  # noqa: SIM115 (returned open: the caller closes it)
+        try:
+            with contextlib.closing(_ChunkReader(conn, file_id, size)) as reader:
+                sink = temp_floor().guard(spool) if size is None or size > CHUNK else spool
+                shutil.copyfileobj(reader, sink, CHUNK)
+            spool.seek(0)
+        except BaseException:
+            spool.close()
+            raise
+        return spool  # type: ignore[return-value]
 
     def inventory(self) -> list[tuple[str, datetime]]:
         c = platform_file.c

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from connector_ops import invoke
+from connector_ops import ConnectorError, invoke
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.file_server import create_app
 from connector_ops.resources.platform_files import PlatformFileStore
+from connector_ops.resources.virtual_files.db_errors import DatabaseBusy
 from tests.servers import acting_once_answering, free_port, serving
 from tests.test_platform_files import check_verified_copy
 
@@ -142,3 +145,60 @@ def test_a_download_is_one_snapshot_a_delete_cannot_cut(hosts: Any, caplog: pyte
         assert response.status_code == 200 and response.content == data
         assert httpx.get(f"{base}/files/{pf.id}").status_code == 404
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_stalled_downloads_hold_no_connection(hosts: Any, env: dict[str, str]) -> None:
+    """20 clients that read 100 bytes and keep their socket: no session is left 'idle in transaction' (each
+    held a pooled connection in its snapshot, and past 15 every other request waited 30 s for a 500)."""
+    if not env["CONNECTOR_OPS_DATABASE_URL"].startswith("postgresql"):
+        pytest.skip("PostgreSQL's pool and sessions")
+    a, _ = hosts
+    data = os.urandom(4 * 1024 * 1024 + 11)
+    pf = a.add_bytes(data, "big.bin")
+    engine = a._db.engine
+    with serving(create_app(a)) as base:
+        port = int(base.rsplit(":", 1)[1])
+        stalled = []
+        try:
+            for _ in range(20):
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.sendall(f"GET /files/{pf.id} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                assert sock.recv(100).startswith(b"HTTP/1.1 200")
+                stalled.append(sock)
+            with engine.connect() as conn:
+                waiting = conn.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND state = 'idle in transaction'").scalar_one()
+            assert waiting == 0
+            response = httpx.get(f"{base}/files/{pf.id}", timeout=10)
+            assert response.status_code == 200 and response.content == data
+        finally:
+            for sock in stalled:
+                sock.close()
+
+
+def test_a_pool_with_no_connection_free_is_a_503_naming_it(postgres_url: str, tmp_path: Path) -> None:
+    """Every connection of the process's pool taken: a retryable 503 naming the pool, not a 500 traceback."""
+    url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}application_name=pool_{uuid.uuid4().hex[:8]}"
+    environ = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"), "CONNECTOR_OPS_DATABASE_URL": url,
+               "CONNECTOR_OPS_FILES_BACKEND": "database"}
+    files = resources_for(["platform_files"], environ)["platform_files"]
+    pf = files.add_bytes(b"hello", "a.txt")
+    engine = files._db.engine
+    engine.pool._timeout = 0.2  # SQLAlchemy's 30 s, shortened for the test
+    held = [engine.connect() for _ in range(engine.pool.size() + engine.pool._max_overflow)]
+    try:
+        with pytest.raises(DatabaseBusy) as info:
+            files.describe(pf.id)
+        assert info.value.status == 503 and info.value.retryable and "pool" in str(info.value)
+        with serving(create_app(files)) as base:
+            response = httpx.get(f"{base}/files/{pf.id}", timeout=10)
+        assert response.status_code == 503 and "pool" in response.json()["message"]
+        assert response.headers["retry-after"] == "1"
+        with pytest.raises(ConnectorError) as raised:
+            invoke("etl.push", {"platformFile": pf.to_json()}, resources_for(environ=environ))
+        assert raised.value.status == 503 and raised.value.retryable
+    finally:
+        for conn in held:
+            conn.close()

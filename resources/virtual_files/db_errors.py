@@ -144,6 +144,21 @@ def _on_error(ctx: sa.engine.ExceptionContext) -> BaseException | None:
     return None
 
 
+class StorePool(sa.pool.QueuePool):
+    """SQLAlchemy's ``QueuePool`` whose wait for a free connection, timed out, is :class:`DatabaseBusy` (a
+    retryable 503 naming the pool and its size) instead of a ``QueuePool limit … timed out`` traceback."""
+
+    def _do_get(self) -> Any:
+        try:
+            return super()._do_get()
+        except sa.exc.TimeoutError:
+            raise DatabaseBusy(
+                f"no connection of this process's pool to the virtual-file store's database was free within "
+                f"{self._timeout:g} s: all {self.size()} pooled + {self._max_overflow} overflow connections were "
+                "in use (long or stalled work holds them); try again — see "
+                "docs/deployment.md#database-connections") from None
+
+
 def install(engine: sa.Engine) -> None:
     """Translate the refusals of ``engine`` (PostgreSQL), and remember each session's role for them."""
     sa.event.listen(engine, "handle_error", _on_error, retval=True)

@@ -143,7 +143,8 @@ def get_engine(url: str) -> sa.Engine:
             from connector_ops.resources.virtual_files import db_errors
             from connector_ops.resources.virtual_files.pg_cancel import cancel_on_interrupt
 
-            engine = sa.create_engine(key, pool_pre_ping=True, connect_args={"client_encoding": "utf8"})
+            engine = sa.create_engine(key, pool_pre_ping=True, poolclass=db_errors.StorePool,
+                                      connect_args={"client_encoding": "utf8"})
             cancel_on_interrupt(engine)
             db_errors.install(engine)
             _check_client(engine)
