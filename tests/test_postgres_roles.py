@@ -102,3 +102,18 @@ def test_a_role_that_does_not_own_the_tables_queries_by_scanning_and_is_told_who
         invoke("etl.clean", {"virtualFileId": vf}, app)
     assert info.value.body is None and "is not the owner" in (info.value.detail or ""), info.value.detail
     assert "'postgres'" in info.value.detail
+
+
+def test_no_connection_slot_left_is_a_retryable_503_naming_max_connections(roles: Roles) -> None:
+    """SQLSTATE 53300 (here a login role's CONNECTION LIMIT 0; the server's max_connections alike)."""
+    name = roles.role("full")
+    roles.sql(f"CREATE ROLE {name} LOGIN CONNECTION LIMIT 0")
+    try:
+        url = make_url(roles.url).set(username=name).render_as_string(hide_password=False)
+        with pytest.raises(ConnectorError) as info:
+            invoke("etl.query", {"virtualFileId": "x", "query": {}}, resources_on(url, roles.home / "full"))
+        assert info.value.status == 503 and info.value.retryable, info.value
+        assert "max_connections" in info.value.message and "pool" in info.value.message, info.value.message
+    finally:
+        dispose_all()
+        roles.sql(f"DROP ROLE {name}")

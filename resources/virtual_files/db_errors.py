@@ -25,6 +25,10 @@ TOO_MANY_CONNECTIONS = "53300"
 #: invalid catalog name (no such database)
 CONNECTION_CLASSES = ("08", "28", "3D")
 
+#: what the server says when it refuses a session for want of a slot (SQLSTATE 53300, which libpq does not
+#: hand over for a failed connection): max_connections, a role's or a database's CONNECTION LIMIT
+_NO_SLOT = re.compile(r"too many clients already|too many connections for|remaining connection slots are reserved")
+
 #: ``Connection.info`` key: the role (``current_user``) a pooled PostgreSQL session acts as
 ROLE = "connector_ops.role"
 
@@ -141,7 +145,27 @@ def _on_error(ctx: sa.engine.ExceptionContext) -> BaseException | None:
         owner = _owner_of(ctx.engine, line) if ctx.engine is not None and line.startswith("must be owner") \
             else None
         return permission_denied(exc, role=role, statement=ctx.statement, owner=owner)
+    if state == TOO_MANY_CONNECTIONS or (_connecting(ctx) and _NO_SLOT.search(first_line(exc))):
+        return no_slot_left(exc, ctx.engine)
     return None
+
+
+def _connecting(ctx: sa.engine.ExceptionContext) -> bool:
+    """Whether ``ctx`` is the failure of a new session (libpq gives no SQLSTATE for those, only its text)."""
+    return ctx.connection is None and ctx.statement is None
+
+
+def no_slot_left(exc: BaseException, engine: sa.Engine | None) -> DatabaseBusy:
+    """The server had no connection slot for a new session (SQLSTATE 53300): a retryable 503 saying what
+    shares ``max_connections`` — every process's pool."""
+    pool = engine.pool if engine is not None else None
+    most = (f"{pool.size()} pooled + {pool._max_overflow} overflow"  # type: ignore[attr-defined]
+            if isinstance(pool, sa.pool.QueuePool) else "its pooled")
+    return DatabaseBusy(
+        f"the database server has no connection slot left ({first_line(exc)}): every process of the deployment "
+        f"keeps up to {most} connections to it, and together they must stay within the server's "
+        "max_connections (less its reserved slots) and any CONNECTION LIMIT of the role or database; try again, "
+        "and see docs/deployment.md#database-connections", TOO_MANY_CONNECTIONS)
 
 
 class StorePool(sa.pool.QueuePool):
