@@ -117,3 +117,28 @@ def test_no_connection_slot_left_is_a_retryable_503_naming_max_connections(roles
     finally:
         dispose_all()
         roles.sql(f"DROP ROLE {name}")
+
+
+def test_a_schema_the_role_may_not_create_in_is_refused_pointing_to_search_path(roles: Roles) -> None:
+    """The catalog's first CREATE TABLE in ``public`` (no CREATE there for the role since PostgreSQL 15) names
+    the schema, the role and ``search_path``; with ``-csearch_path`` in the URL's options the store is there."""
+    app = roles.role("app")
+    csv = b"name\nAda\n"
+    denied = roles.resources("app")
+    pf = denied["platform_files"].add_bytes(csv, "a.csv", "text/csv").to_json()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": pf}, denied)
+    message = info.value.message
+    assert "schema public" in message and f"'{app}'" in message and "search_path" in message, message
+    assert "catalog" in message, message
+    schema = f"etl_{roles.suffix}"
+    roles.sql(f"CREATE SCHEMA {schema}", f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {app}")
+    there = resources_on(roles.url, roles.home / "app", options=f"-crole={app} -csearch_path={schema}")
+    vf = invoke("etl.push", {"platformFile": pf}, there)["virtualFileId"]
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"name": "Ada"}}, there)["result"] == [{"name": "Ada"}]
+    engine = sa.create_engine(roles.url)
+    with engine.connect() as conn:
+        tables = conn.exec_driver_sql("SELECT DISTINCT schemaname FROM pg_tables WHERE tablename LIKE 'cop_%%' "
+                                      "OR tablename LIKE 'vf_%%'").scalars().all()
+    engine.dispose()
+    assert tables == [schema]

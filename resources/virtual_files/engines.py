@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from connector_ops.kernel.secrets import mask_url
 from connector_ops.resources.virtual_files.catalog import metadata
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
+from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
 from connector_ops.resources.virtual_files.layout import check_stamp
 
@@ -179,13 +180,18 @@ def _check_client(engine: sa.Engine) -> None:
 def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:
     """Create the catalog tables if missing, and check the store's layout stamp (:mod:`.layout`). Two
     processes starting together on a new PostgreSQL database can both see them missing; the loser's
-    CREATE (or stamp) fails, and a retry then finds them."""
+    CREATE (or stamp) fails, and a retry then finds them. A privilege refused is said to be the catalog's:
+    it is the first thing a new deployment's role is refused (``CREATE`` on ``public``, since PostgreSQL 15),
+    and the message points to ``search_path``."""
     for attempt in range(attempts):
         try:
             with engine.execution_options(**WRITE).begin() as conn:
                 metadata.create_all(conn, checkfirst=True)
                 check_stamp(conn, mask_url(engine.url.render_as_string(hide_password=False)))
             return
+        except DatabaseRefused as exc:
+            raise DatabaseRefused(f"the store's catalog tables (cop_*) could not be created: {exc}",
+                                  exc.sqlstate) from None
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
             if attempt == attempts - 1:
                 raise
