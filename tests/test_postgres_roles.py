@@ -142,3 +142,18 @@ def test_a_schema_the_role_may_not_create_in_is_refused_pointing_to_search_path(
                                       "OR tablename LIKE 'vf_%%'").scalars().all()
     engine.dispose()
     assert tables == [schema]
+
+
+def test_a_url_that_reaches_no_database_names_the_setting_never_the_password(roles: Roles) -> None:
+    """A closed port, a missing database: the driver's words, prefixed with the setting to check."""
+    from tests.servers import free_port
+
+    closed = make_url(roles.url).set(host="127.0.0.1", port=free_port(), username="app", password="S3cretPW-x",
+                                     query={}).render_as_string(hide_password=False)
+    missing = make_url(roles.url).set(database=f"nosuch_{roles.suffix}").render_as_string(hide_password=False)
+    for url, said in ((closed, "refused"), (missing, "does not exist")):
+        with pytest.raises(ConnectorError) as info:
+            invoke("etl.query", {"virtualFileId": "x", "query": {}}, resources_on(url, roles.home / "gone"))
+        message = info.value.message
+        assert message.startswith("cannot connect to the database of CONNECTOR_OPS_DATABASE_URL"), message
+        assert said in message and "S3cretPW" not in message and url not in message, message

@@ -47,7 +47,8 @@ def test_an_unreachable_database_is_one_clear_line_without_the_password(tmp_path
     with pytest.raises(ConnectorError) as info:
         invoke("etl.query", {"virtualFileId": "x", "query": {}})
     message = info.value.body["message"]
-    assert info.value.status == 500 and message.startswith("database error:") and "\n" not in message
+    assert message.startswith("cannot connect to the database of CONNECTOR_OPS_DATABASE_URL: connection failed")
+    assert info.value.status == 500 and "\n" not in message
     assert "S3CRETPW" not in message and "S3CRETPW" not in str(info.value)
 
 
@@ -241,7 +242,7 @@ def test_a_cli_command_besides_an_action_fails_in_one_line(tmp_path, monkeypatch
     assert main(["gc", "--dry-run"]) != 0
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "SeCrEtPw" not in out + err
-    assert "failed (500): database error: connection failed" in err
+    assert "failed (500): cannot connect to the database of CONNECTOR_OPS_DATABASE_URL: connection failed" in err
 
 
 @pytest.mark.parametrize("secret", ["Tr0ub4dor://x", "k3y://Zq9", "pass://word.example", "https://", "sqlite:relative"])

@@ -147,7 +147,29 @@ def _on_error(ctx: sa.engine.ExceptionContext) -> BaseException | None:
         return permission_denied(exc, role=role, statement=ctx.statement, owner=owner)
     if state == TOO_MANY_CONNECTIONS or (_connecting(ctx) and _NO_SLOT.search(first_line(exc))):
         return no_slot_left(exc, ctx.engine)
+    if _connecting(ctx) and (state is None or state[:2] in CONNECTION_CLASSES):
+        return unreachable(exc, ctx.engine)
     return None
+
+
+class DatabaseUnreachable(ConnectorOpsError):
+    """No session could be opened with ``CONNECTOR_OPS_DATABASE_URL`` (its host, port, user, password,
+    database or sslmode): 500, the setting to check named, the URL and its password never shown."""
+
+    status = 500
+
+
+def unreachable(exc: BaseException, engine: sa.Engine | None) -> DatabaseUnreachable:
+    """A failed connection (SQLSTATE classes 08, 28, 3D, or libpq's text alone, which is all a failed
+    connection gives), naming the setting: the driver's words say what (refused, password authentication
+    failed, database "x" does not exist) but not where it was configured."""
+    line = first_line(exc)
+    password = engine.url.password if engine is not None else None
+    if password:
+        line = line.replace(str(password), "***")
+    return DatabaseUnreachable(
+        f"cannot connect to the database of CONNECTOR_OPS_DATABASE_URL: {line}; check its host, port, user, "
+        "password, database name and sslmode (and that the server is running)")
 
 
 def _connecting(ctx: sa.engine.ExceptionContext) -> bool:
