@@ -147,11 +147,10 @@ def test_a_download_is_one_snapshot_a_delete_cannot_cut(hosts: Any, caplog: pyte
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
-def test_stalled_downloads_hold_no_connection(hosts: Any, env: dict[str, str]) -> None:
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # PostgreSQL's pool and sessions
+def test_stalled_downloads_hold_no_connection(hosts: Any) -> None:
     """20 clients that read 100 bytes and keep their socket: no session is left 'idle in transaction' (each
     held a pooled connection in its snapshot, and past 15 every other request waited 30 s for a 500)."""
-    if not env["CONNECTOR_OPS_DATABASE_URL"].startswith("postgresql"):
-        pytest.skip("PostgreSQL's pool and sessions")
     a, _ = hosts
     data = os.urandom(4 * 1024 * 1024 + 11)
     pf = a.add_bytes(data, "big.bin")
