@@ -51,8 +51,8 @@ def compact_sqlite(engine: sa.Engine, path: str, *, dry_run: bool = False) -> Co
         if free < FREE_SHARE * pages or free * size < FREE_BYTES:
             return None
         before = _on_disk(path)
-        if dry_run:
-            return Compaction(before, before - free * size)
+        if dry_run:  # VACUUM keeps the used pages; the TRUNCATE checkpoint after it empties the log (counted in before)
+            return Compaction(before, (pages - free) * size)
         before_write(path)  # no background checkpoint of the file running: it would keep the log from emptying
         try:
             conn.execute("VACUUM")
