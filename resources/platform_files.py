@@ -73,7 +73,8 @@ def guess_content_type(name: str) -> str:
 def file_server_url_problem(url: str) -> str | None:
     """What is wrong with ``url`` as the file server's base (``None``: nothing): links are ``{url}/files/<id>``
     and ``files serve`` listens on its host and port, so it must be an http(s) URL with a host and a port
-    that exists, and nothing after its path."""
+    that exists, and nothing after its path. No ``user:password@``: the base is copied into every link, and
+    links are printed, kept in step outputs and Dagster's events, and sent in mails."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -81,7 +82,10 @@ def file_server_url_problem(url: str) -> str | None:
         return f"is not a URL ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"must be an http(s) URL with a host (http://files.example.org:8765), got {link_shown(url)!r}"
-    if port == 0:
+    if parts.username is not None or parts.password is not None:
+        return (f"must not carry a user or a password (got {link_shown(url)!r}): it would be copied into every "
+                "platform-file link, which outputs, events and mails show")
+    if port == 0 or (port is None and parts.netloc.endswith(":")):  # 'http://h:' has a ':' and no port
         return "must have a port from 1 to 65535"
     if parts.query or parts.fragment:
         return "must not have a query or a fragment (links are {url}/files/<id>)"

@@ -328,6 +328,10 @@ def test_cli_refuses_bad_options_naming_them(env, tmp_path, capsys, monkeypatch)
     ("not a url", "must be an http(s) URL with a host"),
     ("http://127.0.0.1:99999", "is not a URL (Port out of range"),
     ("http://127.0.0.1:0", "must have a port from 1 to 65535"),
+    ("http://files.example.com:", "must have a port from 1 to 65535"),
+    ("https://files:S3cretPw@files.example.com", "must not carry a user or a password (got "
+                                                 "'https://files.example.com')"),
+    ("https://files@files.example.com:8443/base", "must not carry a user or a password"),
     ("http://127.0.0.1:8765/base?x=1", "must not have a query"),
 ])
 def test_a_bad_file_server_url_names_the_variable(env, monkeypatch, url, problem, capsys):
@@ -340,4 +344,5 @@ def test_a_bad_file_server_url_names_the_variable(env, monkeypatch, url, problem
         invoke("etl.push", {"platformFile": {"name": "x.csv", "link": "http://127.0.0.2/x.csv"}})
     assert info.value.body["message"].startswith(f"configuration error: CONNECTOR_OPS_FILE_SERVER_URL: {problem}")
     assert main(["files", "serve"]) == 2
-    assert f"(400): CONNECTOR_OPS_FILE_SERVER_URL: {problem}" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert f"(400): CONNECTOR_OPS_FILE_SERVER_URL: {problem}" in said and "S3cretPw" not in said
