@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,20 @@ def pipeline_files(environ: dict[str, str] | None = None) -> list[Path]:
     return files
 
 
+def pipelines_dir_problem(environ: Mapping[str, str] | None = None) -> Problem | None:
+    """``CONNECTOR_OPS_PIPELINES_DIR`` set to something that is not a folder (a typo): reported, else the
+    deployment would run without the team's pipelines and say nothing."""
+    extra = (os.environ if environ is None else environ).get(PIPELINES_DIR_VARIABLE)
+    if not extra:
+        return None
+    folder = Path(extra).expanduser().resolve()
+    if folder.is_dir():
+        return None
+    what = "a file, not a folder" if folder.exists() else "no such folder"
+    return Problem(str(folder), 0, f"{PIPELINES_DIR_VARIABLE}={extra!r}: {what}, so none of its pipeline files "
+                                   "are loaded")
+
+
 @dataclass
 class Catalog:
     """The pipelines that compiled, and the problems of the files that did not (file:line, step)."""
@@ -68,11 +83,15 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
 
     A broken file costs its own job only: the code location (and every other job, schedule and sensor) still
     loads, and the problems are reported (the Definitions' log and ``broken_pipelines`` job, ``pipeline list``).
+    A ``CONNECTOR_OPS_PIPELINES_DIR`` that is not a folder is a problem too (:func:`pipelines_dir_problem`).
     A second file using a job name already taken (by a file before it or a job defined in code) is a problem
     of that second file. So is any other exception while loading or compiling it (a bug of ours or of a
     library the file reaches): logged with its traceback, reported as an internal error to report.
     """
     catalog = Catalog()
+    misplaced = pipelines_dir_problem(environ)
+    if misplaced is not None:
+        catalog.problems.append(misplaced)
     names: dict[str, str] = dict(CODE_JOBS)
     assets: dict[str, str] = {}  # asset key -> the step that makes it: one maker per asset
     nodes = dict(CODE_NODES)

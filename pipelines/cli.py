@@ -17,7 +17,14 @@ from typing import Any, TextIO
 import click
 
 from connector_ops.environment import RESOURCE_KEYS
-from connector_ops.pipelines.catalog import CODE_NODES, find_pipeline, node_names, pipeline_files, read_catalog
+from connector_ops.pipelines.catalog import (
+    CODE_NODES,
+    find_pipeline,
+    node_names,
+    pipeline_files,
+    pipelines_dir_problem,
+    read_catalog,
+)
 from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.runner import PipelineRun, run_compiled
 from connector_ops.session import Session
@@ -79,7 +86,9 @@ def resolve_target(target: str) -> Path:
     found = find_pipeline(target)
     if found is None:
         names = ", ".join(sorted(p.stem for p in pipeline_files()))
-        print(f"no pipeline file or pipeline named {target!r} (shipped files: {names})", file=sys.stderr)
+        misplaced = pipelines_dir_problem()
+        print(f"no pipeline file or pipeline named {target!r} (shipped files: {names})"
+              + ("" if misplaced is None else f"; {misplaced}"), file=sys.stderr)
         raise SystemExit(2)
     return found
 

@@ -78,7 +78,7 @@ def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple
             raise PipelineUsageError(f"no pipeline file {target!r}")
         compiled = compile_file(path, overrides)
         return compiled.job, compiled
-    from connector_ops.pipelines.catalog import find_pipeline
+    from connector_ops.pipelines.catalog import find_pipeline, pipelines_dir_problem
 
     found = find_pipeline(target)
     if found is not None:
@@ -88,7 +88,9 @@ def resolve(magics: ConnectorMagics, target: str, overrides: list[str]) -> tuple
         raise PipelineUsageError("--set works with YAML pipelines only")
     jobs = _jobs(_definitions(magics))
     if target not in jobs:
-        raise PipelineUsageError(f"no pipeline or job named {target!r}; jobs: {', '.join(sorted(jobs)) or 'none'}")
+        misplaced = pipelines_dir_problem()
+        raise PipelineUsageError(f"no pipeline or job named {target!r}; jobs: {', '.join(sorted(jobs)) or 'none'}"
+                                 + ("" if misplaced is None else f"; {misplaced}"))
     return jobs[target], None
 
 

@@ -128,6 +128,29 @@ def test_pipelines_dir_adds_jobs_and_broken_files_are_reported_while_the_rest_lo
     assert broken_line in listed.stderr and broken_line not in listed.stdout
 
 
+@pytest.mark.parametrize("typo", ["pipelnes", "team.yaml"])
+def test_a_mistyped_pipelines_dir_is_reported_not_ignored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          typo: str) -> None:
+    """``CONNECTOR_OPS_PIPELINES_DIR`` naming no folder (a typo, or one of its files) was passed over without a
+    word: the deployment ran without the team's pipelines, ``pipeline list`` exited 0."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "team.yaml").write_text("name: team_job\nsteps:\n  - id: a\n    action: etl.iterate\n"
+                                      "    input: {content: [], maxBatchSize: 1}\n")
+    wrong = folder / typo if typo.endswith(".yaml") else tmp_path / typo
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(wrong))
+    said = f"{wrong}: CONNECTOR_OPS_PIPELINES_DIR={str(wrong)!r}: "
+    said += "a file, not a folder" if wrong.exists() else "no such folder"
+    jobs = {j.name: j for j in build_definitions().jobs}
+    assert "sales_report" in jobs and said in (jobs["broken_pipelines"].description or "")  # the UI's job list
+    listed = CliRunner().invoke(pipeline, ["list"])
+    assert listed.exit_code == 1 and said in listed.stderr and "sales_report" in listed.stdout
+    ran = CliRunner().invoke(pipeline, ["run", "team_job"])
+    assert ran.exit_code == 2 and said in ran.stderr
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    assert "broken_pipelines" not in {j.name for j in build_definitions().jobs}
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tmp_path: Path) -> None:
     resources = resources_for(environ=env)

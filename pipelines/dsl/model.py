@@ -10,7 +10,8 @@ from connector_ops.registry import ActionSpec
 
 @dataclass(frozen=True)
 class Problem:
-    """One validation error, located: ``file:line: step <id>: message``."""
+    """One validation error, located: ``file:line: step <id>: message`` (line 0: the file or folder as a whole,
+    shown without a line)."""
 
     file: str
     line: int
@@ -18,7 +19,7 @@ class Problem:
     step: str | None = None
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}"
+        where = f"{self.file}:{self.line}" if self.line else self.file
         return f"{where}: step {self.step}: {self.message}" if self.step else f"{where}: {self.message}"
 
 
