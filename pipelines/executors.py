@@ -122,7 +122,7 @@ def celery_executor(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
     whose worker stopped sending heartbeats (:mod:`connector_ops.pipelines.celery_heartbeat`).
 
     dagster-celery's run-worker loop sleeps ``TICK_SECONDS`` (1 s) between looks at its tasks, so a job of
-    short steps in sequence — ``sales_report`` has 24 — waits about a second per step for nothing
+    short steps in sequence — ``sales_report`` has 23 — waits about a second per step for nothing
     (BENCHMARKS.md, Deployment). A look is one result-backend read per running task, so polling every 50 ms
     costs little; the loop reads the module constant at each tick, which is what we set.
     """
