@@ -6,7 +6,8 @@ Built on click (as dagster and sqlite-utils are). Imports are lazy: ``--help`` l
 commands are plugins here, never imports).
 
 Exit codes: 0 success, 2 invalid input (status 400, or a usage error), 3 not found (404), 1 any other
-failure. On an action error the spec's error body is printed as JSON on stdout and one line naming the
+failure; the ``pipeline`` commands report a run or files, not one action, and have their own (their --help).
+On an action error the spec's error body is printed as JSON on stdout and one line naming the
 action on stderr.
 """
 
@@ -125,7 +126,8 @@ def cli() -> None:
 
     \b
     Shell completion (bash; zsh and fish alike):  eval "$(connector-ops completion bash)"
-    Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures.
+    Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures;
+    the pipeline commands have their own (connector-ops pipeline run --help).
     """
 
 

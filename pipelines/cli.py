@@ -150,7 +150,13 @@ def where_outputs_went(compiled: CompiledPipeline, outputs: dict[str, Any], reso
 @click.option("-v", "--verbose", is_flag=True, help="show Dagster's step log")
 @click.option("--full", is_flag=True, help=f"print whole outputs (default: lists cut to {PREVIEW_ITEMS} items)")
 def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> None:
-    """Run a pipeline (a file, or the name of a shipped one) in process and print each step's output."""
+    """Run a pipeline (a file, or the name of a shipped one) in process and print each step's output.
+
+    \b
+    Exit codes: 0 every step succeeded; 1 a step failed (whatever its status, 400 and 404 included: the
+    step's error is printed) or the file does not validate; 2 no such file or pipeline, or a usage error;
+    130 interrupted (Ctrl-C).
+    """
     path = resolve_target(target)
     try:
         compiled = compile_pipeline(load_pipeline(path, overrides=list(overrides)))

@@ -69,7 +69,23 @@ def test_help_is_plain_text_and_lists_every_command() -> None:
         assert f"\n  {command} " in run.stdout
     for markup in ("``", ":class:", ":func:", ".. "):
         assert markup not in run.stdout
-    assert "Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures." in run.stdout
+    assert "Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures;" in run.stdout
+    assert "the pipeline commands have their own (connector-ops pipeline run --help)" in run.stdout
+
+
+def test_pipeline_run_states_its_own_exit_codes(tmp_path: Path) -> None:
+    """``connector-ops --help`` gave 0/2/3/1 for the whole CLI, yet ``pipeline run`` exits 1 for a step's 404
+    (a run's outcome, not one action's status) and its own --help said nothing."""
+    said = " ".join(cli("pipeline", "run", "--help").stdout.split())
+    assert ("Exit codes: 0 every step succeeded; 1 a step failed (whatever its status, 400 and 404 included: "
+            "the step's error is printed) or the file does not validate; 2 no such file or pipeline, or a usage "
+            "error; 130 interrupted (Ctrl-C).") in said
+    missing = tmp_path / "p404.yaml"
+    missing.write_text("name: p404\nsteps:\n  - id: count\n    action: etl.iterate\n"
+                       "    input: {content: nope, maxBatchSize: 1}\n")
+    ran = cli("pipeline", "run", str(missing), extra_env={"CONNECTOR_OPS_HOME": str(tmp_path / "home")})
+    assert ran.returncode == 1 and "step count failed: etl.iterate failed (404)" in ran.stderr, ran.stderr
+    assert cli("pipeline", "run", str(tmp_path / "none.yaml")).returncode == 2
 
 
 def test_help_loads_neither_pydantic_nor_dagster() -> None:
