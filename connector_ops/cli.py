@@ -119,9 +119,26 @@ def read_payload(text: str | None, action: str) -> Any:
                              action=action) from None
 
 
+#: where :func:`cli` keeps the running command's ``answered()`` (in the click context's meta)
+_ANSWERED = "connector_ops.answered"
+
+
+def answered() -> None:
+    """Say that the running command's answer is final — its work committed (a file stored, a run ended, gc's
+    removals done), only printing it and closing the session left. From then on until the command ends a
+    Ctrl-C is ignored, so a script sees the outcome, not an interruption (``Aborted!``, 1, or -2 by SIGINT)
+    after the work was kept. The commands that commit then print call it; outside the command line (a
+    notebook, a function called directly) it does nothing."""
+    ctx = click.get_current_context(silent=True)
+    mark = ctx.meta.get(_ANSWERED) if ctx is not None else None
+    if mark is not None:
+        mark()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="connector-ops", prog_name=PROG)
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Cloud drive, transactional e-mail and ETL connectors: run actions, manage platform files.
 
     \b
@@ -129,6 +146,10 @@ def cli() -> None:
     Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures;
     the pipeline commands have their own (connector-ops pipeline run --help).
     """
+    from connector_ops.kernel.deferred import interrupts_ignored_once_answered
+
+    # every command runs inside it (it ends when the root context closes, after the command and its session)
+    ctx.meta[_ANSWERED] = ctx.with_resource(interrupts_ignored_once_answered())
 
 
 @cli.command()
@@ -139,14 +160,13 @@ def invoke(name: str, input: str | None) -> None:
 
     INPUT is JSON text, - to read it from stdin, or @FILE to read it from a file; none means {}.
     """
-    from connector_ops.kernel.deferred import interrupts_ignored_once_answered
     from connector_ops.kernel.notices import warnings_to
     from connector_ops.kernel.progress import reporting_to, tqdm_reporter
     from connector_ops.registry import canonical_name
     from connector_ops.session import Session
 
     payload = read_payload(input, canonical_name(name))
-    with interrupts_ignored_once_answered() as answered, Session() as session, \
+    with Session() as session, \
             reporting_to(tqdm_reporter if sys.stderr.isatty() else None), \
             warnings_to(lambda message: print(f"connector-ops: warning: {message}", file=sys.stderr)):
         output = session.invoke(name, payload)
@@ -212,6 +232,7 @@ def files_add(path: str, name: str | None, content_type: str | None) -> None:
             descriptor = store.add_file(path, name=name, content_type=content_type)
         except ConnectorOpsError as exc:
             raise ConnectorError(exc.status, {"message": str(exc)}, action="files add") from None
+        answered()  # stored: a Ctrl-C while it is printed and the store closes changes nothing
         print_json(descriptor.to_json())
 
 

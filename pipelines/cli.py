@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import click
 
+from connector_ops.cli import answered
 from connector_ops.environment import RESOURCE_KEYS
 from connector_ops.pipelines.catalog import (
     CODE_NODES,
@@ -170,6 +171,7 @@ def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> N
 def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, verbose: bool, full: bool) -> None:
     print(f"running {compiled.pipeline.name} ({path}) in process …", file=sys.stderr)
     run = run_compiled(compiled, resources, verbose=verbose)
+    answered()  # the run has ended: a Ctrl-C while its outcome is printed and the session closes changes nothing
     for step in compiled.pipeline.steps:
         if step.id in run.steps:
             value = run.steps[step.id]
@@ -235,6 +237,7 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
             stores["platform_files"].keep_leftovers()
         result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run,
                          step_outputs=StepOutputs(stores["virtual_files"].database_url))
+        answered()  # removed: a Ctrl-C while the session closes and the result is printed changes nothing
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return

@@ -279,3 +279,34 @@ def test_ctrl_c_once_the_output_is_printed_changes_nothing(env, files, database_
     assert done.returncode == 0, done
     assert "Aborted!" not in done.stderr
     assert json.loads(done.stdout)["virtualFileId"] in stored(database_url)[0] - before
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_ctrl_c_once_a_pipeline_run_has_ended_changes_nothing(env, database_url, tmp_path):
+    """A Ctrl-C just after ``pipeline run`` printed "run … succeeded" (every step committed), while it closed
+    its session (the loader process's checkpoint of a big Push, the connections), ended the process as a
+    failure (``Aborted!``, 1; -2 by SIGINT): a cron job saw a failed run. Once the run has ended the command
+    ignores Ctrl-C, as ``invoke`` does: the run's exit code, 0, and its output whole."""
+    (tmp_path / "rows.csv").write_text("id,name,pad\n" + "".join(f"{i},name {i},{'x' * 60}\n"
+                                                                 for i in range(600_000)))
+    (tmp_path / "big.yaml").write_text("name: big_push\nsteps:\n  - id: load\n    action: etl.push\n"
+                                       "    input: {platformFile: \"${file:rows.csv}\"}\n")
+    before = stored(database_url)[0]
+    child = subprocess.Popen([SCRIPT, "pipeline", "run", str(tmp_path / "big.yaml")], env={**os.environ, **env},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        assert child.stderr is not None
+        sent = False
+        for line in child.stderr:
+            if line.startswith("run ") and line.rstrip().endswith(" succeeded"):
+                child.send_signal(signal.SIGINT)
+                sent = True
+                break
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert sent, "the run did not succeed"
+    assert child.returncode == 0, (child.returncode, err)
+    assert "Aborted!" not in err and "Traceback" not in err
+    pushed = json.loads(out.partition("load (etl.push): ")[2].splitlines()[0])["virtualFileId"]
+    assert pushed in stored(database_url)[0] - before

@@ -44,7 +44,7 @@ def put(path: str, folder_id: str | None, name: str | None, content_type: str | 
     The same as `files add` followed by `invoke drive.upload_file` (and the same action code): on the local
     drive a file copied into its folder by hand is not an item of the drive, so this is how files get in.
     A drive sensor watching the folder sees it on its next tick."""
-    from connector_ops.cli import print_json
+    from connector_ops.cli import answered, print_json
     from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
     from connector_ops.session import Session
 
@@ -56,7 +56,9 @@ def put(path: str, folder_id: str | None, name: str | None, content_type: str | 
             raise ConnectorError(exc.status, {"message": str(exc)}, action="drive put") from None
         try:
             payload = {"platformFile": descriptor.to_json(), **({"folderId": folder_id} if folder_id else {})}
-            print_json(session.invoke("drive.upload_file", payload))
+            uploaded = session.invoke("drive.upload_file", payload)
+            answered()  # in the drive: a Ctrl-C while it is printed and the staging copy goes changes nothing
+            print_json(uploaded)
         finally:
             store.delete(descriptor.id)  # the drive holds the file now; the staging copy is not needed
 
