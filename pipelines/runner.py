@@ -19,6 +19,7 @@ import dagster as dg
 from connector_ops.display import StatusTable
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.ops.factory import error_of_failed_step
+from connector_ops.ops.io_manager import capped_in_memory_io_manager
 from connector_ops.pipelines.dsl import CompiledPipeline
 from connector_ops.pipelines.dsl.checks import CHECK_NODE_SUFFIX
 
@@ -89,8 +90,11 @@ def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, ve
     """Execute the job in this process with ``resources``; never raises for a failed step.
 
     The pipeline's ``notify:`` mails go out once the run has ended (a mail that cannot be sent is logged:
-    the run's own outcome stands).
+    the run's own outcome stands). Step outputs stay in memory unless ``resources`` has an ``io_manager``,
+    but capped at ``CONNECTOR_OPS_MAX_STEP_OUTPUT`` as a deployment's are (:class:`CappedInMemoryIOManager`):
+    an output too large fails here as it would there.
     """
+    resources = {"io_manager": capped_in_memory_io_manager, **resources}
     if instance is None:  # the mails and the step warnings are read from the run's log afterwards
         instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     result = run_job(compiled.job, resources, verbose=verbose, instance=instance)

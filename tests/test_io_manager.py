@@ -199,6 +199,50 @@ def test_an_output_over_the_limit_fails_its_step_naming_it_and_what_to_do(
     assert "CONNECTOR_OPS_MAX_STEP_OUTPUT: at most 1,000,000,000 bytes" in refused.errors["load"].message
 
 
+def test_pipeline_run_caps_outputs_as_a_deployment_does(
+        tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``connector-ops pipeline run`` (and ``%pipeline run``) kept outputs in Dagster's in-memory IO manager,
+    uncapped: a pipeline wiring rows whole passed locally and failed once deployed. Its outputs stay in
+    memory (nothing in the step-output table) but the same cap, and the same check of the setting, apply."""
+    from click.testing import CliRunner
+
+    from connector_ops.pipelines.cli import pipeline
+
+    rows = "id,name\n" + "".join(f"{i},customer number {i}\n" for i in range(500))
+    (tmp_path / "c.csv").write_text(rows)
+    path = write(tmp_path, """
+        name: big_local
+        steps:
+          - id: load
+            action: etl.push
+            input: {platformFile: "${file:c.csv}"}
+          - id: everything
+            action: etl.query
+            input: {virtualFileId: "${load.virtualFileId}", query: {}}
+          - id: again
+            action: etl.iterate
+            input: {content: "${everything.result}", maxBatchSize: 10}
+    """)
+    monkeypatch.setenv("CONNECTOR_OPS_MAX_STEP_OUTPUT", "4KiB")
+    said = CliRunner().invoke(pipeline, ["run", str(path)])
+    assert said.exit_code == 1, said.output
+    assert ("step everything failed: etl.query failed (400): step 'everything': its output 'result' (500 items) "
+            "is more than 4 KiB pickled") in said.stderr
+    assert "not run because of the failure: again" in said.stderr
+    monkeypatch.setenv("CONNECTOR_OPS_MAX_STEP_OUTPUT", "banana")
+    said = CliRunner().invoke(pipeline, ["run", str(path)])
+    assert said.exit_code == 1 and "step load failed: failed (400): CONNECTOR_OPS_MAX_STEP_OUTPUT: " in said.stderr
+    monkeypatch.setenv("CONNECTOR_OPS_MAX_STEP_OUTPUT", "1MiB")
+    said = CliRunner().invoke(pipeline, ["run", str(path)])
+    assert said.exit_code == 0, said.output
+    assert 'again (etl.iterate): {"content": [{"id": "0", "name": "customer number 0"}' in said.stdout
+    run_id = said.stderr.rpartition("\nrun ")[2].split()[0]
+    assert len(run_id) == 36, said.stderr
+    with get_engine(env["CONNECTOR_OPS_DATABASE_URL"]).connect() as conn:  # in memory: no table, or no row
+        assert not sa.inspect(conn).has_table(step_output.name) or not conn.execute(
+            sa.select(sa.func.count()).select_from(step_output).where(step_output.c.run_id == run_id)).scalar()
+
+
 def peak_of(make: Any) -> int:
     """The most memory Python allocated while ``make()`` ran."""
     tracemalloc.start()

@@ -103,6 +103,21 @@ def output_too_large(context: dg.OutputContext, obj: Any, limit: int) -> Connect
         "rows in batches), or export it with etl.pull to a platform file")}, action=action)
 
 
+def capped_pickle(context: dg.OutputContext, obj: Any) -> bytes:
+    """``obj`` pickled, within ``CONNECTOR_OPS_MAX_STEP_OUTPUT``; else the step fails with the 400 of
+    :func:`output_too_large` (a setting that is no size: a 400 naming it)."""
+    from connector_ops.ops.factory import failure  # here: the factory's module imports the ops' modules
+
+    try:
+        limit = max_step_output()
+    except InvalidInput as exc:
+        raise failure(ConnectorError(400, {"message": str(exc)})) from None
+    data = pickled_within(obj, limit)
+    if data is None:
+        raise failure(output_too_large(context, obj, limit))
+    return data
+
+
 def output_key(identifier: list[str]) -> str:
     """One output's key: run id, step key, output name (and mapping key of a dynamic output)."""
     return "/".join(identifier)
@@ -130,16 +145,7 @@ class StepOutputIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if context.dagster_type.is_nothing:
             return
-        from connector_ops.ops.factory import failure  # here: the factory's module imports the ops' modules
-
-        try:
-            limit = max_step_output()
-        except InvalidInput as exc:
-            raise failure(ConnectorError(400, {"message": str(exc)})) from None
-        data = pickled_within(obj, limit)
-        if data is None:
-            raise failure(output_too_large(context, obj, limit))
-        self._outputs().put(output_key(context.get_identifier()), context.run_id, data)
+        self._outputs().put(output_key(context.get_identifier()), context.run_id, capped_pickle(context, obj))
 
     def load_input(self, context: dg.InputContext) -> Any:
         if context.dagster_type.is_nothing:
@@ -158,3 +164,32 @@ def step_output_io_manager() -> StepOutputIOManager:
     where the step runs (never the loading process's path)."""
     url = os.environ.get("CONNECTOR_OPS_DATABASE_URL")
     return StepOutputIOManager(database_url=dg.EnvVar("CONNECTOR_OPS_DATABASE_URL") if url else None)
+
+
+class CappedInMemoryIOManager(dg.IOManager):
+    """Step outputs in this process's memory, capped as the Definitions' :class:`StepOutputIOManager` caps
+    them: the IO manager of ``connector-ops pipeline run`` and ``%pipeline run``. Those runs happen in one
+    process, so nothing goes to the store's database (no write per output, nothing for ``gc``; a run in
+    process cannot be re-executed from its failure either way), but each output is pickled and checked
+    against ``CONNECTOR_OPS_MAX_STEP_OUTPUT``: a pipeline tried locally fails as it would once deployed —
+    an output too large, a setting that is no size, a value that cannot be pickled."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[str, ...], Any] = {}
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if context.dagster_type.is_nothing:
+            return
+        capped_pickle(context, obj)  # the check only: the value itself is kept, as Dagster's in-memory one does
+        self._values[tuple(context.get_identifier())] = obj
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        if context.dagster_type.is_nothing:
+            return None
+        return self._values[tuple(context.get_identifier())]
+
+
+@dg.io_manager(description="step outputs in memory, capped at CONNECTOR_OPS_MAX_STEP_OUTPUT as in a deployment")
+def capped_in_memory_io_manager(_: dg.InitResourceContext) -> CappedInMemoryIOManager:
+    """One :class:`CappedInMemoryIOManager` per run (its values go with the run)."""
+    return CappedInMemoryIOManager()
