@@ -193,14 +193,7 @@ def test_a_file_cannot_take_the_name_of_a_job_defined_in_code(monkeypatch: pytes
 
 
 def test_set_into_a_value_that_is_no_mapping_names_the_key(tmp_path: Path) -> None:
-    path = write(with_csv(tmp_path), f"""name: p
-steps:
-  - id: load
-    {PUSH}
-  - id: q
-    action: etl.query
-    input: {{virtualFileId: "${{load.virtualFileId}}", query: {{}}}}
-""")
+    path = write(with_csv(tmp_path), PUSH_AND_QUERY)
     for overrides, message in [
         (["load.platformFile.name=x"], "'load.platformFile.name=x': load.platformFile holds a str, not a mapping "
                                        "of fields; set it whole (--set load.platformFile=…)"),
@@ -213,16 +206,20 @@ steps:
     assert load_pipeline(path, ["q.query.region=North"]).step("q").input["query"] == {"region": "North"}
 
 
-def test_a_value_set_with_set_that_the_step_refuses_is_the_set_arguments_problem(tmp_path: Path) -> None:
-    """Not the pipeline file's: ``--set:N`` names the N-th ``--set``, whose value the step refuses."""
-    path = write(with_csv(tmp_path), f"""name: p
+#: a Push and a Query of its file: the pipeline the --set tests edit
+PUSH_AND_QUERY = f"""name: p
 steps:
   - id: load
     {PUSH}
   - id: q
     action: etl.query
     input: {{virtualFileId: "${{load.virtualFileId}}", query: {{}}}}
-""")
+"""
+
+
+def test_a_value_set_with_set_that_the_step_refuses_is_the_set_arguments_problem(tmp_path: Path) -> None:
+    """Not the pipeline file's: ``--set:N`` names the N-th ``--set``, whose value the step refuses."""
+    path = write(with_csv(tmp_path), PUSH_AND_QUERY)
     with pytest.raises(PipelineError) as caught:
         load_pipeline(path, ["q.query.region=North", "q.bogus=1"])
     (problem,) = caught.value.problems
@@ -233,14 +230,7 @@ steps:
 def test_a_field_a_set_makes_on_its_way_is_the_set_arguments_problem(tmp_path: Path) -> None:
     """``--set load.input.x=1`` makes a field ``input`` the action lacks: ``--set:N`` (docs/pipelines.md,
     Running), not the step's line in the file; a field it only goes through stays the file's."""
-    path = write(with_csv(tmp_path), f"""name: p
-steps:
-  - id: load
-    {PUSH}
-  - id: q
-    action: etl.query
-    input: {{virtualFileId: "${{load.virtualFileId}}", query: {{}}}}
-""")
+    path = write(with_csv(tmp_path), PUSH_AND_QUERY)
     with pytest.raises(PipelineError) as caught:
         load_pipeline(path, ["q.query.region=North", "load.input.x=1"])
     (problem,) = caught.value.problems

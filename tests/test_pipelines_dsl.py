@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -14,7 +15,7 @@ from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_BATCHES
 from connector_ops.ops.io_manager import StepOutputIOManager
-from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.runner import run_compiled
 from tests.pipeline_files import write
@@ -510,12 +511,10 @@ def test_whole_number_keys_take_an_integral_float_as_action_inputs_do(tmp_path: 
         assert found == {2, 3, 7}, (bad, caught.value.problems)  # minimumIntervalSeconds, max_retries, maxBatchSize
 
 
-def test_a_foreach_of_too_many_batches_is_refused_before_any_runs(tmp_path: Path, env: dict[str, str]) -> None:
-    """A foreach's cost grows faster than its batch count (2,000 batches: 4–5 minutes, 600 MiB) and nothing
-    capped it: a 1M-row file at maxBatchSize 1 would have run for days. More than MAX_BATCHES is a 400
-    before any batch, giving the rows, the batches and the smallest maxBatchSize that fits."""
+def foreach_pipeline(tmp_path: Path, env: dict[str, str], rows: int) -> tuple[CompiledPipeline, dict[str, Any]]:
+    """A Push of ``rows`` ids, then a foreach step validating them one row per batch, and its resources (the
+    deployment's step-output IO manager)."""
     resources = {**resources_for(environ=env), "io_manager": StepOutputIOManager()}
-    rows = MAX_BATCHES + 1
     pf = resources["platform_files"].add_bytes(
         ("id\n" + "".join(f"{i}\n" for i in range(rows))).encode(), "ids.csv", "text/csv").to_json()
     path = write(tmp_path, f"""
@@ -529,7 +528,15 @@ def test_a_foreach_of_too_many_batches_is_refused_before_any_runs(tmp_path: Path
             action: etl.validate
             input: {{content: "${{batch.rows}}", schema: {{id: {{type: integer, required: true}}}}}}
     """)
-    outcome = run_compiled(compile_pipeline(load_pipeline(path)), resources)
+    return compile_pipeline(load_pipeline(path)), resources
+
+
+def test_a_foreach_of_too_many_batches_is_refused_before_any_runs(tmp_path: Path, env: dict[str, str]) -> None:
+    """A foreach's cost grows faster than its batch count (2,000 batches: 4–5 minutes, 600 MiB) and nothing
+    capped it: a 1M-row file at maxBatchSize 1 would have run for days. More than MAX_BATCHES is a 400
+    before any batch, giving the rows, the batches and the smallest maxBatchSize that fits."""
+    rows = MAX_BATCHES + 1
+    outcome = run_compiled(*foreach_pipeline(tmp_path, env, rows))
     assert not outcome.success
     assert list(outcome.errors) == ["check"]
     error = outcome.errors["check"]
@@ -544,26 +551,13 @@ def test_a_foreach_of_too_many_batches_is_refused_before_any_runs(tmp_path: Path
 def test_the_foreach_batch_limit_is_a_setting(tmp_path: Path, env: dict[str, str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A team mailing each customer on its own (maxBatchSize 1) may raise the limit, knowingly."""
-    resources = {**resources_for(environ=env), "io_manager": StepOutputIOManager()}
-    pf = resources["platform_files"].add_bytes(b"id\n1\n2\n3\n", "ids.csv", "text/csv").to_json()
-    path = write(tmp_path, f"""
-        name: fan_set
-        steps:
-          - id: load
-            action: etl.push
-            input: {{platformFile: {json.dumps(pf)}}}
-          - id: each
-            foreach: {{virtualFileId: "${{load.virtualFileId}}", maxBatchSize: 1}}
-            action: etl.validate
-            input: {{content: "${{batch.rows}}", schema: {{id: {{type: integer}}}}}}
-    """)
-    compiled = compile_pipeline(load_pipeline(path))
+    compiled, resources = foreach_pipeline(tmp_path, env, 3)
     monkeypatch.setenv("CONNECTOR_OPS_MAX_FOREACH_BATCHES", "2")
     refused = run_compiled(compiled, resources)
-    assert refused.errors["each"].message.endswith(
+    assert refused.errors["check"].message.endswith(
         "more than the 2 a foreach step may run (CONNECTOR_OPS_MAX_FOREACH_BATCHES); use a maxBatchSize of at least 2")
     monkeypatch.setenv("CONNECTOR_OPS_MAX_FOREACH_BATCHES", "3")
     assert run_compiled(compiled, resources).success
     monkeypatch.setenv("CONNECTOR_OPS_MAX_FOREACH_BATCHES", "many")
-    bad = run_compiled(compiled, resources).errors["each"]
+    bad = run_compiled(compiled, resources).errors["check"]
     assert bad.status == 400 and "CONNECTOR_OPS_MAX_FOREACH_BATCHES: must be a whole number" in bad.message
