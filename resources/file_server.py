@@ -97,7 +97,7 @@ def create_app(store: PlatformFileStore) -> Starlette:
         file_id = request.path_params["file_id"]
         try:
             descriptor = store.describe(file_id)
-            handle = store.open_stored(file_id)
+            handle = store.open_stored(file_id, detached=True)  # a client may stall: no connection held
         except (NotFound, FileNotFoundError):
             return JSONResponse({"message": "not found"}, status_code=404)
         except ConnectorOpsError as exc:  # the database busy (a 503 to retry), a privilege refused: said, no traceback

@@ -141,16 +141,17 @@ class DatabaseFiles:
         with self.engine.connect() as conn:
             return _descriptor(conn, file_id)
 
-    def open(self, file_id: str) -> IO[bytes]:
+    def open(self, file_id: str, *, detached: bool = False) -> IO[bytes]:
         """The file's bytes, its descriptor and every chunk read in one snapshot (PostgreSQL's ``REPEATABLE
         READ``, SQLite's read transaction): a file already deleted is ``NotFound`` before any byte, and a
         delete or ``gc`` committed while it is read does not cut it.
 
-        The snapshot is read whole into a spool (in memory up to one chunk, then a temporary file kept above
-        ``CONNECTOR_OPS_MIN_FREE_DISK``) and the transaction ends before the caller reads a byte: the reader
-        is often a client over the network (``files serve``, a Drive upload), and a transaction held open
-        while it stalled kept a pooled connection "idle in transaction" — 15 stalled downloads took the whole
-        pool, and every other request waited 30 s for a 500."""
+        The stream holds its snapshot's pooled connection until it is closed: right for a reader in this
+        process, which reads on to the end (a Push, a Drive upload). ``detached``: for a reader that may stall
+        (a client of ``files serve`` over the network), the snapshot is read whole into a spool first (in
+        memory up to one chunk, then a temporary file kept above ``CONNECTOR_OPS_MIN_FREE_DISK``) and the
+        transaction ends before the caller reads a byte — 15 stalled downloads held the whole pool "idle in
+        transaction", and every other request waited 30 s for a 500."""
         conn = self.engine.connect()
         try:
             if conn.dialect.name == "postgresql":
@@ -160,6 +161,8 @@ class DatabaseFiles:
         except BaseException:
             conn.close()
             raise
+        if not detached:
+            return io.BufferedReader(_ChunkReader(conn, file_id, size), CHUNK)
         spool = tempfile.SpooledTemporaryFile(max_size=CHUNK)  # noqa: SIM115 (returned open: the caller closes it)
         try:
             with contextlib.closing(_ChunkReader(conn, file_id, size)) as reader:

@@ -375,10 +375,11 @@ class PlatformFileStore(Resource):
         with handle:
             yield handle
 
-    def open_stored(self, file_id: str) -> IO[bytes]:
-        """A stream of a stored file's bytes (``NotFound`` if this store does not hold it)."""
+    def open_stored(self, file_id: str, *, detached: bool = False) -> IO[bytes]:
+        """A stream of a stored file's bytes (``NotFound`` if this store does not hold it); ``detached``: for a
+        reader that may stall (the file server's clients), holding no database connection while it reads."""
         if self._db is not None:
-            return self._db.open(self._check_id(file_id))
+            return self._db.open(self._check_id(file_id), detached=detached)
         return self.data_path(file_id).open("rb")
 
     @contextlib.contextmanager
