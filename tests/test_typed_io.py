@@ -89,7 +89,7 @@ def test_rows_wired_where_a_virtual_file_id_goes_are_a_load_error(tmp_path: Path
           - id: each
             action: etl.clean
             foreach: {virtualFileId: "${q.result}"}
-            input: {virtualFileId: abc}
+            input: {virtualFileId: "${batch.virtualFileId}"}
           - id: fine
             action: etl.iterate
             input: {content: "${q.result}", maxBatchSize: 10}
