@@ -61,16 +61,21 @@ def shown_size(size: int) -> str:
     return f"{size} bytes"
 
 
-def min_free_disk(environ: Mapping[str, str] | None = None) -> int:
-    """The floor ``CONNECTOR_OPS_MIN_FREE_DISK`` sets (default :data:`DEFAULT_MIN_FREE_DISK`); a bad value is
-    refused naming the variable, like every other setting's."""
-    value = (os.environ if environ is None else environ).get(MIN_FREE_DISK_VARIABLE) or None
+def size_setting(variable: str, default: int, environ: Mapping[str, str] | None = None) -> int:
+    """The size (:func:`parse_size`) the environment variable ``variable`` sets, else ``default``; a bad value
+    is refused naming the variable, like every other setting's."""
+    value = (os.environ if environ is None else environ).get(variable) or None
     if value is None:
-        return DEFAULT_MIN_FREE_DISK
+        return default
     try:
         return parse_size(value)
     except ValueError as exc:
-        raise InvalidInput(MIN_FREE_DISK_VARIABLE, str(exc)) from None
+        raise InvalidInput(variable, str(exc)) from None
+
+
+def min_free_disk(environ: Mapping[str, str] | None = None) -> int:
+    """The floor ``CONNECTOR_OPS_MIN_FREE_DISK`` sets (default :data:`DEFAULT_MIN_FREE_DISK`)."""
+    return size_setting(MIN_FREE_DISK_VARIABLE, DEFAULT_MIN_FREE_DISK, environ)
 
 
 class DiskBelowFloor(ActionFailed):

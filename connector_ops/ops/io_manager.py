@@ -33,7 +33,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from connector_ops.environment import recipes_for
-from connector_ops.kernel.disk import parse_size, shown_size
+from connector_ops.kernel.disk import shown_size, size_setting
 from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
 
 MAX_STEP_OUTPUT_VARIABLE = "CONNECTOR_OPS_MAX_STEP_OUTPUT"
@@ -47,14 +47,9 @@ DATABASE_VALUE_LIMIT = 1_000_000_000
 def max_step_output(environ: Mapping[str, str] | None = None) -> int:
     """The cap ``CONNECTOR_OPS_MAX_STEP_OUTPUT`` sets on one stored step output, in bytes (0: only the
     database's own limit). Read at each output, where the step runs, so a test may lower it."""
-    value = (os.environ if environ is None else environ).get(MAX_STEP_OUTPUT_VARIABLE) or None
-    if value is None:
-        return DEFAULT_MAX_STEP_OUTPUT
-    try:
-        size = parse_size(value)
-    except ValueError as exc:
-        raise InvalidInput(MAX_STEP_OUTPUT_VARIABLE, str(exc)) from None
+    size = size_setting(MAX_STEP_OUTPUT_VARIABLE, DEFAULT_MAX_STEP_OUTPUT, environ)
     if size > DATABASE_VALUE_LIMIT:
+        value = (os.environ if environ is None else environ)[MAX_STEP_OUTPUT_VARIABLE]
         raise InvalidInput(MAX_STEP_OUTPUT_VARIABLE, f"at most {DATABASE_VALUE_LIMIT:,} bytes (the largest value "
                                                      f"SQLite stores; PostgreSQL's is 1 GB), got {value!r}")
     return size
