@@ -13,6 +13,7 @@ on SQLite), ``on_celery`` (``CONNECTOR_OPS_EXECUTOR=celery``; the workers share 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -305,15 +306,38 @@ def test_celery_workers_refuse_a_step_of_a_pipeline_edited_since_they_started(de
     assert "Restart the processes that run steps (the Celery workers" in error.message
 
 
+#: per kind of instigator: its start mutation, selector argument and type, result type and state field, stop mutation
+INSTIGATORS = {
+    "schedule": ("startSchedule", "scheduleSelector", "ScheduleSelector", "ScheduleStateResult", "scheduleState",
+                 "stopRunningSchedule"),
+    "sensor": ("startSensor", "sensorSelector", "SensorSelector", "Sensor", "sensorState", "stopSensor"),
+}
+
+
+def start_instigator(d: Deployment, kind: str, name: str) -> str:
+    """Start the schedule or sensor ``name`` of the location ``connector_ops`` as the UI's toggle does; the id of
+    its state, which :func:`stop_instigator` takes."""
+    mutation, argument, selector, result, state, _ = INSTIGATORS[kind]
+    started = graphql(d.url, f"""mutation($s: {selector}!) {{ {mutation}({argument}: $s) {{ __typename
+      ... on {result} {{ {state} {{ id }} }} ... on PythonError {{ message }} }} }}""", {"s": {
+        "repositoryLocationName": "connector_ops", "repositoryName": "__repository__", f"{kind}Name": name}})
+    assert started[mutation]["__typename"] == result, started
+    return started[mutation][state]["id"]
+
+
+def stop_instigator(d: Deployment, kind: str, state_id: str) -> None:
+    mutation = INSTIGATORS[kind][-1]
+    stopped = graphql(d.url, f"""mutation($id: String!) {{ {mutation}(id: $id) {{ __typename
+      ... on PythonError {{ message }} }} }}""", {"id": state_id})
+    assert stopped[mutation]["__typename"] != "PythonError", stopped
+
+
 def test_daemon_ticks_a_schedule_and_a_sensor(deployed: Deployment) -> None:
+    """The daemon ticks a YAML pipeline's schedule and the Drive inbox sensor, each launching its run. Both are
+    stopped at the end: left running, the schedule would push a file into the store every minute, under the
+    feet of the later tests that count what the store holds."""
     from connector_ops.environment import resources_for
     from connector_ops.session import invoke
-
-    start_schedule = """mutation($s: ScheduleSelector!) { startSchedule(scheduleSelector: $s) { __typename } }"""
-    start_sensor = """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename } }"""
-    repo = {"repositoryLocationName": "connector_ops", "repositoryName": "__repository__"}
-    done = graphql(deployed.url, start_schedule, {"s": {**repo, "scheduleName": "minutely_schedule"}})
-    assert done["startSchedule"]["__typename"] == "ScheduleStateResult", done
 
     home = deployed.homes["connector_ops"]
     location_env = {"CONNECTOR_OPS_HOME": str(home),
@@ -321,8 +345,6 @@ def test_daemon_ticks_a_schedule_and_a_sensor(deployed: Deployment) -> None:
     resources = resources_for(environ=location_env)
     pf = resources["platform_files"].add_bytes(b"id,name\n1,Ada\n", "inbox.csv", "text/csv").to_json()
     file_id = invoke("drive.upload_file", {"platformFile": pf}, resources)["fileId"]
-    done = graphql(deployed.url, start_sensor, {"s": {**repo, "sensorName": "drive_inbox_on_new_file"}})
-    assert done["startSensor"]["__typename"] == "Sensor", done
 
     def runs_of(job: str) -> list[Any]:
         with deployed.instance() as instance:
@@ -330,13 +352,16 @@ def test_daemon_ticks_a_schedule_and_a_sensor(deployed: Deployment) -> None:
 
             return instance.get_run_records(dg.RunsFilter(job_name=job))
 
-    wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("drive_inbox")),
-             "the sensor's run succeeded", 120, deployed.procs)
-    (sensor_run,) = runs_of("drive_inbox")
-    assert sensor_run.dagster_run.tags["dagster/run_key"].endswith(f"/{file_id}@1")
-    wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("minutely")),
-             "the schedule's run succeeded", 150, deployed.procs)
-    assert runs_of("minutely")[0].dagster_run.tags["dagster/schedule_name"] == "minutely_schedule"
+    with contextlib.ExitStack() as running:
+        for kind, name in [("schedule", "minutely_schedule"), ("sensor", "drive_inbox_on_new_file")]:
+            running.callback(stop_instigator, deployed, kind, start_instigator(deployed, kind, name))
+        wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("drive_inbox")),
+                 "the sensor's run succeeded", 120, deployed.procs)
+        (sensor_run,) = runs_of("drive_inbox")
+        assert sensor_run.dagster_run.tags["dagster/run_key"].endswith(f"/{file_id}@1")
+        wait_for(lambda: any(r.dagster_run.status.value == "SUCCESS" for r in runs_of("minutely")),
+                 "the schedule's run succeeded", 150, deployed.procs)
+        assert runs_of("minutely")[0].dagster_run.tags["dagster/schedule_name"] == "minutely_schedule"
 
 
 def test_the_daemon_monitors_runs(deployed: Deployment) -> None:
@@ -506,14 +531,14 @@ def test_a_step_whose_worker_is_killed_fails_its_run(deployed: Deployment, postg
     print(f"\nlong_join's worker ({pool}) killed: FAILURE {took:.1f} s after the kill (limit {LOST_AFTER} s)")
 
 
-def catalogued(url: str) -> int:
-    """How many virtual files the store's catalog holds."""
+def catalogued(url: str) -> dict[str, str]:
+    """The virtual files the store's catalog holds: id → when it was made (a failure then says which is new)."""
     import sqlalchemy as sa
 
     from connector_ops.resources.virtual_files.engines import get_engine
 
     with get_engine(url).connect() as conn:
-        return conn.execute(sa.text("SELECT count(*) FROM cop_virtual_file")).scalar_one()
+        return {vf: str(made) for vf, made in conn.execute(sa.text("SELECT id, created_at FROM cop_virtual_file"))}
 
 
 @pytest.mark.parametrize("pool", ["solo", "threads"])
