@@ -13,7 +13,9 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +170,115 @@ def test_a_gzip_bomb_stops_mid_way_and_leaves_the_database_as_it_was(env, tmp_pa
     assert virtual_files(env) == 1  # the small file only
     assert log_and_file(database) <= before + (1 << 20)
     assert os.listdir(temp_dir) == []
+
+
+@pytest.fixture
+def quiet_folder(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a disk other processes hardly write to, for a floor set a few MiB from its free space:
+    ``/dev/shm`` (a tmpfs) when there is one with room, else ``tmp_path`` (on a disk shared with busy
+    neighbours the test's retries may then be needed)."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK) and free_bytes(shm) >= 1 << 30):
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(dir=shm, prefix="connector-ops-test-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def settled(database: Path) -> None:
+    """Until the checkpoints of the writes so far (this process's and its loader's) are done, and the log's
+    file is cut down: the next write's log takes new space (a log file keeps its largest length, and a
+    write reuses it)."""
+    from connector_ops.resources.virtual_files import checkpoints
+
+    sqlite_loader.loader_for(str(database)).sync()
+    checkpoints.wait()
+    checkpoints.checkpoint(str(database), "TRUNCATE")
+
+
+@sqlite_only
+@pytest.mark.parametrize("path", ["row loader", "loader process"])
+def test_the_floor_keeps_room_for_the_checkpoint_after_the_write(env, quiet_folder, temp_dir, monkeypatch, path):
+    """The floor counted only the write-ahead log a write grows; once it committed, the checkpoint copied the
+    log into the database file and took as much again: a Push the floor let through (8 MiB floor, 64 MiB disk)
+    left 0 bytes free, and no write, not even a Clean, could run after it. Here a Push whose log alone fits
+    above the floor (by a third of it) but whose log and checkpoint do not is refused before its commit, and
+    leaves nothing; with room for both it goes through."""
+    if path == "loader process":
+        monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
+    else:
+        monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 1 << 62)
+        monkeypatch.setattr(sqlite_loader, "SQLITE_WARM_MIN_BYTES", 1 << 62)
+    env = {**env, "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{quiet_folder / 'vf.db'}"}
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", env["CONNECTOR_OPS_DATABASE_URL"])
+    files = resources_for(["platform_files"], env)["platform_files"]
+    rows = gzip.compress(b"a,b\n" + (b"1," + b"x" * 120 + b"\n") * 400_000)  # ≈ 50 MiB of log, then of file
+    pf = files.add_bytes(rows, "rows.csv.gz", "application/gzip").to_json()
+    invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "one.csv").to_json()})
+    database = database_file(env)
+    start = free_bytes(quiet_folder)
+
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, str(start - (512 << 20)))  # room for both, and to spare
+    invoke("etl.push", {"platformFile": pf})
+    log = database.with_name(f"{database.name}-wal").stat().st_size
+    assert log > 40 << 20  # the size of what follows
+    settled(database)
+    before = log_and_file(database)
+
+    # a floor below the free space by 1.5 logs: the log alone fits, log and checkpoint do not. Other
+    # processes writing to this disk meanwhile can make it a refusal of the floor alone, or, freeing space,
+    # let it through: a few tries, until the refusal that counts the checkpoint is seen
+    for _ in range(20):
+        monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, str(free_bytes(quiet_folder) - log * 3 // 2))
+        try:
+            invoke("etl.push", {"platformFile": pf})
+        except ConnectorError as exc:
+            assert exc.status == 500
+            assert_worded(exc.message, database.parent)
+            if "the database's checkpoint needs" in exc.message:
+                break
+        settled(database)
+    else:
+        pytest.fail("never refused for the checkpoint's room")
+    count = virtual_files(env)  # 2, unless the disk's noise let a try through
+    settled(database)
+    assert log_and_file(database) <= before + (count - 2) * log + (1 << 20)  # the log given back
+    assert os.listdir(temp_dir) == []
+
+
+@sqlite_only
+def test_a_full_database_is_named_not_a_bare_database_error(env, tmp_path, monkeypatch):
+    """SQLite's own "database or disk is full" (the floor off, or another process took the space) was a 500
+    "database error: database or disk is full" (Clean: no message at all), naming neither the file nor the
+    room. ``max_page_count`` stands in for the full disk: SQLite answers it with the same ``SQLITE_FULL``."""
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, "0")
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 1 << 62)
+    monkeypatch.setattr(sqlite_loader, "SQLITE_WARM_MIN_BYTES", 1 << 62)
+    files = resources_for(["platform_files"], env)["platform_files"]
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "one.csv").to_json()})["virtualFileId"]
+    big = files.add_bytes(b"a\n" + (b"x" * 100 + b"\n") * 50_000, "big.csv").to_json()
+    database = database_file(env)
+    engine = resources_for(["virtual_files"], env)["virtual_files"].sql.engine
+
+    def capped(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.execute(f"PRAGMA max_page_count={dbapi_conn.execute('PRAGMA page_count').fetchone()[0] + 8}")
+
+    sa.event.listen(engine, "connect", capped)
+    engine.pool.dispose()
+    try:
+        message = refused("etl.push", {"platformFile": big})
+    finally:
+        sa.event.remove(engine, "connect", capped)
+        engine.pool.dispose()
+    assert message.startswith(f"no space left on the disk of {database.parent}: ")
+    assert f"the database {database}, its log {database}-wal: " in message
+    assert "the write was rolled back, nothing was written" in message
+    assert "CONNECTOR_OPS_MIN_FREE_DISK=0 turns off the check" in message
+    assert virtual_files(env) == 1
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 5})["content"] == [{"a": "1"}]
 
 
 @sqlite_only

@@ -5,6 +5,8 @@ the database file; readers and writers see the same rows throughout."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -115,3 +117,60 @@ def test_the_log_is_measured_from_its_restart(tmp_path):
     finally:
         conn.close()
     assert checkpoints.log_bytes(str(path)) == 0  # the last connection checkpointed and removed it
+
+
+@pytest.mark.parametrize("cache_kib", [64 << 10, 1 << 10])  # the new pages in the page cache, or in the log
+def test_the_room_a_checkpoint_will_take_is_known_before_the_commit(tmp_path, cache_kib):
+    """The floor of free disk space keeps room for the checkpoint that copies a write's log into the database
+    file: before the commit, :func:`checkpoints.checkpoint_growth` covers what the commit still writes to the
+    log and what the checkpoint then adds to the file (their sum, measured, is at most that), and during the
+    write its bound covers the log so far."""
+    path = tmp_path / "vf.db"
+    store = VirtualFileStore(database_url=f"sqlite:///{path}")
+    checkpoints.wait()
+    wal = path.with_name("vf.db-wal")
+    with store.sql.writing() as conn:
+        conn.exec_driver_sql(f"PRAGMA cache_size=-{cache_kib}")
+        conn.exec_driver_sql("CREATE TABLE t (x)")
+        conn.exec_driver_sql("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) "
+                             "INSERT INTO t SELECT randomblob(100) FROM n")
+        page_size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        during = checkpoints.checkpoint_growth(str(path), 0, page_size)
+        logged = wal.stat().st_size
+        page_count = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+        need = checkpoints.checkpoint_growth(str(path), 0, page_size, page_count)
+        before = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+    checkpoints.wait()  # the background one, or
+    checkpoints.checkpoint(str(path))
+    taken = path.stat().st_size + wal.stat().st_size - before
+    assert taken > 20 << 20
+    assert taken <= need <= taken * 1.1 + (1 << 20)
+    assert during >= logged * page_size // (page_size + 24) - (1 << 20)
+
+
+def test_counting_the_room_keeps_the_writers_locks(tmp_path):
+    """The room's exact count, during the write and before its commit, reads nothing of the database file:
+    in a process holding SQLite connections, opening and closing that file drops their POSIX locks. It did:
+    another process's connection then counted itself the last one, and at its close checkpointed and deleted
+    the log a Join was writing into, then took the write lock in the middle of the Join."""
+    path = tmp_path / "vf.db"
+    store = VirtualFileStore(database_url=f"sqlite:///{path}")
+    probe = ("import sqlite3, sys\n"
+             "other = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
+             "try:\n other.execute('BEGIN IMMEDIATE')\n"
+             "except sqlite3.OperationalError as exc:\n print(exc)\n"
+             "other.close()")
+    with store.sql.writing() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x)")
+        conn.exec_driver_sql("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) "
+                             "INSERT INTO t SELECT randomblob(100) FROM n")
+        room = checkpoints.CheckpointRoom(str(path), 0)
+        room.begin(conn)
+        assert room.during(0) > 0 and room.before_commit(
+            lambda: conn.exec_driver_sql("PRAGMA page_count").scalar_one())(0) > 0  # no room: the exact counts
+        for _ in range(2):  # the second finds what the first one's close left
+            other = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True,
+                                   check=True)
+            assert other.stdout.strip() == "database is locked", other
+        assert path.with_name("vf.db-wal").exists()
+    assert store.sql.engine.connect().exec_driver_sql("SELECT count(*) FROM t").scalar_one() == 20000

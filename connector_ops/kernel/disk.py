@@ -13,6 +13,11 @@ SQLite store's write transactions (its progress handler, :mod:`connector_ops.res
 and its loader process's data (:mod:`connector_ops.resources.virtual_files.sqlite_loader`), and the temporary
 files in ``TMPDIR`` that a Push or a Pull spools to (:func:`temp_floor`). A PostgreSQL server's disk is not
 ours to see: the server refuses by itself.
+
+A SQLite write takes its space twice, in its log and then, at the checkpoint after its commit, in the
+database file: its floor keeps room for both (:attr:`DiskFloor.reserve`,
+:func:`connector_ops.resources.virtual_files.checkpoints.checkpoint_growth`). A disk that fills up anyway
+(the floor off, another process) is :class:`DiskFull`, in the same words (:func:`disk_full`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -114,25 +119,42 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+#: what a write will still take beyond what it wrote, given the room it has (free space less the floor): a
+#: number of bytes, exact, or any cheap bound of them that fits in the room (the exact count can cost more)
+Reserve = Callable[[int], int]
+
+
 @dataclass
 class DiskFloor:
-    """Keep at least ``min_free`` bytes free on the disk of ``folder`` (0: no check)."""
+    """Keep at least ``min_free`` bytes free on the disk of ``folder`` (0: no check), and room besides for
+    what ``reserve`` says the write will still take once written (a SQLite checkpoint's copy of its log)."""
 
     folder: str
     min_free: int
+    reserve: Reserve | None = None
     _last: float = field(default=0.0, repr=False)
     _unchecked: int = field(default=0, repr=False)
 
-    def check(self) -> None:
-        """Raise :class:`DiskBelowFloor` if the free space is below the floor now."""
+    def check(self, reserve: Reserve | None = None) -> None:
+        """Raise :class:`DiskBelowFloor` if the free space is below the floor now, or below the floor plus
+        what ``reserve`` (by default :attr:`reserve`) says."""
         if self.min_free <= 0:
             return
         free = free_space(self.folder)
         if free < self.min_free:
-            raise DiskBelowFloor(
-                f"not enough free disk space in {self.folder}: {shown_size(free)} free, below "
-                f"{MIN_FREE_DISK_VARIABLE}={shown_size(self.min_free)}; stopped before the disk filled up, "
-                "nothing was written (free some space, or lower the setting; 0 turns the check off)")
+            self._refuse(free, 0)
+        reserve = reserve or self.reserve
+        needed = reserve(free - self.min_free) if reserve is not None else 0
+        if free < self.min_free + needed:
+            self._refuse(free, needed)
+
+    def _refuse(self, free: int, reserve: int) -> None:
+        besides = (f" plus the {shown_size(reserve)} the database's checkpoint needs to copy this write from its "
+                   "log into its file") if reserve else ""
+        raise DiskBelowFloor(
+            f"not enough free disk space in {self.folder}: {shown_size(free)} free, below "
+            f"{MIN_FREE_DISK_VARIABLE}={shown_size(self.min_free)}{besides}; stopped before the disk filled up, "
+            "nothing was written (free some space, or lower the setting; 0 turns the check off)")
 
     def check_soon(self) -> None:
         """:meth:`check`, at most every :data:`CHECK_EVERY_SECONDS` (for a caller that cannot count bytes)."""

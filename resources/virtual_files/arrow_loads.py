@@ -30,6 +30,7 @@ from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.csv_columns import BLOCK, CheckedBytes, csv_batches
 from connector_ops.resources.virtual_files.csv_copy import COPY_OPTIONS, CopyableLines, copyable_delimiter
+from connector_ops.resources.virtual_files.disk_full import full_error, is_full
 from connector_ops.resources.virtual_files.keys_after import keys_built_after, numbered_in_bulk
 from connector_ops.resources.virtual_files.loaders import copy_sql, open_copy
 from connector_ops.resources.virtual_files.ndjson_columns import ndjson_batches
@@ -108,13 +109,17 @@ class ArrowLoading(Writing):
         inserts += [f"INSERT INTO {cat.vf_column.name} (vf_id, ordinal, name, indexed) "
                     f"VALUES ({_text(vf_id)}, {ordinal}, {_text(name)}, 0)" for ordinal, name in enumerate(columns)]
         spec = {"path": path, "table_name": info.table_name, "columns": list(columns), "inserts": inserts,
-                "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())), **source}
+                "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())),
+                "min_free": self.min_free_disk, **source}
         try:
             sqlite_loader.loader_for(path).load(spec, feed, self.disk_floor())
         except DiskBelowFloor:
             self.give_back_log()
             raise
-        except sqlite_loader.IngestFailed:
+        except sqlite_loader.IngestFailed as exc:
+            if is_full(exc):
+                self.give_back_log()
+                raise full_error(path, self.min_free_disk) from None
             with self.reading() as conn:  # a child that died after its commit: the file is there, whole
                 if conn.execute(sa.select(cat.virtual_file.c.id).where(cat.virtual_file.c.id == vf_id)).first():
                     return vf_id

@@ -34,7 +34,9 @@ import queue
 import sqlite3
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
 WAL_BYTES = 4 << 20
@@ -53,6 +55,12 @@ _thread: threading.Thread | None = None
 # size, checkpoint sequence, two salts), then frames of a 24-byte header (salts at 8-16) and one page
 _WAL_MAGICS = (0x377F0682, 0x377F0683)
 _WAL_HEADER, _FRAME_HEADER, _SALTS = 32, 24, slice(16, 24)
+#: SQLite's page size unless a database says otherwise (``PRAGMA page_size``)
+_DEFAULT_PAGE_SIZE = 4096
+#: pages a commit writes to the log besides the new ones (the header, the schema, the catalog's rows, a
+#: b-tree's parents): a margin of the estimate before the commit
+_REWRITTEN_PAGES = 16
+_NO_SALTS = bytes(8)
 
 
 def after_write(path: str) -> None:
@@ -72,9 +80,11 @@ def after_write(path: str) -> None:
     _queue.put(path)
 
 
-def log_bytes(path: str) -> int:
+def log_bytes(path: str, *, writing: bool = False) -> int:
     """How many bytes of log SQLite has written to ``path``'s ``-wal`` file since it last started it over
-    (0 if there is no log).
+    (0 if there is no log); ``writing``: with those of the transaction under way, some of which have no
+    salts yet (once a transaction rewrites a frame, SQLite writes its next ones with zeros there and fills
+    them in at the commit: 959 of a Push's 5,188 frames had them).
 
     Those frames carry the header's salts; SQLite writes them from the start of the file, and frames left
     from before the restart carry older ones, so a binary search over the frames' salts finds where the log
@@ -92,17 +102,86 @@ def log_bytes(path: str) -> int:
             if magic not in _WAL_MAGICS:
                 return 0
             frame = _FRAME_HEADER + (page_size if page_size > 1 else 65536)  # 1 stands for 64 KiB
-            salts, fd = head[_SALTS], wal.fileno()
+            ours = (head[_SALTS], _NO_SALTS) if writing else (head[_SALTS],)
+            fd = wal.fileno()
             low, high = 0, (os.fstat(fd).st_size - _WAL_HEADER) // frame  # frames [0, low) are the log's
             while low < high:
                 middle = (low + high) // 2
-                if os.pread(fd, 8, _WAL_HEADER + middle * frame + 8) == salts:
+                if os.pread(fd, 8, _WAL_HEADER + middle * frame + 8) in ours:
                     low = middle + 1
                 else:
                     high = middle
             return low * frame
     except OSError:
         return 0
+
+
+def checkpoint_growth(path: str, free_pages: int, page_size: int, page_count: int | None = None) -> int:
+    """The disk space the write under way on the SQLite file at ``path`` will still take beyond its log: the
+    checkpoint after it copies the log's pages into the database file, and the pages past the file's end
+    grow it by as much again as they took in the log (a 33 MiB Push: 34 MiB of log, then +29 MiB of file).
+
+    During the write (``page_count`` unknown) every page in the log counts but the ``free_pages`` the
+    database had when the write began (reused before the file grows): an upper bound. Before its commit,
+    ``page_count`` (``PRAGMA page_count``: the database's size with the write) gives the growth exactly;
+    the new pages still in the page cache, not yet in the log, are written there at the commit (with a few
+    existing ones: :data:`_REWRITTEN_PAGES`), and count twice."""
+    try:
+        on_disk = os.stat(path).st_size
+    except OSError:
+        on_disk = 0
+    logged = log_bytes(path, writing=True) // (_FRAME_HEADER + page_size)  # pages
+    if page_count is None:
+        return max(0, logged - free_pages) * page_size
+    growth = max(0, page_count - on_disk // page_size)
+    unlogged = max(0, growth - logged) + _REWRITTEN_PAGES
+    return growth * page_size + unlogged * (_FRAME_HEADER + page_size) + _WAL_HEADER
+
+
+class CheckpointRoom:
+    """The room a write on the SQLite file at ``path`` keeps for its checkpoint (a
+    :data:`~connector_ops.kernel.disk.Reserve`, :func:`checkpoint_growth`). The exact count reads the log's
+    frames (≈ 150 µs); first a bound from the ``-wal`` file's length (one ``stat``) and the page cache the
+    commit may still write (``cache_bytes``) is tried, and when it fits, that is the answer: on a disk with
+    room, a check costs a few µs more than before.
+
+    The page size and the free pages come from the writer's own connection as its transaction begins
+    (:meth:`begin`), never from the database file: opening and closing that file in a process that holds
+    SQLite connections to it drops their POSIX locks (sqlite.org/howtocorrupt.html §2.2). Reading its header
+    that way, a Join's process lost its write lock mid-statement, and another process's connection, alone
+    by the locks' account, deleted the log the Join was writing into."""
+
+    def __init__(self, path: str, cache_bytes: int) -> None:
+        self.path, self.cache_bytes = path, cache_bytes
+        self.page_size = _DEFAULT_PAGE_SIZE
+        self.free_pages = 0  # until :meth:`begin`: every logged page counts (an upper bound)
+
+    def begin(self, conn: Any) -> None:
+        """As the write's transaction begins on ``conn`` (a SQLAlchemy connection): its page size, and the
+        free pages its database has, which the write reuses before the file grows (the log holds nothing of
+        another write: :func:`before_write`)."""
+        self.page_size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+        self.free_pages = conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+
+    def _log_file(self) -> int:
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return 0
+
+    def during(self, room: int) -> int:
+        """As the write runs: its log's pages, which the checkpoint will copy."""
+        bound = self._log_file()
+        return bound if bound <= room else checkpoint_growth(self.path, self.free_pages, self.page_size)
+
+    def before_commit(self, page_count: Callable[[], int]) -> Callable[[int], int]:
+        """Just before the commit, ``page_count()`` being the database's size with the write, in pages."""
+        def needed(room: int) -> int:
+            bound = self._log_file() + 2 * (self.cache_bytes + _REWRITTEN_PAGES * (_FRAME_HEADER + self.page_size))
+            if bound <= room:
+                return bound
+            return checkpoint_growth(self.path, 0, self.page_size, page_count())
+        return needed
 
 
 def _run() -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from connector_ops.resources.virtual_files.checkpoints import before_write
+from connector_ops.resources.virtual_files.disk_full import full_error, is_full
 
 #: compact when free pages are at least this share of the database file…
 FREE_SHARE = 0.25
@@ -57,6 +58,9 @@ def compact_sqlite(engine: sa.Engine, path: str, *, dry_run: bool = False) -> Co
             conn.execute("VACUUM")
             busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]  # 1: a reader kept the log
         except sqlite3.OperationalError as exc:
+            if is_full(exc):  # VACUUM writes a copy of the database: no room for it, nothing changed
+                raise full_error(path, 0, done="gc's compaction (VACUUM) was rolled back; what gc removed "
+                                              "before it stays removed") from None
             if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):  # primary code
                 raise
             busy = True

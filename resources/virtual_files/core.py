@@ -24,14 +24,21 @@ from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
-from connector_ops.resources.virtual_files.checkpoints import give_back
+from connector_ops.resources.virtual_files.checkpoints import CheckpointRoom, give_back
 from connector_ops.resources.virtual_files.compaction import Compaction, compact_sqlite
-from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
+from connector_ops.resources.virtual_files.disk_full import full_error, is_full
+from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, WRITE, get_engine, is_writing
 from connector_ops.resources.virtual_files.interrupts import keeping
 from connector_ops.resources.virtual_files.urls import DatabaseUrl
 
 #: ``Connection.info`` key: the virtual files the open write transaction wrote rows of (:func:`mark_written`)
 _WRITTEN = "connector_ops.written_virtual_files"
+
+
+def _nothing_logged(_room: int) -> int:
+    """The checkpoint's share of a write not begun: its log holds nothing yet (what an earlier write left
+    there, however long the ``-wal`` file, is in the database already: :func:`.before_write`)."""
+    return 0
 
 
 def mark_written(conn: sa.Connection, vf_id: str) -> None:
@@ -111,16 +118,21 @@ class StoreCore(Resource):
         before it begins, stopped by its statements' progress handler once the free space falls below
         (:mod:`.interrupts`), then rolled back. A drop or a delete frees space, so it is never refused: it is
         how one gets out of a full disk."""
-        floor = self.disk_floor() if grows else None
+        floor, room = self._floor_and_room() if grows else (None, None)
         if floor is not None:
-            floor.check()
+            floor.check(_nothing_logged)  # the log holds nothing of this write yet
         try:
             with self.engine.execution_options(**WRITE).begin() as conn, keeping(conn, floor):
                 info = conn.info  # kept: after an interrupt ``conn.info`` raises (an invalidated connection)
                 info[_WRITTEN] = set()
+                if room is not None:
+                    room.begin(conn)
                 try:
                     yield conn
                     _date_written(conn, info[_WRITTEN])
+                    if floor is not None and room is not None:  # rolled back unless its checkpoint fits
+                        floor.check(room.before_commit(
+                            lambda: conn.exec_driver_sql("PRAGMA page_count").scalar_one()))
                     check_fence("the virtual-file store's write")  # inside: a refusal rolls it back
                 finally:
                     info.pop(_WRITTEN, None)  # the pooled connection's info outlives the transaction
@@ -128,6 +140,10 @@ class StoreCore(Resource):
             self.give_back_log()
             raise
         except Exception as exc:
+            path = sqlite_path(self.database_url)
+            if path and is_full(exc):  # the floor off, or outrun by another process
+                self.give_back_log()
+                raise full_error(path, self.min_free_disk) from None
             problem = unstorable_value(exc)
             if problem is None:
                 raise
@@ -140,9 +156,22 @@ class StoreCore(Resource):
             give_back(path)
 
     def disk_floor(self) -> DiskFloor | None:
-        """The floor of free space on the disk of the SQLite file (``None``: PostgreSQL, or in memory)."""
+        """The floor of free space on the disk of the SQLite file (``None``: PostgreSQL, or in memory).
+
+        It keeps room for the checkpoint too: once a write commits, its log's pages are copied into the
+        database file, which grows by as much again as the log took. Counting the log alone, a Push the
+        floor let through filled the disk at its checkpoint, and nothing could be written after it."""
+        return self._floor_and_room()[0]
+
+    def _floor_and_room(self) -> tuple[DiskFloor | None, CheckpointRoom | None]:
         path = sqlite_path(self.database_url)
-        return DiskFloor(os.path.dirname(os.path.abspath(path)), self.min_free_disk) if path else None
+        if not path:
+            return None, None
+        folder = os.path.dirname(os.path.abspath(path))
+        if self.min_free_disk <= 0:
+            return DiskFloor(folder, 0), None
+        room = CheckpointRoom(path, SQLITE_CACHE_KIB << 10)
+        return DiskFloor(folder, self.min_free_disk, reserve=room.during), room
 
     @contextlib.contextmanager
     def reading_beside(self, conn: sa.Connection) -> Iterator[sa.Connection]:

@@ -233,6 +233,15 @@ class Database:
             statement.set_sql_query(sql)
             statement.execute_update()
 
+    def scalar(self, sql: str) -> Any:
+        """The one value ``sql`` answers."""
+        import pyarrow as pa
+
+        with contextlib.closing(self._adbc.AdbcStatement(self.conn)) as statement:
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            return pa.RecordBatchReader._import_from_c(stream.address).read_all().column(0)[0].as_py()
+
     def ingest(self, table_name: str, reader: Any) -> None:
         """Append the record batches of ``reader`` to ``table_name`` (column names alike)."""
         with contextlib.closing(self._adbc.AdbcStatement(self.conn)) as statement:
@@ -259,6 +268,7 @@ def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
                 raise ahead.error
             for sql in spec["inserts"]:  # the catalog's rows last: the file is dated when its load ends (gc)
                 db.execute(sql)
+            room_for_checkpoint(db, spec)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -269,6 +279,21 @@ def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
         raise
     finally:
         ahead.close()
+
+
+def room_for_checkpoint(db: Database, spec: dict[str, Any]) -> None:
+    """Before the commit: refuse (:class:`~connector_ops.kernel.disk.DiskBelowFloor`) a load whose checkpoint
+    would take the free space below the request's ``min_free``. The parent checks the floor, and the log's
+    growth, as it sends the data; only here is the database's final size known (``PRAGMA page_count``)."""
+    if not spec.get("min_free"):
+        return
+    from connector_ops.kernel.disk import DiskFloor
+    from connector_ops.resources.virtual_files.checkpoints import checkpoint_growth
+
+    path = spec["path"]  # its size from this connection: opening the file here would drop the write lock
+    page_size, page_count = int(db.scalar("PRAGMA page_size")), int(db.scalar("PRAGMA page_count"))
+    need = checkpoint_growth(path, 0, page_size, page_count)
+    DiskFloor(os.path.dirname(os.path.abspath(path)), spec["min_free"]).check(lambda _room: need)
 
 
 class Checkpointer:

@@ -51,6 +51,9 @@ SQLITE_CHILD_MIN_BYTES = 4 << 20
 SQLITE_WARM_MIN_BYTES = 1 << 20
 
 
+_BELOW_FLOOR = f"{DiskBelowFloor.__name__}: "
+
+
 class IngestFailed(RuntimeError):
     """The load did not commit (the loader's message, or why the loader could not be asked)."""
 
@@ -165,7 +168,10 @@ class Loader:
         if failure is not None:
             raise failure
         if answer.startswith(FAILED):
-            raise IngestFailed(json.loads(answer[len(FAILED):]))
+            message = json.loads(answer[len(FAILED):])
+            if message.startswith(_BELOW_FLOOR):  # its check before the commit (:func:`.room_for_checkpoint`)
+                raise DiskBelowFloor(message[len(_BELOW_FLOOR):])
+            raise IngestFailed(message)
         self._kill()
         raise IngestFailed("the SQLite loader process stopped during the load")
 
