@@ -232,7 +232,8 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
               f"only age protects a file (files made in the last {older_than} are kept)", file=sys.stderr)
     with Session() as session:
         stores = session.resources_for(["virtual_files", "platform_files"])
-        stores["virtual_files"].check_exists()  # a mistyped SQLite URL is not an empty store to sweep
+        if os.environ.get("CONNECTOR_OPS_DATABASE_URL"):  # a mistyped SQLite URL is not an empty store to sweep;
+            stores["virtual_files"].check_exists()  # the home's own database, not there yet, is one (collect)
         if dry_run:  # a dry run changes nothing: not even the store's start removes a killed writer's leftovers
             stores["platform_files"].keep_leftovers()
         result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run,
@@ -240,6 +241,9 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
         answered()  # removed: a Ctrl-C while the session closes and the result is printed changes nothing
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
+        return
+    if not result.stored:
+        print(f"nothing to collect: nothing was ever stored here yet ({_store_place(stores)})")
         return
     verb = "would remove" if dry_run else "removed"
     for vf_id in result.virtual_files:
@@ -259,6 +263,15 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
                   f"{after} on disk): run gc again when no run is using it", file=sys.stderr)
         else:
             print(f"{'would compact' if dry_run else 'compacted'} the SQLite database: {before} -> {after} on disk")
+
+
+def _store_place(stores: dict[str, Any]) -> str:
+    """Where gc looked, in words that show a mistyped home: the SQLite file and files folder, or, for a
+    database whose URL is a secret, just that it is the configured database."""
+    database = stores["virtual_files"].sqlite_file or "the database of CONNECTOR_OPS_DATABASE_URL"
+    platform = stores["platform_files"]
+    files = "the same database" if platform.files_database_url else platform.files_dir
+    return f"virtual files: {database}; platform files: {files}"
 
 
 @pipeline.command("schema")

@@ -80,12 +80,14 @@ class Collection:
     step_output_runs: list[str] = field(default_factory=list)
     kept_step_output_runs: int = 0
     history: bool = True
+    stored: bool = True  # False: nothing was ever stored in either store (a new home, a new database)
     compaction: Compaction | None = None  # the disk space a SQLite database gave back (or would)
 
     def to_json(self) -> dict[str, Any]:
         compacted = None if self.compaction is None else {
             "bytesBefore": self.compaction.before, "bytesAfter": self.compaction.after, "busy": self.compaction.busy}
         return {"cutoff": self.cutoff.isoformat(), "dryRun": self.dry_run, "history": self.history,
+                "stored": self.stored,
                 "virtualFiles": {"removed": self.virtual_files, "kept": self.kept_virtual_files},
                 "platformFiles": {"removed": self.platform_files, "kept": self.kept_platform_files},
                 "stepOutputs": {"removedRuns": self.step_output_runs, "keptRuns": self.kept_step_output_runs},
@@ -101,7 +103,10 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
     recent = recent_runs(records, cutoff)
     refs = referenced(instance, records, recent) if instance is not None else set()
     result = Collection(cutoff=cutoff, dry_run=dry_run, history=instance is not None)
-    for vf_id, created in virtual_files.inventory():
+    # a store nothing was ever stored in has nothing to weigh; opening it would create it, a dry run too
+    stored_virtual, stored_platform = virtual_files.stored(), platform_files.stored()
+    result.stored = stored_virtual or stored_platform
+    for vf_id, created in virtual_files.inventory() if stored_virtual else ():
         if created >= cutoff or vf_id in refs:
             result.kept_virtual_files += 1
             continue
@@ -109,13 +114,15 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
             with contextlib.suppress(NotFound):  # removed meanwhile (a Clean): the goal is reached
                 virtual_files.drop(vf_id)
         result.virtual_files.append(vf_id)
-    for file_id, written in platform_files.inventory():
+    for file_id, written in platform_files.inventory() if stored_platform else ():
         if written >= cutoff or file_id in refs:
             result.kept_platform_files += 1
             continue
         if not dry_run:
             platform_files.delete(file_id)
         result.platform_files.append(file_id)
+    if not stored_virtual:  # step outputs live in its database too
+        return result
     if step_outputs is not None:
         _collect_step_outputs(step_outputs, recent, result)
     result.compaction = virtual_files.compact(dry_run=dry_run)  # last: what was removed is given back too

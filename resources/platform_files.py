@@ -296,6 +296,15 @@ class PlatformFileStore(Resource):
             stored["contentType"] = None
         return PlatformFile.model_validate(stored)
 
+    def stored(self) -> bool:
+        """Whether a file was ever stored here: ``False`` while ``files_dir`` does not exist, or the database
+        has no catalog yet (``CONNECTOR_OPS_FILES_BACKEND=database``). Asked without creating either."""
+        if self.files_database_url is not None:
+            from connector_ops.resources.virtual_files.engines import catalog_exists
+
+            return catalog_exists(self.files_database_url)
+        return Path(self.files_dir).is_dir()
+
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every stored file's id and when it was written (UTC, from its descriptor), oldest first. Files
         being written (no descriptor yet) are not listed."""

@@ -500,6 +500,48 @@ def test_gc_on_a_sqlite_file_that_does_not_exist_says_so(tmp_path):
         assert not (tmp_path / "typo").exists() and not (tmp_path / "home").exists()
 
 
+@pytest.mark.parametrize("backend", ["local", "database"])
+def test_gc_on_a_new_home_has_nothing_to_collect_and_creates_nothing(own_database_url, tmp_path, monkeypatch,
+                                                                     backend):
+    """A new user's first ``gc`` (or ``gc --dry-run``) exited 3, a 404 naming the home's virtual_files.db that
+    no write had made yet; on a new PostgreSQL database a dry run created the store's tables. Nothing stored
+    is nothing to collect (exit 0, said so), and gc leaves the home and the database as they were; the
+    first write then makes a store gc sweeps as usual."""
+    for name in list(os.environ):
+        if name.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME")):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    env = {"CONNECTOR_OPS_HOME": str(home), "CONNECTOR_OPS_FILES_BACKEND": backend}
+    if own_database_url.startswith("postgresql"):  # SQLite: the home's own database, the default
+        env["CONNECTOR_OPS_DATABASE_URL"] = own_database_url
+
+    def tables() -> list[str]:
+        probe = sa.create_engine(own_database_url, poolclass=sa.pool.NullPool)
+        try:
+            with probe.connect() as conn:
+                return sa.inspect(conn).get_table_names()
+        finally:
+            probe.dispose()
+
+    for args in (["--dry-run"], ["--dry-run", "--json"], ["--older-than", "0s"]):
+        said = CliRunner().invoke(gc_command, args, env=env)
+        assert said.exit_code == 0, said.output
+        if "--json" in args:
+            assert json.loads(said.stdout)["stored"] is False
+        else:
+            assert said.stdout.startswith("nothing to collect: nothing was ever stored here yet (virtual files: ")
+        assert not home.exists()
+        if "CONNECTOR_OPS_DATABASE_URL" in env:
+            assert tables() == []
+    stores = resources_for(["platform_files", "virtual_files"], env)
+    invoke("etl.push", {"platformFile": stores["platform_files"].add_bytes(b"a\n1\n", "one.csv").to_json()}, stores)
+    said = CliRunner().invoke(gc_command, ["--older-than", "0s", "--dry-run", "--json"], env=env)
+    assert said.exit_code == 0, said.output
+    planned = json.loads(said.stdout)
+    assert planned["stored"] is True
+    assert len(planned["virtualFiles"]["removed"]) == 1 and len(planned["platformFiles"]["removed"]) == 1
+
+
 def _rows_csv(path: Path, rows: int) -> Path:
     path.write_text("id,city,note\n" + "".join(f"{i},City-{i % 997:04d},note {i} of the stray file\n"
                                                for i in range(rows)), encoding="utf-8")

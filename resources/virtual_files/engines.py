@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from connector_ops.kernel.secrets import mask_url
-from connector_ops.resources.virtual_files.catalog import metadata
+from connector_ops.resources.virtual_files.catalog import metadata, virtual_file
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
 from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
@@ -156,6 +156,38 @@ def get_engine(url: str) -> sa.Engine:
             raise
         _ENGINES[key] = engine
         return engine
+
+
+def catalog_exists(url: str) -> bool:
+    """Whether the database at ``url`` holds the store's catalog, found without creating anything.
+
+    :func:`get_engine` creates the catalog (and a SQLite file, and its folders) on first use: right for a
+    write, wrong for a command that only looks — ``gc --dry-run`` on a new home or a new PostgreSQL database
+    must find nothing to collect and leave the database as it was. A missing SQLite file, or a database
+    without the catalog's first table, has never stored anything. An engine already made means the catalog
+    exists; a PostgreSQL server's refusals are translated as the store's (:mod:`.db_errors`)."""
+    key = normalise_url(url)
+    with _LOCK:
+        if key in _ENGINES:
+            return True
+    parsed = make_url(key)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database if parsed.database and parsed.database != ":memory:" else None
+        if path is None:
+            return False  # a database in memory is new in every process
+        if not Path(path).expanduser().is_file():
+            return False
+        probe = sa.create_engine(key, poolclass=sa.pool.NullPool, connect_args={"timeout": 60})
+    else:
+        from connector_ops.resources.virtual_files import db_errors
+
+        probe = sa.create_engine(key, poolclass=sa.pool.NullPool, connect_args={"client_encoding": "utf8"})
+        db_errors.install(probe)
+    try:
+        with probe.connect() as conn:
+            return sa.inspect(conn).has_table(virtual_file.name)
+    finally:
+        probe.dispose()
 
 
 def _check_client(engine: sa.Engine) -> None:

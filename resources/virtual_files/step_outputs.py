@@ -24,7 +24,13 @@ class StepOutputs:
     """The step outputs in the database at ``database_url`` (the store's own, SQLite or PostgreSQL)."""
 
     def __init__(self, database_url: str) -> None:
-        self.engine = get_engine(database_url)
+        self.database_url = database_url
+
+    @property
+    def engine(self) -> sa.Engine:
+        """The store's engine, made (with the catalog) on first use: ``gc`` on a database nothing was ever
+        stored in holds one of these and must leave the database as it was."""
+        return get_engine(self.database_url)
 
     def put(self, key: str, run_id: str, value: bytes) -> None:
         table = step_output.c

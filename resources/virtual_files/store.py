@@ -86,7 +86,14 @@ class VirtualFileStore(Resource):
             from connector_ops.kernel.errors import NotFound
 
             raise NotFound(f"the virtual-file store's database {path} does not exist: check "
-                           "CONNECTOR_OPS_DATABASE_URL (or CONNECTOR_OPS_HOME, whose virtual_files.db is the default)")
+                           "CONNECTOR_OPS_DATABASE_URL")
+
+    def stored(self) -> bool:
+        """Whether anything was ever stored here: ``False`` while the database (a SQLite file, a PostgreSQL
+        database) has no catalog yet. Asked without creating it, as every other method would."""
+        from connector_ops.resources.virtual_files.engines import catalog_exists
+
+        return catalog_exists(self.database_url)
 
     @property
     def holds_nul(self) -> bool:
