@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -292,6 +293,31 @@ def test_a_missing_variable_fails_the_load_naming_it(project: Project, monkeypat
     with pytest.raises(Exception, match="Error while loading component north") as failed:
         project.load()
     assert "Environment variable DG_TEST_MISSING is not set" in _causes(failed.value)
+
+
+@pytest.mark.parametrize("written", ["{{ env.DG_TEST_DIR }}/p.yaml", "{{ env('DG_TEST_DIR') }}/p.yaml",
+                                     "{{ env.DG_TEST_FILE }}"])
+def test_path_renders_the_environment_as_pipeline_and_set_do(
+        project: Project, monkeypatch: pytest.MonkeyPatch, validating: None, written: str) -> None:
+    """``path: "{{ env.X }}"`` reached the component as None (refused as naming neither ``path`` nor
+    ``pipeline``) and ``"{{ env.X }}/p.yaml"`` as ``None/p.yaml`` when X was unset: Dagster rendered it before
+    our resolver. Set, the variable's value names the file; unset, the load fails naming the variable and,
+    on its line of ``defs.yaml``, the field — ``env('X')`` too, which Dagster refused without saying where."""
+    variable = "DG_TEST_FILE" if "FILE" in written else "DG_TEST_DIR"
+    defs_yaml = project.component("north", f'path: "{written}"', {
+        "pipes/p.yaml": (PIPELINES / "retail_customers.yaml").read_text(),
+        "pipes/data/customers.csv": (PIPELINES / "data" / "customers.csv").read_text()})
+    monkeypatch.setenv("DG_TEST_DIR", "pipes")
+    monkeypatch.setenv("DG_TEST_FILE", "pipes/p.yaml")
+    assert project.load().resolve_job_def("retail_customers").name == "retail_customers"
+
+    monkeypatch.delenv(variable)
+    with pytest.raises(Exception, match="Error while loading component north") as failed:
+        project.load()
+    text = _causes(failed.value)
+    assert f"{defs_yaml}:3 - attributes.path" in text
+    assert re.search(f"[Ee]nvironment variable {variable} is not set", text), text
+    assert "None" not in text, text
 
 
 def test_an_unset_variable_written_by_env_dot_fails_the_load_on_its_line(

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dagster.components import ResolutionContext
+from dagster.components.resolved.errors import ResolutionException
 from dagster.components.resolved.scopes import EnvScope
 from dagster_shared.yaml_utils.source_position import SourcePositionTree
 from jinja2 import Undefined
@@ -58,8 +59,22 @@ def _render(context: ResolutionContext, value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_render(context.at_path(i), item) for i, item in enumerate(value)]
     if isinstance(value, str) and any(mark in value for mark in _JINJA_MARKS):
-        return context.resolve_value(value)
+        try:
+            return context.resolve_value(value)
+        except ResolutionException as exc:
+            raise _located(context, exc) from None
     return value
+
+
+def _located(context: ResolutionContext, exc: ResolutionException) -> ResolutionException:
+    """``exc`` said on the line of ``defs.yaml`` and the attribute whose template raised it. Dagster locates
+    what Jinja refuses (``env.X`` unset, an unknown name), but passes ``env('X')``'s own refusal of an unset
+    variable on bare: the load failed naming the variable, not where it is written."""
+    file, lines = yaml_lines(context)
+    if str(exc).startswith(f"{file}:"):
+        return exc
+    field = ".".join(str(part) for part in context.path)
+    return ResolutionException(f"{file}:{lines.get((), 1)} - {field}: {exc}")
 
 
 def yaml_lines(context: ResolutionContext) -> tuple[str, dict[tuple[str | int, ...], int]]:

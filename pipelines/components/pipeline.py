@@ -34,7 +34,7 @@ from connector_ops.environment import pin_home
 from connector_ops.pipelines.broken import broken_pipelines_job
 from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB
 from connector_ops.pipelines.components.claims import claim_names
-from connector_ops.pipelines.components.inline import inline_document, yaml_lines
+from connector_ops.pipelines.components.inline import inline_document, render_templates, yaml_lines
 from connector_ops.pipelines.components.overrides import Overrides, resolve_overrides
 from connector_ops.pipelines.components.scaffold import PipelineScaffolder
 from connector_ops.pipelines.components.shared import shared_definitions
@@ -66,8 +66,12 @@ class PathAttribute(str):
 
 
 def resolve_path(context: ResolutionContext, raw: Any) -> Any:
-    """Dagster's own rendering of ``path:`` (``{{ env.X }}`` as everywhere in Dagster), plus its line."""
-    value = context.resolve_value(raw)
+    """``path:`` rendered as ``pipeline:`` and ``set:`` are (:func:`.inline.render_templates`), plus its line.
+
+    Dagster's own rendering gave ``{{ env.X }}`` of an unset variable as None: alone, the component was
+    refused as naming neither ``path`` nor ``pipeline``; in a longer string it looked for ``None/p.yaml``.
+    It now fails the load naming the variable, on the line of ``path:``."""
+    value = render_templates(context, raw)
     if not isinstance(value, str):
         return value
     located = PathAttribute(value)
@@ -78,7 +82,8 @@ def resolve_path(context: ResolutionContext, raw: Any) -> Any:
 
 PipelinePath = Annotated[
     PathAttribute | str,
-    Resolver(resolve_path, model_field_type=str),  # described by the field below
+    # described by the field below; rendered by resolve_path alone (Dagster's injection first gave it None)
+    Resolver(resolve_path, model_field_type=str, inject_before_resolve=False),
 ]
 
 InlinePipeline = Annotated[
