@@ -33,6 +33,7 @@ from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
 
 from connector_ops.environment import LOST_AFTER_VARIABLE
 from connector_ops.pipelines.celery_fence import lost_tag
+from connector_ops.pipelines.run_workers import RecordingExecutor
 
 #: the task state a running step's heartbeat writes (a state of its own: not ready, and left alone by a revoke)
 HEARTBEAT_STATE = "HEARTBEAT"
@@ -147,10 +148,10 @@ def watched_celery_executor(lost_after: float) -> dg.ExecutorDefinition:
     """dagster-celery's ``celery`` executor (same config) with :class:`WatchedCeleryExecutor`."""
 
     @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())
-    def celery(init_context: dg.InitExecutorContext) -> WatchedCeleryExecutor:
+    def celery(init_context: dg.InitExecutorContext) -> RecordingExecutor:
         config = init_context.executor_config
-        return WatchedCeleryExecutor(
+        return RecordingExecutor(WatchedCeleryExecutor(
             lost_after, retries=RetryMode.from_config(config["retries"]), broker=config.get("broker"),
-            backend=config.get("backend"), config_source=config.get("config_source"), include=config.get("include"))
+            backend=config.get("backend"), config_source=config.get("config_source"), include=config.get("include")))
 
     return celery

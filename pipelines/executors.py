@@ -20,6 +20,9 @@ and ``CONNECTOR_OPS_CELERY_BACKEND_URL`` (default: the broker URL) — environme
 worker`` (:mod:`connector_ops.pipelines.celery_app`) with the same variables. A step whose worker dies fails
 its run after ``CONNECTOR_OPS_CELERY_LOST_AFTER`` seconds without a heartbeat
 (:mod:`connector_ops.pipelines.celery_heartbeat`).
+
+Every executor first tags its run with the run worker's host and pid (:class:`RecordingExecutor`), so that the
+daemon's run monitoring can fail the run if that process dies (:mod:`connector_ops.pipelines.run_workers`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from dagster._core.definitions.executor_definition import (
 )
 
 from connector_ops.environment import EXECUTOR_VARIABLE, LOST_AFTER_VARIABLE
+from connector_ops.pipelines.run_workers import RecordingExecutor
 
 BROKER_VARIABLE = "CONNECTOR_OPS_CELERY_BROKER_URL"
 BACKEND_VARIABLE = "CONNECTOR_OPS_CELERY_BACKEND_URL"
@@ -78,10 +82,10 @@ def local_executor(default: str) -> dg.ExecutorDefinition:
         """In process or a forked process per step (``CONNECTOR_OPS_EXECUTOR`` picks the default)."""
         (mode, config), = init_context.executor_config.items()
         if mode == "in_process":
-            return _core_in_process_executor_creation(config)
+            return RecordingExecutor(_core_in_process_executor_creation(config))
         if not config.get("start_method"):
             config = {**config, "start_method": default_start_method()}
-        return _core_multiprocess_executor_creation(config)
+        return RecordingExecutor(_core_multiprocess_executor_creation(config))
 
     return connector_ops_executor
 

@@ -7,7 +7,8 @@ Four code locations load the same module with different environments (each its o
 ``connector_ops`` (the defaults: in-process executor, virtual files on PostgreSQL), ``on_sqlite`` (virtual files
 on SQLite), ``on_celery`` (``CONNECTOR_OPS_EXECUTOR=celery``; the workers share its environment) and
 ``two_hosts`` (Celery with everything in PostgreSQL, one worker on a "second host" that sees none of our disk);
-``on_prefork`` and ``on_lost`` have a broker of their own for a worker of their own.
+``on_prefork`` and ``on_lost`` have a broker of their own for a worker of their own; ``on_doomed`` is a code
+server the test of a dead run worker kills.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ def deployed(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "on_lost": {"CONNECTOR_OPS_CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/6",
                     "CONNECTOR_OPS_CELERY_BACKEND_URL": f"redis://127.0.0.1:{redis_port}/7",
                     "CONNECTOR_OPS_CELERY_LOST_AFTER": str(LOST_AFTER)},
+        # a code server that the test of a dead run worker kills with its run worker (as a container killed whole)
+        "on_doomed": {"CONNECTOR_OPS_EXECUTOR": "", "CONNECTOR_OPS_HOME": str(base / "home_doomed")},
         # steps on two hosts that share nothing on disk: the database holds virtual files, platform files and
         # step outputs; its own broker, so only its two workers (one "far", see below) take its steps
         "two_hosts": {"CONNECTOR_OPS_HOME": str(base / "home_two_hosts"), "CONNECTOR_OPS_FILES_BACKEND": "database",
@@ -618,3 +621,45 @@ def test_terminate_does_not_wait_for_the_lost_limit(deployed: Deployment, postgr
     finally:
         worker.stop()
     print(f"\nlong_join's worker killed, then Terminate: CANCELED {took:.1f} s after (limit {LOST_AFTER} s)")
+
+
+
+def run_worker_pid(d: Deployment, run_id: str) -> int:
+    """The pid of the run's run worker, from Dagster's ENGINE_EVENT "Started process for run (pid: …)"."""
+    with d.instance() as instance:
+        (pid,) = [int(e.dagster_event.engine_event_data.metadata["pid"].value) for e in instance.all_logs(run_id)
+                  if e.dagster_event and e.dagster_event.event_type_value == "ENGINE_EVENT"
+                  and (e.message or "").startswith("Started process for run")]
+    return pid
+
+
+def test_a_run_whose_run_worker_dies_with_its_code_server_fails(deployed: Deployment, postgres_url: str) -> None:
+    """A code server SIGKILLed with its run worker in the middle of a long Join (a container or unit killed
+    whole, as a cgroup's OOM kill does): nobody is left to end the run, which stayed ``STARTED`` for good,
+    holding its queue slot. The daemon's run monitoring asks our run launcher about the run worker it
+    recorded, and fails the run within its poll (30 s) with a message naming the pid and the host and what
+    to do; the Join's statement stopped and rolled back. (A run worker killed alone is failed at once by its
+    code server: Dagster's own check.)"""
+    import socket
+
+    code_server = next(p for p in deployed.procs if p.name == "code-server-on_doomed")
+    run_id = deployed.launch("long_join", "on_doomed")
+    wait_for(joining(postgres_url), "the Join's statement", 120, deployed.procs)
+    pid = run_worker_pid(deployed, run_id)
+    assert os.getpgid(pid) == code_server.proc.pid  # a child of the code server, in its process group
+    deployed.procs.remove(code_server)  # its death is the point: the other processes must stay up
+    os.killpg(code_server.proc.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    code_server.stop()
+    result = deployed.wait(run_id, timeout=90)
+    took = time.monotonic() - killed
+    assert result["status"] == "FAILURE", result
+    wait_for(lambda: not writing(postgres_url), "the end of the Join's writing", 15)
+    assert not orphans(postgres_url)
+    with deployed.instance() as instance:
+        failures = [e.message or "" for e in instance.all_logs(run_id)
+                    if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_FAILURE"]
+    (message,) = failures
+    assert f"The run worker of this run (pid {pid} on host {socket.gethostname()}) is gone" in message, message
+    assert "OOM killer" in message and "Re-execute the run from failure" in message, message
+    print(f"\nlong_join's run worker killed with its code server: FAILURE {took:.1f} s after the kill")

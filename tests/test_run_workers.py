@@ -1,0 +1,108 @@
+"""WatchedRunLauncher's check of run workers (connector_ops.pipelines.run_workers), on a real Dagster instance
+and real processes: it fails only a run whose recorded run worker is gone from this host — not a run that has
+ended, not a run worker on another host or in another pid namespace, and a reused pid does not hide a death.
+The whole path (the daemon's run monitoring, a code server killed with its run worker) is in
+tests/test_deployment.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import dagster as dg
+import pytest
+from dagster._core.launcher import WorkerStatus
+from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+from connector_ops.pipelines.run_workers import TAG, RunWorker, WatchedRunLauncher, _stat
+
+
+@pytest.fixture
+def launcher() -> Iterator[WatchedRunLauncher]:
+    with dg.DagsterInstance.ephemeral() as instance:
+        launcher = WatchedRunLauncher()
+        launcher.register_instance(instance)
+        yield launcher
+
+
+@pytest.fixture
+def worker() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def record_of(proc: subprocess.Popen[bytes]) -> RunWorker:
+    here = RunWorker.this_process()
+    stat = _stat(proc.pid)
+    assert stat is not None
+    return dataclasses.replace(here, pid=proc.pid, started=stat[1])
+
+
+def add_run(launcher: WatchedRunLauncher, worker: RunWorker | None,
+            status: DagsterRunStatus = DagsterRunStatus.STARTED) -> DagsterRun:
+    tags = {TAG: json.dumps(dataclasses.asdict(worker))} if worker else {}
+    return launcher._instance.add_run(DagsterRun(job_name="job", run_id=str(uuid.uuid4()), status=status, tags=tags))
+
+
+def test_a_live_run_worker_is_running(launcher: WatchedRunLauncher, worker: subprocess.Popen[bytes]) -> None:
+    run = add_run(launcher, record_of(worker))
+    assert launcher.check_run_worker_health(run).status == WorkerStatus.RUNNING
+
+
+def test_a_killed_run_worker_fails_its_run_naming_pid_and_host(launcher: WatchedRunLauncher,
+                                                               worker: subprocess.Popen[bytes]) -> None:
+    record = record_of(worker)
+    run = add_run(launcher, record)
+    worker.kill()
+    worker.wait()
+    result = launcher.check_run_worker_health(run)
+    assert result.status == WorkerStatus.FAILED
+    assert f"(pid {record.pid} on host {record.host}) is gone" in (result.msg or "")
+    assert "Re-execute the run from failure" in (result.msg or "")
+
+
+def test_an_unreaped_run_worker_counts_as_gone(launcher: WatchedRunLauncher, worker: subprocess.Popen[bytes]) -> None:
+    """A killed run worker whose parent has not reaped it yet (a zombie) still answers kill(pid, 0)."""
+    run = add_run(launcher, record_of(worker))
+    worker.kill()
+    deadline = time.monotonic() + 5
+    while (_stat(worker.pid) or ("?",))[0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert launcher.check_run_worker_health(run).status == WorkerStatus.FAILED
+
+
+def test_a_reused_pid_does_not_hide_a_death(launcher: WatchedRunLauncher, worker: subprocess.Popen[bytes]) -> None:
+    """The pid lives, but its process started at another time than the one recorded: another process."""
+    record = dataclasses.replace(record_of(worker), started="1")
+    assert launcher.check_run_worker_health(add_run(launcher, record)).status == WorkerStatus.FAILED
+
+
+def test_a_run_worker_elsewhere_is_not_checked(launcher: WatchedRunLauncher) -> None:
+    """A pid of another host or pid namespace means nothing here: such a run is left running."""
+    gone = dataclasses.replace(RunWorker.this_process(), pid=2**22 + 1)  # above any pid_max: no such process here
+    for record in (dataclasses.replace(gone, host="another-host"),
+                   dataclasses.replace(gone, pid_namespace="pid:[1]")):
+        result = launcher.check_run_worker_health(add_run(launcher, record))
+        assert result.status == WorkerStatus.RUNNING and "not checked" in (result.msg or "")
+    assert launcher.check_run_worker_health(add_run(launcher, gone)).status == WorkerStatus.FAILED
+
+
+def test_a_run_that_ended_meanwhile_is_not_failed(launcher: WatchedRunLauncher) -> None:
+    """The monitor read the run STARTED; by the check its run worker has ended it and exited."""
+    gone = dataclasses.replace(RunWorker.this_process(), pid=2**22 + 1)
+    run = add_run(launcher, gone)
+    launcher._instance.handle_run_event(run.run_id, dg.DagsterEvent(
+        event_type_value="PIPELINE_SUCCESS", job_name="job", message="done"))
+    assert launcher.check_run_worker_health(run).status == WorkerStatus.SUCCESS
+
+
+def test_a_run_without_a_record_is_not_checked(launcher: WatchedRunLauncher) -> None:
+    result = launcher.check_run_worker_health(add_run(launcher, None))
+    assert result.status == WorkerStatus.RUNNING
