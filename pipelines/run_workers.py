@@ -16,7 +16,8 @@ sensor of our own, which would run in the code server, the very process whose de
 
 The check needs to know where the run worker is. Dagster's event "Started process for run (pid: …)" gives
 the pid but not the host, so our executor (:mod:`.executors`) tags each run as it starts executing with
-its run worker's identity (:data:`TAG`): host name, pid, the kernel's start time of the process (pid reuse),
+its run worker's identity (:data:`TAG`): the run's id (a re-execution inherits its parent's tags, and a
+record of the parent is not checked), host name, pid, the kernel's start time of the process (pid reuse),
 the boot id (a host restarted since) and the pid namespace. The daemon checks only a run worker on its own
 host and in its own pid namespace (the daemon, code server and run workers as units or Procfile entries of
 one machine); a run worker elsewhere — another host, another container — is reported running, since a pid
@@ -79,6 +80,7 @@ def _pid_namespace() -> str | None:
 class RunWorker:
     """Where a run executes: enough to tell from the same host whether that very process still lives."""
 
+    run_id: str  # a re-execution copies its parent's tags: a record of another run is not this run's worker
     host: str
     pid: int
     started: str | None = None  # /proc/<pid>/stat starttime: a reused pid has another
@@ -86,10 +88,10 @@ class RunWorker:
     pid_namespace: str | None = None
 
     @classmethod
-    def this_process(cls) -> RunWorker:
+    def this_process(cls, run_id: str) -> RunWorker:
         pid = os.getpid()
         stat = _stat(pid)
-        return cls(socket.gethostname(), pid, stat[1] if stat else None, _boot_id(), _pid_namespace())
+        return cls(run_id, socket.gethostname(), pid, stat[1] if stat else None, _boot_id(), _pid_namespace())
 
     @classmethod
     def of(cls, run: DagsterRun) -> RunWorker | None:
@@ -97,9 +99,10 @@ class RunWorker:
         if not raw:
             return None
         try:
-            return cls(**json.loads(raw))
+            worker = cls(**json.loads(raw))
         except (TypeError, ValueError):
             return None
+        return worker if worker.run_id == run.run_id else None
 
     def visible_here(self) -> bool:
         """Whether this process can check the run worker's pid: same host name and pid namespace."""
@@ -126,7 +129,7 @@ class RunWorker:
 
 def record_run_worker(instance: Any, run_id: str) -> None:
     """Tag the run with this process as its run worker (called as the run worker starts executing)."""
-    instance.add_run_tags(run_id, {TAG: json.dumps(asdict(RunWorker.this_process()))})
+    instance.add_run_tags(run_id, {TAG: json.dumps(asdict(RunWorker.this_process(run_id)))})
 
 
 class RecordingExecutor(Executor):

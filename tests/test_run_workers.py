@@ -38,17 +38,22 @@ def worker() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
+RUN_ID = str(uuid.uuid4())
+
+
 def record_of(proc: subprocess.Popen[bytes]) -> RunWorker:
-    here = RunWorker.this_process()
+    here = RunWorker.this_process(RUN_ID)
     stat = _stat(proc.pid)
     assert stat is not None
     return dataclasses.replace(here, pid=proc.pid, started=stat[1])
 
 
 def add_run(launcher: WatchedRunLauncher, worker: RunWorker | None,
-            status: DagsterRunStatus = DagsterRunStatus.STARTED) -> DagsterRun:
-    tags = {TAG: json.dumps(dataclasses.asdict(worker))} if worker else {}
-    return launcher._instance.add_run(DagsterRun(job_name="job", run_id=str(uuid.uuid4()), status=status, tags=tags))
+            status: DagsterRunStatus = DagsterRunStatus.STARTED, run_id: str | None = None) -> DagsterRun:
+    """A run of its own id (``worker``'s record made its own) unless ``run_id`` is given."""
+    run_id = run_id or str(uuid.uuid4())
+    tags = {TAG: json.dumps(dataclasses.asdict(dataclasses.replace(worker, run_id=run_id)))} if worker else {}
+    return launcher._instance.add_run(DagsterRun(job_name="job", run_id=run_id, status=status, tags=tags))
 
 
 def test_a_live_run_worker_is_running(launcher: WatchedRunLauncher, worker: subprocess.Popen[bytes]) -> None:
@@ -86,7 +91,7 @@ def test_a_reused_pid_does_not_hide_a_death(launcher: WatchedRunLauncher, worker
 
 def test_a_run_worker_elsewhere_is_not_checked(launcher: WatchedRunLauncher) -> None:
     """A pid of another host or pid namespace means nothing here: such a run is left running."""
-    gone = dataclasses.replace(RunWorker.this_process(), pid=2**22 + 1)  # above any pid_max: no such process here
+    gone = dataclasses.replace(RunWorker.this_process(RUN_ID), pid=2**22 + 1)  # above any pid_max: no such process here
     for record in (dataclasses.replace(gone, host="another-host"),
                    dataclasses.replace(gone, pid_namespace="pid:[1]")):
         result = launcher.check_run_worker_health(add_run(launcher, record))
@@ -96,7 +101,7 @@ def test_a_run_worker_elsewhere_is_not_checked(launcher: WatchedRunLauncher) -> 
 
 def test_a_run_that_ended_meanwhile_is_not_failed(launcher: WatchedRunLauncher) -> None:
     """The monitor read the run STARTED; by the check its run worker has ended it and exited."""
-    gone = dataclasses.replace(RunWorker.this_process(), pid=2**22 + 1)
+    gone = dataclasses.replace(RunWorker.this_process(RUN_ID), pid=2**22 + 1)
     run = add_run(launcher, gone)
     launcher._instance.handle_run_event(run.run_id, dg.DagsterEvent(
         event_type_value="PIPELINE_SUCCESS", job_name="job", message="done"))
@@ -106,3 +111,13 @@ def test_a_run_that_ended_meanwhile_is_not_failed(launcher: WatchedRunLauncher) 
 def test_a_run_without_a_record_is_not_checked(launcher: WatchedRunLauncher) -> None:
     result = launcher.check_run_worker_health(add_run(launcher, None))
     assert result.status == WorkerStatus.RUNNING
+
+
+def test_a_record_copied_from_a_parent_run_is_not_checked(launcher: WatchedRunLauncher) -> None:
+    """A re-execution inherits its parent's tags, the parent's (dead) run worker among them, until its own run
+    worker records itself: that record is not the re-execution's run worker."""
+    parent = dataclasses.replace(RunWorker.this_process(RUN_ID), pid=2**22 + 1)
+    tags = {TAG: json.dumps(dataclasses.asdict(parent))}
+    child = launcher._instance.add_run(DagsterRun(job_name="job", run_id=str(uuid.uuid4()),
+                                                  status=DagsterRunStatus.STARTED, tags=tags))
+    assert launcher.check_run_worker_health(child).status == WorkerStatus.RUNNING
