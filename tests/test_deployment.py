@@ -623,7 +623,6 @@ def test_terminate_does_not_wait_for_the_lost_limit(deployed: Deployment, postgr
     print(f"\nlong_join's worker killed, then Terminate: CANCELED {took:.1f} s after (limit {LOST_AFTER} s)")
 
 
-
 def run_worker_pid(d: Deployment, run_id: str) -> int:
     """The pid of the run's run worker, from Dagster's ENGINE_EVENT "Started process for run (pid: …)"."""
     with d.instance() as instance:
