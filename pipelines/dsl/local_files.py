@@ -6,16 +6,19 @@ the version of the pipeline its run was launched with, or refuses with a 409: so
 content of these files too (read when the file is loaded), and the step storing one checks, as it copies it,
 that its content is still the one its own process loaded — else a run launched, then the referenced file
 edited, would run the new content without notice.
+
+Hashing a large file at every load is slow, so the digests are cached by the file's stat
+(:mod:`.digest_cache`); an edited file is hashed again, so the digest is always that of the content on disk.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from connector_ops.pipelines.dsl import references as r
+from connector_ops.pipelines.dsl.digest_cache import digest_cache
 from connector_ops.pipelines.dsl.model import Step
 
 
@@ -25,19 +28,14 @@ def referenced_paths(templates: Iterable[Any]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def content_digest(path: Path) -> str:
-    """The SHA-256 of the file's bytes (read in chunks: a referenced CSV may be large)."""
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
 def file_digests(steps: Iterable[Step], base_dir: str) -> dict[str, str]:
     """``path -> content digest`` of every ``${file:path}`` in the steps' inputs (and foreach sources) that
     names a readable file (one that does not is the validator's problem, or the step's error when it runs)."""
     templates = [t for step in steps for t in (step.input, step.foreach.virtual_file_id if step.foreach else None)]
     digests: dict[str, str] = {}
-    for rel in referenced_paths(templates):
-        path = Path(base_dir) / rel
-        if path.is_file():
-            digests[rel] = content_digest(path)
+    with digest_cache() as cache:
+        for rel in referenced_paths(templates):
+            path = Path(base_dir) / rel
+            if path.is_file():
+                digests[rel] = cache.digest(path)
     return digests
