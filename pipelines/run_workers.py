@@ -133,10 +133,17 @@ def record_run_worker(instance: Any, run_id: str) -> None:
 
 
 class RecordingExecutor(Executor):
-    """An executor that records its run worker (:func:`record_run_worker`) before executing as ``inner``."""
+    """An executor that records its run worker (:func:`record_run_worker`) before executing as ``inner``, and is
+    ``inner`` in every other respect: the run's executor is read by others for more than Dagster's interface
+    (dagster-celery's execution loop calls ``app_args()`` on it), so anything not defined here is ``inner``'s."""
 
     def __init__(self, inner: Executor) -> None:
         self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:  # only for what this class does not define
+        if name == "inner":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     def execute(self, plan_context: PlanOrchestrationContext,
                 execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
