@@ -14,7 +14,12 @@ is kept when something may still read it, and removed otherwise:
 * **a job's latest successful run produced or read it**: the products of the last good run of every job
   (the report a schedule made last night) and its inputs (the reference table it reads each night, however
   given: each step records what it read, :func:`connector_ops.ops.metadata.read_metadata`) stay until a
-  newer run of that job succeeds.
+  newer run of that job succeeds;
+* **a run it must keep may have read it, and did not say what it read**: steps of connector-ops before the
+  ``reads_recorded`` marker (:data:`~connector_ops.ops.metadata.READS_RECORDED`) recorded no reads, or not
+  surely. When such a run is one of the above (a job's latest successful run, a recent run), gc cannot rule
+  out any file made before it ended, so it keeps them all (:class:`UnweighedRun`, named in its output) until
+  the job has a newer successful run — run each job once after an upgrade — or the run is no longer recent.
 
 Step outputs kept in the database by our IO manager (:mod:`connector_ops.ops.io_manager`) go with their run:
 a run's outputs are removed once its newest output is older than the cutoff and the run is neither recent
@@ -39,7 +44,12 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
-from connector_ops.ops.metadata import READ_PLATFORM_FILES, READ_VIRTUAL_FILES, STORED_PLATFORM_FILES
+from connector_ops.ops.metadata import (
+    READ_PLATFORM_FILES,
+    READ_VIRTUAL_FILES,
+    READS_RECORDED,
+    STORED_PLATFORM_FILES,
+)
 from connector_ops.resources.virtual_files.compaction import Compaction
 
 #: metadata keys whose values name a virtual file or platform file
@@ -51,6 +61,9 @@ REFERENCE_KEYS = ("virtual_file_id", "platform_file", "platform_file_id", "rejec
 _FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+#: what an action step's events carried in every connector-ops version gc may meet (since 2026-11-23): an
+#: output's or materialisation's ``duration_s`` (``run_metadata``), a failure's ``status`` and ``body``
+_ACTION_OUTPUT_KEY, _ACTION_FAILURE_KEYS = "duration_s", ("status", "body")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -65,6 +78,41 @@ def parse_duration(text: str) -> timedelta:
     except OverflowError:
         raise InvalidInput("--older-than", f"{text!r} is too long: the cutoff would be before the year 1") from None
     return duration
+
+
+@dataclass(frozen=True)
+class UnweighedRun:
+    """A run gc keeps the files of (a job's latest successful run, a recent run) whose action steps did not
+    record what they read (a connector-ops version before :data:`READS_RECORDED`)."""
+
+    job: str
+    run_id: str
+    ended: datetime | None  # None: not finished; everything older than the cutoff is kept for it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": self.job, "runId": self.run_id,
+                "endedAt": self.ended.isoformat() if self.ended is not None else None}
+
+
+@dataclass
+class References:
+    """What gc keeps besides the recent: the ids (and links' last segments) something names, and the runs that
+    may have read files without naming them."""
+
+    strings: set[str] = field(default_factory=set)
+    unweighed: list[UnweighedRun] = field(default_factory=list)
+
+    @property
+    def horizon(self) -> datetime | None:
+        """Files made before this may have been read by an unweighed run (``None``: there is none)."""
+        if not self.unweighed:
+            return None
+        ends = [run.ended for run in self.unweighed]
+        return datetime.max.replace(tzinfo=UTC) if None in ends else max(e for e in ends if e is not None)
+
+    def keeps(self, file_id: str, made: datetime) -> bool:
+        horizon = self.horizon
+        return file_id in self.strings or (horizon is not None and made < horizon)
 
 
 @dataclass
@@ -82,6 +130,7 @@ class Collection:
     history: bool = True
     stored: bool = True  # False: nothing was ever stored in either store (a new home, a new database)
     compaction: Compaction | None = None  # the disk space a SQLite database gave back (or would)
+    unweighed_runs: list[UnweighedRun] = field(default_factory=list)  # their files kept whole (:class:`References`)
 
     def to_json(self) -> dict[str, Any]:
         compacted = None if self.compaction is None else {
@@ -91,7 +140,8 @@ class Collection:
                 "virtualFiles": {"removed": self.virtual_files, "kept": self.kept_virtual_files},
                 "platformFiles": {"removed": self.platform_files, "kept": self.kept_platform_files},
                 "stepOutputs": {"removedRuns": self.step_output_runs, "keptRuns": self.kept_step_output_runs},
-                "compaction": compacted}
+                "compaction": compacted,
+                "unweighedRuns": [run.to_json() for run in self.unweighed_runs]}
 
 
 def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstance | None, *,
@@ -101,13 +151,13 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
     cutoff = (now or datetime.now(UTC)) - older_than
     records = list(instance.get_run_records()) if instance is not None else []  # newest first
     recent = recent_runs(records, cutoff)
-    refs = referenced(instance, records, recent) if instance is not None else set()
-    result = Collection(cutoff=cutoff, dry_run=dry_run, history=instance is not None)
+    refs = referenced(instance, records, recent) if instance is not None else References()
+    result = Collection(cutoff=cutoff, dry_run=dry_run, history=instance is not None, unweighed_runs=refs.unweighed)
     # a store nothing was ever stored in has nothing to weigh; opening it would create it, a dry run too
     stored_virtual, stored_platform = virtual_files.stored(), platform_files.stored()
     result.stored = stored_virtual or stored_platform
     for vf_id, created in virtual_files.inventory() if stored_virtual else ():
-        if created >= cutoff or vf_id in refs:
+        if created >= cutoff or refs.keeps(vf_id, created):
             result.kept_virtual_files += 1
             continue
         if not dry_run:
@@ -115,7 +165,7 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
                 virtual_files.drop(vf_id)
         result.virtual_files.append(vf_id)
     for file_id, written in platform_files.inventory() if stored_platform else ():
-        if written >= cutoff or file_id in refs:
+        if written >= cutoff or refs.keeps(file_id, written):
             result.kept_platform_files += 1
             continue
         if not dry_run:
@@ -164,11 +214,12 @@ def recent_runs(records: Sequence[dg.RunRecord], cutoff: datetime) -> set[str]:
     return recent
 
 
-def referenced(instance: dg.DagsterInstance, records: Sequence[dg.RunRecord], recent: set[str]) -> set[str]:
+def referenced(instance: dg.DagsterInstance, records: Sequence[dg.RunRecord], recent: set[str]) -> References:
     """Every id (and the last path segment of every link or path) that an asset's latest materialisation,
-    a recent run (:func:`recent_runs`) or a job's latest successful run names. ``records``: the instance's
-    run records, newest first."""
+    a recent run (:func:`recent_runs`) or a job's latest successful run names, and those of these runs that
+    did not record what they read. ``records``: the instance's run records, newest first."""
     strings: set[str] = set()
+    unweighed: list[UnweighedRun] = []
     for key in instance.get_asset_keys():
         event = instance.get_latest_materialization_event(key)
         if event is not None and event.asset_materialization is not None:
@@ -181,26 +232,40 @@ def referenced(instance: dg.DagsterInstance, records: Sequence[dg.RunRecord], re
             latest_success.add(run.job_name)
         if run.run_id in recent or first_success:
             strings.update(_walk_strings(run.run_config))
-            strings.update(_run_output_strings(instance, run.run_id))
-    return strings | {s.rstrip("/").rsplit("/", 1)[-1] for s in strings}
+            if _run_output_strings(instance, run.run_id, strings):
+                ended = datetime.fromtimestamp(record.end_time, UTC) if record.end_time is not None else None
+                unweighed.append(UnweighedRun(run.job_name, run.run_id, ended if run.status in _FINISHED else None))
+    return References({*strings, *(s.rstrip("/").rsplit("/", 1)[-1] for s in strings)}, unweighed)
 
 
-def _run_output_strings(instance: dg.DagsterInstance, run_id: str) -> Iterator[str]:
+def _run_output_strings(instance: dg.DagsterInstance, run_id: str, strings: set[str]) -> bool:
+    """Add to ``strings`` what the run's events name; whether its action steps left no record of their reads.
+
+    A run is told by its steps, not its tags: a tag would say nothing of a job defined in code, and the
+    version tag of a compiled job cannot be ordered. An action step of a version that records its reads marks
+    every output and failure (:data:`READS_RECORDED`); one of an older version left its usual metadata
+    (``duration_s``, a failure's ``status``) unmarked. A run with neither has no action step: its ops' reads
+    were never recorded by any version, and are weighed as before (by its run config and outputs)."""
     kinds = {dg.DagsterEventType.STEP_OUTPUT, dg.DagsterEventType.ASSET_MATERIALIZATION,
              dg.DagsterEventType.ASSET_CHECK_EVALUATION, dg.DagsterEventType.STEP_FAILURE}
+    unmarked = False
     for entry in instance.all_logs(run_id, of_type=kinds):
         event = entry.dagster_event
         if event is None:
             continue
         if event.event_type == dg.DagsterEventType.STEP_OUTPUT:
-            yield from _metadata_strings(event.step_output_data.metadata)
+            metadata, action = event.step_output_data.metadata, (_ACTION_OUTPUT_KEY,)
         elif event.event_type == dg.DagsterEventType.STEP_FAILURE:  # what a failed step read (its input)
             user = event.step_failure_data.user_failure_data if event.step_failure_data else None
-            yield from _metadata_strings(user.metadata if user is not None else {})
+            metadata, action = (user.metadata if user is not None else {}), _ACTION_FAILURE_KEYS
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
-            yield from _metadata_strings(event.event_specific_data.metadata)
+            metadata, action = event.event_specific_data.metadata, ()
         else:
-            yield from _metadata_strings(event.event_specific_data.materialization.metadata)
+            metadata, action = event.event_specific_data.materialization.metadata, (_ACTION_OUTPUT_KEY,)
+        strings.update(_metadata_strings(metadata))
+        if READS_RECORDED not in metadata and action and all(key in metadata for key in action):
+            unmarked = True  # one step unweighed is enough: a step of ours is only ever marked or not
+    return unmarked
 
 
 def _metadata_strings(metadata: Mapping[str, Any]) -> Iterator[str]:

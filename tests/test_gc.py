@@ -428,6 +428,79 @@ def test_what_a_recent_failed_run_read_stays(resources, files, env, tmp_path, mo
     assert table in result.virtual_files  # once the failed run is old, nothing keeps it
 
 
+def _as_written_before_reads_were_recorded(dagster_home: Path, run_id: str) -> None:
+    """Rewrite a run's events in its SQLite event log as a connector-ops version before the ``reads_recorded``
+    marker wrote them: without the marker and the read keys (those came with commit 6797436, the marker later;
+    9828cee, the audit's old version, wrote neither). Only the metadata our steps add is removed."""
+    import sqlite3
+
+    gone = {"reads_recorded", "read_virtual_file_ids", "read_platform_files"}
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [strip(v) for v in value if not (isinstance(v, dict) and v.get("label") in gone)]
+        return value
+
+    with sqlite3.connect(dagster_home / "history" / "runs" / f"{run_id}.db") as db:
+        rows = db.execute("SELECT id, event FROM event_logs").fetchall()
+        changed = [(json.dumps(strip(json.loads(event))), row) for row, event in rows if "reads_recorded" in event]
+        assert changed  # the run did record its reads: the marker was there to remove
+        db.executemany("UPDATE event_logs SET event = ? WHERE id = ?", changed)
+
+
+def test_a_run_made_before_reads_were_recorded_keeps_every_file_it_may_have_read(resources, files, env, tmp_path,
+                                                                                  monkeypatch):
+    """After an upgrade, a job's latest successful run was made by the old code, whose steps recorded nothing of
+    what they read: gc removed the reference table it read through ${env.…}, as if the run read nothing. gc now
+    keeps every file made before such a run ended, names the run, and weighs the job's files again once the
+    job has run with this version."""
+    from connector_ops.pipelines.dsl import compile_pipeline, load_pipeline
+    from tests.pipeline_files import write
+
+    pf = files.add_file(SALES).to_json()
+    table, stray = (invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"] for _ in range(2))
+    monkeypatch.setenv("GC_OLD_REF", table)
+    path = write(tmp_path, """
+        name: nightly_upgraded
+        schedule: "0 6 * * *"
+        steps:
+          - id: by_env
+            action: etl.query
+            input: {virtualFileId: "${env.GC_OLD_REF}", query: {region: North}}
+        """)
+    job = compile_pipeline(load_pipeline(path)).job
+    (tmp_path / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    old = job.execute_in_process(instance=instance, resources=resources)
+    assert old.success
+    _as_written_before_reads_were_recorded(tmp_path / "dagster", old.run_id)
+    time.sleep(1.1)  # SQLite dates a virtual file to the second: one made in the run's last second is kept
+    later = invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "later.csv").to_json()},
+                   resources)["virtualFileId"]  # made after the old run ended: it cannot have read it
+
+    weeks_later = datetime.now(UTC) + timedelta(days=8)
+    result = collect(resources["virtual_files"], files, instance, older_than=timedelta(days=7), now=weeks_later,
+                     dry_run=True)
+    assert table not in result.virtual_files and stray not in result.virtual_files
+    assert pf["id"] not in result.platform_files and later in result.virtual_files
+    assert [(run.job, run.run_id) for run in result.unweighed_runs] == [("nightly_upgraded", old.run_id)]
+    assert result.to_json()["unweighedRuns"][0]["runId"] == old.run_id
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    said = CliRunner().invoke(gc_command, ["--older-than", "0s", "--dry-run"], env=env)
+    assert said.exit_code == 0, said.output
+    assert f"virtual file {table}" not in said.stdout and f"would remove virtual file {later}" in said.stdout
+    assert (f"run {old.run_id} of job nightly_upgraded" in said.stderr
+            and "Run the job once with this version" in said.stderr)
+
+    assert job.execute_in_process(instance=instance, resources=resources).success  # once, with this version
+    result = collect(resources["virtual_files"], files, instance, older_than=timedelta(days=7), now=weeks_later)
+    assert result.unweighed_runs == [] and result.to_json()["unweighedRuns"] == []
+    assert stray in result.virtual_files and later in result.virtual_files
+    assert table in {vf for vf, _ in resources["virtual_files"].inventory()}  # what the new run read stays
+
+
 def test_a_file_a_step_stored_for_a_later_step_stays_for_its_re_execution(resources, files, env, tmp_path):
     """A ``${file:…}`` file is stored by its step's resolver, before the action step runs: a run failing (or
     killed) in between named it nowhere, so gc removed it while a re-execution from failure was queued, and

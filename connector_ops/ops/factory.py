@@ -161,10 +161,11 @@ def failure(exc: ConnectorError, payload: Mapping[str, Any] | None = None) -> dg
 
     ``payload``: the input the action ran with; the files it names are recorded as on a success
     (:func:`.metadata.read_metadata`), so ``connector-ops gc`` keeps what a recent failed run read — the
-    input its re-execution from failure will read again."""
+    input its re-execution from failure will read again. Without ``payload`` (refused before its input was
+    made) it read nothing, and says so (:data:`.metadata.READS_RECORDED`)."""
     metadata = {"status": dg.MetadataValue.int(exc.status), "body": dg.MetadataValue.json(exc.body),
                 "retryable": dg.MetadataValue.bool(exc.retryable),
-                **(read_metadata(payload) if payload is not None else {})}
+                **read_metadata(payload or {})}  # no payload: refused before it read anything
     if exc.detail is not None:  # what a ``null`` body cannot say (Clean)
         metadata["detail"] = dg.MetadataValue.text(exc.detail)
     return dg.Failure(description=exc.summary(), metadata=metadata, allow_retries=exc.retryable)

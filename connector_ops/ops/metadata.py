@@ -11,7 +11,8 @@
 * every output: ``duration_s`` (the action's wall time); transfers also ``bytes_in`` (what was read);
   ``read_virtual_file_ids`` / ``read_platform_files``: the stored files the action's input named (what
   ``connector-ops gc`` keeps for a job's latest successful run, however its input was given): ids, and
-  links as :func:`link_shown` shows them (gc reads a link's last path segment, our file's id).
+  links as :func:`link_shown` shows them (gc reads a link's last path segment, our file's id); and
+  ``reads_recorded`` (:data:`READS_RECORDED`), which tells gc that a step without read keys read nothing.
 """
 
 from __future__ import annotations
@@ -136,6 +137,11 @@ def bytes_in(payload: Mapping[str, Any]) -> int | None:
 READ_VIRTUAL_FILES, READ_PLATFORM_FILES = "read_virtual_file_ids", "read_platform_files"
 #: metadata key of the platform files a YAML step's resolver stored (its ``${file:…}`` files)
 STORED_PLATFORM_FILES = "stored_platform_file_ids"
+#: metadata key every output and failure of an action step carries (``True``): the step recorded what it read,
+#: so no read key means it read no stored file. Steps of connector-ops before this key (read keys came with
+#: commit 6797436, the key later) recorded nothing, or not always: ``connector-ops gc`` cannot weigh their
+#: runs' inputs and keeps what they may have read (:mod:`connector_ops.pipelines.gc`)
+READS_RECORDED = "reads_recorded"
 #: input fields holding row data or a filter, not references: never searched (an Iterate's or Validate's
 #: ``content`` names a virtual file when it is a string)
 _NOT_REFERENCES = frozenset({"content", "request"})
@@ -172,9 +178,10 @@ def files_read(payload: Any, vfs: set[str] | None = None, pfs: set[str] | None =
 
 
 def read_metadata(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """What a step read, as metadata (nothing when its input named no stored file)."""
+    """What a step read, as metadata: the marker :data:`READS_RECORDED`, and the read keys when its input named
+    a stored file."""
     vfs, pfs = files_read(payload)
-    meta: dict[str, Any] = {}
+    meta: dict[str, Any] = {READS_RECORDED: dg.MetadataValue.bool(True)}
     if vfs:
         meta[READ_VIRTUAL_FILES] = dg.MetadataValue.json(sorted(vfs))
     if pfs:
