@@ -262,3 +262,52 @@ def test_pickling_stops_once_past_the_limit() -> None:
     assert refused < whole / 4, (refused, whole)
     assert pickle.loads(pickled_within(value[:10], 1 << 20) or b"") == value[:10]
     assert pickle.loads(pickled_within(value, 0) or b"") == value  # 0: no cap of ours
+
+
+def _pickle_of_a_class_this_version_lacks() -> bytes:
+    """A pickle of ``connector_ops_gone.Gone()``, as a version with that module writes it."""
+    import types
+
+    module = types.ModuleType("connector_ops_gone")
+    module.Gone = type("Gone", (), {"__module__": "connector_ops_gone"})  # type: ignore[attr-defined]
+    sys.modules["connector_ops_gone"] = module
+    try:
+        return pickle.dumps(module.Gone(), protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[attr-defined]
+    finally:
+        del sys.modules["connector_ops_gone"]
+
+
+def test_an_output_written_by_another_version_is_a_clear_409(env: dict[str, str]) -> None:
+    """A rolling upgrade: a step's output pickles a class the reading process's connector-ops does not have (a
+    newer or older version wrote it). Reading it failed with pickle's bare AttributeError; it is a 409 naming
+    the output, the writer's build and what to do. The build rides after the pickle, where any version's
+    pickle.loads stops, so an older reader reads the value as before."""
+    from connector_ops.kernel.version import build_version
+    from connector_ops.ops.io_manager import with_build, writer_build
+
+    gone = _pickle_of_a_class_this_version_lacks()
+    with pytest.raises(ModuleNotFoundError):
+        pickle.loads(gone)
+    run_id = "0f0e0d0c-0b0a-4090-8070-605040302010"
+    outputs = StepOutputs(env["CONNECTOR_OPS_DATABASE_URL"])
+    stamped = with_build(pickle.dumps("vf-2"))
+    assert pickle.loads(stamped) == "vf-2" and writer_build(stamped) == build_version()
+    for key, value, writer in ((f"{run_id}/make/result", with_build(gone), build_version()),
+                               (f"{run_id}/old/result", gone, None)):
+        outputs.put(key, run_id, value if writer is None else value.replace(
+            build_version().encode(), b"0.0.9+0123456789ab"))
+        with (dg.DagsterInstance.ephemeral() as instance,
+              dg.build_output_context(step_key=key.split("/")[1], name="result", run_id=run_id,
+                                      instance=instance) as upstream,
+              dg.build_input_context(name="value", dagster_type=resolve_dagster_type(str), upstream_output=upstream,
+                                     instance=instance) as context,
+              pytest.raises(dg.Failure) as caught):
+            StepOutputIOManager().load_input(context)
+        status = caught.value.metadata["status"].value
+        message = caught.value.metadata["body"].value["message"]
+        assert status == 409 and not caught.value.allow_retries
+        assert f"input 'value': step output '{key}' cannot be read by this process (ModuleNotFoundError" in message
+        assert (("written by connector-ops 0.0.9+0123456789ab," in message) if writer is not None
+                else "a connector-ops version that did not record its build" in message)
+        assert f"this process runs connector-ops {build_version()}" in message
+        assert "re-execute the run from the start" in message

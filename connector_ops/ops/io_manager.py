@@ -19,6 +19,13 @@ came only after all the step's work, as a raw SQL traceback. So a stored output 
 pickle is written into a counting buffer that stops as soon as it passes the limit (never building more
 than the limit plus one pickle frame), and the step fails with a 400 naming the step, the output, the
 limit and what to wire instead (the virtual file id, or a Pull).
+
+An output is read by the version of connector-ops that runs the next step, which may not be the one that wrote
+it (a rolling upgrade: a run, or its re-execution, spread over hosts on two versions). A pickle naming a class
+or module the reader lacks failed the step with a bare ``AttributeError`` from ``pickle``. Each stored output
+now ends with its writer's build (:func:`with_build`), after the pickle — where ``pickle.loads`` of any version
+stops reading, so older readers read the value as before — and a pickle that does not load is a 409 naming the
+output, both builds and what to do (:func:`unpickled`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from pydantic import PrivateAttr
 from connector_ops.environment import recipes_for
 from connector_ops.kernel.disk import shown_size, size_setting
 from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
+from connector_ops.kernel.version import build_version
 
 MAX_STEP_OUTPUT_VARIABLE = "CONNECTOR_OPS_MAX_STEP_OUTPUT"
 #: 256 MiB pickled (≈ 2M rows of seven short columns): a quarter of what either database takes in one value,
@@ -113,6 +121,49 @@ def capped_pickle(context: dg.OutputContext, obj: Any) -> bytes:
     return data
 
 
+#: what follows a stored output's pickle, then its writer's build (``0.1.0+3f2a9c01b7de``)
+_BUILD_MARK = b"\x00connector-ops-build:"
+#: what a pickle that another version wrote may raise as it loads: a class or module gone or renamed, a class
+#: whose state changed shape, bytes this pickle module does not know
+_UNREADABLE = (pickle.UnpicklingError, AttributeError, ImportError, EOFError, TypeError, ValueError, IndexError,
+               KeyError)
+#: a stored output's status when this process cannot read it: written by another version
+UNREADABLE_OUTPUT_STATUS = 409
+
+
+def with_build(data: bytes) -> bytes:
+    """A pickled output with this process's build after it (ignored by ``pickle.loads``)."""
+    return data + _BUILD_MARK + build_version().encode()
+
+
+def writer_build(data: bytes) -> str | None:
+    """The build that wrote a stored output, or ``None`` (a version before builds were stored)."""
+    at = data.rfind(_BUILD_MARK, max(0, len(data) - 200))
+    build = data[at + len(_BUILD_MARK):] if at >= 0 else b""
+    return build.decode() if build and build.isascii() and b"\x00" not in build else None
+
+
+def unpickled(context: dg.InputContext, key: str, data: bytes) -> Any:
+    """The value of stored output ``key``; one this process cannot unpickle is a 409 (never retried): written by
+    another connector-ops version, it is read only by that version, so the run is made again on one version."""
+    from connector_ops.ops.factory import failure  # here: the factory's module imports the ops' modules
+
+    try:
+        return pickle.loads(data)  # written by a step to the deployment's database (trusted)
+    except _UNREADABLE as exc:
+        writer = writer_build(data)
+        mine = build_version()
+        by = (f"connector-ops {writer}" if writer is not None
+              else "a connector-ops version that did not record its build (one before this check)")
+        other = "" if writer != mine else " (the same build: the output is damaged, not of another version)"
+        raise failure(ConnectorError(UNREADABLE_OUTPUT_STATUS, {"message": (
+            f"input {context.name!r}: step output {key!r} cannot be read by this process ({type(exc).__name__}: "
+            f"{exc}): it was written by {by}{other}, and this process runs connector-ops {mine}. Every process "
+            "of a deployment (code servers, run workers, Celery workers) must run one version: once they do, "
+            "re-execute the run from the start (all steps), not from failure — its stored outputs are read "
+            "only by the version that wrote them (docs/deployment.md, Upgrading)")})) from None
+
+
 def output_key(identifier: list[str]) -> str:
     """One output's key: run id, step key, output name (and mapping key of a dynamic output)."""
     return "/".join(identifier)
@@ -140,18 +191,20 @@ class StepOutputIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if context.dagster_type.is_nothing:
             return
-        self._outputs().put(output_key(context.get_identifier()), context.run_id, capped_pickle(context, obj))
+        self._outputs().put(output_key(context.get_identifier()), context.run_id,
+                            with_build(capped_pickle(context, obj)))
 
     def load_input(self, context: dg.InputContext) -> Any:
         if context.dagster_type.is_nothing:
             return None
         upstream = context.upstream_output
         assert upstream is not None, "an input with no upstream output is loaded by its own input manager"
+        key = output_key(upstream.get_identifier())
         try:
-            data = self._outputs().get(output_key(upstream.get_identifier()))
+            data = self._outputs().get(key)
         except NotFound as exc:
             raise dg.Failure(description=f"input {context.name!r}: {exc}") from None
-        return pickle.loads(data)  # written by our own steps to the deployment's database
+        return unpickled(context, key, data)
 
 
 def step_output_io_manager() -> StepOutputIOManager:
