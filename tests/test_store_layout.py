@@ -127,3 +127,31 @@ def test_processes_opening_a_new_store_together_stamp_it_once(store_url: str, tm
     results = [finished(child) for child in children]
     assert [code for code, _, _ in results] == [0] * 4, results
     assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]
+
+
+def test_a_process_that_opened_the_store_before_a_newer_layout_stops_writing(store_url: str, tmp_path: Path) -> None:
+    """A long-lived process (a Celery worker, a code server, a notebook) checked the stamp only when it first
+    opened the store, and went on writing after a newer release raised the layout; the inline-array Iterate (its
+    own driver transaction) never checked it. Every write transaction now reads the stamp."""
+    from connector_ops import invoke
+    from connector_ops.kernel.errors import ConnectorError
+    from tests.conftest import resources_on
+
+    resources = resources_on(store_url, tmp_path / "home")
+    descriptor = resources["platform_files"].add_bytes(b"id,name\n1,ada\n", "in.csv").to_json()
+    file_id = invoke("etl.push", {"platformFile": descriptor}, resources)["virtualFileId"]
+    assert invoke("etl.iterate", {"content": [1, 2, 3], "maxBatchSize": 1}, resources)["hasNext"]
+    execute(store_url, f"UPDATE cop_store_layout SET version = {LAYOUT_VERSION + 1}, written_by = '99.0.0'")
+
+    for action, payload in (("etl.push", {"platformFile": descriptor}),
+                            ("etl.append_rows", {"rows": [{"virtualFileId": file_id, "content": {"id": "2"}}]}),
+                            ("etl.iterate", {"content": [1, 2, 3], "maxBatchSize": 1})):
+        with pytest.raises(ConnectorError) as refused:
+            invoke(action, payload, resources)
+        assert refused.value.status == 500, action
+        assert f"has layout {LAYOUT_VERSION + 1}, written by connector-ops 99.0.0" in str(refused.value), action
+        assert PASSWORD not in str(refused.value)
+    assert execute(store_url, "SELECT id FROM cop_virtual_file") == [(file_id,)]
+    [(table,)] = execute(store_url, "SELECT table_name FROM cop_virtual_file")
+    assert execute(store_url, f"SELECT count(*) FROM {table}") == [(1,)]  # no row appended
+    assert execute(store_url, "SELECT position FROM cop_array_cursor") == [(1,)]  # the cursor did not move

@@ -5,6 +5,10 @@ over an inline array, so it stays clear of SQLAlchemy (importing it alone costs 
 psycopg directly, one short write transaction per call. The table is the catalog's ``cop_array_cursor``
 (created here when missing, exactly as the catalog declares it). An in-memory SQLite database lives in
 one connection, so it keeps the SQLAlchemy path.
+
+Like every write transaction of the store, each call first reads the store's layout stamp
+(:mod:`.layout`) inside its transaction and refuses a store laid out by a newer connector-ops; a store
+without the stamp's table has never been opened by the SQLAlchemy path and is layout 1.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
+
+from connector_ops.kernel.secrets import mask_url
+from connector_ops.resources.virtual_files.layout_version import STAMP_SQL, refuse_newer
 
 TABLE = "cop_array_cursor"
 _DDL = f"CREATE TABLE IF NOT EXISTS {TABLE} (digest VARCHAR(64) NOT NULL PRIMARY KEY, position BIGINT NOT NULL)"
@@ -38,10 +45,15 @@ def next_array_batch(database_url: str, items: list[Any], limit: int) -> tuple[l
     digest = digest_of(items)
     if scheme == "sqlite":
         path = sqlite_path(database_url)
-        return None if path is None else _sqlite(path, digest, items, limit)
+        return None if path is None else _sqlite(path, digest, items, limit, database_url)
     if scheme in ("postgresql", "postgres"):
-        return _postgres("postgresql://" + database_url.split("://", 1)[1], digest, items, limit)
+        return _postgres("postgresql://" + database_url.split("://", 1)[1], digest, items, limit, database_url)
     return None
+
+
+def _check_stamp(stamp: tuple[int, str] | None, database_url: str) -> None:
+    if stamp is not None:
+        refuse_newer(stamp[0], stamp[1], mask_url(database_url))
 
 
 def _step(execute: Callable[..., Any], mark: str, digest: str, items: list[Any], limit: int) -> tuple[list[Any], bool]:
@@ -57,7 +69,7 @@ def _step(execute: Callable[..., Any], mark: str, digest: str, items: list[Any],
     return items[position:position + limit], has_next
 
 
-def _sqlite(path: str, digest: str, items: list[Any], limit: int) -> tuple[list[Any], bool]:
+def _sqlite(path: str, digest: str, items: list[Any], limit: int, url: str) -> tuple[list[Any], bool]:
     import sqlite3
     from pathlib import Path
 
@@ -67,6 +79,13 @@ def _sqlite(path: str, digest: str, items: list[Any], limit: int) -> tuple[list[
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(_DDL)
         conn.execute("BEGIN IMMEDIATE")
+        try:
+            stamp = conn.execute(STAMP_SQL).fetchone()
+        except sqlite3.OperationalError as exc:  # no such table: never opened by the SQLAlchemy path
+            if "no such table" not in str(exc):
+                raise
+            stamp = None
+        _check_stamp(stamp, url)
         result = _step(conn.execute, "?", digest, items, limit)
         conn.execute("COMMIT")
         return result
@@ -74,11 +93,13 @@ def _sqlite(path: str, digest: str, items: list[Any], limit: int) -> tuple[list[
         conn.close()  # an open transaction (an error above) is rolled back
 
 
-def _postgres(conninfo: str, digest: str, items: list[Any], limit: int) -> tuple[list[Any], bool]:
+def _postgres(conninfo: str, digest: str, items: list[Any], limit: int, url: str) -> tuple[list[Any], bool]:
     import psycopg
 
     with psycopg.connect(conninfo) as conn:  # one transaction, committed on success
-        if conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0] is None:
+        cursors, stamped = conn.execute("SELECT to_regclass(%s), to_regclass('cop_store_layout')", (TABLE,)).fetchone()
+        _check_stamp(conn.execute(STAMP_SQL).fetchone() if stamped is not None else None, url)
+        if cursors is None:
             conn.execute(_DDL)
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (digest,))  # two calls on one array queue up
         return _step(conn.execute, "%s", digest, items, limit)

@@ -27,7 +27,7 @@ from connector_ops.resources.virtual_files.catalog import metadata, virtual_file
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
 from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
-from connector_ops.resources.virtual_files.layout import check_stamp
+from connector_ops.resources.virtual_files.layout import check_stamp, check_unchanged
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -154,6 +154,7 @@ def get_engine(url: str) -> sa.Engine:
         except Exception:
             engine.dispose()  # not cached: the next call tries again (the server may be back)
             raise
+        _check_stamp_on_write(engine)
         _ENGINES[key] = engine
         return engine
 
@@ -207,6 +208,19 @@ def _check_client(engine: sa.Engine) -> None:
             dbapi_conn.commit()
         except psycopg.Error:
             dbapi_conn.rollback()
+
+
+def _check_stamp_on_write(engine: sa.Engine) -> None:
+    """Every write transaction first reads the layout stamp (:func:`.layout.check_unchanged`): a process keeps
+    its engine for its life, and a newer release may raise the layout meanwhile. Registered once the catalog
+    (and the stamp) exist; on SQLite after the listener that issues ``BEGIN IMMEDIATE``, so the read is inside
+    the locked transaction."""
+    shown = mask_url(engine.url.render_as_string(hide_password=False))
+
+    @sa.event.listens_for(engine, "begin")
+    def on_begin(conn: sa.Connection) -> None:
+        if is_writing(conn):
+            check_unchanged(conn, shown)
 
 
 def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:

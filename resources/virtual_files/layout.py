@@ -11,18 +11,37 @@ Layout 1 is every store written since the first release: the tables have only be
 (``create_all`` adds a missing one), never changed, so an unstamped store is stamped 1 as it stands. The
 release that changes a table raises :data:`LAYOUT_VERSION` and brings the step that upgrades a store from
 the version before, run here in the same transaction as the stamp.
+
+The stamp is read when a process first opens a database (:func:`check_stamp`) and again at the start of
+every write transaction (:func:`check_unchanged`, one read of the one-row table inside the transaction, so a
+newer release's stamp committed meanwhile is seen): a long-lived process (a Celery worker, a code server, a
+notebook, ``files serve``) that opened the store before a newer release raised its layout stops writing at its
+next write. Its reads are not checked again — a layout change that a process's reads could misread is for
+the release that makes it to guard (its notes say to stop old processes first). The inline-array Iterate's
+driver-level transaction reads it too (:mod:`.layout_version`).
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from connector_ops.kernel.errors import ActionFailed
 from connector_ops.kernel.version import package_version
 from connector_ops.resources.virtual_files.catalog import store_layout
+from connector_ops.resources.virtual_files.layout_version import LAYOUT_VERSION, refuse_newer
 
-#: the layout this code reads and writes
-LAYOUT_VERSION = 1
+__all__ = ["LAYOUT_VERSION", "check_stamp", "check_unchanged"]
+
+#: the stamp's one row, by its key (statement built once: it runs at every write transaction)
+_STAMP = sa.select(store_layout.c.version, store_layout.c.written_by).where(store_layout.c.id == 1)
+
+
+def check_unchanged(conn: sa.Connection, shown_url: str) -> None:
+    """Refuse a write transaction (``ActionFailed``) on a store a newer release stamped since this process
+    opened it. ``conn``: the transaction just begun (SQLite: after ``BEGIN IMMEDIATE``, so no commit can come
+    between the read and the writes)."""
+    row = conn.execute(_STAMP).first()
+    if row is not None:
+        refuse_newer(row.version, row.written_by, shown_url)
 
 
 def check_stamp(conn: sa.Connection, shown_url: str) -> None:
@@ -34,8 +53,4 @@ def check_stamp(conn: sa.Connection, shown_url: str) -> None:
     if row is None:
         conn.execute(sa.insert(store_layout).values(id=1, version=LAYOUT_VERSION, written_by=package_version()))
         return
-    if row.version > LAYOUT_VERSION:
-        raise ActionFailed(
-            f"the virtual-file store at {shown_url} has layout {row.version}, written by connector-ops "
-            f"{row.written_by}; this connector-ops ({package_version()}) knows layouts up to {LAYOUT_VERSION}. "
-            "Upgrade connector-ops here: every process using one store must run a version that knows its layout")
+    refuse_newer(row.version, row.written_by, shown_url)
