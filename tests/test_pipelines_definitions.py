@@ -369,6 +369,10 @@ def test_a_step_never_runs_under_another_connector_ops_than_its_run_was_launched
     assert error.status == 409 and not error.retryable
     assert error.message.startswith(f"the run was launched by connector-ops {launched_by}, and the process running "
                                     f"step {failed.step_key} runs connector-ops {build_version()}: every process")
+    # a run queued before the upgrade, when every process already runs this version: re-executing it works
+    assert (f"If every process already runs {build_version()}, the run was launched (or queued) before the "
+            "upgrade: re-execute it") in error.message
+    assert "Otherwise upgrade or restart the processes that run steps" in error.message
     assert same.success
 
 

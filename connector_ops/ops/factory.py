@@ -222,11 +222,16 @@ def _snapshot_tags(instance: dg.DagsterInstance, snapshot_id: str) -> Mapping[st
 
 
 def _another_version(context: dg.OpExecutionContext, loaded: str, launched: str) -> str:
+    """Both sides may be the stale one, and this process cannot tell which: it is behind (not yet upgraded or
+    restarted), or the run is (launched, or queued, before every process was upgraded — re-executing it makes
+    a run of the version the code location has now, :func:`_launched_tags`)."""
     return (f"the run was launched by connector-ops {launched}, and the process running step {context.op_handle} "
             f"runs connector-ops {loaded}: every process of a deployment (code servers, run workers, Celery "
-            "workers) must run one version. Upgrade or restart the processes that run steps (docs/deployment.md, "
-            "Upgrading), or reload the code location if its sources were edited since it loaded, then launch the "
-            "run again.")
+            f"workers) must run one version. If every process already runs {loaded}, the run was launched (or "
+            "queued) before the upgrade: re-execute it (UI: Re-execute; from failure, or all steps if a step then "
+            "cannot read an output the old version stored). Otherwise upgrade or restart the processes that run "
+            "steps (docs/deployment.md, Upgrading), or reload the code location if its sources were edited since "
+            "it loaded, then launch the run again.")
 
 
 #: the digest of a pipeline file as it is on disk now, or ``None`` when it does not load: given by the pipeline
