@@ -283,16 +283,16 @@ def test_an_output_written_by_another_version_is_a_clear_409(env: dict[str, str]
     the output, the writer's build and what to do. The build rides after the pickle, where any version's
     pickle.loads stops, so an older reader reads the value as before."""
     from connector_ops.kernel.version import build_version
-    from connector_ops.ops.io_manager import with_build, writer_build
+    from connector_ops.ops.io_manager import build_trailer, writer_build
 
     gone = _pickle_of_a_class_this_version_lacks()
     with pytest.raises(ModuleNotFoundError):
         pickle.loads(gone)
     run_id = "0f0e0d0c-0b0a-4090-8070-605040302010"
     outputs = StepOutputs(env["CONNECTOR_OPS_DATABASE_URL"])
-    stamped = with_build(pickle.dumps("vf-2"))
+    stamped = pickle.dumps("vf-2") + build_trailer()
     assert pickle.loads(stamped) == "vf-2" and writer_build(stamped) == build_version()
-    for key, value, writer in ((f"{run_id}/make/result", with_build(gone), build_version()),
+    for key, value, writer in ((f"{run_id}/make/result", gone + build_trailer(), build_version()),
                                (f"{run_id}/old/result", gone, None)):
         outputs.put(key, run_id, value if writer is None else value.replace(
             build_version().encode(), b"0.0.9+0123456789ab"))

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from connector_ops.kernel.version import package_version
-from connector_ops.resources.virtual_files.layout import LAYOUT_VERSION
+from connector_ops.resources.virtual_files.layout import LAYOUT_VERSION, RECHECK_SECONDS
 
 SCRIPT = str(Path(sys.executable).parent / "connector-ops")
 PASSWORD = "layout-s3cret"
@@ -132,7 +133,8 @@ def test_processes_opening_a_new_store_together_stamp_it_once(store_url: str, tm
 def test_a_process_that_opened_the_store_before_a_newer_layout_stops_writing(store_url: str, tmp_path: Path) -> None:
     """A long-lived process (a Celery worker, a code server, a notebook) checked the stamp only when it first
     opened the store, and went on writing after a newer release raised the layout; the inline-array Iterate (its
-    own driver transaction) never checked it. Every write transaction now reads the stamp."""
+    own driver transaction) never checked it. A write transaction reads the stamp again once a second has
+    passed since this process last did, the inline-array Iterate at every call."""
     from connector_ops import invoke
     from connector_ops.kernel.errors import ConnectorError
     from tests.conftest import resources_on
@@ -142,6 +144,7 @@ def test_a_process_that_opened_the_store_before_a_newer_layout_stops_writing(sto
     file_id = invoke("etl.push", {"platformFile": descriptor}, resources)["virtualFileId"]
     assert invoke("etl.iterate", {"content": [1, 2, 3], "maxBatchSize": 1}, resources)["hasNext"]
     execute(store_url, f"UPDATE cop_store_layout SET version = {LAYOUT_VERSION + 1}, written_by = '99.0.0'")
+    time.sleep(RECHECK_SECONDS)  # what a release raising the layout waits after stamping it
 
     for action, payload in (("etl.push", {"platformFile": descriptor}),
                             ("etl.append_rows", {"rows": [{"virtualFileId": file_id, "content": {"id": "2"}}]}),

@@ -23,7 +23,7 @@ limit and what to wire instead (the virtual file id, or a Pull).
 An output is read by the version of connector-ops that runs the next step, which may not be the one that wrote
 it (a rolling upgrade: a run, or its re-execution, spread over hosts on two versions). A pickle naming a class
 or module the reader lacks failed the step with a bare ``AttributeError`` from ``pickle``. Each stored output
-now ends with its writer's build (:func:`with_build`), after the pickle — where ``pickle.loads`` of any version
+now ends with its writer's build (:func:`build_trailer`), after the pickle — where ``pickle.loads`` of any version
 stops reading, so older readers read the value as before — and a pickle that does not load is a 409 naming the
 output, both builds and what to do (:func:`unpickled`).
 """
@@ -81,13 +81,15 @@ class _CappedBuffer(io.BytesIO):
         return super().write(data)
 
 
-def pickled_within(obj: Any, limit: int) -> bytes | None:
-    """``obj`` pickled, or ``None`` as soon as its pickle passes ``limit`` bytes (0: no limit)."""
+def pickled_within(obj: Any, limit: int, trailer: bytes = b"") -> bytes | None:
+    """``obj`` pickled, then ``trailer`` (in the same buffer: a stored output is not copied to add it), or
+    ``None`` as soon as its pickle passes ``limit`` bytes (0: no limit)."""
     buffer = _CappedBuffer(limit)
     try:
         pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     except _OverLimit:
         return None
+    io.BytesIO.write(buffer, trailer)  # past the cap's check: the pickle is what the limit is about
     return buffer.getvalue()
 
 
@@ -106,16 +108,16 @@ def output_too_large(context: dg.OutputContext, obj: Any, limit: int) -> Connect
         "rows in batches), or export it with etl.pull to a platform file")}, action=action)
 
 
-def capped_pickle(context: dg.OutputContext, obj: Any) -> bytes:
-    """``obj`` pickled, within ``CONNECTOR_OPS_MAX_STEP_OUTPUT``; else the step fails with the 400 of
-    :func:`output_too_large` (a setting that is no size: a 400 naming it)."""
+def capped_pickle(context: dg.OutputContext, obj: Any, trailer: bytes = b"") -> bytes:
+    """``obj`` pickled (then ``trailer``), within ``CONNECTOR_OPS_MAX_STEP_OUTPUT``; else the step fails with the
+    400 of :func:`output_too_large` (a setting that is no size: a 400 naming it)."""
     from connector_ops.ops.factory import failure  # here: the factory's module imports the ops' modules
 
     try:
         limit = max_step_output()
     except InvalidInput as exc:
         raise failure(ConnectorError(400, {"message": str(exc)})) from None
-    data = pickled_within(obj, limit)
+    data = pickled_within(obj, limit, trailer)
     if data is None:
         raise failure(output_too_large(context, obj, limit))
     return data
@@ -131,9 +133,9 @@ _UNREADABLE = (pickle.UnpicklingError, AttributeError, ImportError, EOFError, Ty
 UNREADABLE_OUTPUT_STATUS = 409
 
 
-def with_build(data: bytes) -> bytes:
-    """A pickled output with this process's build after it (ignored by ``pickle.loads``)."""
-    return data + _BUILD_MARK + build_version().encode()
+def build_trailer() -> bytes:
+    """What follows a stored output's pickle: this process's build (ignored by ``pickle.loads``)."""
+    return _BUILD_MARK + build_version().encode()
 
 
 def writer_build(data: bytes) -> str | None:
@@ -192,7 +194,7 @@ class StepOutputIOManager(dg.ConfigurableIOManager):
         if context.dagster_type.is_nothing:
             return
         self._outputs().put(output_key(context.get_identifier()), context.run_id,
-                            with_build(capped_pickle(context, obj)))
+                            capped_pickle(context, obj, build_trailer()))
 
     def load_input(self, context: dg.InputContext) -> Any:
         if context.dagster_type.is_nothing:

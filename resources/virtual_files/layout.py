@@ -12,13 +12,16 @@ Layout 1 is every store written since the first release: the tables have only be
 release that changes a table raises :data:`LAYOUT_VERSION` and brings the step that upgrades a store from
 the version before, run here in the same transaction as the stamp.
 
-The stamp is read when a process first opens a database (:func:`check_stamp`) and again at the start of
-every write transaction (:func:`check_unchanged`, one read of the one-row table inside the transaction, so a
-newer release's stamp committed meanwhile is seen): a long-lived process (a Celery worker, a code server, a
-notebook, ``files serve``) that opened the store before a newer release raised its layout stops writing at its
-next write. Its reads are not checked again — a layout change that a process's reads could misread is for
+The stamp is read when a process first opens a database (:func:`check_stamp`) and again inside a write
+transaction (:func:`check_unchanged`) once :data:`RECHECK_SECONDS` have passed since that process last read
+it: a long-lived process (a Celery worker, a code server, a notebook, ``files serve``) that opened the store
+before a newer release raised its layout stops writing within a second. So **a release that raises the layout
+stamps it in a transaction of its own, then waits more than** :data:`RECHECK_SECONDS` **before it changes a
+table**: every process of a release that knows the stamp has read it by then, and a write transaction that
+began before (unchecked) holds its locks, which the change waits for (PostgreSQL's ``ALTER``; SQLite's one
+writer at a time). Reads are not checked again — a layout change that a process's reads could misread is for
 the release that makes it to guard (its notes say to stop old processes first). The inline-array Iterate's
-driver-level transaction reads it too (:mod:`.layout_version`).
+driver-level transaction reads it at every call (:mod:`.layout_version`), which opens a connection anyway.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from connector_ops.kernel.version import package_version
 from connector_ops.resources.virtual_files.catalog import store_layout
 from connector_ops.resources.virtual_files.layout_version import LAYOUT_VERSION, refuse_newer
 
-__all__ = ["LAYOUT_VERSION", "check_stamp", "check_unchanged"]
+__all__ = ["LAYOUT_VERSION", "RECHECK_SECONDS", "check_stamp", "check_unchanged"]
+
+#: seconds after which a process's next write transaction reads the stamp again
+RECHECK_SECONDS = 1.0
 
 #: the stamp's one row, by its key (statement built once: it runs at every write transaction)
 _STAMP = sa.select(store_layout.c.version, store_layout.c.written_by).where(store_layout.c.id == 1)
