@@ -113,14 +113,12 @@ class RunWorker:
         if self.boot and self.boot != _boot_id():
             return True  # the host restarted since
         stat = _stat(self.pid)
-        if stat is None:
-            if self.started is not None:  # /proc exists here: no entry, no process
-                return True
+        if stat is None:  # no entry we may read: none, or hidden from this user (/proc's hidepid, ProtectProc)
             try:
                 os.kill(self.pid, 0)
             except ProcessLookupError:
                 return True
-            except PermissionError:
+            except PermissionError:  # there, another user's: alive (a reused pid cannot be told from here)
                 return False
             return False
         state, started = stat

@@ -121,3 +121,30 @@ def test_a_record_copied_from_a_parent_run_is_not_checked(launcher: WatchedRunLa
     child = launcher._instance.add_run(DagsterRun(job_name="job", run_id=str(uuid.uuid4()),
                                                   status=DagsterRunStatus.STARTED, tags=tags))
     assert launcher.check_run_worker_health(child).status == WorkerStatus.RUNNING
+
+
+def test_a_run_worker_hidden_by_proc_counts_as_alive() -> None:
+    """A daemon of another user than its run workers, with ``/proc`` mounted ``hidepid=2`` (systemd's
+    ``ProtectProc=invisible``, a common hardening): the run worker's ``/proc`` entry is hidden from it, and a
+    hidden entry was taken for a dead process — every STARTED run would have failed within a poll. A hidden entry
+    is asked with ``kill(pid, 0)`` instead: ``EPERM``, another user's process, alive. (Its own mount namespace,
+    so the host's ``/proc`` is untouched; the check runs as uid 1, the run worker as uid 65534.)"""
+    import textwrap
+
+    check = textwrap.dedent("""
+        import dataclasses, os, subprocess
+        from connector_ops.pipelines.run_workers import RunWorker, _stat
+        worker = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "30"])
+        record = dataclasses.replace(RunWorker.this_process("r"), pid=worker.pid, started=_stat(worker.pid)[1])
+        print(worker.pid, flush=True)
+        os.setgroups([]); os.setgid(1); os.setuid(1)  # the daemon's user: /proc hides the worker from it now
+        print(_stat(worker.pid) is None, record.visible_here(), record.gone(), flush=True)
+    """)
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                           'mount -t proc -o hidepid=2 proc /proc && exec "$0" -c "$1"', sys.executable, check],
+                          capture_output=True, text=True, timeout=60)
+    lines = done.stdout.split("\n")
+    if lines[0].strip().isdigit():
+        subprocess.run(["kill", lines[0].strip()], check=False)
+    assert done.returncode == 0, done.stderr
+    assert lines[1] == "True True False", done.stdout  # hidden from the checker, on its host, and not gone
