@@ -257,11 +257,15 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
           f"kept {result.kept_virtual_files} and {result.kept_platform_files} (made after "
           f"{result.cutoff:%Y-%m-%d %H:%M:%S} UTC or still referred to)")
     for run in result.unweighed_runs:
-        ended = f"ended {run.ended:%Y-%m-%d %H:%M:%S} UTC" if run.ended is not None else "not finished"
-        print(f"connector-ops: warning: run {run.run_id} of job {run.job} ({ended}) was made by a connector-ops "
+        when, what_to_do = (
+            (f"ended {run.ended:%Y-%m-%d %H:%M:%S} UTC", "every file made before it ended was kept. Run the job "
+             "once with this version and gc can weigh its files again") if run.ended is not None else
+            (f"not finished, started {run.reads_until:%Y-%m-%d %H:%M:%S} UTC", "every file made before it started "
+             "was kept. If it is stuck (its process gone), terminate it in the UI; once it has ended and the job has "
+             "run once with this version, gc weighs its files again"))
+        print(f"connector-ops: warning: run {run.run_id} of job {run.job} ({when}) was made by a connector-ops "
               "version that did not record what its steps read, and gc must keep what it read (the job's latest "
-              "successful run, or a recent run): every file made before it ended was kept. Run the job once with "
-              "this version and gc can weigh its files again", file=sys.stderr)
+              f"successful run, or a recent run): {what_to_do}", file=sys.stderr)
     if result.compaction is not None:
         before, after = (f"{n / 2**20:,.1f} MiB" for n in (result.compaction.before, result.compaction.after))
         if result.compaction.busy:

@@ -87,11 +87,16 @@ class UnweighedRun:
 
     job: str
     run_id: str
-    ended: datetime | None  # None: not finished; everything older than the cutoff is kept for it
+    ended: datetime | None  # None: not finished
+    #: files made before this may have been read by it: its end, or, unfinished, its start (its own outputs,
+    #: made since, are named by its events) — not "everything": a run stuck STARTED since an upgrade would have
+    #: kept every file for good, and running the job again would not have helped
+    reads_until: datetime
 
     def to_json(self) -> dict[str, Any]:
         return {"job": self.job, "runId": self.run_id,
-                "endedAt": self.ended.isoformat() if self.ended is not None else None}
+                "endedAt": self.ended.isoformat() if self.ended is not None else None,
+                "readsUntil": self.reads_until.isoformat()}
 
 
 @dataclass
@@ -105,10 +110,7 @@ class References:
     @property
     def horizon(self) -> datetime | None:
         """Files made before this may have been read by an unweighed run (``None``: there is none)."""
-        if not self.unweighed:
-            return None
-        ends = [run.ended for run in self.unweighed]
-        return datetime.max.replace(tzinfo=UTC) if None in ends else max(e for e in ends if e is not None)
+        return max((run.reads_until for run in self.unweighed), default=None)
 
     def keeps(self, file_id: str, made: datetime) -> bool:
         horizon = self.horizon
@@ -233,9 +235,17 @@ def referenced(instance: dg.DagsterInstance, records: Sequence[dg.RunRecord], re
         if run.run_id in recent or first_success:
             strings.update(_walk_strings(run.run_config))
             if _run_output_strings(instance, run.run_id, strings):
-                ended = datetime.fromtimestamp(record.end_time, UTC) if record.end_time is not None else None
-                unweighed.append(UnweighedRun(run.job_name, run.run_id, ended if run.status in _FINISHED else None))
+                unweighed.append(_unweighed(record))
     return References({*strings, *(s.rstrip("/").rsplit("/", 1)[-1] for s in strings)}, unweighed)
+
+
+def _unweighed(record: dg.RunRecord) -> UnweighedRun:
+    run = record.dagster_run
+    if run.status in _FINISHED and record.end_time is not None:
+        ended = datetime.fromtimestamp(record.end_time, UTC)
+        return UnweighedRun(run.job_name, run.run_id, ended, ended)
+    began = record.start_time if record.start_time is not None else record.create_timestamp.timestamp()
+    return UnweighedRun(run.job_name, run.run_id, None, datetime.fromtimestamp(began, UTC))
 
 
 def _run_output_strings(instance: dg.DagsterInstance, run_id: str, strings: set[str]) -> bool:

@@ -501,6 +501,37 @@ def test_a_run_made_before_reads_were_recorded_keeps_every_file_it_may_have_read
     assert table in {vf for vf, _ in resources["virtual_files"].inventory()}  # what the new run read stays
 
 
+def test_an_unfinished_run_of_the_old_code_keeps_what_was_made_before_it_started(resources, files, tmp_path):
+    """A run of the old code left STARTED by the upgrade (its run worker gone) is recent for as long as it is
+    unfinished: gc kept every file for good, made before it or long after, and its advice — run the job once
+    with this version — could not help. It keeps what was made before the run started (its own outputs, made
+    since, its events name), and the warning says to terminate it if it is stuck."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepOutputData
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.execution.plan.outputs import StepOutputHandle
+    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+    pf = files.add_file(SALES).to_json()
+    before = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+    time.sleep(1.1)  # SQLite dates a virtual file to the second
+    (tmp_path / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    stuck = instance.add_run(DagsterRun(job_name="nightly_old", status=DagsterRunStatus.STARTED))
+    output = StepOutputData(StepOutputHandle("by_env", "result"), metadata={"duration_s": dg.MetadataValue.float(1.0)})
+    instance.store_event(EventLogEntry(  # as the old code's step wrote it: its duration, no reads_recorded
+        error_info=None, level="DEBUG", user_message="", run_id=stuck.run_id, timestamp=time.time(),
+        job_name="nightly_old", dagster_event=DagsterEvent(DagsterEventType.STEP_OUTPUT.value, job_name="nightly_old",
+                                                           step_key="by_env", event_specific_data=output)))
+    time.sleep(1.1)
+    after = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+
+    result = collect(resources["virtual_files"], files, instance, older_than=timedelta(days=7),
+                     now=datetime.now(UTC) + timedelta(days=8), dry_run=True)
+    assert before not in result.virtual_files and after in result.virtual_files
+    (unweighed,) = result.to_json()["unweighedRuns"]
+    assert unweighed["runId"] == stuck.run_id and unweighed["endedAt"] is None and unweighed["readsUntil"]
+
+
 def test_a_file_a_step_stored_for_a_later_step_stays_for_its_re_execution(resources, files, env, tmp_path):
     """A ``${file:…}`` file is stored by its step's resolver, before the action step runs: a run failing (or
     killed) in between named it nowhere, so gc removed it while a re-execution from failure was queued, and
