@@ -32,10 +32,9 @@ def file_digests(steps: Iterable[Step], base_dir: str) -> dict[str, str]:
     """``path -> content digest`` of every ``${file:path}`` in the steps' inputs (and foreach sources) that
     names a readable file (one that does not is the validator's problem, or the step's error when it runs)."""
     templates = [t for step in steps for t in (step.input, step.foreach.virtual_file_id if step.foreach else None)]
-    digests: dict[str, str] = {}
+    paths = {rel: Path(base_dir) / rel for rel in referenced_paths(templates)}
+    files = {rel: path for rel, path in paths.items() if path.is_file()}
+    if not files:  # the cache file is read only by a pipeline that has files to look up in it
+        return {}
     with digest_cache() as cache:
-        for rel in referenced_paths(templates):
-            path = Path(base_dir) / rel
-            if path.is_file():
-                digests[rel] = cache.digest(path)
-    return digests
+        return {rel: cache.digest(path) for rel, path in files.items()}
