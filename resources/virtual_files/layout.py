@@ -16,10 +16,12 @@ The stamp is read when a process first opens a database (:func:`check_stamp`) an
 transaction (:func:`check_unchanged`) once :data:`RECHECK_SECONDS` have passed since that process last read
 it: a long-lived process (a Celery worker, a code server, a notebook, ``files serve``) that opened the store
 before a newer release raised its layout stops writing within a second. So **a release that raises the layout
-stamps it in a transaction of its own, then waits more than** :data:`RECHECK_SECONDS` **before it changes a
-table**: every process of a release that knows the stamp has read it by then, and a write transaction that
-began before (unchecked) holds its locks, which the change waits for (PostgreSQL's ``ALTER``; SQLite's one
-writer at a time). Reads are not checked again — a layout change that a process's reads could misread is for
+stamps it in a transaction of its own, waits more than** :data:`RECHECK_SECONDS`, **then until every write
+transaction begun before that has ended, and only then changes a table**: every process of a release that
+knows the stamp has read it by then, and no write that began unchecked is still open. On SQLite its one
+writer at a time does the last part by itself; on PostgreSQL a transaction locks a table only once it
+touches it (a Push reaches the catalog at its end), so the release waits for ``pg_stat_activity.xact_start``
+of the store's sessions to pass that moment. Reads are not checked again — a layout change that a process's reads could misread is for
 the release that makes it to guard (its notes say to stop old processes first). The inline-array Iterate's
 driver-level transaction reads it at every call (:mod:`.layout_version`), which opens a connection anyway.
 """
