@@ -116,7 +116,8 @@ def log_bytes(path: str, *, writing: bool = False) -> int:
         return 0
 
 
-def checkpoint_growth(path: str, free_pages: int, page_size: int, page_count: int | None = None) -> int:
+def checkpoint_growth(path: str, free_pages: int, page_size: int, page_count: int | None = None,
+                      cache_pages: int = 0) -> int:
     """The disk space the write under way on the SQLite file at ``path`` will still take beyond its log: the
     checkpoint after it copies the log's pages into the database file, and the pages past the file's end
     grow it by as much again as they took in the log (a 33 MiB Push: 34 MiB of log, then +29 MiB of file).
@@ -124,17 +125,20 @@ def checkpoint_growth(path: str, free_pages: int, page_size: int, page_count: in
     During the write (``page_count`` unknown) every page in the log counts but the ``free_pages`` the
     database had when the write began (reused before the file grows): an upper bound. Before its commit,
     ``page_count`` (``PRAGMA page_count``: the database's size with the write) gives the growth exactly;
-    the new pages still in the page cache, not yet in the log, are written there at the commit (with a few
-    existing ones: :data:`_REWRITTEN_PAGES`), and count twice."""
+    the pages still dirty in the page cache (at most ``cache_pages``), not yet in the log, are written there
+    at the commit (with a few others: :data:`_REWRITTEN_PAGES`). Which of the logged frames are new pages
+    cannot be told (a write that first rewrote existing pages, spilled to the log, then added new ones kept
+    in the cache), so the whole cache counts: taking the new pages still unlogged as ``growth - logged``
+    undercut the floor by up to the cache."""
     try:
         on_disk = os.stat(path).st_size
     except OSError:
         on_disk = 0
-    logged = log_bytes(path, writing=True) // (_FRAME_HEADER + page_size)  # pages
     if page_count is None:
+        logged = log_bytes(path, writing=True) // (_FRAME_HEADER + page_size)  # pages
         return max(0, logged - free_pages) * page_size
     growth = max(0, page_count - on_disk // page_size)
-    unlogged = max(0, growth - logged) + _REWRITTEN_PAGES
+    unlogged = min(cache_pages, page_count) + _REWRITTEN_PAGES
     return growth * page_size + unlogged * (_FRAME_HEADER + page_size) + _WAL_HEADER
 
 
@@ -180,7 +184,7 @@ class CheckpointRoom:
             bound = self._log_file() + 2 * (self.cache_bytes + _REWRITTEN_PAGES * (_FRAME_HEADER + self.page_size))
             if bound <= room:
                 return bound
-            return checkpoint_growth(self.path, 0, self.page_size, page_count())
+            return checkpoint_growth(self.path, 0, self.page_size, page_count(), self.cache_bytes // self.page_size)
         return needed
 
 

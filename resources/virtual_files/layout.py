@@ -21,9 +21,10 @@ transaction begun before that has ended, and only then changes a table**: every 
 knows the stamp has read it by then, and no write that began unchecked is still open. On SQLite its one
 writer at a time does the last part by itself; on PostgreSQL a transaction locks a table only once it
 touches it (a Push reaches the catalog at its end), so the release waits for ``pg_stat_activity.xact_start``
-of the store's sessions to pass that moment. Reads are not checked again — a layout change that a process's reads could misread is for
-the release that makes it to guard (its notes say to stop old processes first). The inline-array Iterate's
-driver-level transaction reads it at every call (:mod:`.layout_version`), which opens a connection anyway.
+of the store's sessions to pass that moment. Reads are not checked again — a layout change that a process's
+reads could misread is for the release that makes it to guard (its notes say to stop old processes first). The
+inline-array Iterate's driver-level transaction reads it at every call (:mod:`.layout_version`), which opens a
+connection anyway.
 """
 
 from __future__ import annotations

@@ -292,7 +292,9 @@ def room_for_checkpoint(db: Database, spec: dict[str, Any]) -> None:
 
     path = spec["path"]  # its size from this connection: opening the file here would drop the write lock
     page_size, page_count = int(db.scalar("PRAGMA page_size")), int(db.scalar("PRAGMA page_count"))
-    need = checkpoint_growth(path, 0, page_size, page_count)
+    cache = int(db.scalar("PRAGMA cache_size"))  # pages, or KiB when negative
+    cache_pages = cache if cache > 0 else -cache * 1024 // page_size
+    need = checkpoint_growth(path, 0, page_size, page_count, cache_pages)
     DiskFloor(os.path.dirname(os.path.abspath(path)), spec["min_free"]).check(lambda _room: need)
 
 
