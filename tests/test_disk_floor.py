@@ -325,3 +325,39 @@ def test_a_bad_value_is_refused_naming_the_variable(env, tmp_path, monkeypatch, 
         invoke("etl.push", {"platformFile": pf})
     assert caught.value.message.startswith(f"configuration error: {MIN_FREE_DISK_VARIABLE}: must be a size")
     assert virtual_files({**env, MIN_FREE_DISK_VARIABLE: "0"}) == 0
+
+
+def test_a_full_temporary_folder_is_named_not_the_databases_roomy_disk(tmp_path: Path) -> None:
+    """SQLite says "database or disk is full" when its temporary files fill their folder too (the sort of an
+    index the store builds, gc's VACUUM copy): the message named the database's disk, with its gigabytes
+    free, and said to free space there. When SQLite's temporary folder is on another disk, it is named with
+    its free space. (A 2 MiB tmpfs as that folder, in a mount namespace of its own.)"""
+    import subprocess
+    import sys
+    import textwrap
+
+    small, db = tmp_path / "small_tmp", tmp_path / "db"
+    small.mkdir()
+    db.mkdir()
+    build = textwrap.dedent(f"""
+        from connector_ops.resources.virtual_files.store import VirtualFileStore
+        store = VirtualFileStore(database_url="sqlite:///{db / 'vf.db'}")
+        try:
+            with store.sql.writing() as conn:
+                conn.exec_driver_sql("CREATE TABLE t (x)")
+                conn.exec_driver_sql("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) "
+                                     "INSERT INTO t SELECT hex(randomblob(40)) FROM n")
+                conn.exec_driver_sql("PRAGMA cache_size=-512")
+                conn.exec_driver_sql("CREATE INDEX t_x ON t (x)")  # the sort spills to a temporary file
+            print("no error")
+        except Exception as exc:
+            print(type(exc).__name__ + ":", exc)
+    """)
+    env = {**os.environ, "SQLITE_TMPDIR": str(small), "TMPDIR": str(small), MIN_FREE_DISK_VARIABLE: "0"}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                           f'mount -t tmpfs -o size=2m tmpfs {small} && exec "$0" -c "$1"', sys.executable, build],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.strip()
+    assert said.startswith("DiskFull: no space left on the disk of"), said
+    assert f"SQLite's temporary files (an index's sort, gc's VACUUM) go to {small}, another disk" in said, said

@@ -39,10 +39,11 @@ def _on_disk(path: str) -> int:
     return sum(os.path.getsize(p) for p in (path, f"{path}-wal") if os.path.exists(p))
 
 
-def compact_sqlite(engine: sa.Engine, path: str, *, dry_run: bool = False) -> Compaction | None:
+def compact_sqlite(engine: sa.Engine, path: str, *, dry_run: bool = False, min_free: int = 0) -> Compaction | None:
     """``VACUUM`` the SQLite database at ``path`` when its free pages are worth it (``None`` when they are
     not); in a dry run, only say what it would give back. A database in use by a writer for longer than the
-    busy time-out is left as it is (``busy``)."""
+    busy time-out is left as it is (``busy``). ``min_free``: the store's floor, which a full disk's message
+    names."""
     raw = engine.raw_connection()  # VACUUM runs outside a transaction: not through the engine's BEGIN
     try:
         conn = raw.driver_connection
@@ -59,8 +60,8 @@ def compact_sqlite(engine: sa.Engine, path: str, *, dry_run: bool = False) -> Co
             busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]  # 1: a reader kept the log
         except sqlite3.OperationalError as exc:
             if is_full(exc):  # VACUUM writes a copy of the database: no room for it, nothing changed
-                raise full_error(path, 0, done="gc's compaction (VACUUM) was rolled back; what gc removed "
-                                              "before it stays removed") from None
+                raise full_error(path, min_free, done="gc's compaction (VACUUM) was rolled back; what gc removed "
+                                                     "before it stays removed") from None
             if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):  # primary code
                 raise
             busy = True

@@ -201,7 +201,8 @@ class StoreCore(Resource):
         """Give back the disk space dropped files left in a SQLite database (:mod:`.compaction`); ``None``
         on PostgreSQL, which gives it back as it drops, or when there is too little to give back."""
         path = sqlite_path(self.database_url)
-        return None if path is None else compact_sqlite(self.engine, path, dry_run=dry_run)
+        return None if path is None else compact_sqlite(self.engine, path, dry_run=dry_run,
+                                                        min_free=self.min_free_disk)
 
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every virtual file's id and the time its last write ended (UTC, ``created_at``: :func:`mark_written`),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from connector_ops.kernel.disk import DiskFull, disk_full, shown_size
+from connector_ops.kernel.disk import DiskFull, disk_full, free_space, shown_size
 
 _FULL = "database or disk is full"
 
@@ -23,11 +23,31 @@ def is_full(exc: BaseException) -> bool:
     return _FULL in str(getattr(exc, "orig", None) or exc)
 
 
+def sqlite_temp_dir() -> str | None:
+    """The folder SQLite's temporary files go to on Unix (an index's sort, VACUUM's copy of the database):
+    ``SQLITE_TMPDIR``, ``TMPDIR``, then ``/var/tmp``, ``/usr/tmp``, ``/tmp``, the first that is a writable
+    folder."""
+    candidates = [os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"), "/var/tmp", "/usr/tmp", "/tmp"]
+    return next((d for d in candidates if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)), None)
+
+
 def full_error(path: str, min_free: int, done: str = "the write was rolled back, nothing was written") -> DiskFull:
-    """The error for SQLite's ``SQLITE_FULL`` on the database file at ``path``."""
+    """The error for SQLite's ``SQLITE_FULL`` on the database file at ``path``. A sort or a VACUUM that fills
+    SQLite's temporary folder says "database or disk is full" too: when that folder is on another disk, it is
+    named with its free space — else the message sent people to free space on a disk with plenty."""
     try:
         log = shown_size(os.path.getsize(f"{path}-wal"))
     except OSError:
         log = "none"
-    return disk_full(os.path.dirname(os.path.abspath(path)), min_free,
-                     detail=f"the database {path}, its log {path}-wal: {log}", done=done)
+    folder = os.path.dirname(os.path.abspath(path))
+    detail = f"the database {path}, its log {path}-wal: {log}"
+    temp = sqlite_temp_dir()
+    try:
+        elsewhere = temp is not None and os.stat(temp).st_dev != os.stat(folder).st_dev
+        temp_free = shown_size(free_space(temp)) if elsewhere and temp is not None else ""
+    except OSError:
+        elsewhere = False
+    if elsewhere:
+        detail += (f"; SQLite's temporary files (an index's sort, gc's VACUUM) go to {temp}, another disk: "
+                   f"{temp_free} free (SQLITE_TMPDIR or TMPDIR moves them)")
+    return disk_full(folder, min_free, detail=detail, done=done)
