@@ -104,6 +104,27 @@ def test_a_role_that_does_not_own_the_tables_queries_by_scanning_and_is_told_who
     assert "'postgres'" in info.value.detail
 
 
+def test_a_role_refused_insert_on_a_files_table_is_told_so_by_append_rows(roles: Roles) -> None:
+    """Append Rows on PostgreSQL streams through a raw ``COPY``, which passes none of SQLAlchemy's hooks: a role
+    refused ``INSERT`` on the file's table got the driver's bare "permission denied for table vf_…". It names the
+    table, the role and the privilege, as every other refusal does; nothing is appended."""
+    vf = pushed(roles)
+    app = roles.role("app")
+    with sa.create_engine(roles.url).connect() as conn:
+        table = conn.exec_driver_sql("SELECT table_name FROM cop_virtual_file WHERE id = %(id)s",
+                                     {"id": vf}).scalar_one()
+    roles.sql(f"REVOKE INSERT ON {table} FROM {app}")
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"name": "Cy", "city": "Rome"}}]},
+               roles.resources("app"))
+    message = info.value.message
+    assert info.value.status == 500 and not info.value.retryable
+    assert f"permission denied for table {table} to role '{app}': it needs INSERT" in message, message
+    assert "docs/deployment.md" in message, message
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {}}, roles.resources())["result"] == [
+        {"name": "Ada", "city": "Paris"}, {"name": "Bob", "city": "Oslo"}]
+
+
 def test_no_connection_slot_left_is_a_retryable_503_naming_max_connections(roles: Roles) -> None:
     """SQLSTATE 53300 (here a login role's CONNECTION LIMIT 0; the server's max_connections alike)."""
     name = roles.role("full")

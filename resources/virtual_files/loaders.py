@@ -15,6 +15,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from connector_ops.resources.virtual_files.db_errors import (
+    INSUFFICIENT_PRIVILEGE,
+    ROLE,
+    permission_denied,
+    sqlstate_of,
+)
+
 
 def insert_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
     """Insert ``rows`` (sequences aligned with ``columns``, internal names) into ``table_name``."""
@@ -112,12 +119,17 @@ def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
                   batches: Iterable[list[Sequence]]) -> int:
     statement = copy_sql(table_name, columns)
     n = 0
-    with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
-        for batch in batches:
-            if batch:
-                copy.write(copy_text(batch, len(columns)))
-                n += len(batch)
-            del batch  # see _executemany_batches
+    try:
+        with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
+            for batch in batches:
+                if batch:
+                    copy.write(copy_text(batch, len(columns)))
+                    n += len(batch)
+                del batch  # see _executemany_batches
+    except Exception as exc:  # the driver's own: a raw COPY passes no SQLAlchemy hook (db_errors.install)
+        if sqlstate_of(exc) == INSUFFICIENT_PRIVILEGE:
+            raise permission_denied(exc, role=conn.info.get(ROLE), statement="COPY") from None
+        raise
     return n  # a value PostgreSQL cannot hold is worded by the store's ``writing`` (core.unstorable_value)
 
 
