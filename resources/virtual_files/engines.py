@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from connector_ops.kernel.secrets import mask_url
+from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import metadata, virtual_file
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
 from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
@@ -171,13 +172,10 @@ def catalog_exists(url: str) -> bool:
     with _LOCK:
         if key in _ENGINES:
             return True
-    parsed = make_url(key)
-    if parsed.get_backend_name() == "sqlite":
-        path = parsed.database if parsed.database and parsed.database != ":memory:" else None
-        if path is None:
-            return False  # a database in memory is new in every process
-        if not Path(path).expanduser().is_file():
-            return False
+    if make_url(key).get_backend_name() == "sqlite":
+        path = sqlite_path(key)
+        if path is None or not Path(path).expanduser().is_file():
+            return False  # never stored in (a database in memory is new in every process)
         probe = sa.create_engine(key, poolclass=sa.pool.NullPool, connect_args={"timeout": 60})
     else:
         from connector_ops.resources.virtual_files import db_errors

@@ -40,7 +40,7 @@ __all__ = ["LAYOUT_VERSION", "RECHECK_SECONDS", "check_stamp", "check_unchanged"
 #: seconds after which a process's next write transaction reads the stamp again
 RECHECK_SECONDS = 1.0
 
-#: the stamp's one row, by its key (statement built once: it runs at every write transaction)
+#: the stamp's one row, by its key (built once: write transactions read it again, once a second)
 _STAMP = sa.select(store_layout.c.version, store_layout.c.written_by).where(store_layout.c.id == 1)
 
 
@@ -58,7 +58,7 @@ def check_stamp(conn: sa.Connection, shown_url: str) -> None:
 
     ``conn`` is the catalog's creating transaction: two processes stamping a new PostgreSQL database
     together collide on the one row's key, and the loser's retry finds the winner's stamp."""
-    row = conn.execute(sa.select(store_layout.c.version, store_layout.c.written_by)).first()
+    row = conn.execute(_STAMP).first()
     if row is None:
         conn.execute(sa.insert(store_layout).values(id=1, version=LAYOUT_VERSION, written_by=package_version()))
         return
