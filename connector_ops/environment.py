@@ -162,6 +162,7 @@ def _platform_files(env: Env) -> Recipe:
 
 
 def _virtual_files(env: Env) -> Recipe:
+    from connector_ops.resources.virtual_files.pool_settings import pool_settings
     from connector_ops.resources.virtual_files.store import VirtualFileStore
     from connector_ops.resources.virtual_files.urls import database_url_problem
 
@@ -169,6 +170,8 @@ def _virtual_files(env: Env) -> Recipe:
     problem = database_url_problem(url) if url is not None else None
     if problem:  # checked here, where the variable's name is known; the value itself stays out of the recipe
         raise InvalidInput("CONNECTOR_OPS_DATABASE_URL", problem)
+    if url is not None and not url.startswith("sqlite"):
+        pool_settings(env.environ)  # a bad pool size is named now, not at the first action's connect
     default = f"sqlite:///{env.home / 'virtual_files.db'}"
     return Recipe.of(VirtualFileStore, database_url=env.secret("CONNECTOR_OPS_DATABASE_URL", default),
                      min_free_disk=min_free_disk(env.environ))

@@ -177,20 +177,27 @@ def test_stalled_downloads_hold_no_connection(hosts: Any) -> None:
                 sock.close()
 
 
-def test_a_pool_with_no_connection_free_is_a_503_naming_it(postgres_url: str, tmp_path: Path) -> None:
-    """Every connection of the process's pool taken: a retryable 503 naming the pool, not a 500 traceback."""
+def test_a_pool_with_no_connection_free_is_a_503_naming_it(postgres_url: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every connection of the process's pool taken: a retryable 503 naming the pool and the settings that
+    size it, not a 500 traceback. The sizes and the wait are the deployment's, read at the first connect."""
     url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}application_name=pool_{uuid.uuid4().hex[:8]}"
     environ = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"), "CONNECTOR_OPS_DATABASE_URL": url,
                "CONNECTOR_OPS_FILES_BACKEND": "database"}
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_POOL_SIZE", "2")
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_MAX_OVERFLOW", "1")
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_POOL_TIMEOUT", "1")  # SQLAlchemy's 30 s, shortened
     files = resources_for(["platform_files"], environ)["platform_files"]
     pf = files.add_bytes(b"hello", "a.txt")
     engine = files._db.engine
-    engine.pool._timeout = 0.2  # SQLAlchemy's 30 s, shortened for the test
-    held = [engine.connect() for _ in range(engine.pool.size() + engine.pool._max_overflow)]
+    assert (engine.pool.size(), engine.pool._max_overflow, engine.pool._timeout) == (2, 1, 1)
+    held = [engine.connect() for _ in range(3)]
     try:
         with pytest.raises(DatabaseBusy) as info:
             files.describe(pf.id)
-        assert info.value.status == 503 and info.value.retryable and "pool" in str(info.value)
+        assert info.value.status == 503 and info.value.retryable
+        assert "within 1 s (CONNECTOR_OPS_DATABASE_POOL_TIMEOUT): all 2 pooled + 1 overflow connections " \
+               "(CONNECTOR_OPS_DATABASE_POOL_SIZE, CONNECTOR_OPS_DATABASE_MAX_OVERFLOW) were in use" in str(info.value)
         with serving(create_app(files)) as base:
             response = httpx.get(f"{base}/files/{pf.id}", timeout=10)
         assert response.status_code == 503 and "pool" in response.json()["message"]
@@ -201,3 +208,4 @@ def test_a_pool_with_no_connection_free_is_a_503_naming_it(postgres_url: str, tm
     finally:
         for conn in held:
             conn.close()
+

@@ -5,7 +5,6 @@ not rows (research/etl.md §6): descriptors go through the IO manager cheaply, a
 re-reads exactly its range, so a retried step gets the same rows and no cursor state is shared.
 """
 
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -13,6 +12,7 @@ import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import MAX_BATCH_SIZE, MAX_BATCHES
+from connector_ops.kernel.settings import count_setting
 from connector_ops.ops.factory import ensure_launched_definition, failure
 from connector_ops.ops.metadata import output_metadata, read_metadata
 from connector_ops.registry import error_for, get_action
@@ -31,12 +31,7 @@ def max_batches(environ: Mapping[str, str] | None = None) -> int:
     """The most batches one foreach step may run: ``CONNECTOR_OPS_MAX_FOREACH_BATCHES``, else
     :data:`MAX_BATCHES` (why that many). Read where the step runs: a pipeline that mails each of 5,000
     customers on its own (``maxBatchSize: 1``) is one a team may choose to run, knowingly."""
-    value = (os.environ if environ is None else environ).get(MAX_BATCHES_VARIABLE) or None
-    if value is None:
-        return MAX_BATCHES
-    if not (value.isascii() and value.isdigit() and int(value) >= 1):
-        raise InvalidInput(MAX_BATCHES_VARIABLE, f"must be a whole number of batches, at least 1, got {value!r}")
-    return int(value)
+    return count_setting(MAX_BATCHES_VARIABLE, MAX_BATCHES, least=1, what="batches", environ=environ)
 
 
 def check_batch_count(rows: int, batch_size: int, limit: int) -> None:

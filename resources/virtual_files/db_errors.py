@@ -185,7 +185,8 @@ def no_slot_left(exc: BaseException, engine: sa.Engine | None) -> DatabaseBusy:
             if isinstance(pool, sa.pool.QueuePool) else "its pooled")
     return DatabaseBusy(
         f"the database server has no connection slot left ({first_line(exc)}): every process of the deployment "
-        f"keeps up to {most} connections to it, and together they must stay within the server's "
+        f"keeps up to {most} connections to it (CONNECTOR_OPS_DATABASE_POOL_SIZE, "
+        "CONNECTOR_OPS_DATABASE_MAX_OVERFLOW), and together they must stay within the server's "
         "max_connections (less its reserved slots) and any CONNECTION LIMIT of the role or database; try again, "
         "and see docs/deployment.md#database-connections", TOO_MANY_CONNECTIONS)
 
@@ -200,9 +201,10 @@ class StorePool(sa.pool.QueuePool):
         except sa.exc.TimeoutError:
             raise DatabaseBusy(
                 f"no connection of this process's pool to the virtual-file store's database was free within "
-                f"{self._timeout:g} s: all {self.size()} pooled + {self._max_overflow} overflow connections were "
-                "in use (long or stalled work holds them); try again — see "
-                "docs/deployment.md#database-connections") from None
+                f"{self._timeout:g} s (CONNECTOR_OPS_DATABASE_POOL_TIMEOUT): all {self.size()} pooled + "
+                f"{self._max_overflow} overflow connections (CONNECTOR_OPS_DATABASE_POOL_SIZE, "
+                "CONNECTOR_OPS_DATABASE_MAX_OVERFLOW) were in use (long or stalled work holds them); try again — "
+                "see docs/deployment.md#database-connections") from None
 
 
 def install(engine: sa.Engine) -> None:

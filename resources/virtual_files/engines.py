@@ -29,6 +29,7 @@ from connector_ops.resources.virtual_files.checkpoints import after_write, befor
 from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
 from connector_ops.resources.virtual_files.layout import RECHECK_SECONDS, check_stamp, check_unchanged
+from connector_ops.resources.virtual_files.pool_settings import pool_settings
 
 _ENGINES: dict[str, sa.Engine] = {}
 _LOCK = threading.Lock()
@@ -146,7 +147,7 @@ def get_engine(url: str) -> sa.Engine:
             from connector_ops.resources.virtual_files.pg_cancel import cancel_on_interrupt
 
             engine = sa.create_engine(key, pool_pre_ping=True, poolclass=db_errors.StorePool,
-                                      connect_args={"client_encoding": "utf8"})
+                                      **pool_settings(), connect_args={"client_encoding": "utf8"})
             cancel_on_interrupt(engine)
             db_errors.install(engine)
             _check_client(engine)
