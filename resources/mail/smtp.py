@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import smtplib
 import ssl
+from email.errors import MessageError
 from email.headerregistry import Address as HeaderAddress
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
@@ -23,6 +24,14 @@ from connector_ops.kernel.addresses import ascii_email
 from connector_ops.kernel.errors import ActionFailed, UpstreamError
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.base import MailResource, cleartext_warning, log
+from connector_ops.resources.mail.headers import (
+    WrittenHeader,
+    address_list,
+    attachment_disposition,
+    decodable,
+    put,
+    unstructured,
+)
 from connector_ops.resources.mail.message import Address, MailMessage
 from connector_ops.resources.mail.templates import LocalTemplates
 
@@ -45,8 +54,8 @@ def _part_type(content_type: str) -> tuple[str, str]:
     return maintype, subtype
 
 
-def _header_address(address: Address) -> HeaderAddress:
-    return HeaderAddress(display_name=address.name or "", addr_spec=ascii_email(address.email))
+def _address_list(name: str, addresses: list[Address]) -> list[HeaderAddress] | WrittenHeader:
+    return address_list(name, [(a.name or "", ascii_email(a.email)) for a in addresses])
 
 
 class _Watched(smtplib.SMTP):
@@ -109,16 +118,19 @@ class SmtpMailResource(MailResource):
     __str__ = __repr__
 
     def build(self, message: MailMessage, attachments: AttachmentReader) -> EmailMessage:
-        """The MIME message (no Bcc header): rendered template, then attachments as MIME parts."""
+        """The MIME message (no Bcc header): rendered template, then attachments as MIME parts. The caller's
+        text goes in through :mod:`~connector_ops.resources.mail.headers`, so it arrives as given."""
         rendered = LocalTemplates(self.templates_dir).render(message.template_id, message.variables)
         mime = EmailMessage()
-        mime["From"] = _header_address(message.sender)
-        mime["To"] = [_header_address(a) for a in message.to]
+        put(mime, "From", _address_list("From", [message.sender]), "from")
+        put(mime, "To", _address_list("To", message.to), "recipients")
         if message.cc:
-            mime["Cc"] = [_header_address(a) for a in message.cc]
+            put(mime, "Cc", _address_list("Cc", message.cc), "recipients")
         subject = message.subject or rendered.subject
         if subject:
-            mime["Subject"] = subject
+            put(mime, "Subject", unstructured("Subject", subject),
+                "subject" if message.subject else f"templateVariables (the subject rendered by template "
+                                                  f"{message.template_id})")
         mime["Date"] = formatdate(localtime=True)
         mime["Message-ID"] = make_msgid(domain=ascii_email(message.sender.email).rpartition("@")[2])
         if rendered.text is not None:
@@ -129,8 +141,12 @@ class SmtpMailResource(MailResource):
             mime.set_content(rendered.html or "", subtype="html")
         for attachment in message.attachments:
             maintype, subtype = _part_type(attachment.content_type)
+            own = decodable(attachment.filename)
             mime.add_attachment(attachments.read(attachment), maintype=maintype, subtype=subtype,
-                                filename=attachment.filename)
+                                filename=None if own else attachment.filename)
+            part = mime.get_payload()[-1]
+            put(part, "Content-Disposition", attachment_disposition(attachment.filename) if own
+                else part["Content-Disposition"], attachment.field)
         return mime
 
     def _warn_cleartext_login(self) -> None:
@@ -186,6 +202,8 @@ class SmtpMailResource(MailResource):
         except smtplib.SMTPResponseException as exc:
             raise UpstreamError(f"the SMTP server at {where} answered {exc.smtp_code}: "
                                 f"{_text(exc.smtp_error)}") from None
+        except MessageError as exc:  # every header of the caller's text was checked by put(): this one is ours
+            raise ActionFailed(f"the message could not be written as MIME: {type(exc).__name__}: {exc}") from None
         except (smtplib.SMTPException, OSError) as exc:
             if connection is not None and connection.message_sent:  # like Mailjet's read timeout: no retry
                 raise UpstreamError(

@@ -7,6 +7,7 @@ parts, and attachments byte-identical to the platform files.
 from __future__ import annotations
 
 import asyncio
+import base64
 import email
 import email.policy
 import logging
@@ -22,6 +23,7 @@ import trustme
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.resources.mail.base import cleartext_warning
+from connector_ops.resources.mail.headers import WrittenHeader, put
 from connector_ops.resources.mail.smtp import SmtpMailResource
 from tests.mail.conftest import message, send
 from tests.servers import free_port
@@ -395,3 +397,63 @@ def test_a_remote_cleartext_login_is_warned_once_without_the_secret(tmp_path: Pa
     [record] = [r for r in caplog.records if r.name.startswith("connector_ops")]
     assert "sent unencrypted to smtp.example.com" in record.getMessage()
     assert PASSWORD not in record.getMessage() and USER not in record.getMessage()
+
+
+ENCODED_CRLF = "=?utf-8?q?Hi=0D=0AReply-To:_evil@attacker.example=0D=0ABcc:_evil@attacker.example?="
+FORGED_NAME = "=?utf-8?b?" + base64.b64encode(b"CEO <ceo@bank.example>, x").decode() + "?="
+LONG_MIXED = "Prix été =?iso-8859-1?q?caf=E9?= " + "long " * 30 + "end"  # several encoded words
+
+
+@pytest.mark.parametrize("where", ["subject", "recipient name", "sender name", "subject.j2 variable",
+                                   "attachment name"])
+@pytest.mark.parametrize("text", [ENCODED_CRLF, FORGED_NAME, LONG_MIXED], ids=["crlf", "address list", "long mixed"])
+def test_text_that_is_an_encoded_word_arrives_literally(smtp_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                                        where: str, text: str) -> None:
+    """Python's email package decoded an encoded word in a subject, a display name or a file name and wrote
+    the decoded CR LF raw (Reply-To and Bcc headers of the caller's choosing) or a second From address; the
+    received bytes now read back, by a standard parser, as exactly the text given, in one header."""
+    files = resources_for()["platform_files"]
+    variables = {"first_name": "A", "order_id": "1", "items": []}
+    changes: dict[str, Any] = {"subject": None, "templateVariables": variables}
+    if where == "subject":
+        changes["subject"] = text
+    elif where == "recipient name":
+        changes["recipients"] = [{"to": "alice@example.org", "name": text}, {"to": "carol@example.org"}]
+    elif where == "sender name":
+        changes["from"] = f'"{text}" <noreply@example.com>'
+    elif where == "subject.j2 variable":
+        variables["order_id"] = text
+    else:
+        changes["attachments"] = [{"platformFile": files.add_bytes(b"data", text + ".pdf").to_json()}]
+    with smtp_server() as (recorder, port):
+        use(monkeypatch, port)
+        send(message(**changes))
+    envelope, mime = received(recorder)
+    head = envelope.content.split(b"\r\n\r\n")[0]
+    assert not [line for line in head.split(b"\r\n") if line.startswith((b"Reply-To", b"Bcc"))]
+    assert mime["Reply-To"] is None and mime["Bcc"] is None
+    [sender] = mime["From"].addresses
+    assert sender.addr_spec == "noreply@example.com"
+    recipients = [(a.display_name, a.addr_spec) for a in mime["To"].addresses]
+    if where == "subject":
+        assert mime["Subject"] == text
+    elif where == "recipient name":
+        assert recipients == [(text, "alice@example.org"), ("", "carol@example.org")]
+    elif where == "sender name":
+        assert sender.display_name == text
+    elif where == "subject.j2 variable":
+        assert mime["Subject"] == f"Order {text} confirmed"
+    else:
+        [part] = mime.iter_attachments()
+        assert part.get_filename() == text + ".pdf" and part.get_payload(decode=True) == b"data"
+
+
+def test_a_header_the_email_package_cannot_write_is_a_400_naming_the_field() -> None:
+    """put() is what refuses a caller's value that would not be one header (HeaderWriteError on a Python
+    with the CVE-2024-6923 fix was an uncaught 500)."""
+    mime = EmailMessage()
+    with pytest.raises(InvalidInput) as caught:
+        put(mime, "Subject", "Hi\r\nBcc: x@evil.org", "subject")
+    assert caught.value.status == 400 and str(caught.value).startswith("subject: cannot be written in the Subject")
+    with pytest.raises(InvalidInput, match=r"^recipients: would be written as more than the To header"):
+        put(mime, "To", WrittenHeader("To", ("a@example.org\r\nBcc: x@evil.org",)), "recipients")
