@@ -26,7 +26,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.pipelines.dsl.model import Notify, Pipeline
-from connector_ops.pipelines.dsl.notify import MAIL_ACTION, resolve
+from connector_ops.pipelines.dsl.notify import MAIL_ACTION, resolve_message, run_facts
 from connector_ops.registry import get_action, run_action
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,6 @@ MAX_ATTEMPTS = 5
 #: runs looked at per evaluation (the rest at the next)
 RUNS_PER_EVALUATION = 50
 STATUSES = {"success": dg.DagsterRunStatus.SUCCESS, "failure": dg.DagsterRunStatus.FAILURE}
-_ERROR_CHARS = 2000
 
 
 def run_assets(instance: dg.DagsterInstance, run_id: str) -> dict[str, Any]:
@@ -55,8 +54,8 @@ def run_assets(instance: dg.DagsterInstance, run_id: str) -> dict[str, Any]:
     return found
 
 
-def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
-    """What failed in the run, one line per failed step (empty when nothing did)."""
+def failed_steps(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """What failed in the run: ``step: error`` per failed step (none when nothing did)."""
     lines = []
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
         event = entry.dagster_event
@@ -64,7 +63,7 @@ def run_error(instance: dg.DagsterInstance, run_id: str) -> str:
         text = (data.user_failure_data.description if data.user_failure_data and data.user_failure_data.description
                 else data.error.message.strip() if data.error else "failed")
         lines.append(f"{event.step_key}: {text}")
-    return "\n".join(lines)[:_ERROR_CHARS]
+    return lines
 
 
 def notify_run(pipeline: Pipeline, instance: dg.DagsterInstance, run: dg.DagsterRun,
@@ -82,8 +81,8 @@ def notify_run(pipeline: Pipeline, instance: dg.DagsterInstance, run: dg.Dagster
     if not wanted or fresh.tags.get(NOTIFIED_TAG):
         return []
     instance.add_run_tags(run.run_id, {NOTIFIED_TAG: status})
-    facts = {"status": status, "id": run.run_id, "job": run.job_name,
-             "error": run_error(instance, run.run_id) if status == "failure" else ""}
+    facts = run_facts(status, run.run_id, run.job_name,
+                      failed_steps(instance, run.run_id) if status == "failure" else [])
     assets = run_assets(instance, run.run_id)
     outputs: list[dict[str, Any]] = []
     for index, notify in wanted:
@@ -99,7 +98,7 @@ def notify_run(pipeline: Pipeline, instance: dg.DagsterInstance, run: dg.Dagster
 def send(notify: Notify, facts: Mapping[str, str], assets: Mapping[str, Any],
          resources: Mapping[str, Any]) -> dict[str, Any]:
     """One notification's mail, its references resolved (raises ``ConnectorError`` as the action does)."""
-    payload = resolve(notify.message, facts, assets)
+    payload = resolve_message(notify.message, facts, assets)
     spec = get_action(MAIL_ACTION)
     return run_action(spec, payload, {k: resources[k] for k in spec.resource_keys})
 

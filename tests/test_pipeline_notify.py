@@ -180,3 +180,36 @@ def test_notify_problems_are_reported_with_lines(tmp_path: Path) -> None:
            "${asset:KEY}" in text
     assert "p.yaml:8: ${asset:nope/x}: no step of this pipeline is that asset (its assets: a/raw)" in text
     assert "p.yaml:9: an attachment is exactly ${asset:KEY} of an asset step whose data is a platform file" in text
+
+
+def test_a_failure_subject_naming_run_error_is_sent_on_one_line(tmp_path: Path, resources: dict) -> None:
+    """``${run.error}`` holds one line per failed step and can exceed the subject's 255 characters: the mail
+    action refused such a subject (400, line breaks) and the failure mail was lost. In a one-line field it is
+    now one line ('; ' between steps), the subject shortened with '…'; the template variable keeps it whole."""
+    missing = ["missing-" + "a" * 120, "missing-" + "b" * 120]
+    compiled = compile_pipeline(load_pipeline(write(tmp_path, f"""
+        name: failing
+        notify:
+          - when: [failure]
+            message:
+              from: "Reports <reports@example.com>"
+              recipients: [{{to: team@example.com, name: "On call (${{run.error}})"}}]
+              subject: "${{run.job}} failed: ${{run.error}}"
+              templateId: 1
+              templateVariables: {{error: "${{run.error}}"}}
+        steps:
+          - id: q1
+            action: etl.query
+            input: {{virtualFileId: "{missing[0]}", query: {{}}}}
+          - id: q2
+            action: etl.query
+            input: {{virtualFileId: "{missing[1]}", query: {{}}}}
+    """)))
+    run = run_compiled(compiled, resources, instance=dg.DagsterInstance.ephemeral())
+    assert not run.result.success
+    [message] = outbox(resources)
+    steps = [f"q{i}: etl.query failed (500): virtual file '{name}' not found" for i, name in enumerate(missing, 1)]
+    assert message["Variables"]["error"] == "\n".join(steps)
+    line = "; ".join(steps)
+    assert message["Subject"] == f"failing failed: {line}"[:254].rstrip() + "…" and len(message["Subject"]) <= 255
+    assert message["To"] == [{"Email": "team@example.com", "Name": f"On call ({line})"}]

@@ -17,6 +17,12 @@ the data the run materialised for asset ``KEY`` (an ``asset:`` step of this pipe
 reference takes the platform file itself (an attachment; a template variable gets the whole descriptor),
 inside a longer string its link (a virtual file: its id). An asset the run did not get to (a failure
 before its step) is left out of the attachments and is empty elsewhere. ``$${`` writes a literal ``${``.
+
+``${run.error}`` has one line per failed step and may be long; in a field that is one header line
+(``subject``, ``from``, a recipient's ``to`` or ``name``) it is written on one line (the steps joined by
+``; ``, whitespace collapsed) and the subject shortened to its 255 characters with ``…``: the mail action
+refuses line breaks and longer subjects there, and the failure mail would be lost. Template variables get
+the whole text.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Notify, Step
 from connector_ops.pipelines.dsl.sections import Report, known_mapping
+from connector_ops.resources.mail.message import MAX_SUBJECT_LENGTH
 
 NOTIFY_KEYS = ("when", "message")
 WHEN = ("success", "failure")
@@ -35,6 +42,12 @@ RUN_FIELDS = ("status", "id", "job", "error")
 MAIL_ACTION = "mail.send_transactional_message"
 _TOKEN = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
 _ASSET_KEY = re.compile(r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+_ERROR_CHARS = 2000
+#: the key of the run facts holding ``${run.error}`` as it goes in a one-line field (see run_facts)
+ERROR_LINE = "error, one line"
+#: the message's fields that are one header line, with their length limit (None: the action sets none)
+ONE_LINE_FIELDS: dict[str, int | None] = {"from": None, "subject": MAX_SUBJECT_LENGTH}
+ONE_LINE_RECIPIENT_FIELDS = ("to", "name")
 
 #: a reference of a notification: ("run", field) or ("asset", key)
 NotifyRef = tuple[str, str]
@@ -63,6 +76,52 @@ def template_parts(text: str) -> list[str | NotifyRef]:
     if last < len(text):
         parts.append(text[last:])
     return parts
+
+
+def run_facts(status: str, run_id: str, job: str, failed: Sequence[str]) -> dict[str, str]:
+    """What ``${run.…}`` names, from how the run ended and its failed steps (``step: error`` each)."""
+    return {"status": status, "id": run_id, "job": job, "error": "\n".join(failed)[:_ERROR_CHARS],
+            ERROR_LINE: "; ".join(" ".join(step.split()) for step in failed)[:_ERROR_CHARS]}
+
+
+def resolve_message(message: Mapping[str, Any], run: Mapping[str, str], assets: Mapping[str, Any]) -> dict[str, Any]:
+    """A notification's mail input with its references replaced; its one-line fields get one-line text."""
+    resolved: dict[str, Any] = {}
+    for key, value in message.items():
+        if key in ONE_LINE_FIELDS:
+            item = _one_line(value, run, assets, ONE_LINE_FIELDS[key])
+        elif key == "recipients" and isinstance(value, list):
+            item = [_recipient(r, run, assets) for r in value]
+        else:
+            item = resolve(value, run, assets)
+        resolved[key] = "" if item is None else item
+    return resolved
+
+
+def _recipient(value: Any, run: Mapping[str, str], assets: Mapping[str, Any]) -> Any:
+    if not isinstance(value, Mapping):
+        return resolve(value, run, assets)
+    fields = {k: _one_line(v, run, assets, None) if k in ONE_LINE_RECIPIENT_FIELDS else resolve(v, run, assets)
+              for k, v in value.items()}
+    return {k: "" if v is None else v for k, v in fields.items()}
+
+
+def _one_line(value: Any, run: Mapping[str, str], assets: Mapping[str, Any], limit: int | None) -> Any:
+    """``value`` resolved for a one-line field: ``${run.error}`` on one line, shortened (with ``…``) so that
+    the whole fits ``limit``; the rest of the text is the caller's and stays as written."""
+    if not isinstance(value, str):
+        return resolve(value, run, assets)
+    parts = template_parts(value)
+    errors = parts.count(("run", "error"))
+    if not errors:
+        return resolve(value, run, assets)
+    error = run.get(ERROR_LINE, " ".join(run["error"].split()))
+    rest = "".join(p if isinstance(p, str) else _text(p, run, assets) for p in parts if p != ("run", "error"))
+    if limit is not None and len(rest) + errors * len(error) > limit:
+        width = max(limit - len(rest), 0) // errors
+        error = error[:width - 1].rstrip() + "…" if width else ""
+    return "".join(p if isinstance(p, str) else error if p == ("run", "error") else _text(p, run, assets)
+                   for p in parts)
 
 
 def resolve(value: Any, run: Mapping[str, str], assets: Mapping[str, Any]) -> Any:
