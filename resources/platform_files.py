@@ -31,7 +31,7 @@ from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unc
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of, link_shown
 from connector_ops.kernel.fence import check_fence
-from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe
+from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe, name_from_elsewhere
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.http_bodies import body_of
@@ -97,6 +97,18 @@ def clean_name(name: str, field: str = "name") -> str:
         return check_file_name(name or "")
     except ValueError as exc:
         raise InvalidInput(field, str(exc)) from None
+
+
+def _as_served(stored: dict, file_id: str) -> dict:
+    """A stored descriptor as it may be served and sent on: one written before names and content types were
+    checked (a name with half a surrogate pair from a disk name that was not UTF-8, a content type with a
+    line break) would break every header and body it went into."""
+    stored = dict(stored)
+    if isinstance(stored.get("name"), str):
+        stored["name"] = name_from_elsewhere(stored["name"], file_id)
+    if not header_safe(stored.get("contentType") or ""):
+        stored["contentType"] = None
+    return stored
 
 
 class PendingFile:
@@ -261,7 +273,9 @@ class PlatformFileStore(Resource):
         source = Path(path)
         if content_type is not None and not _MEDIA_TYPE.fullmatch(content_type):
             raise InvalidInput("contentType", f"must be a media type, type/subtype (text/csv), got {content_type!r}")
-        name = clean_name(source.name if name is None else name)  # an empty --name is refused, not replaced
+        # the file's own name is the disk's, which the user did not type: made readable (bytes that are not
+        # UTF-8 become U+FFFD, control characters spaces), never refused; an empty or broken --name is refused
+        name = clean_name(name_from_elsewhere(source.name, "unnamed") if name is None else name)
         if not source.is_file():
             raise InvalidInput("path", f"{source} is not a readable file")
         with source.open("rb") as src, self.create(name, content_type) as sink:
@@ -286,15 +300,14 @@ class PlatformFileStore(Resource):
     def describe(self, file_id: str) -> PlatformFile:
         """The stored descriptor of one of our files (``NotFound`` if unknown)."""
         if self._db is not None:
-            return PlatformFile.model_validate(self._db.describe(self._check_id(file_id)))
-        _, meta_path = self._paths(file_id)
-        try:
-            stored = json.loads(meta_path.read_bytes())
-        except FileNotFoundError:
-            raise NotFound(f"platform file {file_id!r} not found") from None
-        if not header_safe(stored.get("contentType") or ""):  # written before content types were checked
-            stored["contentType"] = None
-        return PlatformFile.model_validate(stored)
+            stored = self._db.describe(self._check_id(file_id))
+        else:
+            _, meta_path = self._paths(file_id)
+            try:
+                stored = json.loads(meta_path.read_bytes())
+            except FileNotFoundError:
+                raise NotFound(f"platform file {file_id!r} not found") from None
+        return PlatformFile.model_validate(_as_served(stored, file_id))
 
     def stored(self) -> bool:
         """Whether a file was ever stored here: ``False`` while ``files_dir`` does not exist, or the database

@@ -9,6 +9,7 @@ attributes are snake_case with the camelCase spec names as aliases, so both spel
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated
@@ -16,12 +17,39 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from connector_ops.kernel.limits import holds_surrogate, lone_surrogate
+
+#: C0 control characters and DEL: they end or split header lines and listings
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f]+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
 
 def check_file_name(value: str) -> str:
-    """Names are metadata: refuse only what breaks headers and listings (empty, control characters)."""
-    if not value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    """Names are metadata: refuse only what breaks headers and listings (empty, control characters) and
+    half a surrogate pair, which no header, JSON body or database can carry (a name given as text; a name
+    taken from elsewhere goes through :func:`name_from_elsewhere` first)."""
+    if not value.strip() or _CONTROLS.search(value):
         raise ValueError("must be a non-empty name without control characters")
+    if (half := lone_surrogate(value)) is not None:
+        raise ValueError(holds_surrogate(half))
     return value
+
+
+def name_from_elsewhere(text: str, fallback: str) -> str:
+    """A name another system chose — a file on the local disk, a Drive file — made one
+    :func:`check_file_name` takes, since the user cannot change it and the file is real.
+
+    Bytes that were not UTF-8 (Python reads such a disk name with one lone surrogate per byte,
+    ``surrogateescape``) become U+FFFD, as decoding with ``errors="replace"`` would; each run of control
+    characters (a tab, a line break pasted into a Drive name) becomes one space. ``fallback`` when nothing
+    but spaces is left."""
+    if lone_surrogate(text) is not None:
+        try:
+            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:  # a surrogate that no undecodable byte made
+            text = _SURROGATE.sub("\ufffd", text)
+    text = _CONTROLS.sub(" ", text)
+    return text if text.strip() else fallback
 
 
 #: A file or folder name as the user gives it (never a path: stores make their own ids)
