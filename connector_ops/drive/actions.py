@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from connector_ops.drive import models as m
 from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.platform_file import name_from_elsewhere
 from connector_ops.kernel.progress import track
 from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
@@ -96,12 +97,17 @@ def upload_file(inp: m.UploadFileInput, drive: DriveBackend, platform_files: Pla
         not_found_status=404)
 def download_file(inp: m.DownloadFileInput, drive: DriveBackend,
                   platform_files: PlatformFileStore) -> PlatformFileOutput:
-    """Download a file (Google documents exported to Office/PNG formats) into a new platform file."""
-    with drive.download(inp.file_id) as download, platform_files.create(download.name, download.content_type) as sink, \
-            track(f"download {download.name}", download.size, "B") as reporter:
-        for chunk in download.chunks:
-            sink.write(chunk)
-            reporter.update(len(chunk))
+    """Download a file (Google documents exported to Office/PNG formats) into a new platform file.
+
+    The Drive's name is kept, made one a platform file takes (a tab or line break a space): the caller has
+    no field to change it with, so refusing it would make the file impossible to download."""
+    with drive.download(inp.file_id) as download:
+        name = name_from_elsewhere(download.name, inp.file_id)
+        with platform_files.create(name, download.content_type) as sink, \
+                track(f"download {name}", download.size, "B") as reporter:
+            for chunk in download.chunks:
+                sink.write(chunk)
+                reporter.update(len(chunk))
     assert sink.descriptor is not None
     return PlatformFileOutput(platform_file=sink.descriptor)
 

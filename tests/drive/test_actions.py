@@ -204,6 +204,20 @@ def test_upload_to_the_root_and_missing_platform_file(drive: Drive) -> None:
     assert err.value.status == 404 and err.value.message.startswith("platformFile: platform file '")
 
 
+@pytest.mark.parametrize(("drive_name", "kept"), [("report\n2024.csv", "report 2024.csv"),
+                                                   ("tab\there.csv", "tab here.csv"), ("a\r\n", "a ")])
+def test_a_drive_name_with_control_characters_downloads_with_spaces(google: Drive, drive_name: str,
+                                                                   kept: str) -> None:
+    """Drive takes names with tabs and line breaks (the web UI, other clients); Download File has no field to
+    change them, so they are made a name a platform file takes instead of a 400 about a field 'name'."""
+    file_id = google.fake.add_file(drive_name, b"a,b\n1,2\n", "text/csv")
+    out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
+    assert (out["name"], out["contentType"]) == (kept, "text/csv")
+    assert google.resources["platform_files"].read_bytes(out) == b"a,b\n1,2\n"
+    only_controls = google.fake.add_file("\n\t", b"x", "text/plain")
+    assert google.run("drive.download_file", {"fileId": only_controls})["platformFile"]["name"] == only_controls
+
+
 def test_download_native_document_and_folders(drive: Drive) -> None:
     doc = drive.run("drive.create_file", {"name": "Budget", "type": "spreadsheet"})["fileId"]
     out = drive.run("drive.download_file", {"fileId": doc})["platformFile"]
