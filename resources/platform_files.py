@@ -31,7 +31,13 @@ from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unc
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of, link_shown
 from connector_ops.kernel.fence import check_fence
-from connector_ops.kernel.platform_file import PlatformFile, check_file_name, header_safe, name_from_elsewhere
+from connector_ops.kernel.platform_file import (
+    PlatformFile,
+    check_file_name,
+    check_media_type,
+    name_from_elsewhere,
+    served_media_type,
+)
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.http_bodies import body_of
@@ -39,9 +45,6 @@ from connector_ops.resources.http_client import Client
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
-_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-#: ``type/subtype`` and optional ``; name=value`` parameters (RFC 9110, 8.3.1)
-_MEDIA_TYPE = re.compile(rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[^"\\\x00-\x1f\x7f]*"))*')
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
 
@@ -99,15 +102,22 @@ def clean_name(name: str, field: str = "name") -> str:
         raise InvalidInput(field, str(exc)) from None
 
 
+def clean_content_type(content_type: str | None, field: str = "contentType") -> str | None:
+    try:
+        return check_media_type(content_type)
+    except ValueError as exc:
+        raise InvalidInput(field, str(exc)) from None
+
+
 def _as_served(stored: dict, file_id: str) -> dict:
     """A stored descriptor as it may be served and sent on: one written before names and content types were
     checked (a name with half a surrogate pair from a disk name that was not UTF-8, a content type with a
-    line break) would break every header and body it went into."""
+    line break or one that is not ASCII) would break every header and body it went into: the file server
+    wrote its headers in Latin-1 and answered 500."""
     stored = dict(stored)
     if isinstance(stored.get("name"), str):
         stored["name"] = name_from_elsewhere(stored["name"], file_id)
-    if not header_safe(stored.get("contentType") or ""):
-        stored["contentType"] = None
+    stored["contentType"] = served_media_type(stored.get("contentType"))
     return stored
 
 
@@ -231,10 +241,7 @@ class PlatformFileStore(Resource):
     @contextlib.contextmanager
     def create(self, name: str, content_type: str | None = None) -> Iterator[PendingFile]:
         """Write a new platform file; on any error inside the block nothing is kept."""
-        name = clean_name(name)
-        if content_type is not None and not header_safe(content_type):
-            raise InvalidInput("contentType", "must not contain control characters (CR, LF, NUL …): "
-                                              "it is sent as a header")
+        name, content_type = clean_name(name), clean_content_type(content_type)
         file_id = uuid.uuid4().hex
         if self._db is not None:
             with self._db.create(file_id) as (writer, descriptor):
@@ -271,8 +278,7 @@ class PlatformFileStore(Resource):
         nothing. A pipeline's ``${file:…}`` checks that the file is the one its run was launched with in
         the same read that copies it, so no edit slips in between a check and the copy."""
         source = Path(path)
-        if content_type is not None and not _MEDIA_TYPE.fullmatch(content_type):
-            raise InvalidInput("contentType", f"must be a media type, type/subtype (text/csv), got {content_type!r}")
+        clean_content_type(content_type)  # before the path's problems, as create would only after them
         # the file's own name is the disk's, which the user did not type: made readable (bytes that are not
         # UTF-8 become U+FFFD, control characters spaces), never refused; an empty or broken --name is refused
         name = clean_name(name_from_elsewhere(source.name, "unnamed") if name is None else name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from connector_ops.drive import models as m
 from connector_ops.kernel.errors import InvalidInput, NotFound
-from connector_ops.kernel.platform_file import name_from_elsewhere
+from connector_ops.kernel.platform_file import name_from_elsewhere, served_media_type
 from connector_ops.kernel.progress import track
 from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
@@ -103,7 +103,9 @@ def download_file(inp: m.DownloadFileInput, drive: DriveBackend,
     no field to change it with, so refusing it would make the file impossible to download."""
     with drive.download(inp.file_id) as download:
         name = name_from_elsewhere(download.name, inp.file_id)
-        with platform_files.create(name, download.content_type) as sink, \
+        # a type the drive holds that no header can carry (an item stored before types were checked): its
+        # type/subtype, else guessed from the name
+        with platform_files.create(name, served_media_type(download.content_type)) as sink, \
                 track(f"download {name}", download.size, "B") as reporter:
             for chunk in download.chunks:
                 sink.write(chunk)

@@ -11,7 +11,7 @@ from connector_ops.kernel.limits import MAX_BATCH_SIZE, text_encoding
 from connector_ops.kernel.platform_file import (
     REFERABLE,
     FileName,
-    HeaderValue,
+    MediaType,
     PlatformFile,
     PresentWhen,
     SpecModel,
@@ -64,7 +64,7 @@ class PushFile(PlatformFile):
     """Push needs name, contentType and link (spec 2.1)."""
 
     name: str
-    content_type: HeaderValue
+    content_type: MediaType
     link: str
 
 

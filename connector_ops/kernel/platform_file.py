@@ -56,20 +56,46 @@ def name_from_elsewhere(text: str, fallback: str) -> str:
 FileName = Annotated[str, AfterValidator(check_file_name)]
 
 
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+#: ``type/subtype`` and optional ``; name=value`` parameters (RFC 9110, 8.3.1)
+_MEDIA_TYPE = re.compile(rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[^"\\\x00-\x1f\x7f]*"))*')
+
+
 def header_safe(value: str) -> bool:
     """Whether ``value`` can go into an HTTP or MIME header as it is: no control characters (CR and LF
     would start a header of the caller's choosing; NUL and the rest break parsers)."""
-    return not any(ord(c) < 32 or ord(c) == 127 for c in value)
+    return not _CONTROLS.search(value)
 
 
-def check_header_value(value: str | None) -> str | None:
-    if value is not None and not header_safe(value):
+def is_media_type(value: str) -> bool:
+    """Whether ``value`` is a media type a header carries as it is: ASCII (Starlette and most servers write
+    headers in Latin-1, mail headers are ASCII) ``type/subtype`` with optional ``; name=value`` parameters."""
+    return value.isascii() and _MEDIA_TYPE.fullmatch(value) is not None
+
+
+def check_media_type(value: str | None) -> str | None:
+    """A ``contentType`` is sent as a header by the file server and the drives: refuse what no header can
+    be. Empty means "not given" (the type is then guessed from the name)."""
+    if value and not header_safe(value):
         raise ValueError("must not contain control characters (CR, LF, NUL …): it is sent as a header")
+    if value and not is_media_type(value):
+        raise ValueError(f"must be a media type in ASCII, type/subtype with optional ; name=value parameters "
+                         f"(text/csv; charset=utf-8), got {value!r}")
     return value
 
 
-#: a value that becomes a header (``contentType``)
-HeaderValue = Annotated[str, AfterValidator(check_header_value)]
+def served_media_type(value: str | None) -> str | None:
+    """A content type from elsewhere (a Drive's ``mimeType``, a descriptor stored before types were
+    checked) as it may be sent on: itself if a media type, else its ``type/subtype`` if that is one (the
+    parameters dropped), else ``None`` (the caller guesses, or serves ``application/octet-stream``)."""
+    if not value or is_media_type(value):
+        return value or None
+    bare = value.split(";", 1)[0].strip()
+    return bare if is_media_type(bare) else None
+
+
+#: a ``contentType``: a media type, which becomes a header
+MediaType = Annotated[str, AfterValidator(check_media_type)]
 
 
 class Referable:
@@ -132,7 +158,7 @@ class PlatformFile(SpecModel):
 
     id: str | None = None
     name: str | None = None
-    content_type: HeaderValue | None = None
+    content_type: MediaType | None = None
     link: str | None = None
     size: int | None = Field(default=None, ge=0)
     last_modified: str | None = None

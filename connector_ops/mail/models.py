@@ -65,6 +65,9 @@ class AttachmentFile(PlatformFile):
     name: str = Field(min_length=1)
     link: str = Field(min_length=1)
     size: int = Field(ge=0)
+    #: checked by ``_media_type`` below, not the platform file's rule: a mail sends ``type/subtype`` only,
+    #: so its parameters are dropped rather than judged
+    content_type: str | None = None
 
     @field_validator("name")
     @classmethod

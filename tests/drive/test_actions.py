@@ -218,6 +218,14 @@ def test_a_drive_name_with_control_characters_downloads_with_spaces(google: Driv
     assert google.run("drive.download_file", {"fileId": only_controls})["platformFile"]["name"] == only_controls
 
 
+def test_a_drive_type_no_header_can_carry_is_downloaded_as_its_type_subtype(google: Drive) -> None:
+    """A type no header can carry (an item stored before Upload File checked types): the platform file's
+    contentType is its type/subtype, so the file server can serve it."""
+    file_id = google.fake.add_file("a.txt", b"x", "text/plain; charset=ütf-8")  # Latin-1: the fake can send it
+    out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
+    assert out["contentType"] == "text/plain"
+
+
 def test_download_native_document_and_folders(drive: Drive) -> None:
     doc = drive.run("drive.create_file", {"name": "Budget", "type": "spreadsheet"})["fileId"]
     out = drive.run("drive.download_file", {"fileId": doc})["platformFile"]
