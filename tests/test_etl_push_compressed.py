@@ -12,6 +12,7 @@ import itertools
 import json
 import lzma
 import random
+import zipfile
 from typing import Any
 
 import pytest
@@ -236,6 +237,25 @@ def pulled_beside_plain(files: Any, export_type: str, name: str) -> tuple[str, b
 
     _, plain = pulled(f"plain.{export_type}")
     return vf, plain, *pulled(name)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("export_type", "name", "content_type", "magic"), [
+    ("csv", "out.csv.gz ", "application/gzip", b"\x1f\x8b"),  # pasted with a trailing space
+    ("json", " out.json.Zst  ", "application/zstd", b"\x28\xb5\x2f\xfd"),
+    ("csv", "out.zip ", "application/zip", b"PK"),
+])
+def test_an_export_name_with_spaces_around_it_packs_as_push_reads_it(files, env, export_type, name, content_type,
+                                                                     magic):
+    """Pull once read the suffix on the name as given, so ``out.csv.gz `` was written uncompressed; it reads
+    it as Push does (connector_ops.etl.suffixes), and Push reads the export back as the name says."""
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(b"a,b\n1,2\n", "rows.csv").to_json()})["virtualFileId"]
+    out = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": name})["platformFile"]
+    data = files.read_bytes(out)
+    assert (out["name"], out["contentType"], data[:len(magic)]) == (name, content_type, magic)
+    if magic == b"PK":
+        assert zipfile.ZipFile(io.BytesIO(data)).namelist() == ["out.csv"]
+    assert rows(invoke("etl.push", {"platformFile": out})["virtualFileId"]) == rows(vf)
 
 
 @pytest.mark.parametrize("suffix", [".gz", ".zip"])

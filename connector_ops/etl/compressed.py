@@ -34,6 +34,7 @@ from typing import IO, Any, NamedTuple
 from connector_ops.etl.json_readers import JSON_SUFFIXES
 from connector_ops.etl.push_parquet import PARQUET_SUFFIXES
 from connector_ops.etl.readers import FIELD
+from connector_ops.etl.suffixes import ends_with, without
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.overlap import overlapped
 from connector_ops.kernel.streams import Open, seekable_opener
@@ -235,7 +236,7 @@ def unpacked(open_file: Open, name: str, size: int | None, in_archive: bool = Fa
     of a zip archive, by its own name and size (and decompressed in turn if it is a compressed stream)."""
     head = _head(open_file)
     if ZIP_MAGIC.match(head):
-        if name.lower().endswith((".xlsx", ".xlsm")):
+        if ends_with(name, (".xlsx", ".xlsm")):
             raise _workbook()
         if in_archive:
             raise InvalidInput(FIELD, f"the zip archive's file {name} is a zip archive too: extract the file "
@@ -319,8 +320,8 @@ def _the_member(archive: Open) -> zipfile.ZipInfo:
 def _is_data(name: str) -> bool:
     """Whether a file's name says CSV (or TSV), JSON, NDJSON or Parquet, compressed or not, as Push tells
     formats: the one such file of an archive is read when others lie beside it (a README, a licence)."""
-    plain = next((format_name(name, c) for c in COMPRESSIONS if name.lower().endswith(c.suffix)), name)
-    return plain.lower().endswith(DATA_SUFFIXES)
+    plain = next((format_name(name, c) for c in COMPRESSIONS if ends_with(name, c.suffix)), name)
+    return ends_with(plain, DATA_SUFFIXES)
 
 
 def _workbook() -> InvalidInput:
@@ -345,7 +346,7 @@ def _member_opener(archive: Open, member: zipfile.ZipInfo) -> Open:
 
 def format_name(name: str, compression: Compression) -> str:
     """The name that tells the decompressed file's format: without the compression's suffix."""
-    return name[:-len(compression.suffix)] if name.lower().endswith(compression.suffix) else name
+    return without(name, compression.suffix)
 
 
 class Packing(NamedTuple):
@@ -362,10 +363,9 @@ def packing_named(export_name: str, export_type: str) -> Packing | None:
     one file (``report.zip``), or nothing. A 400 for a name that asks for two (``report.csv.gz.zip``: the
     archive would hold a plain file named ``.gz``) or names another type's data (``report.parquet`` for a
     CSV export, which Push would then read as Parquet)."""
-    name = export_name.lower()
     suffixes = [ZIP_SUFFIX, *(c.suffix for c in COMPRESSIONS)]
-    packing = next((suffix for suffix in suffixes if name.endswith(suffix)), None)
-    data = name[:-len(packing)] if packing else name
+    packing = next((suffix for suffix in suffixes if ends_with(export_name, suffix)), None)
+    data = (without(export_name, packing) if packing else export_name).strip().lower()
     if packing and data.endswith(tuple(suffixes)):
         raise InvalidInput("exportName", f"{export_name!r} asks for two packings: keep one of "
                                          f"{data[data.rindex('.'):]} and {packing}")
@@ -391,5 +391,5 @@ def compressing(chunks: Iterable[bytes], compressor: Any) -> Iterator[bytes]:
 def member_name(export_name: str, export_type: str) -> str:
     """The file a zip export holds: the export's name without ``.zip``, with the type's suffix if it has none
     (``report.zip`` holds ``report.csv``; ``report.tsv.zip``, ``report.tsv``)."""
-    base = export_name[:-len(ZIP_SUFFIX)].rsplit("/", 1)[-1] or "export"
+    base = without(export_name, ZIP_SUFFIX).rsplit("/", 1)[-1] or "export"
     return base if "." in base.lstrip(".") else f"{base}.{export_type}"

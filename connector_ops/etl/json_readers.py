@@ -40,6 +40,7 @@ from connector_ops.etl.readers import (
     text_stream,
     too_long,
 )
+from connector_ops.etl.suffixes import ends_with
 from connector_ops.kernel import limits
 from connector_ops.kernel.errors import InvalidInput, UpstreamError
 from connector_ops.kernel.limits import (
@@ -76,7 +77,7 @@ JSON_SUFFIXES = (".json", ".ndjson", ".jsonl")
 
 
 def is_json(name: str, content_type: str) -> bool:
-    return "json" in content_type.lower() or name.lower().endswith(JSON_SUFFIXES)
+    return "json" in content_type.lower() or ends_with(name, JSON_SUFFIXES)
 
 
 def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,

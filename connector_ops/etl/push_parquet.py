@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from connector_ops.etl import models as m
+from connector_ops.etl.suffixes import ends_with
 from connector_ops.frame_text import batches_forms
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import check_column_names
@@ -38,7 +39,7 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 def is_parquet(name: str, content_type: str) -> bool:
     """Whether the platform file says it is Parquet, by its name or its content type."""
-    return name.lower().endswith(PARQUET_SUFFIXES) or \
+    return ends_with(name, PARQUET_SUFFIXES) or \
         content_type.lower().split(";")[0].strip() in PARQUET_TYPES
 
 
