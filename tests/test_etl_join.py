@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import unicodedata
 
 import pandas as pd
 import pytest
@@ -86,12 +87,38 @@ def test_self_join_with_two_custom_ids_and_dotted_columns(store, resources):
                                                        "n_boss"]
 
 
+NFD_CLE = unicodedata.normalize("NFD", "clée")  # as macOS input or a PDF gives it; the file has it composed
+NORMALISATION = ("'cle\\u0301e' and the column 'cl\\xe9e' differ only in Unicode normalisation")
+
+
+@pytest.mark.parametrize(("action", "payload", "message"), [
+    ("etl.join", lambda lf, rf: {"join": {"left": {"virtualFileId": lf, "customId": "g", "key": NFD_CLE},
+                                        "right": {"virtualFileId": rf, "customId": "d", "key": "k"}}},
+     "join.left.key: unknown column 'cl\u0065\u0301e'; g has ['clée', 'prix']; "),
+    ("etl.join", lambda lf, rf: {"join": {"left": {"virtualFileId": lf, "customId": "g", "key": "clée"},
+                                        "right": {"virtualFileId": rf, "customId": "d", "key": "k"}},
+                               "outputSchema": {"x": f"g.{NFD_CLE}"}},
+     "outputSchema.x: unknown column 'cl\u0065\u0301e'; 'g' has ['clée', 'prix']; "),
+    ("etl.pull", lambda lf, rf: {"virtualFileId": lf, "exportType": "csv", "exportName": "o.csv",
+                               "parameters": {"schema": ["prix", NFD_CLE]}},
+     "parameters.schema: unknown column 'cl\u0065\u0301e'; the virtual file has ['clée', 'prix']; "),
+])
+def test_a_column_name_that_differs_only_in_normalisation_is_said_to(store, resources, action, payload, message):
+    """"unknown column 'clée'; g has ['clée', …]" read as a contradiction: the two print alike."""
+    left = store.create_from_rows([{"clée": "1", "prix": "10"}])
+    right = store.create_from_rows([{"k": "1"}])
+    with pytest.raises(ConnectorError) as info:
+        invoke(action, payload(left, right), resources)
+    assert info.value.status == 400
+    assert info.value.message.startswith(message + NORMALISATION), info.value.message
+
+
 @pytest.mark.parametrize(("change", "status", "message"), [
     ({"left": {"virtualFileId": "nope"}}, 404, "not found"),
     ({"right": {"virtualFileId": "nope"}}, 404, "not found"),
     ({"left": {"key": "missing"}}, 400, "join.left.key: unknown column 'missing'"),
     ({"right": {"key": "zzz"}}, 400, "join.right.key: unknown column 'zzz'"),
-    ({"schema": {"x": "R.nope"}}, 400, "outputSchema.x: unknown column 'nope' in 'R'"),
+    ({"schema": {"x": "R.nope"}}, 400, "outputSchema.x: unknown column 'nope'; 'R' has ['key', 'b']"),
     ({"schema": {"x": "Q.b"}}, 400, "outputSchema.x: 'Q.b' must be '<customId>.<column>'"),
     ({"schema": {"x": "b"}}, 400, "outputSchema.x: 'b' must be '<customId>.<column>'"),
     ({"type": "OUTER"}, 400, "join.type: Input should be 'INNER' or 'LEFT'"),

@@ -149,7 +149,7 @@ def test_pulling_an_unknown_column_is_a_400_naming_it(files, env):
     with pytest.raises(ConnectorError) as info:
         pull_frame(vf, ["a", "zzz"])
     assert info.value.status == 400
-    assert info.value.summary().startswith("etl.pull failed (400): columns: unknown column(s) ['zzz']")
+    assert info.value.summary().startswith("etl.pull failed (400): columns: unknown column 'zzz'; the virtual file has")
     assert pull_frame(vf, ["b"], kind="pyarrow").to_pylist() == [{"b": "2"}]  # nothing else changed
 
 

@@ -14,6 +14,7 @@ import decimal
 import math
 import numbers
 import sys
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -207,6 +208,24 @@ def check_unique(columns: Sequence[str], field: str) -> None:
         if name in seen:
             raise InvalidInput(field, f"duplicate column name {name!r}")
         seen.add(name)
+
+
+def unknown_columns(unknown: Sequence[str], known: Sequence[str], owner: str) -> str:
+    """The words of a 400 for column names ``owner`` (``the virtual file``, a join side's customId) lacks,
+    with the names it has: the one builder of "unknown column" for every action.
+
+    A name that differs from one of the file's only in Unicode normalisation (``clé`` typed on macOS or
+    copied from a PDF, decomposed, where the file has it composed) prints the same as the column, so the
+    message says so and spells both out in escapes: "'clé'; g has ['clé']" alone reads as a contradiction."""
+    head = f"unknown column {unknown[0]!r}" if len(unknown) == 1 else f"unknown columns {list(unknown)}"
+    message = f"{head}; {owner} has {list(known)}"
+    composed = {unicodedata.normalize("NFC", name): name for name in known}
+    for name in unknown:
+        twin = composed.get(unicodedata.normalize("NFC", name))
+        if twin is not None:
+            message += (f"; {name!a} and the column {twin!a} differ only in Unicode normalisation "
+                        "(one has an accented letter composed, the other decomposed): use the column's spelling")
+    return message
 
 
 def name_problem(name: str) -> str | None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput
-from connector_ops.kernel.limits import name_problem
+from connector_ops.kernel.limits import name_problem, unknown_columns
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
 from connector_ops.resources.virtual_files.keys_after import (
     analyzed,
@@ -86,7 +86,7 @@ def _top(info: VirtualFileInfo) -> sa.ScalarSelect:
 def _key(columns: Mapping[str, sa.ColumnElement], side: Side, field: str,
          info: VirtualFileInfo) -> sa.ColumnElement:
     if side.key not in columns:
-        raise InvalidInput(field, f"unknown column {side.key!r}; {side.custom_id} has {list(info.names)}")
+        raise InvalidInput(field, unknown_columns([side.key], info.names, side.custom_id))
     return columns[side.key]
 
 
@@ -102,7 +102,8 @@ def _schema_columns(schema: Mapping[str, str], sides: Mapping[str, Mapping[str, 
             raise InvalidInput(f"outputSchema.{name}", f"{reference!r} must be '<customId>.<column>' with customId "
                                                        f"{' or '.join(repr(s) for s in sides)}")
         if column not in sides[custom_id]:
-            raise InvalidInput(f"outputSchema.{name}", f"unknown column {column!r} in {custom_id!r}")
+            raise InvalidInput(f"outputSchema.{name}", unknown_columns([column], list(sides[custom_id]),
+                                                                       repr(custom_id)))
         columns.append((name, sides[custom_id][column]))
     return columns
 

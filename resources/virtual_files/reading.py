@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import InvalidInput, NotFound
-from connector_ops.kernel.limits import check_unique
+from connector_ops.kernel.limits import check_unique, unknown_columns
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.arrow_reads import arrow_batches
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
@@ -65,7 +65,7 @@ class Reading(StoreCore):
                 names = list(info.names) if columns is None else list(columns)
                 unknown = [n for n in names if n not in info.names]
                 if unknown:
-                    raise InvalidInput(field, f"unknown column(s) {unknown}; the virtual file has {list(info.names)}")
+                    raise InvalidInput(field, unknown_columns(unknown, info.names, "the virtual file"))
                 check_unique(names, field)  # a name twice: an export no Push reads back, a frame of twins
                 yield names
                 yield from read(conn, info, names)
