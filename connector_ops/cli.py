@@ -61,8 +61,11 @@ class LazyGroup(click.Group):
 
 
 def print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    """Print ``value`` as JSON, whole: written in one piece, ``\\u`` escapes where stdout's encoding lacks a
+    character (:func:`connector_ops.stdio.json_text`)."""
+    from connector_ops.stdio import json_text
+
+    sys.stdout.write(json_text(value, indent=2) + "\n")
 
 
 def report(exc: ConnectorError) -> int:
@@ -288,6 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry_point() -> None:  # pragma: no cover - the console script
+    from connector_ops.stdio import make_printing_safe
+
+    make_printing_safe()
     code = main()
     # the answer is printed and the exit code decided: a Ctrl-C while the interpreter ends (its atexit
     # handlers close the loader processes) must not make the process end by SIGINT instead

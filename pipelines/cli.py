@@ -29,6 +29,7 @@ from connector_ops.pipelines.catalog import (
 from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.runner import PipelineRun, run_compiled
 from connector_ops.session import Session
+from connector_ops.stdio import json_text
 
 
 def _print_problems(exc: PipelineError, stream: TextIO | None = None) -> None:
@@ -108,7 +109,7 @@ def abbreviate(value: Any, limit: int = PREVIEW_ITEMS) -> Any:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return json_text(value, default=str)
 
 
 def where_outputs_went(compiled: CompiledPipeline, outputs: dict[str, Any], resources: dict[str, Any]) -> list[str]:
@@ -289,4 +290,4 @@ def schema() -> None:
     """Print the JSON Schema of pipeline files (for editors; also shipped as pipelines/pipeline.schema.json)."""
     from connector_ops.pipelines.dsl.json_schema import pipeline_schema
 
-    print(json.dumps(pipeline_schema(), indent=2, ensure_ascii=False))
+    print(json_text(pipeline_schema(), indent=2))
