@@ -23,6 +23,7 @@ import click
 
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 from connector_ops.kernel.json_text import read_json
+from connector_ops.stdio import OutputError, json_text
 
 PROG = "connector-ops"
 #: command group -> ("module:attribute", one-line help shown without importing the module)
@@ -63,8 +64,6 @@ class LazyGroup(click.Group):
 def print_json(value: Any) -> None:
     """Print ``value`` as JSON, whole: written in one piece, ``\\u`` escapes where stdout's encoding lacks a
     character (:func:`connector_ops.stdio.json_text`)."""
-    from connector_ops.stdio import json_text
-
     sys.stdout.write(json_text(value, indent=2) + "\n")
 
 
@@ -96,8 +95,15 @@ def read_payload(text: str | None, action: str) -> Any:
         return {}
     data: str | bytes = text
     if text == "-":  # bytes, which json reads as RFC 8259 says (UTF-8, a BOM tolerated, or UTF-16/32)
-        stdin = getattr(sys.stdin, "buffer", None)
-        data = stdin.read() if stdin is not None else sys.stdin.read()
+        if sys.stdin is None:  # closed (<&-, a daemon): Python's sign of it, kept by prepare_standard_streams
+            raise ConnectorError(400, {"message": "input: stdin is closed, so '-' has no input to read"},
+                                 action=action)
+        try:
+            stdin = getattr(sys.stdin, "buffer", None)
+            data = stdin.read() if stdin is not None else sys.stdin.read()
+        except OSError as exc:  # a descriptor open for writing only (Python itself refuses a folder)
+            raise ConnectorError(400, {"message": f"input: cannot read stdin: {exc.strerror or exc}"},
+                                 action=action) from None
     elif text.startswith("@"):
         try:
             with open(text[1:], "rb") as handle:
@@ -263,8 +269,25 @@ def files_serve(host: str | None, port: int | None) -> None:
         serve(store, sock)
 
 
+def output_failed(exc: OutputError, code: int = 0) -> int:
+    """Stdout could not be written (a full disk): one line on stderr and exit 1 (or the command's own failure
+    code), the action's answer lost but not its work."""
+    from connector_ops.stdio import silence_stdout
+
+    silence_stdout()
+    click.echo(f"{PROG}: cannot write the output: {exc.strerror}", err=True)
+    return code or 1
+
+
 def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
     """Run a click command and turn every outcome into an exit code (errors as one line, no traceback)."""
+    try:
+        return _run(command, argv)
+    except OutputError as exc:  # the answer, or the error report, could not be written
+        return output_failed(exc)
+
+
+def _run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
     try:
         result = command.main(args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -279,6 +302,8 @@ def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
         return report(exc)
     except ConnectorOpsError as exc:
         return report(ConnectorError(exc.status, {"message": str(exc)}))
+    except OutputError:  # printing failed, not the command (run's)
+        raise
     except Exception as exc:  # a command besides an action's (gc, files …): worded as an action's 500 would be
         from connector_ops.registry import describe_unexpected
 
@@ -291,10 +316,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry_point() -> None:  # pragma: no cover - the console script
-    from connector_ops.stdio import make_printing_safe
+    from connector_ops.stdio import prepare_standard_streams
 
-    make_printing_safe()
+    prepare_standard_streams()
     code = main()
+    try:
+        sys.stdout.flush()
+    except OutputError as exc:
+        code = output_failed(exc, code)
     # the answer is printed and the exit code decided: a Ctrl-C while the interpreter ends (its atexit
     # handlers close the loader processes) must not make the process end by SIGINT instead
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -17,8 +17,8 @@ EURO_AND_EMOJI = {"content": [{"a": "€ 😀"}], "maxBatchSize": 1}
 
 
 def run_cli(*args: str, env: dict[str, str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([SCRIPT, *args], capture_output=True, timeout=120, env={**os.environ, **env},
-                          **kwargs)  # type: ignore[call-overload]
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    return subprocess.run([SCRIPT, *args], timeout=120, env={**os.environ, **env}, **streams)  # type: ignore
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -45,3 +45,61 @@ def test_human_lines_the_console_cannot_show_are_escaped_not_a_failure(env: dict
     run = run_cli("pipeline", "validate", str(shipped), env={**env, "PYTHONIOENCODING": "ascii"})
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.decode("ascii").startswith(f"{shipped}: ok \\u2014 job retail_customers, ")
+
+
+def closing(*fds: int) -> object:
+    """A ``preexec_fn`` that closes the child's ``fds`` (``<&-``, ``>&-``, ``2>&-``)."""
+    def close() -> None:
+        for fd in fds:
+            os.close(fd)
+    return close
+
+
+ITERATE = ("invoke", "etl.iterate", '{"content": [{"a": "1"}], "maxBatchSize": 1}')
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_closed_stderr_runs_the_action_and_keeps_stdout_json(env: dict[str, str]) -> None:
+    """``invoke … 2>&-`` was a 500 (``'NoneType' object has no attribute 'isatty'``) before the action ran;
+    ``gc --json 2>&-`` printed its DAGSTER_HOME warning into stdout, before the JSON."""
+    invoked = run_cli(*ITERATE, env=env, preexec_fn=closing(2))
+    assert (invoked.returncode, json.loads(invoked.stdout)) == (0, {"content": [{"a": "1"}], "hasNext": False})
+    no_history = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    gc = subprocess.run([SCRIPT, "gc", "--json", "--dry-run"], capture_output=True, timeout=120,
+                        env={**no_history, **env}, preexec_fn=closing(2))
+    assert gc.returncode == 0 and "virtualFiles" in json.loads(gc.stdout), gc.stdout
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_closed_or_unreadable_stdin_is_a_400_naming_the_action(env: dict[str, str]) -> None:
+    """``invoke NAME - <&-`` was a 500 (``'NoneType' object has no attribute 'read'``) naming no action."""
+    closed = run_cli("invoke", "etl.iterate", "-", env=env, preexec_fn=closing(0))
+    assert closed.returncode == 2, closed.stdout + closed.stderr
+    assert json.loads(closed.stdout) == {"message": "input: stdin is closed, so '-' has no input to read"}
+    assert closed.stderr.decode().startswith("connector-ops: etl.iterate failed (400): input: stdin is closed")
+    write_only = os.open(os.devnull, os.O_WRONLY)  # (a folder Python itself refuses before any code runs)
+    try:
+        unreadable = run_cli("invoke", "etl.iterate", "-", env=env, stdin=write_only)
+    finally:
+        os.close(write_only)
+    assert unreadable.returncode == 2
+    assert json.loads(unreadable.stdout) == {"message": "input: cannot read stdin: Bad file descriptor"}
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_stdout_that_cannot_be_written_is_one_line_and_exit_1(env: dict[str, str]) -> None:
+    """``>/dev/full`` ran the action, then gave two chained tracebacks (the error report wrote to the same
+    full stdout)."""
+    with open("/dev/full", "wb") as full:
+        run = run_cli(*ITERATE, env=env, stdout=full)
+    assert (run.returncode, run.stderr.decode()) == (1, "connector-ops: cannot write the output: No space left "
+                                                        "on device\n")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_closed_stdout_is_dev_null_not_the_next_file_opened(env: dict[str, str]) -> None:
+    """With descriptor 1 closed, the first file opened (the SQLite database) took number 1."""
+    run = run_cli(*ITERATE, env=env, preexec_fn=closing(1), stdout=None)
+    assert (run.returncode, run.stderr) == (0, b"")
+    again = run_cli(*ITERATE, env=env)
+    assert (again.returncode, json.loads(again.stdout)) == (0, {"content": [{"a": "1"}], "hasNext": False})
