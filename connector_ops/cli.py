@@ -6,7 +6,8 @@ Built on click (as dagster and sqlite-utils are). Imports are lazy: ``--help`` l
 commands are plugins here, never imports).
 
 Exit codes: 0 success, 2 invalid input (status 400, or a usage error), 3 not found (404), 1 any other
-failure; the ``pipeline`` commands report a run or files, not one action, and have their own (their --help).
+failure, 141 stdout's reader stopped reading; the ``pipeline`` commands report a run or files, not one
+action, and have their own (their --help).
 On an action error the spec's error body is printed as JSON on stdout and one line naming the
 action on stderr.
 """
@@ -33,6 +34,8 @@ LAZY_GROUPS = {
     "gc": ("connector_ops.pipelines.cli:gc", "Remove virtual and platform files nothing refers to any more."),
 }
 EXIT_CODES = {400: 2, 404: 3}
+#: stdout's reader stopped reading (``| head``): what a shell reports for a tool SIGPIPE ended
+EXIT_READER_GONE = 128 + signal.SIGPIPE
 
 
 def exit_code(status: int) -> int:
@@ -152,8 +155,8 @@ def cli(ctx: click.Context) -> None:
 
     \b
     Shell completion (bash; zsh and fish alike):  eval "$(connector-ops completion bash)"
-    Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures;
-    the pipeline commands have their own (connector-ops pipeline run --help).
+    Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures, 141 the
+    reader of stdout stopped reading; the pipeline commands have their own (connector-ops pipeline run --help).
     """
     from connector_ops.kernel.deferred import interrupts_ignored_once_answered
 
@@ -270,11 +273,14 @@ def files_serve(host: str | None, port: int | None) -> None:
 
 
 def output_failed(exc: OutputError, code: int = 0) -> int:
-    """Stdout could not be written (a full disk): one line on stderr and exit 1 (or the command's own failure
-    code), the action's answer lost but not its work."""
+    """Stdout could not be written: a reader that stopped early (``| head``) ends the command as SIGPIPE ends
+    other Unix tools, silently with 141 (128 + SIGPIPE); any other error (a full disk) is one line on stderr
+    and exit 1 (or the command's own failure code)."""
     from connector_ops.stdio import silence_stdout
 
     silence_stdout()
+    if exc.reader_gone:
+        return EXIT_READER_GONE
     click.echo(f"{PROG}: cannot write the output: {exc.strerror}", err=True)
     return code or 1
 

@@ -15,6 +15,7 @@ raises :class:`OutputError`, which the command line turns into one line and an e
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import locale
@@ -41,13 +42,18 @@ def json_text(value: Any, *, indent: int | None = None, default: Any = None, str
 
 
 class OutputError(Exception):
-    """Writing stdout failed. Not an ``OSError``, so that no handler of the command's own errors takes it for
-    one of them."""
+    """Writing stdout failed. Not an ``OSError``: click answers a broken pipe with a silent exit 1 of its own,
+    which a ``set -o pipefail`` script cannot tell from a failure."""
 
     def __init__(self, error: OSError) -> None:
         super().__init__(error.strerror or str(error))
         self.errno = error.errno
         self.strerror = error.strerror or str(error)
+
+    @property
+    def reader_gone(self) -> bool:
+        """The reader stopped reading (``| head``, ``| grep -q``): not a failure of the command."""
+        return self.errno == errno.EPIPE
 
 
 class _Stdout(io.FileIO):

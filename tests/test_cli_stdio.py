@@ -103,3 +103,18 @@ def test_a_closed_stdout_is_dev_null_not_the_next_file_opened(env: dict[str, str
     assert (run.returncode, run.stderr) == (0, b"")
     again = run_cli(*ITERATE, env=env)
     assert (again.returncode, json.loads(again.stdout)) == (0, {"content": [{"a": "1"}], "hasNext": False})
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("args", [("actions",), ITERATE, ("pipeline", "schema")])
+def test_a_reader_that_stopped_reading_ends_it_silently_with_141(env: dict[str, str], args: tuple[str, ...]) -> None:
+    """``connector-ops actions | grep -q …`` (grep gone after its first match) exited 1, click's silent exit
+    for a broken pipe, which a ``set -o pipefail`` script could not tell from a failure: now 128 + SIGPIPE,
+    as a shell reports ``yes | head -1``. The reader is gone before the first write here, every time."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        run = run_cli(*args, env=env, stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert (run.returncode, run.stderr) == (141, b"")
