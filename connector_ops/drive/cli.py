@@ -80,10 +80,11 @@ def save_env_line(path: Path, name: str, value: str) -> None:
 @drive.command()
 @click.option("--save", metavar="ENV_FILE", type=click.Path(dir_okay=False, path_type=Path),
               help="write GOOGLE_REFRESH_TOKEN into this dotenv file (mode 0600)")
-@click.option("--port", type=int, default=0, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
               help="loopback port for Google's answer (0: any free port)")
 @click.option("--no-browser", is_flag=True, help="only print the sign-in URL")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="seconds to wait for the sign-in")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="seconds to wait for the sign-in")
 def login(save: Path | None, port: int, no_browser: bool, timeout: float) -> None:
     """Sign in with Google (loopback OAuth flow) and print or save the refresh token."""
     from connector_ops.resources.drive.google_auth import DEFAULT_TOKEN_URL

@@ -161,3 +161,21 @@ def test_save_env_line_replaces_export_lines_and_keeps_a_symlink(tmp_path: Path)
     assert link.is_symlink() and link.resolve() == real
     assert real.read_text().splitlines() == ["OTHER=1", "GOOGLE_REFRESH_TOKEN_X=k", "GOOGLE_REFRESH_TOKEN=new"]
     assert real.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("option,value", [("--port", "70000"), ("--port", "-1"), ("--timeout", "-1"),
+                                          ("--timeout", "0")])
+def test_login_refuses_a_port_or_timeout_out_of_range_as_a_usage_error(option: str, value: str) -> None:
+    """``--port 70000`` was a 500 with Python's OverflowError (exit 1) and ``--timeout -1`` waited no time
+    at all; ``files serve --port`` already refused such a port as a usage error (exit 2)."""
+    import os
+    import subprocess
+    import sys
+
+    script = str(Path(sys.executable).parent / "connector-ops")
+    env = {**os.environ, "GOOGLE_CLIENT_ID": "x", "GOOGLE_CLIENT_SECRET": "y",
+           "GOOGLE_OAUTH_AUTH_URL": "http://127.0.0.1:9/auth", "GOOGLE_OAUTH_TOKEN_URL": "http://127.0.0.1:9/token"}
+    run = subprocess.run([script, "drive", "login", "--no-browser", option, value], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"Invalid value for '{option}'" in run.stderr and run.stdout == ""
