@@ -6,8 +6,8 @@ Built on click (as dagster and sqlite-utils are). Imports are lazy: ``--help`` l
 commands are plugins here, never imports).
 
 Exit codes: 0 success, 2 invalid input (status 400, or a usage error), 3 not found (404), 1 any other
-failure, 141 stdout's reader stopped reading; the ``pipeline`` commands report a run or files, not one
-action, and have their own (their --help).
+failure, 130 interrupted (Ctrl-C or SIGTERM), 141 stdout's reader stopped reading; the ``pipeline``
+commands report a run or files, not one action, and have their own (their --help).
 On an action error the spec's error body is printed as JSON on stdout and one line naming the
 action on stderr.
 """
@@ -18,6 +18,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any
 
 import click
@@ -34,6 +35,8 @@ LAZY_GROUPS = {
     "gc": ("connector_ops.pipelines.cli:gc", "Remove virtual and platform files nothing refers to any more."),
 }
 EXIT_CODES = {400: 2, 404: 3}
+#: a command stopped by Ctrl-C (or SIGTERM, which the console script takes as one): the shell's code for SIGINT
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 #: stdout's reader stopped reading (``| head``): what a shell reports for a tool SIGPIPE ended
 EXIT_READER_GONE = 128 + signal.SIGPIPE
 
@@ -155,8 +158,9 @@ def cli(ctx: click.Context) -> None:
 
     \b
     Shell completion (bash; zsh and fish alike):  eval "$(connector-ops completion bash)"
-    Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures, 141 the
-    reader of stdout stopped reading; the pipeline commands have their own (connector-ops pipeline run --help).
+    Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures, 130
+    interrupted (Ctrl-C or SIGTERM), 141 the reader of stdout stopped reading;
+    the pipeline commands have their own (connector-ops pipeline run --help).
     """
     from connector_ops.kernel.deferred import interrupts_ignored_once_answered
 
@@ -268,8 +272,11 @@ def files_serve(host: str | None, port: int | None) -> None:
         except OSError as exc:  # in use, or not an address of this host: one line, not uvicorn's exit 3
             why = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
             raise click.ClickException(f"cannot listen on {host}:{port}: {why}") from None
-        click.echo(f"serving {where} at http://{host}:{port}/files/<id>", err=True)
-        serve(store, sock)
+        try:
+            click.echo(f"serving {where} at http://{host}:{port}/files/<id>", err=True)
+            serve(store, sock)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (after uvicorn's clean shutdown): how a server ends, exit 0
+            click.echo("stopped", err=True)
 
 
 def output_failed(exc: OutputError, code: int = 0) -> int:
@@ -301,9 +308,9 @@ def _run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
-    except click.Abort:
+    except click.Abort as exc:  # click's word for a KeyboardInterrupt (or an EOFError at a prompt)
         click.echo("Aborted!", err=True)
-        return 1
+        return EXIT_INTERRUPTED if isinstance(exc.__cause__, KeyboardInterrupt) else 1
     except ConnectorError as exc:
         return report(exc)
     except ConnectorOpsError as exc:
@@ -321,10 +328,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(cli, argv)
 
 
+def _terminate(signo: int, frame: FrameType | None) -> None:
+    """SIGTERM (``timeout``, ``kill``, systemd) does what Ctrl-C would do at that moment: stop the work
+    cleanly (a transaction rolled back, a run's step reported interrupted) and exit 130, or nothing once the
+    answer is final. Dagster's runs take SIGTERM as their interrupt too (for Kubernetes), so a command ends
+    the same way whichever of the two signals comes, and whenever it comes."""
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.SIG_IGN:
+        return
+    if callable(handler):
+        handler(signo, frame)
+        return
+    raise KeyboardInterrupt
+
+
 def entry_point() -> None:  # pragma: no cover - the console script
     from connector_ops.stdio import prepare_standard_streams
 
     prepare_standard_streams()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not a background job of a script,
+        signal.signal(signal.SIGTERM, _terminate)  # which its shell has made ignore Ctrl-C
     code = main()
     try:
         sys.stdout.flush()
@@ -333,6 +356,8 @@ def entry_point() -> None:  # pragma: no cover - the console script
     # the answer is printed and the exit code decided: a Ctrl-C while the interpreter ends (its atexit
     # handlers close the loader processes) must not make the process end by SIGINT instead
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if signal.getsignal(signal.SIGTERM) is _terminate:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(code)
 
 

@@ -70,8 +70,8 @@ def test_help_is_plain_text_and_lists_every_command() -> None:
     for markup in ("``", ":class:", ":func:", ".. "):
         assert markup not in run.stdout
     said = " ".join(run.stdout.split())
-    assert ("Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures, 141 the reader of "
-            "stdout stopped reading;") in said
+    assert ("Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures, 130 interrupted "
+            "(Ctrl-C or SIGTERM), 141 the reader of stdout stopped reading;") in said
     assert "the pipeline commands have their own (connector-ops pipeline run --help)" in run.stdout
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +120,48 @@ def test_a_reader_that_stopped_reading_ends_it_silently_with_141(env: dict[str, 
     finally:
         os.close(write_end)
     assert (run.returncode, run.stderr) == (141, b"")
+
+
+def signalled_once(args: tuple[str, ...], env: dict[str, str], line: str, signo: int
+                   ) -> tuple[int, str]:
+    """Run the command, send ``signo`` once it has written a stderr line starting with ``line``; its exit
+    code and whole stderr."""
+    child = subprocess.Popen([SCRIPT, *args], env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        assert child.stderr is not None
+        seen = []
+        for text in child.stderr:
+            seen.append(text)
+            if text.startswith(line):
+                child.send_signal(signo)
+                break
+        else:
+            raise AssertionError(f"no {line!r} line: {''.join(seen)}")
+        rest = child.stderr.read()
+        return child.wait(timeout=60), "".join(seen) + rest
+    finally:
+        child.kill()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("signo", [signal.SIGINT, signal.SIGTERM])
+def test_a_pipeline_run_stopped_before_its_steps_run_exits_130(env: dict[str, str], signo: int) -> None:
+    """In the seconds while Dagster loaded and the job compiled, Ctrl-C was ``Aborted!`` and exit 1 (a
+    failed step's code) and SIGTERM killed the process (-15); once steps ran both were 130."""
+    code, err = signalled_once(("pipeline", "run", "retail_customers"), env, "running retail_customers", signo)
+    assert code == 130, err
+    assert "Traceback" not in err and " succeeded" not in err
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("signo", [signal.SIGINT, signal.SIGTERM])
+def test_files_serve_stopped_by_ctrl_c_or_sigterm_ends_normally(env: dict[str, str], signo: int) -> None:
+    """It shut down cleanly, then said ``Aborted!`` and exited 1."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, err = signalled_once(("files", "serve", "--host", "127.0.0.1", "--port", str(port)), env, "serving",
+                               signo)
+    assert (code, err.splitlines()[-1]) == (0, "stopped"), err
+    assert "Aborted!" not in err and "Traceback" not in err

@@ -102,7 +102,7 @@ def test_ctrl_c_stops_a_long_join_at_the_command_line(env, files, database_url, 
     (tmp_path / "join.json").write_text(json.dumps(join_of(left, right)))
     done, took = ctrl_c(["invoke", "etl.join", f"@{tmp_path / 'join.json'}"], env, joining(database_url))
     assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
-    assert done.returncode == 1 and "Aborted!" in done.stderr and done.stdout == "", done
+    assert done.returncode == 130 and "Aborted!" in done.stderr and done.stdout == "", done
     assert "Traceback" not in done.stderr
     assert_nothing_left(database_url, before)
     assert invoke("etl.query", {"virtualFileId": left, "query": {"v": "7"}})["result"] == [{"k": "k", "v": "7"}]
@@ -118,7 +118,7 @@ def test_ctrl_c_stops_a_long_regex_query_at_the_command_line(env, files, databas
         {"virtualFileId": vf, "query": {"$or": [{"v": {"$regex": f"^x{i}y$"}} for i in range(200)]}}))
     done, took = ctrl_c(["invoke", "etl.query", f"@{tmp_path / 'query.json'}"], env, after(4))
     assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
-    assert done.returncode == 1 and "Aborted!" in done.stderr and done.stdout == "", done
+    assert done.returncode == 130 and "Aborted!" in done.stderr and done.stdout == "", done
     assert "Traceback" not in done.stderr and "500" not in done.stderr, done
 
 

@@ -37,16 +37,25 @@ def interrupts_deferred() -> Iterator[None]:
 
 @contextlib.contextmanager
 def interrupts_ignored_once_answered() -> Iterator[Callable[[], None]]:
-    """Yields ``answered()``: once it is called, a SIGINT is ignored until the block ends, then the handler
-    of before is back. For a command whose answer is final (the work committed, the output about to be
-    printed) before its process is done: a Ctrl-C while it closes its connections and its loader made a
-    Push whose output was printed and whose file was kept exit by SIGINT (-2, 130 in a shell), as if it
-    had failed. Off the main thread ``answered()`` does nothing."""
+    """Yields ``answered()``: once it is called, a SIGINT (and a SIGTERM a Python handler takes as one) is
+    ignored until the block ends, then the handlers of before are back. For a command whose answer is
+    final (the work committed, the output about to be printed) before its process is done: a Ctrl-C while
+    it closes its connections and its loader made a Push whose output was printed and whose file was kept
+    exit by SIGINT (-2, 130 in a shell), as if it had failed. Off the main thread ``answered()`` does
+    nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None
         return
-    previous = signal.getsignal(signal.SIGINT)
+    previous = {signo: signal.getsignal(signo) for signo in (signal.SIGINT, signal.SIGTERM)}
+
+    def answered() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if callable(signal.getsignal(signal.SIGTERM)):  # SIGTERM taken as an interrupt (the console script;
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # after a Dagster run, Ctrl-C's own handler)
+
     try:
-        yield lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+        yield answered
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signo, handler in previous.items():
+            if handler is not None:  # (None: a handler not set from Python, left as it is)
+                signal.signal(signo, handler)
