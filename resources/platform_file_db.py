@@ -109,7 +109,14 @@ class DatabaseFiles:
     """The platform files in the database at ``database_url``."""
 
     def __init__(self, database_url: str) -> None:
-        self.engine = get_engine(database_url)
+        self.database_url = database_url
+        _ = self.engine  # the catalog created now, as before
+
+    @property
+    def engine(self) -> sa.Engine:
+        """The process's engine, asked for at each use: one kept would stay on a SQLite file deleted or
+        replaced since (:mod:`.virtual_files.store_file`), or on a database whose catalog was re-created."""
+        return get_engine(self.database_url)
 
     @contextlib.contextmanager
     def create(self, file_id: str) -> Iterator[tuple[IO[bytes] | _ChunkWriter, list[dict[str, Any]]]]:

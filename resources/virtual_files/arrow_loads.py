@@ -31,6 +31,7 @@ from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, inter
 from connector_ops.resources.virtual_files.csv_columns import BLOCK, CheckedBytes, csv_batches
 from connector_ops.resources.virtual_files.csv_copy import COPY_OPTIONS, CopyableLines, copyable_delimiter
 from connector_ops.resources.virtual_files.disk_full import full_error, is_full
+from connector_ops.resources.virtual_files.engines import store_file
 from connector_ops.resources.virtual_files.keys_after import keys_built_after, numbered_in_bulk
 from connector_ops.resources.virtual_files.loaders import copy_sql, open_copy
 from connector_ops.resources.virtual_files.ndjson_columns import ndjson_batches
@@ -100,7 +101,8 @@ class ArrowLoading(Writing):
                   feed: Callable[[IO[bytes]], None]) -> str:
         from sqlalchemy.dialects import sqlite  # only the dialect in use is imported
 
-        _ = self.engine  # the catalog tables exist before the child writes into them
+        _ = self.engine  # the catalog tables exist before the child writes into them (in the file now at path)
+        file = store_file(self.database_url)
         vf_id = uuid.uuid4().hex
         info = VirtualFileInfo(vf_id, f"vf_{uuid.uuid4().hex}", 1, tuple(columns), tuple(range(len(columns))),
                                frozenset())
@@ -110,7 +112,8 @@ class ArrowLoading(Writing):
                     f"VALUES ({_text(vf_id)}, {ordinal}, {_text(name)}, 0)" for ordinal, name in enumerate(columns)]
         spec = {"path": path, "table_name": info.table_name, "columns": list(columns), "inserts": inserts,
                 "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())),
-                "min_free": self.min_free_disk, **source}
+                "min_free": self.min_free_disk, **source,
+                "identity": file.opened if file is not None else None}  # the child's file is the engine's
         try:
             sqlite_loader.loader_for(path).load(spec, feed, self.disk_floor())
         except DiskBelowFloor:

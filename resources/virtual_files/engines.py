@@ -3,8 +3,9 @@
 SQLite: WAL, ``synchronous=NORMAL``, a busy timeout (parallel Dagster steps share the file), and real
 transactions around DDL (pysqlite's legacy mode would auto-commit ``CREATE TABLE``), with
 ``BEGIN IMMEDIATE`` for writers so two writers never deadlock on a lock upgrade; WAL checkpoints in a
-background thread once a write transaction has ended (:mod:`.checkpoints`), not inside its commit; and
-statements that stop on Ctrl-C (:mod:`.interrupts`).
+background thread once a write transaction has ended (:mod:`.checkpoints`), not inside its commit;
+statements that stop on Ctrl-C (:mod:`.interrupts`); and the file checked against the one at its path, so that
+a file deleted or replaced under the process gets an engine anew, never writes into the old one (:mod:`.store_file`).
 PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses; statements cancelled
 in the server by any interrupt (:mod:`.interrupts`), and ended by the server once their client is gone.
 """
@@ -30,9 +31,12 @@ from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
 from connector_ops.resources.virtual_files.layout import RECHECK_SECONDS, check_stamp, check_unchanged
 from connector_ops.resources.virtual_files.pool_settings import pool_settings
+from connector_ops.resources.virtual_files.store_file import StoreFile, watch
 
 _ENGINES: dict[str, sa.Engine] = {}
-_LOCK = threading.Lock()
+#: the file each SQLite engine of :data:`_ENGINES` opened (same keys; none for a database in memory)
+_FILES: dict[str, StoreFile] = {}
+_LOCK = threading.RLock()  # re-entered: a catalog being created may find its file changed (_forget)
 
 #: name -> (nargs, fn) registered on every SQLite connection (e.g. the ``$regex`` matcher).
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
@@ -128,19 +132,23 @@ def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
 
 
 def get_engine(url: str) -> sa.Engine:
-    """The process-wide engine for ``url``, with the catalog tables created."""
+    """The process-wide engine for ``url``, with the catalog tables created. A SQLite file deleted or replaced
+    since the engine opened it gets an engine anew, on the file now at the path (:mod:`.store_file`)."""
     key = normalise_url(url)
     with _LOCK:
-        engine = _ENGINES.get(key)
+        engine = _current(key)
         if engine is not None:
             return engine
         parsed = make_url(key)
+        file = None
         if parsed.get_backend_name() == "sqlite":
             path = parsed.database if parsed.database and parsed.database != ":memory:" else None
             if path:
                 Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             engine = sa.create_engine(key, connect_args={"timeout": 60, "check_same_thread": False,
                                                          "factory": InterruptibleConnection})
+            if path:  # its checks first: a transaction on a file gone stops before it waits for a lock
+                file = watch(engine, path, functools.partial(_forget, key, engine), is_writing)
             _setup_sqlite(engine, path)
         else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
             from connector_ops.resources.virtual_files import db_errors
@@ -158,7 +166,42 @@ def get_engine(url: str) -> sa.Engine:
             raise
         _check_stamp_on_write(engine)
         _ENGINES[key] = engine
+        if file is not None:
+            _FILES[key] = file
         return engine
+
+
+def store_file(url: str) -> StoreFile | None:
+    """The SQLite file the engine of ``url`` opened (``None``: PostgreSQL, in memory, or no engine yet)."""
+    return _FILES.get(normalise_url(url))
+
+
+def _current(key: str) -> sa.Engine | None:
+    """The engine kept for ``key``, unless its SQLite file has been deleted or replaced since it opened it:
+    that engine is forgotten (the caller builds one on the file now at the path). Under :data:`_LOCK`."""
+    file = _FILES.get(key)
+    if file is not None and file.moved():
+        _drop(key)
+        return None
+    return _ENGINES.get(key)
+
+
+def _drop(key: str) -> None:
+    """Forget and close the engine of ``key`` (under :data:`_LOCK`). Connections checked out of it are closed
+    as they come back; their transactions fail at their next begin or commit (:mod:`.store_file`)."""
+    engine = _ENGINES.pop(key, None)
+    _FILES.pop(key, None)
+    if engine is not None:
+        engine.dispose()
+
+
+def _forget(key: str, engine: sa.Engine) -> None:
+    """Drop ``engine`` if it is still the one kept for ``key`` (another thread may have rebuilt it already):
+    its SQLite file changed. The next
+    :func:`get_engine` builds one anew and creates the catalog, as a fresh process would."""
+    with _LOCK:
+        if _ENGINES.get(key) is engine:
+            _drop(key)
 
 
 def catalog_exists(url: str) -> bool:
@@ -171,7 +214,7 @@ def catalog_exists(url: str) -> bool:
     exists; a PostgreSQL server's refusals are translated as the store's (:mod:`.db_errors`)."""
     key = normalise_url(url)
     with _LOCK:
-        if key in _ENGINES:
+        if _current(key) is not None:
             return True
     if make_url(key).get_backend_name() == "sqlite":
         path = sqlite_path(key)
@@ -253,3 +296,4 @@ def dispose_all() -> None:
         for engine in _ENGINES.values():
             engine.dispose()
         _ENGINES.clear()
+        _FILES.clear()

@@ -48,6 +48,27 @@ FRAME = struct.Struct(">I")
 AHEAD = 4
 
 
+class FileChanged(Exception):
+    """The file at the request's path is not the one the parent's engine has open (deleted, replaced or
+    moved since: :mod:`.store_file`): the load must not commit into either."""
+
+
+def check_file(spec: dict[str, Any]) -> None:
+    """Raise :class:`FileChanged` unless the file at ``spec["path"]`` is the one of ``spec["identity"]``
+    (``st_dev``, ``st_ino``; a request without it is not checked). As the transaction begins and just
+    before its commit: rows committed into a file removed meanwhile would be lost with it."""
+    expected = spec.get("identity")
+    if expected is None:
+        return
+    try:
+        st = os.stat(spec["path"])
+        now = [st.st_dev, st.st_ino]
+    except OSError:
+        now = None
+    if now != list(expected):
+        raise FileChanged(f"the SQLite file {spec['path']} was deleted, replaced or moved")
+
+
 class Withdrawn(Exception):
     """The parent withdrew the data (its reading failed): roll back."""
 
@@ -262,6 +283,7 @@ def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
     try:
         db.execute("BEGIN IMMEDIATE")
         try:
+            check_file(spec)
             db.execute(spec["ddl"])
             db.ingest(spec["table_name"], ahead.reader)
             if ahead.error is not None:  # the driver's message about a failed stream says less
@@ -269,6 +291,7 @@ def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
             for sql in spec["inserts"]:  # the catalog's rows last: the file is dated when its load ends (gc)
                 db.execute(sql)
             room_for_checkpoint(db, spec)
+            check_file(spec)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

@@ -38,6 +38,7 @@ from connector_ops.resources.virtual_files.sqlite_ingest import (
     MODULE,
     READY,
     SYNCED,
+    FileChanged,
 )
 
 #: a loader leaves after this many seconds without a request (the next load starts another)
@@ -52,6 +53,7 @@ SQLITE_WARM_MIN_BYTES = 1 << 20
 
 
 _BELOW_FLOOR = f"{DiskBelowFloor.__name__}: "
+_FILE_CHANGED = f"{FileChanged.__name__}: "
 
 
 class IngestFailed(RuntimeError):
@@ -171,6 +173,10 @@ class Loader:
             message = json.loads(answer[len(FAILED):])
             if message.startswith(_BELOW_FLOOR):  # its check before the commit (:func:`.room_for_checkpoint`)
                 raise DiskBelowFloor(message[len(_BELOW_FLOOR):])
+            if message.startswith(_FILE_CHANGED):  # :func:`.sqlite_ingest.check_file`: rolled back
+                from connector_ops.resources.virtual_files.store_file import changed_error
+
+                raise changed_error(spec["path"], before_commit=True)
             raise IngestFailed(message)
         self._kill()
         raise IngestFailed("the SQLite loader process stopped during the load")

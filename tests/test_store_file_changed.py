@@ -1,0 +1,178 @@
+"""A store's database changed under a live process (resources/virtual_files/store_file.py).
+
+SQLite: the file deleted or replaced (a backup restored, the home removed, a volume swapped) while the
+process's pooled connections keep the old one open. Every write of that process went on "succeeding" into
+the unlinked file, lost for every other process. Now the next call opens the file at the path (a new store
+there, as a fresh process would make it), and a transaction already under way on the old file fails with a
+503 naming the file — a write before its commit, through the process's own connections or its loader
+process.
+
+Real SQLite files and real loader processes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from connector_ops.environment import resources_for
+from connector_ops.kernel.errors import NotFound
+from connector_ops.resources.virtual_files.engines import WRITE, get_engine
+from connector_ops.resources.virtual_files.store import VirtualFileStore
+from connector_ops.resources.virtual_files.store_file import StoreFileChanged
+
+COLUMNS = ["id", "name"]
+
+
+def csv_rows(n: int, start: int = 0) -> bytes:
+    return b"".join(b"%d,name-%d\n" % (i, i) for i in range(start, start + n))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "vf.db"
+
+
+@pytest.fixture
+def store(db: Path):
+    store = VirtualFileStore(database_url=f"sqlite:///{db}")
+    yield store
+    store.close()
+
+
+def remove(db: Path) -> None:
+    """``rm vf.db*``, as an operator starting over would."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def on_disk(db: Path) -> list[str]:
+    """The virtual files the file at ``db`` lists, read as another process would (the plain sqlite3 module)."""
+    conn = sqlite3.connect(db)
+    try:
+        return sorted(r[0] for r in conn.execute("SELECT id FROM cop_virtual_file"))
+    finally:
+        conn.close()
+
+
+def other_store(path: Path) -> str:
+    """A backup of another store, holding one file, written at ``path`` (SQLite's backup API); the file's id."""
+    source = path.with_name(f"source-of-{path.name}")
+    other = VirtualFileStore(database_url=f"sqlite:///{source}")
+    try:
+        vf = other.create_from_dicts([[{"z": "9"}]], (), "rows")
+    finally:
+        other.close()
+    with sqlite3.connect(source) as src, sqlite3.connect(path) as dst:
+        src.backup(dst)
+    dst.close()
+    src.close()
+    return vf
+
+
+def test_a_deleted_file_is_made_again_and_written_where_others_see_it(store, db):
+    old = store.create_from_dicts([[{"a": "1"}]], (), "rows")
+    remove(db)
+    with pytest.raises(NotFound):  # the file at the path is a new, empty store: not the old one's rows
+        store.summary(old)
+    new = store.create_from_dicts([[{"c": "3"}]], (), "rows")
+    assert store.summary(new, 1) == (1, ["c"], [{"c": "3"}])
+    assert on_disk(db) == [new]  # written into the file at the path, not the removed one
+
+
+def test_a_replaced_file_is_used(store, db, tmp_path):
+    store.create_from_dicts([[{"a": "1"}]], (), "rows")
+    restored = other_store(tmp_path / "backup.db")
+    remove(db)
+    os.replace(tmp_path / "backup.db", db)
+    assert store.summary(restored, 1) == (1, ["z"], [{"z": "9"}])
+    new = store.create_from_dicts([[{"c": "3"}]], (), "rows")
+    assert on_disk(db) == sorted([restored, new])
+
+
+def test_a_transaction_on_an_engine_taken_before_the_swap_fails_before_it_begins(store, db):
+    store.create_from_dicts([[{"a": "1"}]], (), "rows")
+    engine = get_engine(store.database_url)  # held, as a caller between two statements holds it
+    remove(db)
+    with pytest.raises(StoreFileChanged) as info, engine.begin() as conn:
+        conn.exec_driver_sql("SELECT 1")
+    assert info.value.status == 503 and info.value.retryable
+    assert str(info.value).startswith(f"the virtual-file store's SQLite file {db} was deleted, replaced or moved")
+    assert "nothing was read from or written to it by this call" in str(info.value)
+    assert get_engine(store.database_url) is not engine  # the next call: the file now at the path
+    assert on_disk(db) == []
+
+
+def test_a_write_under_way_when_the_file_goes_is_not_reported_stored(store, db):
+    first = store.create_from_dicts([[{"a": "1"}]], (), "rows")
+    with pytest.raises(StoreFileChanged, match="this write was rolled back before its commit"), \
+            store.sql.writing() as conn:
+        conn.execute(sa.text("DELETE FROM cop_virtual_file"))  # a write under way …
+        remove(db)  # … when the file is removed
+    restored = other_store(db)  # a store put back at the path: this process now uses it
+    assert store.summary(restored, 1)[0] == 1
+    with pytest.raises(NotFound):
+        store.summary(first)
+
+
+def test_a_write_on_a_replaced_file_is_rolled_back(store, db, tmp_path):
+    store.create_from_dicts([[{"a": "1"}]], (), "rows")
+    restored = other_store(tmp_path / "backup.db")
+    with pytest.raises(StoreFileChanged), store.sql.engine.execution_options(**WRITE).begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE lost (x)")
+        remove(db)  # a backup restored: the old file's log goes with it
+        os.replace(tmp_path / "backup.db", db)
+    assert on_disk(db) == [restored]
+    assert store.summary(restored, 1)[0] == 1
+
+
+class Swapping(io.RawIOBase):
+    """``first``, then ``swap()`` (the file removed mid-load), then ``rest``."""
+
+    def __init__(self, first: bytes, swap, rest: bytes) -> None:
+        self._parts, self._swap = [first, rest], swap
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self._parts and not self._parts[0]:
+            self._parts.pop(0)
+            if self._swap is not None:
+                self._swap()
+                self._swap = None
+        if not self._parts:
+            return 0
+        chunk = self._parts[0][:len(buffer)]
+        buffer[:len(chunk)] = chunk
+        self._parts[0] = self._parts[0][len(chunk):]
+        return len(chunk)
+
+
+def test_the_loader_process_does_not_commit_into_a_file_removed_mid_load(store, db):
+    store.create_from_csv(COLUMNS, io.BytesIO(csv_rows(10)), ",")  # through the loader process
+    with pytest.raises(StoreFileChanged, match="this write was rolled back before its commit"):
+        store.create_from_csv(COLUMNS, Swapping(csv_rows(100_000), lambda: remove(db), csv_rows(10)), ",")
+    vf = store.create_from_csv(COLUMNS, io.BytesIO(csv_rows(7)), ",")  # the loader, on the file now there
+    assert store.summary(vf, 0)[0] == 7
+    assert on_disk(db) == [vf]
+
+
+def test_platform_files_in_a_database_follow_the_file_at_the_path(db, tmp_path):
+    """``CONNECTOR_OPS_FILES_BACKEND=database`` keeps its storage for the process's life: it asks for the
+    engine at each use, so it too writes into the file now at the path."""
+    environ = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"), "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{db}",
+               "CONNECTOR_OPS_FILES_BACKEND": "database"}
+    files = resources_for(["platform_files"], environ)["platform_files"]
+    files.add_bytes(b"old", "old.txt")
+    remove(db)
+    pf = files.add_bytes(b"new", "new.txt")
+    assert files.read_bytes(pf.to_json()) == b"new"
+    with sqlite3.connect(db) as conn:
+        assert [r[0] for r in conn.execute("SELECT id FROM cop_platform_file")] == [pf.id]
+    conn.close()
