@@ -1,13 +1,14 @@
-"""A store's database changed under a live process (resources/virtual_files/store_file.py).
+"""A store's database changed under a live process (resources/virtual_files/store_file.py, db_errors.py).
 
 SQLite: the file deleted or replaced (a backup restored, the home removed, a volume swapped) while the
 process's pooled connections keep the old one open. Every write of that process went on "succeeding" into
 the unlinked file, lost for every other process. Now the next call opens the file at the path (a new store
 there, as a fresh process would make it), and a transaction already under way on the old file fails with a
 503 naming the file — a write before its commit, through the process's own connections or its loader
-process.
+process. PostgreSQL: the database re-created (or the cop_* tables dropped) made every call a raw 500 until
+the process restarted; now the call says what happened and the next one creates the catalog again.
 
-Real SQLite files and real loader processes.
+Real SQLite files, real loader processes, a real PostgreSQL database of the test's own.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import os
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import NotFound
+from connector_ops.resources.virtual_files.db_errors import CatalogMissing
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 from connector_ops.resources.virtual_files.store_file import StoreFileChanged
@@ -161,6 +165,44 @@ def test_the_loader_process_does_not_commit_into_a_file_removed_mid_load(store, 
     vf = store.create_from_csv(COLUMNS, io.BytesIO(csv_rows(7)), ",")  # the loader, on the file now there
     assert store.summary(vf, 0)[0] == 7
     assert on_disk(db) == [vf]
+
+
+def recreate_database(url: str) -> None:
+    """``DROP DATABASE`` and ``CREATE DATABASE`` of the same name, as a reset or a restore into a new one does."""
+    parsed = make_url(url)
+    admin = parsed.set(drivername="postgresql", database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{parsed.database}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{parsed.database}"')
+
+
+def drop_catalog(url: str) -> None:
+    """The store's cop_* tables dropped (the row tables left)."""
+    with psycopg.connect(make_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
+                         autocommit=True) as conn:
+        names = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE tablename LIKE 'cop%'")]
+        conn.execute(f"DROP TABLE {', '.join(names)} CASCADE")
+
+
+@pytest.mark.parametrize("own_database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("lose_catalog", [recreate_database, drop_catalog])
+def test_a_postgresql_store_that_lost_its_catalog_gets_it_again(own_database_url, lose_catalog):
+    store = VirtualFileStore(database_url=own_database_url)
+    try:
+        old = store.create_from_dicts([[{"a": "1"}]], (), "rows")
+        lose_catalog(own_database_url)
+        with pytest.raises(CatalogMissing) as info:
+            store.summary(old)
+        assert info.value.status == 503 and info.value.retryable
+        assert str(info.value).startswith("the virtual-file store's catalog table cop_")
+        assert "was the database dropped or re-created, or the store's tables (cop_*) dropped" in str(info.value)
+        assert "the next call creates the catalog again" in str(info.value)
+        with pytest.raises(NotFound):  # the next call: the catalog made again, empty
+            store.summary(old)
+        new = store.create_from_dicts([[{"c": "3"}]], (), "rows")
+        assert store.summary(new, 1) == (1, ["c"], [{"c": "3"}])
+    finally:
+        store.close()
 
 
 def test_platform_files_in_a_database_follow_the_file_at_the_path(db, tmp_path):

@@ -11,6 +11,7 @@ same :class:`DatabaseRefused` or :class:`DatabaseBusy`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,6 +22,8 @@ from connector_ops.kernel.errors import ConnectorOpsError
 INSUFFICIENT_PRIVILEGE = "42501"
 #: too_many_connections: the server's ``max_connections`` all taken
 TOO_MANY_CONNECTIONS = "53300"
+#: undefined_table: "relation … does not exist"
+UNDEFINED_TABLE = "42P01"
 #: SQLSTATE classes of a URL that reaches no database: connection exception, invalid authorization,
 #: invalid catalog name (no such database)
 CONNECTION_CLASSES = ("08", "28", "3D")
@@ -31,6 +34,9 @@ _NO_SLOT = re.compile(r"too many clients already|too many connections for|remain
 
 #: ``Connection.info`` key: the role (``current_user``) a pooled PostgreSQL session acts as
 ROLE = "connector_ops.role"
+
+#: a relation of the store's catalog (cop_*) named in an undefined_table error
+_CATALOG_RELATION = re.compile(r'relation "(?:[^"]+\.)?(cop_[a-z_]+)" does not exist')
 
 _OBJECT = re.compile(r'(?:for|of) (table|relation|schema|sequence|index|materialized view) "?([^"\s]+)"?')
 
@@ -44,6 +50,23 @@ class DatabaseRefused(ConnectorOpsError):
     def __init__(self, message: str, sqlstate: str | None) -> None:
         self.sqlstate = sqlstate
         super().__init__(message)
+
+
+class CatalogMissing(ConnectorOpsError):
+    """The store's catalog tables are gone from its database (dropped, or the database re-created under the
+    process): 503, retryable — the process forgets its engine, and the next call creates the catalog again."""
+
+    status = 503
+    retryable = True
+
+
+def catalog_missing(table: str) -> CatalogMissing:
+    """The error for the catalog table ``table`` found missing: what happened, in the operator's words."""
+    return CatalogMissing(
+        f"the virtual-file store's catalog table {table} is missing from its PostgreSQL database: was the "
+        "database dropped or re-created, or the store's tables (cop_*) dropped, while this process was "
+        "running? The virtual files it listed are no longer there; the next call creates the catalog again "
+        "(an empty store): try again")
 
 
 class DatabaseBusy(ConnectorOpsError):
@@ -133,12 +156,19 @@ def _owner_of(engine: sa.Engine, line: str) -> str | None:
         return None
 
 
-def _on_error(ctx: sa.engine.ExceptionContext) -> BaseException | None:
-    """The ``handle_error`` hook: the refusals above, translated; anything else left as it is."""
+def _on_error(ctx: sa.engine.ExceptionContext, forget: Callable[[], None] | None = None) -> BaseException | None:
+    """The ``handle_error`` hook: the refusals above, translated; anything else left as it is. A catalog
+    table missing (SQLSTATE 42P01 on a ``cop_*`` relation) calls ``forget()``, which drops the engine: it
+    created the catalog once, when it was built, and a process keeps its engine for its life — so every call
+    of a long-lived process failed on it until a restart, while a fresh process worked at once."""
     if ctx.is_pre_ping:
         return None
     exc = ctx.original_exception
     state = sqlstate_of(exc)
+    if state == UNDEFINED_TABLE and (missing := _CATALOG_RELATION.search(first_line(exc))):
+        if forget is not None:
+            forget()
+        return catalog_missing(missing.group(1))
     if state == INSUFFICIENT_PRIVILEGE:
         line = first_line(exc)
         role = ctx.connection.info.get(ROLE) if ctx.connection is not None else None
@@ -207,9 +237,10 @@ class StorePool(sa.pool.QueuePool):
                 "see docs/deployment.md#database-connections") from None
 
 
-def install(engine: sa.Engine) -> None:
-    """Translate the refusals of ``engine`` (PostgreSQL), and remember each session's role for them."""
-    sa.event.listen(engine, "handle_error", _on_error, retval=True)
+def install(engine: sa.Engine, forget: Callable[[], None] | None = None) -> None:
+    """Translate the refusals of ``engine`` (PostgreSQL), and remember each session's role for them;
+    ``forget()`` drops the process's engine once the store's catalog is found missing."""
+    sa.event.listen(engine, "handle_error", lambda ctx: _on_error(ctx, forget), retval=True)
 
     @sa.event.listens_for(engine, "connect")
     def remember_role(dbapi_conn: Any, record: Any) -> None:  # once per session, never per query

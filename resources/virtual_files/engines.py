@@ -157,7 +157,7 @@ def get_engine(url: str) -> sa.Engine:
             engine = sa.create_engine(key, pool_pre_ping=True, poolclass=db_errors.StorePool,
                                       **pool_settings(), connect_args={"client_encoding": "utf8"})
             cancel_on_interrupt(engine)
-            db_errors.install(engine)
+            db_errors.install(engine, functools.partial(_forget, key, engine))
             _check_client(engine)
         try:
             _create_catalog(engine)
@@ -197,7 +197,7 @@ def _drop(key: str) -> None:
 
 def _forget(key: str, engine: sa.Engine) -> None:
     """Drop ``engine`` if it is still the one kept for ``key`` (another thread may have rebuilt it already):
-    its SQLite file changed. The next
+    its SQLite file changed, or its PostgreSQL database lost the catalog (:mod:`.db_errors`). The next
     :func:`get_engine` builds one anew and creates the catalog, as a fresh process would."""
     with _LOCK:
         if _ENGINES.get(key) is engine:
