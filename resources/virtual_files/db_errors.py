@@ -24,6 +24,8 @@ INSUFFICIENT_PRIVILEGE = "42501"
 TOO_MANY_CONNECTIONS = "53300"
 #: undefined_table: "relation … does not exist"
 UNDEFINED_TABLE = "42P01"
+#: out_of_memory, which is also "out of shared memory": the server's lock table full
+OUT_OF_MEMORY = "53200"
 #: SQLSTATE classes of a URL that reaches no database: connection exception, invalid authorization,
 #: invalid catalog name (no such database)
 CONNECTION_CLASSES = ("08", "28", "3D")
@@ -67,6 +69,32 @@ def catalog_missing(table: str) -> CatalogMissing:
         "database dropped or re-created, or the store's tables (cop_*) dropped, while this process was "
         "running? The virtual files it listed are no longer there; the next call creates the catalog again "
         "(an empty store): try again")
+
+
+class LockTableFull(ConnectorOpsError):
+    """One transaction wanted more locks than the server's shared lock table holds: 500, not retryable — the
+    same call takes as many locks again; it must be split, or the server's setting raised."""
+
+    status = 500
+
+
+def lock_table_full(exc: BaseException) -> LockTableFull | None:
+    """SQLSTATE 53200 "out of shared memory" with the server's hint to raise ``max_locks_per_transaction``:
+    a call that touches thousands of virtual files in one transaction (Append Rows to each of them) locks
+    each file's table and indexes, and the driver's bare "out of shared memory" said neither that nor what
+    to do. ``None`` for any other error (an "out of memory" of another kind keeps the server's words)."""
+    if sqlstate_of(exc) != OUT_OF_MEMORY:
+        return None
+    orig = getattr(exc, "orig", None) or exc
+    hint = getattr(getattr(orig, "diag", None), "message_hint", None) or ""
+    if "max_locks_per_transaction" not in hint and "shared memory" not in first_line(exc):
+        return None
+    return LockTableFull(
+        f"the database server's lock table is full ({first_line(exc)}): one call's transaction locks every "
+        "virtual file it touches, and this one touched more than the server holds locks for "
+        "(max_locks_per_transaction × max_connections, shared by every session); nothing was changed. Touch "
+        "fewer virtual files per call (Append Rows to a few hundred files at a time), or raise the server's "
+        "max_locks_per_transaction (it takes a restart) — see docs/deployment.md#database-connections")
 
 
 class DatabaseBusy(ConnectorOpsError):
@@ -169,6 +197,8 @@ def _on_error(ctx: sa.engine.ExceptionContext, forget: Callable[[], None] | None
         if forget is not None:
             forget()
         return catalog_missing(missing.group(1))
+    if state == OUT_OF_MEMORY and (full := lock_table_full(exc)) is not None:
+        return full
     if state == INSUFFICIENT_PRIVILEGE:
         line = first_line(exc)
         role = ctx.connection.info.get(ROLE) if ctx.connection is not None else None

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from connector_ops.resources.virtual_files.db_errors import (
     INSUFFICIENT_PRIVILEGE,
     ROLE,
+    lock_table_full,
     permission_denied,
     sqlstate_of,
 )
@@ -129,6 +130,8 @@ def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
     except Exception as exc:  # the driver's own: a raw COPY passes no SQLAlchemy hook (db_errors.install)
         if sqlstate_of(exc) == INSUFFICIENT_PRIVILEGE:
             raise permission_denied(exc, role=conn.info.get(ROLE), statement="COPY") from None
+        if (full := lock_table_full(exc)) is not None:
+            raise full from None
         raise
     return n  # a value PostgreSQL cannot hold is worded by the store's ``writing`` (core.unstorable_value)
 
