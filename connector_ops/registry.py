@@ -289,26 +289,30 @@ def parse_input(spec: ActionSpec, payload: Any) -> BaseModel:
         raise ConnectorError(400, {"message": describe_validation_error(exc, spec.name)}, action=spec.name) from None
 
 
-def error_for(spec: ActionSpec, exc: BaseException) -> ConnectorError:
-    """Map a precise error to the spec's status and body for this action."""
+def error_for(spec: ActionSpec | None, exc: BaseException, *, action: str | None = None) -> ConnectorError:
+    """Map a precise error to the spec's status and body for this action.
+
+    ``spec`` ``None``: the error of a step that is no action (a pipeline step's reference resolver, a check),
+    named ``action``: a precise error keeps its own status and words, as no spec rewrites them."""
+    name = spec.name if spec is not None else action
     if isinstance(exc, ConnectorError):
-        exc.action = exc.action or spec.name
+        exc.action = exc.action or name
         return exc
     if isinstance(exc, InvalidInput):
         status, message = 400, str(exc)
-    elif isinstance(exc, NotFound):
+    elif isinstance(exc, NotFound) and spec is not None:
         status = spec.not_found_status
         message = "not found" if status == 404 and spec.connector == "etl" else str(exc)
     elif isinstance(exc, ConnectorOpsError):
         status, message = exc.status, str(exc)
     else:
-        log.debug("unexpected error in %s", spec.name, exc_info=exc)
+        log.debug("unexpected error in %s", name, exc_info=exc)
         status, message = 500, describe_unexpected(exc)
-    body = None if spec.null_error_body and status >= 500 else {"message": message}
+    body = None if spec is not None and spec.null_error_body and status >= 500 else {"message": message}
     # only a provider's transient failure may be retried; invalid input, not found and anything nobody
     # anticipated would fail the same way again
     retryable = isinstance(exc, ConnectorOpsError) and exc.retryable
-    return ConnectorError(status, body, action=spec.name, detail=message, retryable=retryable)
+    return ConnectorError(status, body, action=name, detail=message, retryable=retryable)
 
 
 #: the modules of the database drivers whose errors the column-wise loads raise without SQLAlchemy around them

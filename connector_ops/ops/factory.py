@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -24,6 +25,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
+import dagster._core.errors as dagster_errors
+from dagster._utils.error import SerializableErrorInfo
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_snake
 
@@ -34,7 +37,7 @@ from connector_ops.kernel.progress import LogReporter, reporting_to
 from connector_ops.ops.asset_files import check_asset_input, publish
 from connector_ops.ops.metadata import materialization_metadata, output_metadata, read_metadata, run_metadata
 from connector_ops.ops.types import type_check_error, type_of
-from connector_ops.registry import ActionSpec, get_action, run_action
+from connector_ops.registry import ActionSpec, error_for, get_action, run_action
 
 #: Dagster pools (concurrency limits set with ``dagster instance concurrency set``, or the instance's
 #: ``concurrency.pools`` settings) by connector: runs at once share a provider's rate limit
@@ -171,6 +174,22 @@ def failure(exc: ConnectorError, payload: Mapping[str, Any] | None = None) -> dg
     return dg.Failure(description=exc.summary(), metadata=metadata, allow_retries=exc.retryable)
 
 
+@contextlib.contextmanager
+def failing_as(action: str | None) -> Iterator[None]:
+    """Raise any error of an op's body as an action op raises its own (:func:`failure`): its words, its status.
+
+    Without it Dagster wraps the error, and a run reported only the wrapper's first line: a pipeline step whose
+    ``${file:…}`` resolver met the disk guard said ``DagsterExecutionStepExecutionError: Error occurred while
+    executing op "load__input":`` where ``files add`` named the free space. Every op connector-ops builds runs
+    its body under this (``action``: the name its failure carries); Dagster's own signals pass through."""
+    try:
+        yield
+    except (dg.Failure, dg.RetryRequested, dg.DagsterError):
+        raise
+    except Exception as exc:
+        raise failure(error_for(None, exc, action=action)) from exc
+
+
 def ensure_launched_definition(context: dg.OpExecutionContext) -> None:
     """Fail the step (409, never retried) when this process loaded another version of the pipeline file than
     the one its run was launched with.
@@ -279,7 +298,7 @@ def _another_file(context: dg.OpExecutionContext, loaded: str, launched: str) ->
 def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
     """The inverse of :func:`failure`: the ``ConnectorError`` a ``STEP_FAILURE`` event carries (its
     status and body), or a 500 with the description of a ``dg.Failure`` without them, or the first line of
-    the error when the step failed otherwise."""
+    the error the step raised otherwise (below Dagster's wrapper: :func:`_raised_error`)."""
     data = event.step_failure_data
     user = data.user_failure_data if data else None
     status = user.metadata.get("status") if user and user.metadata else None
@@ -296,8 +315,42 @@ def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
     wrong_type = type_check_error(data.error if data else None)  # a wired input of the wrong kind: a 400
     if wrong_type is not None:
         return wrong_type
-    text = data.error.message.strip() if data and data.error else ""
-    return ConnectorError(500, {"message": text.splitlines()[0] if text else "step failed"})
+    return _raised_error(data.error if data else None)
+
+
+def _raised_error(error: SerializableErrorInfo | None) -> ConnectorError:
+    """The error a step raised without :func:`failure` (an op of a job written in Python; ours all use
+    :func:`failing_as`): Dagster wraps it (``DagsterExecutionStepExecutionError: Error occurred while executing op
+    "load__input":``), and the words are those of its cause, below the wrappers. A precise error
+    (:class:`ConnectorOpsError`, by its class name) keeps its status; anything else is a 500."""
+    while error is not None and error.cause is not None and _is_wrapper(error.cls_name):
+        error = error.cause
+    text = error.message.strip() if error is not None else ""
+    first = text.splitlines()[0] if text else "step failed"
+    name = error.cls_name if error is not None else None
+    if name and not _is_wrapper(name):  # "module.Class: words" -> "words" (the class shows in Dagster's log)
+        head, sep, rest = first.partition(": ")
+        if sep and head.rsplit(".", 1)[-1] == name and rest:
+            first = rest
+    status = _precise_statuses().get(name or "", 500)
+    return ConnectorError(status, {"message": first})
+
+
+def _is_wrapper(cls_name: str | None) -> bool:
+    """Whether Dagster raised this error around one of the op's own (its message says only where)."""
+    cls = getattr(dagster_errors, cls_name or "", None)
+    return isinstance(cls, type) and issubclass(cls, dagster_errors.DagsterUserCodeExecutionError)
+
+
+def _precise_statuses() -> dict[str, int]:
+    """Class name -> status of every :class:`ConnectorOpsError` (the classes loaded so far)."""
+    found: dict[str, int] = {}
+    pending: list[type[ConnectorOpsError]] = [ConnectorOpsError]
+    while pending:
+        cls = pending.pop()
+        found.setdefault(cls.__name__, cls.status)
+        pending.extend(cls.__subclasses__())
+    return found
 
 
 def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -329,6 +382,10 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
     outs = output_names(spec, extensions)
 
     def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
+        with failing_as(spec.name):
+            yield from _compute(context, inputs)
+
+    def _compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
         ensure_launched_definition(context)
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
         try:

@@ -32,7 +32,7 @@ from connector_ops.ops.checks import (
     file_gone,
     validate_check,
 )
-from connector_ops.ops.factory import ensure_launched_definition, failure
+from connector_ops.ops.factory import ensure_launched_definition, failing_as, failure
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Check, Pipeline
 from connector_ops.pipelines.dsl.sections import Report, known_mapping
@@ -126,6 +126,10 @@ def check_op(name: str, key: dg.AssetKey, check: Check) -> dg.OpDefinition:
            description=f"Asset check {check.name} of {key.to_user_string()}: Validate, {rule.text}.",
            tags={"kind": "asset_check"})
     def evaluate_check(context: dg.OpExecutionContext, virtual_file_id: str) -> Iterator[Any]:
+        with failing_as(f"check {check.name} of {key.to_user_string()}"):
+            yield from run_check(context, virtual_file_id)
+
+    def run_check(context: dg.OpExecutionContext, virtual_file_id: str) -> Iterator[Any]:
         ensure_launched_definition(context)
         resources = {"virtual_files": context.resources.virtual_files,
                      "platform_files": context.resources.platform_files}

@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError, InvalidInput, NotFound
-from connector_ops.ops.factory import STALE_DEFINITION_STATUS, ensure_launched_definition, failure
+from connector_ops.ops.factory import STALE_DEFINITION_STATUS, ensure_launched_definition, failing_as, failure
 from connector_ops.ops.metadata import STORED_PLATFORM_FILES, output_metadata
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.local_files import referenced_paths
@@ -57,6 +57,10 @@ def resolver_op(
     paths = referenced_paths([template])
 
     def compute(context: dg.OpExecutionContext, values: dict[str, Any]) -> Iterator[dg.Output]:
+        with failing_as(action):  # storing a ${file:…} meets the disk guard, an unwritable home: their words
+            yield from resolve(context, values)
+
+    def resolve(context: dg.OpExecutionContext, values: dict[str, Any]) -> Iterator[dg.Output]:
         ensure_launched_definition(context)
         outputs: dict[str, Any] = {}
         for input_name, (step_id, field) in inputs.items():
@@ -134,7 +138,8 @@ def gather_op(name: str, out_names: list[str]) -> dg.OpDefinition:
     """Fan-in of a foreach step: each output becomes the list of its per-batch values (batch order)."""
 
     def compute(context: dg.OpExecutionContext, values: dict[str, Any]) -> Iterator[dg.Output]:
-        ensure_launched_definition(context)
+        with failing_as(f"pipeline {context.job_name}"):
+            ensure_launched_definition(context)
         for out_name in out_names:
             value = list(values[out_name])
             yield dg.Output(value, out_name, metadata=output_metadata("", value, {}))
@@ -163,7 +168,8 @@ def pipeline_trigger(context: dg.OpExecutionContext, config: TriggerConfig) -> d
 
     A run launched by hand without a file id is a 400 saying where to set it, here, before the first step reads
     the empty id (that said only ``fileId: String should have at least 1 character``)."""
-    ensure_launched_definition(context)
+    with failing_as(f"pipeline {context.job_name}"):
+        ensure_launched_definition(context)
     if not config.fileId.strip():
         raise failure(ConnectorError(400, {"message": (
             f"trigger.fileId is empty: a run of {context.job_name} is about one drive file, which its sensor "
