@@ -150,7 +150,7 @@ class NotebookSession:
             name = name.strip()
             if not sep or not name:
                 raise SessionError(f"{assignment!r}: write NAME=value")
-            if _ENV_NAME.match(name):
+            if _ENV_NAME.fullmatch(name):
                 self._assign(self.env_overrides, name, value)
             else:
                 self._assign(self.field_overrides, self._field_target(name), value)

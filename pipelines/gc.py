@@ -68,7 +68,7 @@ _ACTION_OUTPUT_KEY, _ACTION_FAILURE_KEYS = "duration_s", ("status", "body")
 
 def parse_duration(text: str) -> timedelta:
     """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` -> a ``timedelta`` (``InvalidInput`` naming the option)."""
-    match = _DURATION.match(text or "")
+    match = _DURATION.fullmatch(text or "")
     if match is None:
         raise InvalidInput("--older-than", f"{text!r} is not a duration; write a number and a unit s, m, h, d or "
                                            "w (e.g. 7d, 12h, 0s)")

@@ -332,7 +332,7 @@ class PlatformFileStore(Resource):
         found = []
         for meta_path in self.root.glob("*.json"):
             file_id = meta_path.name.removesuffix(".json")
-            if not _ID.match(file_id):
+            if not _ID.fullmatch(file_id):
                 continue
             with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
                 stamp = json.loads(meta_path.read_bytes())["lastModified"]

@@ -60,6 +60,18 @@ def test_every_shipped_pipeline_is_valid(schema, path):
     assert check(schema, yaml.safe_load(path.read_text(encoding="utf-8"))) == []
 
 
+def test_a_name_ending_in_a_line_break_is_underlined_in_python_as_in_an_editor(schema):
+    """Python's ``re`` (the ``jsonschema`` package) reads ``$`` as also before a final line break; an editor's
+    ECMA 262 does not. The patterns end so that both refuse ``"job\\n"``."""
+    step = {"id": "q", "action": "etl.clean", "input": {"virtualFileId": "x"}}
+    assert check(schema, {"name": "p", "steps": [step]}) == []
+    assert check(schema, {"name": "p\n", "steps": [step]})
+    assert check(schema, {"name": "p", "steps": [{**step, "id": "q\n"}]})
+    assert check(schema, {"name": "p", "steps": [{**step, "asset": "a/b\n"}]})
+    assert check(schema, {"name": "p", "steps": [{**step, "group": "g\n"}]})
+    assert check(schema, {"name": "p", "steps": [{**step, "owners": ["team:x\n"]}]})
+
+
 def test_mistakes_an_editor_should_underline(schema):
     base = {"name": "p", "steps": [{"id": "q", "action": "etl.query",
                                     "input": {"virtualFileId": "${load.virtualFileId}", "query": {}}}]}

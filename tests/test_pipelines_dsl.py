@@ -259,6 +259,33 @@ def test_a_step_id_dagster_refuses_says_why_and_suggests_one(tmp_path: Path) -> 
         (9, "`id` is required: letters, digits and single _ (it becomes the op name)")]
 
 
+def test_a_name_ending_in_a_line_break_is_no_name(tmp_path: Path) -> None:
+    """YAML's ``name: |`` (or ``id: "mk\\n"``) ends the name with a line break, which Python's ``$`` let through:
+    the file validated, and Dagster then refused the whole pipeline when it was built. Refused here, named, on
+    one line, like any other character Dagster refuses; an asset key and group likewise."""
+    path = write(tmp_path, """
+        name: |
+          newline_job
+        steps:
+          - id: "mk\\n"
+            action: etl.clean
+            input: {virtualFileId: x}
+            asset: "sales/clean\\n"
+            group: "g\\n"
+        """)
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    problems = [(p.line, p.message) for p in caught.value.problems]
+    assert problems[:2] == [
+        (1, "`name` 'newline_job\\n' is not a valid job name: it contains '\\n' — use letters, digits and _; "
+            "e.g. 'newline_job'"),
+        (4, "`id` 'mk\\n' is not a valid step id: it contains '\\n' — use letters, digits and single _ "
+            "(it becomes the op name); e.g. 'mk'")]
+    assert (7, "`asset` must be a key like `sales/raw`: parts of letters, digits, _ and -, separated by /") in problems
+    assert (8, "`group` must be a name of letters, digits and _") in problems
+    assert "step 'mk\\n': " in str(caught.value.problems[1])  # the location, on one line
+
+
 def test_an_unknown_field_with_a_hint_of_its_action_says_where_the_value_goes(tmp_path: Path) -> None:
     path = write(tmp_path, """
         name: p

@@ -27,14 +27,14 @@ from connector_ops.ops.asset_files import FILE_ONLY_FROM, asset_file_name, file_
 from connector_ops.ops.assets import asset_field
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Pipeline, Step
-from connector_ops.pipelines.dsl.names import is_owner
+from connector_ops.pipelines.dsl.names import END, is_owner
 from connector_ops.pipelines.dsl.sections import Report
 from connector_ops.registry import ActionSpec
 
 ASSET_STEP_KEYS = ("asset", "group", "owners", "kinds")
 _KEY_PART = re.compile(r"^[A-Za-z0-9_-]+$")
 #: an asset group name as Dagster accepts it (a leading digit is fine)
-GROUP = r"^[A-Za-z0-9_]+$"
+GROUP = rf"^[A-Za-z0-9_]+{END}"
 _GROUP = re.compile(GROUP)
 
 
@@ -55,12 +55,12 @@ def parse_asset(item: Mapping[str, Any], path: tuple[str | int, ...], spec: Acti
                 report((*path, key), f"`{key}` describes an asset: add `asset: <key>` to the step")
         return None
     parts = raw.split("/") if isinstance(raw, str) else []
-    ok = bool(parts) and all(_KEY_PART.match(p) for p in parts)
+    ok = bool(parts) and all(_KEY_PART.fullmatch(p) for p in parts)
     if not ok:
         report((*path, "asset"), "`asset` must be a key like `sales/raw`: parts of letters, digits, _ and -, "
                                  "separated by /")
     group = item.get("group")
-    if group is not None and not (isinstance(group, str) and _GROUP.match(group)):
+    if group is not None and not (isinstance(group, str) and _GROUP.fullmatch(group)):
         report((*path, "group"), "`group` must be a name of letters, digits and _")
         ok = False
     owners, kinds = _strings(item.get("owners", [])), _strings(item.get("kinds", []))

@@ -16,7 +16,7 @@ from typing import Any
 
 from connector_ops.ops.asset_files import MAX_KEY_CHARS
 from connector_ops.pipelines.dsl.assets import GROUP
-from connector_ops.pipelines.dsl.names import NAME, OWNER, RESERVED_JOB_NAMES, RESERVED_NAMES
+from connector_ops.pipelines.dsl.names import END, NAME, OWNER, RESERVED_JOB_NAMES, RESERVED_NAMES
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, WHEN
 from connector_ops.pipelines.dsl.references import RESERVED_ROOTS
 from connector_ops.pipelines.dsl.retries import BACKOFFS, MAX_RETRIES
@@ -29,7 +29,7 @@ REFERENCE = {"type": "string", "pattern": r"\$\{", "description": "a ${…} refe
 _JOB_NAME = {"type": "string", "pattern": NAME,
              "not": {"anyOf": [{"enum": sorted(RESERVED_NAMES)}, {"pattern": RESERVED_JOB_NAMES}]}}
 #: a step id: also no ``__`` (the compiler's separator of helper nodes) and no reference root
-_STEP_ID = {"type": "string", "pattern": r"^(?!.*__)[A-Za-z_][A-Za-z0-9_]*$",
+_STEP_ID = {"type": "string", "pattern": rf"^(?!.*__)[A-Za-z_][A-Za-z0-9_]*{END}",
             "not": {"enum": sorted(RESERVED_NAMES | RESERVED_ROOTS)}}
 #: ERROR or WARN in any case, as the loader reads it (JSON Schema has no case-insensitive enum)
 _SEVERITY = "^([Ee][Rr][Rr][Oo][Rr]|[Ww][Aa][Rr][Nn])$"
@@ -96,7 +96,8 @@ def pipeline_schema() -> dict[str, Any]:
                         "properties": {"virtualFileId": {"type": "string"},
                                        "maxBatchSize": {"type": "integer", "minimum": 1}}},
             "retry": {"$ref": "#/$defs/retry"},
-            "asset": {"type": "string", "pattern": r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$", "maxLength": MAX_KEY_CHARS,
+            "asset": {"type": "string", "pattern": rf"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*{END}",
+                      "maxLength": MAX_KEY_CHARS,
                       "description": "the asset key this step's virtual file or platform file materialises"},
             "group": {"type": "string", "pattern": GROUP},
             "owners": {"type": "array", "items": {"type": "string", "pattern": OWNER},
@@ -115,7 +116,7 @@ def pipeline_schema() -> dict[str, Any]:
                                     "severity": {"type": "string", "pattern": _SEVERITY,
                                                  "description": "ERROR or WARN (any case)"},
                                     "blocking": {"type": "boolean"},
-                                    "name": {"type": "string", "pattern": r"^[A-Za-z0-9_]+$"}}}
+                                    "name": {"type": "string", "pattern": rf"^[A-Za-z0-9_]+{END}"}}}
     defs["retry"] = {"type": "object", "additionalProperties": False, "required": ["max_retries"],
                      "properties": {"max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES},
                                     "delay": {"type": "number", "minimum": 0},

@@ -20,7 +20,10 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: step {self.step}: {self.message}" if self.step else f"{where}: {self.message}"
+        if not self.step:
+            return f"{where}: {self.message}"
+        step = self.step if self.step.isprintable() else repr(self.step)  # an id "mk\n" on one line, quoted
+        return f"{where}: step {step}: {self.message}"
 
 
 class PipelineError(Exception):

@@ -13,8 +13,12 @@ from dagster._core.definitions.assets.job.asset_job import IMPLICIT_ASSET_JOB_NA
 from dagster._core.definitions.target import ANONYMOUS_ASSET_JOB_PREFIX
 from dagster._core.definitions.utils import DISALLOWED_NAMES
 
+#: the end of a pattern, read alike by Python's ``re`` and a JSON Schema validator (ECMA 262): Python's ``$``
+#: also matches before a final line break, and so took the job name ``"job\n"`` (YAML's ``name: |``), which
+#: Dagster then refused for the whole pipeline. Python code matches these patterns with ``fullmatch`` too.
+END = r"(?!\n)$"
 #: letters, digits and _, not starting with a digit (job, op and group names)
-NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+NAME = rf"^[A-Za-z_][A-Za-z0-9_]*{END}"
 #: names Dagster refuses for a job or an op: Python keywords and its own (``input``, ``type``, ``config``…)
 RESERVED_NAMES: frozenset[str] = frozenset(DISALLOWED_NAMES)
 #: job names Dagster keeps for its asset jobs (``__ASSET_JOB``, ``__anonymous_asset_job…``): it accepts such a
@@ -22,7 +26,7 @@ RESERVED_NAMES: frozenset[str] = frozenset(DISALLOWED_NAMES)
 #: schedule and sensor with it. As a JSON Schema pattern; :func:`is_reserved_job_name` is Dagster's own test.
 RESERVED_JOB_NAMES = rf"^({re.escape(IMPLICIT_ASSET_JOB_NAME)}$|{re.escape(ANONYMOUS_ASSET_JOB_PREFIX)})"
 #: an asset owner as Dagster accepts it: an e-mail address or ``team:NAME``
-OWNER = r"^(team:.+|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7})$"
+OWNER = rf"^(team:.+|[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{{2,7}}){END}"
 
 _OWNER = re.compile(OWNER)
 _NAME = re.compile(NAME)
@@ -50,7 +54,7 @@ def name_like(text: str) -> str | None:
         fixed = f"p_{fixed}"
     if fixed in RESERVED_NAMES:
         fixed = f"{fixed}_pipeline"
-    return fixed if fixed and _NAME.match(fixed) else None
+    return fixed if fixed and _NAME.fullmatch(fixed) else None
 
 
 def is_reserved_job_name(name: str) -> bool:
@@ -60,7 +64,7 @@ def is_reserved_job_name(name: str) -> bool:
 
 def is_owner(text: str) -> bool:
     """Whether Dagster takes ``text`` as an asset owner."""
-    return bool(_OWNER.match(text))
+    return bool(_OWNER.fullmatch(text))
 
 
 def why_not_a_name(name: object) -> str:

@@ -56,7 +56,7 @@ NotifyRef = tuple[str, str]
 def parse_ref(inner: str) -> NotifyRef:
     """``run.status`` -> ("run", "status"); ``asset:sales/report`` -> ("asset", "sales/report")."""
     body = inner.strip()
-    if body.startswith("asset:") and _ASSET_KEY.match(body[6:].strip()):
+    if body.startswith("asset:") and _ASSET_KEY.fullmatch(body[6:].strip()):
         return "asset", body[6:].strip()
     if body.startswith("run.") and body[4:] in RUN_FIELDS:
         return "run", body[4:]

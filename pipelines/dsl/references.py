@@ -70,7 +70,7 @@ def _parse_ref(inner: str) -> Ref:
     if body.startswith(ENV + ".") and ":-" in body:
         body, default = body.split(":-", 1)
     parts = body.split(".")
-    bad = [p for p in parts if not _SEGMENT.match(p)]
+    bad = [p for p in parts if not _SEGMENT.fullmatch(p)]
     if not body or bad:
         raise ReferenceSyntaxError(f"{text} is not a reference; write ${{step.field}}, ${{env.NAME}} or ${{file:path}}")
     return Ref(parts[0], tuple(parts[1:]), text, default)

@@ -112,7 +112,7 @@ class _Checker:
         name = data.get("name")
         if name is None:
             self.add(("name",), "`name` is required: letters, digits and _ (it becomes the job name)")
-        elif not isinstance(name, str) or not _NAME.match(name):
+        elif not isinstance(name, str) or not _NAME.fullmatch(name):
             suggestion = name_like(name) if isinstance(name, str) else None
             hint = f"; e.g. {suggestion!r}" if suggestion else ""
             self.add(("name",), f"`name` {name!r} is not a valid job name: {why_not_a_name(name)} — use letters, "
@@ -202,8 +202,8 @@ class _Checker:
         if step_id is None:
             self.add((*path, "id"), "`id` is required: letters, digits and single _ (it becomes the op name)", label)
             ok = False
-        elif not isinstance(step_id, str) or not _NAME.match(step_id) or "__" in step_id:
-            why = why_not_a_name(step_id) if not isinstance(step_id, str) or not _NAME.match(step_id) \
+        elif not isinstance(step_id, str) or not _NAME.fullmatch(step_id) or "__" in step_id:
+            why = why_not_a_name(step_id) if not isinstance(step_id, str) or not _NAME.fullmatch(step_id) \
                 else "it contains __"
             suggestion = name_like(step_id) if isinstance(step_id, str) else None
             suggestion = re.sub("_+", "_", suggestion) if suggestion else None
@@ -369,7 +369,7 @@ class _Checker:
     def ref(self, ref: r.Ref, exact: bool, loc: tuple[str | int, ...], step: Step, by_id: Mapping[str, Step],
             has_trigger: bool, batch_ok: bool) -> str | None:
         if ref.root == r.ENV:
-            if len(ref.path) < 1 or not _ENV_NAME.match(ref.path[0]):
+            if len(ref.path) < 1 or not _ENV_NAME.fullmatch(ref.path[0]):
                 self.add(loc, f"{ref.text}: write ${{env.NAME}} with a variable name", step.id)
         elif ref.root == r.FILE:
             if not exact:

@@ -113,7 +113,7 @@ class Grant:
                                                      f"({exc})") from None
             return cls(type, role, email=address)  # type: ignore[arg-type]
         if type == "domain":
-            if not domain or not _DOMAIN.match(domain):
+            if not domain or not _DOMAIN.fullmatch(domain):
                 raise InvalidInput(f"{where}.domain", "must be a domain name such as example.com when type is 'domain'")
             return cls(type, role, domain=domain.lower())  # type: ignore[arg-type]
         if role == "owner":

@@ -157,7 +157,7 @@ class LocalDriveResource(Resource):
 
     def _item(self, conn: sqlite3.Connection, item_id: str | None, field: str) -> sqlite3.Row:
         key = self._key(item_id)
-        row = conn.execute("SELECT * FROM items WHERE id = ?", (key,)).fetchone() if _ID.match(key) else None
+        row = conn.execute("SELECT * FROM items WHERE id = ?", (key,)).fetchone() if _ID.fullmatch(key) else None
         if row is None:
             raise NotFound(f"{field}: no drive item with id {item_id!r}")
         return row

@@ -70,7 +70,7 @@ def find_null(value: Any, path: str = "") -> str | None:
 def media_type(value: str) -> str:
     """``type/subtype`` without parameters (Mailjet adds its own ``charset`` to text types)."""
     bare = value.split(";", 1)[0].strip().lower()
-    if not _MEDIA_TYPE.match(bare):
+    if not _MEDIA_TYPE.fullmatch(bare):
         raise ValueError(f"{value!r} is not a media type such as application/pdf")
     return bare
 
