@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
+from connector_ops.kernel.errors import ConfigurationError, ConnectorError, ConnectorOpsError
 from connector_ops.kernel.json_text import read_json
 from connector_ops.stdio import OutputError, json_text
 
@@ -74,10 +74,11 @@ def print_json(value: Any) -> None:
 
 
 def report(exc: ConnectorError) -> int:
-    """Print an action's error (body on stdout, one line on stderr) and return the exit code."""
+    """Print an action's error (body on stdout, one line on stderr) and return the exit code: 2 for a
+    configuration error whatever its status (``invoke``'s is the action's 500), as from every other command."""
     print_json(exc.body)
     click.echo(f"{PROG}: {exc.summary()}", err=True)
-    return exit_code(exc.status)
+    return 2 if isinstance(exc.__cause__, ConfigurationError) else exit_code(exc.status)
 
 
 def _action_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
@@ -313,6 +314,8 @@ def _run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
         return EXIT_INTERRUPTED if isinstance(exc.__cause__, KeyboardInterrupt) else 1
     except ConnectorError as exc:
         return report(exc)
+    except ConfigurationError as exc:  # worded as invoke words it
+        return report(ConnectorError(exc.status, {"message": f"configuration error: {exc}"}))
     except ConnectorOpsError as exc:
         return report(ConnectorError(exc.status, {"message": str(exc)}))
     except OutputError:  # printing failed, not the command (run's)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from connector_ops.kernel.disk import min_free_disk
-from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.errors import ConfigurationError
 from connector_ops.kernel.resource import Resource
 from connector_ops.kernel.secrets import mask_secret, masked
 
@@ -73,7 +73,7 @@ class Env:
             return default
         word = value.strip().lower()
         if word not in TRUE_WORDS | FALSE_WORDS:
-            raise InvalidInput(name, f"must be true or false ({'/'.join(sorted(TRUE_WORDS))} or "
+            raise ConfigurationError(name, f"must be true or false ({'/'.join(sorted(TRUE_WORDS))} or "
                                      f"{'/'.join(sorted(FALSE_WORDS))}), got {value!r}")
         return word in TRUE_WORDS
 
@@ -83,7 +83,7 @@ class Env:
         given = self.get(name) or default
         value = given.strip().lower()
         if value not in choices:
-            raise InvalidInput(name, f"must be one of {', '.join(choices)}, got {given!r}")
+            raise ConfigurationError(name, f"must be one of {', '.join(choices)}, got {given!r}")
         return value
 
     @property
@@ -150,12 +150,12 @@ def _platform_files(env: Env) -> Recipe:
     url = env.get("CONNECTOR_OPS_FILE_SERVER_URL", DEFAULT_FILE_SERVER_URL)
     problem = file_server_url_problem(url)
     if problem:  # checked here, where the variable's name is known
-        raise InvalidInput("CONNECTOR_OPS_FILE_SERVER_URL", problem)
+        raise ConfigurationError("CONNECTOR_OPS_FILE_SERVER_URL", problem)
     allowed = env.get(ALLOWED_HOSTS_ENV, "")
     try:
         AllowList.parse(allowed)
     except ValueError as exc:
-        raise InvalidInput(ALLOWED_HOSTS_ENV, str(exc)) from None
+        raise ConfigurationError(ALLOWED_HOSTS_ENV, str(exc)) from None
     return Recipe.of(PlatformFileStore, files_dir=env.path("CONNECTOR_OPS_FILES_DIR", "files"),
                      file_server_url=url, allowed_private_hosts=allowed, files_database_url=database,
                      min_free_disk=min_free_disk(env.environ))
@@ -169,7 +169,7 @@ def _virtual_files(env: Env) -> Recipe:
     url = env.get("CONNECTOR_OPS_DATABASE_URL")
     problem = database_url_problem(url) if url is not None else None
     if problem:  # checked here, where the variable's name is known; the value itself stays out of the recipe
-        raise InvalidInput("CONNECTOR_OPS_DATABASE_URL", problem)
+        raise ConfigurationError("CONNECTOR_OPS_DATABASE_URL", problem)
     if url is not None and not url.startswith("sqlite"):
         pool_settings(env.environ)  # a bad pool size is named now, not at the first action's connect
     default = f"sqlite:///{env.home / 'virtual_files.db'}"
@@ -207,7 +207,7 @@ def _smtp_port(env: Env) -> int | None:
         return None
     if not (value.isascii() and value.isdigit() and 1 <= int(value) <= 65535):
         # the value not repeated: a secret pasted into the wrong variable would be shown
-        raise InvalidInput("SMTP_PORT", "must be a port number (1 to 65535)")
+        raise ConfigurationError("SMTP_PORT", "must be a port number (1 to 65535)")
     return int(value)
 
 
@@ -215,7 +215,7 @@ def _smtp_ca_file(env: Env) -> str | None:
     """``SMTP_CA_FILE``, checked now so a wrong path names the variable instead of failing at the first send."""
     value = env.get("SMTP_CA_FILE")
     if value is not None and not Path(value).expanduser().is_file():
-        raise InvalidInput("SMTP_CA_FILE", f"no such file: {value}")
+        raise ConfigurationError("SMTP_CA_FILE", f"no such file: {value}")
     return value
 
 
@@ -261,7 +261,7 @@ assert tuple(BUILDERS) == RESOURCE_KEYS
 
 
 def recipes_for(keys: Iterable[str] = RESOURCE_KEYS, environ: Mapping[str, str] | None = None) -> dict[str, Recipe]:
-    """The recipes of ``keys`` from ``environ``. A bad setting raises ``InvalidInput`` naming the variable."""
+    """The recipes of ``keys`` from ``environ``. A bad setting raises ``ConfigurationError`` naming the variable."""
     env = Env(environ)
     return {key: BUILDERS[key](env) for key in keys}
 

@@ -145,9 +145,21 @@ def where_outputs_went(compiled: CompiledPipeline, outputs: dict[str, Any], reso
     return lines
 
 
+def _written_overrides(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--set`` values as the command line must write them: ``oops`` is a usage error (exit 2, on stderr),
+    not a problem of the pipeline file (exit 1, on stdout)."""
+    from connector_ops.pipelines.dsl.validate import override_syntax_problem
+
+    for item in values:
+        problem = override_syntax_problem(item)
+        if problem:
+            raise click.BadParameter(problem)
+    return values
+
+
 @pipeline.command()
 @click.argument("target", metavar="FILE|NAME")
-@click.option("--set", "overrides", multiple=True, metavar="STEP.FIELD=VALUE",
+@click.option("--set", "overrides", multiple=True, metavar="STEP.FIELD=VALUE", callback=_written_overrides,
               help="override a step input field (VALUE parsed as JSON when it is JSON); repeatable")
 @click.option("-v", "--verbose", is_flag=True, help="show Dagster's step log")
 @click.option("--full", is_flag=True, help=f"print whole outputs (default: lists cut to {PREVIEW_ITEMS} items)")
@@ -156,7 +168,8 @@ def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> N
 
     \b
     Exit codes: 0 every step succeeded; 1 a step failed (whatever its status, 400 and 404 included: the
-    step's error is printed) or the file does not validate; 2 no such file or pipeline, or a usage error;
+    step's error is printed) or the file does not validate; 2 no such file or pipeline, a configuration
+    error (a bad setting: the line names the variable) or a usage error (a --set not written step.field=value);
     130 interrupted (Ctrl-C).
     """
     path = resolve_target(target)

@@ -312,7 +312,8 @@ def test_cli_refuses_bad_options_naming_them(env, tmp_path, capsys, monkeypatch)
     assert json.loads(capsys.readouterr().out)["contentType"] == "text/csv; charset=iso8859-1"
     monkeypatch.setenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS", "a:b:c")  # a 500 "invalid PlatformFileStore"
     assert main(["files", "add", str(source)]) == 2
-    assert "(400): CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS: cannot read 'a:b:c'" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "(400): configuration error: CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS: cannot read 'a:b:c'" in said
     monkeypatch.delenv("CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -345,4 +346,4 @@ def test_a_bad_file_server_url_names_the_variable(env, monkeypatch, url, problem
     assert info.value.body["message"].startswith(f"configuration error: CONNECTOR_OPS_FILE_SERVER_URL: {problem}")
     assert main(["files", "serve"]) == 2
     said = capsys.readouterr().err
-    assert f"(400): CONNECTOR_OPS_FILE_SERVER_URL: {problem}" in said and "S3cretPw" not in said
+    assert f"(400): configuration error: CONNECTOR_OPS_FILE_SERVER_URL: {problem}" in said and "S3cretPw" not in said

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from connector_ops.kernel.errors import ActionFailed, InvalidInput
+from connector_ops.kernel.errors import ActionFailed, ConfigurationError
 
 MIN_FREE_DISK_VARIABLE = "CONNECTOR_OPS_MIN_FREE_DISK"
 #: 1 GiB: room for what the other processes of the host still write once we stop (Dagster's run and event
@@ -75,7 +75,7 @@ def size_setting(variable: str, default: int, environ: Mapping[str, str] | None 
     try:
         return parse_size(value)
     except ValueError as exc:
-        raise InvalidInput(variable, str(exc)) from None
+        raise ConfigurationError(variable, str(exc)) from None
 
 
 def min_free_disk(environ: Mapping[str, str] | None = None) -> int:

@@ -88,6 +88,15 @@ class InvalidInput(ConnectorOpsError):
         super().__init__(f"{field}: {problem}" if field else problem)
 
 
+class ConfigurationError(InvalidInput):
+    """A setting (an environment variable connector-ops reads) is wrong: the deployment's input, named.
+
+    One rule wherever it is met (README, Exit codes): the command line exits 2, and its line says
+    ``configuration error: VARIABLE: problem``, whichever command met it. ``invoke()`` and the CLI's ``invoke``
+    keep the action's 500 body (the caller's input was fine; the service cannot run it), so a script told
+    ``failed (400)`` by ``gc`` and ``failed (500)`` by ``invoke`` for one variable sees exit 2 from both."""
+
+
 class NotFound(ConnectorOpsError):
     """A virtual file, platform file, drive item … does not exist."""
 

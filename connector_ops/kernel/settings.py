@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.errors import ConfigurationError
 
 
 def count_setting(variable: str, default: int, *, least: int, what: str,
@@ -22,5 +22,5 @@ def count_setting(variable: str, default: int, *, least: int, what: str,
         return default
     text = value.strip()
     if not (text.isascii() and text.isdigit() and int(text) >= least):
-        raise InvalidInput(variable, f"must be a whole number of {what}, at least {least}, got {value!r}")
+        raise ConfigurationError(variable, f"must be a whole number of {what}, at least {least}, got {value!r}")
     return int(text)

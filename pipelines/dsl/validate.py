@@ -625,6 +625,15 @@ def _set_in(step: dict[str, Any], parts: list[str], value: Any) -> tuple[str | N
     return None, [*made, tuple(keys[1:])]
 
 
+def override_syntax_problem(item: str) -> str | None:
+    """What is wrong with how one ``--set`` is written (no ``=``, no ``step.field``), whatever the file: the
+    command line's usage error (``pipeline run`` exits 2 for it, before reading the file)."""
+    target, sep, _ = item.partition("=")
+    if not sep or len(target.strip().split(".")) < 2:
+        return f"{item!r}: write --set step.field=value"
+    return None
+
+
 def apply_overrides(data: Any, overrides: Iterable[str],
                     placed: dict[SourcePath, tuple[str, int]] | None = None) -> Any:
     """``--set step.field[.sub]=value`` edits of the raw file (value parsed as JSON when it is JSON).
@@ -634,11 +643,12 @@ def apply_overrides(data: Any, overrides: Iterable[str],
     validator then finds in that value (or in a field the action lacks) is the override's."""
     problems = []
     for position, item in enumerate(overrides, start=1):
-        target, sep, text = item.partition("=")
-        parts = target.strip().split(".")
-        if not sep or len(parts) < 2:
-            problems.append(Problem("--set", 1, f"{item!r}: write --set step.field=value"))
+        syntax = override_syntax_problem(item)
+        if syntax:
+            problems.append(Problem("--set", 1, syntax))
             continue
+        target, _, text = item.partition("=")
+        parts = target.strip().split(".")
         try:
             value = json.loads(text)
         except ValueError:

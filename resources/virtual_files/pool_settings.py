@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.errors import ConfigurationError
 from connector_ops.kernel.settings import count_setting
 
 POOL_SIZE_VARIABLE = "CONNECTOR_OPS_DATABASE_POOL_SIZE"
@@ -32,7 +32,7 @@ def pool_settings(environ: Mapping[str, str] | None = None) -> dict[str, int]:
         "pool_timeout": count_setting(POOL_TIMEOUT_VARIABLE, 30, least=1, what="seconds", environ=environ),
     }
     if settings["pool_size"] + settings["max_overflow"] < LEAST_CONNECTIONS:
-        raise InvalidInput(MAX_OVERFLOW_VARIABLE, (
+        raise ConfigurationError(MAX_OVERFLOW_VARIABLE, (
             f"{POOL_SIZE_VARIABLE}={settings['pool_size']} and {MAX_OVERFLOW_VARIABLE}={settings['max_overflow']} "
             f"allow {settings['pool_size'] + settings['max_overflow']} connection, and an action may need "
             f"{LEAST_CONNECTIONS} at once (a Map reads its file on one while it stores its rows on the other)"))
