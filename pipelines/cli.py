@@ -234,13 +234,12 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     to (run history: the Dagster instance of DAGSTER_HOME)."""
     import os
 
-    import dagster as dg
-
     from connector_ops.pipelines.gc import collect, parse_duration
+    from connector_ops.pipelines.instance import home_instance
     from connector_ops.resources.virtual_files.step_outputs import StepOutputs
 
     age = parse_duration(older_than)
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else None
+    instance = home_instance()
     if instance is None:
         print("connector-ops: warning: DAGSTER_HOME is not set, so there is no run or asset history to consult; "
               f"only age protects a file (files made in the last {older_than} are kept)", file=sys.stderr)

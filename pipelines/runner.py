@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -22,6 +21,7 @@ from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.ops.io_manager import capped_in_memory_io_manager
 from connector_ops.pipelines.dsl import CompiledPipeline
 from connector_ops.pipelines.dsl.checks import CHECK_NODE_SUFFIX
+from connector_ops.pipelines.instance import home_instance
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +72,8 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
             instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
     """Run any job in this process, keeping its default config, without Dagster's console log unless
     ``verbose``. A failed step does not raise (see ``result.success``); a definition problem does."""
-    if instance is None and os.environ.get("DAGSTER_HOME"):
-        instance = dg.DagsterInstance.get()
+    if instance is None:
+        instance = home_instance()
     options: dict[str, Any] = {"resources": dict(resources), "raise_on_error": False, "instance": instance}
     with unawaited_loop_cleanup_ignored():
         if verbose:
@@ -96,7 +96,7 @@ def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, ve
     """
     resources = {"io_manager": capped_in_memory_io_manager, **resources}
     if instance is None:  # the mails and the step warnings are read from the run's log afterwards
-        instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+        instance = home_instance() or dg.DagsterInstance.ephemeral()
     result = run_job(compiled.job, resources, verbose=verbose, instance=instance)
     if compiled.pipeline.notify:
         from connector_ops.pipelines.notifications import notify_run

@@ -1,0 +1,61 @@
+"""The Dagster instance of ``DAGSTER_HOME``, as every command-line path opens it (``pipeline run``, ``gc``, the
+``%pipeline`` magic).
+
+Opening the instance of a new home creates its SQLite storage (``history/runs.db``, ``history/runs/index.db``,
+``schedules/schedules.db``) and stamps each with its Alembic revision. Two processes doing that at once (two cron
+jobs, ``gc`` and ``pipeline run``, starting together on a fresh home) both stamp: one fails with ``Version table
+'alembic_version' has more than one head present``, and the home stays broken for every later command
+(upstream dagster-io/dagster#27390). So the first creation is done under an exclusive ``flock`` on a file in the
+home; once the storage exists, opening takes the lock shared (one system call, never waiting but for a creation
+under way, which a process that merely saw the files appear must not read half-stamped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+
+from connector_ops.kernel.errors import ConfigurationError
+
+#: the lock file, in DAGSTER_HOME
+LOCK_FILE = ".connector_ops.instance.lock"
+#: what the default (SQLite) storage creates when the instance is first opened
+SQLITE_STORAGE = ("history/runs.db", "history/runs/index.db", "schedules/schedules.db")
+
+
+def home_instance() -> dg.DagsterInstance | None:
+    """The instance of ``DAGSTER_HOME``, or ``None`` when it is unset. A home that is not an absolute path to a
+    folder is a configuration error naming the variable (Dagster's own error was a 500)."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return None
+    path = Path(home)
+    if not path.is_absolute():
+        raise ConfigurationError("DAGSTER_HOME", f"must be an absolute path, got {home!r}")
+    if not path.is_dir():
+        raise ConfigurationError("DAGSTER_HOME", f"{home} is not a folder (create it, or point DAGSTER_HOME at one)")
+    with _storage_lock(path):
+        return dg.DagsterInstance.get()
+
+
+@contextlib.contextmanager
+def _storage_lock(home: Path) -> Iterator[None]:
+    """Exclusive while the SQLite storage is not all there yet (or the instance stores elsewhere: PostgreSQL's
+    first migration is no safer), shared once it is. A home the process cannot write to is opened unlocked:
+    nothing can be created there anyway."""
+    created = all((home / name).exists() for name in SQLITE_STORAGE)
+    try:
+        fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if created else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -1,0 +1,76 @@
+"""The instance of DAGSTER_HOME as the command line opens it (:mod:`connector_ops.pipelines.instance`).
+
+Two cron jobs starting together on a new home both created its SQLite storage: one failed with ``Version table
+'alembic_version' has more than one head present``, and every later command on that home failed the same way
+(upstream dagster-io/dagster#27390). A relative or missing home exited 1 with Dagster's invariant error."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from connector_ops.kernel.errors import ConfigurationError
+from connector_ops.pipelines.instance import SQLITE_STORAGE, home_instance
+
+#: each process opens the instance at the same moment (after its slow imports), and lists runs
+OPEN_AT = """
+import sys, time
+from connector_ops.pipelines.instance import home_instance
+start = float(sys.argv[1])
+time.sleep(max(0.0, start - time.time()))
+home_instance().get_runs(limit=1)
+"""
+
+
+def open_together(home: Path, processes: int) -> list[subprocess.CompletedProcess[str]]:
+    start = f"{time.time() + 8:.3f}"  # every process has imported Dagster by then
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    running = [subprocess.Popen([sys.executable, "-c", OPEN_AT, start], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(processes)]
+    done = []
+    for process in running:
+        out, err = process.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    return done
+
+
+def test_six_first_opens_of_a_new_home_at_once_all_succeed_and_leave_it_whole(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    for attempt in range(3):  # the race without the lock: about one new home in two
+        home = tmp_path / f"home{attempt}"
+        home.mkdir()
+        (home / "dagster.yaml").touch()
+        results = open_together(home, 6)
+        assert [r.returncode for r in results] == [0] * 6, [r.stderr[-600:] for r in results if r.returncode]
+        for name in SQLITE_STORAGE:  # one Alembic revision each: "more than one head" otherwise, for ever
+            with sqlite3.connect(home / name) as db:
+                assert db.execute("SELECT count(*) FROM alembic_version").fetchone()[0] == 1, name
+        monkeypatch.setenv("DAGSTER_HOME", str(home))
+        assert home_instance().get_runs(limit=1) == []  # and the home serves the next command
+
+
+@pytest.mark.parametrize("home, problem", [
+    ("relative/home", "must be an absolute path, got 'relative/home'"),
+    ("/no/such/dagster-home", "/no/such/dagster-home is not a folder"),
+])
+def test_a_home_that_is_no_folder_is_a_configuration_error_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, home: str, problem: str) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", home)
+    with pytest.raises(ConfigurationError, match=r"^DAGSTER_HOME: ") as caught:
+        home_instance()
+    assert problem in str(caught.value)
+
+
+def test_gc_on_a_relative_home_exits_2(env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture) -> None:
+    from connector_ops.cli import main
+
+    monkeypatch.setenv("DAGSTER_HOME", "relative/home")
+    assert main(["gc", "--dry-run"]) == 2
+    assert "configuration error: DAGSTER_HOME: must be an absolute path" in capsys.readouterr().err
