@@ -12,24 +12,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from connector_ops.cli import answered
-from connector_ops.environment import RESOURCE_KEYS
-from connector_ops.pipelines.catalog import (
-    CODE_NODES,
-    find_pipeline,
-    node_names,
-    pipeline_files,
-    pipelines_dir_problem,
-    read_catalog,
-)
-from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
-from connector_ops.pipelines.runner import PipelineRun, run_compiled
-from connector_ops.session import Session
 from connector_ops.stdio import json_text
+
+if TYPE_CHECKING:  # each command imports what it runs: `--help` and TAB completion load no Dagster nor pydantic
+    from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError
+    from connector_ops.pipelines.runner import PipelineRun
 
 
 def _print_problems(exc: PipelineError, stream: TextIO | None = None) -> None:
@@ -46,6 +38,9 @@ def pipeline() -> None:
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 def validate(files: tuple[str, ...]) -> None:
     """Check pipeline files without running them (every problem with file:line and step; exit 1 if any)."""
+    from connector_ops.pipelines.catalog import CODE_NODES, node_names
+    from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+
     failed = False
     for file in files:
         try:
@@ -66,6 +61,9 @@ def validate(files: tuple[str, ...]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def list_pipelines(as_json: bool) -> None:
     """List the pipelines the Definitions load; files that do not load are reported (stderr, exit 1)."""
+    from connector_ops.pipelines.catalog import read_catalog
+    from connector_ops.pipelines.dsl import PipelineError
+
     catalog = read_catalog()
     compiled = catalog.pipelines
     if as_json:
@@ -82,6 +80,8 @@ def list_pipelines(as_json: bool) -> None:
 
 
 def resolve_target(target: str) -> Path:
+    from connector_ops.pipelines.catalog import find_pipeline, pipeline_files, pipelines_dir_problem
+
     path = Path(target)
     if path.is_file():
         return path
@@ -172,6 +172,10 @@ def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> N
     error (a bad setting: the line names the variable) or a usage error (a --set not written step.field=value);
     130 interrupted (Ctrl-C).
     """
+    from connector_ops.environment import RESOURCE_KEYS
+    from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+    from connector_ops.session import Session
+
     path = resolve_target(target)
     try:
         compiled = compile_pipeline(load_pipeline(path, overrides=list(overrides)))
@@ -183,6 +187,8 @@ def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> N
 
 
 def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, verbose: bool, full: bool) -> None:
+    from connector_ops.pipelines.runner import run_compiled
+
     print(f"running {compiled.pipeline.name} ({path}) in process …", file=sys.stderr)
     run = run_compiled(compiled, resources, verbose=verbose)
     answered()  # the run has ended: a Ctrl-C while its outcome is printed and the session closes changes nothing
@@ -237,6 +243,7 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     from connector_ops.pipelines.gc import collect, parse_duration
     from connector_ops.pipelines.instance import home_instance
     from connector_ops.resources.virtual_files.step_outputs import StepOutputs
+    from connector_ops.session import Session
 
     age = parse_duration(older_than)
     instance = home_instance()
