@@ -244,12 +244,14 @@ class StoreCore(Resource):
         )
 
     @staticmethod
-    def new_table(conn: sa.Connection, vf_id: str, names: Sequence[str]) -> VirtualFileInfo:
-        """A new row table with ``names`` as its columns, catalogued under ``vf_id``."""
+    def new_table(conn: sa.Connection, vf_id: str, names: Sequence[str], *, build: bool = True) -> VirtualFileInfo:
+        """A new row table with ``names`` as its columns, for ``vf_id``; not ``build``: only named, for a
+        :class:`~.writing.RowWriter` that creates it with the columns its first rows add."""
         check_column_names(names, "schema")
         table_name = f"vf_{uuid.uuid4().hex}"
         info = VirtualFileInfo(vf_id, table_name, 1, tuple(names), tuple(range(len(names))), frozenset())
-        info.table.create(conn)
+        if build:
+            info.table.create(conn)
         return info
 
     @staticmethod

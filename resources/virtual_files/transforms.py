@@ -142,14 +142,15 @@ def _sliced(pages: Iterable[list[tuple]], size: int) -> Iterator[list[tuple]]:
 def _write_pages(writer: RowWriter, pages: Iterable[list[Mapping[str, str | None]]]) -> None:
     """Pages of rows (dicts) as tuples of the writer's columns, consumed lazily through one
     ``write_batches`` (one ``COPY``) for as long as the rows bring no new keys. At a row that does, that
-    stream ends, the columns are added, and the next one starts with that row."""
+    stream ends, the new keys of the rest of its page are added at once (in the order they appear), and the
+    next stream starts with that row."""
     pages = iter(pages)
     while True:
         held: list[list[Mapping[str, str | None]]] = []
         writer.write_batches(writer.names, _known_rows(pages, list(writer.names), held))
         if not held:
             return
-        writer.ensure_columns(held[0][0])
+        writer.ensure_columns(key for row in held[0] for key in row)  # the page's new keys together
         pages = itertools.chain(held, pages)
 
 
