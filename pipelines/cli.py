@@ -256,6 +256,8 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
             stores["virtual_files"].check_exists()  # the home's own database, not there yet, is one (collect)
         if dry_run:  # a dry run changes nothing: not even the store's start removes a killed writer's leftovers
             stores["platform_files"].keep_leftovers()
+        else:  # and a real one removes them whenever the last start swept (a start sweeps once an hour)
+            stores["platform_files"].sweep()
         result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run,
                          step_outputs=StepOutputs(stores["virtual_files"].database_url))
         answered()  # removed: a Ctrl-C while the session closes and the result is printed changes nothing

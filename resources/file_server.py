@@ -138,6 +138,7 @@ def serve(store: PlatformFileStore, sock: socket.socket) -> None:
     """Serve the store's files on ``sock`` (:func:`listening_socket`) until interrupted."""
     import uvicorn
 
+    store.sweep()  # the server's start removes crash leftovers, however recently another process did
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn.Config(create_app(store), host=host, port=port, log_level="info"))
     server.run(sockets=[sock])

@@ -27,7 +27,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 from pydantic import PrivateAttr, field_validator
 
-from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unclaimed
+from connector_ops.kernel.atomic import atomic_write, sweep_due, sweep_leftovers, sweep_unclaimed
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of, link_shown
 from connector_ops.kernel.fence import check_fence
@@ -62,7 +62,7 @@ _OWN_TYPES = {(".ndjson", ".jsonl"): "application/x-ndjson", (".parquet", ".pq")
 def _sweep_undescribed(root: Path) -> None:
     """The data of files whose writer died between putting the data in place and its descriptor (``create``
     renames one, then writes the other): no descriptor, so no inventory, ``gc`` or reader would see it."""
-    sweep_unclaimed(root, lambda name: not _ID.fullmatch(name) or (root / f"{name}.json").exists())
+    sweep_unclaimed(root, lambda name, present: not _ID.fullmatch(name) or f"{name}.json" in present)
 
 
 def guess_content_type(name: str) -> str:
@@ -181,8 +181,8 @@ class PlatformFileStore(Resource):
 
     def keep_leftovers(self) -> None:
         """Leave the crash leftovers of ``files_dir`` alone in this process: its start removes them otherwise
-        (:attr:`root`). For what must change nothing — ``gc --dry-run`` lists what would go; a later start of
-        the store, or ``gc`` without ``--dry-run``, removes them."""
+        (:attr:`root`, once an hour). For what must change nothing — ``gc --dry-run`` lists what would go; ``gc``
+        without ``--dry-run`` removes them (:meth:`sweep`), or the first start of the store after the hour."""
         self._swept = True
 
     def set_resolver(self, resolver: Resolver) -> None:
@@ -212,12 +212,26 @@ class PlatformFileStore(Resource):
     @property
     def root(self) -> Path:
         root = Path(self.files_dir)
-        if not self._swept:  # the store's start: remove what writers killed mid-write left behind
+        if not self._swept:  # the store's start: what writers killed mid-write left, once an hour per folder
             root.mkdir(parents=True, exist_ok=True)
-            sweep_leftovers(root)
-            _sweep_undescribed(root)
+            if sweep_due(root):
+                self._sweep(root)
             self._swept = True
         return root
+
+    def sweep(self) -> None:
+        """Remove the crash leftovers of ``files_dir`` now, however recently a start swept it (``gc``,
+        ``files serve``); a folder not made yet is left unmade, a database store has none."""
+        root = Path(self.files_dir)
+        if self.files_database_url is None and root.is_dir():
+            sweep_due(root)  # dated: the starts of the next hour need not sweep again
+            self._sweep(root)
+            self._swept = True
+
+    @staticmethod
+    def _sweep(root: Path) -> None:
+        sweep_leftovers(root)
+        _sweep_undescribed(root)
 
     @property
     def _prefix(self) -> str:

@@ -14,6 +14,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import IO
 
@@ -91,14 +92,41 @@ def sweep_leftovers(folder: str | os.PathLike[str], min_age_s: float = SWEEP_MIN
     return removed
 
 
-def sweep_unclaimed(folder: str | os.PathLike[str], claimed: Callable[[str], bool],
+def sweep_unclaimed(folder: str | os.PathLike[str], claimed: Callable[[str, AbstractSet[str]], bool],
                     min_age_s: float = SWEEP_MIN_AGE_S) -> None:
-    """Remove the files of ``folder`` that no record claims (``claimed(name)`` false) and that are older than
-    ``min_age_s``: data a writer killed between putting it in place and recording it left behind, which no
-    listing would ever show. A younger one is left to its writer, which may be at that step."""
+    """Remove the files of ``folder`` that no record claims (``claimed(name, every name in the folder)``
+    false) and that are older than ``min_age_s``: data a writer killed between putting it in place and
+    recording it left behind, which no listing would ever show. A younger one is left to its writer, which
+    may be at that step. The folder is read once: a record beside its data (``<id>.json``) is looked up in
+    the names, not by a ``stat`` each (40,000 files: 0.9 s)."""
     now = time.time()
-    for entry in os.scandir(folder):
-        if not entry.name.startswith(TEMP_PREFIX) and not claimed(entry.name):
+    entries = list(os.scandir(folder))
+    names = {entry.name for entry in entries}
+    for entry in entries:
+        if not entry.name.startswith(TEMP_PREFIX) and not claimed(entry.name, names):
             with contextlib.suppress(OSError):
                 if now - entry.stat(follow_symlinks=False).st_mtime >= min_age_s:
                     os.unlink(entry.path)
+
+
+#: a folder's crash leftovers are looked for at most this often by the processes that start on it
+SWEEP_INTERVAL_S = 3600.0
+#: the file whose mtime says when a folder was last swept (:func:`sweep_due`)
+SWEPT_STAMP = ".swept"
+
+
+def sweep_due(folder: str | os.PathLike[str], interval_s: float = SWEEP_INTERVAL_S) -> bool:
+    """Whether ``folder`` was not swept in the last ``interval_s`` (its :data:`SWEPT_STAMP` older, or none);
+    if so the stamp is dated now, so that the processes starting after this one leave the sweep to it.
+
+    A sweep reads the whole folder, and every process used to do it at its start (each CLI Push, each
+    Dagster step, the file server's first request): 0.9 s at 40,000 files. Leftovers are rare (a writer
+    killed mid-write) and harmless until removed, so finding them within the interval is enough. A stamp
+    that cannot be written (a read-only folder) leaves the sweep to every start, as before."""
+    stamp = Path(folder) / SWEPT_STAMP
+    with contextlib.suppress(OSError):
+        if time.time() - stamp.stat().st_mtime < interval_s:
+            return False
+    with contextlib.suppress(OSError):
+        stamp.touch()
+    return True

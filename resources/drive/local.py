@@ -124,7 +124,7 @@ class LocalDriveResource(Resource):
         upload renames the one, then commits the other)."""
         with self._db() as conn:
             listed = {row[0] for row in conn.execute("SELECT id FROM items")}
-        sweep_unclaimed(items, listed.__contains__)
+        sweep_unclaimed(items, lambda name, _present: name in listed)
 
     def _blob(self, item_id: str) -> Path:
         return self.root / "items" / item_id
