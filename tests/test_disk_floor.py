@@ -301,6 +301,29 @@ def test_reads_and_what_makes_room_go_on_below_the_floor(env, tmp_path, monkeypa
 
 
 @sqlite_only
+def test_the_first_write_to_a_store_in_a_folder_not_made_yet(env, tmp_path, monkeypatch):
+    """The floor measured the store's folder before the store made it: the first Push to a SQLite URL in a
+    new folder, and an Append Rows (even of no rows) on a new home, were a 500 ``FileNotFoundError``. A folder
+    not made yet is measured on the disk it will be made on (its nearest existing parent); refused, the write
+    leaves it unmade."""
+    new = tmp_path / "new" / "deeper"
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", f"sqlite:///{new / 'store.db'}")
+    pf = resources_for(["platform_files"])["platform_files"].add_bytes(b"a,b\n1,2\n", "a.csv")
+    monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, far_above(tmp_path))
+    assert_worded(refused("etl.push", {"platformFile": pf.to_json()}), new)
+    assert not (tmp_path / "new").exists()
+
+    monkeypatch.delenv(MIN_FREE_DISK_VARIABLE)  # the default floor, far below this disk's free space
+    vf = invoke("etl.push", {"platformFile": pf.to_json()})["virtualFileId"]
+    assert invoke("etl.iterate", {"content": vf, "maxBatchSize": 5})["content"] == [{"a": "1", "b": "2"}]
+    assert (new / "store.db").is_file()
+
+    monkeypatch.delenv("CONNECTOR_OPS_DATABASE_URL")
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path / "fresh"))
+    assert invoke("etl.append_rows", {"rows": []}) == "ok"  # the documented no-op
+
+
+@sqlite_only
 def test_0_turns_the_check_off(env, tmp_path, monkeypatch):
     monkeypatch.setenv(MIN_FREE_DISK_VARIABLE, "0")
     files = resources_for(["platform_files"])["platform_files"]

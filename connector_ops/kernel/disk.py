@@ -93,9 +93,23 @@ class DiskFull(DiskBelowFloor):
 
 
 def free_space(folder: str) -> int:
-    """The bytes an unprivileged writer may still write on the disk of ``folder``."""
-    stats = os.statvfs(folder)
-    return stats.f_bavail * stats.f_frsize
+    """The bytes an unprivileged writer may still write on the disk of ``folder``.
+
+    A folder not made yet is measured where it will be made: on the disk of its nearest existing parent
+    (a new ``CONNECTOR_OPS_HOME``, a SQLite URL in a new folder). The check comes before the writer makes its
+    folder, and a write refused must not leave an empty one behind; ``statvfs`` of the missing folder itself
+    made the first Push to such a store a 500 ``FileNotFoundError``."""
+    path = os.path.abspath(folder)
+    while True:
+        try:
+            stats = os.statvfs(path)
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                raise
+            path = parent
+            continue
+        return stats.f_bavail * stats.f_frsize
 
 
 def disk_full(folder: str, min_free: int, detail: str = "", done: str = "nothing was written") -> DiskFull:
