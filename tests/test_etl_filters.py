@@ -398,6 +398,33 @@ def test_a_filter_with_more_patterns_than_the_regex_cache_compiles_each_once(sto
     assert _compile_regex.cache_info().misses - before <= 2 * 3 * 300
 
 
+def test_repeated_regex_queries_leave_the_finder_registry_bounded_on_sqlite(tmp_path):
+    """A sensor or notebook loop running one $regex Query: SQLite's UDF registry gained an entry per call,
+    forever (the cached finder outlived each statement, so its weak entries never died). 500 Queries, of
+    one pattern and of 500 distinct ones, add at most about the finder cache's worth."""
+    import gc
+
+    from connector_ops.resources.virtual_files import filters
+    from tests.conftest import resources_on
+    from tests.virtual_files import StoreForTests
+
+    resources = resources_on(f"sqlite:///{tmp_path / 'vf.db'}", tmp_path / "home")
+    vf = StoreForTests.of(resources["virtual_files"]).create_from_rows([{"a": "Ada"}, {"a": "Bob"}])
+    gc.collect()
+    before = len(filters._LIVE_FINDERS)
+    for _ in range(500):
+        assert invoke("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": "^A"}}}, resources) == {
+            "result": [{"a": "Ada"}]}
+    gc.collect()
+    assert len(filters._LIVE_FINDERS) <= before + 1
+    for i in range(500):
+        invoke("etl.query", {"virtualFileId": vf, "query": {"a": {"$regex": f"^A{i}"}}}, resources)
+    gc.collect()
+    # at most the finder cache's worth, and those of the statement a compiled-statement cache keeps (one
+    # shape); ``before`` holds the finders of statements other tests left in those caches
+    assert len(filters._LIVE_FINDERS) <= before + filters._finder.cache_info().maxsize + 2
+
+
 NUL = "x\x00y"
 #: filters naming the row ``{"a": NUL}`` (Push and Append Rows keep it on SQLite), and the field each names
 NUL_FILTERS = [

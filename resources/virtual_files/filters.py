@@ -33,7 +33,6 @@ The rules that make the SQL agree with MongoDB (differentially tested against mo
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 import re
 import unicodedata
@@ -633,10 +632,10 @@ def _balanced(combine: Callable[..., sa.ColumnElement[bool]], parts: list[sa.Col
 
 
 # -- $regex on each database ---------------------------------------------------------------------
-#: the finder of each ``$regex`` leaf of the SQLite statements that exist now, by the key the statement
-#: passes to ``cop_regexp``; an entry goes with its statement (:class:`_HoldsFinder`)
+#: each live finder of a ``$regex`` leaf, by the key SQLite statements pass to ``cop_regexp`` (the finder's
+#: ``id``): held by a statement (:class:`_HoldsFinder`) or by ``_finder``'s cache, it goes when both let go,
+#: so the entries are at most the cache's 256 plus the patterns of the statements that exist now
 _LIVE_FINDERS: weakref.WeakValueDictionary[str, Callable[[str], bool]] = weakref.WeakValueDictionary()
-_FINDER_KEYS = itertools.count()
 
 
 def _sqlite_regexp(key: str, value: str | None) -> int:
@@ -663,9 +662,19 @@ class _HoldsFinder(_Parens):
         self.finder = finder
 
 
-def _sqlite_regex(column: sa.ColumnElement, node: Regex) -> sa.ColumnElement[bool]:
-    finder, key = node.found, str(next(_FINDER_KEYS))
+def _finder_key(finder: Callable[[str], bool]) -> str:
+    """The key ``cop_regexp`` finds ``finder`` by: one per finder, not per statement. A new key per call
+    (a counter) left an entry for every Query ever run, as the cached finder outlived each statement
+    (a loop of one $regex Query: 170 MB per million). An ``id`` is only reused once its finder is gone,
+    and with it its entry."""
+    key = f"{id(finder):x}"
     _LIVE_FINDERS[key] = finder
+    return key
+
+
+def _sqlite_regex(column: sa.ColumnElement, node: Regex) -> sa.ColumnElement[bool]:
+    finder = node.found
+    key = _finder_key(finder)
     return _HoldsFinder(sa.func.cop_regexp(key, column) == 1, finder)
 
 
