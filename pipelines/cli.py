@@ -275,6 +275,9 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     if result.step_output_runs or result.kept_step_output_runs:
         print(f"{verb} the step outputs of {len(result.step_output_runs)} run(s); kept those of "
               f"{result.kept_step_output_runs}")
+    if result.array_positions or result.kept_array_positions:
+        print(f"{verb} {result.array_positions} inline-array Iterate position(s) not moved since the cutoff; kept "
+              f"{result.kept_array_positions}")
     print(f"{verb} {len(result.virtual_files)} virtual file(s) and {len(result.platform_files)} platform file(s); "
           f"kept {result.kept_virtual_files} and {result.kept_platform_files} (made after "
           f"{result.cutoff:%Y-%m-%d %H:%M:%S} UTC or still referred to)")

@@ -21,6 +21,10 @@ is kept when something may still read it, and removed otherwise:
   out any file made before it ended, so it keeps them all (:class:`UnweighedRun`, named in its output) until
   the job has a newer successful run — run each job once after an upgrade — or the run is no longer recent.
 
+An inline array's Iterate position (the one the store keeps per array content until its last batch) goes
+once it has not moved since the cutoff: nothing else refers to it, and the next Iterate over that array
+starts again at its first item, as after its last batch.
+
 Step outputs kept in the database by our IO manager (:mod:`connector_ops.ops.io_manager`) go with their run:
 a run's outputs are removed once its newest output is older than the cutoff and the run is neither recent
 nor an ancestor of a recent run (:func:`recent_runs`; a run unknown to the instance is not recent);
@@ -129,6 +133,9 @@ class Collection:
     kept_platform_files: int = 0
     step_output_runs: list[str] = field(default_factory=list)
     kept_step_output_runs: int = 0
+    #: inline arrays' Iterate positions not moved since the cutoff, removed (would be), and those kept
+    array_positions: int = 0
+    kept_array_positions: int = 0
     history: bool = True
     stored: bool = True  # False: nothing was ever stored in either store (a new home, a new database)
     compaction: Compaction | None = None  # the disk space a SQLite database gave back (or would)
@@ -142,6 +149,7 @@ class Collection:
                 "virtualFiles": {"removed": self.virtual_files, "kept": self.kept_virtual_files},
                 "platformFiles": {"removed": self.platform_files, "kept": self.kept_platform_files},
                 "stepOutputs": {"removedRuns": self.step_output_runs, "keptRuns": self.kept_step_output_runs},
+                "arrayPositions": {"removed": self.array_positions, "kept": self.kept_array_positions},
                 "compaction": compacted,
                 "unweighedRuns": [run.to_json() for run in self.unweighed_runs]}
 
@@ -177,6 +185,9 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
         return result
     if step_outputs is not None:
         _collect_step_outputs(step_outputs, recent, result)
+    # nothing refers to a position but its next Iterate: age alone decides
+    result.array_positions, result.kept_array_positions = virtual_files.collect_array_positions(cutoff,
+                                                                                               dry_run=dry_run)
     result.compaction = virtual_files.compact(dry_run=dry_run)  # last: what was removed is given back too
     return result
 

@@ -718,3 +718,68 @@ def test_a_dry_run_leaves_a_killed_writers_leftovers_where_they_are(tmp_path):
     said = CliRunner().invoke(gc_command, ["--older-than", "0s", "--json"], env=env)
     assert said.exit_code == 0, said.output
     assert os.listdir(files.files_dir) == [SWEPT_STAMP]  # swept by gc, however recently a start did
+
+
+def _array_positions(url: str) -> dict[str, tuple[int, datetime | None]]:
+    from connector_ops.resources.virtual_files.catalog import array_cursor
+
+    probe = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with probe.connect() as conn:
+            return {d: (p, t) for d, p, t in conn.execute(sa.select(array_cursor)).all()}
+    finally:
+        probe.dispose()
+
+
+def test_inline_array_positions_not_moved_since_the_cutoff_are_removed(resources, database_url, tmp_path):
+    """Each inline array read only in part (a sensor looking at the first page of each tick's list) left its
+    Iterate position in the store for good, which gc never removed. A position is now dated each time it
+    moves; gc removes those not moved since its cutoff, says how many (``--json``: ``arrayPositions``), and
+    an Iterate over such an array starts again at its first item."""
+    from connector_ops.resources.virtual_files.array_cursors import digest_of
+    from connector_ops.resources.virtual_files.catalog import array_cursor
+
+    idle, busy = [{"id": f"idle-{i}"} for i in range(6)], [{"id": f"busy-{i}"} for i in range(6)]
+    for items in (idle, busy):
+        assert invoke("etl.iterate", {"content": items, "maxBatchSize": 2}, resources)["content"] == items[:2]
+    positions = _array_positions(database_url)
+    assert {p for p, _ in positions.values()} == {2} and all(t is not None for _, t in positions.values())
+    probe = sa.create_engine(database_url, poolclass=sa.pool.NullPool)
+    with probe.begin() as conn:  # idle: last moved two days ago
+        conn.execute(sa.update(array_cursor).where(array_cursor.c.digest == digest_of(idle))
+                     .values(moved_at=datetime.now(UTC) - timedelta(days=2)))
+    probe.dispose()
+    store, files = resources["virtual_files"], resources["platform_files"]
+    planned = collect(store, files, None, older_than=timedelta(days=1), dry_run=True)
+    assert (planned.array_positions, planned.kept_array_positions) == (1, 1)
+    assert len(_array_positions(database_url)) == 2
+    env = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"), "CONNECTOR_OPS_DATABASE_URL": database_url}
+    said = CliRunner().invoke(gc_command, ["--older-than", "1d", "--json"], env=env)
+    assert said.exit_code == 0, said.output
+    assert json.loads(said.stdout)["arrayPositions"] == {"removed": 1, "kept": 1}
+    assert set(_array_positions(database_url)) == {digest_of(busy)}
+    assert invoke("etl.iterate", {"content": idle, "maxBatchSize": 2}, resources)["content"] == idle[:2]
+    assert invoke("etl.iterate", {"content": busy, "maxBatchSize": 2}, resources)["content"] == busy[2:4]
+    said = CliRunner().invoke(gc_command, ["--older-than", "0s"], env=env)
+    assert "removed 2 inline-array Iterate position(s) not moved since the cutoff; kept 0" in said.stdout
+
+
+def test_a_store_holding_only_inline_array_positions_is_collected(own_database_url, tmp_path):
+    """Before layout 2 an inline array's Iterate made ``cop_array_cursor`` by itself: a store where only such
+    Iterates ran had no catalog, and gc said nothing was ever stored there. Its positions now count; the
+    upgrade dates them at its own time (their age is unknown), so a later gc removes them."""
+    url = own_database_url
+    probe = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with probe.begin() as conn:  # what array_cursors made before layout 2
+        conn.exec_driver_sql("CREATE TABLE cop_array_cursor (digest VARCHAR(64) NOT NULL PRIMARY KEY, "
+                             "position BIGINT NOT NULL)")
+        conn.exec_driver_sql("INSERT INTO cop_array_cursor VALUES ('d1', 5), ('d2', 7)")
+    probe.dispose()
+    env = {"CONNECTOR_OPS_HOME": str(tmp_path / "home"), "CONNECTOR_OPS_DATABASE_URL": url}
+    said = CliRunner().invoke(gc_command, ["--older-than", "1h", "--json"], env=env)
+    assert said.exit_code == 0, said.output
+    first = json.loads(said.stdout)
+    assert first["stored"] is True and first["arrayPositions"] == {"removed": 0, "kept": 2}
+    assert {d: p for d, (p, _) in _array_positions(url).items()} == {"d1": 5, "d2": 7}
+    said = CliRunner().invoke(gc_command, ["--older-than", "0s", "--json"], env=env)
+    assert json.loads(said.stdout)["arrayPositions"] == {"removed": 2, "kept": 0}

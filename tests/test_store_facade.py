@@ -19,6 +19,13 @@ def _modules_after(code: str, tmp_path: Path) -> set[str]:
 
 
 def test_iterate_over_an_inline_array_loads_no_sqlalchemy(tmp_path: Path) -> None:
+    """On a store that exists at this layout: the first call on a new (or older) store creates (upgrades) it
+    through SQLAlchemy, as the driver path never creates or changes a table."""
+    first = _modules_after("""
+        from connector_ops import invoke
+        assert invoke("etl.iterate", {"content": [0], "maxBatchSize": 1}) == {"content": [0], "hasNext": False}
+    """, tmp_path)
+    assert "sqlalchemy" in first
     modules = _modules_after("""
         from connector_ops import invoke
         assert invoke("etl.iterate", {"content": [1, 2, 3], "maxBatchSize": 2}) == {"content": [1, 2], "hasNext": True}

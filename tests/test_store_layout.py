@@ -158,3 +158,31 @@ def test_a_process_that_opened_the_store_before_a_newer_layout_stops_writing(sto
     [(table,)] = execute(store_url, "SELECT table_name FROM cop_virtual_file")
     assert execute(store_url, f"SELECT count(*) FROM {table}") == [(1,)]  # no row appended
     assert execute(store_url, "SELECT position FROM cop_array_cursor") == [(1,)]  # the cursor did not move
+
+
+def iterate(url: str, home: Path, items: list) -> tuple[int, str, str]:
+    return finished(cli(url, home, "invoke", "etl.iterate", json.dumps({"content": items, "maxBatchSize": 1})))
+
+
+def test_a_store_of_layout_1_is_upgraded_and_its_iterations_go_on(store_url: str, tmp_path: Path) -> None:
+    """Layout 2 dates each inline array's Iterate position (``cop_array_cursor.moved_at``, for gc). A store of
+    layout 1 — stamped 1, or not stamped at all — gets the column when a process of this code first opens it,
+    its positions dated at the upgrade, and the stamp 2; its files and positions are as they were, and the
+    inline-array Iterate (whose driver path leaves an older layout to the SQLAlchemy path) goes on."""
+    home = tmp_path / "home"
+    code, out, err = push(store_url, home)
+    assert code == 0, err
+    for unstamped in (False, True):
+        items = [unstamped, 2, 3]
+        code, out, err = iterate(store_url, home, items)
+        assert code == 0 and json.loads(out)["content"] == [unstamped], err
+        execute(store_url, "ALTER TABLE cop_array_cursor DROP COLUMN moved_at")  # as layout 1 had it
+        execute(store_url, "DROP TABLE cop_store_layout" if unstamped else "UPDATE cop_store_layout SET version = 1")
+        code, out, err = iterate(store_url, home, items)
+        assert code == 0, err
+        assert json.loads(out) == {"content": [2], "hasNext": True}
+        assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]
+        [(position, moved)] = execute(store_url, "SELECT position, moved_at FROM cop_array_cursor")
+        assert position == 2 and moved is not None
+        code, out, err = iterate(store_url, home, items)  # the last batch: the position goes
+        assert code == 0 and json.loads(out) == {"content": [3], "hasNext": False}, err

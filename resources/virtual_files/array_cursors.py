@@ -2,13 +2,14 @@
 
 This is the one store operation that needs no row table, and the CLI runs it on every ``invoke etl.iterate``
 over an inline array, so it stays clear of SQLAlchemy (importing it alone costs 0.4–0.6 s): ``sqlite3`` or
-psycopg directly, one short write transaction per call. The table is the catalog's ``cop_array_cursor``
-(created here when missing, exactly as the catalog declares it). An in-memory SQLite database lives in
-one connection, so it keeps the SQLAlchemy path.
+psycopg directly, one short write transaction per call. The table is the catalog's ``cop_array_cursor``.
+An in-memory SQLite database lives in one connection, so it keeps the SQLAlchemy path.
 
 Like every write transaction of the store, each call first reads the store's layout stamp
-(:mod:`.layout`) inside its transaction and refuses a store laid out by a newer connector-ops; a store
-without the stamp's table has never been opened by the SQLAlchemy path and is layout 1.
+(:mod:`.layout`) inside its transaction and refuses a store laid out by a newer connector-ops. A store
+without the stamp (never opened by the SQLAlchemy path), or of an older layout, is left to the SQLAlchemy
+path, which creates the catalog and upgrades the store: this module reads and writes only this code's
+layout, and never creates or changes a table (one process's first Iterate on a new store pays the import).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from connector_ops.kernel.secrets import mask_url
-from connector_ops.resources.virtual_files.layout_version import STAMP_SQL, refuse_newer
+from connector_ops.resources.virtual_files.layout_version import LAYOUT_VERSION, STAMP_SQL, refuse_newer
 
 TABLE = "cop_array_cursor"
-_DDL = f"CREATE TABLE IF NOT EXISTS {TABLE} (digest VARCHAR(64) NOT NULL PRIMARY KEY, position BIGINT NOT NULL)"
+#: the database's clock in the statement that moves a position (``moved_at``), as the SQLAlchemy path dates
+#: it (:func:`.catalog.write_ended`)
+_NOW = {"?": "CURRENT_TIMESTAMP", "%s": "clock_timestamp()"}
 
 
 def digest_of(items: list[Any]) -> str:
@@ -51,9 +54,43 @@ def next_array_batch(database_url: str, items: list[Any], limit: int) -> tuple[l
     return None
 
 
-def _check_stamp(stamp: tuple[int, str] | None, database_url: str) -> None:
-    if stamp is not None:
-        refuse_newer(stamp[0], stamp[1], mask_url(database_url))
+def holds_positions(database_url: str) -> bool:
+    """Whether the database holds an inline array's position, found without creating anything: before
+    layout 2 this module made ``cop_array_cursor`` by itself, so a store where only such Iterates ran has
+    no catalog (``connector-ops gc`` must still find them). ``False`` for a database this module does not
+    reach (one in memory)."""
+    scheme = database_url.split("://", 1)[0].split("+", 1)[0]
+    probe = f"SELECT EXISTS (SELECT 1 FROM {TABLE})"
+    if scheme == "sqlite":
+        import sqlite3
+        from pathlib import Path
+
+        path = sqlite_path(database_url)
+        if path is None or not Path(path).expanduser().is_file():
+            return False
+        conn = sqlite3.connect(Path(path).expanduser().as_uri() + "?mode=ro", uri=True, timeout=60)
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)).fetchone()
+            return found is not None and bool(conn.execute(probe).fetchone()[0])
+        finally:
+            conn.close()
+    if scheme in ("postgresql", "postgres"):
+        import psycopg
+
+        with psycopg.connect("postgresql://" + database_url.split("://", 1)[1]) as conn:
+            if conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0] is None:
+                return False
+            return bool(conn.execute(probe).fetchone()[0])
+    return False
+
+
+def _is_current(stamp: tuple[int, str] | None, database_url: str) -> bool:
+    """Whether the store is of this code's layout (``False``: unstamped or older, for the SQLAlchemy path to
+    create or upgrade); a newer one is refused."""
+    if stamp is None:
+        return False
+    refuse_newer(stamp[0], stamp[1], mask_url(database_url))
+    return stamp[0] == LAYOUT_VERSION
 
 
 def _step(execute: Callable[..., Any], mark: str, digest: str, items: list[Any], limit: int) -> tuple[list[Any], bool]:
@@ -62,22 +99,23 @@ def _step(execute: Callable[..., Any], mark: str, digest: str, items: list[Any],
     position = row[0] if row else 0
     has_next = position + limit < len(items)
     if has_next:
-        execute(f"INSERT INTO {TABLE} (digest, position) VALUES ({mark}, {mark}) "
-                "ON CONFLICT (digest) DO UPDATE SET position = excluded.position", (digest, position + limit))
+        execute(f"INSERT INTO {TABLE} (digest, position, moved_at) VALUES ({mark}, {mark}, {_NOW[mark]}) "
+                "ON CONFLICT (digest) DO UPDATE SET position = excluded.position, moved_at = excluded.moved_at",
+                (digest, position + limit))
     else:
         execute(f"DELETE FROM {TABLE} WHERE digest = {mark}", (digest,))
     return items[position:position + limit], has_next
 
 
-def _sqlite(path: str, digest: str, items: list[Any], limit: int, url: str) -> tuple[list[Any], bool]:
+def _sqlite(path: str, digest: str, items: list[Any], limit: int, url: str) -> tuple[list[Any], bool] | None:
     import sqlite3
     from pathlib import Path
 
-    Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)  # as the engine does
+    if not Path(path).expanduser().is_file():
+        return None  # a new store: the SQLAlchemy path creates it
     conn = sqlite3.connect(path, timeout=60, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(_DDL)
         conn.execute("BEGIN IMMEDIATE")
         try:
             stamp = conn.execute(STAMP_SQL).fetchone()
@@ -85,7 +123,8 @@ def _sqlite(path: str, digest: str, items: list[Any], limit: int, url: str) -> t
             if "no such table" not in str(exc):
                 raise
             stamp = None
-        _check_stamp(stamp, url)
+        if not _is_current(stamp, url):
+            return None  # closing rolls the transaction back
         result = _step(conn.execute, "?", digest, items, limit)
         conn.execute("COMMIT")
         return result
@@ -93,13 +132,12 @@ def _sqlite(path: str, digest: str, items: list[Any], limit: int, url: str) -> t
         conn.close()  # an open transaction (an error above) is rolled back
 
 
-def _postgres(conninfo: str, digest: str, items: list[Any], limit: int, url: str) -> tuple[list[Any], bool]:
+def _postgres(conninfo: str, digest: str, items: list[Any], limit: int, url: str) -> tuple[list[Any], bool] | None:
     import psycopg
 
     with psycopg.connect(conninfo) as conn:  # one transaction, committed on success
-        cursors, stamped = conn.execute("SELECT to_regclass(%s), to_regclass('cop_store_layout')", (TABLE,)).fetchone()
-        _check_stamp(conn.execute(STAMP_SQL).fetchone() if stamped is not None else None, url)
-        if cursors is None:
-            conn.execute(_DDL)
+        stamped = conn.execute("SELECT to_regclass('cop_store_layout')").fetchone()[0]
+        if not _is_current(conn.execute(STAMP_SQL).fetchone() if stamped is not None else None, url):
+            return None
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (digest,))  # two calls on one array queue up
         return _step(conn.execute, "%s", digest, items, limit)

@@ -48,6 +48,9 @@ array_cursor = sa.Table(
     metadata,
     sa.Column("digest", sa.String(64), primary_key=True),
     sa.Column("position", sa.BigInteger, nullable=False),
+    # when the position last moved (layout 2; the upgrade dates older positions by itself): gc removes one
+    # not moved since its cutoff. Nullable, as SQLite adds a column to a table only so; both writers set it
+    sa.Column("moved_at", sa.DateTime(timezone=True), nullable=True),
 )
 
 #: Dagster step outputs (:mod:`.step_outputs`): in the store's database, so every host running steps reads them.

@@ -7,10 +7,11 @@ rows the newer code does not expect. So the first process to open a database sta
 :data:`LAYOUT_VERSION`, and a process whose code knows only older layouts refuses the store, saying which
 versions met, before it reads or writes anything.
 
-Layout 1 is every store written since the first release: the tables have only been added to since
-(``create_all`` adds a missing one), never changed, so an unstamped store is stamped 1 as it stands. The
+Layout 1 is every store written since the first release until layout 2: the tables had only been added to
+(``create_all`` adds a missing one), never changed, so an unstamped store is layout 1 as it stands. The
 release that changes a table raises :data:`LAYOUT_VERSION` and brings the step that upgrades a store from
-the version before, run here in the same transaction as the stamp.
+the version before (:data:`_UPGRADES`), run here in the same transaction as the stamp. Layout 2 adds
+``cop_array_cursor.moved_at`` (:func:`_date_array_positions`).
 
 The stamp is read when a process first opens a database (:func:`check_stamp`) and again inside a write
 transaction (:func:`check_unchanged`) once :data:`RECHECK_SECONDS` have passed since that process last read
@@ -29,10 +30,12 @@ connection anyway.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sqlalchemy as sa
 
 from connector_ops.kernel.version import package_version
-from connector_ops.resources.virtual_files.catalog import store_layout
+from connector_ops.resources.virtual_files.catalog import array_cursor, store_layout, write_ended
 from connector_ops.resources.virtual_files.layout_version import LAYOUT_VERSION, refuse_newer
 
 __all__ = ["LAYOUT_VERSION", "RECHECK_SECONDS", "check_stamp", "check_unchanged"]
@@ -54,12 +57,39 @@ def check_unchanged(conn: sa.Connection, shown_url: str) -> None:
 
 
 def check_stamp(conn: sa.Connection, shown_url: str) -> None:
-    """Stamp a store that has no stamp yet; refuse one laid out by newer code (``ActionFailed``).
+    """Stamp a store that has no stamp yet, upgrading it from layout 1 (what an unstamped store is); upgrade
+    one of an older layout and stamp it anew; refuse one laid out by newer code (``ActionFailed``).
 
-    ``conn`` is the catalog's creating transaction: two processes stamping a new PostgreSQL database
-    together collide on the one row's key, and the loser's retry finds the winner's stamp."""
+    ``conn`` is the catalog's creating transaction, after ``create_all``: two processes stamping (or
+    upgrading) a PostgreSQL database together collide on the one row's key or the added column, and the
+    loser's retry finds the winner's work. Each upgrade step finds its own change made already in a new
+    store (``create_all`` made the tables as this code declares them)."""
     row = conn.execute(_STAMP).first()
+    if row is not None:
+        refuse_newer(row.version, row.written_by, shown_url)
+        if row.version == LAYOUT_VERSION:
+            return
+    for version in range(1 if row is None else row.version, LAYOUT_VERSION):
+        _UPGRADES[version](conn)
+    stamp = {"version": LAYOUT_VERSION, "written_by": package_version()}
     if row is None:
-        conn.execute(sa.insert(store_layout).values(id=1, version=LAYOUT_VERSION, written_by=package_version()))
+        conn.execute(sa.insert(store_layout).values(id=1, **stamp))
+    else:
+        conn.execute(sa.update(store_layout).where(store_layout.c.id == 1).values(**stamp))
+
+
+def _date_array_positions(conn: sa.Connection) -> None:
+    """Layout 1 -> 2: ``cop_array_cursor`` gets ``moved_at``, and the positions it holds are dated now, as
+    if moved at the upgrade: their age is unknown, and gc must not take a position still in use for an old
+    one. Adding a nullable column is safe for a write of layout 1 still in flight (it names its columns and
+    leaves this one NULL, which gc counts as old): no wait between the stamp and the change is needed."""
+    column = array_cursor.c.moved_at
+    if column.name in {c["name"] for c in sa.inspect(conn).get_columns(array_cursor.name)}:
         return
-    refuse_newer(row.version, row.written_by, shown_url)
+    kind = column.type.compile(dialect=conn.dialect)
+    conn.exec_driver_sql(f"ALTER TABLE {array_cursor.name} ADD COLUMN {column.name} {kind}")
+    conn.execute(sa.update(array_cursor).where(column.is_(None)).values(moved_at=write_ended(conn)))
+
+
+#: the step that upgrades a store of each older layout to the next
+_UPGRADES: dict[int, Callable[[sa.Connection], None]] = {1: _date_array_positions}

@@ -6,8 +6,9 @@ from __future__ import annotations
 from connector_ops.kernel.errors import ActionFailed
 from connector_ops.kernel.version import package_version
 
-#: the layout this code reads and writes
-LAYOUT_VERSION = 1
+#: the layout this code reads and writes. 2: ``cop_array_cursor.moved_at``, when an inline array's Iterate
+#: position last moved, so ``connector-ops gc`` can remove those nobody has moved for long (:mod:`.layout`)
+LAYOUT_VERSION = 2
 #: the stamp, for a driver's own cursor (the inline-array Iterate): one row, by its key
 STAMP_SQL = "SELECT version, written_by FROM cop_store_layout WHERE id = 1"
 

@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import json
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -139,10 +140,26 @@ class Reading(StoreCore):
             batch = items[position:position + limit]
             has_next = position + limit < len(items)
             if has_next:
-                _upsert(conn, cat.array_cursor, {"digest": digest}, {"position": position + limit})
+                _upsert(conn, cat.array_cursor, {"digest": digest},
+                        {"position": position + limit, "moved_at": cat.write_ended(conn)})
             else:
                 conn.execute(sa.delete(cat.array_cursor).where(key))
             return batch, has_next
+
+    def collect_array_positions(self, cutoff: datetime, *, dry_run: bool = False) -> tuple[int, int]:
+        """Remove the inline arrays' Iterate positions not moved since ``cutoff`` (``connector-ops gc``): each
+        partly read array left one for good. ``(removed, kept)``; ``dry_run``: would be removed. A position
+        without a date (a write of layout 1 during the upgrade) counts as old. An Iterate over a removed
+        position's array starts again at its first item, as after its last batch."""
+        moved_at = cat.array_cursor.c.moved_at
+        old = moved_at.is_(None) | (moved_at < cutoff)
+        with self.reading() if dry_run else self.writing(grows=False) as conn:
+            total = conn.execute(sa.select(sa.func.count()).select_from(cat.array_cursor)).scalar_one()
+            if dry_run:
+                removed = conn.execute(sa.select(sa.func.count()).select_from(cat.array_cursor).where(old)).scalar_one()
+            else:
+                removed = conn.execute(sa.delete(cat.array_cursor).where(old)).rowcount
+        return removed, total - removed
 
 
 @functools.cache

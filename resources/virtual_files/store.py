@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.limits import refuse_nul_for_postgres
 from connector_ops.kernel.resource import Resource
-from connector_ops.resources.virtual_files.array_cursors import sqlite_path
+from connector_ops.resources.virtual_files.array_cursors import holds_positions, sqlite_path
 from connector_ops.resources.virtual_files.shapes import (
     SCAN_BATCH,
     JoinKind,
@@ -93,7 +93,8 @@ class VirtualFileStore(Resource):
         database) has no catalog yet. Asked without creating it, as every other method would."""
         from connector_ops.resources.virtual_files.engines import catalog_exists
 
-        return catalog_exists(self.database_url)
+        # an inline array's Iterate once made only its positions' table (before layout 2)
+        return catalog_exists(self.database_url) or holds_positions(self.database_url)
 
     @property
     def holds_nul(self) -> bool:
@@ -171,6 +172,10 @@ class VirtualFileStore(Resource):
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every virtual file's id and creation time (UTC), oldest first."""
         return self.sql.inventory()
+
+    def collect_array_positions(self, cutoff: datetime, *, dry_run: bool = False) -> tuple[int, int]:
+        """Remove the inline arrays' Iterate positions not moved since ``cutoff``; ``(removed, kept)``."""
+        return self.sql.collect_array_positions(cutoff, dry_run=dry_run)
 
     def compact(self, *, dry_run: bool = False) -> Compaction | None:
         """Give back the disk space of dropped files where the database keeps it (SQLite); what it gave."""
