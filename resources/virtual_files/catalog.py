@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import sqlalchemy as sa
+
+from connector_ops.resources.virtual_files.table_caches import TableCache
 
 metadata = sa.MetaData()
 
@@ -112,11 +114,15 @@ def row_table(table_name: str, ordinals: Sequence[int]) -> sa.Table:
     Cached: a table name is never reused and its columns are fixed by the ordinals, and building a
     ``Table`` costs more than an indexed query (it also lets compiled statements be reused).
     """
-    return _row_table(table_name, tuple(ordinals))
+    key = (table_name, tuple(ordinals))
+    return _row_table.get_or_build(key, lambda: _build_row_table(*key), (table_name,))
 
 
-@lru_cache(maxsize=1024)
-def _row_table(table_name: str, ordinals: tuple[int, ...]) -> sa.Table:
+#: the ``Table`` of each row table (and column set) in use; a dropped table's go with it (:mod:`.table_caches`)
+_row_table: TableCache[tuple[str, tuple[int, ...]], sa.Table] = TableCache(256)
+
+
+def _build_row_table(table_name: str, ordinals: tuple[int, ...]) -> sa.Table:
     return sa.Table(
         table_name,
         sa.MetaData(),

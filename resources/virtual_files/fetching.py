@@ -14,12 +14,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.sql.util import find_tables
+
+from connector_ops.resources.virtual_files.table_caches import TableCache
 
 _names = itertools.count()
 
 
-_COMPILED: dict[tuple[str, Any], Any] = {}
-_CACHE_SIZE = 2_000
+#: compiled statements by dialect and shape, filed under the row tables they read or write: an LRU, and a
+#: dropped table's entries go with it (:mod:`.table_caches`)
+_COMPILED: TableCache[tuple[str, Any], Any] = TableCache(500)
 
 
 def _compile(conn: sa.Connection, stmt: sa.Executable) -> tuple[str, Any]:
@@ -30,12 +34,9 @@ def _compile(conn: sa.Connection, stmt: sa.Executable) -> tuple[str, Any]:
         compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
         params = compiled.params
     else:
-        cache_key = (conn.dialect.name, key.key)
-        compiled = _COMPILED.get(cache_key)
-        if compiled is None:
-            if len(_COMPILED) >= _CACHE_SIZE:
-                _COMPILED.clear()
-            compiled = _COMPILED[cache_key] = stmt.compile(dialect=conn.dialect, cache_key=key)
+        compiled = _COMPILED.get_or_build(
+            (conn.dialect.name, key.key), lambda: stmt.compile(dialect=conn.dialect, cache_key=key),
+            (t.name for t in find_tables(stmt, include_crud=True)))  # type: ignore[arg-type]
         params = compiled.construct_params(extracted_parameters=key.bindparams)
     if compiled.positiontup is not None:
         return compiled.string, tuple(params[name] for name in compiled.positiontup)

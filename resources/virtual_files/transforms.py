@@ -44,6 +44,7 @@ from connector_ops.resources.virtual_files.shapes import (
     Verdicts,
 )
 from connector_ops.resources.virtual_files.suspect_sql import may_fail
+from connector_ops.resources.virtual_files.table_caches import drop_row_table
 from connector_ops.resources.virtual_files.writing import RowWriter, Writing
 
 #: PostgreSQL: rows a Map hands to its function, and then to ``COPY``, at a time (≈ 100 KB), so that the
@@ -103,7 +104,7 @@ class Transforms(Writing, Querying):
                     if undecided is not None:
                         _refuse_in_python(conn, rows.join_from(table, undecided, undecided.c.seq == table.c.seq),
                                           names, refuse, targets, into, batch_size)
-                        undecided.drop(conn)
+                        drop_row_table(conn, undecided)
             numbered_after_rows(conn, [t.table for t in targets])
         return accepted.vf_id, refused.vf_id
 

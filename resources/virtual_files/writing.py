@@ -24,6 +24,7 @@ from connector_ops.resources.virtual_files.engines import SQLITE_LOAD_KIB, page_
 from connector_ops.resources.virtual_files.loaders import insert_batches
 from connector_ops.resources.virtual_files.querying import hash_instead_of_btree
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Values
+from connector_ops.resources.virtual_files.table_caches import drop_row_table
 
 
 class RowWriter:
@@ -151,7 +152,7 @@ class Writing(StoreCore):
             yield writer
             writer.build()  # a file no row reached has a table all the same
             if old is not None:
-                old.table.drop(conn)
+                drop_row_table(conn, old.table)
 
     def new_file(self, conn: sa.Connection, columns: Sequence[str] = (), field: str = "", *,
                  unbuilt: bool = False) -> RowWriter:
@@ -238,7 +239,7 @@ class Writing(StoreCore):
             conn.execute(sa.update(col).where(col.c.vf_id == source).values(vf_id=name))
             conn.execute(sa.delete(vf).where(vf.c.id == source))
             if old is not None:
-                old.table.drop(conn)
+                drop_row_table(conn, old.table)
         return name
 
     def drop(self, vf_id: str) -> None:
@@ -248,4 +249,4 @@ class Writing(StoreCore):
             conn.execute(sa.delete(cat.vf_cursor).where(cat.vf_cursor.c.vf_id == vf_id))
             conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == vf_id))
             conn.execute(sa.delete(cat.virtual_file).where(cat.virtual_file.c.id == vf_id))
-            info.table.drop(conn)
+            drop_row_table(conn, info.table)
