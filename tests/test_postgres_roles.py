@@ -178,3 +178,37 @@ def test_a_url_that_reaches_no_database_names_the_setting_never_the_password(rol
         message = info.value.message
         assert message.startswith("cannot connect to the database of CONNECTOR_OPS_DATABASE_URL"), message
         assert said in message and "S3cretPW" not in message and url not in message, message
+
+
+def test_a_table_refused_indexing_is_asked_again_once_owned_and_forgotten_once_dropped(
+        roles: Roles, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process remembered for good, in a set that only grew, each table its role was refused indexing on:
+    once the table was given to that role its Queries still scanned, and a dropped file's entry stayed.
+    The refusal is now asked again after ``ASK_AGAIN_SECONDS``, and goes when the table is dropped."""
+    from connector_ops.resources.virtual_files import querying
+
+    vf = pushed(roles)
+    app = roles.resources("app")
+    [(table,)] = _rows(roles, "SELECT table_name FROM cop_virtual_file")
+    query = {"virtualFileId": vf, "query": {"city": "Oslo"}}
+    assert invoke("etl.query", query, app)["result"] == [{"name": "Bob", "city": "Oslo"}]
+    assert _rows(roles, f"SELECT indexname FROM pg_indexes WHERE tablename = '{table}' AND indexname LIKE 'ix%%'") == []
+    roles.sql(f"ALTER TABLE {table} OWNER TO {roles.role('app')}",  # ownership fixed (an index needs both)
+              f"GRANT CREATE ON SCHEMA public TO {roles.role('app')}")
+    monkeypatch.setattr(querying, "ASK_AGAIN_SECONDS", 0.0, raising=False)  # that much time has passed
+    assert invoke("etl.query", query, app)["result"] == [{"name": "Bob", "city": "Oslo"}]
+    assert _rows(roles, f"SELECT indexname FROM pg_indexes WHERE tablename = '{table}' AND indexname LIKE 'ix%%'")
+    other = pushed(roles, b"name,city\nCy,Rome\n")
+    [(other_table,)] = _rows(roles, f"SELECT table_name FROM cop_virtual_file WHERE id = '{other}'")
+    invoke("etl.query", {"virtualFileId": other, "query": {"city": "Rome"}}, app)  # refused: remembered
+    assert other_table in querying._NOT_OURS_TO_INDEX._by_table
+    invoke("etl.clean", {"virtualFileId": other}, roles.resources())  # the owner drops it
+    assert other_table not in querying._NOT_OURS_TO_INDEX._by_table
+
+
+def _rows(roles: Roles, sql: str) -> list[tuple]:
+    engine = sa.create_engine(roles.url)
+    with engine.connect() as conn:
+        found = [tuple(row) for row in conn.exec_driver_sql(sql)]
+    engine.dispose()
+    return found

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -24,10 +25,19 @@ from connector_ops.resources.virtual_files.engines import SQLITE_SORT_KIB, page_
 from connector_ops.resources.virtual_files.filters import compile_filter, equality_columns, filter_warnings
 from connector_ops.resources.virtual_files.rows import fetch_dicts, select_rows
 from connector_ops.resources.virtual_files.shapes import Row
+from connector_ops.resources.virtual_files.table_caches import TableCache
 
 #: (database URL, table) of the files whose indexes this process may not build (its role does not own
-#: them): their Queries scan without asking again, which would cost a refused write transaction each time
-_NOT_OURS_TO_INDEX: set[tuple[str, str]] = set()
+#: them), and when it was refused: their Queries scan without asking again, which would cost a refused write
+#: transaction each time. An LRU, a dropped table's entry going with it (:mod:`.table_caches`); asked again
+#: after :data:`ASK_AGAIN_SECONDS`, as ownership may have been fixed meanwhile (it was once a set that only grew)
+_NOT_OURS_TO_INDEX: TableCache[tuple[str, str], float] = TableCache(1024)
+ASK_AGAIN_SECONDS = 600.0
+
+
+def _not_ours_to_index(database_url: str, table_name: str) -> bool:
+    refused = _NOT_OURS_TO_INDEX.get((database_url, table_name))
+    return refused is not None and time.monotonic() - refused < ASK_AGAIN_SECONDS
 
 
 class Querying(StoreCore):
@@ -66,14 +76,14 @@ class Querying(StoreCore):
         The first query on a column indexes it (once); later queries are one read transaction. An index only
         speeds the answer up, so with the disk below its floor (``CONNECTOR_OPS_MIN_FREE_DISK``), or on
         PostgreSQL under a role that does not own the file's table (only its owner may index it), the query
-        scans instead of failing; the latter is remembered for the file's table, once per process.
+        scans instead of failing; the latter is remembered for the file's table for :data:`ASK_AGAIN_SECONDS`.
         """
         indexing = True
         while True:
             with self.reading() as conn:
                 info = self.info(conn, vf_id)
                 if not (indexing and self._needs_index(info, flt)
-                        and (self.database_url, info.table_name) not in _NOT_OURS_TO_INDEX):
+                        and not _not_ours_to_index(self.database_url, info.table_name)):
                     table = info.table
                     where = compile_filter(flt, info.column_map(table), field=field, dialect=conn.dialect.name,
                                            conn=conn)
@@ -90,7 +100,7 @@ class Querying(StoreCore):
             except DatabaseRefused as exc:
                 if exc.sqlstate != INSUFFICIENT_PRIVILEGE:
                     raise
-                _NOT_OURS_TO_INDEX.add((self.database_url, info.table_name))
+                _NOT_OURS_TO_INDEX.put((self.database_url, info.table_name), time.monotonic(), (info.table_name,))
                 indexing = False
 
     @staticmethod
