@@ -38,7 +38,6 @@ back the disk space of what was dropped, when it is a good share of the file (:m
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from typing import Any
 
 import dagster as dg
 
-from connector_ops.kernel.errors import InvalidInput, NotFound
+from connector_ops.kernel.errors import InvalidInput
 from connector_ops.ops.metadata import (
     READ_PLATFORM_FILES,
     READ_VIRTUAL_FILES,
@@ -166,14 +165,18 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
     # a store nothing was ever stored in has nothing to weigh; opening it would create it, a dry run too
     stored_virtual, stored_platform = virtual_files.stored(), platform_files.stored()
     result.stored = stored_virtual or stored_platform
+    unreferenced: list[tuple[str, datetime]] = []
     for vf_id, created in virtual_files.inventory() if stored_virtual else ():
         if created >= cutoff or refs.keeps(vf_id, created):
             result.kept_virtual_files += 1
             continue
-        if not dry_run:
-            with contextlib.suppress(NotFound):  # removed meanwhile (a Clean): the goal is reached
-                virtual_files.drop(vf_id)
-        result.virtual_files.append(vf_id)
+        unreferenced.append((vf_id, created))
+    # many per transaction; one removed meanwhile (a Clean) counts as removed, one written since stays. None
+    # to remove: the store is not opened (a store never stored in would be created)
+    listed = dry_run or not unreferenced
+    gone = [vf_id for vf_id, _ in unreferenced] if listed else virtual_files.drop_unchanged(unreferenced)
+    result.virtual_files += gone
+    result.kept_virtual_files += len(unreferenced) - len(gone)
     for file_id, written in platform_files.inventory() if stored_platform else ():
         if written >= cutoff or refs.keeps(file_id, written):
             result.kept_platform_files += 1

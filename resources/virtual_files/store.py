@@ -163,6 +163,11 @@ class VirtualFileStore(Resource):
         """Remove the virtual file and free its storage (``NotFound`` if it does not exist)."""
         self.sql.drop(vf_id)
 
+    def drop_unchanged(self, listed: Sequence[tuple[str, datetime]]) -> list[str]:
+        """Remove the files :meth:`inventory` listed that nobody wrote since (many per transaction); the ids
+        gone, removed here or meanwhile. What gc removes with."""
+        return self.sql.drop_unchanged(listed)
+
     def publish(self, name: str, source: str) -> str:
         """Make the virtual file ``name`` hold the rows of ``source`` (which ceases to exist), replacing what
         ``name`` held, in one transaction; returns ``name``. A named file (an asset's) keeps its id across

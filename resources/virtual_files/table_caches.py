@@ -4,16 +4,18 @@ not do), emptied of a table's entries when the store drops that table.
 Every virtual file has a table name of its own, never reused, so once a file is dropped (Clean, a Map in
 place, an asset published anew, ``connector-ops gc``) whatever a process cached for its table is dead. Caches
 that kept them until a size cap (and then cleared everything at once) held ~180 MiB in a process that had run
-a few hundred pipelines. Each cache here is an LRU bounded by its size, and :func:`forget_table` removes a
+a few hundred pipelines. Each cache here is an LRU bounded by its size, and :func:`forget_tables` removes a
 dropped table's entries from all of them, and from SQLAlchemy's own compiled-statement cache of the engine.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -21,7 +23,9 @@ import sqlalchemy as sa
 K = TypeVar("K")
 V = TypeVar("V")
 
-#: every cache made, so that :func:`forget_table` reaches them all
+#: the words of a compiled statement, among them the tables it names (quoted or not)
+_WORD = re.compile(r"\w+")
+#: every cache made, so that :func:`forget_tables` reaches them all
 _CACHES: weakref.WeakSet[TableCache[Any, Any]] = weakref.WeakSet()
 
 
@@ -91,16 +95,18 @@ class TableCache(Generic[K, V]):
                     del self._by_table[name]
 
 
-def forget_table(conn: sa.Connection, table_name: str) -> None:
-    """Remove what this process cached for ``table_name``, which ``conn``'s transaction drops. Should that
-    transaction roll back, the table is simply built and compiled again when next used."""
+def forget_tables(conn: sa.Connection, table_names: AbstractSet[str]) -> None:
+    """Remove what this process cached for ``table_names``, which ``conn``'s transaction drops (one pass over
+    SQLAlchemy's cache for them all: gc drops hundreds per transaction). Should that transaction roll back,
+    the tables are simply built and compiled again when next used."""
     for cache in list(_CACHES):
-        cache.forget(table_name)
+        for name in table_names:
+            cache.forget(name)
     compiled = getattr(conn.engine, "_compiled_cache", None)  # SQLAlchemy's LRU, by statement shape
-    if compiled is None:
+    if compiled is None or not table_names:
         return
     for key, value in list(compiled.items()):
-        if table_name in getattr(value, "string", ""):
+        if not table_names.isdisjoint(_WORD.findall(getattr(value, "string", ""))):
             compiled.pop(key, None)
 
 
@@ -109,4 +115,4 @@ def drop_row_table(conn: sa.Connection, table: sa.Table) -> None:
     process's caches of it. A ``$regex``'s matches on PostgreSQL (``ON COMMIT DROP``) are not dropped here:
     their statements age out of the LRU."""
     table.drop(conn)
-    forget_table(conn, table.name)
+    forget_tables(conn, {table.name})
