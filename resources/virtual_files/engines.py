@@ -27,6 +27,7 @@ from connector_ops.kernel.secrets import mask_url
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import metadata, virtual_file
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
+from connector_ops.resources.virtual_files.checkpoints import forget as forget_checkpoints
 from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
 from connector_ops.resources.virtual_files.layout import RECHECK_SECONDS, check_stamp, check_unchanged
@@ -190,9 +191,11 @@ def _drop(key: str) -> None:
     """Forget and close the engine of ``key`` (under :data:`_LOCK`). Connections checked out of it are closed
     as they come back; their transactions fail at their next begin or commit (:mod:`.store_file`)."""
     engine = _ENGINES.pop(key, None)
-    _FILES.pop(key, None)
+    file = _FILES.pop(key, None)
     if engine is not None:
         engine.dispose()
+    if file is not None:
+        forget_checkpoints(file.path)
 
 
 def _forget(key: str, engine: sa.Engine) -> None:
@@ -295,5 +298,7 @@ def dispose_all() -> None:
     with _LOCK:
         for engine in _ENGINES.values():
             engine.dispose()
+        for file in _FILES.values():
+            forget_checkpoints(file.path)
         _ENGINES.clear()
         _FILES.clear()
