@@ -218,3 +218,24 @@ def test_platform_files_in_a_database_follow_the_file_at_the_path(db, tmp_path):
     with sqlite3.connect(db) as conn:
         assert [r[0] for r in conn.execute("SELECT id FROM cop_platform_file")] == [pf.id]
     conn.close()
+
+
+def test_a_relative_sqlite_url_keeps_its_file_after_a_change_of_directory(tmp_path, monkeypatch):
+    """``sqlite:///vf.db`` and then a ``%cd``: the store goes on with the file it found, not a new empty one in
+    the new directory (the check of the file at the path read the relative path against the new directory,
+    and took the store's file for one removed). Through the store, and through an engine asked for by the
+    relative URL itself."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    store = VirtualFileStore(database_url="sqlite:///vf.db")
+    assert store.database_url == f"sqlite:///{first / 'vf.db'}"
+    vf_id = store.sql.create_from_dicts([[{"x": "1"}]])
+    engine = get_engine("sqlite:///raw.db")
+    monkeypatch.chdir(second)
+    assert [v for v, _ in store.sql.inventory()] == [vf_id]
+    assert get_engine("sqlite:///raw.db") is engine
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA database_list").all()[0][2] == str(first / "raw.db")
+    assert os.listdir(second) == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -144,10 +145,15 @@ def get_engine(url: str) -> sa.Engine:
         file = None
         if parsed.get_backend_name() == "sqlite":
             path = parsed.database if parsed.database and parsed.database != ":memory:" else None
-            if path:
-                Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            engine = sa.create_engine(key, connect_args={"timeout": 60, "check_same_thread": False,
-                                                         "factory": InterruptibleConnection})
+            if path and not path.startswith("file:"):
+                # the file as the process finds it now, for good: a relative path (sqlite:///my.db) read again
+                # after a chdir (a notebook's %cd) would name another file, and the check of the file at the path
+                # (:mod:`.store_file`) would take it for the store's file replaced
+                path = os.path.abspath(path)
+                parsed = parsed.set(database=path)
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(parsed, connect_args={"timeout": 60, "check_same_thread": False,
+                                                            "factory": InterruptibleConnection})
             if path:  # its checks first: a transaction on a file gone stops before it waits for a lock
                 file = watch(engine, path, functools.partial(_forget, key, engine), is_writing)
             _setup_sqlite(engine, path)

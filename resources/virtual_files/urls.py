@@ -7,6 +7,7 @@ the database (Iterate over an inline array), so it must stay cheap: SQLAlchemy's
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Annotated
 
@@ -48,12 +49,26 @@ def _port_problem(url: str) -> str | None:
 
 
 def supported_url(url: str) -> str:
-    """``url`` unchanged, or a ``ValueError`` naming its problem: the body of the resources' pydantic check,
-    which shows no input (``hide_input_in_errors``), so the message is all a caller sees."""
+    """``url``, or a ``ValueError`` naming its problem: the body of the resources' pydantic check, which shows
+    no input (``hide_input_in_errors``), so the message is all a caller sees. A SQLite file given by a
+    relative path is made absolute (:func:`absolute_sqlite`)."""
     problem = database_url_problem(url)
     if problem:
         raise ValueError(problem)
-    return url
+    return absolute_sqlite(url)
+
+
+_SQLITE_RELATIVE = re.compile(r"^(sqlite(?:\+pysqlite)?:///)(?![/~])(?!file:)(?!:memory:)([^?]+)(\?.*)?$", re.DOTALL)
+
+
+def absolute_sqlite(url: str) -> str:
+    """``sqlite:///my.db`` as ``sqlite:////where/it/is/now/my.db``; any other URL as it is. A store made with a
+    relative path keeps the file it found when it was made: its loader process, its checkpoints and its
+    engine all name the same file, whatever directory the process moves to later (a notebook's ``%cd``)."""
+    match = _SQLITE_RELATIVE.match(url)
+    if match is None:
+        return url
+    return match.group(1) + os.path.abspath(match.group(2)) + (match.group(3) or "")
 
 
 #: a store's ``database_url``: checked when the store is made (the facade, and the SQL store built directly),
