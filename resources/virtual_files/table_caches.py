@@ -10,12 +10,10 @@ dropped table's entries from all of them, and from SQLAlchemy's own compiled-sta
 
 from __future__ import annotations
 
-import re
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from collections.abc import Set as AbstractSet
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -23,8 +21,6 @@ import sqlalchemy as sa
 K = TypeVar("K")
 V = TypeVar("V")
 
-#: the words of a compiled statement, among them the tables it names (quoted or not)
-_WORD = re.compile(r"\w+")
 #: every cache made, so that :func:`forget_tables` reaches them all
 _CACHES: weakref.WeakSet[TableCache[Any, Any]] = weakref.WeakSet()
 
@@ -95,19 +91,13 @@ class TableCache(Generic[K, V]):
                     del self._by_table[name]
 
 
-def forget_tables(conn: sa.Connection, table_names: AbstractSet[str]) -> None:
-    """Remove what this process cached for ``table_names``, which ``conn``'s transaction drops (one pass over
-    SQLAlchemy's cache for them all: gc drops hundreds per transaction). Should that transaction roll back,
-    the tables are simply built and compiled again when next used."""
+def forget_tables(table_names: Iterable[str]) -> None:
+    """Remove what this process cached for ``table_names``, which a transaction drops. Should it roll back,
+    the tables are simply built and compiled again when next used. SQLAlchemy's own cache of compiled
+    statements is left to its LRU (500 statements): walking it here raced with the threads that use it."""
     for cache in list(_CACHES):
         for name in table_names:
             cache.forget(name)
-    compiled = getattr(conn.engine, "_compiled_cache", None)  # SQLAlchemy's LRU, by statement shape
-    if compiled is None or not table_names:
-        return
-    for key, value in list(compiled.items()):
-        if not table_names.isdisjoint(_WORD.findall(getattr(value, "string", ""))):
-            compiled.pop(key, None)
 
 
 def drop_row_table(conn: sa.Connection, table: sa.Table) -> None:
@@ -115,4 +105,4 @@ def drop_row_table(conn: sa.Connection, table: sa.Table) -> None:
     process's caches of it. A ``$regex``'s matches on PostgreSQL (``ON COMMIT DROP``) are not dropped here:
     their statements age out of the LRU."""
     table.drop(conn)
-    forget_tables(conn, {table.name})
+    forget_tables([table.name])

@@ -300,4 +300,4 @@ def _remove(conn: sa.Connection, tables: Mapping[str, str]) -> None:
     quote = conn.dialect.identifier_preparer.quote_identifier
     for table_name in tables.values():
         conn.exec_driver_sql(f"DROP TABLE {quote(table_name)}")
-    forget_tables(conn, set(tables.values()))  # this process's statements of them (:mod:`.table_caches`)
+    forget_tables(tables.values())  # this process's statements of them (:mod:`.table_caches`)
