@@ -213,3 +213,14 @@ def test_a_failure_subject_naming_run_error_is_sent_on_one_line(tmp_path: Path, 
     line = "; ".join(steps)
     assert message["Subject"] == f"failing failed: {line}"[:254].rstrip() + "…" and len(message["Subject"]) <= 255
     assert message["To"] == [{"Email": "team@example.com", "Name": f"On call ({line})"}]
+
+
+def test_run_error_on_one_line_holds_no_control_character() -> None:
+    """A step's error may carry ANSI colours, a NUL, a C1 control or U+2028 (a library's words, a value it
+    quotes): the one-line form must be one a subject takes, or the failure mail is refused and lost."""
+    from connector_ops.pipelines.dsl.notify import ERROR_LINE, run_facts
+    from connector_ops.resources.mail.message import check_header_text
+
+    facts = run_facts("failure", "r1", "job", ["s1: \x1b[31mred\x1b[0m\x00 then\u2028more\x85end", "s2: ok\ttab"])
+    assert facts[ERROR_LINE] == "s1: [31mred [0m then more end; s2: ok tab"
+    assert check_header_text(facts[ERROR_LINE], "subject") == facts[ERROR_LINE]

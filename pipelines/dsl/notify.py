@@ -34,7 +34,7 @@ from typing import Any
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Notify, Step
 from connector_ops.pipelines.dsl.sections import Report, known_mapping
-from connector_ops.resources.mail.message import MAX_SUBJECT_LENGTH
+from connector_ops.resources.mail.message import CONTROL, MAX_SUBJECT_LENGTH
 
 NOTIFY_KEYS = ("when", "message")
 WHEN = ("success", "failure")
@@ -81,7 +81,7 @@ def template_parts(text: str) -> list[str | NotifyRef]:
 def run_facts(status: str, run_id: str, job: str, failed: Sequence[str]) -> dict[str, str]:
     """What ``${run.…}`` names, from how the run ended and its failed steps (``step: error`` each)."""
     return {"status": status, "id": run_id, "job": job, "error": "\n".join(failed)[:_ERROR_CHARS],
-            ERROR_LINE: "; ".join(" ".join(step.split()) for step in failed)[:_ERROR_CHARS]}
+            ERROR_LINE: "; ".join(" ".join(CONTROL.sub(" ", step).split()) for step in failed)[:_ERROR_CHARS]}
 
 
 def resolve_message(message: Mapping[str, Any], run: Mapping[str, str], assets: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,13 +20,13 @@ MAX_SUBJECT_LENGTH = 255  # Mailjet mj-0006
 MAX_ATTACHMENT_BYTES = 15_000_000  # "15 MB total" (Mailjet); decimal MB, the stricter reading
 
 #: C0/C1 controls, DEL, and every other line break ``str.splitlines()`` knows (research §7.1).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*$")
 
 
 def check_header_text(value: str, what: str = "value") -> str:
     """Refuse (never strip) characters that could end a header line or hide in one."""
-    bad = _CONTROL.search(value)
+    bad = CONTROL.search(value)
     if bad:
         raise ValueError(f"{what} must not contain line breaks or control characters (found {bad.group()!r})")
     return value
