@@ -73,7 +73,8 @@ def test_the_local_drive_takes_a_file_added_from_such_a_disk_name(env, files, tm
 
 
 # -- content types -----------------------------------------------------------------------------------
-NOT_MEDIA_TYPES = ["text/plain; name=日本", "text/csv; charset=ütf-8", 'text/plain; name="日本"', "csv", "text/csv;"]
+NOT_MEDIA_TYPES = ["text/plain; name=日本", "text/csv; charset=ütf-8", 'text/plain; name="日本"', "csv",
+                   "text/csv; charset = utf-8"]
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -86,6 +87,17 @@ def test_a_content_type_that_is_no_ascii_media_type_is_a_400_naming_it(env, file
     assert info.value.status == 400
     assert info.value.body["message"].startswith("platformFile.contentType: must be a media type in ASCII")
     assert invoke("drive.list", {})["content"] == []
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("content_type", ["text/csv;", "text/csv; charset=utf-8;", 'text/csv; name="a\\"b.csv"',
+                                          "text/csv;; header=present"])
+def test_media_types_with_empty_parameters_or_quoted_pairs_are_taken(env, files, content_type):
+    """RFC 9110 allows an empty parameter (a trailing ';', which many servers send) and a quoted pair in a
+    quoted value; both were taken before types were checked, and must stay taken."""
+    pf = files.add_bytes(b"a,b\n1,2\n", "x.csv", content_type).to_json()
+    assert pf["contentType"] == content_type
+    assert invoke("etl.push", {"platformFile": pf})
 
 
 @pytest.mark.parametrize("content_type", NOT_MEDIA_TYPES)

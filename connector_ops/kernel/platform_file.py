@@ -57,8 +57,9 @@ FileName = Annotated[str, AfterValidator(check_file_name)]
 
 
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-#: ``type/subtype`` and optional ``; name=value`` parameters (RFC 9110, 8.3.1)
-_MEDIA_TYPE = re.compile(rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[^"\\\x00-\x1f\x7f]*"))*')
+#: ``type/subtype`` and optional ``; name=value`` parameters, empty ones and quoted pairs too (RFC 9110, 8.3.1, 5.6.4)
+_MEDIA_TYPE = re.compile(
+    rf'{_TOKEN}/{_TOKEN}(\s*;\s*({_TOKEN}=({_TOKEN}|"([^"\\\x00-\x1f\x7f]|\\[\t -~])*"))?)*')
 
 
 def header_safe(value: str) -> bool:
