@@ -40,9 +40,6 @@ from connector_ops.kernel.errors import ConnectorOpsError
 #: ``ConnectionRecord.info`` key: the identity of the file a pooled connection opened
 _OPENED = "connector_ops.store_file"
 
-#: what the SQLite loader process answers when its file is not the one its parent asked for (the prefix of
-#: its failure message, which the parent turns back into :class:`StoreFileChanged`)
-LOADER_MARK = "StoreFileChanged: "
 
 Identity = tuple[int, int]
 
