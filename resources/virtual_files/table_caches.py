@@ -5,7 +5,7 @@ Every virtual file has a table name of its own, never reused, so once a file is 
 place, an asset published anew, ``connector-ops gc``) whatever a process cached for its table is dead. Caches
 that kept them until a size cap (and then cleared everything at once) held ~180 MiB in a process that had run
 a few hundred pipelines. Each cache here is an LRU bounded by its size, and :func:`forget_tables` removes a
-dropped table's entries from all of them, and from SQLAlchemy's own compiled-statement cache of the engine.
+dropped table's entries from all of them (SQLAlchemy's own compiled-statement cache is an LRU of its own).
 """
 
 from __future__ import annotations
