@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from connector_ops.resources.virtual_files.store_file import Identity, identity
+from connector_ops.resources.virtual_files.file_identity import Identity, identity
 
 #: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
 WAL_BYTES = 4 << 20

@@ -37,6 +37,8 @@ import threading
 from collections.abc import Generator, Iterator
 from typing import IO, Any
 
+from connector_ops.resources.virtual_files.file_identity import same_file
+
 MODULE = "connector_ops.resources.virtual_files.sqlite_ingest"
 READY = b"ready\n"
 COMMITTED = b"committed\n"
@@ -58,14 +60,7 @@ def check_file(spec: dict[str, Any]) -> None:
     (``st_dev``, ``st_ino``; a request without it is not checked). As the transaction begins and just
     before its commit: rows committed into a file removed meanwhile would be lost with it."""
     expected = spec.get("identity")
-    if expected is None:
-        return
-    try:
-        st = os.stat(spec["path"])
-        now = [st.st_dev, st.st_ino]
-    except OSError:
-        now = None
-    if now != list(expected):
+    if expected is not None and not same_file(spec["path"], expected):
         raise FileChanged(f"the SQLite file {spec['path']} was deleted, replaced or moved")
 
 

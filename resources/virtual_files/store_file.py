@@ -29,28 +29,16 @@ each load and checks it the same way, as its transaction begins and before it co
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 
 from connector_ops.kernel.errors import ConnectorOpsError
+from connector_ops.resources.virtual_files.file_identity import Identity, identity
 
 #: ``ConnectionRecord.info`` key: the identity of the file a pooled connection opened
 _OPENED = "connector_ops.store_file"
-
-
-Identity = tuple[int, int]
-
-
-def identity(path: str) -> Identity | None:
-    """The identity of the file at ``path`` (``None``: there is none)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 class StoreFileChanged(ConnectorOpsError):

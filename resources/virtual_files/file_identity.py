@@ -1,0 +1,24 @@
+"""Which file is at a path: ``(st_dev, st_ino)``, the identity :mod:`.store_file`, the checkpoints and the
+SQLite loader process (:mod:`.sqlite_ingest`, which imports nothing heavier) compare to tell a store's file
+from one deleted, replaced or moved since it was opened."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+Identity = tuple[int, int]
+
+
+def identity(path: str) -> Identity | None:
+    """The identity of the file at ``path`` (``None``: there is none)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def same_file(path: str, opened: Sequence[int] | None) -> bool:
+    """Whether the file at ``path`` is still the one whose identity was ``opened`` (a list, once sent as JSON)."""
+    return opened is not None and identity(path) == tuple(opened)
