@@ -115,7 +115,7 @@ def _one_line(value: Any, run: Mapping[str, str], assets: Mapping[str, Any], lim
     errors = parts.count(("run", "error"))
     if not errors:
         return resolve(value, run, assets)
-    error = run.get(ERROR_LINE, " ".join(run["error"].split()))
+    error = run[ERROR_LINE]  # made by run_facts
     rest = "".join(p if isinstance(p, str) else _text(p, run, assets) for p in parts if p != ("run", "error"))
     if limit is not None and len(rest) + errors * len(error) > limit:
         width = max(limit - len(rest), 0) // errors
