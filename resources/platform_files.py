@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -45,6 +45,7 @@ from connector_ops.resources.http_client import Client
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
+T = TypeVar("T")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
 
@@ -95,18 +96,20 @@ def file_server_url_problem(url: str) -> str | None:
     return None
 
 
-def clean_name(name: str, field: str = "name") -> str:
+def _checked(check: Callable[[T], T], value: T, field: str) -> T:
+    """``check(value)``, its ``ValueError`` a 400 naming ``field`` (the models' checks, for callers of the store)."""
     try:
-        return check_file_name(name or "")
+        return check(value)
     except ValueError as exc:
         raise InvalidInput(field, str(exc)) from None
+
+
+def clean_name(name: str, field: str = "name") -> str:
+    return _checked(check_file_name, name or "", field)
 
 
 def clean_content_type(content_type: str | None, field: str = "contentType") -> str | None:
-    try:
-        return check_media_type(content_type)
-    except ValueError as exc:
-        raise InvalidInput(field, str(exc)) from None
+    return _checked(check_media_type, content_type, field)
 
 
 def _as_served(stored: dict, file_id: str) -> dict:
