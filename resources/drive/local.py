@@ -21,7 +21,7 @@ from typing import IO
 
 from pydantic import PrivateAttr
 
-from connector_ops.kernel.atomic import atomic_write, sweep_leftovers, sweep_unclaimed
+from connector_ops.kernel.atomic import atomic_write, sweep_due, sweep_leftovers, sweep_unclaimed
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.fence import check_fence
@@ -113,10 +113,11 @@ class LocalDriveResource(Resource):
     def root(self) -> Path:
         root = Path(self.drive_dir)
         (root / "items").mkdir(parents=True, exist_ok=True)
-        if not self._swept:  # the drive's start: what writers killed mid-write left behind
+        if not self._swept:  # the drive's start: what writers killed mid-write left, once an hour per folder
             self._swept = True
-            sweep_leftovers(root / "items")
-            self._sweep_unlisted(root / "items")
+            if sweep_due(root):
+                sweep_leftovers(root / "items")
+                self._sweep_unlisted(root / "items")
         return root
 
     def _sweep_unlisted(self, items: Path) -> None:

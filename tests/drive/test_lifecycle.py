@@ -82,12 +82,13 @@ def test_every_adapter_field_has_a_description(clean_env: dict, monkeypatch: pyt
 def test_the_local_drive_sweeps_what_killed_writers_left_when_it_starts(tmp_path) -> None:
     """An upload killed mid-write left ``items/.tmp-<pid>-…`` (17–31 MB in the audit), and one killed between
     renaming its bytes into place and committing its row left bytes no listing shows; nothing removed
-    either. A drive starting removes both once older than a minute, and nothing of a listed item."""
+    either. A drive starting removes both once older than a minute, and nothing of a listed item. It looks
+    once an hour (the drive folder's ``.swept``): the look reads every item, and every process paid it."""
     import io
     import os
     import time
 
-    from connector_ops.kernel.atomic import TEMP_PREFIX
+    from connector_ops.kernel.atomic import SWEPT_STAMP, TEMP_PREFIX
     from connector_ops.resources.drive.local import LocalDriveResource
 
     uploaded = LocalDriveResource(drive_dir=str(tmp_path / "drive")).upload(
@@ -102,5 +103,8 @@ def test_the_local_drive_sweeps_what_killed_writers_left_when_it_starts(tmp_path
     hour_ago = time.time() - 3600
     for path in (*dead, *(items / name for name in listed)):
         os.utime(path, (hour_ago, hour_ago))
-    LocalDriveResource(drive_dir=str(tmp_path / "drive")).root  # noqa: B018 - a drive starting
+    LocalDriveResource(drive_dir=str(tmp_path / "drive")).root  # noqa: B018 - a start within the hour
+    assert sorted(p.name for p in items.iterdir()) == sorted([*listed, young.name, *(p.name for p in dead)])
+    os.utime(tmp_path / "drive" / SWEPT_STAMP, (hour_ago - 1, hour_ago - 1))  # the last sweep, an hour ago
+    LocalDriveResource(drive_dir=str(tmp_path / "drive")).root  # noqa: B018 - the first start after the hour
     assert sorted(p.name for p in items.iterdir()) == sorted([*listed, young.name])
