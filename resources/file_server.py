@@ -11,7 +11,6 @@ import socket
 from collections.abc import AsyncIterator, Iterator, Mapping
 from email.utils import parsedate_to_datetime
 from typing import IO
-from urllib.parse import quote
 
 import anyio
 from starlette.applications import Starlette
@@ -21,6 +20,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from connector_ops.kernel.errors import ConnectorOpsError, NotFound
+from connector_ops.resources.file_headers import file_headers
 from connector_ops.resources.platform_files import CHUNK, PlatformFileStore
 
 
@@ -71,13 +71,6 @@ class _OpenFileResponse(FileResponse):
             self._handle.close()
 
 
-def content_disposition(name: str) -> str:
-    """``inline`` with the name twice (RFC 6266): ``filename*`` in UTF-8 for clients that read it, and a plain
-    ASCII ``filename`` (other characters as ``_``) for those that do not."""
-    fallback = "".join(c if " " <= c < "\x7f" and c not in '"\\' else "_" for c in name)
-    return f"inline; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
-
-
 def _not_modified(request: Request, response: Response) -> bool:
     """Whether the client's copy is current (RFC 9110, 13.1.2 and 13.1.4): ``If-None-Match`` naming the
     ``ETag`` (weakly compared), else ``If-Modified-Since`` not before ``Last-Modified``."""
@@ -104,15 +97,13 @@ def create_app(store: PlatformFileStore) -> Starlette:
             retry = {"Retry-After": "1"} if exc.retryable else {}
             return JSONResponse({"message": str(exc)}, status_code=exc.status, headers=retry)
         name = descriptor.name or file_id
-        headers = {"Content-Disposition": content_disposition(name), "X-Content-Type-Options": "nosniff",
-                   # as a header, not Starlette's media_type, which adds "; charset=utf-8" to every text/* type
-                   # whatever the bytes are (a Latin-1 Pull says so in its contentType)
-                   "Content-Type": descriptor.content_type or "application/octet-stream"}
+        headers = file_headers(name, descriptor.content_type or "application/octet-stream")
         if store.files_database_url is None:
             response = _OpenFileResponse(handle, headers=headers)
             if _not_modified(request, response):
                 handle.close()
-                return Response(status_code=304, headers={k: response.headers[k] for k in ("etag", "last-modified")})
+                kept = ("etag", "last-modified", "content-security-policy")  # a 304 updates the cached copy's headers
+                return Response(status_code=304, headers={k: response.headers[k] for k in kept})
             return response
         if descriptor.size is not None:
             headers["Content-Length"] = str(descriptor.size)
