@@ -8,6 +8,10 @@ block style in a cell body). ``{{expr}}`` inserts a Python value from the notebo
 * anywhere else it is inserted as the value's *JSON*, so ``{"platformFile": {{pf}}}`` passes a whole
   descriptor and ``{"maxBatchSize": {{n}}}`` a number.
 
+Either way the value parses back exactly, as JSON or as YAML (a row value may come from a stranger's file):
+what YAML refuses raw or reads as a line break is written ``\\uXXXX``; in YAML's ``'…'``, which has no
+escapes, such a value is a 400 saying to write ``"{{v}}"`` or ``{{v}}``.
+
 ``expr`` is a Jinja expression evaluated in the notebook's namespace (``vf``, ``out.virtualFileId``,
 ``rows[0]["city"]``, ``name | upper``); an undefined name is an error, never an empty string. Parsing
 errors and substitution errors are reported as :class:`ConnectorError` (400) like any other bad input.
@@ -34,7 +38,8 @@ from pydantic import BaseModel
 
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.json_text import json_text, read_json
-from connector_ops.kernel.yaml_text import ExactNumberLoader
+from connector_ops.kernel.limits import holds_surrogate, lone_surrogate, surrogate_refused
+from connector_ops.kernel.yaml_text import ExactNumberLoader, not_single_quotable, yaml_safe_json
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 #: characters after which a quote opens a string (JSON always; YAML at the start of a scalar)
@@ -143,6 +148,32 @@ def _interpolated(value: Any) -> str:
     return value if isinstance(value, str) else to_json_text(value)
 
 
+def _inserted(value: Any, quote: str, expression: str) -> str:
+    """``value`` written for ``quote`` (``"``, ``'`` or none: JSON) so that it parses back exactly, as JSON or
+    as YAML: characters YAML refuses raw or reads as line breaks (DEL, NEL, U+2028…) are ``\\uXXXX`` where
+    escapes exist; a ``'…'`` string has none, so a value it cannot hold is a 400 saying what to write."""
+    placeholder = f"{{{{{expression}}}}}"
+    try:
+        if quote == "'":
+            text = _checked(_interpolated(value), placeholder)
+            if (char := not_single_quotable(text)) is not None:
+                raise InputError(f"{placeholder}: the value holds {char}, which YAML cannot keep in a '…' string "
+                                 f"(it has no escapes): write \"{placeholder}\" or {placeholder}")
+            return text.replace("'", "''")
+        text = json.dumps(_interpolated(value), ensure_ascii=False)[1:-1] if quote == '"' else to_json_text(value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{placeholder}: {exc}") from None
+    return yaml_safe_json(_checked(text, placeholder))
+
+
+def _checked(text: str, placeholder: str) -> str:
+    """``text``, unless it holds half a surrogate pair: JSON could spell it but YAML cannot, and no action
+    takes one, so it is refused naming the placeholder rather than as a YAML error or a crash."""
+    if (half := lone_surrogate(text)) is not None:
+        raise InputError(f"{placeholder}: the value {holds_surrogate(half)}")
+    return text
+
+
 def _quote_opens(text: str, index: int) -> bool:
     """Whether the quote at ``index`` starts a string (not an apostrophe inside a plain word)."""
     j = index - 1
@@ -168,15 +199,7 @@ def substitute(text: str, namespace: Mapping[str, Any], seen: list[tuple[str, An
             value = evaluate(match.group(1), namespace)
             if seen is not None:
                 seen.append((match.group(1).strip(), value))
-            try:
-                if quote == '"':
-                    out.append(json.dumps(_interpolated(value), ensure_ascii=False)[1:-1])
-                elif quote == "'":
-                    out.append(_interpolated(value).replace("'", "''"))
-                else:
-                    out.append(to_json_text(value))
-            except (TypeError, ValueError) as exc:
-                raise InputError(f"{{{{{match.group(1).strip()}}}}}: {exc}") from None
+            out.append(_inserted(value, quote, match.group(1).strip()))
             i = match.end()
             continue
         char = text[i]
@@ -235,6 +258,8 @@ def parse(text: str) -> Any:
     except json.JSONDecodeError as json_error:
         try:  # safe, dates kept as text, floats as Decimal as from JSON (C speed when available)
             return yaml.load(text, Loader=ExactNumberLoader)
+        except UnicodeEncodeError as exc:  # libyaml reads UTF-8: half a surrogate pair typed in the cell
+            raise InputError(f"input {holds_surrogate(surrogate_refused(exc) or '?')}") from None
         except yaml.YAMLError as yaml_error:
             if _JSON_LIKE.match(text):  # YAML flow style ({a: "x"}) gets YAML's problem, not JSON's
                 problem = f"{json_error.msg} (line {json_error.lineno}, column {json_error.colno})"

@@ -56,6 +56,7 @@ from connector_ops.frames import run_with_store
 from connector_ops.kernel.atomic import atomic_write
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 from connector_ops.kernel.platform_file import REFERABLE
+from connector_ops.kernel.yaml_text import YAML_BREAKS
 from connector_ops.magic import MagicCall
 from connector_ops.magic_input import jsonable
 from connector_ops.pipelines.dsl.names import RESERVED_NAMES
@@ -221,17 +222,14 @@ def pipeline_name_for(path: str | os.PathLike[str]) -> str:
     return step_id_for(Path(path).stem, set())
 
 
-#: characters YAML reads as line breaks; PyYAML writes them raw in a single-quoted or plain scalar, where the
-#: loader folds them (NEL came back as a space), but escapes them in double quotes (``\N``, ``\L``, ``\P``)
-_YAML_BREAKS = frozenset("\x85\u2028\u2029")
-
-
 class _Dumper(yaml.SafeDumper):
     """``yaml.SafeDumper`` whose every string loads back exactly: one holding a YAML line break other than
-    ``\\n`` is double-quoted."""
+    ``\\n`` is double-quoted. PyYAML writes those raw in a single-quoted or plain scalar, where the loader
+    folds them, but escapes them in double quotes (``\\N``, ``\\L``, ``\\P``); characters YAML refuses raw
+    it double-quotes and escapes by itself."""
 
     def represent_str(self, data: str) -> yaml.ScalarNode:
-        if _YAML_BREAKS.isdisjoint(data):
+        if YAML_BREAKS.isdisjoint(data):
             return super().represent_str(data)
         return self.represent_scalar("tag:yaml.org,2002:str", data, style='"')
 

@@ -4,10 +4,15 @@ PyYAML's safe loaders make ``2024-01-01`` a ``datetime.date``, which is no JSON 
 pipeline step's input passed ``pipeline validate`` and failed the run inside Dagster's serialisation, and
 in the magic reached the actions as an object they cannot store. Every value here is text anyway, so a
 date stays what the user typed, as YAML 1.2's core schema reads it too.
+
+Text written into YAML must also keep every character: YAML refuses some raw (DEL, C1 controls) and reads
+others as line breaks, which a scalar folds into a space. :data:`YAML_BREAKS`, :func:`yaml_safe_json` and
+:func:`not_single_quotable` say which, for the recorder's dumper and the magic's ``{{expr}}`` alike.
 """
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 
 import yaml
@@ -49,3 +54,28 @@ class ExactNumberLoader(FastTextLoader):
 
 
 ExactNumberLoader.add_constructor("tag:yaml.org,2002:float", _exact_float)
+
+
+#: characters YAML reads as line breaks besides ``\n`` and ``\r``: written raw in a single-quoted or plain
+#: scalar the loader folds them (NEL came back as a space); double quotes keep them only escaped
+YAML_BREAKS = frozenset("\x85\u2028\u2029")
+_BREAKS = "".join(sorted(YAML_BREAKS))
+#: what a YAML stream may not hold as it is (outside YAML's printable set: C0 controls but tab, LF and CR; DEL
+#: and the C1 controls but NEL; surrogates; U+FFFE, U+FFFF — "unacceptable character") or reads as a break
+_NOT_RAW = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{_BREAKS}\ud800-\udfff\ufffe\uffff]")
+#: what a single-quoted scalar, which has no escapes, cannot keep: the above, and ``\n`` and ``\r`` (folded)
+_NOT_SINGLE_QUOTED = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f{_BREAKS}\ud800-\udfff\ufffe\uffff]")
+
+
+def yaml_safe_json(text: str) -> str:
+    """JSON text (a whole value, or a string's inside without its quotes) that a YAML loader reads as a JSON
+    parser does: each character YAML refuses raw or reads as a line break is written ``\\uXXXX``, an escape
+    JSON and YAML's double quotes share. Outside strings JSON text is ASCII, so only strings change."""
+    return _NOT_RAW.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def not_single_quotable(text: str) -> str | None:
+    """The first character of ``text`` a YAML single-quoted scalar cannot hold exactly, as ``\\uXXXX``, else
+    ``None``."""
+    match = _NOT_SINGLE_QUOTED.search(text)
+    return None if match is None else f"\\u{ord(match.group()):04x}"

@@ -387,3 +387,40 @@ def test_a_placeholder_of_a_decimal_keeps_its_digits_in_and_out_of_strings(ip: A
     assert pushed == {"a": "1.50", "b": "1E+5"}
     assert from_json == {"a": "1.50", "b": "1.50", "c": '{"a": 1.50, "b": [1E+5]}'}  # json.dumps's spacing kept
     assert from_yaml == {"a": "1.50", "b": "1.50"}
+
+
+#: values a stranger's row may hold that YAML refuses raw (DEL, C1 controls, U+FFFE) or reads as line breaks
+#: (NEL, U+2028, U+2029, CR), beside JSON's escapes and the quotes themselves
+UNRULY = ["line1\x85line2", "it's\x7f", "a\u2028b\u2029", "c1\x80\x9f", "x\ufffe\uffff", "tab\there",
+          "new\nline\r", 'say "hi" \\ bye', "\ue000 icon \U0001f600"]
+#: the same input as a YAML block, a YAML flow line, a JSON line; ``{{v}}`` in double quotes and bare (JSON)
+CELLS = ['content: [{note: "{{v}}"}, {note: {{v}}}]\nmaxBatchSize: 5',
+         '{content: [{note: "{{v}}"}, {note: {{v}}}], maxBatchSize: 5}',
+         '{"content": [{"note": "{{v}}"}, {"note": {{v}}}], "maxBatchSize": 5}']
+
+
+@pytest.mark.parametrize("value", UNRULY, ids=ascii)
+def test_a_placeholder_inserts_every_character_exactly_in_yaml_and_json(ip: Any, value: str) -> None:
+    """``{{v}}`` of a row value holding NEL came back with a space in its place in a YAML cell, in every quote
+    form, and one holding DEL made the whole cell a 400 (``unacceptable character #x007f``)."""
+    ip.user_ns.update(v=value, rows=[{"note": value}, {"other": [value]}])
+    for cell in CELLS:
+        assert ip.run_cell_magic("etl", "iterate", cell)["content"] == [{"note": value}] * 2, cell
+    assert ip.run_cell_magic("etl", "iterate", "content: {{rows}}\nmaxBatchSize: 5")["content"] == ip.user_ns["rows"]
+
+
+def test_a_value_a_single_quoted_string_cannot_keep_is_a_400_saying_what_to_write(ip: Any) -> None:
+    """YAML's ``'…'`` has no escapes: a line break in it was folded into a space, DEL refused the whole cell."""
+    ip.user_ns.update(ok="it's\ttab \ue000", nel="a\x85b", lf="a\nb", half="a\ud800")
+    assert ip.run_cell_magic("etl", "iterate", "content: [{note: '{{ok}}'}]\nmaxBatchSize: 5")["content"] == [
+        {"note": "it's\ttab \ue000"}]
+    for name, char in [("nel", "\\u0085"), ("lf", "\\u000a")]:
+        with pytest.raises(NotebookError) as caught:
+            ip.run_cell_magic("etl", "iterate", f"content: [{{note: '{{{{{name}}}}}'}}]\nmaxBatchSize: 5")
+        assert str(caught.value) == (f"etl.iterate failed (400): {{{{{name}}}}}: the value holds {char}, which YAML "
+                                     f"cannot keep in a '…' string (it has no escapes): write \"{{{{{name}}}}}\" "
+                                     f"or {{{{{name}}}}}")
+    for cell in ["content: ['{{half}}']\nmaxBatchSize: 5", *(c.replace("{{v}}", "{{half}}") for c in CELLS)]:
+        with pytest.raises(NotebookError, match=r"^etl.iterate failed \(400\): \{\{half\}\}: the value holds \\ud800, "
+                                                "half of a UTF-16 surrogate pair"):
+            ip.run_cell_magic("etl", "iterate", cell)
