@@ -87,15 +87,22 @@ def _file_line_html(pf: Mapping[str, Any]) -> str:
 _MORE_HINT = "%config ConnectorMagics.displaylimit = N shows more"
 #: a missing value (a key a row lacks, a null) as pandas shows one, so that it differs from ""
 NA_TEXT = "<NA>"
-_NA_MARK, _KEEP = "\ue000", "\ue001"  # private-use characters no value holds, replaced after to_html
+#: to_html's ``na_rep``, and the fence around every text (private-use characters: see :func:`html_table`)
+_NA_MARK, _FENCE = "\ue000", "\ue001"
 
 
 def html_table(table: Any, **options: Any) -> str:
     """``table.to_html`` with missing values a grey ``<NA>`` and every cell's spaces kept (``" lead"``:
-    to_html strips them, so each text is fenced by a mark first; HTML would collapse them, hence pre-wrap)."""
-    fenced = table.map(lambda value: f"{_KEEP}{value}{_KEEP}" if isinstance(value, str) else value)
-    text = fenced.to_html(index=False, na_rep=_NA_MARK, **options).replace(_KEEP, "")
+    to_html strips them, so each text is fenced by a mark first; HTML would collapse them, hence pre-wrap).
+
+    The marks are private-use characters, which data holds too (icon fonts, U+F8FF): a text equal to the
+    missing mark showed as ``<NA>`` and fence characters in a text vanished. So every text is fenced, and
+    can never equal the missing mark, and the fences are removed only where they are, right after
+    ``<td>`` and right before ``</td>`` (to_html escapes ``<`` inside a cell): a cell shows what it holds."""
+    fenced = table.map(lambda value: f"{_FENCE}{value}{_FENCE}" if isinstance(value, str) else value)
+    text = fenced.to_html(index=False, na_rep=_NA_MARK, **options)
     text = text.replace(f"<td>{_NA_MARK}</td>", f'<td style="color: #999">{html.escape(NA_TEXT)}</td>')
+    text = text.replace(f"<td>{_FENCE}", "<td>").replace(f"{_FENCE}</td>", "</td>")
     return text.replace("<td>", '<td style="white-space: pre-wrap">')
 
 

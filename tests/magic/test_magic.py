@@ -349,6 +349,21 @@ def test_tables_tell_missing_from_empty_and_keep_spaces(ip: Any) -> None:
     assert [line.split() for line in text.splitlines()[1:4]] == [["a", "b"], ["lead"], ["x", "<NA>"]]
 
 
+
+def test_tables_show_private_use_characters_as_they_are(ip: Any) -> None:
+    """The table marked missing values and fenced texts with U+E000 and U+E001, assumed to be in no value: a
+    cell of U+E000 (an icon font's glyph) showed as a grey ``<NA>``, and U+E001 vanished from a text."""
+    codes = ["\ue000", "a\ue001b", "\ue001", "\ue001\ue001", "\uf8ff", None, ""]
+    ip.user_ns["rows"] = [{"code": c} for c in codes]
+    out = ip.run_cell_magic("etl", "iterate", "content: {{rows}}\nmaxBatchSize: 9")
+    assert out["content"] == ip.user_ns["rows"]
+    cells = [line.strip() for line in html_of(ip, out).splitlines() if "<td" in line]
+    shown = '<td style="white-space: pre-wrap">{}</td>'.format
+    missing = '<td style="color: #999">&lt;NA&gt;</td>'
+    assert cells == [shown("\ue000"), shown("a\ue001b"), shown("\ue001"), shown("\ue001\ue001"), shown("\uf8ff"),
+                     missing, shown("")]
+
+
 NUMBERS = '{"a": 1.50, "b": 1e5, "c": -0.0, "d": 1E400, "e": 12345678901234567890.5, "f": 7}'
 
 
