@@ -10,6 +10,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,18 @@ def test_429_with_retry_after_is_retried_after_waiting(google: Drive) -> None:
     started = time.monotonic()
     assert google.run("drive.list", {}) == {"content": []}
     assert time.monotonic() - started >= 1.0
+    assert drive_calls(fake, "GET", "/drive/v3/files") == 2
+
+
+def test_retry_after_as_an_http_date_is_waited_for(google: Drive) -> None:
+    """RFC 9110 §10.2.3: Retry-After may be a date; the retry comes once it is past, not after the backoff's
+    milliseconds. HTTP dates have whole seconds: the date is the second after next (1-2 s ahead)."""
+    fake = google.fake
+    assert fake is not None
+    at = int(time.time()) + 2
+    fake.fail("GET", "/drive/v3/files", status=503, reason="backendError", retry_after=formatdate(at, usegmt=True))
+    assert google.run("drive.list", {}) == {"content": []}
+    assert time.time() >= at - 0.05  # a little tolerance: sleep's and the clock's granularity
     assert drive_calls(fake, "GET", "/drive/v3/files") == 2
 
 

@@ -6,7 +6,9 @@ import base64
 import io
 import logging
 import os
+import time
 from collections.abc import Iterator
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +209,18 @@ def test_429_then_success_is_retried(mailjet_env: dict[str, str], fake_mailjet: 
     assert send(message(), fast_resources()) == {}
     assert len(fake.requests) == 2 and len(fake.accepted) == 1
     assert fake.requests[0]["body"] == fake.requests[1]["body"]  # the same body, rebuilt from the spool
+
+
+def test_429_with_retry_after_as_an_http_date_waits_for_the_date(mailjet_env: dict[str, str],
+                                                                fake_mailjet: Fake) -> None:
+    """RFC 9110 §10.2.3: Retry-After may be a date (1-2 s ahead here, HTTP dates have whole seconds)."""
+    fake, _ = fake_mailjet
+    at = int(time.time()) + 2
+    fake.queue(Canned(429, {"ErrorMessage": "Too many requests", "StatusCode": 429},
+                      headers={"Retry-After": formatdate(at, usegmt=True)}))
+    assert send(message(), fast_resources()) == {}
+    assert time.time() >= at - 0.05  # a little tolerance: sleep's and the clock's granularity
+    assert len(fake.requests) == 2 and len(fake.accepted) == 1
 
 
 @pytest.mark.parametrize(("answers", "expected"), [
