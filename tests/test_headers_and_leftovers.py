@@ -210,6 +210,42 @@ def test_a_folder_is_swept_once_an_hour_and_always_by_sweep(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+def test_a_stamp_or_leftovers_dated_in_the_future_do_not_stop_the_sweep(tmp_path):
+    """After a sweep the clock stepped back (an NTP correction, a VM restored) or the folder came from a
+    host ahead: a ``.swept`` dated 30 days ahead stopped every start from sweeping until the clock caught up,
+    and a leftover dated ahead stayed "young" as long. A stamp more than a minute ahead is stale; a file
+    dated more than the grace period ahead is old — a live writer's is still kept (its lock), and so is a
+    file dated just ahead (hosts disagree by seconds)."""
+    folder = tmp_path / "files"
+    kept = PlatformFileStore(files_dir=str(folder)).add_bytes(b"kept", "kept.csv")
+    dead = start_writer(folder, "die")
+    assert dead.wait(timeout=60) == -signal.SIGKILL
+    [dead_file] = temp_files(folder)
+    live = start_writer(folder, "live")
+    try:
+        [live_file] = [p for p in temp_files(folder) if p != dead_file]
+        orphan, just_ahead = folder / ("a" * 32), folder / ("b" * 32)
+        orphan.write_bytes(b"lost")
+        just_ahead.write_bytes(b"being described, by a host a few seconds ahead")
+        age([dead_file, live_file, orphan, folder / kept.id, folder / f"{kept.id}.json"], -30 * 86400)
+        age([just_ahead], -20)
+        age([folder / SWEPT_STAMP], -30 * 86400)  # swept "in 30 days"
+        store = PlatformFileStore(files_dir=str(folder))  # a new process's store starts
+        assert store.root == folder
+        assert temp_files(folder) == [live_file]
+        assert not orphan.exists() and just_ahead.exists()
+        assert abs(time.time() - (folder / SWEPT_STAMP).stat().st_mtime) < 60  # dated again, now
+        assert store.read_bytes(store.describe(kept.id)) == b"kept"
+    finally:
+        live.kill()
+        live.wait(timeout=60)
+    age([folder / SWEPT_STAMP], -30)  # a host a little ahead swept: the stamp counts
+    orphan.write_bytes(b"lost again")
+    age([orphan], 3600)
+    PlatformFileStore(files_dir=str(folder)).root  # noqa: B018 - a start within the hour
+    assert orphan.exists()
+
+
 def test_a_push_killed_while_it_reads_a_copy_leaves_no_copy(env, files, tmp_path):
     """A Parquet file or a zip archive that cannot seek (compressed, over HTTP, kept in the database) is read
     from a copy. Named in the temporary folder, that copy stayed for ever after a kill -9, as large as the

@@ -65,10 +65,23 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
 SWEEP_MIN_AGE_S = 60.0
 
 
+def is_young(mtime: float, min_age_s: float, now: float) -> bool:
+    """Whether a file dated ``mtime`` is younger than ``min_age_s`` — to be left to its writer.
+
+    A date ahead of the clock by up to ``min_age_s`` counts as young (hosts sharing a folder disagree by
+    seconds). Further ahead it says nothing of the file's age: the clock stepped back since it was written,
+    or the folder was restored from elsewhere; taken at its word, the file would stay young until the clock
+    caught up (days, maybe) and its leftover for as long. It counts as old: a temporary file whose writer
+    lives is kept anyway (its lock), and data no record claims has had its grace.
+    """
+    return -min_age_s <= now - mtime < min_age_s
+
+
 def sweep_leftovers(folder: str | os.PathLike[str], min_age_s: float = SWEEP_MIN_AGE_S) -> list[Path]:
     """Remove the temporary files of dead writers in ``folder`` (not recursive); returns what was removed.
 
-    A file counts as a dead writer's when nobody holds its lock and it is older than ``min_age_s``.
+    A file counts as a dead writer's when nobody holds its lock and it is older than ``min_age_s``
+    (:func:`is_young`: one dated far in the future is old).
     """
     removed: list[Path] = []
     try:
@@ -80,7 +93,7 @@ def sweep_leftovers(folder: str | os.PathLike[str], min_age_s: float = SWEEP_MIN
         if not entry.name.startswith(TEMP_PREFIX) or not entry.is_file(follow_symlinks=False):
             continue
         with contextlib.suppress(OSError):
-            if now - entry.stat(follow_symlinks=False).st_mtime < min_age_s:
+            if is_young(entry.stat(follow_symlinks=False).st_mtime, min_age_s, now):
                 continue
             fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
             try:
@@ -97,15 +110,16 @@ def sweep_unclaimed(folder: str | os.PathLike[str], claimed: Callable[[str, Abst
     """Remove the files of ``folder`` that no record claims (``claimed(name, every name in the folder)``
     false) and that are older than ``min_age_s``: data a writer killed between putting it in place and
     recording it left behind, which no listing would ever show. A younger one is left to its writer, which
-    may be at that step. The folder is read once: a record beside its data (``<id>.json``) is looked up in
-    the names, not by a ``stat`` each (40,000 files: 0.9 s)."""
+    may be at that step; one dated more than ``min_age_s`` in the future has had it (:func:`is_young`).
+    The folder is read once: a record beside its data (``<id>.json``) is looked up in the names, not by a
+    ``stat`` each (40,000 files: 0.9 s)."""
     now = time.time()
     entries = list(os.scandir(folder))
     names = {entry.name for entry in entries}
     for entry in entries:
         if not entry.name.startswith(TEMP_PREFIX) and not claimed(entry.name, names):
             with contextlib.suppress(OSError):
-                if now - entry.stat(follow_symlinks=False).st_mtime >= min_age_s:
+                if not is_young(entry.stat(follow_symlinks=False).st_mtime, min_age_s, now):
                     os.unlink(entry.path)
 
 
@@ -113,6 +127,9 @@ def sweep_unclaimed(folder: str | os.PathLike[str], claimed: Callable[[str, Abst
 SWEEP_INTERVAL_S = 3600.0
 #: the file whose mtime says when a folder was last swept (:func:`sweep_due`)
 SWEPT_STAMP = ".swept"
+#: how far in the future a :data:`SWEPT_STAMP` may be dated and still count (hosts sharing a folder
+#: disagree by seconds); one further ahead is stale, see :func:`sweep_due`
+STAMP_AHEAD_TOLERANCE_S = 60.0
 
 
 def sweep_due(folder: str | os.PathLike[str], interval_s: float = SWEEP_INTERVAL_S) -> bool:
@@ -122,10 +139,14 @@ def sweep_due(folder: str | os.PathLike[str], interval_s: float = SWEEP_INTERVAL
     A sweep reads the whole folder, and every process used to do it at its start (each CLI Push, each
     Dagster step, the file server's first request): 0.9 s at 40,000 files. Leftovers are rare (a writer
     killed mid-write) and harmless until removed, so finding them within the interval is enough. A stamp
-    that cannot be written (a read-only folder) leaves the sweep to every start, as before."""
+    that cannot be written (a read-only folder) leaves the sweep to every start, as before.
+
+    A stamp dated more than :data:`STAMP_AHEAD_TOLERANCE_S` in the future (the clock stepped back after a
+    sweep, a folder restored from elsewhere) is stale too: taken at its word, no start would sweep until the
+    clock caught up with it, for days maybe."""
     stamp = Path(folder) / SWEPT_STAMP
     with contextlib.suppress(OSError):
-        if time.time() - stamp.stat().st_mtime < interval_s:
+        if -STAMP_AHEAD_TOLERANCE_S <= time.time() - stamp.stat().st_mtime < interval_s:
             return False
     with contextlib.suppress(OSError):
         stamp.touch()

@@ -108,3 +108,27 @@ def test_the_local_drive_sweeps_what_killed_writers_left_when_it_starts(tmp_path
     os.utime(tmp_path / "drive" / SWEPT_STAMP, (hour_ago - 1, hour_ago - 1))  # the last sweep, an hour ago
     LocalDriveResource(drive_dir=str(tmp_path / "drive")).root  # noqa: B018 - the first start after the hour
     assert sorted(p.name for p in items.iterdir()) == sorted([*listed, young.name])
+
+
+def test_the_local_drive_sweeps_despite_a_stamp_and_leftovers_dated_in_the_future(tmp_path) -> None:
+    """The clock stepped back after a sweep (or the folder came from a host ahead): a ``.swept`` dated 30
+    days ahead is stale, not "swept a moment ago" for 30 days, and leftovers dated as far ahead are old."""
+    import io
+    import os
+    import time
+
+    from connector_ops.kernel.atomic import SWEPT_STAMP, TEMP_PREFIX
+    from connector_ops.resources.drive.local import LocalDriveResource
+
+    uploaded = LocalDriveResource(drive_dir=str(tmp_path / "drive")).upload(
+        io.BytesIO(b"a\n1\n"), "up.csv", "text/csv", 4, None)
+    items = tmp_path / "drive" / "items"
+    dead = [items / f"{TEMP_PREFIX}999999-x", items / "NoRowForTheseBytes123456"]
+    for path in dead:
+        path.write_bytes(b"left behind")
+    ahead = time.time() + 30 * 86400
+    for path in (*dead, items / uploaded, tmp_path / "drive" / SWEPT_STAMP):
+        os.utime(path, (ahead, ahead))
+    LocalDriveResource(drive_dir=str(tmp_path / "drive")).root  # noqa: B018 - a start
+    assert sorted(p.name for p in items.iterdir()) == [uploaded]
+    assert abs(time.time() - (tmp_path / "drive" / SWEPT_STAMP).stat().st_mtime) < 60  # dated again, now
