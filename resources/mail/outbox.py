@@ -23,7 +23,11 @@ from connector_ops.resources.mail.payload import write_payload
 
 
 class OutboxMailResource(MailResource):
-    """Writes ``<outbox_dir>/<UTC timestamp>-<random>.json``; names sort in sending order."""
+    """Writes ``<outbox_dir>/<UTC timestamp>-<random>.json``, named by the UTC time each was written.
+
+    Names sort in sending order only while the host's clock runs steadily: after it steps back (an NTP
+    correction, a VM resumed) a later message can sort first. An exact order would need a counter shared by
+    every process writing to the folder, under a lock; the outbox is a development aid and does without."""
 
     outbox_dir: str
     """Folder the messages are written to, one JSON file each."""

@@ -32,7 +32,7 @@ def test_default_backend_writes_one_file_per_message(mail_env: dict[str, str]) -
     names = sorted(p.name for p in outbox(mail_env).iterdir())
     assert len(names) == 2 and all(re.fullmatch(r"\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{12}\.json", n) for n in names)
     first, second = (json.loads((outbox(mail_env) / n).read_text()) for n in names)
-    assert second["Messages"][0]["Subject"] == "second"  # names sort in sending order
+    assert second["Messages"][0]["Subject"] == "second"  # the clock steady: names sort in sending order
     assert first["SandboxMode"] is False and first["AdvanceErrorHandling"] is True
     sent = first["Messages"][0]
     assert sent["From"] == {"Email": "noreply@example.com", "Name": "Example Shop"}
