@@ -13,6 +13,9 @@ already sent listed in ``connector_ops/notify_sent``), and the sensor tries the 
 evaluations, up to :data:`MAX_ATTEMPTS` times. That is why the sensors are plain sensors that look for
 ended runs rather than Dagster's run-status sensors: those consume a run's event whether the mail went out
 or not.
+
+A run's end is dated by the clock of the process that wrote it, so a sensor does not trust those dates to
+come in order: it looks again, :data:`LOOK_BACK` behind the newest it has seen, for runs it has not mailed.
 """
 
 
@@ -20,7 +23,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
@@ -38,8 +41,20 @@ SENT_TAG = "connector_ops/notify_sent"
 NOTIFY_INTERVAL_SECONDS = 30
 #: a run whose mail still fails after this many evaluations is given up: tagged and logged as an error
 MAX_ATTEMPTS = 5
-#: runs looked at per evaluation (the rest at the next)
+#: runs looked at per evaluation (the rest at the next): as many new ones, and as many behind the cursor
 RUNS_PER_EVALUATION = 50
+#: how far behind the newest run it has seen a notify sensor looks again for ended runs not yet mailed.
+#: Dagster dates a run's end (``update_timestamp``) by the clock of the process that wrote it: another
+#: host's, or one an NTP correction stepped back; and of two runs ending together, the earlier dated can be
+#: committed after the sensor read the other. Either way a run appears dated before the cursor, and a read
+#: of the runs updated strictly after it would pass over that run for good. Runs read again and already
+#: mailed are passed over by their ``connector_ops/notified`` tag. The pass over this window goes
+#: :data:`RUNS_PER_EVALUATION` runs per evaluation (a page, continued at the next), so each evaluation reads
+#: a bounded number of runs however many ended in the window; where more than that end in it, a pass takes
+#: several evaluations and the lateness tolerated shrinks by that time.
+LOOK_BACK = timedelta(minutes=10)
+#: the watch's start when the job has no run in the sensor's status yet: every run that ends is new
+NO_RUN_YET = datetime(1970, 1, 1, tzinfo=UTC)
 STATUSES = {"success": dg.DagsterRunStatus.SUCCESS, "failure": dg.DagsterRunStatus.FAILURE}
 
 
@@ -113,10 +128,14 @@ def notify_sensors(pipeline: Pipeline, job: dg.JobDefinition) -> list[dg.SensorD
 
 @dataclass
 class _Cursor:
-    """Where a notify sensor is: runs updated after ``after`` are still to look at; ``failing`` holds the
-    runs whose mail failed, with the number of attempts so far."""
+    """Where a notify sensor is: runs updated after ``after`` are new; those updated in the
+    :data:`LOOK_BACK` before it, but not before ``start`` (the newest run's date when the watch began), are
+    looked at again, a page per evaluation from ``again`` (None: from the window's beginning); ``failing``
+    holds the runs whose mail failed, with the number of attempts so far."""
 
     after: datetime
+    start: datetime
+    again: datetime | None = None
     failing: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -124,10 +143,29 @@ class _Cursor:
         if not text:
             return None
         data = json.loads(text)
-        return cls(datetime.fromisoformat(data["after"]), data.get("failing", {}))
+        after = datetime.fromisoformat(data["after"])
+        again = data.get("again")
+        # a cursor of a version without look-back: the watch is taken to begin where it was
+        return cls(after, datetime.fromisoformat(data.get("start", data["after"])),
+                   datetime.fromisoformat(again) if again else None, data.get("failing", {}))
 
     def dump(self) -> str:
-        return json.dumps({"after": self.after.isoformat(), "failing": self.failing})
+        return json.dumps({"after": self.after.isoformat(), "start": self.start.isoformat(),
+                           "again": self.again.isoformat() if self.again else None, "failing": self.failing})
+
+    def window(self) -> datetime:
+        """Where the page read behind the cursor begins."""
+        window = max(self.after - LOOK_BACK, self.start)
+        return max(self.again, window) if self.again else window
+
+
+def _ended(instance: dg.DagsterInstance, job: dg.JobDefinition, status: str, after: datetime,
+           before: datetime | None = None) -> list[dg.RunRecord]:
+    """The runs of ``job`` that ended in ``status``, updated after ``after`` (and before ``before``): the
+    oldest first, at most :data:`RUNS_PER_EVALUATION`."""
+    return list(instance.get_run_records(
+        dg.RunsFilter(job_name=job.name, statuses=[STATUSES[status]], updated_after=after, updated_before=before),
+        limit=RUNS_PER_EVALUATION, order_by="update_timestamp", ascending=True))
 
 
 def _sensor(pipeline: Pipeline, job: dg.JobDefinition, status: str) -> dg.SensorDefinition:
@@ -138,22 +176,31 @@ def _sensor(pipeline: Pipeline, job: dg.JobDefinition, status: str) -> dg.Sensor
     )
     def _notify(context: dg.SensorEvaluationContext, mail: dg.ResourceParam[Any],
                 platform_files: dg.ResourceParam[Any]) -> dg.SkipReason:
-        """Mail the runs of the job that ended in ``status`` since the last evaluation, and try again those
-        whose mail failed. The first evaluation only starts the watch: runs that ended before the sensor
-        ran are not mailed."""
+        """Mail the runs of the job that ended in ``status`` since the last evaluation (and those dated
+        within :data:`LOOK_BACK` before it, not mailed yet), and try again those whose mail failed. The
+        first evaluation only starts the watch: runs that ended before the sensor ran are not mailed. It
+        begins at the newest such run's date, not at this host's clock, which the writers' may be behind."""
+        instance = context.instance
         cursor = _Cursor.parse(context.cursor)
         if cursor is None:
-            context.update_cursor(_Cursor(datetime.now(UTC)).dump())
+            newest = instance.get_run_records(dg.RunsFilter(job_name=job.name, statuses=[STATUSES[status]]),
+                                              limit=1, order_by="update_timestamp", ascending=False)
+            start = newest[0].update_timestamp if newest else NO_RUN_YET
+            context.update_cursor(_Cursor(start, start).dump())
             return dg.SkipReason(f"watching runs of {job.name} that end in {status} from now on")
         resources = {"mail": mail, "platform_files": platform_files}
-        instance = context.instance
         runs = [r for r in (instance.get_run_by_id(run_id) for run_id in cursor.failing) if r is not None]
-        records = instance.get_run_records(
-            dg.RunsFilter(job_name=job.name, statuses=[STATUSES[status]], updated_after=cursor.after),
-            limit=RUNS_PER_EVALUATION, order_by="update_timestamp", ascending=True)
-        runs += [r.dagster_run for r in records if r.dagster_run.run_id not in cursor.failing]
-        if records:
-            cursor.after = records[-1].update_timestamp
+        behind = _ended(instance, job, status, cursor.window(), cursor.after + timedelta(microseconds=1))
+        new = _ended(instance, job, status, cursor.after)
+        cursor.again = behind[-1].update_timestamp if len(behind) == RUNS_PER_EVALUATION else None
+        if new:
+            cursor.after = new[-1].update_timestamp
+        looked_at = set(cursor.failing)
+        for record in (*behind, *new):  # those mailed already (tagged) need no more reading
+            run = record.dagster_run
+            if run.run_id not in looked_at and not run.tags.get(NOTIFIED_TAG):
+                looked_at.add(run.run_id)
+                runs.append(run)
         failing, sent, problems = {}, 0, []
         for run in runs:
             try:

@@ -8,13 +8,16 @@ mailed once whichever path sees it first.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pytest
 
+from connector_ops.pipelines import notifications
 from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.notifications import MAX_ATTEMPTS, NOTIFIED_TAG
 from connector_ops.pipelines.runner import run_compiled
@@ -153,6 +156,85 @@ def test_a_mail_that_fails_is_sent_at_a_later_evaluation(tmp_path: Path, resourc
         assert instance.get_run_by_id(third.run_id).tags[NOTIFIED_TAG] == "given up"
         assert sensor.evaluate(resources["mail"]) == "0 message(s) sent"
         assert len(outbox(resources)) == 2
+
+
+@contextlib.contextmanager
+def writer_clock_behind(seconds: float) -> Iterator[None]:
+    """Runs executed within end as written by a process whose clock is ``seconds`` behind (another host's,
+    one an NTP correction stepped back): Dagster dates a run's end (``update_timestamp``) by its event's
+    timestamp, that process's ``time.time()``."""
+    import dagster._time as dagster_time
+
+    real = dagster_time.datetime_from_timestamp
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dagster_time, "datetime_from_timestamp", lambda ts, *a, **k: real(ts - seconds, *a, **k))
+        yield
+
+
+@pytest.mark.parametrize("ending", ["success", "failure"])
+def test_a_run_whose_end_is_dated_before_the_cursor_is_mailed_once(tmp_path: Path, resources: dict, files: Any,
+                                                                   ending: str) -> None:
+    """The sensor read the runs updated strictly after the newest it had seen: a run dated 2 minutes earlier
+    (its writer's clock behind, or committed after a run dated later) was passed over for good — two runs,
+    one mail — and so was the first run after the watch began, dated before the daemon's clock. Runs dated
+    within the look-back are read again: each mailed once, a failed mail tried again and sent once."""
+    source = "${load.virtualFileId}" if ending == "success" else "no-such-virtual-file"
+    compiled = pipeline(tmp_path, files, when=ending, source=source)
+    [sensor_def] = compiled.notify_sensors
+    (tmp_path / "plain-file").write_text("not a folder")
+    broken = resources["mail"].model_copy(update={"outbox_dir": str(tmp_path / "plain-file" / "outbox")})
+    mail = resources["mail"]
+    with dg.DagsterInstance.ephemeral() as instance:
+
+        def run(behind_s: float = 0) -> dg.ExecuteInProcessResult:
+            with writer_clock_behind(behind_s):
+                return compiled.job.execute_in_process(resources=resources, instance=instance, raise_on_error=False)
+
+        sensor = Sensor(sensor_def, instance, files)
+        assert sensor.evaluate(mail).startswith("watching runs of cities")
+        first = run(120)  # the first run after the watch began, dated 2 min before the daemon's clock
+        assert sensor.evaluate(mail) == "1 message(s) sent"
+        second = run()
+        assert sensor.evaluate(mail) == "1 message(s) sent"
+        late = run(120)  # dated 2 min before the sensor's cursor
+        assert sensor.evaluate(mail) == "1 message(s) sent"
+        assert sensor.evaluate(mail) == "0 message(s) sent"  # read again, not mailed again
+        retried = run(120)
+        assert "(attempt 1 of " in sensor.evaluate(broken)
+        assert instance.get_run_by_id(retried.run_id).tags[NOTIFIED_TAG] == ""
+        assert sensor.evaluate(mail) == "1 message(s) sent"
+        assert sensor.evaluate(mail) == "0 message(s) sent"
+        runs = [first, second, late, retried]
+        assert sorted(m["Variables"]["run"] for m in outbox(resources)) == sorted(r.run_id for r in runs)
+        assert {instance.get_run_by_id(r.run_id).tags[NOTIFIED_TAG] for r in runs} == {ending}
+
+
+def test_the_look_back_reads_a_page_of_runs_per_evaluation(tmp_path: Path, resources: dict, files: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs read again are bounded per evaluation (a busy deployment ends hundreds of runs in the look-back):
+    a page, continued at the next evaluation and begun again once the window is covered, so the pass moves
+    on even when every run in the window was mailed already."""
+    monkeypatch.setattr(notifications, "RUNS_PER_EVALUATION", 2)
+    compiled = pipeline(tmp_path, files, when="success")
+    with dg.DagsterInstance.ephemeral() as instance:
+        sensor = Sensor(compiled.notify_sensors[0], instance, files)
+        sensor.evaluate(resources["mail"])
+        for _ in range(5):
+            run_compiled(compiled, resources, instance=instance)  # mailed in process, tagged
+        assert len(outbox(resources)) == 5
+
+        def again() -> str | None:
+            assert sensor.evaluate(resources["mail"]) == "0 message(s) sent"
+            return json.loads(sensor.cursor or "")["again"]
+
+        for _ in range(5):  # the new runs read, two an evaluation, and the pass under way ended
+            if again() is None:
+                break
+        dates = [r.update_timestamp.isoformat() for r in instance.get_run_records(
+            dg.RunsFilter(job_name="cities"), order_by="update_timestamp", ascending=True)]
+        assert len(dates) == 5
+        assert [again(), again(), again(), again()] == [dates[1], dates[3], None, dates[1]]
+        assert len(outbox(resources)) == 5
 
 
 def test_notify_problems_are_reported_with_lines(tmp_path: Path) -> None:
