@@ -188,3 +188,24 @@ def test_an_export_in_pieces_is_the_same_archive_whatever_the_pieces():
     for archive in (whole, cut):
         assert zipfile.ZipFile(io.BytesIO(archive)).read("a.csv") == data
 
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("name", "member"), [
+    ("..\\..\\Startup\\evil.csv.zip", "evil.csv"),  # Windows folders: an extractor there would climb out
+    ("C:\\Users\\Public\\evil.csv.zip", "evil.csv"),
+    ("C:evil.csv.zip", "evil.csv"),  # relative to drive C's current folder
+    ("\\\\server\\share\\evil.csv.zip", "evil.csv"),
+    ("../../evil.csv.zip", "evil.csv"),
+    ("reports\\..\\.zip", "export.csv"),  # no file name left
+    ("..zip", "export.csv"),
+])
+def test_a_zip_export_holds_a_file_name_never_a_path(files, env, name, member):
+    """The member is a plain file name, whatever folders (``/`` or ``\\``) or drive letter an exportName built
+    from outside data holds; the platform file keeps the name as given (metadata: stores name files by id)."""
+    data = b"a\r\n1\r\n"
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(data, "rows.csv").to_json()})["virtualFileId"]
+    out = invoke("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": name})["platformFile"]
+    with zipfile.ZipFile(io.BytesIO(files.read_bytes(out))) as archive:
+        assert archive.namelist() == [member] and archive.read(member) == data
+    assert out["name"] == name

@@ -37,6 +37,7 @@ from connector_ops.etl.readers import FIELD
 from connector_ops.etl.suffixes import ends_with, without
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.overlap import overlapped
+from connector_ops.kernel.platform_file import base_name
 from connector_ops.kernel.streams import Open, seekable_opener
 
 
@@ -390,6 +391,8 @@ def compressing(chunks: Iterable[bytes], compressor: Any) -> Iterator[bytes]:
 
 def member_name(export_name: str, export_type: str) -> str:
     """The file a zip export holds: the export's name without ``.zip``, with the type's suffix if it has none
-    (``report.zip`` holds ``report.csv``; ``report.tsv.zip``, ``report.tsv``)."""
-    base = without(export_name, ZIP_SUFFIX).rsplit("/", 1)[-1] or "export"
+    (``report.zip`` holds ``report.csv``; ``report.tsv.zip``, ``report.tsv``). Only its file name: an
+    extractor writes a member where its path says, so no folder (``/`` or ``\\``) or drive letter of the
+    name, which outside data may have made (``${trigger.name}``), goes in; ``export`` when none is left."""
+    base = base_name(without(export_name, ZIP_SUFFIX)) or "export"
     return base if "." in base.lstrip(".") else f"{base}.{export_type}"

@@ -52,6 +52,23 @@ def name_from_elsewhere(text: str, fallback: str) -> str:
     return text if text.strip() else fallback
 
 
+#: a drive letter starting a Windows path (``C:``, or ``C:report.csv``, relative to that drive's folder)
+_DRIVE_LETTER = re.compile(r"[A-Za-z]:")
+
+
+def base_name(text: str) -> str:
+    """The file name that ends ``text`` read as a path on any system: after its last ``/`` or ``\\`` and
+    without a leading drive letter, its outer spaces dropped; empty when that names a folder (``""``, ``.``,
+    ``..``). For a name that becomes a path elsewhere — a zip archive's member, a mail attachment saved to
+    disk: a name made from outside data (``..\\..\\Startup\\x.csv``) must not reach another folder there,
+    on Windows either, whose extractors and mail clients read ``\\`` and ``C:`` too."""
+    name = re.split(r"[/\\]", text)[-1]
+    if _DRIVE_LETTER.match(name):
+        name = name[2:]
+    name = name.strip()
+    return "" if name in (".", "..") else name
+
+
 #: A file or folder name as the user gives it (never a path: stores make their own ids)
 FileName = Annotated[str, AfterValidator(check_file_name)]
 

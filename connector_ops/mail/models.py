@@ -9,14 +9,13 @@ names, at most 50 recipients with at least one ``To``, ``templateId`` a positive
 from __future__ import annotations
 
 import json
-import posixpath
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_DEPTH, check_payload, deeper_than, too_many_digits
-from connector_ops.kernel.platform_file import PlatformFile, SpecModel
+from connector_ops.kernel.platform_file import PlatformFile, SpecModel, base_name
 from connector_ops.resources.mail.message import (
     MAX_RECIPIENTS,
     MAX_SUBJECT_LENGTH,
@@ -73,7 +72,7 @@ class AttachmentFile(PlatformFile):
     @classmethod
     def _file_name(cls, value: str) -> str:
         check_header_text(value, "the file name")
-        base = posixpath.basename(value.replace("\\", "/")).strip()
+        base = base_name(value)  # a mail client saves it under that name
         if not base:
             raise ValueError("must be a file name, not a folder path")
         return base

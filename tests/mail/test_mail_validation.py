@@ -84,6 +84,9 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str]] = [
     ("attachment name a folder",
      message(attachments=[{"platformFile": {"name": "reports/", "link": "http://h/x", "size": 1}}]),
      "attachments[0].platformFile.name: must be a file name"),
+    ("attachment name a parent folder",
+     message(attachments=[{"platformFile": {"name": "reports\\..", "link": "http://h/x", "size": 1}}]),
+     "attachments[0].platformFile.name: must be a file name"),
     ("attachment content type invalid",
      message(attachments=[{"platformFile": {"name": "a.pdf", "link": "http://h/x", "size": 1, "contentType": "pdf"}}]),
      "attachments[0].platformFile.contentType: 'pdf' is not a media type"),
@@ -141,6 +144,15 @@ def test_mapping_to_the_message() -> None:
     [attachment] = msg.attachments
     assert (attachment.filename, attachment.content_type) == ("report.csv", "text/csv")
     assert attachment.field == "attachments[0].platformFile"
+
+
+@pytest.mark.parametrize("name", ["..\\..\\Startup\\report.csv", "C:\\Users\\Public\\report.csv", "C:report.csv",
+                                  "../../report.csv"])
+def test_an_attachment_is_named_by_its_file_name_only(name: str) -> None:
+    """A mail client saves an attachment under its name: no folder (``/`` or ``\\``) or drive letter goes in."""
+    inp = SendTransactionalMessageInput.model_validate(message(
+        attachments=[{"name": name, "link": "http://h/files/1", "size": 4}]))
+    assert [a.filename for a in to_message(inp).attachments] == ["report.csv"]
 
 
 def test_variables_may_be_given_as_a_mapping_and_content_type_is_guessed() -> None:
