@@ -62,7 +62,8 @@ def test_schema_selects_and_orders_columns(files, env):
 
 @pytest.mark.parametrize(("parameters", "field"), [({"csvDelimiter": ";"}, "csvDelimiter"),
                                                    ({"addFirstRowAsSchema": False}, "addFirstRowAsSchema"),
-                                                   ({"encoding": "latin-1"}, "encoding")])
+                                                   ({"encoding": "latin-1"}, "encoding"),
+                                                   ({"escapeFormulas": True}, "escapeFormulas")])
 def test_the_text_parameters_are_refused_and_no_file_is_left(files, env, parameters, field):
     vf = push(files, b"a\n1\n")
     before = sorted(p.name for p in Path(files.files_dir).iterdir())

@@ -247,11 +247,11 @@ def test_a_json_push_or_pull_refuses_a_delimiter_but_takes_the_default_spelled_o
     with pytest.raises(ConnectorError) as info:
         pull_bytes(files, vf, "json", csvDelimiter="\\t")
     assert info.value.summary() == ("etl.pull failed (400): parameters.csvDelimiter: does not apply to a JSON "
-                                    "export (only CSV has a delimiter and a header row)")
+                                    "export (only CSV has a delimiter, a header row and a spreadsheet's cells)")
     with pytest.raises(ConnectorError) as info:  # it was ignored: every object still named its columns
         pull_bytes(files, vf, "json", addFirstRowAsSchema=False)
     assert info.value.summary() == ("etl.pull failed (400): parameters.addFirstRowAsSchema: does not apply to a "
-                                    "JSON export (only CSV has a delimiter and a header row)")
+                                    "JSON export (only CSV has a delimiter, a header row and a spreadsheet's cells)")
     assert json.loads(pull_bytes(files, vf, "json", csvDelimiter=",", addFirstRowAsSchema=True)) == [{"a": "1;2"}]
 
 

@@ -101,7 +101,8 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
         return PlatformFileOutput(platform_file=pull_parquet(inp, virtual_files, platform_files))
     params = inp.parameters
     if inp.export_type == "json":
-        m.refuse_given(params, m.FOR_CSV_EXPORT_ONLY, "a JSON export (only CSV has a delimiter and a header row)",
+        m.refuse_given(params, m.FOR_CSV_EXPORT_ONLY,
+                       "a JSON export (only CSV has a delimiter, a header row and a spreadsheet's cells)",
                        unless_default=True)
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
     with contextlib.closing(pages):  # the read snapshot ends with the export, even when it fails
@@ -116,7 +117,7 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
     charset = "" if params.encoding in ("utf-8", "utf-8-sig") else f"; charset={params.encoding}"
     if inp.export_type == "csv":
         chunks = csv_chunks(names, pages, delimiter=params.csv_delimiter, header=params.add_first_row_as_schema,
-                            encoding=params.encoding)
+                            encoding=params.encoding, escape_formulas=params.escape_formulas)
         content_type = "text/csv" + charset
     else:
         chunks = json_chunks(names, pages, encoding=params.encoding)

