@@ -405,6 +405,34 @@ def test_pipeline_runs_with_foreach_env_and_file_references(demo_file: Path, env
     assert len(text.splitlines()) == 41
 
 
+def test_a_file_reference_is_relative_to_the_pipeline_folder_and_may_leave_it(
+        tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """As docs/pipelines.md says: a relative path from the pipeline file's folder (not the current one), an
+    absolute path as it is, ``..`` allowed — nothing confines it, so a pipeline file is code to review."""
+    folder = tmp_path / "pipes" / "team_a"
+    folder.mkdir(parents=True)
+    (folder / "here.csv").write_text("v\nhere\n")
+    (tmp_path / "outside.csv").write_text("v\noutside\n")
+    absolute = tmp_path / "elsewhere" / "abs.csv"
+    absolute.parent.mkdir()
+    absolute.write_text("v\nabsolute\n")
+    (tmp_path / "here.csv").write_text("v\nthe current folder\n")
+    monkeypatch.chdir(tmp_path)
+    path = write(folder, f"""
+        name: file_paths
+        steps:
+          - {{id: here, action: etl.push, input: {{platformFile: "${{file:here.csv}}"}}}}
+          - {{id: up, action: etl.push, input: {{platformFile: "${{file:../../outside.csv}}"}}}}
+          - {{id: abs, action: etl.push, input: {{platformFile: "${{file:{absolute}}}"}}}}
+    """)
+    resources = resources_for(environ=env)
+    outcome = run_compiled(compile_pipeline(load_pipeline(path)), resources)
+    assert outcome.success, outcome.failure()
+    store = resources["virtual_files"]
+    assert {step: store.next_batch(outcome.steps[step]["virtualFileId"], 10)[0] for step in ("here", "up", "abs")} \
+        == {"here": [{"v": "here"}], "up": [{"v": "outside"}], "abs": [{"v": "absolute"}]}
+
+
 def test_cli_run_with_set_prints_each_step(demo_file: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setenv("DSL_TEST_REGION", "West")

@@ -5,9 +5,10 @@ whole output), ``${env.NAME}`` / ``${env.NAME:-default}`` (environment, parsed a
 JSON), ``${batch.rows}`` /
 ``${batch.index}`` / ``${batch.virtualFileId}`` (inside a ``foreach`` step), ``${trigger.fileId}`` /
 ``${trigger.name}`` / ``${trigger.folderId}`` (the drive file that started the run) and
-``${file:path}`` (a local file, relative to the pipeline file, stored as a platform file when the step
-runs; ``${file:path?name=rows.json&contentType=application/json}`` stores it under another name and
-content type, URL-encoded as a query string). A string that is exactly one reference takes the
+``${file:path}`` (a local file — a relative path from the pipeline file's folder, an absolute one as it
+is, ``..`` allowed: read with the step process's rights, so a pipeline file is code to review — stored as
+a platform file when the step runs; ``${file:path?name=rows.json&contentType=application/json}`` stores
+it under another name and content type, URL-encoded as a query string). A string that is exactly one reference takes the
 referenced value with its JSON type; inside a longer string the value is interpolated (strings as is,
 other values as compact JSON). ``$${`` writes a literal ``${``.
 """
