@@ -27,6 +27,9 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: ``(host, port) -> addresses``: the system resolver, or a stand-in (tests never resolve real names)
 Resolver = Callable[[str, int], Sequence[str]]
 MAX_REDIRECTS = 10
+#: characters of a link a message shows: a redirect's ``Location`` is the server's text (a ``data:`` URL
+#: may hold a whole file)
+SHOWN_CHARS = 200
 ALLOWED_HOSTS_ENV = "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS"
 
 
@@ -37,6 +40,12 @@ def system_resolver(host: str, port: int) -> list[str]:
     except (socket.gaierror, UnicodeError) as exc:
         raise LookupError(str(exc)) from None
     return list(dict.fromkeys(str(info[4][0]).split("%", 1)[0] for info in infos))
+
+
+def shown_link(url: str) -> str:
+    """``url`` as messages show it (:func:`link_shown`: no credentials, no query), at most :data:`SHOWN_CHARS`."""
+    shown = link_shown(url)
+    return shown if len(shown) <= SHOWN_CHARS else shown[:SHOWN_CHARS - 1] + "…"
 
 
 def basic_auth(username: str, password: str) -> str:
@@ -111,8 +120,8 @@ class LinkGuard:
 
     def hop(self, url: str, field_name: str, *, redirected_from: str | None = None) -> Hop:
         """The request to make for ``url``, or ``InvalidInput`` on ``field_name`` before any connection."""
-        via = f" (redirected from {link_shown(redirected_from)})" if redirected_from else ""
-        shown = link_shown(url)  # without credentials or query
+        via = f" (redirected from {shown_link(redirected_from)})" if redirected_from else ""
+        shown = shown_link(url)  # without credentials or query
         try:
             parts = urlsplit(url)
         except ValueError as exc:  # "Invalid IPv6 URL": a bracket left open

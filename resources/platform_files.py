@@ -48,6 +48,8 @@ _ID = re.compile(r"^[0-9a-f]{32}$")
 T = TypeVar("T")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
+#: where :func:`_location_kept` puts a redirect's ``Location`` (``response.extensions``)
+LOCATION = "connector_ops.location"
 
 
 def utc_timestamp(ts: float | None = None) -> str:
@@ -122,6 +124,27 @@ def _as_served(stored: dict, file_id: str) -> dict:
         stored["name"] = name_from_elsewhere(stored["name"], file_id)
     stored["contentType"] = served_media_type(stored.get("contentType"))
     return stored
+
+
+def _location_kept(response: httpx.Response) -> None:
+    """Moves a redirect's ``Location`` out of its headers into ``response.extensions[LOCATION]``.
+
+    httpx builds the next request of a redirect from ``Location`` even when it follows none, and a Location it
+    cannot turn into a request raised out of ``send`` as its own error: ``data:…``, ``javascript:…`` or
+    ``mailto:…`` an ``InvalidURL`` (a 500), ``http://[::1`` a retryable "cannot reach". The store follows
+    redirects itself, each hop checked as a link (:meth:`PlatformFileStore._remote`), so httpx must not see
+    the Location at all; the hop's check then refuses what is no http(s) URL with a 400 naming the field."""
+    if response.has_redirect_location:
+        response.extensions[LOCATION] = response.headers.pop("location")
+
+
+def _joined(url: str, location: str) -> str:
+    """A redirect's target: ``location`` read relative to ``url``; as it is if it is no URL at all (an unclosed
+    ``[``), for the hop's check to refuse naming why."""
+    try:
+        return urljoin(url, location)
+    except ValueError:
+        return location
 
 
 class PendingFile:
@@ -463,8 +486,9 @@ class PlatformFileStore(Resource):
                 raise UpstreamError(f"fetching {shown} failed: cannot reach {host_of(url)} "
                                     f"({type(exc).__name__}: {exc})", retryable=True) from None  # a GET: safe
             try:
-                if response.is_redirect and response.headers.get("location"):
-                    came_from, url = url, urljoin(url, response.headers["location"])
+                location = response.extensions.get(LOCATION)
+                if location:
+                    came_from, url = url, _joined(url, location)
                     continue
                 with contextlib.closing(body_of(response, shown, f"platform file at {shown} not found", host_of(url),
                                                 send)) as body:
@@ -503,6 +527,7 @@ class PlatformFileStore(Resource):
             self._http = Client(
                 timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
                 follow_redirects=False,  # each hop is checked by _remote
+                event_hooks={"response": [_location_kept]},  # …and httpx does not read its Location
                 transport=httpx.HTTPTransport(retries=2),
             )
         return self._http

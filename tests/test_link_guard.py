@@ -215,6 +215,32 @@ def test_a_redirect_loop_ends(env, servers, monkeypatch):
     assert "redirects" in info.value.body["message"] and len(loop.requests) == 11
 
 
+@pytest.mark.parametrize(("location", "says"), [
+    ("data:text/csv,a%0A1", "must be an http(s) URL or a link of this file server, got 'data:text/csv,a%0A1'"),
+    ("javascript:alert(1)", "must be an http(s) URL or a link of this file server, got 'javascript:alert(1)'"),
+    ("mailto:x@example.com", "must be an http(s) URL or a link of this file server, got 'mailto:x@example.com'"),
+    ("http://[::1", "is not a URL (Invalid IPv6 URL): 'http://…'"),
+    ("data:text/csv;base64," + "QUFB" * 500 + "?token=t0ken",
+     "must be an http(s) URL or a link of this file server, got 'data:text/csv;base64,QUFB"),
+])
+def test_a_redirect_to_what_no_http_client_can_fetch_is_a_400_naming_the_link(env, servers, monkeypatch,
+                                                                               location, says):
+    """httpx read a redirect's Location even when it followed none: a ``data:`` one raised its InvalidURL (a
+    500), a malformed one a retryable "cannot reach". The Location is shown clipped, without its query; the link
+    it came from without its password or signature."""
+    hop = serve(servers)
+    hop.routes["/data.csv?sig=s3cr3t"] = (302, {"Location": location}, b"")
+    res = with_env(env, monkeypatch, allowed=f"127.0.0.1:{hop.port}")
+    with pytest.raises(ConnectorError) as info:
+        push(res, hop.url("/data.csv?sig=s3cr3t").replace("http://", "http://user:pa55word@"))
+    assert (info.value.status, info.value.retryable) == (400, False), info.value.body
+    message = info.value.body["message"]
+    assert message.startswith(f"platformFile.link: {says}") and message.endswith(
+        f"' (redirected from {hop.url()}?…)"), message
+    assert len(message) < 400 and "t0ken" not in message and "pa55word" not in message and "s3cr3t" not in message
+    assert len(hop.requests) == 1
+
+
 def test_a_redirect_to_our_own_file_server_reads_storage(env, servers, monkeypatch):
     res = with_env(env, monkeypatch)
     own = res["platform_files"].add_bytes(CSV, "mine.csv")

@@ -140,7 +140,8 @@ def link_shown(url: str) -> str:
         return f"{url.partition(':')[0][:20]}://…"
     hidden = parts.username is not None or parts.query or parts.fragment
     place = parts.netloc.rpartition("@")[2]  # host and port as written (a port that is no number included)
-    return f"{parts.scheme}://{place}{parts.path}" + ("?…" if parts.query else "") if hidden else url
+    slashes = "//" if url[len(parts.scheme) + 1:].startswith("//") else ""  # none in data:…, mailto:…
+    return f"{parts.scheme}:{slashes}{place}{parts.path}" + ("?…" if parts.query else "") if hidden else url
 
 
 def gave_up_because(exc: BaseException) -> str:
