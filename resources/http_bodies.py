@@ -21,6 +21,7 @@ import httpx
 from connector_ops.kernel.aborts import shut
 from connector_ops.kernel.errors import NotFound, UpstreamError
 from connector_ops.kernel.streams import ChunkStream
+from connector_ops.resources.progress_floor import Stalled, progressing, read_timeout
 from connector_ops.resources.retry import Backoff
 
 CHUNK = 1 << 20
@@ -100,11 +101,14 @@ class HttpBody(io.BufferedReader):
         read, breaks = 0, 0
         while True:
             try:
-                for chunk in self._current.iter_bytes():  # as they come: ``read`` is what was received
+                # as they come (``read`` is what was received), at least FLOOR bytes per read time-out waited
+                for chunk in progressing(self._current.iter_bytes(), read_timeout(self._current)):
                     read += len(chunk)
                     yield chunk
                 return
-            except httpx.TransportError as exc:
+            except (httpx.TransportError, Stalled) as exc:  # a server that hardly sends is one that broke off
+                if isinstance(exc, Stalled):
+                    self._current.close()  # its connection still open: not left to trickle meanwhile
                 version = _version(self._first) if self._resend is not None else None
                 if version is None or breaks >= RESUMES or self._stopped.is_set():
                     raise self._failure(exc, read, breaks) from None
@@ -134,10 +138,13 @@ class HttpBody(io.BufferedReader):
                                 retryable=True)
         return response
 
-    def _failure(self, exc: httpx.TransportError, read: int, breaks: int) -> UpstreamError:
+    def _failure(self, exc: httpx.TransportError | Stalled, read: int, breaks: int) -> UpstreamError:
         tries = f", {breaks} times continued" if breaks else ""
+        if isinstance(exc, Stalled):
+            return UpstreamError(f"fetching {self._link} failed: {self._host} {exc.words()}, after {read:,} "
+                                 f"bytes{tries}", retryable=True)
         if isinstance(exc, httpx.TimeoutException):
-            waited = self._current.request.extensions.get("timeout", {}).get("read") or 0
+            waited = read_timeout(self._current) or 0
             return UpstreamError(f"fetching {self._link} failed: {self._host} sent nothing for {waited:g} s, "
                                  f"after {read:,} bytes{tries}", retryable=True)
         return UpstreamError(f"{self._broke(read)}{tries} ({type(exc).__name__}: {exc})", retryable=True)

@@ -175,7 +175,8 @@ class PlatformFileStore(Resource):
     file_server_url: str = DEFAULT_FILE_SERVER_URL
     """Base URL of ``connector-ops files serve``; links are ``{file_server_url}/files/<id>``."""
     http_timeout_s: float = 60.0
-    """Timeout in seconds for reading a remote (non-local) link."""
+    """Timeout in seconds for reading a remote (non-local) link: of each read, and the window in which its
+    server must send at least 64 KiB (:mod:`.progress_floor`)."""
     allowed_private_hosts: str = ""
     """Non-public destinations remote links may reach anyway: comma-separated ``host``, ``host:port`` or
     CIDR entries (``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS``). Empty: public addresses only."""

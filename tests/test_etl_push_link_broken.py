@@ -18,6 +18,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -45,6 +46,8 @@ TABLE = pa.table({"a": [str(i) for i in range(ROWS)], "b": ["x" * 60] * ROWS})
 #: the store's read time-out for a link, shortened for the test; 1 s once timed out in CI before a response
 #: from this file's server, a thread of the loaded test process, came
 READ_TIMEOUT = 3.0
+#: a trickling server's pause between bytes, and a slow but steady one's between eighths of the file
+TRICKLE, PACE = 0.1, 0.4
 
 
 def _body(kind: str) -> bytes:
@@ -69,7 +72,9 @@ class BreakingServer:
     """HTTP on 127.0.0.1 that answers its requests in turn as ``answers`` says, each of the bytes asked for
     (the whole ``body``, or a ``Range: bytes=N-`` of it when it serves ranges): ``"cut"`` sends three quarters
     and closes the connection, ``"silent"`` sends three quarters and then nothing until ``close()``,
-    ``"whole"`` sends them all, ``"changed"`` answers a range with the whole body (``200``), ``"renamed"``
+    ``"trickle"`` sends three quarters and then a byte every :data:`TRICKLE` s, ``"paced"`` sends all in eighths
+    :data:`PACE` s apart, ``"whole"`` sends them all, ``"changed"`` answers a range with the whole body (``200``),
+    ``"renamed"``
     sends the range asked for as another version (``ETag: "v2"``, as a server that ignores ``If-Range``).
     With ``ranges`` it says so (``Accept-Ranges: bytes``) and names the version (``ETag: "v1"``).
     ``stalled`` is set once a silent answer has sent its part; ``requests`` holds each request's headers,
@@ -115,10 +120,20 @@ class BreakingServer:
             head += [b"Accept-Ranges: bytes", b'ETag: "v2"' if answer == "renamed" else b'ETag: "v1"']
         conn.sendall(b"\r\n".join(head) + b"\r\n\r\n")
         part = self._body[start:]
+        if answer == "paced":  # slow but steady: eighths, PACE s apart
+            for at in range(0, len(part), len(part) // 8 + 1):
+                conn.sendall(part[at:at + len(part) // 8 + 1])
+                self._closed.wait(PACE)
+            return
         conn.sendall(part if answer in ("whole", "changed", "renamed") else part[:len(part) * 3 // 4])
         if answer == "silent":
             self.stalled.set()
             self._closed.wait(60)
+        if answer == "trickle":  # a byte each TRICKLE s: never silent for a read time-out, days from done
+            for byte in part[len(part) * 3 // 4:][:int(15 / TRICKLE)]:  # cut after 15 s: a test without a floor ends
+                if self._closed.wait(TRICKLE):
+                    return
+                conn.sendall(bytes([byte]))
 
     def close(self) -> None:
         self._closed.set()
@@ -255,3 +270,47 @@ def test_a_links_credentials_and_query_stay_out_of_its_errors(env, files, breaki
     for message in (str(info.value), str(info_refused.value)):
         assert "pa55word" not in message and "s3cr3t" not in message and "user" not in message
     assert info_refused.value.status == 400
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_link_that_trickles_fails_naming_how_little_came(env, files, breaking, kind):
+    """A byte every 0.1 s is never silent for a read time-out: without a floor on progress a byte every 59 s
+    held a Push for days. Fewer than FLOOR bytes in a read time-out's worth of waiting is a retryable 500
+    like a silent server's, within two read time-outs of the stall."""
+    before, listed = _state(env, files)
+    resources, server, pf = breaking(kind, ["trickle"])
+    resources["platform_files"] = resources["platform_files"].model_copy(update={"http_timeout_s": 1.0})
+    started = time.monotonic()
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": pf}, resources)
+    took = time.monotonic() - started
+    assert (info.value.status, info.value.retryable) == (500, True)
+    sent = len(BODIES[kind]) * 3 // 4
+    message = info.value.body["message"]
+    assert re.fullmatch(rf"fetching {re.escape(pf['link'])} failed: 127\.0\.0\.1:{server.port} sent only \d+ bytes in "
+                        r"the last 1(\.\d+)? s \(a download needs 65,536 bytes per read time-out, 1 s\), after "
+                        r"[\d,]+ bytes", message), message
+    assert sent < int(re.findall(r"after ([\d,]+) bytes", message)[0].replace(",", "")) < sent + 30
+    assert took < 8, f"took {took:.1f} s"
+    _nothing_kept(env, files, before, listed)
+
+
+def test_a_link_that_trickles_is_continued_where_the_server_serves_ranges(env, files, breaking, quick_backoff):
+    resources, server, pf = breaking("csv", ["trickle", "whole"], ranges=True)
+    resources["platform_files"] = resources["platform_files"].model_copy(update={"http_timeout_s": 1.0})
+    started = time.monotonic()
+    vf = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+    assert time.monotonic() - started < 8  # not when the trickle ends (15 s)
+    assert server.requests[1]["range"].startswith("bytes=") and len(server.requests) == 2
+    assert pull_frame(vf, kind="pyarrow").equals(pull_frame(push(files, BODIES["csv"], "here.csv", "text/csv"),
+                                                            kind="pyarrow"))
+
+
+def test_a_slow_but_steady_link_is_read_to_its_end(env, files, breaking):
+    """The bound is on progress, not on the whole transfer: 3 s for a file with a 1 s read time-out."""
+    resources, _, pf = breaking("csv", ["paced"])
+    resources["platform_files"] = resources["platform_files"].model_copy(update={"http_timeout_s": 1.0})
+    started = time.monotonic()
+    vf = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+    assert time.monotonic() - started > 2.5
+    assert pull_frame(vf, kind="pyarrow").num_rows == ROWS

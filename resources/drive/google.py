@@ -53,11 +53,11 @@ from connector_ops.resources.drive.uploads import (
     seekable_size,
 )
 from connector_ops.resources.http_client import Client
+from connector_ops.resources.progress_floor import Stalled, progressing, read_timeout
 from connector_ops.resources.retry import Backoff
 
 DEFAULT_API_URL = "https://www.googleapis.com"
 SAD = {"supportsAllDrives": "true"}
-STREAM_CHUNK = 1 << 20
 #: Permission fields read when copying sharing (research §1.8).
 PERMISSION_FIELDS = "id,type,role,emailAddress,domain,allowFileDiscovery,deleted,pendingOwner,view,permissionDetails"
 
@@ -140,7 +140,8 @@ class GoogleDriveResource(Resource):
     scope: str = "drive"
     """The Drive scope requested: drive (everything), drive.file (files this app made or opened), drive.readonly."""
     timeout_s: float = 120.0
-    """Timeout of one HTTP request, in seconds."""
+    """Timeout of one HTTP request, in seconds; for a download, of each read, and the window in which Drive must
+    send at least 64 KiB (:mod:`…progress_floor`)."""
     max_attempts: int = 7
     """Attempts for a retryable failure (429, 5xx, connection errors)."""
     backoff_base_s: float = 1.0
@@ -508,7 +509,8 @@ class GoogleDriveResource(Resource):
                     if received and version is not None:
                         resumed = True
                         version.check_resumed(response.headers.get("content-range", ""), received)
-                    for chunk in response.iter_raw(STREAM_CHUNK):
+                    # as each read brings them, at least FLOOR bytes per read time-out waited (progress_floor)
+                    for chunk in progressing(response.iter_raw(), read_timeout(response)):
                         received += len(chunk)
                         yield chunk
                 if version is not None:
@@ -520,10 +522,11 @@ class GoogleDriveResource(Resource):
                 if received and exc.status in (200, 416):
                     raise ActionFailed("the download was interrupted and Drive could not resume it") from None
                 raise
-            except httpx.TransportError:
+            except (httpx.TransportError, Stalled) as exc:  # a server that hardly sends is one that broke off
                 failures += 1
                 if not resumable or failures >= self.http.backoff.attempts:
-                    raise UpstreamError("the download was interrupted; try again", status=503,
+                    why = f": Drive {exc.words()}" if isinstance(exc, Stalled) else ""
+                    raise UpstreamError(f"the download was interrupted{why}; try again", status=503,
                                         retryable=True) from None
                 self.http.backoff.wait(failures)
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from email.utils import formatdate
@@ -239,6 +240,30 @@ def test_interrupted_download_resumes_with_range(google: Drive) -> None:
     fake.requests.clear()
     google.run("drive.download_file", {"fileId": file_id})  # never cut: one metadata read, nothing to check
     assert len([q for m, p, q in fake.requests if p.endswith(file_id) and "alt" not in q]) == 1
+
+
+def test_a_download_drive_trickles_is_continued_then_fails_retryably(google: Drive) -> None:
+    """A byte every 0.1 s is never silent for the read time-out (timeout_s): fewer than 64 KiB in a time-out's
+    worth of waiting is a break, continued with Range as a dropped connection is; a download that keeps
+    trickling is a retryable 503 saying how little came, after ``max_attempts`` tries, not days later."""
+    fake = google.fake
+    assert fake is not None
+    google.resources["drive"] = fast_google(google.resources, timeout_s=1.0, max_attempts=2)
+    data = os.urandom(1 << 20)
+    file_id = fake.add_file("slow.bin", data)
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="trickle", query={"alt": "media"})
+    out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
+    assert google.resources["platform_files"].read_bytes(out) == data
+    media = [q for m, p, q in fake.requests if q.get("alt") == "media"]
+    assert len(media) == 2
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="trickle", query={"alt": "media"}, times=2)
+    started = time.monotonic()
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.download_file", {"fileId": file_id})
+    assert (err.value.status, err.value.retryable) == (503, True), err.value.message
+    assert re.fullmatch(r"the download was interrupted: Drive sent only \d+ bytes in the last 1(\.\d+)? s \(a "
+                        r"download needs 65,536 bytes per read time-out, 1 s\); try again", err.value.message)
+    assert time.monotonic() - started < 8
 
 
 @pytest.mark.parametrize("new_size", [2 << 20, 3 << 20])

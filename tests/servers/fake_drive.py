@@ -18,6 +18,7 @@ answer ``invalid_grant``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import hashlib
@@ -52,6 +53,9 @@ EXPORTS = {
 ME = "me@example.com"
 DRIVE_SCOPE = "https://www.googleapis.com/auth/drive"
 QUANTUM = 256 * 1024
+
+#: the pause between the bytes of a trickled download (Fault mode "trickle")
+TRICKLE_S = 0.1
 
 
 def envelope(code: int, reason: str, message: str, **extra: Any) -> JSONResponse:
@@ -146,7 +150,7 @@ class Fault:
     times: int = 1
     retry_after: str | None = None
     reason: str = "backendError"
-    mode: str = "status"  # status | lost_answer | drop_mid_body
+    mode: str = "status"  # status | lost_answer | drop_mid_body | trickle (a download's bytes TRICKLE_S apart)
     body_contains: str = ""
     query: dict[str, str] = field(default_factory=dict)  # parameters the request must carry, e.g. alt=media
     replace_with: bytes | None = None  # drop_mid_body of a download: a new version is saved after the cut
@@ -322,6 +326,19 @@ class FakeDrive:
                                 (b"content-length", str(length).encode())]})
         await send({"type": "http.response.body", "body": body, "more_body": True})
 
+    async def _trickle(self, send: Any, data: bytes, seconds: float = 3.0) -> None:
+        """Answer with ``data``'s length (from the ``Range: bytes=N-`` asked for, if any) and send it a byte every
+        ``TRICKLE_S`` for ``seconds``, then stop: never silent for a read time-out, far too slow to finish."""
+        start = int(self._headers.get("range", "bytes=0-").removeprefix("bytes=").rstrip("-") or 0)
+        headers = [(b"content-type", b"application/octet-stream"), (b"content-length", b"%d" % (len(data) - start))]
+        if start:
+            headers.append((b"content-range", b"bytes %d-%d/%d" % (start, len(data) - 1, len(data))))
+        await send({"type": "http.response.start", "status": 206 if start else 200, "headers": headers})
+        data = data[start:]
+        for byte in data[:int(seconds / TRICKLE_S)]:
+            await send({"type": "http.response.body", "body": bytes([byte]), "more_body": True})
+            await asyncio.sleep(TRICKLE_S)
+
     def _fault(self, method: str, path: str, body: bytes, params: dict[str, str] | None = None) -> Fault | None:
         for fault in self.faults:
             if fault.times and fault.method == method and fault.path in path and \
@@ -446,6 +463,9 @@ class FakeDrive:
                                 media_type=response.media_type, headers={"Content-Encoding": "gzip"})
         if fault and fault.mode == "lost_answer":
             await self._drop(send)
+            return None
+        if fault and fault.mode == "trickle" and params.get("alt") == "media" and response.status_code == 200:
+            await self._trickle(send, self.blob(self._file_id(path)))
             return None
         if fault and fault.mode == "drop_mid_body" and params.get("alt") == "media" and response.status_code == 200:
             file_id = self._file_id(path)
