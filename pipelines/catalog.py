@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 import dagster as dg
@@ -188,16 +189,28 @@ def load_catalog(environ: dict[str, str] | None = None) -> list[CompiledPipeline
     return catalog.pipelines
 
 
+def load_checked(path: Path, **options: Any) -> Pipeline:
+    """:func:`load_pipeline`, with what no check of ours foresaw raised as the file's problem
+    (:func:`_internal_error`) rather than as a traceback: the commands report both the same way."""
+    try:
+        return load_pipeline(path, **options)
+    except PipelineError:
+        raise
+    except Exception as exc:
+        raise PipelineError([_internal_error(path, exc)]) from exc
+
+
 def find_pipeline(name: str, environ: dict[str, str] | None = None) -> Path | None:
     """The file defining the pipeline (job) ``name``, if any. The other files are only looked through: one
     that does not load is passed over (an unexpected exception logged as :func:`read_catalog` logs it), so a
-    broken file never stops a run of another pipeline."""
+    broken file never stops a run of another pipeline. But a file named ``name`` that does not load is the
+    one meant: it is returned, for its problems to be reported when it is loaded, not "no pipeline named"."""
+    named = None
     for path in pipeline_files(environ):
         try:
-            if load_pipeline(path).name == name:
+            if load_checked(path).name == name:
                 return path
         except PipelineError:
-            continue
-        except Exception as exc:  # what read_catalog would report as this file's internal error
-            _internal_error(path, exc)
-    return None
+            if path.stem == name:
+                named = path
+    return named

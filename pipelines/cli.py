@@ -38,13 +38,13 @@ def pipeline() -> None:
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 def validate(files: tuple[str, ...]) -> None:
     """Check pipeline files without running them (every problem with file:line and step; exit 1 if any)."""
-    from connector_ops.pipelines.catalog import CODE_NODES, node_names
-    from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+    from connector_ops.pipelines.catalog import CODE_NODES, load_checked, node_names
+    from connector_ops.pipelines.dsl import PipelineError, compile_pipeline
 
     failed = False
     for file in files:
         try:
-            pipeline = load_pipeline(file)
+            pipeline = load_checked(Path(file))
             # also proves the job builds, and its op names can be those of one code location
             node_names(compile_pipeline(pipeline), Path(file), dict(CODE_NODES))
         except PipelineError as exc:
@@ -173,12 +173,13 @@ def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> N
     130 interrupted (Ctrl-C).
     """
     from connector_ops.environment import RESOURCE_KEYS
-    from connector_ops.pipelines.dsl import PipelineError, compile_pipeline, load_pipeline
+    from connector_ops.pipelines.catalog import load_checked
+    from connector_ops.pipelines.dsl import PipelineError, compile_pipeline
     from connector_ops.session import Session
 
     path = resolve_target(target)
     try:
-        compiled = compile_pipeline(load_pipeline(path, overrides=list(overrides)))
+        compiled = compile_pipeline(load_checked(path, overrides=list(overrides)))
     except PipelineError as exc:
         _print_problems(exc)
         raise SystemExit(1) from None

@@ -62,6 +62,22 @@ def test_a_set_naming_no_step_is_still_the_files_problem(env: dict[str, str], ca
 
 
 @sqlite
+def test_a_pipeline_named_after_a_file_that_does_not_load_reports_its_problem(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """``pipeline run broken`` said "no pipeline file or pipeline named 'broken' (shipped files: broken, …)"
+    when broken.yaml did not load: the file meant is the one named so, and its problem is what to report."""
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "broken.yaml").write_text("name: broken\nsteps:\n  - id: a\n    action: etl.nope\n")
+    monkeypatch.setenv("CONNECTOR_OPS_PIPELINES_DIR", str(folder))
+    with pytest.raises(SystemExit) as exited:
+        main(["pipeline", "run", "broken"])
+    assert exited.value.code == 1
+    out, err = capsys.readouterr()
+    assert "broken.yaml:4: step a: unknown action 'etl.nope'" in out and "no pipeline" not in err
+
+
+@sqlite
 def test_invoke_keeps_the_actions_500_body(env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture) -> None:
     """The spec's body for the caller of the action (``invoke()`` and the magics say 500 too); only the exit code
