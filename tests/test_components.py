@@ -287,6 +287,35 @@ def test_load_time_templates_and_run_time_references_coexist(
     assert materialized == [dg.AssetKey(["customers", "north"])]
 
 
+def test_a_time_of_day_stays_text_inline_and_in_set(project: Project, env: dict[str, str]) -> None:
+    """Dagster reads ``defs.yaml`` with YAML 1.1's base-60 numbers: an inline step's ``closes: 17:45`` reached
+    the pipeline as 1065 (``09:30`` as text), and Validate refused it as "not a string". Inline and in
+    ``set:`` it is now the text written, as in a pipeline file."""
+    project.component("hours", """
+        pipeline:
+          name: opening_hours
+          steps:
+            - id: hours
+              action: etl.validate
+              input:
+                content: [{opens: 09:30, closes: 17:45}]
+                schema: {opens: {type: string}, closes: {type: string, required: true}}
+            - id: breaks
+              action: etl.validate
+              input:
+                content: []
+                schema: {lunch: {type: string, required: true}, late: {type: string}}
+        set:
+          breaks.content: [{lunch: 12:00:00, late: 23:59.5}]
+        """)
+    result = project.load().resolve_job_def("opening_hours").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    assert result.output_for_node("hours", "validated") == [{"opens": "09:30", "closes": "17:45"}]
+    assert result.output_for_node("breaks", "validated") == [{"lunch": "12:00:00", "late": "23:59.5"}]
+    assert result.output_for_node("hours", "rejected") == result.output_for_node("breaks", "rejected") == []
+
+
 def test_a_missing_variable_fails_the_load_naming_it(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     project.component("north", 'path: "{{ env(\'DG_TEST_MISSING\') }}/p.yaml"')
     monkeypatch.delenv("DG_TEST_MISSING", raising=False)

@@ -494,6 +494,28 @@ def test_an_unquoted_date_stays_text_and_a_clean_failure_says_why(tmp_path: Path
     assert "Traceback" not in captured.out + captured.err
 
 
+def test_an_unquoted_time_of_day_stays_text(tmp_path: Path, env: dict[str, str],
+                                            capsys: pytest.CaptureFixture) -> None:
+    """YAML 1.1 reads ``17:45`` as the base-60 integer 1065 and ``12:00:00`` as 43200 (``09:30``, with its
+    leading zero, as text): a Validate of opening hours refused rows as "not a string" and the run succeeded.
+    The file passes ``pipeline validate`` and its rows arrive as written."""
+    path = write(tmp_path, """
+        name: slots
+        steps:
+          - id: check
+            action: etl.validate
+            input:
+              content: [{opens: 09:30, closes: 17:45, lunch: 12:00:00, cutoff: 23:59.5, took: 190:20:30}]
+              schema:
+                closes: {type: string, required: true}
+                lunch: {type: string, required: true}
+    """)
+    assert main(["pipeline", "validate", str(path)]) == 0
+    assert main(["pipeline", "run", str(path)]) == 0
+    row = {"opens": "09:30", "closes": "17:45", "lunch": "12:00:00", "cutoff": "23:59.5", "took": "190:20:30"}
+    assert f"check (etl.validate): {json.dumps({'validated': [row], 'rejected': []})}" in capsys.readouterr().out
+
+
 def test_literals_the_input_model_takes_run_as_they_validate(tmp_path: Path, env: dict[str, str]) -> None:
     """A step's literal input becomes its op's default config, which Dagster checks strictly, at run time
     only: ``pipeline validate`` passed a whole number written as text, a platform file carrying a field spec

@@ -1,9 +1,18 @@
-"""YAML as the pipelines and the magic read it: safe, and a date or time left as the text it was written as.
+"""YAML as the pipelines and the magic read it: safe, and a date or a time of day left as the text it was
+written as.
 
 PyYAML's safe loaders make ``2024-01-01`` a ``datetime.date``, which is no JSON value: an unquoted date in a
 pipeline step's input passed ``pipeline validate`` and failed the run inside Dagster's serialisation, and
-in the magic reached the actions as an object they cannot store. Every value here is text anyway, so a
-date stays what the user typed, as YAML 1.2's core schema reads it too.
+in the magic reached the actions as an object they cannot store. They also read YAML 1.1's base-60 numbers:
+``closes: 17:45`` was the integer 1065, ``lunch: 12:00:00`` 43200 and ``23:59.5`` 1439.5, while ``09:30``
+(a leading zero is no base-60 number) stayed text, so a Validate of opening hours refused some rows and the
+run succeeded. Every value here is text anyway, so a date and a time stay what the user typed, as YAML
+1.2's core schema reads them too. YAML 1.2 has no ``=`` value key either, which PyYAML could not construct
+(``op: =`` failed to load).
+
+The rest stays YAML 1.1 as documented (docs/pipelines.md, docs/notebooks.md): ``yes``/``no``/``on``/``off``
+are booleans, ``0755`` is octal, ``0x1f`` and ``0b101`` are numbers, ``1_000`` is 1000, ``.inf``/``.nan``
+are floats.
 
 Text written into YAML must also keep every character: YAML refuses some raw (DEL, C1 controls) and reads
 others as line breaks, which a scalar folds into a space. :data:`YAML_BREAKS`, :func:`yaml_safe_json` and
@@ -18,29 +27,43 @@ from decimal import Decimal, InvalidOperation
 import yaml
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_VALUE = "tag:yaml.org,2002:value"
+_NUMBERS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
+#: a number never holds a colon but in YAML 1.1's base 60 (``1:30``, ``190:20:30.15``)
+_NO_COLON = "(?![^:]*:)"
 
 
-def _without_timestamps(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
+def _without_base_60(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """PyYAML's int or float pattern refusing text with a colon: its base-60 forms, whatever its version
+    spells them as, and nothing else."""
+    return re.compile(_NO_COLON + pattern.pattern, pattern.flags)
+
+
+def _text_times(loader: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
+    """``loader`` without implicit timestamps, base-60 numbers and the ``=`` value key (its own copy of the
+    resolvers: ``yaml.SafeLoader``'s are shared with every other user of PyYAML)."""
     loader.yaml_implicit_resolvers = {
-        first: [(tag, pattern) for tag, pattern in resolvers if tag != _TIMESTAMP]
+        first: [(tag, _without_base_60(pattern) if tag in _NUMBERS else pattern)
+                for tag, pattern in resolvers if tag not in (_TIMESTAMP, _VALUE)]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
     return loader
 
 
-@_without_timestamps
+@_text_times
 class TextLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` without implicit dates and times."""
+    """``yaml.SafeLoader`` without implicit dates, times (base-60 numbers) and ``=``."""
 
 
-@_without_timestamps
+@_text_times
 class FastTextLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The same at C speed, where PyYAML was built with libyaml."""
+    """The same at C speed, where PyYAML was built with libyaml (the C part parses; resolving is the Python
+    resolvers above)."""
 
 
 def _exact_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Decimal | float:
     """A YAML float as a ``Decimal`` of its own digits, as :func:`~connector_ops.kernel.json_text.read_json`
-    reads a JSON one; ``.inf``, ``.nan`` and base 60 (``1:30.5``), which no ``Decimal`` spells, as PyYAML reads
-    them (the payload check refuses the first two, naming the field)."""
+    reads a JSON one; ``.inf``, ``.nan`` and an explicit ``!!float 1:30.5``, which no ``Decimal`` spells, as
+    PyYAML reads them (the payload check refuses the first two, naming the field)."""
     try:
         return Decimal(loader.construct_scalar(node).replace("_", ""))
     except InvalidOperation:

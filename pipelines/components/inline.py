@@ -11,6 +11,7 @@ of ``defs.yaml``, so a problem reads ``…/defs.yaml:14: step load: …``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from dagster.components import ResolutionContext
@@ -19,7 +20,7 @@ from dagster.components.resolved.scopes import EnvScope
 from dagster_shared.yaml_utils.source_position import SourcePositionTree
 from jinja2 import Undefined
 
-from connector_ops.pipelines.dsl.source import Document
+from connector_ops.pipelines.dsl.source import NOT_FOUND, Document, value_of_key
 
 _JINJA_MARKS = ("{{", "{%")
 
@@ -48,9 +49,28 @@ class LoadEnvScope(EnvScope):
 
 
 def render_templates(context: ResolutionContext, value: Any) -> Any:
-    """``value`` with Dagster's templates rendered in the strings that hold one, everything else as written;
-    ``{{ env.X }}`` of an unset variable fails instead of writing ``None`` (:class:`UnsetVariable`)."""
-    return _render(context.with_scope(env=LoadEnvScope()), value)
+    """``value`` with Dagster's templates rendered in the strings that hold one, everything else as written
+    (:func:`as_pipeline_file`); ``{{ env.X }}`` of an unset variable fails instead of writing ``None``
+    (:class:`UnsetVariable`)."""
+    return _render(context.with_scope(env=LoadEnvScope()), as_pipeline_file(context, value))
+
+
+def as_pipeline_file(context: ResolutionContext, value: Any) -> Any:
+    """The attribute ``value`` read from ``defs.yaml`` again as a pipeline file is read
+    (:func:`~connector_ops.pipelines.dsl.source.value_of_key`). Dagster's YAML reads 1.1's base-60 numbers:
+    an inline step's ``closes: 17:45`` reached the DSL as 1065 (``09:30`` as text), where the same pipeline
+    in a file keeps ``"17:45"``. ``value`` as Dagster read it where the file cannot be read again."""
+    tree: SourcePositionTree | None = context.source_position_tree
+    for part in context.path:
+        tree = None if tree is None else tree.children.get(part)
+    if tree is None or not isinstance(value, Mapping | list):  # a scalar: text or a number typed as one
+        return value
+    try:
+        text = Path(tree.position.filename).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return value
+    again = value_of_key(text, tree.position.start.line, tree.position.start.col)
+    return value if again is NOT_FOUND else again
 
 
 def _render(context: ResolutionContext, value: Any) -> Any:

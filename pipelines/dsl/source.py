@@ -133,3 +133,44 @@ def parse_yaml(text: str, file: str = "<string>") -> Document:
     finally:
         loader.dispose()
     return Document(data=data, file=file, lines=converter.lines)
+
+
+def value_of_key(text: str, line: int, column: int) -> Any:
+    """The value of the mapping key written at ``line``, ``column`` (1-based) of the YAML ``text`` (any of its
+    documents), read as :func:`parse_yaml` reads a pipeline file; :data:`NOT_FOUND` where no key starts there
+    or the text is not valid YAML. For a pipeline inside a file another loader read (Dagster's ``defs.yaml``,
+    with YAML 1.1's base-60 numbers: ``17:45`` as 1065), to have its values as a pipeline file's."""
+    loader = TextLoader(text)
+    try:
+        while loader.check_node():
+            found = _value_node(loader.get_node(), line - 1, column - 1)
+            if found is not None:
+                return _Converter(loader).convert(found, ())
+    except (yaml.YAMLError, SourceError, RecursionError):
+        pass
+    finally:
+        loader.dispose()
+    return NOT_FOUND
+
+
+#: what :func:`value_of_key` gives where it finds no value
+NOT_FOUND = object()
+
+
+def _value_node(root: yaml.Node | None, line: int, column: int) -> yaml.Node | None:
+    """The value node of the mapping key at ``line``, ``column`` (0-based) below ``root``: each node looked at
+    once (an alias is its anchor's node again, which "billion laughs" repeats), only those spanning ``line``."""
+    todo, seen = [root] if root is not None else [], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen or not node.start_mark.line <= line <= node.end_mark.line:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if (key.start_mark.line, key.start_mark.column) == (line, column):
+                    return value
+                todo += (key, value)
+        elif isinstance(node, yaml.SequenceNode):
+            todo += node.value
+    return None

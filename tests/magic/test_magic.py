@@ -56,6 +56,15 @@ def test_a_yaml_date_stays_the_text_it_was_written_as(ip: Any) -> None:
         "content": [{"day": "2024-01-01"}], "hasNext": False}
 
 
+def test_a_yaml_time_of_day_stays_the_text_it_was_written_as(ip: Any) -> None:
+    """YAML 1.1 reads ``17:45`` as the base-60 integer 1065 (``09:30``, with its leading zero, as text): a
+    Validate of opening hours refused some rows as "not a string"."""
+    cell = ("content: [{opens: 09:30, closes: 17:45, lunch: 12:00:00, cutoff: 23:59.5, took: 190:20:30}]\n"
+            "schema: {closes: {type: string, required: true}, lunch: {type: string}}\n")
+    row = {"opens": "09:30", "closes": "17:45", "lunch": "12:00:00", "cutoff": "23:59.5", "took": "190:20:30"}
+    assert ip.run_cell_magic("etl", "validate", cell) == {"validated": [row], "rejected": []}
+
+
 def test_append_query_delete_clean(ip: Any, sales: dict[str, Any]) -> None:
     vf = ip.run_line_magic("etl", 'push {"platformFile": {{sales}}}')["virtualFileId"]
     ip.user_ns.update(vf=vf, row={"order_id": "SO-9999", "region": "Mars"})

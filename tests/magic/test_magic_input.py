@@ -69,6 +69,16 @@ def test_yaml_flow_and_empty_input() -> None:
     assert parse("   ") == {}
 
 
+def test_yaml_times_stay_text_and_yaml_1_1_otherwise_as_documented() -> None:
+    """Base-60 numbers (``17:45`` was 1065) and ``=`` (a load error) are YAML 1.1 only; the rest of YAML 1.1 is
+    what docs/notebooks.md says it is."""
+    text = "{a: 17:45, b: 1:30:00, c: 190:20:30, d: -1:30, e: 23:59.5, f: 09:30, g: =, h: 2024-01-01 05:06:07}"
+    assert parse(text) == {"a": "17:45", "b": "1:30:00", "c": "190:20:30", "d": "-1:30", "e": "23:59.5",
+                           "f": "09:30", "g": "=", "h": "2024-01-01 05:06:07"}
+    assert parse("{a: yes, b: off, c: 0755, d: 0x1f, e: 1_000, f: 1.50, g: y, h: 12}") == {
+        "a": True, "b": False, "c": 493, "d": 31, "e": 1000, "f": Decimal("1.50"), "g": "y", "h": 12}
+
+
 def test_python_values_become_json() -> None:
     ns = {
         "model": PlatformFile(name="a.csv", link="http://h/x", content_type="text/csv"),
