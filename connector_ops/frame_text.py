@@ -19,7 +19,8 @@ The rule is "what the same frame written to a file would hold": what ``DataFrame
   3, 6 or 9) and the offset of its time zone (``+01:00``). :func:`timestamp_form` decides over the whole
   column (a frame goes in slices); Arrow prints, and its text is cut to that form.
 - A duration as pandas prints each (``1 days 02:00:00``), whichever library made the column. (pandas' own
-  types that Arrow lacks are turned into text before Arrow sees them: ``frames._pandas_only_as_text``.)
+  types that Arrow lacks are turned into text before Arrow sees them: ``frames._pandas_only_as_text``; so
+  are Python datetimes of several time zones in one column, which Arrow would put in the first one's.)
 - Bytes as the UTF-8 text they hold; bytes that are not UTF-8 are refused (:class:`NotText`), since no
   text file holds them either.
 - A missing value (``None``, ``NaN``, ``NaT``, a null) stays missing, never ``""``.

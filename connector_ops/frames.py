@@ -82,8 +82,10 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
 
 def _pandas_only_as_text(frame: Any) -> Any:
     """``frame`` with the columns of pandas' own types as pandas prints each value (Arrow refuses them, or
-    takes a Period as its ordinal number): ``2024-01``, ``(0, 1]``, ``(1+2j)``, ``1 days 02:00:00``; and
-    Python ``Decimal`` values each as it prints (``2``, ``1.10``). A sparse column is made dense first."""
+    takes a Period as its ordinal number): ``2024-01``, ``(0, 1]``, ``(1+2j)``, ``1 days 02:00:00``; Python
+    ``Decimal`` values each as it prints (``2``, ``1.10``); and Python dates and datetimes of several kinds
+    in one column (:func:`_several_kinds`) each as it prints, as ``to_csv`` writes them. A sparse column is
+    made dense first."""
     import pandas as pd
 
     changed = {}
@@ -94,9 +96,37 @@ def _pandas_only_as_text(frame: Any) -> Any:
         if isinstance(column.dtype, pd.PeriodDtype | pd.IntervalDtype) or column.dtype.kind in "cm":
             text = column.map(str) if column.dtype.kind == "m" else column.astype(str)  # timedeltas: each whole
             changed[name] = text.where(column.notna(), None)
-        elif column.dtype == object and pd.api.types.infer_dtype(column, skipna=True) == "decimal":
-            changed[name] = column.map(str, na_action="ignore")  # each its own digits: Arrow pads to one scale
+        elif column.dtype == object:
+            inferred = pd.api.types.infer_dtype(column, skipna=True)
+            if inferred == "decimal":
+                changed[name] = column.map(str, na_action="ignore")  # each its own digits: Arrow pads to one scale
+            elif inferred in ("datetime", "date") and _several_kinds(column):
+                changed[name] = column.map(str, na_action="ignore").where(column.notna(), None)
     return frame.assign(**changed) if changed else frame
+
+
+def _several_kinds(column: Any) -> bool:
+    """Whether an object column's dates and datetimes are of more than one kind, or finer than Arrow holds
+    them: dates and datetimes, naive and aware datetimes, datetimes of different time zones (``+01:00`` and
+    ``+02:00`` parsed from an API's text, Paris and UTC), a pandas ``Timestamp`` with nanoseconds. Arrow
+    gives the column one type, the first value's, in microseconds: every value was stored in the first
+    one's offset (``09:00+02:00`` as ``08:00+01:00``), a naive one labelled with it, a naive first made the
+    aware ones naive, a date first cut the datetimes to their day, nanoseconds were dropped. One time zone
+    (a ``ZoneInfo`` across summer and winter) is one kind: Arrow keeps it, and prints each value in its own
+    offset."""
+    import datetime as dt
+
+    values = column.dropna()
+    if values.empty:
+        return False
+    day, zone = not isinstance(values.iloc[0], dt.datetime), getattr(values.iloc[0], "tzinfo", None)
+    for value in values:
+        if getattr(value, "nanosecond", 0) or (not isinstance(value, dt.datetime)) != day:
+            return True
+        other = getattr(value, "tzinfo", None)
+        if other is not zone and (other is None or zone is None or other != zone):
+            return True
+    return False
 
 
 def _values_as_text(column: Any, field: str) -> Any:

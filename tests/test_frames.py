@@ -7,6 +7,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import zoneinfo
 from collections.abc import Iterator
 
 import numpy as np
@@ -16,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from connector_ops import ConnectorError, invoke, pull_frame, push_frame
+from connector_ops import ConnectorError, frames, invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
 from connector_ops.frame_text import text_column
 from connector_ops.frames import BATCH_ROWS
@@ -219,6 +220,49 @@ def test_times_push_as_to_csv_writes_them(files, env, times):
     pushed = pull_frame(push_frame(frame), kind="pyarrow")["t"].to_pylist()
     assert pushed == [t or None for t in from_file]  # to_csv writes NaT as ""
     assert pull_frame(push_frame(pl.from_pandas(frame)), kind="pyarrow")["t"].to_pylist() == pushed
+
+
+_PARIS = zoneinfo.ZoneInfo("Europe/Paris")
+
+
+def _at(hours: int) -> dt.timezone:
+    return dt.timezone(dt.timedelta(hours=hours))
+
+
+@pytest.mark.parametrize("values", [
+    # an API's ISO text parsed value by value: Paris in winter and summer, São Paulo (was all +01:00)
+    [dt.datetime.fromisoformat(t) for t in ("2024-03-30T09:00:00+01:00", "2024-04-02T09:00:00+02:00",
+                                            "2024-04-02T09:00:00-03:00")],
+    [dt.datetime(2024, 1, 1, 9, tzinfo=dt.UTC), None, dt.datetime(2024, 1, 1, 9)],  # the naive one was +00:00
+    [dt.datetime(2024, 1, 1, 9), dt.datetime(2024, 1, 1, 9, tzinfo=_at(2))],  # the aware one lost its offset
+    [dt.datetime(2024, 1, 1, 5, tzinfo=_PARIS), pd.NaT, dt.datetime(2024, 7, 1, 5, 0, 0, 500000, tzinfo=dt.UTC)],
+    [pd.Timestamp("2024-03-30 09:00:00.5+01:00"), pd.Timestamp("2024-04-02 09:00:00.000000001+02:00")],
+    [pd.Timestamp("2024-03-30 09:00:00.000000001+01:00"), pd.Timestamp("2024-04-02 09:00:00+01:00")],  # one zone
+    [dt.date(2024, 1, 1), dt.datetime(2024, 7, 1, 5, tzinfo=dt.UTC)],  # the datetime was cut to its day
+], ids=["offsets", "aware-naive", "naive-aware", "zones", "timestamps", "nanoseconds", "date-datetime"])
+def test_datetimes_of_several_zones_push_as_to_csv_writes_them(files, env, values):
+    """An object column of datetimes with different offsets, or naive and aware ones, or dates and
+    datetimes: Arrow gave the column the first value's type, moving every value into its offset (and
+    dropped a Timestamp's nanoseconds). Each is now stored as to_csv writes it, its own offset kept; so is a
+    column whose first slice has a single zone."""
+    for column in (pd.Series(values, dtype=object),
+                   pd.Series([values[0]] * BATCH_ROWS + values, dtype=object)):  # only the last slice is mixed
+        frame = pd.DataFrame({"t": column})
+        expected = pull_frame(push(files, frame.to_csv(index=False).encode()), kind="pyarrow")["t"].to_pylist()
+        assert pull_frame(push_frame(frame), kind="pyarrow")["t"].to_pylist() == [t or None for t in expected]
+    assert [t or None for t in expected[-len(values):]] == [None if pd.isna(v) else str(v) for v in values]
+
+
+def test_datetimes_of_one_zone_keep_arrow_s_typed_path(files, env):
+    """One time zone (a ``ZoneInfo`` across winter and summer, one fixed offset) is no reason to print values
+    one at a time: Arrow keeps it and prints each value in its own offset, as to_csv writes it."""
+    for values in ([dt.datetime(2024, 1, 1, 5, tzinfo=_PARIS), None, dt.datetime(2024, 7, 1, 5, tzinfo=_PARIS)],
+                   [dt.datetime(2024, 1, 1, 5, tzinfo=_at(1)), dt.datetime(2024, 7, 1, 5, tzinfo=_at(1))],
+                   [dt.datetime(2024, 1, 1, 5), dt.datetime(2024, 7, 1, 5, 0, 0, 500)]):
+        frame = pd.DataFrame({"t": pd.Series(values, dtype=object)})
+        assert frames._pandas_only_as_text(frame) is frame
+        expected = pull_frame(push(files, frame.to_csv(index=False).encode()), kind="pyarrow")["t"].to_pylist()
+        assert pull_frame(push_frame(frame), kind="pyarrow")["t"].to_pylist() == [t or None for t in expected]
 
 
 @pytest.mark.parametrize("column", [

@@ -6,6 +6,7 @@ compared with :func:`connector_ops.invoke`, the Python API over the same action 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -110,6 +111,17 @@ def test_dataframe_round_trip_and_no_leftover_files(ip: Any, env: dict[str, str]
     assert ip.user_ns["back"] is back
     ip.run_cell('%etl pull --df -o as_json {"virtualFileId": "{{vf}}", "exportType": "json", "exportName": "x.json"}')
     assert ip.user_ns["as_json"].fillna("").to_dict(orient="records") == expected.to_dict(orient="records")
+
+
+def test_dataframe_of_datetimes_in_several_offsets_keeps_each_offset(ip: Any) -> None:
+    """An object column of datetimes parsed from an API's text (Paris in winter and summer): each was stored
+    in the first one's offset."""
+    api = ["2024-03-30T09:00:00+01:00", "2024-04-02T09:00:00+02:00", "2024-04-02T09:00:00-03:00"]
+    ip.user_ns["frame"] = pd.DataFrame({"when": [dt.datetime.fromisoformat(t) for t in api]})
+    pushed = ip.run_line_magic("etl", "push --df frame")
+    batch = invoke("etl.iterate", {"content": pushed["virtualFileId"], "maxBatchSize": 5})
+    assert [row["when"] for row in batch["content"]] == [
+        "2024-03-30 09:00:00+01:00", "2024-04-02 09:00:00+02:00", "2024-04-02 09:00:00-03:00"]
 
 
 def test_dataframe_with_named_index_keeps_it(ip: Any) -> None:
