@@ -36,6 +36,7 @@ from connector_ops.ops.checks import validate_check
 from connector_ops.pipelines.cli import gc as gc_command
 from connector_ops.pipelines.gc import collect, parse_duration
 from tests.conftest import resources_on
+from tests.counting_run_storage import CountingRunStorage
 
 SALES = Path(__file__).resolve().parent.parent / "pipelines" / "data" / "sales.csv"
 PULL = {"exportType": "csv", "exportName": "out.csv"}
@@ -230,6 +231,47 @@ def test_only_what_nothing_refers_to_is_removed(resources, files):
     assert not removable & (vfs | pfs)
     assert collect(resources["virtual_files"], resources["platform_files"], instance,
                    older_than=timedelta(0)).virtual_files == []  # nothing left to do
+
+
+def test_gc_reads_only_the_runs_it_weighs(resources, files, tmp_path):
+    """gc read every run of the history into memory each time (50,000 runs: 10 s, 300 MiB, growing with each
+    run) to use only the recent and unfinished runs, their ancestors and each job's latest success. Now it asks
+    the run storage for those: with 200 old runs stored, gc reads a handful — counted where Dagster
+    deserialises each run — and removes and keeps exactly what it did."""
+    (tmp_path / "dagster.yaml").write_text(
+        "run_storage:\n  module: tests.counting_run_storage\n  class: CountingRunStorage\n"
+        f"  config:\n    base_dir: {tmp_path / 'history'}\n")
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+    pf = files.add_file(SALES).to_json()
+    first = run_job(push_and_pull, resources, instance, pf)
+    second = run_job(push_and_pull, resources, instance, pf)
+    failed = run_job(push_and_pull, resources, instance, pf, fail=True)
+    assert first.success and second.success and not failed.success
+    stray, older, latest, parents, running = (invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+                                              for _ in range(5))
+
+    def add(status: dg.DagsterRunStatus, vf: str, **chain: str) -> str:
+        run = dg.DagsterRun(job_name="nightly_export", status=status, **chain,
+                            run_config={"ops": {"load": {"config": {"virtual_file_id": vf}}}})
+        return instance.add_run(run).run_id
+
+    for n in range(200):  # a year of an old job's runs, each naming the file the last success replaced
+        add(dg.DagsterRunStatus.FAILURE if n % 20 == 0 else dg.DagsterRunStatus.SUCCESS, older)
+    parent = add(dg.DagsterRunStatus.FAILURE, parents)  # the parent of a re-execution still running
+    add(dg.DagsterRunStatus.SUCCESS, latest)
+    add(dg.DagsterRunStatus.STARTED, running, parent_run_id=parent, root_run_id=parent)
+    assert instance.get_runs_count() == 206
+
+    storage = instance.run_storage
+    assert isinstance(storage, CountingRunStorage)
+    storage.runs_read = 0
+    result = collect(resources["virtual_files"], resources["platform_files"], instance,
+                     older_than=timedelta(0), dry_run=True, now=datetime.now(UTC) + timedelta(days=30))
+    removable = set(result.virtual_files) | set(result.platform_files)
+    assert removable == outputs_of(first) | outputs_of(failed) | {stray, older}
+    assert not removable & {pf["id"], latest, parents, running}
+    # the running re-execution, its parent, and the latest success of each of the two jobs
+    assert storage.runs_read == 4
 
 
 def test_recent_files_stay_whatever_refers_to_them(resources, files):
