@@ -285,7 +285,9 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     for run in result.unweighed_runs:
         when, what_to_do = (
             (f"ended {run.ended:%Y-%m-%d %H:%M:%S} UTC", "every file made before it ended was kept. Run the job "
-             "once with this version and gc can weigh its files again") if run.ended is not None else
+             "once with this version and gc can weigh its files again. If the job no longer exists (removed or "
+             "renamed), no run of it ever will: delete this run (`dagster run delete "
+             f"{run.run_id}`, or in the UI) and gc weighs its files again") if run.ended is not None else
             (f"not finished, started {run.reads_until:%Y-%m-%d %H:%M:%S} UTC", "every file made before it started "
              "was kept. If it is stuck (its process gone), terminate it in the UI; once it has ended and the job has "
              "run once with this version, gc weighs its files again"))

@@ -574,6 +574,41 @@ def test_a_run_made_before_reads_were_recorded_keeps_every_file_it_may_have_read
     assert table in {vf for vf, _ in resources["virtual_files"].inventory()}  # what the new run read stays
 
 
+def test_a_removed_jobs_old_run_says_how_to_let_its_files_go(resources, files, env, tmp_path, monkeypatch):
+    """A job removed from the code (or renamed) whose latest successful run was made before steps recorded their
+    reads kept every older file for good, and gc's only advice — run the job once with this version — could
+    not be followed. The warning names the way out: delete that run (its id in the command), and gc weighs
+    those files again."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepOutputData
+    from dagster._core.events.log import EventLogEntry
+    from dagster._core.execution.plan.outputs import StepOutputHandle
+
+    pf = files.add_file(SALES).to_json()
+    old = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+    time.sleep(1.1)  # SQLite dates a virtual file to the second
+    (tmp_path / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    last = instance.add_run(dg.DagsterRun(job_name="legacy_report", status=dg.DagsterRunStatus.STARTED))
+    output = StepOutputData(StepOutputHandle("s", "result"), metadata={"duration_s": dg.MetadataValue.float(1.0)})
+    instance.store_event(EventLogEntry(  # as the old code's step wrote it: its duration, no reads_recorded
+        error_info=None, level="DEBUG", user_message="", run_id=last.run_id, timestamp=time.time(),
+        job_name="legacy_report", dagster_event=DagsterEvent(DagsterEventType.STEP_OUTPUT.value,
+                                                             job_name="legacy_report", step_key="s",
+                                                             event_specific_data=output)))
+    instance.run_storage.handle_run_event(last.run_id, DagsterEvent(DagsterEventType.RUN_SUCCESS.value,
+                                                                    job_name="legacy_report"), datetime.now(UTC))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+
+    said = CliRunner().invoke(gc_command, ["--older-than", "0s", "--dry-run"], env=env)
+    assert said.exit_code == 0, said.output
+    assert f"virtual file {old}" not in said.stdout  # made before the run ended: kept
+    assert "If the job no longer exists" in said.stderr and f"dagster run delete {last.run_id}" in said.stderr
+
+    instance.delete_run(last.run_id)  # what the warning says
+    said = CliRunner().invoke(gc_command, ["--older-than", "0s", "--dry-run"], env=env)
+    assert f"would remove virtual file {old}" in said.stdout and "warning" not in said.stderr
+
+
 def test_an_unfinished_run_of_the_old_code_keeps_what_was_made_before_it_started(resources, files, tmp_path):
     """A run of the old code left STARTED by the upgrade (its run worker gone) is recent for as long as it is
     unfinished: gc kept every file for good, made before it or long after, and its advice — run the job once
