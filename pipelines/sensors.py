@@ -1,22 +1,24 @@
 """The drive-folder sensor: start a pipeline once for every new or modified file in a drive folder.
 
-The cursor maps the id of each file already seen to its version (Google: the MD5 of its content, or its
+The sensor remembers the version of each file already seen (Google: the MD5 of its content, or its
 modifiedTime for native documents; local drive: modification time and size), pruned to the files still in
-the folder, so it stays as small as the folder. A file is *new* when its id is not in the cursor and
-*modified* when its version differs. Each run request carries ``run_key = <folder>/<file id>@<revision>``,
+the folder — in Dagster's key-value store, the cursor holding only a small token (:mod:`.sensor_state`:
+Dagster copies the cursor into every tick, and the folder grows with every file dropped in it). A file is
+*new* when its id was not seen and *modified* when its version differs. Each run request carries
+``run_key = <folder>/<file id>@<revision>``,
 the file's change counter (Google: its ``version``; local drive: a counter in its row), which grows with
 every change and never repeats. Dagster's daemon drops a request whose run key already has a run, so the
 key must be new for every change the sensor counts: a file that leaves the folder and comes back (pruned
-from the cursor, so *new* again) or whose content goes back to an earlier MD5 gets a revision never used
+from the seen files, so *new* again) or whose content goes back to an earlier MD5 gets a revision never used
 before, while a lost cursor update repeats the same revision and cannot start a second run for the same
 change. Files present when the sensor is first turned on count as new:
-nothing dropped into the folder earlier is silently skipped. A cursor of an earlier release (a list of
-ids) is read as "seen, version unknown": those files start runs only once they change after the upgrade.
+nothing dropped into the folder earlier is silently skipped. A tick that finds nothing new, changed or gone
+keeps its cursor and writes nothing. A cursor of an earlier release (a map of ids to versions, or a list of
+ids: "seen, version unknown") is read as the files seen; those of a list start runs only once they change.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.pipelines import sensor_state
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Trigger
 from connector_ops.registry import error_for, get_action
@@ -44,20 +47,13 @@ class Change:
         return f"{folder}/{self.item.id}@{self.item.revision}"
 
 
-def changed_files(listing: list[DriveItem], cursor: str | None) -> tuple[list[Change], str]:
-    """The files of ``listing`` that are new or modified since ``cursor``, and the next cursor."""
-    seen = _read_cursor(cursor)
+def changed_files(listing: list[DriveItem], seen: sensor_state.Seen) -> tuple[list[Change], sensor_state.Seen]:
+    """The files of ``listing`` that are new or modified since ``seen`` (id -> version), and those to see
+    next: the folder's files and their versions."""
     files = [item for item in listing if item.type == "file"]
     changes = [Change(item, item.id in seen) for item in files
                if item.id not in seen or seen[item.id] not in (None, item.version)]
-    return changes, json.dumps({item.id: item.version for item in sorted(files, key=lambda i: i.id)})
-
-
-def _read_cursor(cursor: str | None) -> dict[str, str | None]:
-    value = json.loads(cursor) if cursor else {}
-    if isinstance(value, list):  # an earlier release's cursor: ids only
-        return dict.fromkeys(value)
-    return value
+    return changes, {item.id: item.version for item in sorted(files, key=lambda i: i.id)}
 
 
 def with_defaults(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,8 +71,10 @@ def drive_folder_sensor(job: dg.JobDefinition, trigger: Trigger, *, trigger_node
                         default_config: Mapping[str, Any] | None = None) -> dg.SensorDefinition:
     """A sensor that lists ``trigger.folder_id`` with the drive resource and starts ``job`` per change."""
 
+    name = f"{job.name}_on_new_file"
+
     @dg.sensor(
-        name=f"{job.name}_on_new_file",
+        name=name,
         job=job,
         minimum_interval_seconds=trigger.minimum_interval_seconds,
         required_resource_keys={"drive"},
@@ -92,8 +90,14 @@ def drive_folder_sensor(job: dg.JobDefinition, trigger: Trigger, *, trigger_node
             listing = context.resources.drive.list_folder(folder)
         except Exception as exc:  # reported like an action's failure: one line, the tick skipped
             return dg.SkipReason(error_for(get_action(LIST_ACTION), exc).summary())
-        changes, cursor = changed_files(listing, context.cursor)
-        if not changes:  # the cursor still moves: versions recorded, removed files pruned
+        seen, token, whole = sensor_state.load(context.instance, name, context.cursor)
+        if not whole:
+            context.log.warning(f"the files seen by {name} are not stored as its cursor says ({context.cursor}): "
+                                "every file of the folder counts as new; those already run are not run again")
+        changes, now_seen = changed_files(listing, seen)
+        cursor = context.cursor if token is not None and whole and now_seen == seen else sensor_state.save(
+            context.instance, name, token, now_seen)  # stored again only when versions or files changed
+        if not changes:
             return dg.SensorResult(skip_reason=f"no new or modified file in drive folder {folder}", cursor=cursor)
         requests = [
             dg.RunRequest(

@@ -163,9 +163,12 @@ def test_drive_folder_sensor_starts_one_run_per_new_file(env: dict[str, str], tm
         return invoke("drive.upload_file", {"platformFile": pf}, resources)["fileId"]
 
     def tick(cursor: str | None) -> dg.SensorExecutionData:
-        with dg.build_sensor_context(cursor=cursor, resources={"drive": resources["drive"]}) as ctx:
+        with dg.build_sensor_context(cursor=cursor, resources={"drive": resources["drive"]},
+                                     instance=instance) as ctx:
             return sensor.evaluate_tick(ctx)
 
+    (tmp_path / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))  # where the sensor keeps what it saw
     empty = tick(None)
     assert not empty.run_requests and "no new or modified file" in (empty.skip_message or "")
 
@@ -223,8 +226,11 @@ def test_a_drive_sensor_whose_folder_variable_is_unset_skips_the_tick(
     sensor = compile_pipeline(load_pipeline(path)).sensor
     drive = resources_for(environ=env)["drive"]
 
+    (tmp_path / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))
+
     def tick() -> dg.SensorExecutionData:
-        with dg.build_sensor_context(resources={"drive": drive}) as ctx:
+        with dg.build_sensor_context(resources={"drive": drive}, instance=instance) as ctx:
             return sensor.evaluate_tick(ctx)
 
     monkeypatch.delenv("CONNECTOR_OPS_TEST_INBOX", raising=False)

@@ -10,20 +10,39 @@ way the sensor daemon submits them: one whose run key already has a run is skipp
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import dagster as dg
+import pytest
 from dagster._core.utils import make_new_run_id
 
+from connector_ops.pipelines import sensor_state
 from connector_ops.pipelines.definitions import build_definitions
 from tests.drive.support import Drive
 
 SENSOR = "drive_inbox_on_new_file"
+INSTANCE: dg.DagsterInstance
+
+
+@pytest.fixture(autouse=True)
+def instance() -> Iterator[dg.DagsterInstance]:
+    """The instance the daemon evaluates the sensor with: the sensor keeps the files it has seen there."""
+    global INSTANCE
+    with dg.instance_for_test() as INSTANCE:
+        yield INSTANCE
 
 
 def _tick(drive: Drive, cursor: str | None) -> dg.SensorExecutionData:
     sensor = build_definitions().resolve_sensor_def(SENSOR)
-    with dg.build_sensor_context(cursor=cursor, resources={"drive": drive.drive}) as ctx:
+    with dg.build_sensor_context(cursor=cursor, resources={"drive": drive.drive}, instance=INSTANCE) as ctx:
         return sensor.evaluate_tick(ctx)
+
+
+def _seen(cursor: str | None) -> dict[str, str | None]:
+    """The files the sensor has seen as of ``cursor`` (ids and versions)."""
+    seen, _, whole = sensor_state.load(INSTANCE, SENSOR, cursor)
+    assert whole
+    return seen
 
 
 def _upload(drive: Drive, name: str, text: str) -> str:
@@ -65,7 +84,7 @@ def test_new_then_modified_files_each_start_one_run(drive: Drive) -> None:
     _modify(drive, first)
     changed = _tick(drive, new.cursor)
     (request,) = changed.run_requests
-    assert json.loads(changed.cursor)[first] != json.loads(new.cursor)[first]
+    assert _seen(changed.cursor)[first] != _seen(new.cursor)[first]
     assert request.run_key == f"root/{first}@2" and request.tags["drive/change"] == "modified"
     assert request.run_config["ops"]["trigger"]["config"]["fileId"] == first
     assert not _tick(drive, changed.cursor).run_requests
@@ -73,7 +92,7 @@ def test_new_then_modified_files_each_start_one_run(drive: Drive) -> None:
     second = _upload(drive, "b.csv", "x\n2\n")
     both = _tick(drive, changed.cursor)
     assert [r.run_key for r in both.run_requests] == [f"root/{second}@1"]
-    assert set(json.loads(both.cursor)) == {first, second}  # pruned to the folder's files, folders excluded
+    assert set(_seen(both.cursor)) == {first, second}  # pruned to the folder's files, folders excluded
 
 
 def test_a_file_that_comes_back_or_changes_back_starts_a_run_each_time(drive: Drive) -> None:
@@ -106,10 +125,10 @@ def test_a_cursor_of_the_earlier_release_counts_its_files_as_seen(drive: Drive) 
     first = _upload(drive, "a.csv", "x\n1\n")
     old_cursor = json.dumps([first])  # ids only, as the sensor stored them before versions
     assert not _tick(drive, old_cursor).run_requests
-    upgraded = json.loads(_tick(drive, old_cursor).cursor)
-    assert upgraded[first] is not None
+    upgraded = _tick(drive, old_cursor).cursor
+    assert _seen(upgraded)[first] is not None
     _modify(drive, first)
-    (request,) = _tick(drive, json.dumps(upgraded)).run_requests
+    (request,) = _tick(drive, upgraded).run_requests
     assert request.tags["drive/change"] == "modified"
 
 
@@ -152,3 +171,54 @@ def test_a_local_drive_of_an_earlier_release_gets_revisions(tmp_path) -> None:
     assert [i.revision for i in local.list_folder("root")] == ["1"]
     local.rename("f1", "b.csv")
     assert [i.revision for i in local.list_folder("root")] == ["2"]
+
+
+def test_a_folder_of_thousands_of_files_keeps_the_cursor_small(google: Drive) -> None:
+    """The cursor held every file of the folder, and Dagster copies it into every tick: drive_inbox never
+    removes what it converted, so a year of files made a 2.4 MiB cursor and 7 GiB of ticks a day. The seen
+    files live in the instance's key-value store; the cursor stays a token, unchanged by a tick that finds
+    nothing, and every new, changed or moved-in file (its modifiedTime older than any seen) starts one run."""
+    fake = google.fake
+    assert fake is not None
+    many = [fake.add_file(f"sales_{n}.csv", b"x\n1\n", "text/csv") for n in range(3000)]
+    runs: dict[str, int] = {}
+
+    def tick(cursor: str | None) -> tuple[str, list[dg.RunRequest]]:
+        result = _tick(google, cursor)
+        assert result.cursor is not None and len(result.cursor) < 200, result.cursor[:200]
+        started = list(result.run_requests or [])  # each requested once: not even left to the run keys
+        for request in started:
+            runs[request.tags["drive/file_id"]] = runs.get(request.tags["drive/file_id"], 0) + 1
+        return result.cursor, started
+
+    cursor, started = tick(None)
+    assert len(started) == 3000 and runs == dict.fromkeys(many, 1)
+    assert tick(cursor) == (cursor, [])  # nothing new: the same cursor, nothing stored
+
+    elsewhere = google.run("drive.create_folder", {"name": "elsewhere"})["folderId"]
+    old = fake.add_file("old.csv", b"x\n2\n", "text/csv", parent=elsewhere)
+    google.run("drive.move", {"id": old, "folderId": "root"})
+    fake.files[old]["modifiedTime"] = "2020-01-01T00:00:00.000Z"  # Drive keeps it on a move: before every file
+    fake.replace_content(many[7], b"x\n3\n")
+    added = fake.add_file("new.csv", b"x\n4\n", "text/csv")
+    cursor, started = tick(cursor)
+    assert sorted((r.tags["drive/file_id"], r.tags["drive/change"]) for r in started) == sorted(
+        [(old, "new"), (many[7], "modified"), (added, "new")])
+    assert tick(cursor) == (cursor, [])
+    assert runs == {**dict.fromkeys(many, 1), many[7]: 2, old: 1, added: 1}
+    assert len(_seen(cursor)) == 3002
+
+
+def test_a_cursor_whose_seen_files_are_not_stored_starts_no_second_run(drive: Drive) -> None:
+    """A cursor naming seen files the instance does not hold (set by hand, the store wiped) is a first start:
+    every file is asked for again, under the run key of its revision, so the daemon starts none twice."""
+    instance = dg.DagsterInstance.ephemeral()
+    first = _upload(drive, "a.csv", "x\n1\n")
+    result = _tick(drive, None)
+    assert [r.tags["drive/file_id"] for r in _submit(instance, list(result.run_requests or []))] == [first]
+    lost = json.dumps({"generation": 7, "digest": "0" * 32, "files": 1})
+    again = _tick(drive, lost)
+    assert [r.run_key for r in again.run_requests] == [r.run_key for r in result.run_requests]
+    assert _submit(instance, list(again.run_requests)) == [] and _seen(again.cursor) == {first: _seen(
+        result.cursor)[first]}
+    assert not _tick(drive, again.cursor).run_requests
