@@ -203,6 +203,27 @@ def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstanc
     return result
 
 
+def deletable_runs(instance: dg.DagsterInstance, *, older_than: timedelta,
+                   now: datetime | None = None) -> list[str]:
+    """The ids of the runs that can be deleted from Dagster's history without changing what gc keeps: finished,
+    created before ``now - older_than``, and none of what gc weighs — not a job's latest successful run, not an
+    ancestor of a recent or unfinished run — nor the run of an asset's latest materialisation.
+
+    Open-source Dagster keeps every run and its events for good, and deleting runs (the UI, ``dagster run
+    delete``, a script) is how a deployment bounds its history; but gc knows what a job still needs only from
+    its runs: deleting a job's latest successful run made gc remove the reference file its next run reads
+    and the data of the assets it made. ``older_than`` at least gc's own ``--older-than``: a run recent to gc
+    is then never one of these."""
+    cutoff = (now or datetime.now(UTC)) - older_than
+    keep = {record.dagster_run.run_id for record in weighed_records(instance, cutoff)}
+    for key in instance.get_asset_keys():
+        event = instance.get_latest_materialization_event(key)
+        if event is not None:
+            keep.add(event.run_id)
+    old = instance.get_run_ids(dg.RunsFilter(created_before=cutoff.astimezone(UTC), statuses=list(_FINISHED)))
+    return [run_id for run_id in old if run_id not in keep]
+
+
 def _collect_step_outputs(step_outputs: Any, recent: set[str], result: Collection) -> None:
     for run_id, newest in step_outputs.runs():
         if newest >= result.cutoff or run_id in recent:

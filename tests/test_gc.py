@@ -34,7 +34,7 @@ from connector_ops.ops import etl_pull, etl_push
 from connector_ops.ops.assets import action_asset
 from connector_ops.ops.checks import validate_check
 from connector_ops.pipelines.cli import gc as gc_command
-from connector_ops.pipelines.gc import collect, parse_duration
+from connector_ops.pipelines.gc import collect, deletable_runs, parse_duration
 from tests.conftest import resources_on
 from tests.counting_run_storage import CountingRunStorage
 
@@ -272,6 +272,40 @@ def test_gc_reads_only_the_runs_it_weighs(resources, files, tmp_path):
     assert not removable & {pf["id"], latest, parents, running}
     # the running re-execution, its parent, and the latest success of each of the two jobs
     assert storage.runs_read == 4
+
+
+def test_deleting_the_runs_gc_does_not_weigh_changes_nothing_it_keeps(resources, files, tmp_path):
+    """Open-source Dagster keeps every run for good; deleting old runs bounds the history, but deleting a job's
+    latest successful run made gc remove the input its next run reads (nothing named it any more).
+    ``deletable_runs`` lists the runs that can go without changing gc's answer."""
+    (tmp_path / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    pf = files.add_file(SALES).to_json()
+    first = run_job(push_and_pull, resources, instance, pf)
+    second = run_job(push_and_pull, resources, instance, pf)
+    failed = run_job(push_and_pull, resources, instance, pf, fail=True)
+    raw = action_asset("gc/trim", "etl.push", {"platformFile": files.add_file(SALES).to_json()})
+    materialised = [dg.materialize([raw], resources=resources, instance=instance) for _ in range(2)]
+    assert first.success and second.success and not failed.success and all(m.success for m in materialised)
+    later = datetime.now(UTC) + timedelta(days=30)
+
+    def weighed() -> tuple[list[str], list[str], int, int]:
+        result = collect(resources["virtual_files"], files, instance, older_than=timedelta(days=7), now=later,
+                         dry_run=True)
+        return (sorted(result.virtual_files), sorted(result.platform_files), result.kept_virtual_files,
+                result.kept_platform_files)
+
+    before = weighed()
+    assert pf["id"] not in before[1]  # the latest good run's input
+    deletable = deletable_runs(instance, older_than=timedelta(days=7), now=later)
+    assert sorted(deletable) == sorted([first.run_id, failed.run_id, materialised[0].run_id])
+    assert deletable_runs(instance, older_than=timedelta(days=7)) == []  # none is older than 7 days yet
+    for run_id in deletable:
+        instance.delete_run(run_id)
+    assert weighed() == before
+
+    instance.delete_run(second.run_id)  # the job's latest successful run: what the docs warn against
+    assert pf["id"] in weighed()[1]
 
 
 def test_recent_files_stay_whatever_refers_to_them(resources, files):
