@@ -38,6 +38,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'connector_ops' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The module's names and the lazy ones: ``dir()`` and IPython's Tab completion list only what
+    ``__dir__`` returns, and without it they would hide the whole public API until its first use."""
+    return sorted(set(globals()) | set(__all__))
+
+
 def load_ipython_extension(ipython: Any) -> None:  # pragma: no cover - exercised through %load_ext
     """The magics, with Stop held back while they load (:mod:`connector_ops.kernel.deferred`), and pandas
     loaded with them: the first output shown would import it (and numpy, pyarrow), and a Stop that cut that

@@ -1,0 +1,44 @@
+"""The public API as a user's tools see it: ``dir()``, IPython's Tab completion, a type checker's marker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import connector_ops
+
+LAZY = ["ConnectorError", "Session", "invoke", "pull_frame", "push_frame"]
+
+
+def test_dir_lists_the_lazy_public_names_before_their_first_use() -> None:
+    """In a fresh interpreter, where nothing has resolved the lazy names yet."""
+    code = "import connector_ops, sys; print(' '.join(dir(connector_ops)))"
+    names = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert set(connector_ops.__all__) <= set(names)
+    assert set(LAZY) <= set(dir(connector_ops))
+
+
+@pytest.mark.parametrize("use_jedi", [True, False], ids=["jedi", "no-jedi"])
+def test_ipython_tab_completes_the_public_api(use_jedi: bool) -> None:
+    """Through the completer a kernel calls (``completions``, what Jupyter's Tab asks), jedi on and off."""
+    from IPython.core.completer import provisionalcompleter
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tests.magic.conftest import make_shell
+
+    shell = make_shell(InteractiveShell)
+    try:
+        shell.user_ns["connector_ops"] = connector_ops
+        shell.Completer.use_jedi = use_jedi
+
+        def complete(text: str) -> set[str]:
+            with provisionalcompleter():
+                return {c.text.rpartition(".")[2] for c in shell.Completer.completions(text, len(text))
+                        if c.type != "none"}  # jedi's '--jedi/ipython--' marker
+
+        assert complete("connector_ops.inv") == {"invoke"}
+        assert complete("connector_ops.pu") == {"pull_frame", "push_frame"}
+    finally:
+        shell.clear_instance()
