@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from connector_ops.frame_streams import arrow_stream, peeked, positioned
 from connector_ops.frame_text import NotText, column_form, float_text, text_column, values_text
@@ -19,7 +19,11 @@ from connector_ops.kernel.limits import check_column_names, holds_surrogate, lon
 from connector_ops.kernel.notices import warn
 from connector_ops.kernel.progress import Reporter, track
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for a user's type checker: pull_frame's result follows its kind (polars is optional)
+    import pandas as pd
+    import polars as pl
+    import pyarrow as pa
+
     from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 Kind = Literal["pandas", "polars", "pyarrow"]
@@ -293,6 +297,19 @@ def push_frame(frame: Any, resources: Mapping[str, Any] | None = None) -> str:
     return run_with_store("etl.push", resources, lambda store: frame_into(store, frame))
 
 
+@overload
+def pull_frame(virtual_file_id: str, columns: Sequence[str] | None = None, *, kind: Literal["pandas"] = "pandas",
+               infer_types: bool = False, resources: Mapping[str, Any] | None = None) -> pd.DataFrame: ...
+@overload
+def pull_frame(virtual_file_id: str, columns: Sequence[str] | None = None, *, kind: Literal["polars"],
+               infer_types: bool = False, resources: Mapping[str, Any] | None = None) -> pl.DataFrame: ...
+@overload
+def pull_frame(virtual_file_id: str, columns: Sequence[str] | None = None, *, kind: Literal["pyarrow"],
+               infer_types: bool = False, resources: Mapping[str, Any] | None = None) -> pa.Table: ...
+@overload
+def pull_frame(virtual_file_id: str, columns: Sequence[str] | None = None, *, kind: Kind,
+               infer_types: bool = False,
+               resources: Mapping[str, Any] | None = None) -> pd.DataFrame | pl.DataFrame | pa.Table: ...
 def pull_frame(virtual_file_id: str, columns: Sequence[str] | None = None, *, kind: Kind = "pandas",
                infer_types: bool = False, resources: Mapping[str, Any] | None = None) -> Any:
     """The virtual file as a DataFrame (``kind``: pandas, polars or pyarrow), strings and missing values exact;

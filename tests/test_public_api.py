@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
 import connector_ops
 
+ROOT = Path(__file__).resolve().parents[1]
 LAZY = ["ConnectorError", "Session", "invoke", "pull_frame", "push_frame"]
 
 
@@ -42,3 +45,12 @@ def test_ipython_tab_completes_the_public_api(use_jedi: bool) -> None:
         assert complete("connector_ops.pu") == {"pull_frame", "push_frame"}
     finally:
         shell.clear_instance()
+
+
+def test_the_package_ships_its_py_typed_marker() -> None:
+    """PEP 561: without ``py.typed`` in the installed package a user's type checker takes connector_ops as
+    untyped (every call ``Any``, ``pull_frame(123)`` unflagged). The marker sits in the package, and the
+    package data that puts it in the wheel names it (building a wheel here would be too slow)."""
+    assert (Path(connector_ops.__file__).parent / "py.typed").is_file()
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "py.typed" in package_data.get("connector_ops", []) + package_data.get("*", [])
