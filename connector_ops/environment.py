@@ -13,7 +13,7 @@ action pays only for the resources it uses, and a bad setting of one connector n
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,17 +101,64 @@ EXECUTOR_VARIABLE = "CONNECTOR_OPS_EXECUTOR"
 LOST_AFTER_VARIABLE = "CONNECTOR_OPS_CELERY_LOST_AFTER"
 
 
-def pin_home(environ: dict[str, str] | os._Environ[str] = os.environ) -> Path:
-    """Resolve ``CONNECTOR_OPS_HOME`` once, here, and write the absolute path back.
+#: the settings that name a file or folder. A relative one is read against the working directory of the
+#: moment, so each is made absolute once (:func:`pin_paths`); ``CONNECTOR_OPS_DATABASE_URL`` is one too when
+#: it names a SQLite file by a relative path.
+PATH_VARIABLES = (
+    HOME_VARIABLE,
+    "CONNECTOR_OPS_FILES_DIR",
+    "CONNECTOR_OPS_DRIVE_DIR",
+    "CONNECTOR_OPS_OUTBOX_DIR",
+    "CONNECTOR_OPS_TEMPLATES_DIR",
+    "CONNECTOR_OPS_PIPELINES_DIR",
+    "SMTP_CA_FILE",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)
+DATABASE_URL_VARIABLE = "CONNECTOR_OPS_DATABASE_URL"
 
-    Unset, the home is ``./.connector_ops`` of the working directory, and every process would resolve it
-    against its own: the code server, the run worker and each step's process must agree. The code location
-    calls this when it loads, so the processes it starts (runs, steps) inherit one absolute path; a Celery
-    worker calls it when it starts. Hosts that do not share a disk each set their own.
+
+def absolute_paths(environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings of ``environ`` that are relative paths, made absolute against the working directory now
+    (only those; ``~`` is not relative). A relative SQLite URL as the store would make it
+    (:func:`connector_ops.resources.virtual_files.urls.absolute_sqlite`)."""
+    changed = {}
+    for name in PATH_VARIABLES:
+        value = environ.get(name)
+        if value and not Path(value).expanduser().is_absolute():
+            changed[name] = str(Path(value).expanduser().resolve())
+    url = environ.get(DATABASE_URL_VARIABLE)
+    if url and url.startswith("sqlite"):
+        from connector_ops.resources.virtual_files.urls import absolute_sqlite
+
+        if (absolute := absolute_sqlite(url)) != url:
+            changed[DATABASE_URL_VARIABLE] = absolute
+    return changed
+
+
+def pin_paths(environ: MutableMapping[str, str] = os.environ) -> Path:
+    """Resolve the home (``./.connector_ops`` when unset) and every relative path setting once, here, and
+    write the absolute paths back; returns the home.
+
+    Read again at each call, they would follow the working directory: a notebook's ``%cd`` or an
+    ``os.chdir`` would switch to another, empty store, and the code server, the run worker and each step's
+    process must agree on one. The code location calls this when it loads, so the processes it starts
+    (runs, steps) inherit absolute paths; a Celery worker when it starts; the process's session
+    (``invoke()``, ``push_frame``, the magics) before each call, so they are pinned at the first one, and a
+    :class:`connector_ops.session.Session` given its own environment when it is made. Hosts that do not
+    share a disk each set their own.
     """
+    environ.update(absolute_paths(environ))
     home = Env(environ).home
-    environ[HOME_VARIABLE] = str(home)
+    if environ.get(HOME_VARIABLE) != str(home):
+        environ[HOME_VARIABLE] = str(home)
     return home
+
+
+def process_environ() -> os._Environ[str]:
+    """``os.environ`` with its path settings pinned (:func:`pin_paths`): what the process's sessions read, so
+    the first call pins them against the working directory of the moment, and a later ``%cd`` keeps the store."""
+    pin_paths(os.environ)
+    return os.environ
 
 
 @dataclass(frozen=True)
@@ -166,10 +213,10 @@ def _virtual_files(env: Env) -> Recipe:
     from connector_ops.resources.virtual_files.store import VirtualFileStore
     from connector_ops.resources.virtual_files.urls import database_url_problem
 
-    url = env.get("CONNECTOR_OPS_DATABASE_URL")
+    url = env.get(DATABASE_URL_VARIABLE)
     problem = database_url_problem(url) if url is not None else None
     if problem:  # checked here, where the variable's name is known; the value itself stays out of the recipe
-        raise ConfigurationError("CONNECTOR_OPS_DATABASE_URL", problem)
+        raise ConfigurationError(DATABASE_URL_VARIABLE, problem)
     if url is not None and not url.startswith("sqlite"):
         pool_settings(env.environ)  # a bad pool size is named now, not at the first action's connect
     default = f"sqlite:///{env.home / 'virtual_files.db'}"

@@ -28,7 +28,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from connector_ops.display import StatusTable
-from connector_ops.environment import RESOURCE_KEYS, SECRET_VARIABLES, masked_environment, resources_for
+from connector_ops.environment import (
+    RESOURCE_KEYS,
+    SECRET_VARIABLES,
+    absolute_paths,
+    masked_environment,
+    process_environ,
+    resources_for,
+)
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput
 from connector_ops.kernel.secrets import MASK
 from connector_ops.kernel.secrets import masked as mask_setting
@@ -154,6 +161,8 @@ class NotebookSession:
                 self._assign(self.env_overrides, name, value)
             else:
                 self._assign(self.field_overrides, self._field_target(name), value)
+        # a relative path is the one in the folder of this cell, whatever %cd comes after
+        self.env_overrides.update(absolute_paths(self.env_overrides))
 
     @staticmethod
     def _assign(target: dict[Any, str], key: Any, value: str) -> None:
@@ -191,7 +200,7 @@ class NotebookSession:
 
     # -- building ------------------------------------------------------------------------------------
     def environ(self) -> dict[str, str]:
-        return {**os.environ, **self.env_overrides}
+        return {**process_environ(), **self.env_overrides}
 
     def _unresolved(self, keys: Iterable[str] = RESOURCE_KEYS) -> dict[str, Any]:
         """The resources of ``keys`` before ``EnvVar`` resolution and setup, with field settings applied.
@@ -216,7 +225,7 @@ class NotebookSession:
         return resources
 
     def _cache_key(self) -> tuple[Any, ...]:
-        watched = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)))
+        watched = tuple(sorted((k, v) for k, v in process_environ().items() if k.startswith(ENV_PREFIXES)))
         return (id(self.definitions), watched, tuple(sorted(self.env_overrides.items())),
                 tuple(sorted(self.field_overrides.items())))
 

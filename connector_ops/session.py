@@ -8,26 +8,31 @@ environment it was built from changes (its recipe's resolved settings differ), a
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
-from connector_ops.environment import Recipe, recipes_for
+from connector_ops.environment import Recipe, pin_paths, process_environ, recipes_for
 from connector_ops.kernel.errors import ActionFailed
 from connector_ops.registry import error_for, get_action, run_action
 
 
 class Session:
-    """Resources from ``environ`` (the process environment as it is at each call, by default)."""
+    """Resources from ``environ`` (the process environment as it is at each call, by default).
+
+    Relative path settings (and the default home ``./.connector_ops``) are resolved against the working
+    directory once: a given ``environ`` when the session is made, the process's at its first call
+    (:func:`connector_ops.environment.pin_paths`), so a later ``os.chdir`` or ``%cd`` keeps the store."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self._environ = environ
+        self._environ = None if environ is None else dict(environ)
+        if self._environ is not None:
+            pin_paths(self._environ)
         self._built: dict[str, tuple[int, Any]] = {}  # key -> (hash of the resolved recipe, resource)
         self._lock = threading.Lock()
 
     def environ(self) -> dict[str, str]:
-        return dict(os.environ if self._environ is None else self._environ)
+        return dict(process_environ() if self._environ is None else self._environ)
 
     def resources_for(self, keys: Iterable[str]) -> dict[str, Any]:
         """The live resources of ``keys``; a bad setting raises ``InvalidInput`` naming the variable."""

@@ -50,13 +50,13 @@ from dagster_celery.executor import CeleryExecutor
 from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_execute_job_task, create_resume_job_task, create_task
 
-from connector_ops.environment import EXECUTOR_VARIABLE, pin_home
+from connector_ops.environment import EXECUTOR_VARIABLE, pin_paths
 from connector_ops.kernel.fence import fenced
 from connector_ops.pipelines.celery_fence import RunGate
 from connector_ops.pipelines.celery_heartbeat import HEARTBEAT_SECONDS, HEARTBEAT_STATE
 from connector_ops.pipelines.executors import BACKEND_VARIABLE, BROKER_VARIABLE, celery_settings
 
-pin_home()  # the worker's home, resolved once for the processes that run its steps
+pin_paths()  # the worker's home and path settings, resolved once for the processes that run its steps
 os.environ[EXECUTOR_VARIABLE] = "celery"  # what it runs are steps of distributed runs (single-host checks)
 celery_settings(os.environ)  # fails with the variable to set, before a worker starts listening nowhere
 _broker = os.environ[BROKER_VARIABLE]

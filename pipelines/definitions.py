@@ -12,7 +12,7 @@ import logging
 
 import dagster as dg
 
-from connector_ops.environment import pin_home
+from connector_ops.environment import pin_paths
 from connector_ops.pipelines.broken import broken_pipelines_job
 from connector_ops.pipelines.catalog import read_catalog
 from connector_ops.pipelines.components.shared import shared_definitions
@@ -56,5 +56,5 @@ def build_definitions() -> dg.Definitions:
     )
 
 
-pin_home()  # one home for this code location and every run and step process it starts
+pin_paths()  # one home (and path settings) for this code location and every run and step process it starts
 defs = build_definitions()

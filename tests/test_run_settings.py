@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from connector_ops.environment import pin_home
+from connector_ops.environment import pin_paths
 from connector_ops.ops.resources import LocalDriveResourceAdapter, dagster_resources
 from connector_ops.pipelines.definitions import build_definitions
 
@@ -53,7 +53,7 @@ def test_an_explicit_setting_wins_over_the_environment(env: dict[str, str], tmp_
 
 def test_the_home_is_resolved_once_and_inherited(tmp_path: Path) -> None:
     environ = {"CONNECTOR_OPS_HOME": "relative-home"}
-    home = pin_home(environ)
+    home = pin_paths(environ)
     assert home.is_absolute() and environ["CONNECTOR_OPS_HOME"] == str(home) == str(Path.cwd() / "relative-home")
     # the code location pins it when it loads: a process it starts resolves the same home from any directory
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CONNECTOR_OPS_")}

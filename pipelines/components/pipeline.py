@@ -30,7 +30,7 @@ from dagster.components import (
 )
 from pydantic import ConfigDict, Field, model_validator
 
-from connector_ops.environment import pin_home
+from connector_ops.environment import pin_paths
 from connector_ops.pipelines.broken import broken_pipelines_job
 from connector_ops.pipelines.catalog import BROKEN_PIPELINES_JOB
 from connector_ops.pipelines.components.claims import claim_names
@@ -168,7 +168,7 @@ class PipelineComponent(Component, Resolvable, Model):
         stops it) but, in a running code location, costs only its own job: it becomes the job
         ``broken_pipelines__<folder>`` listing the problems, as the catalog's ``broken_pipelines`` does, and
         every other component's jobs, schedules and sensors still load."""
-        pin_home()  # one home for the code location and every run and step process it starts
+        pin_paths()  # one home (and path settings) for the code location and every run and step process it starts
         try:
             compiled = self.compile(context)
             claim_names(context, compiled)  # a name another component took: our problem, naming it

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pandas as pd
 import pytest
 
 from connector_ops import invoke
@@ -313,3 +314,27 @@ def test_a_yaml_pipeline_runs_as_the_command_runs_it(ip: Any, tmp_path: Path, ca
     assert [p.suffix for p in outbox.glob("*.json")] == [".json"]
     err = capsys.readouterr().err
     assert "warning: trim: " in err and "no_such_column" in err
+
+
+def test_cd_does_not_move_the_store(ip: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default home, unset (./.connector_ops), and a relative session variable: ``%cd`` then ``%etl``
+    (after a setting rebuilt the resources) found 'virtual file … not found' in a new, empty store."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.delenv("CONNECTOR_OPS_HOME")  # the env fixture set them: restored after the test
+    monkeypatch.delenv("CONNECTOR_OPS_DATABASE_URL")
+    monkeypatch.chdir(first)
+    ip.run_line_magic("connectors", "set CONNECTOR_OPS_OUTBOX_DIR=outbox-here")
+    ip.user_ns["frame"] = pd.DataFrame({"city": ["Paris", "Lyon"]})
+    ip.run_cell("%etl push --df frame -o pushed")
+    ip.run_line_magic("cd", str(second))
+    assert Path.cwd() == second
+    ip.run_line_magic("connectors", "set CONNECTOR_OPS_MAIL_BACKEND=outbox")  # the resources are rebuilt
+    ip.run_cell('back = %etl pull --df {"virtualFileId": "{{pushed.virtualFileId}}"}')
+    assert ip.user_ns["back"]["city"].tolist() == ["Paris", "Lyon"]
+    ip.run_line_magic("mail", 'send_transactional_message {"from": "a@example.com", "recipients": [{"to": '
+                              '"b@example.com"}], "subject": "s", "templateId": 1, "templateVariables": "{}"}')
+    assert len(list((first / "outbox-here").glob("*.json"))) == 1
+    assert (first / ".connector_ops" / "virtual_files.db").is_file()
+    assert list(second.iterdir()) == []
