@@ -161,7 +161,8 @@ def _written_overrides(ctx: click.Context, param: click.Parameter, values: tuple
 @click.argument("target", metavar="FILE|NAME")
 @click.option("--set", "overrides", multiple=True, metavar="STEP.FIELD=VALUE", callback=_written_overrides,
               help="override a step input field (VALUE parsed as JSON when it is JSON); repeatable")
-@click.option("-v", "--verbose", is_flag=True, help="show Dagster's step log")
+@click.option("-v", "--verbose", is_flag=True,
+              help="show Dagster's whole log (instead of a line per step start and end, and the steps' progress)")
 @click.option("--full", is_flag=True, help=f"print whole outputs (default: lists cut to {PREVIEW_ITEMS} items)")
 def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> None:
     """Run a pipeline (a file, or the name of a shipped one) in process and print each step's output.
@@ -191,7 +192,7 @@ def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, v
     from connector_ops.pipelines.runner import run_compiled
 
     print(f"running {compiled.pipeline.name} ({path}) in process …", file=sys.stderr)
-    run = run_compiled(compiled, resources, verbose=verbose)
+    run = run_compiled(compiled, resources, verbose=verbose, progress=_stderr_line)
     answered()  # the run has ended: a Ctrl-C while its outcome is printed and the session closes changes nothing
     for step in compiled.pipeline.steps:
         if step.id in run.steps:
@@ -223,6 +224,12 @@ def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, v
         _not_run(run, "because of the failure")
         raise SystemExit(1)
     print(f"\nrun {run.run_id} succeeded", file=sys.stderr)
+
+
+def _stderr_line(line: str) -> None:
+    """A line of the run's progress (a step started or ended, its ops' progress) at once on stderr: stdout
+    keeps the outputs only."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _not_run(run: PipelineRun, why: str = "") -> None:

@@ -3,7 +3,8 @@
 The job runs through Dagster's engine (``execute_in_process``) — the same ops, wiring and config a
 deployment runs — with the session's resources (``%connectors``), so what a pipeline produced can be
 inspected with the ``%etl``/``%drive`` magics in the next cell. Dagster's console log is silenced;
-instead every step's status and outputs are shown in one table and kept in a
+instead a line says when each step starts and ends (and what its ops report of their progress, every few
+seconds) while the run goes, and every step's status and outputs are shown in one table and kept in a
 :class:`~connector_ops.pipelines.runner.PipelineRun`,
 also when a step fails — which is what debugging a pipeline cell by cell needs: run it, look at the
 step that failed, re-run that action with ``%etl``, fix the file, run again.
@@ -33,6 +34,7 @@ from connector_ops.magic import ConnectorMagics, NotebookError, line_words, stop
 from connector_ops.magic_input import WordsParser, python_name
 from connector_ops.magic_session import one_line
 from connector_ops.pipelines.recorder import Recorder, pipeline_name_for
+from connector_ops.pipelines.run_progress import RunProgress
 from connector_ops.pipelines.runner import PipelineRun, run_compiled
 from connector_ops.pipelines.runner import run_job as run_in_process
 
@@ -115,6 +117,11 @@ def _dagster_imported() -> None:
             logger.debug("the empty run before the first %%pipeline run failed", exc_info=True)
 
 
+def _cell_line(line: str) -> None:
+    """A line of the run's progress in the cell's output, as it happens (the table follows at the end)."""
+    print(line, flush=True)
+
+
 def run_pipeline(job: dg.JobDefinition, compiled: Any, resources: Mapping[str, Any]) -> PipelineRun:
     """A run as ``connector-ops pipeline run`` makes it: a YAML pipeline's through the runner's
     ``run_compiled`` (its ``notify:`` mails sent, its steps' warnings kept), any other job as it is. A
@@ -122,8 +129,8 @@ def run_pipeline(job: dg.JobDefinition, compiled: Any, resources: Mapping[str, A
     _dagster_imported()
     try:
         if compiled is not None:
-            return run_compiled(compiled, resources)
-        return PipelineRun(job.name, run_in_process(job, resources), None)
+            return run_compiled(compiled, resources, progress=_cell_line)
+        return PipelineRun(job.name, run_in_process(job, resources, listener=RunProgress(_cell_line)), None)
     except dg.DagsterError as exc:
         raise PipelineUsageError(one_line(exc), action=f"pipeline {job.name}") from None
 

@@ -10,7 +10,7 @@ import contextlib
 import json
 import logging
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -20,8 +20,8 @@ from connector_ops.kernel.errors import ConnectorError
 from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.ops.io_manager import capped_in_memory_io_manager
 from connector_ops.pipelines.dsl import CompiledPipeline
-from connector_ops.pipelines.dsl.checks import CHECK_NODE_SUFFIX
 from connector_ops.pipelines.instance import home_instance
+from connector_ops.pipelines.run_progress import RunProgress, step_of
 
 logger = logging.getLogger(__name__)
 
@@ -38,18 +38,6 @@ def step_outputs(compiled: CompiledPipeline, result: dg.ExecuteInProcessResult) 
             continue
         outputs[step_id] = values.get("", values)
     return outputs
-
-
-def step_of(compiled: CompiledPipeline, step_key: str) -> str:
-    """The YAML step that owns a Dagster step: its helpers are ``<id>__input``, ``<id>__batches``, …,
-    and mapped copies ``<node>[key]``. A step's asset check (``<id>__check``) is reported as itself: its
-    failure is the data's, not the step's, which succeeded."""
-    base = step_key.split("[", 1)[0]
-    ids = {step.id for step in compiled.pipeline.steps}
-    if base.endswith(CHECK_NODE_SUFFIX) and base.removesuffix(CHECK_NODE_SUFFIX) in ids:
-        return base
-    owner = base if base in ids else base.rsplit("__", 1)[0]
-    return owner if owner in ids else base
 
 
 @contextlib.contextmanager
@@ -69,12 +57,20 @@ def unawaited_loop_cleanup_ignored() -> Iterator[None]:
 
 
 def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: bool = False,
-            instance: dg.DagsterInstance | None = None) -> dg.ExecuteInProcessResult:
+            instance: dg.DagsterInstance | None = None,
+            listener: Callable[[Any], None] | None = None) -> dg.ExecuteInProcessResult:
     """Run any job in this process, keeping its default config, without Dagster's console log unless
-    ``verbose``. A failed step does not raise (see ``result.success``); a definition problem does."""
+    ``verbose``. A failed step does not raise (see ``result.success``); a definition problem does.
+    ``listener`` gets each event of the run as it is stored (:class:`~.run_progress.RunProgress`)."""
     if instance is None:
         instance = home_instance()
     options: dict[str, Any] = {"resources": dict(resources), "raise_on_error": False, "instance": instance}
+    if listener is not None:  # the run's id chosen here, so that its events reach the listener from the first
+        from dagster._core.utils import make_new_run_id
+
+        options["instance"] = instance = instance or dg.DagsterInstance.ephemeral()
+        options["run_id"] = make_new_run_id()
+        instance.add_event_listener(options["run_id"], listener)
     with unawaited_loop_cleanup_ignored():
         if verbose:
             return job.execute_in_process(**options)
@@ -86,18 +82,21 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
 
 
 def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, verbose: bool = False,
-                 instance: dg.DagsterInstance | None = None) -> PipelineRun:
+                 instance: dg.DagsterInstance | None = None,
+                 progress: Callable[[str], None] | None = None) -> PipelineRun:
     """Execute the job in this process with ``resources``; never raises for a failed step.
 
     The pipeline's ``notify:`` mails go out once the run has ended (a mail that cannot be sent is logged:
     the run's own outcome stands). Step outputs stay in memory unless ``resources`` has an ``io_manager``,
     but capped at ``CONNECTOR_OPS_MAX_STEP_OUTPUT`` as a deployment's are (:class:`CappedInMemoryIOManager`):
-    an output too large fails here as it would there.
+    an output too large fails here as it would there. ``progress`` gets the lines of
+    :class:`~.run_progress.RunProgress` while the run goes (not with ``verbose``: Dagster's log says it all).
     """
     resources = {"io_manager": capped_in_memory_io_manager, **resources}
     if instance is None:  # the mails and the step warnings are read from the run's log afterwards
         instance = home_instance() or dg.DagsterInstance.ephemeral()
-    result = run_job(compiled.job, resources, verbose=verbose, instance=instance)
+    listener = RunProgress(progress, compiled) if progress is not None and not verbose else None
+    result = run_job(compiled.job, resources, verbose=verbose, instance=instance, listener=listener)
     if compiled.pipeline.notify:
         from connector_ops.pipelines.notifications import notify_run
 

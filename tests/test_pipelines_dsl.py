@@ -462,12 +462,63 @@ def test_failed_step_reports_the_error_and_exits_non_zero(demo_file: Path, env: 
     step, _, value = batches.partition(": ")
     assert step == "batches (etl.iterate)" and json.loads(value)["hasNext"] == [False, False, False]
     assert bodies == [json.dumps({"message": missing})] * 2
-    # stderr: both steps that read the unset variable failed, each named with its action and status
-    assert sorted(line for line in captured.err.splitlines() if line) == sorted([
+    # stderr: both steps that read the unset variable failed, each named with its action and status (after
+    # the lines the run printed as it went: each step's start and end, its progress)
+    assert "region: failed in " in captured.err and "(status 400)" in captured.err
+    summary = [line for line in captured.err.splitlines() if line and not PROGRESS_LINE.match(line)]
+    assert sorted(summary) == sorted([
         f"running customers_demo ({demo_file}) in process …",
         f"step region failed: etl.query failed (400): {missing}",
         f"step export failed: etl.pull failed (400): {missing}",
     ])
+
+
+#: a line ``pipeline run`` prints while the run goes: ``step: started …``, ``step: <progress>``, ``step: … in 1.2s``
+PROGRESS_LINE = re.compile(r"^[\w\[\]]+: (?!etl\.)")
+
+
+def test_cli_run_shows_each_step_as_it_starts_and_ends_with_its_progress(
+        tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``pipeline run`` said nothing between "running …" and the summary (22 s for a 1M-row job): Dagster's
+    console log, where the ops' progress lines go, is silenced. Now stderr has a line when each step starts
+    and ends (its duration; a failure's status) and the ops' INFO progress lines at their pace (here every
+    update: CONNECTOR_OPS_PROGRESS_INTERVAL=0) — none of Dagster's own messages; stdout is unchanged."""
+    monkeypatch.setenv("CONNECTOR_OPS_PROGRESS_INTERVAL", "0")
+    monkeypatch.delenv("PROGRESS_TEST_UNSET", raising=False)
+    (tmp_path / "rows.csv").write_text("id,name\n" + "".join(f"{i}, n{i} \n" for i in range(30_000)))
+    path = write(tmp_path, """
+        name: progress_shown
+        steps:
+          - {id: load, action: etl.push, input: {platformFile: "${file:rows.csv}"}}
+          - {id: tidy, action: etl.map, input: {virtualFileId: "${load.virtualFileId}", action: trim}}
+          - {id: lost, action: etl.pull, input: {virtualFileId: "${tidy.virtualFileId}", exportType: csv,
+                                                   exportName: "${env.PROGRESS_TEST_UNSET}"}}
+    """)
+    with pytest.raises(SystemExit) as exited:
+        main(["pipeline", "run", str(path)])
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert exited.value.code == 1, captured
+    assert err[0] == f"running progress_shown ({path}) in process …"
+    shown = [line for line in err if PROGRESS_LINE.match(line)]
+    of = {step: [line.split(": ", 1)[1] for line in shown if line.startswith(f"{step}: ")] for step in ("load", "tidy")}
+    assert of["load"][0] == "started (etl.push)" and of["tidy"][0] == "started (etl.map)"
+    assert re.fullmatch(r"push rows\.csv: \d+% \([\d,]+ of 427,788 B\)", of["load"][1]), of["load"]
+    assert "map trim: 10,000 rows" in of["tidy"]
+    assert all(re.fullmatch(r"succeeded in \d+\.\ds", lines[-1]) for lines in of.values()), of
+    assert shown.index("load: " + of["load"][-1]) < shown.index("tidy: started (etl.map)")
+    lost = [line for line in shown if line.startswith("lost: ")]  # its input is resolved (and fails) early
+    assert lost[0] == "lost: started (etl.pull)" and re.fullmatch(r"lost: failed in \d+\.\ds \(status 400\)", lost[1])
+    assert all(line.split(":", 1)[0] in ("load", "tidy", "lost") for line in shown)  # no Dagster step noise
+    assert "DEBUG" not in captured.err and "STEP_START" not in captured.err
+    assert err.index(lost[1]) < err.index("step lost failed: etl.pull failed (400): "
+                                            + json.loads(captured.out.splitlines()[-1])["message"])
+    # stdout: the outputs and the failure's body only, as before
+    assert [line.split(" ", 1)[0] for line in captured.out.splitlines()] == ["load", "tidy", "{\"message\":"]
+    # -v: Dagster's whole log instead, not these lines too
+    with pytest.raises(SystemExit):
+        main(["pipeline", "run", str(path), "-v"])
+    assert "load: started (etl.push)" not in capsys.readouterr().err
 
 
 def test_an_unquoted_date_stays_text_and_a_clean_failure_says_why(tmp_path: Path, env: dict[str, str],

@@ -24,3 +24,14 @@ def count_setting(variable: str, default: int, *, least: int, what: str,
     if not (text.isascii() and text.isdigit() and int(text) >= least):
         raise ConfigurationError(variable, f"must be a whole number of {what}, at least {least}, got {value!r}")
     return int(text)
+
+
+#: seconds between two progress lines written as text (a step's lines in Dagster's log, the command line's
+#: lines when stderr is no terminal); each writer has its own default, the variable sets them all
+PROGRESS_INTERVAL = "CONNECTOR_OPS_PROGRESS_INTERVAL"
+
+
+def progress_interval(default: int) -> int:
+    """The seconds ``CONNECTOR_OPS_PROGRESS_INTERVAL`` sets, else the writer's ``default``: a deployment
+    tunes how chatty its logs are, and a test can ask for a line at every update (``0``)."""
+    return count_setting(PROGRESS_INTERVAL, default, least=0, what="seconds")

@@ -18,10 +18,11 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError
-from connector_ops.kernel.progress import LogReporter, reporting_to
+from connector_ops.kernel.progress import reporting_to
 from connector_ops.ops.asset_files import asset_file_name, check_asset_input, publish
 from connector_ops.ops.factory import POOLS, failure
 from connector_ops.ops.metadata import LOCATION_KEYS, materialization_metadata, run_metadata
+from connector_ops.ops.progress_log import step_progress
 from connector_ops.registry import ActionSpec, get_action, run_action
 
 #: the output that is an asset's data, first found among the action's outputs
@@ -92,7 +93,7 @@ def action_asset(
             for name, up in upstream.items():
                 payload[name] = latest_location(context.instance, up)
             check_asset_input(field, payload, key)
-            with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)):
+            with reporting_to(step_progress(context.log.info)):
                 result = run_action(spec, payload, resources)
             data = publish(field, result[field], key, resources)
         except ConnectorError as exc:

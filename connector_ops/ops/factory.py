@@ -33,9 +33,10 @@ from pydantic.alias_generators import to_snake
 from connector_ops.kernel.deferred_values import Deferred
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
 from connector_ops.kernel.notices import warnings_to
-from connector_ops.kernel.progress import LogReporter, reporting_to
+from connector_ops.kernel.progress import reporting_to
 from connector_ops.ops.asset_files import check_asset_input, publish
 from connector_ops.ops.metadata import materialization_metadata, output_metadata, read_metadata, run_metadata
+from connector_ops.ops.progress_log import step_progress
 from connector_ops.ops.types import type_check_error, type_of
 from connector_ops.registry import ActionSpec, error_for, get_action, run_action
 
@@ -401,7 +402,7 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
         try:
             for field, key in assets.items():
                 check_asset_input(field, payload, key)
-            with reporting_to(lambda d, t, u: LogReporter(context.log.info, d, t, u)), \
+            with reporting_to(step_progress(context.log.info)), \
                     warnings_to(context.log.warning):
                 result = run_action(spec, payload, resources)
             # readers (the next steps too) find an asset's data under its own name

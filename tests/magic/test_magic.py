@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -460,3 +461,22 @@ def test_a_value_a_single_quoted_string_cannot_keep_is_a_400_saying_what_to_writ
         with pytest.raises(NotebookError, match=r"^etl.iterate failed \(400\): \{\{half\}\}: the value holds \\ud800, "
                                                 "half of a UTF-16 surrogate pair"):
             ip.run_cell_magic("etl", "iterate", cell)
+
+
+def test_pipeline_run_shows_each_step_and_its_progress_in_the_cell_while_it_goes(
+        ip: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``%pipeline run`` showed nothing until the table at the end (20 s for a 1M-row job): now the cell's
+    output has a line when each step starts and ends and the ops' progress lines (every update here:
+    CONNECTOR_OPS_PROGRESS_INTERVAL=0), for a YAML pipeline (its step ids) as for a Dagster job (its steps)."""
+    monkeypatch.setenv("CONNECTOR_OPS_PROGRESS_INTERVAL", "0")
+    (tmp_path / "rows.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(20_000)))
+    (tmp_path / "p.yaml").write_text('name: cell_progress\nsteps:\n'
+                                     '  - {id: load, action: etl.push, input: {platformFile: "${file:rows.csv}"}}\n')
+    assert ip.run_line_magic("pipeline", f"run {tmp_path / 'p.yaml'}").success
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "load: started (etl.push)" and re.fullmatch(r"load: succeeded in \d+\.\ds", lines[-1])
+    assert any(line.startswith("load: push rows.csv: ") for line in lines[1:-1]), lines
+    assert ip.run_line_magic("pipeline", "run first_etl").success
+    lines = capsys.readouterr().out.splitlines()
+    assert "etl_push: started" in lines and "etl_push: push sales.csv: 100% (" in " ".join(lines)
+    assert any(re.fullmatch(r"etl_pull: succeeded in \d+\.\ds", line) for line in lines), lines
