@@ -14,10 +14,11 @@ action on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -169,22 +170,56 @@ def cli(ctx: click.Context) -> None:
     ctx.meta[_ANSWERED] = ctx.with_resource(interrupts_ignored_once_answered())
 
 
+#: seconds between two progress lines when stderr is no terminal (``CONNECTOR_OPS_PROGRESS_INTERVAL`` sets it):
+#: a command shorter than that prints none, a longer one a line this often and one at the end
+LOG_INTERVAL = 30
+
+#: ``--no-progress``, on every command that runs actions (``invoke``, ``pipeline run``)
+no_progress_option = click.option(
+    "--no-progress", is_flag=True,
+    help=f"show no progress on stderr (default: a bar on a terminal, else a line every {LOG_INTERVAL} s)")
+
+
+def _stderr_line(line: str) -> None:
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def showing_progress(enabled: bool = True) -> Iterator[None]:
+    """How a command shows the progress of the actions it runs, on stderr: a ``tqdm`` bar on a terminal;
+    elsewhere (cron, CI, systemd, ``2> log``) plain lines every :data:`LOG_INTERVAL` seconds, since a bar's
+    carriage returns make a log unreadable and silence leaves a long run looking hung; nothing when not
+    ``enabled`` (``--no-progress``)."""
+    from connector_ops.kernel.progress import LogReporter, Reporter, ReporterFactory, reporting_to, tqdm_reporter
+    from connector_ops.kernel.settings import progress_interval
+
+    def lines(description: str, total: int | None, unit: str) -> Reporter:
+        return LogReporter(_stderr_line, description, total, unit, interval=interval)
+
+    factory: ReporterFactory | None = None
+    if enabled and sys.stderr is not None:
+        interval = progress_interval(LOG_INTERVAL)
+        factory = tqdm_reporter if sys.stderr.isatty() else lines
+    with reporting_to(factory):
+        yield
+
+
 @cli.command()
 @click.argument("name", shell_complete=_action_names)
 @click.argument("input", required=False)
-def invoke(name: str, input: str | None) -> None:
+@no_progress_option
+def invoke(name: str, input: str | None, no_progress: bool) -> None:
     """Run the action NAME (etl.push, etl-push …) on INPUT and print its output as JSON.
 
     INPUT is JSON text, - to read it from stdin, or @FILE to read it from a file; none means {}.
+    Progress goes to stderr: a bar on a terminal, else a line every 30 s (--no-progress: none).
     """
     from connector_ops.kernel.notices import warnings_to
-    from connector_ops.kernel.progress import reporting_to, tqdm_reporter
     from connector_ops.registry import canonical_name
     from connector_ops.session import Session
 
     payload = read_payload(input, canonical_name(name))
-    with Session() as session, \
-            reporting_to(tqdm_reporter if sys.stderr.isatty() else None), \
+    with Session() as session, showing_progress(not no_progress), \
             warnings_to(lambda message: print(f"connector-ops: warning: {message}", file=sys.stderr)):
         output = session.invoke(name, payload)
         answered()  # done and committed: a Ctrl-C while it is printed and the session closes changes nothing

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from connector_ops.cli import answered
+from connector_ops.cli import answered, no_progress_option
 from connector_ops.stdio import json_text
 
 if TYPE_CHECKING:  # each command imports what it runs: `--help` and TAB completion load no Dagster nor pydantic
@@ -164,8 +164,13 @@ def _written_overrides(ctx: click.Context, param: click.Parameter, values: tuple
 @click.option("-v", "--verbose", is_flag=True,
               help="show Dagster's whole log (instead of a line per step start and end, and the steps' progress)")
 @click.option("--full", is_flag=True, help=f"print whole outputs (default: lists cut to {PREVIEW_ITEMS} items)")
-def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> None:
+@no_progress_option
+def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool, no_progress: bool) -> None:
     """Run a pipeline (a file, or the name of a shipped one) in process and print each step's output.
+
+    \b
+    While it runs, stderr has a line when each step starts and ends, and the steps' progress every 5 s
+    (--no-progress: none; -v: Dagster's whole log instead).
 
     \b
     Exit codes: 0 every step succeeded; 1 a step failed (whatever its status, 400 and 404 included: the
@@ -185,14 +190,16 @@ def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool) -> N
         _print_problems(exc)
         raise SystemExit(1) from None
     with Session() as session:
-        _run(path, compiled, session.resources_for(RESOURCE_KEYS), verbose=verbose, full=full)
+        _run(path, compiled, session.resources_for(RESOURCE_KEYS), verbose=verbose, full=full,
+             progress=not no_progress)
 
 
-def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, verbose: bool, full: bool) -> None:
+def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, verbose: bool, full: bool,
+         progress: bool = True) -> None:
     from connector_ops.pipelines.runner import run_compiled
 
     print(f"running {compiled.pipeline.name} ({path}) in process …", file=sys.stderr)
-    run = run_compiled(compiled, resources, verbose=verbose, progress=_stderr_line)
+    run = run_compiled(compiled, resources, verbose=verbose, progress=_stderr_line if progress else None)
     answered()  # the run has ended: a Ctrl-C while its outcome is printed and the session closes changes nothing
     for step in compiled.pipeline.steps:
         if step.id in run.steps:

@@ -248,3 +248,34 @@ def test_a_number_keeps_the_text_a_push_keeps(env: dict[str, str], files: Any, s
     huge = cli("invoke", "etl.iterate", '{"content": "x", "maxBatchSize": 1E999999999}', env=env)
     assert (huge.returncode, json.loads(huge.stdout)) == (2, {"message": "maxBatchSize: a number with more than "
                                                                          "4300 digits"})
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_progress_without_a_terminal_is_plain_lines_on_stderr_and_no_progress_silences_it(
+        env: dict[str, str], tmp_path: Path) -> None:
+    """In cron, CI or systemd (stderr no terminal) a Push printed nothing at all until it ended, however long
+    it took. Now stderr gets a plain line every CONNECTOR_OPS_PROGRESS_INTERVAL seconds (default 30: a short
+    command prints none) and one at the end; ``--no-progress`` silences it; stdout's JSON is unchanged."""
+    source = tmp_path / "rows.csv"
+    source.write_text("id\n" + "".join(f"{i}\n" for i in range(60_000)))
+    payload = json.dumps({"platformFile": json.loads(cli("files", "add", str(source), env=env).stdout)})
+    every_update = {**env, "CONNECTOR_OPS_PROGRESS_INTERVAL": "0"}
+    pushed = cli("invoke", "etl.push", payload, env=every_update)
+    assert pushed.returncode == 0, pushed.stderr
+    assert set(json.loads(pushed.stdout)) == {"virtualFileId"}
+    lines, size = pushed.stderr.splitlines(), f"{source.stat().st_size:,}"
+    assert lines and all(re.fullmatch(rf"connector-ops: push rows\.csv: \d+% \([\d,]+ of {size} B\)( in \d+\.\ds)?",
+                                      line) for line in lines), lines
+    assert "\r" not in pushed.stderr and lines[-1].startswith(f"connector-ops: push rows.csv: 100% ({size} of")
+    assert lines[-1].endswith("s") and " in " in lines[-1]  # the line at the end
+    quiet = cli("invoke", "etl.push", payload, "--no-progress", env=every_update)
+    assert quiet.returncode == 0 and quiet.stderr == "" and set(json.loads(quiet.stdout)) == {"virtualFileId"}
+    short = cli("invoke", "etl.push", payload, env=env)  # the default interval: a second-long push says nothing
+    assert short.returncode == 0 and short.stderr == ""
+    bad = cli("invoke", "etl.push", payload, env={**env, "CONNECTOR_OPS_PROGRESS_INTERVAL": "often"})
+    assert bad.returncode == 2 and "CONNECTOR_OPS_PROGRESS_INTERVAL: must be a whole number of seconds" in bad.stderr
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"name: quiet_run\nsteps:\n  - {{id: load, action: etl.push, input: {payload}}}\n")
+    ran = cli("pipeline", "run", str(pipeline), "--no-progress", env=every_update)
+    assert ran.returncode == 0 and "load: " not in ran.stderr and ran.stdout.startswith("load (etl.push): ")
+    assert "load: started (etl.push)" in cli("pipeline", "run", str(pipeline), env=every_update).stderr
