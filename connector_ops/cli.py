@@ -174,7 +174,7 @@ def cli(ctx: click.Context) -> None:
 #: a command shorter than that prints none, a longer one a line this often and one at the end
 LOG_INTERVAL = 30
 
-#: ``--no-progress``, on every command that runs actions (``invoke``, ``pipeline run``)
+#: ``--no-progress``, on every command that runs actions (``invoke``, ``drive put``, ``pipeline run``)
 no_progress_option = click.option(
     "--no-progress", is_flag=True,
     help=f"show no progress on stderr (default: a bar on a terminal, else a line every {LOG_INTERVAL} s)")
@@ -204,6 +204,17 @@ def showing_progress(enabled: bool = True) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def running_actions(progress: bool = True) -> Iterator[None]:
+    """What every command that runs actions shows on stderr while they run, the same from each (``invoke``,
+    ``drive put``): their progress (:func:`showing_progress`) and their warnings, one line each."""
+    from connector_ops.kernel.notices import warnings_to
+
+    with showing_progress(progress), warnings_to(lambda message: print(f"{PROG}: warning: {message}",
+                                                                        file=sys.stderr)):
+        yield
+
+
 @cli.command()
 @click.argument("name", shell_complete=_action_names)
 @click.argument("input", required=False)
@@ -214,13 +225,11 @@ def invoke(name: str, input: str | None, no_progress: bool) -> None:
     INPUT is JSON text, - to read it from stdin, or @FILE to read it from a file; none means {}.
     Progress goes to stderr: a bar on a terminal, else a line every 30 s (--no-progress: none).
     """
-    from connector_ops.kernel.notices import warnings_to
     from connector_ops.registry import canonical_name
     from connector_ops.session import Session
 
     payload = read_payload(input, canonical_name(name))
-    with Session() as session, showing_progress(not no_progress), \
-            warnings_to(lambda message: print(f"connector-ops: warning: {message}", file=sys.stderr)):
+    with Session() as session, running_actions(not no_progress):
         output = session.invoke(name, payload)
         answered()  # done and committed: a Ctrl-C while it is printed and the session closes changes nothing
         print_json(output)

@@ -279,3 +279,26 @@ def test_progress_without_a_terminal_is_plain_lines_on_stderr_and_no_progress_si
     ran = cli("pipeline", "run", str(pipeline), "--no-progress", env=every_update)
     assert ran.returncode == 0 and "load: " not in ran.stderr and ran.stdout.startswith("load (etl.push): ")
     assert "load: started (etl.push)" in cli("pipeline", "run", str(pipeline), env=every_update).stderr
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_drive_put_shows_the_upload_progress_as_invoke_drive_upload_file_does(env: dict[str, str],
+                                                                              tmp_path: Path) -> None:
+    """``drive put`` ("the same as files add + invoke drive.upload_file") installed no progress reporter: a
+    250 MB put showed nothing where the invoke of the same upload showed a bar (here: lines, stderr being no
+    terminal, at every update with CONNECTOR_OPS_PROGRESS_INTERVAL=0). Both now go through one helper."""
+    source = tmp_path / "big.csv"
+    source.write_bytes(b"id\n" + b"".join(b"%d\n" % i for i in range(200_000)))
+    every_update = {**env, "CONNECTOR_OPS_PROGRESS_INTERVAL": "0"}
+    put = cli("drive", "put", str(source), env=every_update)
+    assert put.returncode == 0, put.stderr
+    assert set(json.loads(put.stdout)) >= {"fileId"}
+    pattern = r"connector-ops: upload big\.csv: \d+% \([\d,]+ of " + f"{source.stat().st_size:,}" + r" B\)( in .*)?"
+    lines = put.stderr.splitlines()
+    assert lines and all(re.fullmatch(pattern, line) for line in lines), lines
+    descriptor = json.loads(cli("files", "add", str(source), env=env).stdout)
+    invoked = cli("invoke", "drive.upload_file", json.dumps({"platformFile": descriptor}), env=every_update)
+    assert invoked.returncode == 0 and [re.sub(r" in .*", "", line) for line in invoked.stderr.splitlines()] \
+        == [re.sub(r" in .*", "", line) for line in lines]  # the same lines
+    quiet = cli("drive", "put", str(source), "--no-progress", env=every_update)
+    assert quiet.returncode == 0 and quiet.stderr == ""

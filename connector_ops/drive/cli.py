@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from connector_ops.cli import no_progress_option
 from connector_ops.environment import Env
 from connector_ops.kernel.atomic import atomic_write
 
@@ -38,17 +39,18 @@ def check_token() -> None:
 @click.option("--folder", "folder_id", metavar="FOLDER_ID", help="the drive folder (default: the root)")
 @click.option("--name", help="the file's name in the drive (default: the path's)")
 @click.option("--content-type", help="default: guessed from the name")
-def put(path: str, folder_id: str | None, name: str | None, content_type: str | None) -> None:
+@no_progress_option
+def put(path: str, folder_id: str | None, name: str | None, content_type: str | None, no_progress: bool) -> None:
     """Put the local file PATH into the drive in one step and print its fileId.
 
     The same as `files add` followed by `invoke drive.upload_file` (and the same action code): on the local
     drive a file copied into its folder by hand is not an item of the drive, so this is how files get in.
-    A drive sensor watching the folder sees it on its next tick."""
-    from connector_ops.cli import answered, print_json
+    A drive sensor watching the folder sees it on its next tick. Progress goes to stderr as invoke's does."""
+    from connector_ops.cli import answered, print_json, running_actions
     from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError
     from connector_ops.session import Session
 
-    with Session() as session:
+    with Session() as session, running_actions(not no_progress):
         store = session.resources_for(["platform_files"])["platform_files"]
         try:
             descriptor = store.add_file(path, name=name, content_type=content_type)
