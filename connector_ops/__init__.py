@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from connector_ops.frames import pull_frame, push_frame
     from connector_ops.kernel.errors import ConnectorError
+    from connector_ops.progress_bars import progress
     from connector_ops.session import Session, invoke
 
-__all__ = ["ConnectorError", "Session", "invoke", "load_ipython_extension", "pull_frame", "push_frame"]
+__all__ = ["ConnectorError", "Session", "invoke", "load_ipython_extension", "progress", "pull_frame", "push_frame"]
 
 _LAZY = {
     "ConnectorError": "connector_ops.kernel.errors",
@@ -24,6 +25,7 @@ _LAZY = {
     "Session": "connector_ops.session",
     "push_frame": "connector_ops.frames",
     "pull_frame": "connector_ops.frames",
+    "progress": "connector_ops.progress_bars",
 }
 
 #: The IPython extensions ``%load_ext connector_ops`` loads: the action magics, then ``%pipeline``.
