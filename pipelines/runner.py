@@ -71,14 +71,27 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
         options["instance"] = instance = instance or dg.DagsterInstance.ephemeral()
         options["run_id"] = make_new_run_id()
         instance.add_event_listener(options["run_id"], listener)
-    with unawaited_loop_cleanup_ignored():
-        if verbose:
-            return job.execute_in_process(**options)
-        try:
-            return job.execute_in_process(run_config={**(job.run_config or {}), "loggers": QUIET_LOGGERS},
-                                          **options)
-        except dg.DagsterInvalidConfigError:  # a job whose config mapping has no place for loggers
-            return job.execute_in_process(**options)
+    try:
+        with unawaited_loop_cleanup_ignored():
+            if verbose:
+                return job.execute_in_process(**options)
+            try:
+                return job.execute_in_process(run_config={**(job.run_config or {}), "loggers": QUIET_LOGGERS},
+                                              **options)
+            except dg.DagsterInvalidConfigError:  # a job whose config mapping has no place for loggers
+                return job.execute_in_process(**options)
+    finally:
+        if listener is not None:
+            _forget_listener(instance, options["run_id"])
+
+
+def _forget_listener(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Drop the run's listeners once it has ended. Dagster has no call to remove one, and keeps them (and what
+    they hold: the compiled pipeline) in the instance for good, which a notebook keeps for the process: 240
+    ``%pipeline run`` cells would keep 240 pipelines."""
+    subscribers = getattr(instance, "_subscribers", None)
+    if isinstance(subscribers, dict):
+        subscribers.pop(run_id, None)
 
 
 def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, verbose: bool = False,

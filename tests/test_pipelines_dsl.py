@@ -521,6 +521,18 @@ def test_cli_run_shows_each_step_as_it_starts_and_ends_with_its_progress(
     assert "load: started (etl.push)" not in capsys.readouterr().err
 
 
+def test_a_run_leaves_no_listener_in_the_instance(demo_file: Path, env: dict[str, str]) -> None:
+    """The progress lines come from a listener on the instance, which Dagster keeps for good (no call removes
+    one): a notebook's instance kept every ``%pipeline run``'s listener and the compiled pipeline it holds."""
+    instance = dg.DagsterInstance.ephemeral()
+    compiled = compile_pipeline(load_pipeline(demo_file))
+    shown: list[str] = []
+    for _ in range(2):
+        run_compiled(compiled, resources_for(environ=env), instance=instance, progress=shown.append)
+    assert "load: started (etl.push)" in shown
+    assert not any(instance._subscribers.values())  # what Dagster keeps them in
+
+
 def test_an_unquoted_date_stays_text_and_a_clean_failure_says_why(tmp_path: Path, env: dict[str, str],
                                                                   capsys: pytest.CaptureFixture) -> None:
     """YAML's implicit dates (``2024-01-01``) are no JSON value: such a step validated, then the run failed in
