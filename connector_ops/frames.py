@@ -40,18 +40,46 @@ def _pandas(frame: Any) -> bool:  # not isinstance: pandas is imported only when
 
 def as_frame(frame: Any, field: str = "frame") -> Any:
     """A pandas or polars Series as a one-column frame (named as ``to_csv`` would name it); a pandas frame
-    with its named index as columns and every column name a unique string (a column of several levels
-    named ``"('x', 'a')"``, as pyarrow and polars name it); anything else as it is."""
+    with its index as columns (:func:`_index_as_columns`) and every column name a unique string (a column of
+    several levels named ``"('x', 'a')"``, as pyarrow and polars name it); anything else as it is."""
     if type(frame).__module__.split(".")[0] in ("pandas", "polars") and hasattr(frame, "to_frame") \
             and not hasattr(frame, "columns"):
         frame = frame.to_frame()
     if not _pandas(frame):
         return frame
-    if [n for n in getattr(frame.index, "names", [None]) if n is not None]:
-        frame = frame.reset_index()
+    frame = _index_as_columns(frame, field)
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
     check_column_names(list(frame.columns), f"{field}.columns")
     return frame
+
+
+def _index_as_columns(frame: Any, field: str) -> Any:
+    """``frame`` with its index as its first column(s), as ``to_csv`` writes it (dates of a time series, the
+    labels of a transposed frame), except an unnamed integer index: row numbers by pandas' convention (a
+    RangeIndex, or what a filter ``df[df.x > 1]`` leaves), a noisy column in most frames. An unnamed level
+    is named as ``reset_index()`` names it: ``index``, or ``level_0``, ``level_1`` … in a MultiIndex; where
+    a column has that name already, a 400 (``reset_index()`` would pick another, which nothing here could
+    tell). The frame keeps its index labels, by which an error names a value."""
+    import pandas as pd
+
+    index = frame.index
+    if index.nlevels == 1 and index.name is None and pd.api.types.is_integer_dtype(index.dtype):
+        return frame
+    single = index.nlevels == 1
+    names = [("index" if single else f"level_{i}") if name is None else name for i, name in enumerate(index.names)]
+    for name, own in zip(names, index.names, strict=True):
+        if own is None and _column_key(frame, name) in frame.columns:
+            raise InvalidInput(f"{field}.index", f"the index, unnamed, would become the column {name!r}, but a "
+                                                 "column has that name already: name the index "
+                                                 "(df.rename_axis(…)) or drop it (df.reset_index(drop=True))")
+    return frame.reset_index(names=names).set_axis(index, axis=0)
+
+
+def _column_key(frame: Any, name: Any) -> Any:
+    """The column ``reset_index`` makes of an index level ``name``: with columns of several levels, the name
+    then ``""`` for each further level."""
+    levels = frame.columns.nlevels
+    return name if levels == 1 or isinstance(name, tuple) else (name, *[""] * (levels - 1))
 
 
 def to_arrow(frame: Any, field: str = "frame") -> Any:

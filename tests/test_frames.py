@@ -198,6 +198,51 @@ def test_a_frame_pushes_like_the_file_written_from_it(files, env, load_path):
     assert pl.from_pandas(levels).columns == ["('x', 'a')", "('x', 'b')"]
 
 
+_PRICES = pd.DataFrame({"close": [101.5, 99.0]}, index=pd.to_datetime(["2024-01-02", "2024-01-03"]))
+
+
+@pytest.mark.parametrize(("frame", "labels"), [
+    (_PRICES, "index"),  # a time series: the dates were dropped
+    (pd.DataFrame({"sales": [3, 4]}, index=["Paris", "Lyon"]), "index"),
+    (pd.DataFrame({"a": [1], "b": [2]}).T, "index"),  # a transposed frame: the former column names
+    (pd.DataFrame({"v": [1, 2]}, index=[0.5, 1.0]), "index"),
+    (pd.DataFrame({"v": [1, 2]}, index=pd.CategoricalIndex(["x", "y"])), "index"),
+    (pd.DataFrame({"v": [1, 2]}, index=pd.MultiIndex.from_tuples([("x", 1), ("y", 2)])), ["level_0", "level_1"]),
+    (_PRICES.rename_axis("day"), "day"),  # named: kept, as before
+    (pd.DataFrame({"v": [1, 2]}, index=pd.Index([7, 8], name="id")), "id"),
+], ids=["datetime", "strings", "transposed", "floats", "categorical", "levels", "named", "named-integers"])
+def test_an_index_pushes_as_to_csv_writes_it(files, env, frame, labels):
+    """An index is a column of the file to_csv writes, named as reset_index() names it where it has no name."""
+    pushed = rows(push_frame(frame))
+    assert pushed == rows(push(files, frame.to_csv(index_label=labels).encode()))
+    assert list(pushed[0])[:len(labels) if isinstance(labels, list) else 1] == \
+        (labels if isinstance(labels, list) else [labels])
+    series = frame.iloc[:, 0]  # a Series keeps its index too
+    assert rows(push_frame(series)) == rows(push(files, series.to_csv(index_label=labels).encode()))
+    if frame is _PRICES:
+        assert pushed == [{"index": "2024-01-02", "close": "101.5"}, {"index": "2024-01-03", "close": "99.0"}]
+
+
+def test_row_numbers_are_no_column(env):
+    """An unnamed integer index is row numbers by pandas' convention: the default one, or what a filter leaves."""
+    frame = pd.DataFrame({"x": [1, 2, 3], "y": ["a", "b", "c"]})
+    for rows_only in (frame, frame[frame.x > 1], frame.set_index(pd.Index([10, 20, 30], dtype="Int64"))):
+        assert list(rows(push_frame(rows_only))[0]) == ["x", "y"]
+
+
+def test_an_unnamed_index_named_as_a_column_is_a_400_naming_the_index(env):
+    store = resources_for(environ=env)["virtual_files"]
+    before = store.inventory()
+    frame = pd.DataFrame({"index": [1, 2]}, index=["a", "b"])  # reset_index() would call it level_0
+    with pytest.raises(ConnectorError) as info:
+        push_frame(frame)
+    assert info.value.status == 400 and info.value.summary() == (
+        "etl.push failed (400): frame.index: the index, unnamed, would become the column 'index', but a column "
+        "has that name already: name the index (df.rename_axis(…)) or drop it (df.reset_index(drop=True))")
+    assert store.inventory() == before
+    assert rows(push_frame(frame.rename_axis("key"))) == [{"key": "a", "index": "1"}, {"key": "b", "index": "2"}]
+
+
 def _times(*texts: str, tz: str | None = None) -> pd.Series:
     times = pd.Series(pd.to_datetime(list(texts), format="ISO8601"))
     return times.dt.tz_localize(tz) if tz else times
