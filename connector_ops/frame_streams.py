@@ -21,6 +21,8 @@ def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
     if library == "pandas" or isinstance(frame, pa.Table | pa.RecordBatch) or \
             (library == "polars" and hasattr(frame, "to_arrow")):  # whole tables: see frames.frame_into
         return None
+    if isinstance(frame, pa.ChunkedArray):  # a stream of one column's values, not of rows: refused by to_arrow
+        return None
     if library == "polars" and hasattr(frame, "collect_batches"):
         names = frame.collect_schema().names()
         return names, (b for part in frame.collect_batches() for b in part.to_arrow().to_batches())

@@ -57,9 +57,10 @@ def _index_as_columns(frame: Any, field: str) -> Any:
     """``frame`` with its index as its first column(s), as ``to_csv`` writes it (dates of a time series, the
     labels of a transposed frame), except an unnamed integer index: row numbers by pandas' convention (a
     RangeIndex, or what a filter ``df[df.x > 1]`` leaves), a noisy column in most frames. An unnamed level
-    is named as ``reset_index()`` names it: ``index``, or ``level_0``, ``level_1`` … in a MultiIndex; where
-    a column has that name already, a 400 (``reset_index()`` would pick another, which nothing here could
-    tell). The frame keeps its index labels, by which an error names a value."""
+    is named as ``reset_index()`` names it: ``index``, or ``level_0``, ``level_1`` … in a MultiIndex. Where
+    a column has the name already, a 400: ``reset_index()`` would pick another for an unnamed one, which
+    nothing here could tell, and fail for a named one (``set_index("id", drop=False)``). The frame keeps its
+    index labels, by which an error names a value."""
     import pandas as pd
 
     index = frame.index
@@ -68,10 +69,15 @@ def _index_as_columns(frame: Any, field: str) -> Any:
     single = index.nlevels == 1
     names = [("index" if single else f"level_{i}") if name is None else name for i, name in enumerate(index.names)]
     for name, own in zip(names, index.names, strict=True):
-        if own is None and _column_key(frame, name) in frame.columns:
+        if _column_key(frame, name) not in frame.columns:
+            continue
+        if own is None:
             raise InvalidInput(f"{field}.index", f"the index, unnamed, would become the column {name!r}, but a "
                                                  "column has that name already: name the index "
                                                  "(df.rename_axis(…)) or drop it (df.reset_index(drop=True))")
+        raise InvalidInput(f"{field}.index", f"the index is named {name!r}, as a column is (the index is kept "
+                                             "as a column): drop the index (df.reset_index(drop=True)) or "
+                                             "rename it (df.rename_axis(…))")
     return frame.reset_index(names=names).set_axis(index, axis=0)
 
 
@@ -107,6 +113,9 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
         return pa.Table.from_batches([frame])
     if isinstance(frame, pa.Table):
         return frame
+    if isinstance(frame, pa.Array | pa.ChunkedArray):  # table["a"]
+        raise InvalidInput(field, f"got a pyarrow {type(frame).__name__}, one column, not a table: make it one "
+                                  "(pa.table({'name': column}))")
     raise InvalidInput(field, f"expected a pandas DataFrame, got {type(frame).__name__} (a polars DataFrame or "
                               "LazyFrame, a pyarrow Table or RecordBatchReader, or anything that gives an Arrow "
                               "stream works too)")
@@ -370,13 +379,13 @@ def _pull_arguments(virtual_file_id: Any, columns: Any, kind: Any) -> list[str] 
 
 def run_with_store(action: str, resources: Mapping[str, Any] | None, work: Callable[[VirtualFileStore], Any]) -> Any:
     """``work(store)`` with the session's (or the given) virtual-file store; errors as the action's."""
-    from connector_ops.registry import error_for, get_action
+    from connector_ops.registry import configured, error_for, get_action
     from connector_ops.session import default_session
 
     spec = get_action(action)
     try:
-        store = (resources if resources is not None else default_session().resources_for(["virtual_files"]))
-        return work(store["virtual_files"])
+        given = resources if resources is not None else default_session().resources_for(["virtual_files"])
+        return work(configured(spec, given, ["virtual_files"])["virtual_files"])
     except ConnectorError:
         raise
     except Exception as exc:

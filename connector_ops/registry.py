@@ -358,14 +358,23 @@ def _json_value(value: Any) -> Any:
     return value
 
 
+def configured(spec: ActionSpec, resources: Mapping[str, Any], keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """The resources of ``keys`` (the action's own by default) from ``resources``; a 500 naming those missing
+    or ``None`` (``resources={}`` passed by hand): the set-up is at fault, not the input, and the action
+    would otherwise fail inside with a ``KeyError`` or ``AttributeError`` that says nothing of it."""
+    keys = spec.resource_keys if keys is None else tuple(keys)
+    missing = [k for k in keys if resources.get(k) is None]
+    if missing:
+        raise ConnectorError(500, {"message": f"resources not configured: {', '.join(missing)}"}, action=spec.name)
+    return {k: resources[k] for k in keys}
+
+
 def run_action(spec: ActionSpec, payload: Any, resources: Mapping[str, Any]) -> Any:
     """Validate ``payload``, run the action with its resources and return the spec's JSON output."""
     inp = parse_input(spec, payload)
-    missing = [k for k in spec.resource_keys if k not in resources]
-    if missing:
-        raise ConnectorError(500, {"message": f"resources not configured: {', '.join(missing)}"}, action=spec.name)
+    given = configured(spec, resources)
     try:
-        out = spec.fn(inp, **{k: resources[k] for k in spec.resource_keys})
+        out = spec.fn(inp, **given)
     except Exception as exc:  # every failure leaves as a ConnectorError with the spec's status
         raise error_for(spec, exc) from exc
     return serialise_output(spec, out)

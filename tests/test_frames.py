@@ -129,6 +129,38 @@ def test_errors_are_the_actions_errors(env):
     assert info.value.status == 400 and "duplicate column name" in info.value.summary()
 
 
+@pytest.mark.parametrize(("frame", "says"), [
+    (pd.DataFrame({"id": [1, 2], "v": [3, 4]}).set_index("id", drop=False),  # was a 500: cannot insert id
+     "frame.index: the index is named 'id', as a column is (the index is kept as a column): drop the index "
+     "(df.reset_index(drop=True)) or rename it (df.rename_axis(…))"),
+    (pa.table({"a": [1, 2]})["a"],  # was a 500: ArrowSchema describes non-struct type int64
+     "frame: got a pyarrow ChunkedArray, one column, not a table: make it one (pa.table({'name': column}))"),
+    (pa.array([1, 2]), "frame: got a pyarrow Int64Array, one column, not a table: make it one "
+                       "(pa.table({'name': column}))"),
+], ids=["index-named-as-a-column", "chunked-array", "array"])
+def test_a_frame_that_is_not_one_is_a_400_naming_it(env, frame, says):
+    store = resources_for(environ=env)["virtual_files"]
+    before = store.inventory()
+    with pytest.raises(ConnectorError) as info:
+        push_frame(frame)
+    assert info.value.status == 400 and info.value.summary() == f"etl.push failed (400): {says}"
+    assert store.inventory() == before
+
+
+@pytest.mark.parametrize("given", [{}, {"virtual_files": None}], ids=["missing", "none"])
+def test_resources_without_a_store_are_invoke_s_500(env, given):
+    """resources={} was a 500 quoting a KeyError; {"virtual_files": None} one quoting an AttributeError, in
+    invoke() too: each is invoke's own 'resources not configured'."""
+    said = "resources not configured: virtual_files"
+    calls = [lambda: push_frame(pd.DataFrame({"a": [1]}), resources=given),
+             lambda: pull_frame("x", resources=given),
+             lambda: invoke("etl.query", {"virtualFileId": "x", "query": {}}, resources=given)]
+    for call in calls:
+        with pytest.raises(ConnectorError) as info:
+            call()
+        assert info.value.status == 500 and info.value.body == {"message": said}
+
+
 @pytest.mark.parametrize("column", [["ok", "bad \ud800"], [1, "\udc00"]], ids=["strings", "mixed"])
 def test_half_a_surrogate_pair_is_a_400_naming_its_column_and_index(files, env, load_path, column):
     """Python text may hold what no text file or database can (UTF-8 cannot encode it): said where, not a 500."""
