@@ -10,6 +10,8 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from connector_ops.frame_polars import polars_table
+
 
 def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
     """The column names and record batches of a frame that arrives in batches: a ``pyarrow.RecordBatchReader``
@@ -25,7 +27,7 @@ def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
         return None
     if library == "polars" and hasattr(frame, "collect_batches"):
         names = frame.collect_schema().names()
-        return names, (b for part in frame.collect_batches() for b in part.to_arrow().to_batches())
+        return names, (b for part in frame.collect_batches() for b in polars_table(part).to_batches())
     if isinstance(frame, pa.RecordBatchReader) or hasattr(frame, "__arrow_c_stream__"):
         reader = frame if isinstance(frame, pa.RecordBatchReader) else pa.RecordBatchReader.from_stream(frame)
         return reader.schema.names, iter(reader)

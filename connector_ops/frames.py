@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from connector_ops.frame_polars import polars_table
 from connector_ops.frame_streams import arrow_stream, peeked, positioned
 from connector_ops.frame_text import NotText, column_form, float_text, text_column, values_text
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
@@ -105,10 +106,7 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
                 raise
             raise where from None
     if type(frame).__module__.split(".")[0] == "polars" and hasattr(frame, "to_arrow"):
-        import polars as pl
-
-        wide = [name for name, kind in frame.schema.items() if str(kind) in ("Int128", "UInt128")]  # none in Arrow
-        return frame.with_columns(pl.col(wide).cast(pl.String)).to_arrow() if wide else frame.to_arrow()
+        return polars_table(frame)
     if isinstance(frame, pa.RecordBatch):
         return pa.Table.from_batches([frame])
     if isinstance(frame, pa.Table):

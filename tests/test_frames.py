@@ -503,6 +503,29 @@ def test_polars_types_arrow_lacks_or_prints_its_own_way(env):
         {"d": "0 days 02:00:00"}, {}, {"d": "1 days 00:00:00.000005"}]
 
 
+def test_polars_object_values_push_as_pandas_gives_them(env, load_path):
+    """A polars Object column was stored as the memory address of each value (polars exports it as 8-byte
+    pointers), or refused as bytes that are not UTF-8: each value is now its text, as from a pandas object
+    column of the same values; in a LazyFrame too."""
+    values = [object(), {"k": 1}, decimal.Decimal("1.10"), None, [1, "a"], dt.date(2024, 1, 2), "text", b"caf\xc3\xa9"]
+    frame = pl.DataFrame({"v": values, "n": range(len(values))}, schema={"v": pl.Object, "n": pl.Int64})
+    expected = rows(push_frame(pd.DataFrame({"v": pd.Series(values, dtype=object), "n": range(len(values))})))
+    assert rows(push_frame(frame)) == expected
+    assert [row.get("v") for row in expected] == [str(values[0]), '{"k":1}', "1.10", None, '[1,"a"]', "2024-01-02",
+                                                  "text", "café"]
+    lazy = frame.lazy().with_columns(w=pl.col("n").cast(pl.Int128) * 2**80)  # an Int128 too: was a 500 here
+    assert rows(push_frame(lazy)) == [row | {"w": str(i * 2**80)} for i, row in enumerate(expected)]
+
+
+def test_polars_object_bytes_that_are_not_utf8_are_a_400_naming_their_row(env):
+    frame = pl.DataFrame({"v": [b"ok", "x", b"\xff"]}, schema={"v": pl.Object})
+    for pushed in (frame, frame.lazy()):
+        with pytest.raises(ConnectorError) as info:
+            push_frame(pushed)
+        assert info.value.summary() == ("etl.push failed (400): frame.v: the value at index 2 is bytes that are not "
+                                        "UTF-8 text; decode them to text first")
+
+
 def test_a_stream_stopped_half_way_leaves_nothing_and_the_next_push_works(env, signalled_after):
     """A Ctrl-C while a long stream is loaded (here the test's own signal): the load is rolled back (on SQLite
     in the loader process, where a stream this long goes), and the store takes the next push."""
