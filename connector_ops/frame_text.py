@@ -47,11 +47,15 @@ NOT_UTF8 = "is bytes that are not UTF-8 text; decode them to text first"
 
 def column_form(column: Any) -> int | bool | None:
     """What the whole column decides for the text of each of its slices: a timestamp column's
-    :func:`timestamp_form`, whether a float column holds only whole numbers, ``None`` for other columns."""
+    :func:`timestamp_form`, whether a float column holds only whole numbers, ``None`` for other columns. A
+    dictionary (a Categorical) decides by the values it holds, as ``to_csv`` writes them, not by its
+    dictionary (a category no row holds)."""
     import pyarrow as pa
 
     kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
     if pa.types.is_timestamp(kind):
+        if kind != column.type:
+            column = column.cast(kind)  # the dictionary's values, row by row (a chunked one too)
         return timestamp_form(column)
     if pa.types.is_floating(kind):
         return _whole_numbers(_floats(column)[1])

@@ -199,14 +199,10 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
     read for them first (a Parquet file); else each value of a stream is written in its own form.
     ``stream_size``: a stream's size in bytes where its source knows it (a Parquet file's footer); else its
     first batches are read and held to measure it (:func:`.frame_streams.peeked`)."""
-    import pyarrow as pa
-
     frame = as_frame(frame, field)
     if _pandas(frame):
         columns = list(frame.columns)
-        forms = {i: column_form(pa.array(frame[c]) if frame[c].dtype.kind == "M" else
-                                pa.array(frame[c].to_numpy(dtype="float64", na_value=math.nan)))
-                 for i, c in enumerate(columns) if frame[c].dtype.kind in "Mf"}
+        forms = {i: form for i, c in enumerate(columns) if (form := _pandas_form(frame[c])) is not None}
         slices = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
         parts: Iterator[tuple[Any, Sequence[Any]]] = ((to_arrow(part, field), part.index) for part in slices)
         size: int | None = len(frame) * len(columns) * 16  # what the column-wise load needs: roughly the bytes
@@ -228,6 +224,22 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
         reported = _reported(parts, reporter, lambda part: len(part[1]))
         return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field)
                                                  for part, labels in reported), size=size)
+
+
+def _pandas_form(column: Any) -> int | bool | None:
+    """:func:`.frame_text.column_form` of a pandas column of timestamps or floats, or a Categorical of them
+    (``to_csv`` writes a Categorical of dates as ``2024-01-01`` too), over the whole column before it goes
+    to Arrow in slices; ``None`` for other columns."""
+    import pandas as pd
+    import pyarrow as pa
+
+    categorical = isinstance(column.dtype, pd.CategoricalDtype)
+    kind = column.dtype.categories.dtype.kind if categorical else column.dtype.kind
+    if kind not in "Mf":
+        return None
+    if kind == "M" or categorical:  # a Categorical: a dictionary column_form decodes
+        return column_form(pa.array(column))
+    return column_form(pa.array(column.to_numpy(dtype="float64", na_value=math.nan)))
 
 
 def _reported(items: Iterable[T], reporter: Reporter, rows: Callable[[T], int]) -> Iterator[T]:

@@ -299,6 +299,38 @@ def test_times_push_as_to_csv_writes_them(files, env, times):
     assert pull_frame(push_frame(pl.from_pandas(frame)), kind="pyarrow")["t"].to_pylist() == pushed
 
 
+@pytest.mark.parametrize("times", [
+    _times("2024-01-01", None, "1969-12-31"),
+    _times("2024-01-01", "2024-01-02 03:04:05.5", None),
+    _times("2024-01-01", "2024-07-01", None, tz="Europe/Paris"),
+], ids=["dates", "milliseconds", "paris"])
+def test_a_categorical_of_times_pushes_as_to_csv_writes_it(files, env, times):
+    """A Categorical of dates was '2024-01-01 00:00:00' (no form for the whole column: a categorical's dtype
+    is no datetime's); its form is now the values', as to_csv writes it, also when only the last slice
+    needs the seconds. A category no row holds does not count, as in to_csv."""
+    values = times.iloc[[0] * (BATCH_ROWS + 5) + list(range(len(times)))].reset_index(drop=True)
+    unused = pd.DatetimeIndex([pd.Timestamp("2030-01-01 05:06:07")]).tz_localize(times.dt.tz)
+    categories = pd.DatetimeIndex(times.dropna().unique()).append(unused)
+    frame = pd.DataFrame({"t": pd.Categorical(values, categories=categories)})
+    from_file = pull_frame(push(files, frame.to_csv(index=False).encode()), kind="pyarrow")["t"].to_pylist()
+    pushed = pull_frame(push_frame(frame), kind="pyarrow")["t"].to_pylist()
+    assert pushed == [t or None for t in from_file]
+    assert pushed == pull_frame(push_frame(pd.DataFrame({"t": values})), kind="pyarrow")["t"].to_pylist()
+    table = pa.table({"t": pa.array(values).dictionary_encode()})  # a dictionary of timestamps: was a 500
+    assert pull_frame(push_frame(table), kind="pyarrow")["t"].to_pylist() == pushed
+
+
+def test_a_categorical_of_floats_pushes_as_the_floats(env):
+    """Whole numbers only: integers, as in a float column (and a pyarrow dictionary); else as Python prints them."""
+    for floats in ([1.0, None, 3750.0], [1.0, None, 2.5]):
+        values = pd.Series(floats * (BATCH_ROWS // 2))
+        pushed = rows(push_frame(pd.DataFrame({"f": pd.Categorical(values)})))
+        assert pushed == rows(push_frame(pd.DataFrame({"f": values})))
+        assert pushed == rows(push_frame(pa.table({"f": pa.array(values).dictionary_encode()})))
+        whole = floats[2] % 1 == 0
+        assert pushed[:3] == ([{"f": "1"}, {}, {"f": "3750"}] if whole else [{"f": "1.0"}, {}, {"f": "2.5"}])
+
+
 _PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 
 
