@@ -14,9 +14,10 @@ from connector_ops.frame_polars import polars_table
 
 
 def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
-    """The column names and record batches of a frame that arrives in batches: a ``pyarrow.RecordBatchReader``
-    (a Parquet dataset's scanner, say), a polars ``LazyFrame`` (collected a batch at a time), or anything
-    else that gives an Arrow stream (``__arrow_c_stream__``: a DuckDB relation, …); ``None`` for the rest."""
+    """The column names and record batches of a frame that arrives in batches: a ``pyarrow.RecordBatchReader``,
+    a ``pyarrow.dataset.Dataset`` or its ``Scanner`` (anything with ``to_reader()``: read through it), a
+    polars ``LazyFrame`` (collected a batch at a time), or anything else that gives an Arrow stream
+    (``__arrow_c_stream__``: a DuckDB relation, …); ``None`` for the rest."""
     import pyarrow as pa
 
     library = type(frame).__module__.split(".")[0]
@@ -28,6 +29,12 @@ def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
     if library == "polars" and hasattr(frame, "collect_batches"):
         names = frame.collect_schema().names()
         return names, (b for part in frame.collect_batches() for b in polars_table(part).to_batches())
+    if hasattr(frame, "scanner"):
+        import pyarrow.dataset as ds
+
+        frame = frame.scanner() if isinstance(frame, ds.Dataset) else frame
+    if hasattr(frame, "to_reader") and not hasattr(frame, "__arrow_c_stream__"):  # a dataset's Scanner
+        frame = frame.to_reader()
     if isinstance(frame, pa.RecordBatchReader) or hasattr(frame, "__arrow_c_stream__"):
         reader = frame if isinstance(frame, pa.RecordBatchReader) else pa.RecordBatchReader.from_stream(frame)
         return reader.schema.names, iter(reader)

@@ -33,6 +33,9 @@ T = TypeVar("T")
 #: canonical decimal integers of int64's length, 19 digits at most ("-0" is not one); the cast then refuses the
 #: 19-digit ones past int64's range, which stay text
 _INTEGER = r"(?:0|-?[1-9][0-9]{0,18})"
+#: what push_frame takes, as a refusal says it
+ACCEPTED = ("a pandas or polars DataFrame or Series, a polars LazyFrame, a pyarrow Table, RecordBatch, "
+            "RecordBatchReader, Dataset or Scanner, or anything that gives an Arrow stream")
 
 
 def _pandas(frame: Any) -> bool:  # not isinstance: pandas is imported only when a frame is one
@@ -114,9 +117,7 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
     if isinstance(frame, pa.Array | pa.ChunkedArray):  # table["a"]
         raise InvalidInput(field, f"got a pyarrow {type(frame).__name__}, one column, not a table: make it one "
                                   "(pa.table({'name': column}))")
-    raise InvalidInput(field, f"expected a pandas DataFrame, got {type(frame).__name__} (a polars DataFrame or "
-                              "LazyFrame, a pyarrow Table or RecordBatchReader, or anything that gives an Arrow "
-                              "stream works too)")
+    raise InvalidInput(field, f"expected a DataFrame or table ({ACCEPTED}), got {type(frame).__name__}")
 
 
 def _pandas_only_as_text(frame: Any) -> Any:
@@ -338,7 +339,8 @@ def _lossless(column: Any) -> Any:
 
 # -- beside invoke(): the same, with the virtual-file store from the environment -----------------------
 def push_frame(frame: Any, resources: Mapping[str, Any] | None = None) -> str:
-    """Push a pandas or polars DataFrame or a pyarrow Table into a new virtual file; returns its id.
+    """Push a pandas or polars DataFrame, a pyarrow Table or a stream (:data:`ACCEPTED`) into a new virtual
+    file; returns its id.
 
     Errors are :class:`ConnectorError` as from ``invoke("etl.push", …)``."""
     return run_with_store("etl.push", resources, lambda store: frame_into(store, frame))

@@ -120,7 +120,10 @@ def test_errors_are_the_actions_errors(env):
     with pytest.raises(ConnectorError) as info:
         push_frame("not a frame")
     assert info.value.status == 400
-    assert info.value.summary().startswith("etl.push failed (400): frame: expected a pandas DataFrame, got str")
+    assert info.value.summary() == (  # the lead says what is taken, not just pandas
+        "etl.push failed (400): frame: expected a DataFrame or table (a pandas or polars DataFrame or Series, a "
+        "polars LazyFrame, a pyarrow Table, RecordBatch, RecordBatchReader, Dataset or Scanner, or anything that "
+        "gives an Arrow stream), got str")
     with pytest.raises(ConnectorError) as info:
         pull_frame("nope")
     assert info.value.status == 500 and "not found" in info.value.summary()
@@ -447,6 +450,24 @@ def _stamped(rows_: int) -> pa.Table:
 def test_a_stream_pushes_like_the_table_it_streams(env, load_path, make):
     table = _stamped(5000)
     assert rows(push_frame(make(table))) == rows(push_frame(table))
+
+
+def test_a_dataset_or_its_scanner_pushes_as_its_reader_does(env, tmp_path):
+    """A pyarrow Dataset or Scanner was refused ('expected a pandas DataFrame, got Scanner'), though its
+    reader was taken: both are read through it, a batch at a time."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    table = _stamped(3000)
+    for i, start in enumerate(range(0, 3000, 1000)):  # three files, read a batch of 100 rows at a time
+        pq.write_table(table.slice(start, 1000), tmp_path / f"part-{i}.parquet")
+    dataset = ds.dataset(tmp_path, format="parquet")
+    expected = rows(push_frame(dataset.scanner(batch_size=100).to_reader()))
+    assert len(expected) == 3000
+    assert rows(push_frame(dataset)) == rows(push_frame(dataset.scanner(batch_size=100))) == expected
+    late = dataset.scanner(columns=["n", "s"], filter=pc.field("n") >= 1500)
+    assert rows(push_frame(late)) == [{k: row[k] for k in ("n", "s") if k in row} for row in expected[1500:]]
+    assert rows(push_frame(ds.dataset(pa.table({"a": [1, 2]})))) == [{"a": "1"}, {"a": "2"}]  # in memory
 
 
 def test_a_stream_is_read_ahead_only_as_far_as_deciding_how_to_load_it():

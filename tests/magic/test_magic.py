@@ -147,7 +147,8 @@ def test_dataframe_with_named_index_keeps_it(ip: Any) -> None:
         ("query --df {}", "etl.query failed (400): --df works with %etl push and %etl pull only"),
         ("push --df", "etl.push failed (400): --df needs the DataFrame's variable name"),
         ("push --df missing", "etl.push failed (400): --df: no variable named 'missing'"),
-        ("push --df sales_text", "etl.push failed (400): --df: expected a pandas DataFrame, got str"),
+        ("push --df sales_text", "etl.push failed (400): --df: expected a DataFrame or table (a pandas or polars "
+                                 "DataFrame"),
         ('iterate {"content": "x", "maxBatchSize": 0}', "etl.iterate failed (400): maxBatchSize: Input should be"),
         ('pull --df {"virtualFileId": "x", "parameters": {"schema": "a"}}',  # was a 500 with pydantic's report
          "etl.pull failed (400): parameters.schema: Input should be a valid list"),
