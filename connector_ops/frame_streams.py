@@ -16,7 +16,7 @@ from connector_ops.frame_polars import polars_table
 def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
     """The column names and record batches of a frame that arrives in batches: a ``pyarrow.RecordBatchReader``,
     a ``pyarrow.dataset.Dataset`` or its ``Scanner`` (anything with ``to_reader()``: read through it), a
-    polars ``LazyFrame`` (collected a batch at a time), or anything else that gives an Arrow stream
+    polars ``LazyFrame`` (:func:`_lazy_batches`), or anything else that gives an Arrow stream
     (``__arrow_c_stream__``: a DuckDB relation, …); ``None`` for the rest."""
     import pyarrow as pa
 
@@ -26,9 +26,8 @@ def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
         return None
     if isinstance(frame, pa.ChunkedArray):  # a stream of one column's values, not of rows: refused by to_arrow
         return None
-    if library == "polars" and hasattr(frame, "collect_batches"):
-        names = frame.collect_schema().names()
-        return names, (b for part in frame.collect_batches() for b in polars_table(part).to_batches())
+    if library == "polars" and hasattr(frame, "collect_schema"):  # a LazyFrame
+        return frame.collect_schema().names(), _lazy_batches(frame)
     if hasattr(frame, "scanner"):
         import pyarrow.dataset as ds
 
@@ -39,6 +38,14 @@ def arrow_stream(frame: Any) -> tuple[list[str], Iterator[Any]] | None:
         reader = frame if isinstance(frame, pa.RecordBatchReader) else pa.RecordBatchReader.from_stream(frame)
         return reader.schema.names, iter(reader)
     return None
+
+
+def _lazy_batches(frame: Any) -> Iterator[Any]:
+    """A polars LazyFrame's record batches, collected a batch at a time (``collect_batches``, polars ≥ 1.34);
+    older polars has no such thing, and collects the whole frame first (its memory)."""
+    parts = frame.collect_batches() if hasattr(frame, "collect_batches") else [frame.collect()]
+    for part in parts:
+        yield from polars_table(part).to_batches()
 
 
 def peeked(batches: Iterator[Any], enough: int = 16 << 20) -> tuple[int, Iterator[Any]]:
