@@ -109,3 +109,60 @@ def test_a_query_reports_the_rows_it_has_read(files, env):
         one = invoke("etl.query", {"virtualFileId": vf, "query": {"a": "7"}})["result"]
     assert len(result) == 30_000 and one == [{"a": "7", "b": "x"}]
     assert recorder.reports == [(f"query {vf}", None, 30_000, True), (f"query {vf}", None, 1, True)]
+
+
+def _log_lines(lines: list[str]):
+    """A factory of Dagster's reporter (what every op installs) writing every update to ``lines``."""
+    from connector_ops.kernel.progress import LogReporter
+
+    return lambda d, t, u: LogReporter(lines.append, d, t, u, interval=0.0)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_failed_push_says_so_and_its_second_read_has_a_label_of_its_own(files, env, monkeypatch):
+    """A Push of a CSV with a ragged last line (an NDJSON file with a broken one): the columnar pass reads it
+    all and gives up, the row reader reads it again to word the error. Dagster's lines said
+    ``push bad.csv: 100% (…) in 3.8s`` (a success) and the second read restarted under the same name; now
+    each pass says how it ended, and the second says why it reads again."""
+    from connector_ops.etl import ndjson_fast
+    from connector_ops.resources.virtual_files import ndjson_columns, sqlite_loader
+
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
+    monkeypatch.setattr(sqlite_loader, "SQLITE_WARM_MIN_BYTES", 0)
+    monkeypatch.setattr(ndjson_fast, "BLOCK", 4096)  # the bad line past the first block, which is probed
+    monkeypatch.setattr(ndjson_columns, "BLOCK", 4096)
+    bad = {"bad.csv": (b"a,b\n" + b"1,2\n" * 20_000 + b"1,2,3\n", "line 20002"),
+           "bad.ndjson": (b'{"a": "1"}\n' * 20_000 + b'{"a": \n', "line 20001")}
+    for name, (data, where) in bad.items():
+        lines: list[str] = []
+        with reporting_to(_log_lines(lines)), pytest.raises(Exception, match=where):
+            invoke("etl.push", {"platformFile": files.add_bytes(data, name).to_json()})
+        ends = [line for line in lines if " in " in line or " failed " in line or " stopped " in line]
+        assert ends[0].startswith(f"push {name} failed at "), lines
+        assert ends[-1].startswith(f"push {name} (again, row by row) failed at "), lines
+        assert not any(line.endswith("s") and " in " in line for line in ends), lines  # none reads as finished
+
+
+def test_a_stopped_piece_of_work_says_stopped_and_a_finished_one_its_time():
+    from connector_ops.kernel.progress import track
+
+    lines: list[str] = []
+    with reporting_to(_log_lines(lines)):
+        with pytest.raises(KeyboardInterrupt), track("pull o.csv", 200, "B") as reporter:
+            reporter.update(90)
+            raise KeyboardInterrupt
+        with track("pull p.csv", 200, "B") as reporter:
+            reporter.update(200)
+    assert [line.split(" after ")[0] for line in lines if " after " in line] == ["pull o.csv stopped at 45%"]
+    assert lines[-1].startswith("pull p.csv: 100% (200 of 200 B) in ")
+
+
+def test_a_reporter_without_an_outcome_is_still_closed():
+    """tqdm's bars and reporters written before outcomes existed take ``close()`` with no argument."""
+    recorder = Recorder()
+    with reporting_to(recorder.factory), pytest.raises(ValueError):
+        from connector_ops.kernel.progress import track
+
+        with track("x", 1, "B"):
+            raise ValueError
+    assert recorder.reports == [("x", 1, 0, True)]

@@ -75,11 +75,12 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
         m.refuse_given(params, m.FOR_CSV_ONLY, "a JSON file (JSON has no field delimiter)",
                        unless_default=True)
         # also with a quarantine: what the columnar path reads whole, the row reader would refuse no line of
-        vf_id = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding, params.lines_to_ignore,
-                                 params.schema_, text_size=inside.text_size)
+        vf_id, gave_up = push_ndjson_fast(virtual_files, reopen, pf.name, size, params.encoding,
+                                          params.lines_to_ignore, params.schema_, text_size=inside.text_size)
         if vf_id is not None:
             return vf_id
-        with reopen() as raw, track(f"push {pf.name}", size, "B") as reporter:
+        label = f"push {pf.name} (again, row by row)" if gave_up else f"push {pf.name}"  # as push_csv's
+        with reopen() as raw, track(label, size, "B") as reporter:
             rows = read_json(reading_with_progress(raw, reporter), lines_to_ignore=params.lines_to_ignore,
                              encoding=params.encoding, reopen=reopen, quarantine=quarantine)
             return virtual_files.create_from_dicts(rows, params.schema_ or (), "platformFile")

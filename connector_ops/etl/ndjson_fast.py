@@ -171,13 +171,15 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
                      encoding: str, lines_to_ignore: int = 0, schema: list[str] | None = None, *,
-                     text_size: int | None = None) -> str | None:
-    """The new virtual file's id, or ``None`` when the row reader must read the file (nothing is left).
+                     text_size: int | None = None) -> tuple[str | None, bool]:
+    """``(the new virtual file's id, False)``, or ``(None, gave_up)`` when the row reader must read the file
+    (nothing is left); ``gave_up`` when a load began and stopped, so the row reader's pass is a second read.
     ``schema``'s columns come first, then the file's other keys in the order each first appears. ``size``
     is what progress counts; ``text_size``, the text's bytes when they are more (a compressed file), chooses
     the path."""
     if not FAST or not store.columnar_load_pays(size if text_size is None else text_size):
-        return None
+        return None, False
+    began = False
     try:
         with open_file() as raw_probe:
             probe = peekable(raw_probe, LAYOUT_PEEK)
@@ -186,17 +188,19 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
             head = _head(lines(probe))
         quoted, rewritten = _quoted_head(head)
         if 2 * rewritten > head.count(b"\n") + 1:  # 1M such lines: 13.5 s rewritten, 12.1-12.7 s by the row reader
-            return None
+            return None, False
         columns = columns_of(quoted, encoding)
         if columns is None:
-            return None
+            return None, False
         if schema is not None:
             columns = [*schema, *(c for c in columns if c not in schema)]
         quoting, widened = quoted != head, False  # numbers, booleans or nested values in the first block: quoted
         label = f"push {name}"
         while True:
+            began = True
             try:
-                return _loaded(store, open_file, label, size, columns, _scalars_as_text(lines) if quoting else lines)
+                read = _scalars_as_text(lines) if quoting else lines
+                return _loaded(store, open_file, label, size, columns, read), False
             except Exception as exc:
                 if not quoting and _TYPE_CHANGED.search(str(exc)):
                     log.debug("push %s: a value that is not a string after the first block; read again quoted", name)
@@ -212,7 +216,7 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
         raise
     except Exception as exc:  # whatever went wrong, the row reader reads the file and words the error
         log.debug("push %s: the columnar NDJSON path gave up (%s)", name, gave_up_because(exc))
-        return None
+        return None, began
 
 
 def _loaded(store: VirtualFileStore, open_file: Open, label: str, size: int | None, columns: list[str],

@@ -38,37 +38,42 @@ def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | No
     options = {"delimiter": params.csv_delimiter, "lines_to_ignore": params.lines_to_ignore,
                "header": bool(params.use_first_row_as_schema), "schema": params.schema_,
                "encoding": params.encoding}
-    if FAST:
-        vf_id = _fast(store, open_file, name, size, options, size if text_size is None else text_size)
+    label = f"push {name}"
+    if FAST and store.columnar_load_pays(size if text_size is None else text_size):
+        vf_id, gave_up = _fast(store, open_file, name, size, options)
         if vf_id is not None:
             return vf_id
-    with open_file() as raw, track(f"push {name}", size, "B") as reporter:
+        if gave_up:  # a new bar, not the first one restarting under its name
+            label = f"push {name} (again, row by row)"
+    with open_file() as raw, track(label, size, "B") as reporter:
         columns, batches = read_csv(reading_with_progress(raw, reporter), reopen=open_file, quarantine=quarantine,
                                     **options)
         return store.create_from_batches(columns, batches)  # parsing overlaps the database's inserts
 
 
-def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None, options: dict,
-          text_size: int | None) -> str | None:
-    """The virtual file's id, or None when the slow path must read the file (nothing was written). On
+def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
+          options: dict) -> tuple[str | None, bool]:
+    """``(the virtual file's id, False)``, or ``(None, gave_up)`` when the slow path must read the file
+    (nothing was written); ``gave_up`` when the load began and stopped (not when the file's start showed it
+    is not for this path). On
     PostgreSQL the bytes go to ``COPY`` as they are; a file with lines ``COPY`` would read otherwise (empty
-    ones, ``\\.`` alone) is read again through Arrow."""
+    ones, ``\\.`` alone) is read again through Arrow. A pass that gives up ends its bar as failed (what it
+    raised goes through :func:`track`), so a log line never reads as a finished Push."""
     from connector_ops.resources.virtual_files.csv_copy import NotForCopy
 
-    if not store.columnar_load_pays(text_size):
-        return None
-    for through_arrow in (False, True):
-        with open_file() as raw, track(f"push {name}", size, "B") as reporter:
-            try:
+    for label, through_arrow in ((f"push {name}", False), (f"push {name} (again, through Arrow)", True)):
+        try:
+            with open_file() as raw, track(label, size, "B") as reporter:
                 opened = data_rows(reading_with_progress(raw, reporter), **options)
-                return None if opened is None else store.create_from_csv(*opened, options["delimiter"],
-                                                                         through_arrow=through_arrow)
-            except NotForCopy:
-                continue
-            except UpstreamError:  # the file's server failed, not its bytes: reading it again would wait again
-                raise
-            except Exception as exc:  # whatever went wrong, the slow path reads the file and words the error
-                log.debug("push %s: the columnar path gave up (%s); reading it row by row", name,
-                          gave_up_because(exc))
-                return None
-    return None
+                if opened is None:
+                    return None, False
+                return store.create_from_csv(*opened, options["delimiter"], through_arrow=through_arrow), False
+        except NotForCopy:
+            continue
+        except UpstreamError:  # the file's server failed, not its bytes: reading it again would wait again
+            raise
+        except Exception as exc:  # whatever went wrong, the slow path reads the file and words the error
+            log.debug("push %s: the columnar path gave up (%s); reading it row by row", name,
+                      gave_up_because(exc))
+            return None, True
+    return None, True

@@ -12,7 +12,7 @@ import contextvars
 import io
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Protocol
+from typing import IO, Literal, Protocol
 
 from connector_ops.kernel.scoped import scoped
 
@@ -23,6 +23,10 @@ class Reporter(Protocol):
 
 
 ReporterFactory = Callable[[str, int | None, str], Reporter]
+
+#: how the work a reporter followed ended: finished, raised an error, or interrupted (Ctrl-C, Jupyter's Stop,
+#: Dagster's Terminate: a ``BaseException`` that is not an ``Exception``)
+Outcome = Literal["done", "failed", "stopped"]
 
 
 class _Silent:
@@ -45,13 +49,27 @@ def reporting_to(factory: ReporterFactory | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def track(description: str, total: int | None = None, unit: str = "B") -> Iterator[Reporter]:
-    """A progress reporter for one piece of work; ``update(n)`` adds ``n`` units done."""
+    """A progress reporter for one piece of work; ``update(n)`` adds ``n`` units done.
+
+    The reporter is told how the work ended: a reporter whose class sets ``takes_outcome = True`` gets
+    ``close(outcome)`` (:data:`Outcome`), so that a log line of a failed step does not read as a finished
+    one; any other reporter (a ``tqdm`` bar, an older one) gets ``close()``."""
     factory = _factory.get()
     reporter: Reporter = factory(description, total, unit) if factory else _Silent()
+    outcome: Outcome = "done"
     try:
         yield reporter
+    except Exception:
+        outcome = "failed"
+        raise
+    except BaseException:
+        outcome = "stopped"
+        raise
     finally:
-        reporter.close()
+        if getattr(reporter, "takes_outcome", False):
+            reporter.close(outcome)  # type: ignore[call-arg]
+        else:
+            reporter.close()
 
 
 def tqdm_reporter(description: str, total: int | None, unit: str) -> Reporter:
@@ -64,7 +82,11 @@ def tqdm_reporter(description: str, total: int | None, unit: str) -> Reporter:
 
 
 class LogReporter:
-    """Writes ``description: 42% (12.0 MB of 28.6 MB)`` at most every ``interval`` seconds."""
+    """Writes ``description: 42% (12.0 MB of 28.6 MB)`` at most every ``interval`` seconds, and how the work
+    ended when it took that long: ``… in 3.8s`` when it finished, ``description failed at 45% after 3.8s``
+    or ``… stopped at …`` when it did not."""
+
+    takes_outcome = True
 
     def __init__(self, log: Callable[[str], None], description: str, total: int | None, unit: str,
                  interval: float = 5.0) -> None:
@@ -84,9 +106,19 @@ class LogReporter:
             return f"{self.description}: {100 * self.done // self.total}% ({self.done:,} of {self.total:,} {self.unit})"
         return f"{self.description}: {self.done:,} {self.unit}"
 
-    def close(self) -> None:
-        if time.monotonic() - self.started >= self.interval:
-            self.log(self._line() + f" in {time.monotonic() - self.started:.1f}s")
+    def _where(self) -> str:
+        if self.total:
+            return f"{100 * self.done // self.total}%"
+        return f"{self.done:,} {self.unit}"
+
+    def close(self, outcome: Outcome = "done") -> None:
+        elapsed = time.monotonic() - self.started
+        if elapsed < self.interval:
+            return
+        if outcome == "done":
+            self.log(self._line() + f" in {elapsed:.1f}s")
+        else:
+            self.log(f"{self.description} {outcome} at {self._where()} after {elapsed:.1f}s")
 
 
 class _CountingRaw(io.RawIOBase):
