@@ -28,7 +28,7 @@ class Recorder:
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_push_pull_upload_and_download_report_their_bytes(files, env):
+def test_push_pull_upload_and_download_report_their_progress(files, env):
     data = b"a,b\n" + b"1,2\n" * 50_000
     pf = files.add_bytes(data, "big.csv").to_json()
     recorder = Recorder()
@@ -39,7 +39,7 @@ def test_push_pull_upload_and_download_report_their_bytes(files, env):
         downloaded = invoke("drive.download_file", {"fileId": file_id})["platformFile"]
     by_name = {d: (total, done) for d, total, done, _ in recorder.reports}
     assert by_name["push big.csv"] == (len(data), len(data))
-    assert by_name["pull o.csv"][1] == pulled["size"]
+    assert by_name["pull o.csv"] == (50_000, 50_000) and pulled["size"]  # by rows, to a known end
     assert by_name["download big.csv"] == (downloaded["size"], downloaded["size"])
     assert all(closed for *_, closed in recorder.reports)  # every bar is closed (disappears) when done
 
@@ -154,7 +154,7 @@ def test_a_stopped_piece_of_work_says_stopped_and_a_finished_one_its_time():
         with track("pull p.csv", 200, "B") as reporter:
             reporter.update(200)
     assert [line.split(" after ")[0] for line in lines if " after " in line] == ["pull o.csv stopped at 45%"]
-    assert lines[-1].startswith("pull p.csv: 100% (200 of 200 B) in ")
+    assert lines[-1].startswith("pull p.csv: 100% (200 B of 200 B) in ")
 
 
 def test_a_reporter_without_an_outcome_is_still_closed():
@@ -166,3 +166,36 @@ def test_a_reporter_without_an_outcome_is_still_closed():
         with track("x", 1, "B"):
             raise ValueError
     assert recorder.reports == [("x", 1, 0, True)]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_map_and_every_pull_report_rows_against_the_files_row_count(files, env):
+    """Map and Pull reported ``None`` as their total (no percentage, no ETA) though the store knows the row
+    count."""
+    data = b"a,b\n" + b"".join(b"%d, x \n" % i for i in range(25_000))
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(data, "m.csv").to_json()})["virtualFileId"]
+    recorder = Recorder()
+    with reporting_to(recorder.factory):
+        invoke("etl.map", {"virtualFileId": vf, "action": "trim"})
+        for kind in ("csv", "json", "parquet"):
+            invoke("etl.pull", {"virtualFileId": vf, "exportType": kind, "exportName": f"o.{kind}"})
+    assert recorder.reports == [("map trim", 25_000, 25_000, True), ("pull o.csv", 25_000, 25_000, True),
+                                ("pull o.json", 25_000, 25_000, True), ("pull o.parquet", 25_000, 25_000, True)]
+
+
+def test_log_lines_give_amounts_as_people_read_them():
+    """Dagster's lines said ``67,355,566 B``; they say ``64.2 MiB``, ``390k rows``, with a percentage where
+    the end is known."""
+    from connector_ops.kernel.progress import track
+
+    lines: list[str] = []
+    with reporting_to(_log_lines(lines)):
+        with track("push big.csv", 83_206_897, "B") as reporter:
+            reporter.update(67_355_566)
+        with track("map trim", None, "rows") as reporter:
+            reporter.update(390_123)
+        with track("pull o.csv", 1_000_000, "rows") as reporter:
+            reporter.update(512)
+    assert lines[0] == "push big.csv: 80% (64.2 MiB of 79.4 MiB)"
+    assert lines[2] == "map trim: 390k rows"
+    assert lines[4] == "pull o.csv: 0% (512 rows of 1M rows)"

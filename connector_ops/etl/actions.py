@@ -21,7 +21,7 @@ from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
 from connector_ops.etl.writers import csv_chunks, json_chunks
 from connector_ops.kernel.errors import InvalidInput
-from connector_ops.kernel.progress import reading_with_progress, track
+from connector_ops.kernel.progress import Reporter, reading_with_progress, track
 from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
 
@@ -106,8 +106,17 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
                        "a JSON export (only CSV has a delimiter, a header row and a spreadsheet's cells)",
                        unless_default=True)
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
-    with contextlib.closing(pages):  # the read snapshot ends with the export, even when it fails
-        return _export(inp, names, pages, platform_files, packing)
+    total = virtual_files.summary(inp.virtual_file_id, 0)[0]  # 25-70 ms on 1M rows: the bar's end, its ETA
+    with contextlib.closing(pages), track(f"pull {inp.export_name}", total, "rows") as reporter:
+        # the read snapshot ends with the export, even when it fails
+        return _export(inp, names, _reported(pages, reporter), platform_files, packing)
+
+
+def _reported(pages: Iterator[list[tuple]], reporter: Reporter) -> Iterator[list[tuple]]:
+    """``pages``, each page's rows reported as it is handed on (by rows: the export's bytes have no known end)."""
+    for page in pages:
+        yield page
+        reporter.update(len(page))
 
 
 def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], platform_files: PlatformFileStore,
@@ -127,10 +136,9 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
         from connector_ops.etl.compressed import compressing
 
         chunks, content_type = compressing(chunks, packing.compressor()), packing.content_type
-    with platform_files.create(inp.export_name, content_type) as sink, track(f"pull {inp.export_name}") as reporter:
+    with platform_files.create(inp.export_name, content_type) as sink:
         for chunk in chunks:
             sink.write(chunk)
-            reporter.update(len(chunk))
     assert sink.descriptor is not None
     return PlatformFileOutput(platform_file=sink.descriptor)
 

@@ -81,8 +81,24 @@ def tqdm_reporter(description: str, total: int | None, unit: str) -> Reporter:
     )
 
 
+def amount(n: int, unit: str) -> str:
+    """``n`` units as a person reads them in a log line: bytes in binary units (``64.2 MiB``), anything else
+    with a metric suffix (``390k rows``, ``1.2M rows``); exact below a thousand."""
+    if unit == "B":
+        size: float = n
+        for prefix in ("", "Ki", "Mi", "Gi", "Ti"):
+            if size < 1024 or prefix == "Ti":
+                return f"{n} B" if not prefix else f"{size:.1f} {prefix}B"
+            size /= 1024
+    for suffix, scale in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f}{suffix} {unit}" if value >= 100 else f"{value:.3g}{suffix} {unit}"
+    return f"{n} {unit}"
+
+
 class LogReporter:
-    """Writes ``description: 42% (12.0 MB of 28.6 MB)`` at most every ``interval`` seconds, and how the work
+    """Writes ``description: 42% (12.0 MiB of 28.6 MiB)`` at most every ``interval`` seconds, and how the work
     ended when it took that long: ``… in 3.8s`` when it finished, ``description failed at 45% after 3.8s``
     or ``… stopped at …`` when it did not."""
 
@@ -103,13 +119,14 @@ class LogReporter:
 
     def _line(self) -> str:
         if self.total:
-            return f"{self.description}: {100 * self.done // self.total}% ({self.done:,} of {self.total:,} {self.unit})"
-        return f"{self.description}: {self.done:,} {self.unit}"
+            return (f"{self.description}: {100 * self.done // self.total}% "
+                    f"({amount(self.done, self.unit)} of {amount(self.total, self.unit)})")
+        return f"{self.description}: {amount(self.done, self.unit)}"
 
     def _where(self) -> str:
         if self.total:
             return f"{100 * self.done // self.total}%"
-        return f"{self.done:,} {self.unit}"
+        return amount(self.done, self.unit)
 
     def close(self, outcome: Outcome = "done") -> None:
         elapsed = time.monotonic() - self.started
