@@ -108,7 +108,8 @@ def test_a_query_reports_the_rows_it_has_read(files, env):
         result = invoke("etl.query", {"virtualFileId": vf, "query": {}})["result"]
         one = invoke("etl.query", {"virtualFileId": vf, "query": {"a": "7"}})["result"]
     assert len(result) == 30_000 and one == [{"a": "7", "b": "x"}]
-    assert recorder.reports == [(f"query {vf}", None, 30_000, True), (f"query {vf}", None, 1, True)]
+    assert recorder.reports == [(f"query {vf}", None, 30_000, True), (f"query {vf}: indexing a", None, 0, True),
+                                (f"query {vf}", None, 1, True)]  # the first query on a: its index, a phase
 
 
 def _log_lines(lines: list[str]):
@@ -199,3 +200,63 @@ def test_log_lines_give_amounts_as_people_read_them():
     assert lines[0] == "push big.csv: 80% (64.2 MiB of 79.4 MiB)"
     assert lines[2] == "map trim: 390k rows"
     assert lines[4] == "pull o.csv: 0% (512 rows of 1M rows)"
+
+
+class Ticks:
+    """Records each bar opened (description, total, unit) and how many updates it had, counting ``update(0)``:
+    the ticks of one long SQL statement."""
+
+    def __init__(self) -> None:
+        self.bars: list[list] = []
+
+    def factory(self, description: str, total: int | None, unit: str) -> Ticks.Bar:
+        self.bars.append([description, total, unit, 0, 0])
+        return Ticks.Bar(self.bars[-1])
+
+    class Bar:
+        def __init__(self, entry: list) -> None:
+            self.entry = entry
+
+        def update(self, n: int) -> None:
+            self.entry[3] += n
+            self.entry[4] += 1
+
+        def close(self) -> None:
+            pass
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_iterate_join_validate_delete_and_an_index_build_show_progress(files, env):
+    """Iterate of a big batch, Join, Validate, Delete Rows and a first Query's index build ran for seconds
+    showing nothing. Iterate counts its rows a page at a time to the batch's size; the others, single SQL
+    statements, are phases that SQLite's progress handler keeps alive."""
+    data = b"id,cat\n" + b"".join(b"%d,c%d\n" % (i, i % 7) for i in range(60_000))
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(data, "t.csv").to_json()})["virtualFileId"]
+    ticks = Ticks()
+    with reporting_to(ticks.factory):
+        batch = invoke("etl.iterate", {"content": vf, "maxBatchSize": 45_000})
+        invoke("etl.join", {"join": {"left": {"virtualFileId": vf, "customId": "a", "key": "id"},
+                                     "right": {"virtualFileId": vf, "customId": "b", "key": "id"}, "type": "INNER"}})
+        invoke("etl.validate", {"content": vf, "schema": {"id": {"type": "integer", "required": True}}})
+        invoke("etl.delete_rows", {"virtualFileId": vf, "request": {"cat": "c3"}, "dryRun": True})
+        found = invoke("etl.query", {"virtualFileId": vf, "query": {"cat": "c3"}})["result"]
+    assert len(batch["content"]) == 45_000 and batch["hasNext"] and len(found) == 60_000 // 7 + (3 < 60_000 % 7)
+    by_name = {d: (total, unit, done, calls) for d, total, unit, done, calls in ticks.bars}
+    assert by_name[f"iterate {vf}"][:3] == (45_000, "rows", 45_000) and by_name[f"iterate {vf}"][3] > 1  # pages
+    phases = [f"join {vf} × {vf}: building output", f"validate {vf}: checking rows",
+              f"delete rows of {vf}: counting the rows to delete", f"query {vf}: indexing cat"]
+    assert all(by_name[phase][:3] == (None, "", 0) for phase in phases)
+    assert by_name[phases[0]][3] > 0 and by_name[phases[1]][3] > 0  # ticks while the statements ran
+    assert [d for d, *_ in ticks.bars][-2:] == [f"query {vf}", f"query {vf}: indexing cat"]  # within the Query
+    rest = invoke("etl.iterate", {"content": vf, "maxBatchSize": 45_000})  # the cursor moved by the batch
+    assert len(rest["content"]) == 15_000 and not rest["hasNext"] and rest["content"][0]["id"] == "45000"
+
+
+def test_a_phase_is_logged_by_its_time():
+    from connector_ops.kernel.progress import PHASE, tick, track
+
+    lines: list[str] = []
+    with reporting_to(_log_lines(lines)), track("join a × b: building output", None, PHASE):
+        tick()
+    assert lines[0].startswith("join a × b: building output: working for ")
+    assert lines[-1].startswith("join a × b: building output: done in ")

@@ -147,8 +147,9 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
         extra_inputs={"virtual_file_id": "content", "content": "content"})
 def iterate(inp: m.IterateInput, virtual_files: VirtualFileStore) -> m.IterateOutput:
     """The next batch of at most maxBatchSize rows (or array items), and whether more remain."""
-    if isinstance(inp.content, str):
-        rows, has_next = virtual_files.next_batch(inp.content, inp.max_batch_size)
+    if isinstance(inp.content, str):  # a batch of a million rows reads for seconds: shown by rows, as Query
+        with track(f"iterate {inp.content}", inp.max_batch_size, "rows") as reporter:
+            rows, has_next = virtual_files.next_batch(inp.content, inp.max_batch_size, progress=reporter.update)
     else:
         rows, has_next = virtual_files.next_array_batch(inp.content, inp.max_batch_size)
     return m.IterateOutput.model_construct(content=rows, has_next=has_next)  # rows built by the store: no re-validation

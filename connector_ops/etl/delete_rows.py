@@ -7,6 +7,7 @@ A malformed or unsupported filter is refused before anything runs, so nothing is
 from __future__ import annotations
 
 from connector_ops.etl import models as m
+from connector_ops.kernel.progress import PHASE, track
 from connector_ops.registry import action
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
@@ -18,5 +19,7 @@ def delete_rows(inp: m.DeleteRowsInput, virtual_files: VirtualFileStore) -> m.De
     With ``dryRun``, returns how many would be, deleting nothing. An operand may hold a NUL where a stored
     value may (SQLite; the filter compiler refuses one on PostgreSQL:
     :func:`~connector_ops.resources.virtual_files.filters.compile_filter`)."""
-    return m.DeleteRowsOutput(deleted_count=virtual_files.delete_where(inp.virtual_file_id, inp.request,
-                                                                       dry_run=inp.dry_run))
+    what = "counting the rows to delete" if inp.dry_run else "deleting rows"
+    with track(f"delete rows of {inp.virtual_file_id}: {what}", None, PHASE):  # one SQL statement: a phase
+        deleted = virtual_files.delete_where(inp.virtual_file_id, inp.request, dry_run=inp.dry_run)
+    return m.DeleteRowsOutput(deleted_count=deleted)

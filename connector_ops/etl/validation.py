@@ -24,6 +24,7 @@ from typing import Any
 
 from connector_ops.etl import models as m
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.progress import PHASE, track
 from connector_ops.registry import action
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Verdicts
 from connector_ops.resources.virtual_files.store import VirtualFileStore
@@ -271,5 +272,7 @@ def validate_file(store: VirtualFileStore, vf_id: str, rules: list[ColumnRule],
         error = row_error(rules, row)
         return None if error is None else (error, _content(row))
 
-    return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH,
-                            verdicts=Verdicts(rules, WORDING))
+    # the database judges the rows it can in SQL statements: a phase, as Join's
+    with track(f"validate {vf_id}: checking rows", None, PHASE):
+        return store.split_rows(vf_id, refuse, ["error", "content"], batch_size or SCAN_BATCH,
+                                verdicts=Verdicts(rules, WORDING))

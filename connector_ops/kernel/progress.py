@@ -38,6 +38,8 @@ class _Silent:
 
 
 _factory: contextvars.ContextVar[ReporterFactory | None] = contextvars.ContextVar("progress", default=None)
+#: the reporter of the innermost :func:`track` block open in this context, which :func:`tick` keeps alive
+_open: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("progress_open", default=None)
 
 
 @contextlib.contextmanager
@@ -57,6 +59,7 @@ def track(description: str, total: int | None = None, unit: str = "B") -> Iterat
     factory = _factory.get()
     reporter: Reporter = factory(description, total, unit) if factory else _Silent()
     outcome: Outcome = "done"
+    token = _open.set(reporter if factory else None)
     try:
         yield reporter
     except Exception:
@@ -66,18 +69,36 @@ def track(description: str, total: int | None = None, unit: str = "B") -> Iterat
         outcome = "stopped"
         raise
     finally:
+        _open.reset(token)
         if getattr(reporter, "takes_outcome", False):
             reporter.close(outcome)  # type: ignore[call-arg]
         else:
             reporter.close()
 
 
+def tick() -> None:
+    """Tell the innermost open :func:`track` that its work goes on, nothing counted (``update(0)``): a bar
+    redraws its elapsed time, a log line comes when due. SQLite's progress handler calls it while one
+    statement (a Join, a Validate, an index build) runs for seconds; a reporter's error is not the work's."""
+    reporter = _open.get()
+    if reporter is not None:
+        with contextlib.suppress(Exception):
+            reporter.update(0)
+
+
+#: the unit of a phase: one step (an SQL statement) that counts nothing, shown by its time alone
+PHASE = ""
+
+
 def tqdm_reporter(description: str, total: int | None, unit: str) -> Reporter:
-    """A ``tqdm.auto`` bar that disappears when done (notebooks, terminals)."""
+    """A ``tqdm.auto`` bar that disappears when done (notebooks, terminals); a :data:`PHASE` shows its
+    description and elapsed time only (no "0 it/s")."""
     from tqdm.auto import tqdm
 
+    phase = {"bar_format": "{desc} [{elapsed}]"} if unit == PHASE and total is None else {}
     return tqdm(
-        total=total, desc=description, unit=unit, unit_scale=True, leave=False, mininterval=0.3, delay=0.5
+        total=total, desc=description, unit=unit or "it", unit_scale=True, leave=False, mininterval=0.3, delay=0.5,
+        **phase,
     )
 
 
@@ -121,6 +142,8 @@ class LogReporter:
         if self.total:
             return (f"{self.description}: {100 * self.done // self.total}% "
                     f"({amount(self.done, self.unit)} of {amount(self.total, self.unit)})")
+        if not self.done:  # a phase (one SQL statement) that counts nothing: it is still going
+            return f"{self.description}: working for {time.monotonic() - self.started:.0f}s"
         return f"{self.description}: {amount(self.done, self.unit)}"
 
     def _where(self) -> str:
@@ -132,7 +155,9 @@ class LogReporter:
         elapsed = time.monotonic() - self.started
         if elapsed < self.interval:
             return
-        if outcome == "done":
+        if outcome == "done" and not self.total and not self.done:
+            self.log(f"{self.description}: done in {elapsed:.1f}s")
+        elif outcome == "done":
             self.log(self._line() + f" in {elapsed:.1f}s")
         else:
             self.log(f"{self.description} {outcome} at {self._where()} after {elapsed:.1f}s")

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from connector_ops.kernel.disk import DiskBelowFloor, DiskFloor
+from connector_ops.kernel.progress import tick
 
 #: SQLite virtual-machine instructions between two calls of the progress handler: 1.7 ms of a recursive
 #: count (measured), a Python call each that costs nothing measurable in a Join or a scan (BENCHMARKS.md)
@@ -52,9 +53,12 @@ class _Failure:
 
 
 def _progress(failure: _Failure) -> Callable[[], int]:
-    """The progress handler: a pending signal's handler runs as it is entered; then, in a transaction that
-    keeps a floor, the free space is looked at (every ``CHECK_EVERY_SECONDS``). 0 means go on."""
+    """The progress handler: a pending signal's handler runs as it is entered; the progress shown, if any,
+    hears that the statement goes on (:func:`~connector_ops.kernel.progress.tick`: a Join's one statement
+    otherwise showed nothing for seconds); then, in a transaction that keeps a floor, the free space is
+    looked at (every ``CHECK_EVERY_SECONDS``). 0 means go on."""
     def progress() -> int:
+        tick()
         floor = failure.floor
         if floor is not None:
             try:

@@ -22,7 +22,7 @@ from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.arrow_reads import arrow_batches
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.core import StoreCore
-from connector_ops.resources.virtual_files.fetching import fetch_all
+from connector_ops.resources.virtual_files.fetching import fetch_pages
 from connector_ops.resources.virtual_files.rows import as_dicts, fetch_dicts, keyset_pages, select_rows
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 
@@ -106,13 +106,15 @@ class Reading(StoreCore):
         starts = [0, *ends[:-1]]
         return info.generation, list(zip(starts, ends, strict=True))
 
-    def next_batch(self, vf_id: str, limit: int, cursor: str = DEFAULT_CURSOR) -> tuple[list[Row], bool]:
+    def next_batch(self, vf_id: str, limit: int, cursor: str = DEFAULT_CURSOR, *,
+                   progress: Callable[[int], None] | None = None) -> tuple[list[Row], bool]:
         """The next ``limit`` rows after this cursor's position, and whether more remain.
 
         The position advances in the same transaction as the read. When a call returns
         ``hasNext = false`` the position resets, so the next call starts from the first row again.
         A replaced file (new generation) restarts the cursor.
         A read: its write is the cursor's one row, so a disk below the floor does not stop it.
+        Rows are converted a page at a time (``progress`` told each page's count), as a Query's are.
         """
         with self.writing(grows=False) as conn:
             postgres = conn.dialect.name == "postgresql"
@@ -123,13 +125,20 @@ class Reading(StoreCore):
             state = conn.execute(_cursor_locked(conn.dialect.name), ids).first()
             last = state.last_seq if state is not None and state.generation == info.generation else 0
             table = info.table
-            rows = fetch_all(conn, select_rows(info).where(table.c.seq > last).order_by(table.c.seq).limit(limit + 1))
-            has_next = len(rows) > limit
-            rows = rows[:limit]
-            position = rows[-1][-1] if has_next else 0
+            query = select_rows(info).where(table.c.seq > last).order_by(table.c.seq).limit(limit + 1)
+            rows: list[Row] = []
+            has_next, position = False, 0
+            for page in fetch_pages(conn, query, SCAN_BATCH):
+                if len(rows) + len(page) > limit:  # the one row past the batch: only tells that more remain
+                    page, has_next = page[:limit - len(rows)], True
+                if page:
+                    rows.extend(as_dicts(info.names, page))
+                    position = page[-1][-1]
+                if progress is not None:
+                    progress(len(page))
             _upsert(conn, cat.vf_cursor, {"vf_id": vf_id, "cursor_name": cursor},
-                    {"last_seq": position, "generation": info.generation})
-            return as_dicts(info.names, rows), has_next
+                    {"last_seq": position if has_next else 0, "generation": info.generation})
+            return rows, has_next
 
     def next_array_batch(self, items: list[Any], limit: int) -> tuple[list[Any], bool]:
         """Iterate over an inline array: the same array continues where its last call stopped."""

@@ -212,9 +212,11 @@ class VirtualFileStore(Resource):
         """``(generation, [(after_seq, upto_seq), …])`` splitting the file into batches of ``batch_size``."""
         return self.sql.batch_bounds(vf_id, batch_size)
 
-    def next_batch(self, vf_id: str, limit: int, cursor: str = "default") -> tuple[list[Row], bool]:
-        """The next ``limit`` rows after this cursor's position, and whether more remain."""
-        return self.sql.next_batch(vf_id, limit, cursor)
+    def next_batch(self, vf_id: str, limit: int, cursor: str = "default", *,
+                   progress: Callable[[int], None] | None = None) -> tuple[list[Row], bool]:
+        """The next ``limit`` rows after this cursor's position, and whether more remain; ``progress`` is
+        told how many rows each page read adds."""
+        return self.sql.next_batch(vf_id, limit, cursor, progress=progress)
 
     def next_array_batch(self, items: list[Any], limit: int) -> tuple[list[Any], bool]:
         """Iterate over an inline array: the same array continues where its last call stopped."""
