@@ -91,9 +91,14 @@ PHASE = ""
 
 
 def tqdm_reporter(description: str, total: int | None, unit: str) -> Reporter:
-    """A ``tqdm.auto`` bar that disappears when done (notebooks, terminals); a :data:`PHASE` shows its
-    description and elapsed time only (no "0 it/s")."""
-    from tqdm.auto import tqdm
+    """A bar that disappears when done: tqdm's text bar in a terminal; in a Jupyter kernel an output of the
+    cell that is emptied when it closes (:mod:`.progress_notebook`: ``tqdm.notebook``'s widget stayed in
+    notebooks run by nbconvert). A :data:`PHASE` shows its description and elapsed time only (no "0 it/s")."""
+    from connector_ops.kernel.progress_notebook import NotebookBar, in_kernel
+
+    if in_kernel():
+        return NotebookBar(description, total, unit)
+    from tqdm import tqdm
 
     phase = {"bar_format": "{desc} [{elapsed}]"} if unit == PHASE and total is None else {}
     return tqdm(

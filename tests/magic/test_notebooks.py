@@ -121,3 +121,42 @@ def test_nbconvert_execute_works_with_the_dev_install(clean_env: Path) -> None:
     texts = [_text(o) for cell in book.cells if cell.cell_type == "code" for o in cell.outputs]
     assert any("pipeline debug_me succeeded" in t for t in texts)
     assert not [t for t in texts if "RuntimeWarning" in t or "shutdown_asyncgens" in t]
+
+
+def test_a_notebook_run_by_nbconvert_keeps_no_progress_bar(clean_env: Path) -> None:
+    """The bars "disappear when done" in JupyterLab, but ``jupyter nbconvert --execute`` saved each as it was
+    first drawn (``push big.csv: 10%|# | 8.39M/83.2M``) with its widgets' states. A bar is now an output
+    emptied when it closes: the saved notebook holds none of it, and no widget state."""
+    import json
+
+    jupyter = Path(sys.executable).parent / "jupyter"
+    data = clean_env / "big.csv"
+    data.write_bytes(b"id,name,note\n" + b"".join(b"%d,name %d,%s\n" % (i, i, b"x" * 60) for i in range(400_000)))
+    added = subprocess.run([str(Path(sys.executable).parent / "connector-ops"), "files", "add", str(data)],
+                           cwd=clean_env, capture_output=True, text=True, timeout=120, check=True)
+    book = nbformat.v4.new_notebook()
+    book.cells = [
+        nbformat.v4.new_code_cell("%load_ext connector_ops"),
+        nbformat.v4.new_code_cell(
+            "import time\n"
+            "from connector_ops.kernel.progress import reporting_to, tqdm_reporter, track\n"
+            "with reporting_to(tqdm_reporter), track('work.csv', 20, 'B') as bar:\n"
+            "    for _ in range(20):\n"
+            "        time.sleep(0.1)\n"
+            "        bar.update(1)\n"
+            "print('worked')"),
+        nbformat.v4.new_code_cell(f"%etl push -o r {json.dumps({'platformFile': json.loads(added.stdout)})}"),
+    ]
+    nbformat.write(book, clean_env / "bars.ipynb")
+    done = subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute", "--output", "bars_out.ipynb",
+                           "bars.ipynb"], cwd=clean_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    saved = nbformat.read(clean_env / "bars_out.ipynb", as_version=4)
+    outputs = [o for cell in saved.cells for o in cell.get("outputs", [])]
+    assert not saved.metadata.get("widgets"), saved.metadata.get("widgets")
+    assert not [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    texts = [_text(o) for o in outputs]
+    assert not [t for t in texts if "work.csv" in t or "big.csv:" in t], texts
+    assert any("worked" in t for t in texts) and any("virtualFileId" in t for t in texts)
+    # the bar of the second cell was drawn (2 s of work, shown after 0.5 s), then emptied in place
+    assert {"text/html": "", "text/plain": ""} in [dict(o.get("data", {})) for o in saved.cells[1].outputs]
