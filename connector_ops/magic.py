@@ -9,9 +9,9 @@
 
 A magic is a thin entry point (JupySQL is the model): it reads the input (``connector_ops.magic_input``),
 takes the session's resources (``connector_ops.magic_session``) and calls the registry's
-:func:`~connector_ops.registry.run_action` — the same code the Dagster ops run — with a ``tqdm.auto``
-progress bar. It returns the output as an :class:`~connector_ops.display.ActionOutput` (equal to the
-spec's JSON, displayed as tables and file links). A failure prints one line,
+:func:`~connector_ops.registry.run_action` — the same code the Dagster ops run — with a progress bar
+(:func:`~connector_ops.kernel.progress.tqdm_reporter`). It returns the output as an
+:class:`~connector_ops.display.ActionOutput` (equal to the spec's JSON, displayed as tables and file links). A failure prints one line,
 ``etl.push failed (404): not found``, and stops "Run all" without a traceback.
 """
 

@@ -2,8 +2,8 @@
 
 A library call (``invoke``, ``push_frame``, ``pull_frame``) is silent by default: a script or a service
 must not get bars on its stderr it did not ask for. Inside ``with connector_ops.progress():`` long work
-(push, pull, query, map, upload, download, a frame's rows) shows a ``tqdm.auto`` bar — a widget in Jupyter,
-text on a terminal — as the command line and the magics show it; or reports to the factory given.
+(push, pull, query, map, upload, download, a frame's rows) shows a bar — an output of the cell in Jupyter,
+tqdm's text on a terminal — as the command line and the magics show it; or reports to the factory given.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from connector_ops.kernel.progress import amount
+
 SCRIPT = str(Path(sys.executable).parent / "connector-ops")
 
 
@@ -263,8 +265,8 @@ def test_progress_without_a_terminal_is_plain_lines_on_stderr_and_no_progress_si
     pushed = cli("invoke", "etl.push", payload, env=every_update)
     assert pushed.returncode == 0, pushed.stderr
     assert set(json.loads(pushed.stdout)) == {"virtualFileId"}
-    lines, size = pushed.stderr.splitlines(), f"{source.stat().st_size:,}"
-    assert lines and all(re.fullmatch(rf"connector-ops: push rows\.csv: \d+% \([\d,]+ of {size} B\)( in \d+\.\ds)?",
+    lines, size = pushed.stderr.splitlines(), amount(source.stat().st_size, "B")
+    assert lines and all(re.fullmatch(rf"connector-ops: push rows\.csv: \d+% \([\d.]+ K?i?B of {size}\)( in \d+\.\ds)?",
                                       line) for line in lines), lines
     assert "\r" not in pushed.stderr and lines[-1].startswith(f"connector-ops: push rows.csv: 100% ({size} of")
     assert lines[-1].endswith("s") and " in " in lines[-1]  # the line at the end
@@ -293,7 +295,8 @@ def test_drive_put_shows_the_upload_progress_as_invoke_drive_upload_file_does(en
     put = cli("drive", "put", str(source), env=every_update)
     assert put.returncode == 0, put.stderr
     assert set(json.loads(put.stdout)) >= {"fileId"}
-    pattern = r"connector-ops: upload big\.csv: \d+% \([\d,]+ of " + f"{source.stat().st_size:,}" + r" B\)( in .*)?"
+    size = re.escape(amount(source.stat().st_size, "B"))
+    pattern = r"connector-ops: upload big\.csv: \d+% \([\d.]+ [KM]?i?B of " + size + r"\)( in .*)?"
     lines = put.stderr.splitlines()
     assert lines and all(re.fullmatch(pattern, line) for line in lines), lines
     descriptor = json.loads(cli("files", "add", str(source), env=env).stdout)

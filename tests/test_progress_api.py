@@ -56,8 +56,9 @@ def test_calls_inside_progress_report_and_calls_outside_stay_silent(env: dict[st
 
 
 def test_progress_shows_tqdm_bars_by_default() -> None:
-    """Without a reporter, the work inside the block gets a ``tqdm.auto`` bar (a widget in Jupyter)."""
-    from tqdm.auto import tqdm
+    """Without a reporter, the work inside the block gets :func:`tqdm_reporter`'s bar: tqdm's text here, out
+    of a Jupyter kernel (in one, an output of the cell)."""
+    from tqdm import tqdm
 
     from connector_ops.kernel.progress import track
 

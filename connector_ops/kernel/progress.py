@@ -1,7 +1,7 @@
 """Progress reporting for long work, decoupled from where it is shown.
 
 Actions call :func:`track` without knowing their caller; the entry point decides how progress looks by
-installing a reporter factory with :func:`reporting_to`: a ``tqdm.auto`` bar in notebooks, throttled
+installing a reporter factory with :func:`reporting_to`: a bar (:func:`tqdm_reporter`), throttled
 log lines in Dagster ops, nothing by default (library use, tests).
 """
 
