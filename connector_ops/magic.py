@@ -11,8 +11,8 @@ A magic is a thin entry point (JupySQL is the model): it reads the input (``conn
 takes the session's resources (``connector_ops.magic_session``) and calls the registry's
 :func:`~connector_ops.registry.run_action` — the same code the Dagster ops run — with a progress bar
 (:func:`~connector_ops.kernel.progress.tqdm_reporter`). It returns the output as an
-:class:`~connector_ops.display.ActionOutput` (equal to the spec's JSON, displayed as tables and file links). A failure prints one line,
-``etl.push failed (404): not found``, and stops "Run all" without a traceback.
+:class:`~connector_ops.display.ActionOutput` (equal to the spec's JSON, displayed as tables and file links).
+A failure prints one line, ``etl.push failed (404): not found``, and stops "Run all" without a traceback.
 """
 
 from __future__ import annotations
