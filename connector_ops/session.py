@@ -75,15 +75,22 @@ class Session:
 
 
 _default: Session | None = None
+#: held while the process session is made: threads whose first calls race must all get the same one (two
+#: would each build their resources, sign in to Google twice and leave one session unused until exit)
+_default_lock = threading.Lock()
 
 
 def default_session() -> Session:
     """The process's session for ``invoke()`` without resources; closed when the interpreter exits."""
     global _default
-    if _default is None:
-        _default = Session()
-        atexit.register(_default.close)
-    return _default
+    session = _default
+    if session is not None:
+        return session
+    with _default_lock:
+        if _default is None:
+            _default = Session()
+            atexit.register(_default.close)
+        return _default
 
 
 def invoke(name: str, payload: Any, resources: Mapping[str, Any] | None = None) -> Any:
