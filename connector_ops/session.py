@@ -3,6 +3,10 @@
 ``invoke()`` without resources, the CLI and the magics run actions in a session, so a run of calls shares
 one HTTP client and one OAuth token instead of signing in again per call. A resource is rebuilt when the
 environment it was built from changes (its recipe's resolved settings differ), and the old one is closed.
+
+A session is its process's: in a child made by ``fork`` (a multiprocessing pool's worker on Linux) it
+builds its resources anew, and the parent's are abandoned there, neither used nor closed
+(:mod:`~connector_ops.kernel.forks`); the process session itself is made anew in the child.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any, Self
 
 from connector_ops.environment import Recipe, pin_paths, process_environ, recipes_for
 from connector_ops.kernel.errors import ActionFailed
+from connector_ops.kernel.forks import abandon, in_child
 from connector_ops.registry import error_for, get_action, run_action
 
 
@@ -30,6 +35,14 @@ class Session:
             pin_paths(self._environ)
         self._built: dict[str, tuple[int, Any]] = {}  # key -> (hash of the resolved recipe, resource)
         self._lock = threading.Lock()
+        self._pid = os.getpid()  # the process whose resources _built holds
+
+    def _own(self) -> None:
+        """In a process forked from the one that built the resources: forget them, unclosed (they hold the
+        parent's connections and its reserved ids); the next call builds this process's own."""
+        if self._pid != os.getpid():
+            abandon(*(resource for _, resource in self._built.values()))
+            self._built, self._lock, self._pid = {}, threading.Lock(), os.getpid()
 
     def environ(self) -> dict[str, str]:
         return dict(process_environ() if self._environ is None else self._environ)
@@ -38,6 +51,7 @@ class Session:
         """The live resources of ``keys``; a bad setting raises ``InvalidInput`` naming the variable."""
         environ = self.environ()
         recipes = recipes_for(keys, environ)
+        self._own()
         with self._lock:
             return {key: self._resource(key, recipe, environ) for key, recipe in recipes.items()}
 
@@ -62,6 +76,7 @@ class Session:
         return run_action(spec, payload, resources)
 
     def close(self) -> None:
+        self._own()  # a parent's resources are not this process's to close
         with self._lock:
             built, self._built = self._built, {}
         for _, resource in built.values():
@@ -91,6 +106,14 @@ def default_session() -> Session:
             _default = Session()
             atexit.register(_default.close)
         return _default
+
+
+@in_child
+def _forget_process_session() -> None:
+    """A forked child makes its own process session on its first call (the parent's is abandoned)."""
+    global _default, _default_lock
+    abandon(_default)
+    _default, _default_lock = None, threading.Lock()
 
 
 def invoke(name: str, payload: Any, resources: Mapping[str, Any] | None = None) -> Any:

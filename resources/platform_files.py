@@ -31,6 +31,7 @@ from connector_ops.kernel.atomic import atomic_write, sweep_due, sweep_leftovers
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound, UpstreamError, host_of, link_shown
 from connector_ops.kernel.fence import check_fence
+from connector_ops.kernel.forks import per_process, take_own
 from connector_ops.kernel.platform_file import (
     PlatformFile,
     check_file_name,
@@ -187,7 +188,7 @@ class PlatformFileStore(Resource):
     """Bytes of free disk space its writes leave on the disk of ``files_dir`` (``CONNECTOR_OPS_MIN_FREE_DISK``;
     0: no check): a write that would go below stops with a 500 and leaves nothing."""
 
-    _http: httpx.Client | None = PrivateAttr(default=None)
+    _http: tuple[int, httpx.Client] | None = PrivateAttr(default=None)  # per process (kernel.forks)
     _swept: bool = PrivateAttr(default=False)
     _resolver: Resolver | None = PrivateAttr(default=None)  # None: the system's (getaddrinfo)
     _database: Any = PrivateAttr(default=None)  # the DatabaseFiles of files_database_url
@@ -524,19 +525,20 @@ class PlatformFileStore(Resource):
 
     def _client(self) -> httpx.Client:
         """One client for the store's lifetime (connections reused across downloads), closed by ``close()``."""
-        if self._http is None:
-            self._http = Client(
-                timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
-                follow_redirects=False,  # each hop is checked by _remote
-                event_hooks={"response": [_location_kept]},  # …and httpx does not read its Location
-                transport=httpx.HTTPTransport(retries=2),
-            )
-        return self._http
+        return per_process(self, "_http", self._connect)
+
+    def _connect(self) -> httpx.Client:
+        return Client(
+            timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
+            follow_redirects=False,  # each hop is checked by _remote
+            event_hooks={"response": [_location_kept]},  # …and httpx does not read its Location
+            transport=httpx.HTTPTransport(retries=2),
+        )
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        client = take_own(self, "_http")
+        if client is not None:
+            client.close()
 
     def delete(self, file_id: str) -> None:
         if self._db is not None:

@@ -1,10 +1,13 @@
-"""The process session: made once however many threads make their first call together."""
+"""The process session: made once however many threads make their first call together, and anew in a forked
+child, whose sessions build their own resources and leave their parent's alone."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +46,36 @@ def test_concurrent_first_calls_share_one_process_session(no_process_session: No
             assert len(set(seen)) == 1, "threads making their first call together got different sessions"
     finally:
         sys.setswitchinterval(interval)
+
+
+def _in_fork(check: Callable[[], bool]) -> bool:
+    """Whether ``check()`` holds in a child made by ``fork`` (its answer is the child's exit status)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if check() else 1)
+        finally:
+            os._exit(2)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def test_a_forked_child_makes_its_own_sessions_resources(no_process_session: None, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    parent = sessions.default_session()
+    files = parent.resources_for(["platform_files"])["platform_files"]
+    client = files._client()  # a connection pool the parent uses
+    mine = sessions.Session()
+    my_files = mine.resources_for(["platform_files"])["platform_files"]
+
+    def child() -> bool:
+        theirs = sessions.default_session()
+        own = theirs.resources_for(["platform_files"])["platform_files"]
+        mine.close()  # the parent's resources are not the child's to close
+        return theirs is not parent and own is not files and own._client() is not client \
+            and mine.resources_for(["platform_files"])["platform_files"] is not my_files
+
+    assert _in_fork(child)
+    assert not client.is_closed and my_files._client() is not None
+    assert parent.resources_for(["platform_files"])["platform_files"] is files
+    mine.close()

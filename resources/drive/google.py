@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -21,6 +20,7 @@ import httpx
 from pydantic import PrivateAttr
 
 from connector_ops.kernel.errors import ActionFailed, InvalidInput, NotFound, UpstreamError
+from connector_ops.kernel.forks import per_process, take_own
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.drive.base import (
@@ -155,27 +155,30 @@ class GoogleDriveResource(Resource):
     page_size: int = 1000
     """Items per page when listing a folder."""
 
-    _http: DriveHttp | None = PrivateAttr(default=None)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _ids: list[str] = PrivateAttr(default_factory=list)
+    # per process (:mod:`~connector_ops.kernel.forks`): a forked child given this resource signs in on its own
+    # connections, and reserves its own ids (two processes creating under one id: the second's 409 was taken
+    # for its own earlier success, and it was told the other's file id)
+    _http: tuple[int, DriveHttp] | None = PrivateAttr(default=None)
+    _ids: tuple[int, list[str]] | None = PrivateAttr(default=None)
     _root_id: str | None = PrivateAttr(default=None)
 
     # -- plumbing -------------------------------------------------------------------------------
     @property
     def http(self) -> DriveHttp:
-        with self._lock:
-            if self._http is None:
-                client = Client(timeout=httpx.Timeout(self.timeout_s, connect=15.0), follow_redirects=False)
-                backoff = Backoff(self.backoff_base_s, self.backoff_max_s, self.max_attempts)
-                self._http = DriveHttp(client, self._token_source(client), backoff)
-            return self._http
+        """This process's client (made on first use)."""
+        return per_process(self, "_http", self._connect)
+
+    def _connect(self) -> DriveHttp:
+        client = Client(timeout=httpx.Timeout(self.timeout_s, connect=15.0), follow_redirects=False)
+        backoff = Backoff(self.backoff_base_s, self.backoff_max_s, self.max_attempts)
+        return DriveHttp(client, self._token_source(client), backoff)
 
     def close(self) -> None:
-        """Close the HTTP client; the next call opens a new one (and signs in again)."""
-        with self._lock:
-            if self._http is not None:
-                self._http.client.close()
-                self._http = None
+        """Close the HTTP client; the next call opens a new one (and signs in again). In a forked child, the
+        parent's client is left open (it is the parent's connection), and only the child's own is closed."""
+        http = take_own(self, "_http")
+        if http is not None:
+            http.client.close()
 
     def _token_source(self, client: httpx.Client) -> TokenSource:
         if self.refresh_token:
@@ -228,13 +231,12 @@ class GoogleDriveResource(Resource):
 
     def _new_id(self) -> str:
         """An id reserved with ``files.generateIds``: it makes the create that uses it repeatable."""
-        with self._lock:
-            if self._ids:
-                return self._ids.pop()
+        reserved = per_process(self, "_ids", list)  # a forked child never pops the ids its parent reserved
+        with contextlib.suppress(IndexError):  # list.pop is atomic: no two threads get one id
+            return reserved.pop()
         ids = self.http.call("GET", self._url("files", "generateIds"), action="reserve a file id",
                              params={"count": "10", "space": "drive", "type": "files"})["ids"]
-        with self._lock:
-            self._ids.extend(ids[1:])
+        reserved.extend(ids[1:])
         return ids[0]
 
     def _create(self, url: str, body: dict[str, Any], action: str, fields: str = "id,name",
@@ -242,8 +244,7 @@ class GoogleDriveResource(Resource):
         """POST a create/copy with a reserved id; a 409 on a retry means our first attempt succeeded."""
         new_id = self._new_id()
         with self.http.open("POST", url, action=action, params={**SAD, "fields": fields},
-                            json={**body, "id": new_id},
-                            ok=lambda r: r.status_code < 400 or r.status_code == 409, **kwargs) as response:
+                            json={**body, "id": new_id}, own_conflict=True, **kwargs) as response:
             response.read()
         if response.status_code == 409:
             return self._get(new_id, fields, action)
@@ -429,7 +430,7 @@ class GoogleDriveResource(Resource):
         params = {**SAD, "uploadType": "multipart", "fields": "id,name,md5Checksum"}
         with self.http.open("POST", self._url("files", upload=True), action="upload the file", params=params,
                             content=body, headers={"Content-Type": multipart_type}, field="folderId",
-                            ok=lambda r: r.status_code < 400 or r.status_code == 409) as response:
+                            own_conflict=True) as response:
             response.read()
         if response.status_code == 409:  # a retry met the file our lost first attempt created
             return self._get(new_id, "id,name,md5Checksum", "upload the file")

@@ -99,12 +99,15 @@ class DriveHttp:
     def open(self, method: str, url: str, *, action: str, idempotent: bool = True,
              params: Mapping[str, Any] | None = None, json: Any = None, content: bytes | None = None,
              headers: Mapping[str, str] | None = None, ok: Callable[[httpx.Response], bool] | None = None,
-             preload: bool = True, field: str | None = None) -> Iterator[httpx.Response]:
+             preload: bool = True, field: str | None = None, own_conflict: bool = False) -> Iterator[httpx.Response]:
         """Send with retries and yield the final response, its body read (``preload``) or still streaming.
 
         ``ok`` decides which statuses are answers rather than errors (default: < 400); the response is
         yielded for those, anything else raises :class:`DriveApiError`. ``field`` names the input field
-        whose id the request sends, for the error of a 400/404 (see :func:`parse_error`).
+        whose id the request sends, for the error of a 400/404 (see :func:`parse_error`). ``own_conflict``: the
+        request creates under an id reserved by this process for this call, so a 409 answering a *retry* of it
+        is its earlier attempt's success (yielded); a 409 to the first attempt is someone else's item under
+        that id, an error.
         """
         accept = ok or (lambda r: r.status_code < 400)
         attempt, refreshed = 0, False
@@ -135,7 +138,7 @@ class DriveHttp:
                     self.tokens.invalidate(token)
                     refreshed = True
                     continue
-                if accept(response):
+                if accept(response) or (own_conflict and attempt > 0 and response.status_code == 409):
                     yield response
                     return
                 if response.status_code >= 400:  # a streamed error's envelope must be read to classify it

@@ -20,6 +20,7 @@ import httpx
 from pydantic import PrivateAttr
 
 from connector_ops.kernel.errors import ActionFailed, UpstreamError
+from connector_ops.kernel.forks import per_process, take_own
 from connector_ops.resources.http_client import Client
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.base import MailResource, cleartext_warning, log
@@ -60,7 +61,8 @@ class MailjetResource(MailResource):
     max_wait_s: float = 30.0
     """Longest retry delay in seconds."""
 
-    _client: httpx.Client | None = PrivateAttr(default=None)
+    #: per process (:mod:`~connector_ops.kernel.forks`): a forked child must not send on its parent's connection
+    _client: tuple[int, httpx.Client] | None = PrivateAttr(default=None)
 
     def __repr__(self) -> str:  # never show the keys, even by accident in a debugger or a log line
         return f"MailjetResource(api_url={self.api_url!r}, sandbox={self.sandbox})"
@@ -73,18 +75,20 @@ class MailjetResource(MailResource):
         url = httpx.URL(self.api_url)
         if url.userinfo or url.scheme not in ("http", "https"):
             raise ActionFailed("MAILJET_API_URL must be an http(s) URL without credentials in it")
-        if self._client is None:
-            if url.scheme == "http" and (warning := cleartext_warning(
-                    "Mailjet API keys (MAILJET_API_URL is http://)", url.host)):
-                log.warning(warning)
-            self._client = Client(
-                base_url=self.api_url.rstrip("/"),
-                auth=httpx.BasicAuth(self.api_key, self.api_secret),
-                timeout=httpx.Timeout(self.timeout_s, connect=10.0),
-                transport=httpx.HTTPTransport(retries=self.connect_retries),  # connect failures only
-                follow_redirects=False,
-            )
-        return self._client
+        return per_process(self, "_client", self._connect)
+
+    def _connect(self) -> httpx.Client:
+        url = httpx.URL(self.api_url)
+        if url.scheme == "http" and (warning := cleartext_warning(
+                "Mailjet API keys (MAILJET_API_URL is http://)", url.host)):
+            log.warning(warning)
+        return Client(
+            base_url=self.api_url.rstrip("/"),
+            auth=httpx.BasicAuth(str(self.api_key), str(self.api_secret)),
+            timeout=httpx.Timeout(self.timeout_s, connect=10.0),
+            transport=httpx.HTTPTransport(retries=self.connect_retries),  # connect failures only
+            follow_redirects=False,
+        )
 
     def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
         client = self._http()
@@ -122,6 +126,6 @@ class MailjetResource(MailResource):
         raise AssertionError("unreachable: the loop returns or raises")
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        client = take_own(self, "_client")
+        if client is not None:
+            client.close()
