@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from connector_ops.kernel.forks import abandon, in_child
 from connector_ops.resources.virtual_files.file_identity import Identity, identity
 
 #: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
@@ -277,6 +278,22 @@ def close_all() -> None:
     with _connections_lock:
         for path in list(_connections):
             _close(path)
+
+
+@in_child
+def _after_fork() -> None:
+    """A forked child starts with no checkpoint thread, queue or kept connection of its own: the parent's
+    connections are left unclosed (:mod:`~connector_ops.kernel.forks`), its thread did not follow the fork,
+    and its locks may have been held by that thread at the fork."""
+    global _queue, _lock, _finished, _thread, _connections_lock
+    abandon(*(conn for conn, _ in _connections.values()))
+    _connections.clear()
+    _queue, _thread = queue.Queue(), None
+    _pending.clear()
+    _unfinished.clear()
+    _lock = threading.Lock()
+    _finished = threading.Condition(_lock)
+    _connections_lock = threading.Lock()
 
 
 def give_back(path: str) -> None:

@@ -233,8 +233,14 @@ def unreachable(exc: BaseException, engine: sa.Engine | None) -> DatabaseUnreach
 
 
 def _connecting(ctx: sa.engine.ExceptionContext) -> bool:
-    """Whether ``ctx`` is the failure of a new session (libpq gives no SQLSTATE for those, only its text)."""
-    return ctx.connection is None and ctx.statement is None
+    """Whether ``ctx`` is the failure of a new session (libpq gives no SQLSTATE for those, only its text): an
+    ``OperationalError`` outside any statement. Other errors outside a statement are not about the URL's
+    settings (psycopg's "can't change 'autocommit' now" on a connection whose state is not what the pool
+    thought, e.g. one shared with a forked process), and are not worded as a failure to connect."""
+    import psycopg
+
+    return ctx.connection is None and ctx.statement is None \
+        and isinstance(ctx.original_exception, psycopg.OperationalError)
 
 
 def no_slot_left(exc: BaseException, engine: sa.Engine | None) -> DatabaseBusy:

@@ -8,6 +8,11 @@ statements that stop on Ctrl-C (:mod:`.interrupts`); and the file checked agains
 a file deleted or replaced under the process gets an engine anew, never writes into the old one (:mod:`.store_file`).
 PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses; statements cancelled
 in the server by any interrupt (:mod:`.interrupts`), and ended by the server once their client is gone.
+
+A process made by ``fork`` (a multiprocessing pool's worker) keeps the engines but not their pooled connections:
+those are its parent's sessions and files, and two processes on one PostgreSQL session read each other's answers
+("server closed the connection unexpectedly"). The child's engines start on empty pools (SQLAlchemy's
+``dispose(close=False)``); the parent's connections are left to it, unclosed (:mod:`~connector_ops.kernel.forks`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from connector_ops.kernel.forks import abandon, in_child
 from connector_ops.kernel.secrets import mask_url
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import metadata, virtual_file
@@ -298,6 +304,18 @@ def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:
             if attempt == attempts - 1:
                 raise
             time.sleep(0.1 * (attempt + 1))
+
+
+@in_child
+def _after_fork() -> None:
+    """In a forked child: every engine on a new, empty pool; the parent's pooled connections are kept
+    referenced and unclosed (closing one here would end the parent's PostgreSQL session, or touch its SQLite
+    file's locks), and the lock, which a parent's thread may have held at the fork, made anew."""
+    global _LOCK
+    _LOCK = threading.RLock()
+    for engine in _ENGINES.values():
+        abandon(engine.pool)
+        engine.dispose(close=False)
 
 
 def dispose_all() -> None:
