@@ -7,11 +7,13 @@ loader killed mid-load, an interrupt) commits nothing and the next load works; a
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
 import sqlite3
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -259,3 +261,32 @@ def test_an_interrupt_while_the_loader_takes_the_request_kills_it(store, signall
         pytest.fail("the load after the interrupt waited for ever")
     assert loader(store).pid not in (None, pid)
     assert store.summary(done[0], 0)[0] == 7 and len(tables(store)[0]) == len(before[0]) + 1
+
+
+def test_a_forked_child_leaves_its_parents_loader_alone(store):
+    """A child made by fork (a multiprocessing worker) starts its own loader; the parent's, inherited, is let go
+    without a warning, an unclosed pipe or a signal, and goes on serving the parent."""
+    load(store, csv_rows(10))
+    pid = loader(store).pid
+    read, write = os.pipe()
+    gc.collect()  # the garbage of earlier tests is not the child's to report
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's verdict is its exit status
+        os.close(read)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ResourceWarning)
+                loaded = store.summary(load(store, csv_rows(20)), 0)[0]
+                own = loader(store).pid
+                gc.collect()
+            os.write(write, repr((loaded, own != pid, [str(w.message)[:80] for w in caught])).encode())
+            store.close()
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        said = answer.read()
+    os.waitpid(child, 0)
+    assert said == repr((20, True, []))
+    assert loader(store).pid == pid  # still running, still the parent's
+    assert store.summary(load(store, csv_rows(30)), 0)[0] == 30 and loader(store).pid == pid

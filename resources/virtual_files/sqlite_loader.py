@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from connector_ops.kernel.disk import DiskBelowFloor, DiskFloor
 from connector_ops.kernel.fence import check_fence
+from connector_ops.kernel.forks import in_child
 from connector_ops.resources.virtual_files.sqlite_ingest import (
     ABORT,
     COMMITTED,
@@ -256,19 +257,42 @@ def _close_pipes(child: subprocess.Popen) -> None:
                 pipe.close()
 
 
+def _detach(child: subprocess.Popen) -> None:
+    """In a forked child: let go of the parent's loader process without touching it. The ``Popen`` is marked as
+    not this process's (no "still running" warning, no wait, never a signal: the loader is the parent's), and
+    this process's copies of its pipes are closed quietly: the request pipe onto ``/dev/null`` first, so that
+    closing it flushes nothing a parent's thread had buffered into the parent's loader."""
+    child._child_created = False  # type: ignore[attr-defined]  # what Popen.__del__ looks at
+    for pipe in (child.stdin, child.stdout):
+        if pipe is None:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            if pipe is child.stdin:
+                with open(os.devnull, "wb") as devnull:
+                    os.dup2(devnull.fileno(), pipe.fileno())
+            pipe.close()
+
+
 _LOADERS: OrderedDict[str, Loader] = OrderedDict()
-_OWNER = os.getpid()  # loaders inherited through fork belong to the parent process
+_OWNER = os.getpid()  # the process whose loaders _LOADERS holds
 _REGISTRY = threading.Lock()
+
+
+@in_child
+def _after_fork() -> None:
+    """A forked child has no loader: it starts its own on its first load. The parent's are detached."""
+    global _OWNER, _REGISTRY
+    for loader in _LOADERS.values():
+        if loader._child is not None:
+            _detach(loader._child)
+    _LOADERS.clear()
+    _OWNER, _REGISTRY = os.getpid(), threading.Lock()
 
 
 def loader_for(path: str) -> Loader:
     """This process's loader for the SQLite file at ``path``."""
-    global _OWNER
     key = os.path.realpath(path)
     with _REGISTRY:
-        if os.getpid() != _OWNER:
-            _LOADERS.clear()
-            _OWNER = os.getpid()
         loader = _LOADERS.pop(key, None) or Loader(key)
         _LOADERS[key] = loader
         evicted = [_LOADERS.popitem(last=False)[1] for _ in range(len(_LOADERS) - MAX_LOADERS)]
