@@ -36,6 +36,9 @@ class Session:
         self._built: dict[str, tuple[int, Any]] = {}  # key -> (hash of the resolved recipe, resource)
         self._lock = threading.Lock()
         self._pid = os.getpid()  # the process whose resources _built holds
+        #: the process session: what its resources use is kept for the process's life; a user's session's
+        #: database engines are released at its close (:meth:`Resource.held`)
+        self._for_process = False
 
     def _own(self) -> None:
         """In a process forked from the one that built the resources: forget them, unclosed (they hold the
@@ -60,9 +63,10 @@ class Session:
         cached = self._built.get(key)
         if cached is not None and cached[0] == identity:
             return cached[1]
+        resource = recipe.build(environ)
+        resource.held(self._for_process)  # before the old one lets go: an engine both use is kept
         if cached is not None:
             cached[1].close()
-        resource = recipe.build(environ)
         self._built[key] = (identity, resource)
         return resource
 
@@ -104,6 +108,7 @@ def default_session() -> Session:
     with _default_lock:
         if _default is None:
             _default = Session()
+            _default._for_process = True
             atexit.register(_default.close)
         return _default
 

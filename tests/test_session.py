@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,3 +80,73 @@ def test_a_forked_child_makes_its_own_sessions_resources(no_process_session: Non
     assert not client.is_closed and my_files._client() is not None
     assert parent.resources_for(["platform_files"])["platform_files"] is files
     mine.close()
+
+
+def _open_under(folder: Path) -> list[str]:
+    """This process's descriptors open on files under ``folder`` (a store's file, its -wal and -shm)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            found.append(target)
+    return found
+
+
+def test_a_closed_session_leaves_no_database_file_open(tmp_path: Path) -> None:
+    import pandas as pd
+
+    import connector_ops as co
+
+    for i in range(5):
+        with sessions.Session({"CONNECTOR_OPS_HOME": str(tmp_path / f"tenant-{i}")}) as session:
+            vf = co.push_frame(pd.DataFrame({"a": ["1", "2"]}), resources=session.resources_for(["virtual_files"]))
+            assert session.invoke("etl.query", {"virtualFileId": vf, "query": {"a": "2"}})["result"] == [{"a": "2"}]
+            assert _open_under(tmp_path / f"tenant-{i}")  # open while the session is
+    assert _open_under(tmp_path) == []
+
+
+def test_the_process_session_keeps_its_engine_when_a_session_on_the_same_store_closes(
+        no_process_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pandas as pd
+
+    import connector_ops as co
+    from connector_ops.resources.virtual_files.engines import get_engine
+
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    co.push_frame(pd.DataFrame({"a": ["1"]}))
+    url = sessions.default_session().resources_for(["virtual_files"])["virtual_files"].database_url
+    engine = get_engine(url)
+    with sessions.Session({"CONNECTOR_OPS_HOME": str(tmp_path)}) as session:
+        co.push_frame(pd.DataFrame({"a": ["2"]}), resources=session.resources_for(["virtual_files"]))
+    assert get_engine(url) is engine  # pinned by the process session: its pool kept
+
+
+def test_dagster_steps_keep_the_engine_between_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dagster builds and closes resources per run (per step in a multiprocess run): the store's engine, and its
+    pooled sessions, outlive them, or every step would reconnect to PostgreSQL."""
+    import dagster as dg
+    import pandas as pd
+
+    import connector_ops as co
+    from connector_ops.ops.resources import dagster_resources
+    from connector_ops.resources.virtual_files.engines import get_engine
+
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    used: list[Any] = []
+
+    @dg.op(required_resource_keys={"virtual_files"})
+    def push(context) -> None:  # unannotated: with postponed annotations dagster would see a string
+        store = context.resources.virtual_files
+        co.push_frame(pd.DataFrame({"a": ["1"]}), resources={"virtual_files": store})
+        used.append(get_engine(store.database_url))
+
+    @dg.job
+    def pushing() -> None:
+        push()
+
+    for _ in range(2):
+        assert pushing.execute_in_process(resources=dagster_resources(keys=["virtual_files"])).success
+    assert used[0] is used[1]

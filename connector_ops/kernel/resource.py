@@ -25,6 +25,12 @@ class Resource(RedactedRepr, BaseModel):
     def close(self) -> None:
         """Release what the resource holds (connections, HTTP clients, tokens). Override where needed."""
 
+    def held(self, for_process: bool) -> None:
+        """Told by whoever built it how long the process-wide state it uses (a store's database engine, shared
+        by every resource on that URL) must last: ``for_process`` — the process's life (the process session,
+        Dagster's adapters, built and closed per step); else until this resource's ``close`` (a user's
+        ``Session``). Nothing by default."""
+
     def single_host(self) -> str | None:
         """Why this resource's state lives on the host it runs on, and what to configure instead (``None``:
         every host of a deployment reaches it). Steps of a distributed run refuse such a resource."""

@@ -80,6 +80,7 @@ class ResourceAdapter(RedactedRepr, dg.ConfigurableResource):
                     if (value := getattr(self, name)) is not None}
         resource = self.resource_cls(**{**self.environment_settings(), **explicit})
         refuse_single_host(KEY_OF[self.resource_cls], resource)
+        resource.held(for_process=True)  # built and closed per run or step: its engine kept between them
         return resource
 
     def environment_settings(self) -> dict[str, Any]:

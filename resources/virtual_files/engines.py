@@ -318,6 +318,13 @@ def _after_fork() -> None:
         engine.dispose(close=False)
 
 
+def dispose(url: str) -> None:
+    """Dispose of the engine of ``url`` and forget it, if there is one (:mod:`.engine_holds`: its last scoped
+    holder closed); a later :func:`get_engine` makes another."""
+    with _LOCK:
+        _drop(normalise_url(url))
+
+
 def dispose_all() -> None:
     with _LOCK:
         for engine in _ENGINES.values():

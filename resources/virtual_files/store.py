@@ -24,9 +24,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from pydantic import PrivateAttr
+
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.limits import refuse_nul_for_postgres
 from connector_ops.kernel.resource import Resource
+from connector_ops.resources.virtual_files import engine_holds
 from connector_ops.resources.virtual_files.array_cursors import holds_positions, sqlite_path
 from connector_ops.resources.virtual_files.shapes import (
     SCAN_BATCH,
@@ -58,12 +61,25 @@ class VirtualFileStore(Resource):
     0: no check): a write that would go below stops with a 500 and leaves nothing. Not PostgreSQL's: its
     server's disk is not ours to see, and the server refuses by itself."""
 
+    _scoped: bool = PrivateAttr(default=False)  # held its engine until close (:mod:`.engine_holds`)
+
     def close(self) -> None:
         """Stop this database's SQLite loader process, if this process started one (a later column-wise
-        load starts it again)."""
+        load starts it again); held for a scope (a user's ``Session``), release the database's engine, which
+        the last holder's release disposes of (:mod:`.engine_holds`)."""
         loaders = sys.modules.get("connector_ops.resources.virtual_files.sqlite_loader")
         if loaders is not None and self.sqlite_file is not None:
             loaders.close_loader(self.sqlite_file)
+        if self._scoped:
+            self._scoped = False
+            engine_holds.release(self.database_url)
+
+    def held(self, for_process: bool) -> None:
+        if for_process:
+            engine_holds.pin(self.database_url)
+        elif not self._scoped:
+            engine_holds.hold(self.database_url)
+            self._scoped = True
 
     def single_host(self) -> str | None:
         if self.database_url.startswith("sqlite"):
