@@ -12,6 +12,7 @@ builds its resources anew, and the parent's are abandoned there, neither used no
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Self

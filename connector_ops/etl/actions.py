@@ -19,6 +19,7 @@ from connector_ops.etl.push_parquet import is_parquet, push_parquet
 from connector_ops.etl.quarantine import COLUMNS as QUARANTINE_COLUMNS
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
+from connector_ops.etl.row_totals import rows_to_show
 from connector_ops.etl.writers import csv_chunks, json_chunks
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import Reporter, reading_with_progress, track
@@ -106,7 +107,7 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
                        "a JSON export (only CSV has a delimiter, a header row and a spreadsheet's cells)",
                        unless_default=True)
     names, pages = virtual_files.scan_tuples(inp.virtual_file_id, params.schema_, field="parameters.schema")
-    total = virtual_files.summary(inp.virtual_file_id, 0)[0]  # 25-70 ms on 1M rows: the bar's end, its ETA
+    total = rows_to_show(virtual_files, inp.virtual_file_id)
     with contextlib.closing(pages), track(f"pull {inp.export_name}", total, "rows") as reporter:
         # the read snapshot ends with the export, even when it fails
         return _export(inp, names, _reported(pages, reporter), platform_files, packing)
@@ -148,7 +149,8 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
 def iterate(inp: m.IterateInput, virtual_files: VirtualFileStore) -> m.IterateOutput:
     """The next batch of at most maxBatchSize rows (or array items), and whether more remain."""
     if isinstance(inp.content, str):  # a batch of a million rows reads for seconds: shown by rows, as Query
-        with track(f"iterate {inp.content}", inp.max_batch_size, "rows") as reporter:
+        # no total: the rows a batch will hold are known only once read (maxBatchSize ended a last batch at 3%)
+        with track(f"iterate {inp.content}", None, "rows") as reporter:
             rows, has_next = virtual_files.next_batch(inp.content, inp.max_batch_size, progress=reporter.update)
     else:
         rows, has_next = virtual_files.next_array_batch(inp.content, inp.max_batch_size)

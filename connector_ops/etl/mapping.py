@@ -17,6 +17,7 @@ from typing import Any
 from connector_ops.etl import models as m
 from connector_ops.etl.map_functions import RowFunction, resolve
 from connector_ops.etl.readers import cell_text
+from connector_ops.etl.row_totals import rows_to_show
 from connector_ops.kernel.errors import ActionFailed, InvalidInput
 from connector_ops.kernel.progress import track
 from connector_ops.registry import action
@@ -59,7 +60,7 @@ def apply_map(store: VirtualFileStore, vf_id: str, fn: RowFunction, label: str, 
         reporter.update(len(rows))
         return out
 
-    total = store.summary(vf_id, 0)[0]  # the bar's end and ETA (a count: 25-70 ms on 1M rows, Map takes seconds)
+    total = rows_to_show(store, vf_id)
     with track(f"map {label}", total, "rows") as reporter:
         try:
             return store.map_rows(vf_id, transform, overwrite=overwrite, batch_size=BATCH)

@@ -221,7 +221,7 @@ def push_ndjson_fast(store: VirtualFileStore, open_file: Open, name: str, size: 
 
 def _loaded(store: VirtualFileStore, open_file: Open, label: str, size: int | None, columns: list[str],
             lines: Lines) -> str:
-    with open_file() as raw, track(label, size, "B") as reporter:
+    with open_file() as raw, track(label, size, "B", then_again=True) as reporter:  # read again, or row by row
         return store.create_from_ndjson(columns, lines(reading_with_progress(raw, reporter)))
 
 

@@ -57,13 +57,13 @@ def _fast(store: VirtualFileStore, open_file: Open, name: str, size: int | None,
     (nothing was written); ``gave_up`` when the load began and stopped (not when the file's start showed it
     is not for this path). On
     PostgreSQL the bytes go to ``COPY`` as they are; a file with lines ``COPY`` would read otherwise (empty
-    ones, ``\\.`` alone) is read again through Arrow. A pass that gives up ends its bar as failed (what it
-    raised goes through :func:`track`), so a log line never reads as a finished Push."""
+    ones, ``\\.`` alone) is read again through Arrow. A pass that gives up ends its bar as given up
+    (``track(…, then_again=True)``), so a log line reads neither as a finished Push nor as a failed one."""
     from connector_ops.resources.virtual_files.csv_copy import NotForCopy
 
     for label, through_arrow in ((f"push {name}", False), (f"push {name} (again, through Arrow)", True)):
         try:
-            with open_file() as raw, track(label, size, "B") as reporter:
+            with open_file() as raw, track(label, size, "B", then_again=True) as reporter:
                 opened = data_rows(reading_with_progress(raw, reporter), **options)
                 if opened is None:
                     return None, False

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, Literal, Protocol
 
+from connector_ops.kernel.errors import UpstreamError
 from connector_ops.kernel.scoped import scoped
 
 
@@ -25,8 +26,9 @@ class Reporter(Protocol):
 ReporterFactory = Callable[[str, int | None, str], Reporter]
 
 #: how the work a reporter followed ended: finished, raised an error, or interrupted (Ctrl-C, Jupyter's Stop,
-#: Dagster's Terminate: a ``BaseException`` that is not an ``Exception``)
-Outcome = Literal["done", "failed", "stopped"]
+#: Dagster's Terminate: a ``BaseException`` that is not an ``Exception``); or, for a pass that another follows
+#: when it fails (``track(…, then_again=True)``: a Push's fast reader), gave up for that other to read again
+Outcome = Literal["done", "failed", "stopped", "gave up"]
 
 
 class _Silent:
@@ -42,6 +44,12 @@ _factory: contextvars.ContextVar[ReporterFactory | None] = contextvars.ContextVa
 _open: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("progress_open", default=None)
 
 
+def showing() -> bool:
+    """Whether progress is shown here (a reporter factory installed): what only a bar needs, such as a row
+    count for its end, is worth its cost only then (a count is a scan of the file on PostgreSQL)."""
+    return _factory.get() is not None
+
+
 @contextlib.contextmanager
 def reporting_to(factory: ReporterFactory | None) -> Iterator[None]:
     """Within this block, :func:`track` reports through ``factory(description, total, unit)``."""
@@ -50,20 +58,24 @@ def reporting_to(factory: ReporterFactory | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def track(description: str, total: int | None = None, unit: str = "B") -> Iterator[Reporter]:
+def track(description: str, total: int | None = None, unit: str = "B", *,
+          then_again: bool = False) -> Iterator[Reporter]:
     """A progress reporter for one piece of work; ``update(n)`` adds ``n`` units done.
 
     The reporter is told how the work ended: a reporter whose class sets ``takes_outcome = True`` gets
     ``close(outcome)`` (:data:`Outcome`), so that a log line of a failed step does not read as a finished
-    one; any other reporter (a ``tqdm`` bar, an older one) gets ``close()``."""
+    one; any other reporter (a ``tqdm`` bar, an older one) gets ``close()``. ``then_again``: a pass that
+    another reads again when it fails, so its error ends it as ``"gave up"``, not ``"failed"``: a Push that
+    succeeds row by row after its fast reader gave up logged "push x.csv failed at …" (an upstream failure,
+    which ends the Push, still fails it)."""
     factory = _factory.get()
     reporter: Reporter = factory(description, total, unit) if factory else _Silent()
     outcome: Outcome = "done"
     token = _open.set(reporter if factory else None)
     try:
         yield reporter
-    except Exception:
-        outcome = "failed"
+    except Exception as exc:
+        outcome = "gave up" if then_again and not isinstance(exc, UpstreamError) else "failed"
         raise
     except BaseException:
         outcome = "stopped"
@@ -109,18 +121,25 @@ def tqdm_reporter(description: str, total: int | None, unit: str) -> Reporter:
 
 def amount(n: int, unit: str) -> str:
     """``n`` units as a person reads them in a log line: bytes in binary units (``64.2 MiB``), anything else
-    with a metric suffix (``390k rows``, ``1.2M rows``); exact below a thousand."""
-    if unit == "B":
-        size: float = n
-        for prefix in ("", "Ki", "Mi", "Gi", "Ti"):
-            if size < 1024 or prefix == "Ti":
-                return f"{n} B" if not prefix else f"{size:.1f} {prefix}B"
-            size /= 1024
-    for suffix, scale in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.0f}{suffix} {unit}" if value >= 100 else f"{value:.3g}{suffix} {unit}"
-    return f"{n} {unit}"
+    with a metric suffix (``390k rows``, ``1.2M rows``); exact below a thousand (1024 bytes). A value is
+    rounded before its unit is chosen, so 999,950 rows are ``1M rows``, not ``1000k rows``."""
+    binary = unit == "B"
+    steps = ("B", " KiB", " MiB", " GiB", " TiB") if binary else (f" {unit}", f"k {unit}", f"M {unit}", f"G {unit}")
+    base = 1024 if binary else 1000
+
+    def shown(value: float) -> str:
+        return f"{value:.1f}" if binary else f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+    if n < base:
+        return f"{n} {unit}"
+    value, step = float(n), 0
+    while step + 1 < len(steps) and float(shown(value)) >= base:
+        value, step = value / base, step + 1
+    return shown(value) + steps[step]
+
+
+#: seconds between two lines a :class:`LogReporter` writes of a work kept alive by ticks only
+TICK_LINE_S = 1.0
 
 
 class LogReporter:
@@ -139,7 +158,9 @@ class LogReporter:
     def update(self, n: int) -> None:
         self.done += n
         now = time.monotonic()
-        if now - self.last >= self.interval:
+        # a tick (nothing counted: :func:`tick`, every ~2 ms of a long statement) writes at most a line a
+        # second, whatever the interval: at 0 ("every update") a 6 s Join wrote thousands of events
+        if now - self.last >= (self.interval if n else max(self.interval, TICK_LINE_S)):
             self.last = now
             self.log(self._line())
 
@@ -164,6 +185,8 @@ class LogReporter:
             self.log(f"{self.description}: done in {elapsed:.1f}s")
         elif outcome == "done":
             self.log(self._line() + f" in {elapsed:.1f}s")
+        elif outcome == "gave up":
+            self.log(f"{self.description}: gave up at {self._where()} after {elapsed:.1f}s, to read it again")
         else:
             self.log(f"{self.description} {outcome} at {self._where()} after {elapsed:.1f}s")
 
