@@ -6,7 +6,7 @@ events in the instance instead and writes, as plain lines (no carriage returns: 
 a cron mail, a CI log or a cell's output):
 
     load: started (etl.push)
-    load: push big.csv: 42% (35,000,000 of 83,000,000 B)
+    load: push big.csv: 42% (33.4 MiB of 79.2 MiB)
     load: succeeded in 12.3s
     check: failed in 0.4s (status 400)
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-#: the key-value store's key of a sensor's seen files, one per generation parity
+#: the key-value store's key of a sensor's seen files, one per generation parity; ``sensor`` is
+#: :func:`sensor_key` (one instance serves several code locations, which may each have a sensor of the name)
 KEY = "connector_ops/drive_sensor/{sensor}/{slot}"
 
 Seen = dict[str, str | None]  # file id -> its version (None: seen by a release that did not record it)
@@ -56,12 +57,32 @@ def read_cursor(cursor: str | None) -> Token | Seen:
     return value
 
 
-def load(instance: dg.DagsterInstance, sensor: str, cursor: str | None) -> tuple[Seen, Token | None, bool]:
+def sensor_key(context: dg.SensorEvaluationContext, sensor: str) -> str:
+    """Who the seen files are of: the sensor in its code location and repository, as Dagster keeps a cursor
+    (a staging and a production location of one instance with a pipeline of the same name would otherwise
+    each find the other's files in the row, and count every file as new at every tick)."""
+    origin = context.code_location_origin
+    location = getattr(origin, "location_name", None)
+    return "/".join(part for part in (location, context.repository_name, sensor) if part)
+
+
+def instance_of(context: dg.SensorEvaluationContext) -> dg.DagsterInstance | None:
+    """The context's instance, or ``None`` for one built without any (``dg.build_sensor_context()`` in a
+    user's unit test): the seen files are then kept in the cursor itself, as before this module."""
+    try:
+        return context.instance
+    except dg.DagsterInvariantViolationError:
+        return None
+
+
+def load(instance: dg.DagsterInstance | None, sensor: str, cursor: str | None) -> tuple[Seen, Token | None, bool]:
     """The files seen as of ``cursor``, its token (``None``: a cursor of an earlier release, or none), and
     whether the row named by the token held them (``False``: a first start, see the module)."""
     read = read_cursor(cursor)
     if not isinstance(read, Token):
         return read, None, True
+    if instance is None:  # a token, but no store to read it from
+        return {}, read, False
     key = KEY.format(sensor=sensor, slot=read.generation % 2)
     stored = instance.run_storage.get_cursor_values({key}).get(key)
     row = json.loads(stored) if stored else {}
@@ -70,8 +91,11 @@ def load(instance: dg.DagsterInstance, sensor: str, cursor: str | None) -> tuple
     return row["files"], read, True
 
 
-def save(instance: dg.DagsterInstance, sensor: str, after: Token | None, seen: Seen) -> str:
-    """Store ``seen`` as the generation after ``after``, in the row the tick did not read; its cursor."""
+def save(instance: dg.DagsterInstance | None, sensor: str, after: Token | None, seen: Seen) -> str:
+    """Store ``seen`` as the generation after ``after``, in the row the tick did not read; its cursor. With no
+    instance, the cursor is the seen files themselves."""
+    if instance is None:
+        return json.dumps(seen, sort_keys=True)
     generation = (after.generation if after is not None else 0) + 1
     files = json.dumps(seen, sort_keys=True)
     token = Token(generation, hashlib.sha256(files.encode()).hexdigest()[:32], len(seen))

@@ -90,13 +90,14 @@ def drive_folder_sensor(job: dg.JobDefinition, trigger: Trigger, *, trigger_node
             listing = context.resources.drive.list_folder(folder)
         except Exception as exc:  # reported like an action's failure: one line, the tick skipped
             return dg.SkipReason(error_for(get_action(LIST_ACTION), exc).summary())
-        seen, token, whole = sensor_state.load(context.instance, name, context.cursor)
+        instance, key = sensor_state.instance_of(context), sensor_state.sensor_key(context, name)
+        seen, token, whole = sensor_state.load(instance, key, context.cursor)
         if not whole:
             context.log.warning(f"the files seen by {name} are not stored as its cursor says ({context.cursor}): "
                                 "every file of the folder counts as new; those already run are not run again")
         changes, now_seen = changed_files(listing, seen)
         cursor = context.cursor if token is not None and whole and now_seen == seen else sensor_state.save(
-            context.instance, name, token, now_seen)  # stored again only when versions or files changed
+            instance, key, token, now_seen)  # stored again only when versions or files changed
         if not changes:
             return dg.SensorResult(skip_reason=f"no new or modified file in drive folder {folder}", cursor=cursor)
         requests = [

@@ -222,3 +222,40 @@ def test_a_cursor_whose_seen_files_are_not_stored_starts_no_second_run(drive: Dr
     assert _submit(instance, list(again.run_requests)) == [] and _seen(again.cursor) == {first: _seen(
         result.cursor)[first]}
     assert not _tick(drive, again.cursor).run_requests
+
+
+def test_sensors_of_one_name_in_two_code_locations_keep_their_own_files(drive: Drive) -> None:
+    """The seen files were keyed by the sensor's name alone: a staging and a production location of one
+    instance with the same pipeline overwrote each other's row, and every tick of each counted every file
+    as new (the whole folder's run requests, a warning, the row written whole). Each now has its own."""
+    sensor = build_definitions().resolve_sensor_def(SENSOR)
+    _upload(drive, "a.csv", "x\n1\n")
+
+    def tick(repository: str, cursor: str | None) -> dg.SensorExecutionData:
+        with dg.build_sensor_context(cursor=cursor, resources={"drive": drive.drive}, instance=INSTANCE,
+                                     repository_name=repository) as ctx:
+            return sensor.evaluate_tick(ctx)
+
+    staging, production = tick("staging", None), tick("production", None)
+    assert len(staging.run_requests) == len(production.run_requests) == 1
+    for name in ("b.csv", "c.csv"):  # staging ticks on, two generations ahead of production
+        _upload(drive, name, "x\n2\n")
+        staging = tick("staging", staging.cursor)
+        assert len(staging.run_requests) == 1
+    production = tick("production", production.cursor)
+    assert sorted(r.run_config["ops"]["trigger"]["config"]["name"] for r in production.run_requests) == [
+        "b.csv", "c.csv"]  # not a.csv again: its files were its own, whatever staging wrote
+    assert not tick("staging", staging.cursor).run_requests
+
+
+def test_a_sensor_built_without_an_instance_keeps_its_files_in_the_cursor(drive: Drive) -> None:
+    """``dg.build_sensor_context()`` without an instance (a user's unit test of the sensor) failed at every
+    tick once the seen files moved to the instance; there, they are in the cursor, as before."""
+    sensor = build_definitions().resolve_sensor_def(SENSOR)
+    first = _upload(drive, "a.csv", "x\n1\n")
+    with dg.build_sensor_context(resources={"drive": drive.drive}) as ctx:
+        ticked = sensor.evaluate_tick(ctx)
+    assert [r.run_key for r in ticked.run_requests] == [f"root/{first}@1"]
+    assert set(json.loads(ticked.cursor)) == {first}
+    with dg.build_sensor_context(cursor=ticked.cursor, resources={"drive": drive.drive}) as ctx:
+        assert not sensor.evaluate_tick(ctx).run_requests
