@@ -14,7 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, Self
 
 from connector_ops.environment import Recipe, pin_paths, process_environ, recipes_for
@@ -24,16 +24,25 @@ from connector_ops.registry import error_for, get_action, run_action
 
 
 class Session:
-    """Resources from ``environ`` (the process environment as it is at each call, by default).
+    """Resources from ``environ`` (the process environment by default), as it is at each call: a changed
+    setting (a rotated token) is read at the next call, the resource it makes rebuilt.
 
     Relative path settings (and the default home ``./.connector_ops``) are resolved against the working
-    directory once: a given ``environ`` when the session is made, the process's at its first call
-    (:func:`connector_ops.environment.pin_paths`), so a later ``os.chdir`` or ``%cd`` keeps the store."""
+    directory once (:func:`connector_ops.environment.pin_paths`): the process's at its first call, a given
+    ``environ`` when the session is made — written back into it when it can be written, else kept beside it
+    for as long as the caller leaves those settings as they were — so a later ``os.chdir`` or ``%cd`` keeps
+    the store."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self._environ = None if environ is None else dict(environ)
-        if self._environ is not None:
-            pin_paths(self._environ)
+        self._environ = environ
+        #: a read-only ``environ``'s path settings as made absolute: setting -> (its value then, absolute)
+        self._pinned: dict[str, tuple[str | None, str]] = {}
+        if isinstance(environ, MutableMapping):
+            pin_paths(environ)
+        elif environ is not None:
+            pinned = dict(environ)
+            pin_paths(pinned)
+            self._pinned = {k: (environ.get(k), v) for k, v in pinned.items() if environ.get(k) != v}
         self._built: dict[str, tuple[int, Any]] = {}  # key -> (hash of the resolved recipe, resource)
         self._lock = threading.Lock()
         self._pid = os.getpid()  # the process whose resources _built holds
@@ -49,7 +58,11 @@ class Session:
             self._built, self._lock, self._pid = {}, threading.Lock(), os.getpid()
 
     def environ(self) -> dict[str, str]:
-        return dict(process_environ() if self._environ is None else self._environ)
+        if self._environ is None:
+            return dict(process_environ())
+        environ = dict(self._environ)
+        environ.update({k: absolute for k, (was, absolute) in self._pinned.items() if environ.get(k) == was})
+        return environ
 
     def resources_for(self, keys: Iterable[str]) -> dict[str, Any]:
         """The live resources of ``keys``; a bad setting raises ``InvalidInput`` naming the variable."""

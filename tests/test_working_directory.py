@@ -81,3 +81,20 @@ def test_a_session_given_its_environment_resolves_its_paths_when_made(tmp_path: 
         assert Path(built["drive"].drive_dir) == first / "drive-here"
         assert Path(built["mail"].outbox_dir) == first / "outbox-here"
     assert os.listdir(second) == []
+
+
+def test_a_session_reads_its_environment_again_at_each_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinning its paths made a ``Session(environ)`` copy the mapping when made, so a setting changed in it
+    later (a rotated token, another folder) was never seen. It reads the mapping at each call; the paths it
+    pinned are written into it, or kept beside a read-only one while the caller leaves them as they were."""
+    from types import MappingProxyType
+
+    monkeypatch.chdir(tmp_path)
+    environ = {"CONNECTOR_OPS_HOME": "home", "CONNECTOR_OPS_FILES_DIR": "files"}
+    session = Session(environ)
+    assert environ["CONNECTOR_OPS_FILES_DIR"] == str(tmp_path / "files")  # written back
+    environ["CONNECTOR_OPS_FILES_DIR"] = str(tmp_path / "other")
+    assert session.resources_for(["platform_files"])["platform_files"].files_dir == str(tmp_path / "other")
+    frozen = Session(MappingProxyType({"CONNECTOR_OPS_HOME": "home"}))
+    monkeypatch.chdir(tmp_path.parent)
+    assert frozen.environ()["CONNECTOR_OPS_HOME"] == str(tmp_path / "home")
