@@ -46,7 +46,7 @@ def retry_after_s(header: str | None) -> float | None:
     """Seconds a ``Retry-After`` value asks to wait: its delay-seconds, or how far ahead its HTTP date is;
     None when absent, unreadable or a date not in the future (the server's wish is then unknown or over)."""
     value = (header or "").strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²" is a digit to str.isdigit, not to float()
         return float(value)
     try:
         when = parsedate_to_datetime(value)

@@ -67,6 +67,16 @@ def test_retry_after_as_an_http_date_is_waited_for(google: Drive) -> None:
     assert drive_calls(fake, "GET", "/drive/v3/files") == 2
 
 
+def test_a_retry_after_of_other_digits_is_left_to_the_backoff(google: Drive) -> None:
+    """``"²"`` is a digit to ``str.isdigit`` but no number to ``float``: the retry failed with a ValueError (a
+    500) instead of waiting the backoff, as an unreadable Retry-After does."""
+    fake = google.fake
+    assert fake is not None
+    fake.fail("GET", "/drive/v3/files", status=503, reason="backendError", retry_after="²")
+    assert google.run("drive.list", {}) == {"content": []}
+    assert drive_calls(fake, "GET", "/drive/v3/files") == 2
+
+
 @pytest.mark.parametrize("status,reason", [(503, "backendError"), (500, "internalError"),
                                            (403, "userRateLimitExceeded"), (403, "rateLimitExceeded")])
 def test_transient_errors_on_create_leave_exactly_one_folder(google: Drive, status: int, reason: str) -> None:
