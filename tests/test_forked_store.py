@@ -55,6 +55,7 @@ def test_a_connection_out_of_step_with_the_pool_is_not_called_unreachable(postgr
     monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", postgres_url)
     vf = co.push_frame(pd.DataFrame({"a": ["1"]}))
     engine = get_engine(postgres_url)
+    engine.dispose()  # no idle session left by earlier tests of this process: the next check-out gets this one
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
     raw.execute("SELECT 1")  # in a transaction the pool does not know of
