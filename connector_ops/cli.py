@@ -190,16 +190,12 @@ def showing_progress(enabled: bool = True) -> Iterator[None]:
     elsewhere (cron, CI, systemd, ``2> log``) plain lines every :data:`LOG_INTERVAL` seconds, since a bar's
     carriage returns make a log unreadable and silence leaves a long run looking hung; nothing when not
     ``enabled`` (``--no-progress``)."""
-    from connector_ops.kernel.progress import LogReporter, Reporter, ReporterFactory, reporting_to, tqdm_reporter
+    from connector_ops.kernel.progress import ReporterFactory, log_lines, reporting_to, tqdm_reporter
     from connector_ops.kernel.settings import progress_interval
-
-    def lines(description: str, total: int | None, unit: str) -> Reporter:
-        return LogReporter(_stderr_line, description, total, unit, interval=interval)
 
     factory: ReporterFactory | None = None
     if enabled and sys.stderr is not None:
-        interval = progress_interval(LOG_INTERVAL)
-        factory = tqdm_reporter if sys.stderr.isatty() else lines
+        factory = tqdm_reporter if sys.stderr.isatty() else log_lines(_stderr_line, progress_interval(LOG_INTERVAL))
     with reporting_to(factory):
         yield
 

@@ -191,6 +191,16 @@ class LogReporter:
             self.log(f"{self.description} {outcome} at {self._where()} after {elapsed:.1f}s")
 
 
+def log_lines(log: Callable[[str], None], interval: float) -> ReporterFactory:
+    """A reporter factory whose reporters write lines to ``log`` every ``interval`` seconds (:class:`LogReporter`):
+    a step's Dagster log, the command line's stderr when it is no terminal."""
+
+    def reporter(description: str, total: int | None, unit: str) -> Reporter:
+        return LogReporter(log, description, total, unit, interval=interval)
+
+    return reporter
+
+
 class _CountingRaw(io.RawIOBase):
     def __init__(self, stream: IO[bytes], reporter: Reporter) -> None:
         self._stream, self._reporter = stream, reporter

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from connector_ops.kernel.progress import LogReporter, Reporter, ReporterFactory
+from connector_ops.kernel.progress import ReporterFactory, log_lines
 from connector_ops.kernel.settings import progress_interval
 
 #: seconds between two lines of one piece of work (``CONNECTOR_OPS_PROGRESS_INTERVAL`` overrides it)
@@ -17,9 +17,4 @@ STEP_INTERVAL = 5
 
 def step_progress(log: Callable[[str], None]) -> ReporterFactory:
     """A reporter factory writing to ``log`` (a step's ``context.log.info``) at the step interval."""
-    interval = progress_interval(STEP_INTERVAL)
-
-    def reporter(description: str, total: int | None, unit: str) -> Reporter:
-        return LogReporter(log, description, total, unit, interval=interval)
-
-    return reporter
+    return log_lines(log, progress_interval(STEP_INTERVAL))

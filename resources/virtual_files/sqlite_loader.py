@@ -274,19 +274,18 @@ def _detach(child: subprocess.Popen) -> None:
 
 
 _LOADERS: OrderedDict[str, Loader] = OrderedDict()
-_OWNER = os.getpid()  # the process whose loaders _LOADERS holds
 _REGISTRY = threading.Lock()
 
 
 @in_child
 def _after_fork() -> None:
     """A forked child has no loader: it starts its own on its first load. The parent's are detached."""
-    global _OWNER, _REGISTRY
+    global _REGISTRY
     for loader in _LOADERS.values():
         if loader._child is not None:
             _detach(loader._child)
     _LOADERS.clear()
-    _OWNER, _REGISTRY = os.getpid(), threading.Lock()
+    _REGISTRY = threading.Lock()
 
 
 def loader_for(path: str) -> Loader:
@@ -319,14 +318,14 @@ def worth_it(path: str, size: int | None) -> bool:
 def close_loader(path: str) -> None:
     """Close this process's loader for ``path``, if it has one (a later load starts another)."""
     with _REGISTRY:
-        loader = _LOADERS.pop(os.path.realpath(path), None) if os.getpid() == _OWNER else None
+        loader = _LOADERS.pop(os.path.realpath(path), None)
     if loader is not None:
         loader.close()
 
 
 def close_all() -> None:
     with _REGISTRY:
-        loaders = list(_LOADERS.values()) if os.getpid() == _OWNER else []
+        loaders = list(_LOADERS.values())
         _LOADERS.clear()
     for loader in loaders:
         loader.close()
