@@ -28,6 +28,9 @@ from tests import loopback_only
 from tests.signals import signalled_after  # noqa: F401 (a fixture for every test)
 
 loopback_only.install()
+# Dagster's webserver and daemon upload telemetry to telemetry.dagster.io at once on a fresh DAGSTER_HOME, from
+# child processes the socket net above does not reach: every process the tests start inherits this
+os.environ["DAGSTER_DISABLE_TELEMETRY"] = "1"
 
 CSV_SPECTRUM = Path(__file__).parent / "data" / "csv-spectrum"
 
@@ -93,7 +96,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def env(tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """A clean connector environment on a temporary home (also set in os.environ for invoke())."""
     for name in list(os.environ):
-        if name.startswith(("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_")):
+        if name.startswith(("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_", "DAGSTER_HOME")):
             monkeypatch.delenv(name)
     values = {
         "CONNECTOR_OPS_HOME": str(tmp_path / "home"),

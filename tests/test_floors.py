@@ -24,11 +24,12 @@ import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.servers import free_port
+from tests.servers import free_port, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 #: repository folder -> installed package name (pyproject.toml's package-dir)
@@ -228,9 +229,25 @@ def test_magics_run_in_a_folder_with_its_own_resources_and_pipelines(user_folder
 
 
 def test_dagster_dev_serves_our_jobs_from_a_folder_with_its_own_pipelines(user_folder: Path) -> None:
+    """Also: the webserver and daemon a test starts send no telemetry (on a fresh DAGSTER_HOME they would upload
+    it at once, from child processes the socket net of tests/loopback_only.py does not reach)."""
+    uploads: list[str] = []
+
+    async def telemetry(scope: dict, receive: Any, send: Any) -> None:
+        uploads.append(f"{scope['method']} {scope['path']}")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
     port = free_port()
-    env = {**_env(user_folder), "DAGSTER_HOME": str(user_folder / "dagster_home")}
     (user_folder / "dagster_home").mkdir()
+    with serving(telemetry) as collector:
+        env = {**_env(user_folder), "DAGSTER_HOME": str(user_folder / "dagster_home"),
+               "DAGSTER_TELEMETRY_URL": f"{collector}/actions"}
+        _serves_our_jobs(env, user_folder, port)
+    assert not uploads, f"telemetry left the test: {uploads}"
+
+
+def _serves_our_jobs(env: dict[str, str], user_folder: Path, port: int) -> None:
     command = [_bin("dagster"), "dev", "-m", "connector_ops.pipelines", "-h", "127.0.0.1", "-p", str(port)]
     proc = subprocess.Popen(command, cwd=user_folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
