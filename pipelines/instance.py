@@ -20,7 +20,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from connector_ops.kernel.disk import DiskFull, disk_full
 from connector_ops.kernel.errors import ConfigurationError
+from connector_ops.resources.virtual_files.disk_full import is_full
+from connector_ops.resources.virtual_files.sqlite_faults import sqlite_error_in
 
 #: the lock file, in DAGSTER_HOME
 LOCK_FILE = ".connector_ops.instance.lock"
@@ -39,8 +42,41 @@ def home_instance() -> dg.DagsterInstance | None:
         raise ConfigurationError("DAGSTER_HOME", f"must be an absolute path, got {home!r}")
     if not path.is_dir():
         raise ConfigurationError("DAGSTER_HOME", f"{home} is not a folder (create it, or point DAGSTER_HOME at one)")
-    with _storage_lock(path):
+    with _storage_lock(path), storage_faults():
         return dg.DagsterInstance.get()
+
+
+@contextlib.contextmanager
+def storage_faults() -> Iterator[None]:
+    """The block's failure to write the SQLite storage of ``DAGSTER_HOME`` for want of space, as
+    :class:`~connector_ops.kernel.disk.DiskFull` naming that folder (:func:`storage_full`)."""
+    try:
+        yield
+    except Exception as exc:
+        full = storage_full(exc)
+        if full is None:
+            raise
+        raise full from None
+
+
+def storage_full(exc: BaseException) -> DiskFull | None:
+    """``exc`` as the full disk of ``DAGSTER_HOME``'s SQLite storage, or ``None`` when it is not that.
+
+    Dagster writes every event of a run to it; once its disk filled, ``pipeline run`` ended with
+    ``failed (500): database error: database or disk is full`` (or "disk I/O error"), naming neither the
+    folder nor that it was Dagster's history, not the store, that had no room."""
+    home = os.environ.get("DAGSTER_HOME")
+    error = sqlite_error_in(exc)
+    if not home or not os.path.isabs(home) or error is None:
+        return None
+    if not is_full(error, os.path.join(home, SQLITE_STORAGE[0])):
+        return None
+    return disk_full(home, 0,
+                     detail=f"Dagster's run and event storage in DAGSTER_HOME ({', '.join(SQLITE_STORAGE)}) "
+                            "could not grow",
+                     done="the run stopped where its history could not be written",
+                     advice="Dagster's own writes are not held to CONNECTOR_OPS_MIN_FREE_DISK: keep DAGSTER_HOME "
+                            "on a disk with room")
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from connector_ops.kernel.errors import ConnectorError
 from connector_ops.ops.factory import error_of_failed_step
 from connector_ops.ops.io_manager import capped_in_memory_io_manager
 from connector_ops.pipelines.dsl import CompiledPipeline
-from connector_ops.pipelines.instance import home_instance
+from connector_ops.pipelines.instance import home_instance, storage_faults
 from connector_ops.pipelines.run_progress import RunProgress, step_of
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
         options["run_id"] = make_new_run_id()
         instance.add_event_listener(options["run_id"], listener)
     try:
-        with unawaited_loop_cleanup_ignored():
+        with unawaited_loop_cleanup_ignored(), storage_faults():
             if verbose:
                 return job.execute_in_process(**options)
             try:
@@ -110,15 +110,16 @@ def run_compiled(compiled: CompiledPipeline, resources: Mapping[str, Any], *, ve
         instance = home_instance() or dg.DagsterInstance.ephemeral()
     listener = RunProgress(progress, compiled) if progress is not None and not verbose else None
     result = run_job(compiled.job, resources, verbose=verbose, instance=instance, listener=listener)
-    if compiled.pipeline.notify:
-        from connector_ops.pipelines.notifications import notify_run
+    with storage_faults():  # the mails and the warnings read the run's log
+        if compiled.pipeline.notify:
+            from connector_ops.pipelines.notifications import notify_run
 
-        try:
-            notify_run(compiled.pipeline, instance, result.dagster_run, resources)
-        except ConnectorError as exc:
-            logger.error("pipeline %s: notification not sent: %s", compiled.pipeline.name, exc)
-    run = PipelineRun(compiled.pipeline.name, result, compiled)
-    run.read_warnings(instance)
+            try:
+                notify_run(compiled.pipeline, instance, result.dagster_run, resources)
+            except ConnectorError as exc:
+                logger.error("pipeline %s: notification not sent: %s", compiled.pipeline.name, exc)
+        run = PipelineRun(compiled.pipeline.name, result, compiled)
+        run.read_warnings(instance)
     return run
 
 

@@ -112,18 +112,21 @@ def free_space(folder: str) -> int:
         return stats.f_bavail * stats.f_frsize
 
 
-def disk_full(folder: str, min_free: int, detail: str = "", done: str = "nothing was written") -> DiskFull:
+def disk_full(folder: str, min_free: int, detail: str = "", done: str = "nothing was written",
+              advice: str | None = None) -> DiskFull:
     """The error for a disk that filled up under a writer in ``folder``, in the floor's words: where, how
     much is free now, ``detail`` (e.g. a database's log size), what became of the write, and the setting
-    (``min_free``: its value here) that stops writers before this happens."""
+    (``min_free``: its value here) that stops writers before this happens — or ``advice`` instead, for a
+    writer the floor does not hold (Dagster's own storage)."""
     try:
         free = shown_size(free_space(folder))
     except OSError:
         free = "unknown"
     extra = f"; {detail}" if detail else ""
-    setting = (f"{MIN_FREE_DISK_VARIABLE}=0 turns off the check that stops writers before the disk fills up"
-               if min_free <= 0 else
-               f"another process took the space that {MIN_FREE_DISK_VARIABLE}={shown_size(min_free)} keeps free")
+    setting = advice or (
+        f"{MIN_FREE_DISK_VARIABLE}=0 turns off the check that stops writers before the disk fills up"
+        if min_free <= 0 else
+        f"another process took the space that {MIN_FREE_DISK_VARIABLE}={shown_size(min_free)} keeps free")
     return DiskFull(f"no space left on the disk of {folder}: {free} free{extra}; {done} (free some space; "
                     f"{setting})")
 

@@ -38,6 +38,7 @@ from connector_ops.resources.drive.base import (
     listing_order,
 )
 from connector_ops.resources.platform_files import utc_timestamp
+from connector_ops.resources.virtual_files.sqlite_faults import sqlite_fault
 
 CHUNK = 1 << 20
 ROOT = "root"
@@ -132,8 +133,21 @@ class LocalDriveResource(Resource):
 
     @contextlib.contextmanager
     def _db(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        """One connection per action; writes run in one ``BEGIN IMMEDIATE`` transaction."""
-        conn = sqlite3.connect(self.root / "drive.db", timeout=30, isolation_level=None)
+        """One connection per action; writes run in one ``BEGIN IMMEDIATE`` transaction. SQLite's faults of the
+        host (a full disk) are named with ``drive.db``'s folder, as the store's are (:mod:`.sqlite_faults`)."""
+        path = self.root / "drive.db"
+        try:
+            with self._connected(path, write) as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            fault = sqlite_fault(exc, str(path), self.min_free_disk)
+            if fault is None:
+                raise
+            raise fault from None
+
+    @contextlib.contextmanager
+    def _connected(self, path: Path, write: bool) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None)
         conn.row_factory = sqlite3.Row
         try:
             conn.execute("PRAGMA journal_mode=WAL")

@@ -120,7 +120,7 @@ class ArrowLoading(Writing):
             self.give_back_log()
             raise
         except sqlite_loader.IngestFailed as exc:
-            if is_full(exc):
+            if is_full(exc, path):
                 self.give_back_log()
                 raise full_error(path, self.min_free_disk) from None
             with self.reading() as conn:  # a child that died after its commit: the file is there, whole

@@ -59,7 +59,7 @@ def compact_sqlite(engine: sa.Engine, path: str, *, dry_run: bool = False, min_f
             conn.execute("VACUUM")
             busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]  # 1: a reader kept the log
         except sqlite3.OperationalError as exc:
-            if is_full(exc):  # VACUUM writes a copy of the database: no room for it, nothing changed
+            if is_full(exc, path):  # VACUUM writes a copy of the database: no room for it, nothing changed
                 raise full_error(path, min_free, done="gc's compaction (VACUUM) was rolled back; what gc removed "
                                                      "before it stays removed") from None
             if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):  # primary code

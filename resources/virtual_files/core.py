@@ -141,7 +141,7 @@ class StoreCore(Resource):
             raise
         except Exception as exc:
             path = sqlite_path(self.database_url)
-            if path and is_full(exc):  # the floor off, or outrun by another process
+            if path and is_full(exc, path):  # the floor off, or outrun by another process
                 self.give_back_log()
                 raise full_error(path, self.min_free_disk) from None
             problem = unstorable_value(exc)

@@ -39,6 +39,7 @@ from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
 from connector_ops.resources.virtual_files.layout import RECHECK_SECONDS, check_stamp, check_unchanged
 from connector_ops.resources.virtual_files.pool_settings import pool_settings
+from connector_ops.resources.virtual_files.sqlite_faults import install as name_sqlite_faults
 from connector_ops.resources.virtual_files.store_file import StoreFile, watch
 
 _ENGINES: dict[str, sa.Engine] = {}
@@ -163,6 +164,8 @@ def get_engine(url: str) -> sa.Engine:
             if path:  # its checks first: a transaction on a file gone stops before it waits for a lock
                 file = watch(engine, path, functools.partial(_forget, key, engine), is_writing)
             _setup_sqlite(engine, path)
+            if path:  # a full disk, reads and connects included, named with its folder (:mod:`.sqlite_faults`)
+                name_sqlite_faults(engine, path)
         else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
             from connector_ops.resources.virtual_files import db_errors
             from connector_ops.resources.virtual_files.pg_cancel import cancel_on_interrupt

@@ -1,0 +1,61 @@
+"""A SQLite file's environment faults, said in the words of the host that can fix them: one mapping for the
+virtual-file store (its engine's ``handle_error`` hook, :func:`install`) and for the local drive's
+``drive.db`` (:func:`sqlite_fault` around its own connections).
+
+SQLite says what failed, never where or why: "disk I/O error" on a full disk (:mod:`.disk_full`), each a
+500 "database error: …" naming no file. The hook sees every statement, connects included, so a read (an
+Iterate, a drive listing) is named as a write is.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import sqlalchemy as sa
+
+from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, min_free_disk
+from connector_ops.kernel.errors import ConfigurationError, ConnectorOpsError
+from connector_ops.resources.virtual_files.disk_full import full_error, is_full
+
+
+def sqlite_fault(exc: BaseException, path: str, min_free: int,
+                 done: str = "the write was rolled back, nothing was written") -> ConnectorOpsError | None:
+    """The error to raise for SQLite's ``exc`` on the database file at ``path`` (``min_free``: the floor in
+    force, for the message), or ``None`` when it is none of these faults: a full disk
+    (:class:`~connector_ops.kernel.disk.DiskFull`)."""
+    if is_full(exc, path):
+        return full_error(path, min_free, done=done)
+    return None
+
+
+def sqlite_error_in(exc: BaseException) -> BaseException | None:
+    """The SQLite error ``exc`` is, wraps (SQLAlchemy's ``orig``) or was raised from, if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        orig = getattr(seen, "orig", None) or seen
+        if isinstance(orig, sqlite3.Error):
+            return orig
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def floor_in_force() -> int:
+    """The floor the store's resources read from ``CONNECTOR_OPS_MIN_FREE_DISK`` (only said in a message: a bad
+    value is refused where the resource is made, not here)."""
+    try:
+        return min_free_disk()
+    except ConfigurationError:
+        return DEFAULT_MIN_FREE_DISK
+
+
+def install(engine: sa.Engine, path: str) -> None:
+    """Translate the faults of ``engine``'s SQLite file at ``path`` wherever they happen (a statement, a new
+    connection's pragmas); anything else is left as SQLite said it."""
+
+    @sa.event.listens_for(engine, "handle_error", retval=True)
+    def on_error(ctx: sa.engine.ExceptionContext) -> Any:
+        exc = ctx.original_exception
+        if not isinstance(exc, sqlite3.Error):
+            return None
+        return sqlite_fault(exc, path, floor_in_force())
