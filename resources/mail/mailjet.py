@@ -19,6 +19,7 @@ from typing import IO
 import httpx
 from pydantic import PrivateAttr
 
+from connector_ops.kernel.disk import disk_full, is_disk_full, temp_floor
 from connector_ops.kernel.errors import ActionFailed, UpstreamError
 from connector_ops.kernel.forks import per_process, take_own
 from connector_ops.resources.http_client import Client
@@ -92,10 +93,17 @@ class MailjetResource(MailResource):
 
     def deliver(self, message: MailMessage, attachments: AttachmentReader) -> str:
         client = self._http()
-        with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as body:
-            write_payload(body, message, attachments, sandbox=self.sandbox)
-            length = body.tell()
-            outcome = self._post(client, body, length)
+        floor = temp_floor()  # the payload spools to TMPDIR past 1 MiB: up to 15 MB of attachments, in base64
+        try:
+            with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as body:
+                write_payload(floor.guard(body), message, attachments, sandbox=self.sandbox)
+                body.flush()  # the buffered tail written now: a full disk met before anything is sent
+                length = body.tell()
+                outcome = self._post(client, body, length)
+        except OSError as exc:  # the floor off (0) or outrun: TMPDIR named, not a bare errno 28 (also at close)
+            if not is_disk_full(exc):
+                raise
+            raise disk_full(floor.folder, floor.min_free, done="nothing was sent") from None
         return ",".join(outcome.references) or "sandbox"
 
     def _post(self, client: httpx.Client, body: IO[bytes], length: int) -> Outcome:

@@ -368,3 +368,59 @@ def test_no_cleartext_warning_for_a_loopback_http_url(mailjet_env: dict[str, str
     with caplog.at_level(logging.WARNING, logger="connector_ops"):
         assert send(message()) == {}
     assert [r for r in caplog.records if r.name.startswith("connector_ops") and r.levelno >= logging.WARNING] == []
+
+
+def test_the_payload_spool_keeps_the_temporary_folders_floor(
+        mailjet_env: dict[str, str], fake_mailjet: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A payload past 1 MiB spools to TMPDIR, which went unchecked: below CONNECTOR_OPS_MIN_FREE_DISK the
+    message is refused before anything is sent, naming the folder, as Push's and Pull's spools are."""
+    import tempfile
+
+    fake, _ = fake_mailjet
+    files = resources_for()["platform_files"]
+    big = files.add_bytes(os.urandom(2_000_000), "big.bin")
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+    stats = os.statvfs(spool)
+    monkeypatch.setenv("CONNECTOR_OPS_MIN_FREE_DISK", str(stats.f_bavail * stats.f_frsize + (1 << 40)))
+    error = failure(message(attachments=[{"platformFile": big.to_json()}]))
+    assert error.status == 500
+    assert f"not enough free disk space in {spool}: " in error.body["message"]
+    assert fake.requests == [] and os.listdir(spool) == []
+
+
+def test_a_full_temporary_folder_is_named_not_a_bare_errno(tmp_path: Path) -> None:
+    """With the floor off, a TMPDIR that filled under the payload's spool was a bare ``OSError: [Errno 28]``
+    500: now it names TMPDIR and its free space, and nothing is sent. (A 2 MiB tmpfs as TMPDIR.)"""
+    from tests.test_sqlite_faults import run_on_small_disk
+
+    driver = f"""
+import json, os, sys, tempfile
+sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+small, home = sys.argv[1], sys.argv[2]
+os.environ.update({{"CONNECTOR_OPS_HOME": home, "CONNECTOR_OPS_MAIL_BACKEND": "mailjet", "MAILJET_API_KEY": {API_KEY!r},
+                   "MAILJET_API_SECRET": {API_SECRET!r}, "CONNECTOR_OPS_MIN_FREE_DISK": "0"}})
+from connector_ops import ConnectorError, invoke
+from connector_ops.environment import resources_for
+from tests.servers import serving
+from tests.servers.fake_mailjet import FakeMailjet
+fake = FakeMailjet({API_KEY!r}, {API_SECRET!r})
+with serving(fake.app) as url:
+    os.environ["MAILJET_API_URL"] = url
+    pf = resources_for()["platform_files"].add_bytes(os.urandom(3_000_000), "big.bin").to_json()
+    tempfile.tempdir = small
+    payload = {{"from": "noreply@example.com", "recipients": [{{"to": "alice@example.org"}}], "templateId": 1,
+               "templateVariables": "{{}}", "attachments": [{{"platformFile": pf}}]}}
+    try:
+        said = {{"ok": invoke("mail.send_transactional_message", payload)}}
+    except ConnectorError as exc:
+        said = {{"status": exc.status, "message": exc.message}}
+    said["requests"] = len(fake.requests)
+    said["left"] = os.listdir(small)
+print(json.dumps(said))
+"""
+    said = run_on_small_disk(tmp_path, driver, size="2m")
+    assert said["status"] == 500, said
+    assert said["message"].startswith(f"no space left on the disk of {tmp_path / 'small'}: "), said
+    assert "nothing was sent" in said["message"] and said["requests"] == 0 and said["left"] == [], said
