@@ -6,6 +6,8 @@ Ids are checked by the store (random hex only), so no request path ever reaches 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -22,6 +24,13 @@ from starlette.types import Receive, Scope, Send
 from connector_ops.kernel.errors import ConnectorOpsError, NotFound
 from connector_ops.resources.file_headers import file_headers
 from connector_ops.resources.platform_files import CHUNK, PlatformFileStore
+
+#: the server's own log (uvicorn's): where its "Exception in ASGI application" tracebacks went
+_log = logging.getLogger("uvicorn.error")
+
+#: a process or the system short of a resource for a moment (descriptors, memory, buffers): gone once other
+#: downloads end, so a client may try again
+_TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS, errno.EAGAIN})
 
 
 def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
@@ -71,6 +80,19 @@ class _OpenFileResponse(FileResponse):
             self._handle.close()
 
 
+def _os_error_response(file_id: str, exc: OSError) -> JSONResponse:
+    """The answer to a lookup the system refused: a 503 with ``Retry-After`` for a shortage that passes (too
+    many open files under many parallel downloads), else a 500; either way said in the message shape of the
+    other errors and logged on one line, since a traceback of a known cause only buries the cause."""
+    reason = os.strerror(exc.errno) if exc.errno is not None else str(exc)
+    if exc.errno in _TRANSIENT_ERRNOS:
+        _log.warning("file %s not served (503, retry later): %s", file_id, reason)
+        return JSONResponse({"message": f"the file server is short of resources ({reason}); retry later"},
+                            status_code=503, headers={"Retry-After": "1"})
+    _log.error("file %s not served (500): %s", file_id, reason)
+    return JSONResponse({"message": f"the file server could not read the file ({reason})"}, status_code=500)
+
+
 def _not_modified(request: Request, response: Response) -> bool:
     """Whether the client's copy is current (RFC 9110, 13.1.2 and 13.1.4): ``If-None-Match`` naming the
     ``ETag`` (weakly compared), else ``If-Modified-Since`` not before ``Last-Modified``."""
@@ -96,6 +118,8 @@ def create_app(store: PlatformFileStore) -> Starlette:
         except ConnectorOpsError as exc:  # the database busy (a 503 to retry), a privilege refused: said, no traceback
             retry = {"Retry-After": "1"} if exc.retryable else {}
             return JSONResponse({"message": str(exc)}, status_code=exc.status, headers=retry)
+        except OSError as exc:  # too many open files (a 503 to retry), an unreadable disk: said, no traceback
+            return _os_error_response(file_id, exc)
         name = descriptor.name or file_id
         headers = file_headers(name, descriptor.content_type or "application/octet-stream")
         if store.files_database_url is None:
