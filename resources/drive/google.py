@@ -117,6 +117,16 @@ class _Version:
             raise self.changed()
 
 
+def _past(chunks: Iterator[bytes], skip: int) -> Iterator[bytes]:
+    """``chunks`` less their first ``skip`` bytes, dropped as they come (one chunk in memory at a time)."""
+    for chunk in chunks:
+        if skip >= len(chunk):
+            skip -= len(chunk)
+            continue
+        yield chunk[skip:] if skip else chunk
+        skip = 0
+
+
 class GoogleDriveResource(Resource):
     """Google Drive v3 over one httpx client, signed in with a refresh token or a service account."""
 
@@ -495,23 +505,30 @@ class GoogleDriveResource(Resource):
         A resumed blob must continue the version it started with: the 206's ``Content-Range`` must start
         where we stopped and end at the size read in the metadata, and once the body is complete the
         metadata, read again, must still be the version read before it, else the file changed on
-        Drive in between and the download fails (nothing kept). A download that was never cut is one
-        response, one version: it pays no second metadata read and no hashing.
+        Drive in between and the download fails (nothing kept). A 200 to the ``Range`` request (a server may
+        ignore ``Range``, RFC 9110 14.2) is the whole body again: the bytes already passed on are read past and
+        dropped, and the rest continues the stream, the version checked at the end as for a 206; so what was
+        written is never rewritten and memory stays one chunk. A download that was never cut is one response,
+        one version: it pays no second metadata read and no hashing.
         """
         received, failures, resumed = 0, 0, False
         while True:
             # the bytes are passed on raw (iter_raw), and ranges count bytes of the identity encoding
             headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={received}-"} if received else {})}
             accept: Callable[[httpx.Response], bool] = (
-                (lambda r: r.status_code == 206) if received else (lambda r: r.status_code == 200))
+                (lambda r: r.status_code in (200, 206)) if received else (lambda r: r.status_code == 200))
             try:
                 with self.http.open("GET", url, action="download the file", params=params, headers=headers,
                                     ok=accept, preload=False) as response:
+                    done = 0  # of this response's body, bytes already passed on: those of a 200 to a Range
                     if received and version is not None:
                         resumed = True
-                        version.check_resumed(response.headers.get("content-range", ""), received)
+                        if response.status_code == 206:
+                            version.check_resumed(response.headers.get("content-range", ""), received)
+                        else:
+                            done = received
                     # as each read brings them, at least FLOOR bytes per read time-out waited (progress_floor)
-                    for chunk in progressing(response.iter_raw(), read_timeout(response)):
+                    for chunk in _past(progressing(response.iter_raw(), read_timeout(response)), done):
                         received += len(chunk)
                         yield chunk
                 if version is not None:
@@ -520,7 +537,7 @@ class GoogleDriveResource(Resource):
                     version.check_complete(received, now)
                 return
             except DriveApiError as exc:
-                if received and exc.status in (200, 416):
+                if received and exc.status == 416:
                     raise ActionFailed("the download was interrupted and Drive could not resume it") from None
                 raise
             except (httpx.TransportError, Stalled) as exc:  # a server that hardly sends is one that broke off

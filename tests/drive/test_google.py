@@ -252,6 +252,41 @@ def test_interrupted_download_resumes_with_range(google: Drive) -> None:
     assert len([q for m, p, q in fake.requests if p.endswith(file_id) and "alt" not in q]) == 1
 
 
+def test_a_resume_answered_with_the_whole_file_goes_on_past_what_was_kept(google: Drive) -> None:
+    """A connection cut mid-body, then the ``Range`` request answered 200 with the whole file (a server may
+    ignore ``Range``): the bytes already saved are read past, the rest appended, the file whole and checked
+    as a resumed one. Before, this was a non-retryable 500, "Drive could not resume it"."""
+    fake = google.fake
+    assert fake is not None
+    data = os.urandom(3 << 20)
+    file_id = fake.add_file("movie.bin", data)
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="drop_mid_body", query={"alt": "media"})
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="ignore_range", query={"alt": "media"})
+    out = google.run("drive.download_file", {"fileId": file_id})["platformFile"]
+    assert google.resources["platform_files"].read_bytes(out) == data and out["size"] == len(data)
+    assert len([q for m, p, q in fake.requests if q.get("alt") == "media"]) == 2  # the second one whole
+    metadata = [q for m, p, q in fake.requests if p.endswith(file_id) and "alt" not in q]
+    assert len(metadata) == 2  # the version read again, as after a 206
+    assert not any(fault.times for fault in fake.faults)
+
+
+def test_a_file_replaced_before_a_resume_answered_whole_is_not_mixed(google: Drive) -> None:
+    """The 200 to the ``Range`` request carries a new version: the end of the new one is never appended to the
+    start of the old one (the version read again says so), nothing is kept."""
+    fake = google.fake
+    assert fake is not None
+    file_id = fake.add_file("report.bin", b"A" * (2 << 20))
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="drop_mid_body", query={"alt": "media"},
+              replace_with=b"B" * (2 << 20))
+    fake.fail("GET", f"/drive/v3/files/{file_id}", mode="ignore_range", query={"alt": "media"})
+    store = google.resources["platform_files"]
+    before = store.inventory()
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.download_file", {"fileId": file_id})
+    assert (err.value.status, err.value.retryable) == (409, True) and "changed on Google Drive" in err.value.message
+    assert store.inventory() == before
+
+
 def test_a_download_drive_trickles_is_continued_then_fails_retryably(google: Drive) -> None:
     """A byte every 0.1 s is never silent for the read time-out (timeout_s): fewer than 64 KiB in a time-out's
     worth of waiting is a break, continued with Range as a dropped connection is; a download that keeps

@@ -11,7 +11,8 @@ Fault injection (``fail``, optionally only for requests carrying ``query`` param
 ``alt=media``): an error status with an optional ``Retry-After``, a lost answer (the work is
 done, then the connection drops), or a connection cut in the middle of an upload ``PUT`` (the first half
 of its body, in whole 256 KiB units, kept; the rest never read) or of a download (optionally followed by a
-new version of the file, ``replace_with``, before the client resumes). Tokens:
+new version of the file, ``replace_with``, before the client resumes), or a download's ``Range`` ignored
+(``ignore_range``: the whole file, 200, as HTTP lets a server answer). Tokens:
 ``expire_access_tokens`` makes the next call see 401, ``revoke_refresh_tokens`` makes the token endpoint
 answer ``invalid_grant``.
 """
@@ -150,7 +151,8 @@ class Fault:
     times: int = 1
     retry_after: str | None = None
     reason: str = "backendError"
-    mode: str = "status"  # status | lost_answer | drop_mid_body | trickle (a download's bytes TRICKLE_S apart)
+    #: status | lost_answer | drop_mid_body | trickle (a download's bytes TRICKLE_S apart) | ignore_range
+    mode: str = "status"
     body_contains: str = ""
     query: dict[str, str] = field(default_factory=dict)  # parameters the request must carry, e.g. alt=media
     replace_with: bytes | None = None  # drop_mid_body of a download: a new version is saved after the cut
@@ -466,6 +468,10 @@ class FakeDrive:
             return None
         if fault and fault.mode == "trickle" and params.get("alt") == "media" and response.status_code == 200:
             await self._trickle(send, self.blob(self._file_id(path)))
+            return None
+        if fault and fault.mode == "ignore_range" and params.get("alt") == "media" and response.status_code == 200:
+            scope = {**request.scope, "headers": [(k, v) for k, v in request.scope["headers"] if k != b"range"]}
+            await response(scope, request.receive, send)  # the whole file, as if no Range was asked for
             return None
         if fault and fault.mode == "drop_mid_body" and params.get("alt") == "media" and response.status_code == 200:
             file_id = self._file_id(path)
