@@ -64,10 +64,25 @@ def _executed(conn: sa.Connection, stmt: sa.Executable) -> Iterator[Any]:
     sql, params = _compile(conn, stmt)
     cursor = conn.connection.driver_connection.cursor()
     try:
-        cursor.execute(sql, params)
-        yield cursor
+        with _disconnects_seen(conn, cursor):
+            cursor.execute(sql, params)
+            yield cursor
     finally:
         cursor.close()
+
+
+@contextlib.contextmanager
+def _disconnects_seen(conn: sa.Connection, cursor: Any) -> Iterator[None]:
+    """A driver error that ended the session (the server's ``idle_in_transaction_session_timeout``, a restart)
+    invalidates ``conn``, as SQLAlchemy's own ``execute`` does by the dialect's same test, then goes on as
+    itself. Unseen, SQLAlchemy rolled the transaction back on the dead session as it ended, and that failure,
+    "the connection is lost", replaced the server's reason: a Pull said less than a Query on the same fault."""
+    try:
+        yield
+    except conn.dialect.loaded_dbapi.Error as exc:
+        if not conn.invalidated and conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor):
+            conn.invalidate(exc)
+        raise
 
 
 def stream(conn: sa.Connection, stmt: sa.Executable, batch_size: int) -> Iterator[list[tuple]]:
@@ -80,8 +95,9 @@ def stream(conn: sa.Connection, stmt: sa.Executable, batch_size: int) -> Iterato
     else:
         cursor = driver.cursor()
     try:
-        cursor.execute(sql, params)
-        yield from _pages(cursor, batch_size)
+        with _disconnects_seen(conn, cursor):
+            cursor.execute(sql, params)
+            yield from _pages(cursor, batch_size)
     finally:
         cursor.close()
 
