@@ -311,6 +311,54 @@ def test_nesting_and_aliases_are_bounded_with_the_line(tmp_path: Path) -> None:
         load_pipeline(write(tmp_path, shared))
 
 
+MERGED = """
+    name: merged
+    steps:
+      - &base
+        id: load
+        action: etl.push
+        input: &push
+          platformFile: "${file:customers.csv}"
+          parameters: {csvDelimiter: ",", linesToIgnore: 0}
+      - id: semicolons
+        action: etl.push
+        input:
+          <<: *push
+          parameters: {csvDelimiter: ";"}
+      - <<: *base
+        id: again
+      - id: listed
+        action: etl.push
+        input:
+          <<: [{parameters: {csvDelimiter: "|"}}, *push]
+          platformFile: "${file:customers.csv}"
+"""
+
+
+def test_a_merge_key_is_overridden_by_the_keys_written_beside_it(tmp_path: Path) -> None:
+    """YAML's merge key: an explicit key replaces the merged one, as PyYAML's safe_load and the JSON schema read
+    the file; it was refused as a "duplicate key". Of a list of mappings the first one listed wins, as the merge
+    key's specification says (PyYAML 6.0.4 lets a later one win when the two keys are distinct string objects)."""
+    folder = with_csv(tmp_path)
+    pipeline_ = load_pipeline(write(folder, MERGED))
+    inputs = {step.id: step.input for step in pipeline_.steps}
+    read = {step["id"]: step["input"] for step in yaml.safe_load(MERGED.replace("\n    ", "\n"))["steps"]}
+    same = ("load", "semicolons", "again")
+    assert {k: inputs[k] for k in same} == {k: read[k] for k in same}
+    assert inputs["semicolons"]["parameters"] == {"csvDelimiter": ";"}  # replaced whole, not merged into
+    assert inputs["again"] == inputs["load"] and inputs["listed"]["parameters"] == {"csvDelimiter": "|"}
+    # a problem in an override is at the override's line, one in a merged value at the anchor's
+    assert problems(write(folder, MERGED.replace('{csvDelimiter: ";"}', '{csvDelimiter: ";;"}'))) == [
+        (13, "semicolons", "parameters.csvDelimiter: must be a single character other than a quote or a line break")]
+    wrong = problems(write(folder, MERGED.replace("linesToIgnore: 0", "linesToIgnore: -1")))
+    assert [(line, step) for line, step, _ in wrong] == [(8, "load"), (8, "again")]
+    # a key written twice beside the merge key is still a duplicate, at its second line
+    twice = MERGED.replace("        id: again\n", "        id: again\n        id: again2\n")
+    assert problems(write(folder, twice)) == [(16, None, "duplicate key 'id'")]
+    assert problems(write(folder, MERGED.replace("<<: *base", "<<: [*base, 3]"))) == [
+        (14, None, "a merge key `<<` takes a mapping (`<<: *base`) or a list of them")]
+
+
 def test_looking_for_a_pipeline_by_name_passes_over_a_file_that_fails_unexpectedly(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """``pipeline run NAME`` and ``%pipeline run NAME`` look through every file for NAME: one that raises what

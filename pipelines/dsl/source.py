@@ -23,6 +23,8 @@ from connector_ops.kernel.yaml_text import TextLoader
 Path = tuple[str | int, ...]
 #: how deep keys and items may nest (a pipeline needs a handful of levels; a filter's JSON 100 at most)
 MAX_DEPTH = 200
+#: the tag of YAML's merge key ``<<``
+_MERGE = "tag:yaml.org,2002:merge"
 #: how many values aliases (``*name``) may repeat in one file, all aliases counted together
 MAX_ALIASED = 10_000
 
@@ -84,6 +86,8 @@ class _Converter:
         self.lines: dict[Path, int] = {}
         self.seen: set[int] = set()
         self.repeated = 0
+        #: id of a mapping node merged somewhere -> all its pairs (a mapping merged again is not walked again)
+        self.merged: dict[int, dict[Any, tuple[yaml.Node, yaml.Node]]] = {}
 
     def convert(self, node: yaml.Node, path: Path) -> Any:
         line = node.start_mark.line + 1
@@ -104,18 +108,61 @@ class _Converter:
         return self.loader.construct_object(node, deep=True)
 
     def _mapping(self, node: yaml.MappingNode, path: Path) -> dict[Any, Any]:
-        self.loader.flatten_mapping(node)
-        result: dict[Any, Any] = {}
+        """A mapping's values; its explicit keys replace the ones a merge key (``<<: *base``) brings in, as YAML
+        merges say (PyYAML's ``flatten_mapping`` put the merged pairs beside the explicit ones, so an override was
+        taken for a duplicate key). Only a key written twice in the mapping itself is a duplicate."""
+        pairs = dict(self._merged(node))
+        explicit: set[Any] = set()
         for key_node, value_node in node.value:
-            key = self.loader.construct_object(key_node, deep=True)
-            if isinstance(key, (dict, list)):
-                raise SourceError("a mapping key must be a plain value", key_node.start_mark.line + 1)
-            if key in result:
+            if key_node.tag == _MERGE:
+                continue
+            key = self._key(key_node)
+            if key in explicit:
                 raise SourceError(f"duplicate key {key!r}", key_node.start_mark.line + 1)
+            explicit.add(key)
+            pairs.pop(key, None)  # an override takes the place of the merged key, at its own line
+            pairs[key] = (key_node, value_node)
+        result: dict[Any, Any] = {}
+        for key, (key_node, value_node) in pairs.items():
             child = (*path, key)
             result[key] = self.convert(value_node, child)
             self.lines[child] = key_node.start_mark.line + 1
         return result
+
+    def _merged(self, node: yaml.MappingNode) -> dict[Any, tuple[yaml.Node, yaml.Node]]:
+        """The pairs the merge keys of ``node`` bring in, key -> (key node, value node): of a list of mappings
+        the first one listed wins, and a merged mapping's own merges and overrides count as its keys. The node
+        tree is not changed (``flatten_mapping`` rewrote an anchored mapping, so an alias of it later looked
+        like one with its merged keys written out); each mapping is merged once, whatever aliases repeat it."""
+        found: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE:
+                continue
+            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for source in reversed(sources):  # the later ones first, so that the first one listed wins
+                if not isinstance(source, yaml.MappingNode):
+                    raise SourceError("a merge key `<<` takes a mapping (`<<: *base`) or a list of them",
+                                      source.start_mark.line + 1)
+                found.update(self._own_pairs(source))
+        return found
+
+    def _own_pairs(self, node: yaml.MappingNode) -> dict[Any, tuple[yaml.Node, yaml.Node]]:
+        """All the pairs of a merged mapping (its merged ones replaced by its explicit ones), once per node."""
+        if id(node) not in self.merged:
+            pairs = dict(self._merged(node))
+            for key_node, value_node in node.value:
+                if key_node.tag != _MERGE:
+                    key = self._key(key_node)
+                    pairs.pop(key, None)
+                    pairs[key] = (key_node, value_node)
+            self.merged[id(node)] = pairs
+        return self.merged[id(node)]
+
+    def _key(self, key_node: yaml.Node) -> Any:
+        key = self.loader.construct_object(key_node, deep=True)
+        if isinstance(key, (dict, list)):
+            raise SourceError("a mapping key must be a plain value", key_node.start_mark.line + 1)
+        return key
 
 
 def parse_yaml(text: str, file: str = "<string>") -> Document:
