@@ -235,3 +235,109 @@ def test_the_cli_prints_it(schema):
     done = subprocess.run([str(script), "pipeline", "schema"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == schema
+
+
+#: a pipeline file with one push step; {top}: top-level keys, {step}: keys of the step, {params}: its parameters,
+#: {more}: more steps
+_FILE = ("name: p\n{top}steps:\n  - id: load\n    action: etl.push\n{step}"
+         "    input: {{platformFile: \"${{file:data/x.csv}}\", parameters: {{{params}}}}}\n{more}")
+_MESSAGE = "{from: a@b.co, recipients: [{to: c@d.co}], templateId: 1, templateVariables: {}}"
+_JOIN = ("  - id: j\n    action: etl.join\n    input: {{join: {{left: {{virtualFileId: '${{load.virtualFileId}}', "
+         "customId: a, key: k}}, right: {{virtualFileId: '${{load.virtualFileId}}', customId: b, key: k}}, "
+         "type: {}}}}}\n")
+_MAIL = ("  - id: m\n    action: mail.send_transactional_message\n    input: {{from: a@b.co, recipients: "
+         "[{{to: c@d.co, type: {}}}], templateId: 1, templateVariables: {{}}}}\n")
+
+
+_CHECK = "    asset: a\n    check: {{schema: {{c: {{type: string}}}}, {}}}\n"
+
+
+def _case(top: str = "", step: str = "", params: str = "", more: str = "") -> str:
+    return _FILE.format(top=top, step=step, params=params, more=more)
+
+
+#: (file, whether it loads): each must be accepted by both the loader and the schema, or refused by both
+AGREEMENT = {
+    "description: (empty)": (_case(top="description:\n"), True),
+    "description: 5": (_case(top="description: 5\n"), False),
+    "step description: (empty)": (_case(step="    description:\n"), True),
+    "schedule: (empty)": (_case(top="schedule:\n"), False),
+    "timezone: (empty)": (_case(top="schedule: '@daily'\ntimezone:\n"), False),
+    "retry: (empty)": (_case(top="retry:\n"), False),
+    "notify: (empty)": (_case(top="notify:\n"), False),
+    "on_new_file: (empty)": (_case(top="on_new_file:\n"), False),
+    "step retry: (empty)": (_case(step="    retry:\n"), False),
+    "step foreach: (empty)": (_case(step="    foreach:\n"), False),
+    "step check: (empty)": (_case(step="    asset: a\n    check:\n"), False),
+    "tags: (empty)": (_case(top="tags:\n"), True),
+    "tags: {}": (_case(top="tags: {}\n"), True),
+    "tags: []": (_case(top="tags: []\n"), False),
+    "tags: ''": (_case(top="tags: ''\n"), False),
+    "tags: false": (_case(top="tags: false\n"), False),
+    "tags: {a: 1}": (_case(top="tags: {a: 1}\n"), False),
+    "join type: inner": (_case(more=_JOIN.format("inner")), True),
+    "join type: Left": (_case(more=_JOIN.format("Left")), True),
+    "join type: outer": (_case(more=_JOIN.format("outer")), False),
+    "recipient type: to": (_case(more=_MAIL.format("to")), True),
+    "recipient type: ' To '": (_case(more=_MAIL.format("' To '")), True),
+    "recipient type: from": (_case(more=_MAIL.format("from")), False),
+    "boolean 'false'": (_case(params="useFirstRowAsSchema: 'false'"), True),
+    "boolean 'Yes'": (_case(params="useFirstRowAsSchema: 'Yes'"), True),
+    "boolean 0": (_case(params="useFirstRowAsSchema: 0"), True),
+    "boolean 1": (_case(params="useFirstRowAsSchema: 1"), True),
+    "boolean 2": (_case(params="useFirstRowAsSchema: 2"), False),
+    "boolean 'nope'": (_case(params="useFirstRowAsSchema: 'nope'"), False),
+    "integer '2'": (_case(params="linesToIgnore: '2'"), True),
+    "integer ' 2 '": (_case(params="linesToIgnore: ' 2 '"), True),
+    "integer '2.0'": (_case(params="linesToIgnore: '2.0'"), True),
+    "integer 2.0": (_case(params="linesToIgnore: 2.0"), True),
+    "integer true": (_case(params="linesToIgnore: true"), True),
+    "integer '-1' (minimum 0)": (_case(params="linesToIgnore: '-1'"), False),
+    "integer '2.5'": (_case(params="linesToIgnore: '2.5'"), False),
+    "integer 'two'": (_case(params="linesToIgnore: two"), False),
+    "integer from a reference": (_case(params="linesToIgnore: '${env.LINES}'"), True),
+    "escaped $${x} for an enum": (_case(params="onRowError: '$${x}'"), False),
+    "escaped $${x} for a boolean": (_case(params="useFirstRowAsSchema: '$${x}'"), False),
+    "escaped $${x} then a reference": (_case(params="onRowError: '$${x}${env.X}'"), True),
+    "notify when: success": (_case(top=f"notify: {{when: success, message: {_MESSAGE}}}\n"), True),
+    "notify when: [success, failure]": (_case(top=f"notify: {{when: [success, failure], message: {_MESSAGE}}}\n"),
+                                        True),
+    "notify when: []": (_case(top=f"notify: {{when: [], message: {_MESSAGE}}}\n"), False),
+    "notify when: sucess": (_case(top=f"notify: {{when: sucess, message: {_MESSAGE}}}\n"), False),
+    "timezone: UTC": (_case(top="schedule: '@daily'\ntimezone: UTC\n"), True),
+    "timezone: Europe/Paris": (_case(top="schedule: '@daily'\ntimezone: Europe/Paris\n"), True),
+    "timezone: utc": (_case(top="schedule: '@daily'\ntimezone: utc\n"), False),
+    "timezone: Z": (_case(top="schedule: '@daily'\ntimezone: Z\n"), False),
+    "retry backoff without delay": (_case(top="retry: {max_retries: 1, backoff: linear}\n"), False),
+    "retry backoff with delay": (_case(top="retry: {max_retries: 1, delay: 2, backoff: linear}\n"), True),
+    "check max_rejected: 1.5": (_case(step=_CHECK.format("max_rejected: 1.5")), False),
+    "check max_rejected: 0.5": (_case(step=_CHECK.format("max_rejected: 0.5")), True),
+    "check max_rejected: 2.0": (_case(step=_CHECK.format("max_rejected: 2.0")), True),
+    "kinds: ['']": (_case(step="    asset: a\n    kinds: ['']\n"), False),
+    "kinds: [' ']": (_case(step="    asset: a\n    kinds: [' ']\n"), False),
+    "kinds: [csv]": (_case(step="    asset: a\n    kinds: [csv]\n"), True),
+}
+
+
+@pytest.fixture(scope="module")
+def agreement_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("agreement")
+    (folder / "data").mkdir()
+    (folder / "data" / "x.csv").write_text("a,b\n1,2\n", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("label", AGREEMENT)
+def test_the_schema_and_the_loader_agree(schema, agreement_folder, label):
+    """docs/pipelines.md: the schema refuses what the loader refuses where JSON Schema can say it, and accepts
+    what it accepts. Each file goes through both (``pipeline validate``'s loader, the schema as an
+    editor reads it; the shipped file is the same, see above) and both must give the verdict of the table."""
+    text, loads = AGREEMENT[label]
+    path = write(agreement_folder, text)
+    try:
+        load_pipeline(path)
+        loader = []
+    except PipelineError as exc:
+        loader = [p.message for p in exc.problems]
+    underlined = check(schema, yaml.safe_load(text))
+    assert (not loader, not underlined) == (loads, loads), (loader, underlined)

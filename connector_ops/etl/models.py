@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_BATCH_SIZE, text_encoding
 from connector_ops.kernel.platform_file import (
+    ANY_CASE,
     REFERABLE,
     FileName,
     MediaType,
@@ -230,7 +231,7 @@ class JoinSide(SpecModel):
 class JoinSpec(SpecModel):
     left: JoinSide
     right: JoinSide
-    type: Literal["INNER", "LEFT"] = "INNER"
+    type: Literal["INNER", "LEFT"] = Field("INNER", json_schema_extra={ANY_CASE: True})
 
     @field_validator("type", mode="before")
     @classmethod

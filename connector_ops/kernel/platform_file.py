@@ -153,6 +153,11 @@ class PresentWhen:
         return self.given(payload) == self.value
 
 
+#: the JSON Schema mark (``json_schema_extra={ANY_CASE: True}``) of a word field whose validator reads it in any
+#: case (``"trim"``: also with spaces around it); the pipeline schema turns the field's enum into a pattern
+ANY_CASE = "x-any-case"
+
+
 class SpecModel(BaseModel):
     """Base of every input/output model: spec (camelCase) names, unknown fields refused."""
 

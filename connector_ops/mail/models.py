@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_DEPTH, check_payload, deeper_than, too_many_digits
-from connector_ops.kernel.platform_file import PlatformFile, SpecModel, base_name
+from connector_ops.kernel.platform_file import ANY_CASE, PlatformFile, SpecModel, base_name
 from connector_ops.resources.mail.message import (
     MAX_RECIPIENTS,
     MAX_SUBJECT_LENGTH,
@@ -39,7 +39,7 @@ class Recipient(SpecModel):
     """One recipient (spec 2.5); ``type`` defaults to ``To`` and is read case-insensitively."""
 
     to: str = Field(description="e-mail address of the recipient")
-    type: RecipientType = Field("To", description="To, Cc or Bcc")
+    type: RecipientType = Field("To", description="To, Cc or Bcc", json_schema_extra={ANY_CASE: "trim"})
     name: str | None = Field(None, description="display name")
 
     @field_validator("to")

@@ -48,6 +48,10 @@ from connector_ops.registry import (
     unknown_field_hint,
 )
 
+#: keys that turn something on (a schedule, retries, a sensor, mails; per step a fan-out, retries, a check): one
+#: written without a value (``retry:`` and nothing under it) is a problem, not silently nothing
+NOT_EMPTY_TOP_KEYS = ("schedule", "timezone", "on_new_file", "retry", "notify")
+NOT_EMPTY_STEP_KEYS = ("foreach", "retry", "check")
 TOP_KEYS = ("name", "description", "schedule", "timezone", "tags", "on_new_file", "retry", "notify", "steps")
 STEP_KEYS = ("id", "action", "input", "after", "foreach", "description", "retry", *ASSET_STEP_KEYS, "check")
 FOREACH_KEYS = ("virtualFileId", "maxBatchSize")
@@ -109,6 +113,7 @@ class _Checker:
         for key in data:
             if key not in TOP_KEYS:
                 self.add((key,), f"unknown key {key!r}; allowed: {', '.join(TOP_KEYS)}")
+        self.not_empty(data, (), NOT_EMPTY_TOP_KEYS, None)
         name = data.get("name")
         if name is None:
             self.add(("name",), "`name` is required: letters, digits and _ (it becomes the job name)")
@@ -134,7 +139,7 @@ class _Checker:
                      f"`timezone` {timezone!r} is not an IANA time zone name (e.g. UTC or Europe/Berlin)")
         elif timezone is not None and schedule is None:
             self.add(("timezone",), "`timezone` only applies to a `schedule`; add one or remove `timezone`")
-        tags = data.get("tags") or {}
+        tags = {} if data.get("tags") is None else data["tags"]  # `tags: []`, `''`, `false` are no mapping
         if not isinstance(tags, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
             self.add(("tags",), "`tags` must map names to strings")
             tags = {}
@@ -198,6 +203,7 @@ class _Checker:
         for key in item:
             if key not in STEP_KEYS:
                 self.add((*path, key), f"unknown key {key!r}; allowed: {', '.join(STEP_KEYS)}", label)
+        self.not_empty(item, path, NOT_EMPTY_STEP_KEYS, label)
         ok = True
         if step_id is None:
             self.add((*path, "id"), "`id` is required: letters, digits and single _ (it becomes the op name)", label)
@@ -254,6 +260,15 @@ class _Checker:
         return Step(id=step_id, action=spec, input=dict(inp), line=self.doc.line(path), after=list(after),
                     foreach=foreach, description=description,
                     retry=retry, asset=asset, check=check)
+
+    def not_empty(self, raw: Mapping[str, Any], path: tuple[str | int, ...], keys: Sequence[str],
+                  label: str | None) -> None:
+        """Each of ``keys`` written without a value is a problem: ``retry:`` with nothing under it (or what was
+        under it commented out, or indented wrongly) meant retries, and would silently mean none; its parser
+        then takes it as absent."""
+        for key in keys:
+            if key in raw and raw[key] is None:
+                self.add((*path, key), f"`{key}` is empty: give it a value or remove the key", label)
 
     def action(self, name: Any, path: tuple[str | int, ...], label: str | None) -> ActionSpec | None:
         if not isinstance(name, str) or not name:
