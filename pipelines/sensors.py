@@ -67,6 +67,23 @@ def with_defaults(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> 
     return merged
 
 
+def watched_folder(folder_id: Any, environ: Mapping[str, str]) -> str:
+    """The drive folder ``on_new_file.folderId`` names now, its ``${env.…}`` read as text; ``InvalidInput`` when
+    there is none. An empty id is refused, not listed: the drive lists its *root* for it, and the sensor would
+    start a run for every unrelated file of the whole drive (``INBOX=`` left blank in an env file). The loader
+    refuses a literal empty id; this covers a variable that is empty when the tick runs."""
+    if not isinstance(folder_id, str):
+        raise InvalidInput("", f"{folder_id!r} is not a drive folder id")
+    folder = r.resolve_text(folder_id, r.Scope(environ=environ))
+    if not folder.strip():
+        refs = sum(isinstance(part, r.Ref) for part in r.parse_template(folder_id))
+        what = ("is empty (the variable is set but empty): set it to" if refs == 1 else
+                "is empty (its variables are set but empty): set them to" if refs else "is empty: write")
+        raise InvalidInput(folder_id, f"{what} the drive folder to watch; an empty id would watch the drive's root, "
+                                      "a run for every file there")
+    return folder
+
+
 def drive_folder_sensor(job: dg.JobDefinition, trigger: Trigger, *, trigger_node: str,
                         default_config: Mapping[str, Any] | None = None) -> dg.SensorDefinition:
     """A sensor that lists ``trigger.folder_id`` with the drive resource and starts ``job`` per change."""
@@ -83,7 +100,7 @@ def drive_folder_sensor(job: dg.JobDefinition, trigger: Trigger, *, trigger_node
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         try:  # read at each tick: an unset ${env.X} skips it, like a listing error, until the variable is set
-            folder = str(r.resolve(trigger.folder_id, r.Scope(environ=os.environ)))
+            folder = watched_folder(trigger.folder_id, os.environ)
         except InvalidInput as exc:
             return dg.SkipReason(f"on_new_file.folderId: {exc}")
         try:  # the resource, not the drive.list action: the spec's List output carries no version

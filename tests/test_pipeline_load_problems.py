@@ -464,3 +464,32 @@ def test_schedule_and_sensor_names_of_files_never_collide(monkeypatch: pytest.Mo
     dg.Definitions.validate_loadable(defs)
     derived = [s.name for s in defs.schedules] + [s.name for s in defs.sensors]
     assert len(derived) == len(set(derived)) and {"a_schedule_schedule", "a_notify_failure"} <= set(derived)
+
+
+WATCHED = """
+name: watch
+on_new_file: {folderId: FOLDER}
+steps:
+  - id: each
+    action: etl.clean
+    foreach: {virtualFileId: SOURCE}
+    input: {virtualFileId: "${batch.virtualFileId}"}
+"""
+
+
+@pytest.mark.parametrize("bad", ['""', '"  "', "null", "12", "[a]"])
+def test_an_empty_or_non_text_folder_or_virtual_file_id_is_refused_at_load(tmp_path: Path, bad: str) -> None:
+    """``folderId: ""`` made the sensor list the drive's root (a run for every file of the drive), and null or
+    a number got there as text ("None", "12"): each is a problem of its line, in the loader and the schema."""
+    found = problems(write(tmp_path, WATCHED.replace("FOLDER", bad).replace("SOURCE", bad)))
+    shown = bad.replace("'", '"') if bad != "[a]" else '["a"]'
+    assert found == [
+        (2, None, f"`folderId` {shown} is not a drive folder id: write the id or ${{env.NAME}} (an empty id would "
+                  "watch the whole drive, its root)"),
+        (6, "each", f"`virtualFileId` {shown} is not a virtual file id: write the id or a reference such as "
+                    "${load.virtualFileId}")]
+    validator = jsonschema.Draft202012Validator(pipeline_schema())
+    refused = {tuple(e.absolute_path) for e in validator.iter_errors(yaml.safe_load(
+        WATCHED.replace("FOLDER", bad).replace("SOURCE", bad)))}
+    assert refused == {("on_new_file", "folderId"), ("steps", 0, "foreach", "virtualFileId")}
+    load_pipeline(write(tmp_path, WATCHED.replace("FOLDER", '"${env.INBOX:-root}"').replace("SOURCE", "vf1")))

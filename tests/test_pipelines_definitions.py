@@ -243,6 +243,43 @@ def test_a_drive_sensor_whose_folder_variable_is_unset_skips_the_tick(
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_drive_sensor_whose_folder_variable_is_empty_uses_its_default_or_skips_the_tick(
+        env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``INBOX=`` (set but empty) made the sensor list the drive's root and start a run for every file there: the
+    ``:-`` default now stands in (as in the shell), and without one the tick is skipped naming the variable."""
+    resources = resources_for(environ=env)
+    pf = resources["platform_files"].add_bytes(b"x\n", "payroll.xlsx", "text/plain").to_json()
+    invoke("drive.upload_file", {"platformFile": pf}, resources)  # a file in the root, unrelated to the inbox
+    inbox = invoke("drive.create_folder", {"name": "inbox"}, resources)["folderId"]
+    (tmp_path / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster"))
+
+    def tick(folder_id: str) -> dg.SensorExecutionData:
+        path = tmp_path / "inbox.yaml"
+        path.write_text(textwrap.dedent(f"""
+            name: inbox_e
+            on_new_file: {{folderId: "{folder_id}"}}
+            steps:
+              - id: dl
+                action: drive.download_file
+                input: {{fileId: "${{trigger.fileId}}"}}
+            """))
+        with dg.build_sensor_context(resources={"drive": resources["drive"]}, instance=instance) as ctx:
+            return compile_pipeline(load_pipeline(path)).sensor.evaluate_tick(ctx)
+
+    monkeypatch.setenv("CONNECTOR_OPS_TEST_INBOX", "")
+    with_default = tick(f"${{env.CONNECTOR_OPS_TEST_INBOX:-{inbox}}}")
+    assert not with_default.run_requests
+    assert with_default.skip_message == f"no new or modified file in drive folder {inbox}"
+    for folder_id in ("${env.CONNECTOR_OPS_TEST_INBOX}", "${env.CONNECTOR_OPS_TEST_INBOX:-}"):
+        skipped = tick(folder_id)
+        assert not skipped.run_requests
+        assert skipped.skip_message == (
+            f"on_new_file.folderId: {folder_id}: is empty (the variable is set but empty): set it to the drive "
+            "folder to watch; an empty id would watch the drive's root, a run for every file there")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_a_step_never_runs_another_version_of_its_pipeline_than_its_run_was_launched_with(
         env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A process that loaded a pipeline file before it was edited (a Celery worker started earlier) and is given

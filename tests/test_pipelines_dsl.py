@@ -56,6 +56,19 @@ def test_every_reference_form_resolves() -> None:
         r.parse_template("${not a ref}")
 
 
+def test_an_env_default_stands_in_for_a_variable_set_but_empty_as_in_the_shell() -> None:
+    """``${NAME:-default}`` in the shell covers ``NAME=`` too (an env file's blank line, a ConfigMap key left
+    empty); the empty value used to win, so ``csvDelimiter: "${env.DELIM:-,}"`` got no delimiter at all."""
+    scope = r.Scope(environ={"DELIM": "", "NAME": "x.csv"})
+    assert r.resolve("${env.DELIM:-,}", scope) == ","
+    assert r.resolve("d=${env.DELIM:-;}", scope) == "d=;"  # interpolated alike
+    assert r.resolve("${env.NAME:-report.csv}", scope) == "x.csv"
+    assert r.resolve("${env.DELIM}", scope) == ""  # no default: the empty text, as the shell's ${DELIM}
+    assert r.resolve_text("${env.DELIM:-root}", scope) == "root"
+    deferred = r.resolve_deferring_env({"csvDelimiter": "${env.DELIM:-,}"}, scope)
+    assert deferred.value({"DELIM": ""}) == {"csvDelimiter": ","}  # where the action op reads it
+
+
 # -- validation ------------------------------------------------------------------------------------
 BAD = """
 name: bad pipeline

@@ -43,7 +43,7 @@ _SEVERITY = "^([Ee][Rr][Rr][Oo][Rr]|[Ww][Aa][Rr][Nn])$"
 #: a value that is there (the loader refuses a key written without one where it turns something on)
 _OPTIONAL_TEXT = {"type": ["string", "null"]}
 #: a non-empty id (the loader's: ``on_new_file.folderId`` and ``foreach.virtualFileId``)
-_ID = {"type": "string", "minLength": 1}
+_ID = {"type": "string", "minLength": 1, "pattern": r"\S"}
 
 
 def _any_case(words: str) -> str:

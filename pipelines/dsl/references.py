@@ -2,7 +2,7 @@
 
 Forms (docs/pipelines.md): ``${step.field[.sub…]}`` (an earlier step's output; ``${step}`` is the
 whole output), ``${env.NAME}`` / ``${env.NAME:-default}`` (environment, parsed as JSON when it is
-JSON), ``${batch.rows}`` /
+JSON; the default also stands in for a variable set but empty), ``${batch.rows}`` /
 ``${batch.index}`` / ``${batch.virtualFileId}`` (inside a ``foreach`` step), ``${trigger.fileId}`` /
 ``${trigger.name}`` / ``${trigger.folderId}`` (the drive file that started the run) and
 ``${file:path}`` (a local file — a relative path from the pipeline file's folder, an absolute one as it
@@ -184,10 +184,20 @@ class Scope:
     add_file: Callable[[str, Mapping[str, str]], Any] | None = None  # (path, FILE_OPTIONS) -> descriptor
 
 
-def _env_value(environ: Mapping[str, str], name: str, ref: Ref, exact: bool) -> Any:
-    raw = environ.get(name, ref.default)
+def _env_text(environ: Mapping[str, str], name: str, ref: Ref) -> str:
+    """The variable's text. ``:-default`` stands in when it is unset *or empty*, as the shell's ``${NAME:-default}``
+    does: ``NAME=`` in an env file or a blank ConfigMap key means "not given", and an empty folder id or delimiter
+    is never what the default was written for. Without a default an empty variable is the empty text."""
+    raw = environ.get(name)
+    if not raw and ref.default is not None:
+        return ref.default
     if raw is None:
         raise InvalidInput(ref.text, f"environment variable {name} is not set")
+    return raw
+
+
+def _env_value(environ: Mapping[str, str], name: str, ref: Ref, exact: bool) -> Any:
+    raw = _env_text(environ, name, ref)
     if not exact:
         return raw
     try:
@@ -230,6 +240,14 @@ def lookup(ref: Ref, scope: Scope, *, exact: bool = True) -> Any:
 def _interpolated(value: Any) -> str:
     """How a referenced value reads inside a longer string: strings as they are, others as compact JSON."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def resolve_text(text: str, scope: Scope) -> str:
+    """``text`` with every reference read as text, even when it is the whole string (an environment value as
+    the variable's raw text, never parsed as JSON): for settings that are always text, such as the drive folder
+    a sensor watches (``${env.ID}`` holding ``1e3`` is the folder ``1e3``, not ``1000.0``)."""
+    return "".join(p if isinstance(p, str) else _interpolated(lookup(p, scope, exact=False))
+                   for p in parse_template(text))
 
 
 def _joined(parts: Sequence[str | Ref], scope: Scope) -> Any:

@@ -169,6 +169,9 @@ class _Checker:
             if key not in TRIGGER_KEYS:
                 self.add((*path, key), f"unknown key {key!r} in on_new_file; allowed: {', '.join(TRIGGER_KEYS)}")
         folder = raw["folderId"]
+        if not _some_text(folder):
+            self.add((*path, "folderId"), f"`folderId` {json.dumps(folder)} is not a drive folder id: write the id "
+                                          "or ${env.NAME} (an empty id would watch the whole drive, its root)")
         for loc, ref, _exact in self.refs(folder, (*path, "folderId"), None):
             if ref.root != r.ENV:
                 self.add(loc, f"{ref.text}: on_new_file.folderId may only use ${{env.NAME}}")
@@ -297,6 +300,10 @@ class _Checker:
             size = DEFAULT_BATCH_SIZE
         if "virtualFileId" not in raw:
             return None
+        if not _some_text(raw["virtualFileId"]):
+            self.add((*path, "virtualFileId"), f"`virtualFileId` {json.dumps(raw['virtualFileId'])} is not a virtual "
+                                               "file id: write the id or a reference such as ${load.virtualFileId}",
+                     label)
         return Foreach(virtual_file_id=raw["virtualFileId"], max_batch_size=size)
 
     def check_input(self, spec: ActionSpec, inp: dict[str, Any], path: tuple[str | int, ...],
@@ -579,6 +586,12 @@ def _cycles(pending: list[Step], deps: Mapping[str, set[str]]) -> list[list[str]
             path.append(node)
         covered.update(path)
     return found
+
+
+def _some_text(value: Any) -> bool:
+    """Whether ``value`` is text with something in it: what an id (a folder's, a virtual file's) must be; YAML reads
+    ``folderId:`` as null and ``folderId: 12`` as a number, and an empty id names no folder (the drive's root)."""
+    return isinstance(value, str) and bool(value.strip())
 
 
 def _takes_list(annotation: Any) -> bool:
