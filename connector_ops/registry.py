@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound, field_path, host_of
 from connector_ops.kernel.limits import check_payload
 from connector_ops.kernel.platform_file import PresentWhen
+from connector_ops.kernel.secrets import named_instead
 
 log = logging.getLogger("connector_ops")
 
@@ -256,13 +257,19 @@ def problem_of(err: Mapping[str, Any], action: str | None = None) -> str:
 PROBLEMS_SHOWN = 10
 
 
-def describe_validation_error(exc: ValidationError, action: str | None = None) -> str:
+#: field location -> how a message names the value there instead of showing it (:meth:`.Deferred.named`)
+Named = Mapping[tuple[str | int, ...], str]
+
+
+def describe_validation_error(exc: ValidationError, action: str | None = None, named: Named | None = None) -> str:
     """Turn pydantic's report into ``rows[0].content: problem; …`` with spec (camelCase) field names: the first
-    :data:`PROBLEMS_SHOWN` problems, then how many more there are; ``action``'s hints for fields it lacks."""
+    :data:`PROBLEMS_SHOWN` problems, then how many more there are; ``action``'s hints for fields it lacks.
+    ``named``: fields whose value must not be shown (read from the environment); a problem at, under or above
+    one names it instead (:func:`.secrets.named_instead`)."""
     parts = []
     for err in exc.errors(include_url=False):
         loc = field_path(err["loc"])
-        msg = problem_of(err, action)
+        msg = _naming_hidden(problem_of(err, action), err, named or {})
         parts.append(f"{loc}: {msg}" if loc else msg)
     problems = list(dict.fromkeys(parts))
     more = len(problems) - PROBLEMS_SHOWN
@@ -271,7 +278,32 @@ def describe_validation_error(exc: ValidationError, action: str | None = None) -
     return "; ".join(problems)
 
 
-def parse_input(spec: ActionSpec, payload: Any) -> BaseModel:
+def _naming_hidden(message: str, err: Mapping[str, Any], named: Named) -> str:
+    """``message`` of one pydantic error with each hidden value it may show (:data:`Named`) replaced by its name:
+    the error's input is that value or part of it (an error at or under the field), or holds it (a check of the
+    object around it)."""
+    loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+    for where, name in named.items():
+        if loc[:len(where)] == where:
+            message = named_instead(message, err.get("input"), name)
+        elif where[:len(loc)] == loc:
+            found, inner = _item_at(err.get("input"), where[len(loc):])
+            if found:
+                message = named_instead(message, inner, name)
+    return message
+
+
+def _item_at(value: Any, location: tuple[str | int, ...]) -> tuple[bool, Any]:
+    """``(True, item)`` at ``location`` inside ``value`` (mappings and lists); ``(False, None)`` if not there."""
+    for key in location:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            return False, None
+    return True, value
+
+
+def parse_input(spec: ActionSpec, payload: Any, named: Named | None = None) -> BaseModel:
     if isinstance(payload, spec.input_model):
         return payload
     if not isinstance(payload, Mapping):
@@ -286,7 +318,8 @@ def parse_input(spec: ActionSpec, payload: Any) -> BaseModel:
     try:
         return spec.input_model.model_validate(dict(payload))
     except ValidationError as exc:
-        raise ConnectorError(400, {"message": describe_validation_error(exc, spec.name)}, action=spec.name) from None
+        raise ConnectorError(400, {"message": describe_validation_error(exc, spec.name, named)},
+                             action=spec.name) from None
 
 
 def error_for(spec: ActionSpec | None, exc: BaseException, *, action: str | None = None) -> ConnectorError:
@@ -369,9 +402,10 @@ def configured(spec: ActionSpec, resources: Mapping[str, Any], keys: Iterable[st
     return {k: resources[k] for k in keys}
 
 
-def run_action(spec: ActionSpec, payload: Any, resources: Mapping[str, Any]) -> Any:
-    """Validate ``payload``, run the action with its resources and return the spec's JSON output."""
-    inp = parse_input(spec, payload)
+def run_action(spec: ActionSpec, payload: Any, resources: Mapping[str, Any], named: Named | None = None) -> Any:
+    """Validate ``payload``, run the action with its resources and return the spec's JSON output. ``named``:
+    fields read from the environment, which a validation error names instead of showing (:data:`Named`)."""
+    inp = parse_input(spec, payload, named)
     given = configured(spec, resources)
     try:
         out = spec.fn(inp, **given)

@@ -84,6 +84,46 @@ def test_secrets_stay_environment_references(env: dict[str, str], monkeypatch: p
             assert not [str(path) for path, data in files if form in data]
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_env_value_the_action_refuses_is_named_not_shown_in_the_stored_events(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A step's validation error echoed the value (``recipients[0].to: 'sk_live_…' is not a valid e-mail
+    address``) and Dagster stored it in the run's events, which docs/pipelines.md says ``${env.…}`` values never
+    enter: the error names the reference instead, and says what is wrong with it."""
+    secrets = {"MJ_TO": "sk_live_SECRET2", "MJ_TEMPLATE": "sk_live_SECRET1", "MJ_NAME": "Pw9secret"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "leak.yaml"
+    path.write_text(textwrap.dedent("""
+        name: leak
+        steps:
+          - id: mail
+            action: mail.send_transactional_message
+            input:
+              from: "reports.${env.MJ_NAME}"
+              recipients: [{to: "${env.MJ_TO}"}]
+              templateId: "${env.MJ_TEMPLATE}"
+              templateVariables: {}
+        """))
+    job = compile_pipeline(load_pipeline(path)).job
+    storage = tmp_path / "dagster"
+    storage.mkdir()
+    with dg.instance_for_test(temp_dir=str(storage)) as instance:
+        result = job.execute_in_process(instance=instance, resources=resources_for(environ=env),
+                                        raise_on_error=False)
+        stored = repr(instance.get_run_by_id(result.run_id)) + repr(instance.all_logs(result.run_id))
+    (failed,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = error_of_failed_step(failed).message
+    assert message.startswith("from: the text made with ${env.MJ_NAME} is not a valid e-mail address"), message
+    assert "recipients[0].to: the value of ${env.MJ_TO} is not a valid e-mail address" in message
+    assert "templateId: must be an integer, got the value of ${env.MJ_TEMPLATE}" in message
+    assert "STEP_FAILURE" in stored and "the value of ${env.MJ_TO}" in stored  # what was searched
+    files = stored_bytes(storage)
+    for value in ("sk_live_SECRET", "Pw9secret"):
+        assert value not in stored and value not in message
+        assert not [str(path) for path, data in files if value.encode() in data]
+
+
 def test_pipelines_dir_adds_jobs_and_broken_files_are_reported_while_the_rest_loads(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     folder = tmp_path / "more"

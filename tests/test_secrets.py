@@ -314,3 +314,17 @@ def test_a_database_url_with_a_numeric_or_no_port_passes_the_check():
                 "postgresql+psycopg://bob:pw@[::1]:5432/db", "sqlite:////abs/path/vf.db", "sqlite:///rel.db",
                 "postgresql+psycopg://bob:Ab/Cd9@db/x", "postgresql+psycopg:///db?host=/run/pg"):
         assert database_url_problem(url) is None, url
+
+
+def test_a_hidden_value_is_named_wherever_a_message_shows_it() -> None:
+    """What a step's error says in place of a value read from the environment (docs/pipelines.md)."""
+    from connector_ops.kernel.secrets import named_instead
+
+    name = "the value of ${env.X}"
+    assert named_instead("'Sk_Live_9' is not a valid e-mail address", "sk_live_9", name) == (
+        "the value of ${env.X} is not a valid e-mail address")  # quoted, any case
+    assert named_instead("got token=abcd1234 here", "abcd1234", name) == "got token=the value of ${env.X} here"
+    assert named_instead("Input should be less than 10", 1, name) == "the value of ${env.X} should be less than 10"
+    assert named_instead("String should have at most 3 characters", "abcd", name) == (
+        "the value of ${env.X}: String should have at most 3 characters")
+    assert named_instead("'pw-in-list' is wrong", ["pw-in-list"], name) == "the value of ${env.X} is wrong"

@@ -21,3 +21,9 @@ class Deferred(ABC):
     @abstractmethod
     def value(self, environ: Mapping[str, str]) -> Any:
         """The value in ``environ``; raises ``InvalidInput`` naming the reference when it cannot be read."""
+
+    def named(self) -> Mapping[tuple[str | int, ...], str]:
+        """Where in the value (a field's location) a value read from the environment goes -> how a message names
+        it instead of showing it (``the value of ${env.TOKEN}``): a step's error is stored in the run's events,
+        where the value must not go."""
+        return {}

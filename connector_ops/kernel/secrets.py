@@ -85,3 +85,47 @@ class RedactedRepr:
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():  # type: ignore[misc]
             yield name, (masked(name, value) if name else value)
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """The texts ``value`` may show as in a message: itself (a string or number), or those of its items."""
+    if isinstance(value, str):
+        if value:
+            yield repr(value)  # quoted first: ``'sk_live_…' is not a valid e-mail address``
+            yield value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _texts(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _texts(item)
+
+
+def named_instead(message: str, value: Any, name: str) -> str:
+    """``message`` about ``value`` (a field read from a secret place, the environment) with ``name`` where it
+    showed the value: ``'sk_live_…' is not a valid e-mail address`` -> ``the value of ${env.TO} is not a valid
+    e-mail address``. A message that did not show it names it first (``Input should be …`` -> ``the value of
+    ${env.ID} should be …``), so the reader still knows which value was wrong. Matched without regard to case
+    (a check may show the value normalised), and a short value only as a whole word, so ``1`` leaves ``10``
+    alone while a secret is hidden wherever it shows."""
+    texts = sorted(set(_texts(value)), key=len, reverse=True)
+    if not texts:
+        return f"{name}: {message}"
+    pattern = "|".join(_whole(text) for text in texts)
+    shown, count = re.subn(pattern, lambda _match: name, message, flags=re.IGNORECASE)
+    if count:
+        return shown
+    if message.startswith("Input "):
+        return f"{name} {message.removeprefix('Input ')}"
+    return f"{name}: {message}"
+
+
+def _whole(text: str) -> str:
+    """A pattern of ``text``; one shorter than 4 characters a word character cannot continue on either side."""
+    if len(text) >= 4:
+        return re.escape(text)
+    before = r"(?<!\w)" if re.match(r"\w", text) else ""
+    after = r"(?!\w)" if re.search(r"\w$", text) else ""
+    return f"{before}{re.escape(text)}{after}"

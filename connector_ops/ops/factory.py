@@ -368,6 +368,13 @@ def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str,
     return payload
 
 
+def env_named(inputs: Mapping[str, Any]) -> dict[tuple[str | int, ...], str]:
+    """The fields of ``fields`` read from the environment (a :class:`.Deferred`), which the input's validation
+    errors name and never show: the error is the step's failure, stored in the run's events."""
+    fields = inputs.get("fields")
+    return dict(fields.named()) if isinstance(fields, Deferred) else {}
+
+
 def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.AssetKey] | None = None,
              required_config: frozenset[str] = frozenset(),
              extensions: frozenset[str] = frozenset()) -> dg.OpDefinition:
@@ -404,7 +411,7 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
                 check_asset_input(field, payload, key)
             with reporting_to(step_progress(context.log.info)), \
                     warnings_to(context.log.warning):
-                result = run_action(spec, payload, resources)
+                result = run_action(spec, payload, resources, env_named(inputs))
             # readers (the next steps too) find an asset's data under its own name
             published = {field: publish(field, result[field], key, resources) for field, key in assets.items()}
         except ConnectorError as exc:

@@ -306,6 +306,15 @@ class EnvFields(Deferred):
             fields = _replaced(fields, location, _joined(parts, scope))
         return fields
 
+    def named(self) -> dict[Location, str]:
+        """``the value of ${env.X}`` (the whole field) or ``the text made with ${env.X}`` (a longer string) by
+        field location: what an error about the field says in place of the value."""
+        names: dict[Location, str] = {}
+        for location, parts in self.env:
+            refs = ", ".join(p.text for p in parts if isinstance(p, Ref))
+            names[location] = f"the value of {refs}" if len(parts) == 1 else f"the text made with {refs}"
+        return names
+
 
 def _replaced(value: Any, location: Location, new: Any) -> Any:
     """``value`` with ``new`` at ``location``, copying only the containers on the way."""
