@@ -714,3 +714,32 @@ def test_the_foreach_batch_limit_is_a_setting(tmp_path: Path, env: dict[str, str
     monkeypatch.setenv("CONNECTOR_OPS_MAX_FOREACH_BATCHES", "many")
     bad = run_compiled(compiled, resources).errors["check"]
     assert bad.status == 400 and "CONNECTOR_OPS_MAX_FOREACH_BATCHES: must be a whole number" in bad.message
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_numeric_env_value_into_a_text_field_stays_text(env: dict[str, str], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``REPORT_NAME=2024`` was read as JSON, the number 2024, and ``exportName`` refused it ("Input should be a
+    valid string", naming neither variable nor reading): a field that takes text gets the variable's text; without
+    the model (a field of another type) the value is still read as JSON."""
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n3,4\n", encoding="utf-8")
+    monkeypatch.setenv("REPORT_NAME", "2024")
+    path = write(tmp_path, """
+        name: envjson
+        steps:
+          - id: load
+            action: etl.push
+            input: {platformFile: "${file:x.csv}"}
+          - id: export
+            action: etl.pull
+            input: {virtualFileId: "${load.virtualFileId}", exportType: csv, exportName: "${env.REPORT_NAME}"}
+        """)
+    resources = resources_for(environ=env)
+    outcome = run_compiled(compile_pipeline(load_pipeline(path)), resources)
+    assert outcome.success, outcome.failure()
+    assert outcome.steps["export"]["platformFile"]["name"] == "2024"
+    from connector_ops.etl.models import PullInput  # the model the action op passes
+    deferred = r.resolve_deferring_env({"exportName": "${env.REPORT_NAME}", "exportType": "${env.KIND:-csv}"},
+                                       r.Scope(environ={"REPORT_NAME": "2024"}))
+    assert deferred.value({"REPORT_NAME": "2024"}, PullInput) == {"exportName": "2024", "exportType": "csv"}
+    assert deferred.value({"REPORT_NAME": "2024"}) == {"exportName": 2024, "exportType": "csv"}  # no model: JSON

@@ -19,8 +19,9 @@ class Deferred(ABC):
     """A value known by how to read it from an environment (picklable: it is a step output)."""
 
     @abstractmethod
-    def value(self, environ: Mapping[str, str]) -> Any:
-        """The value in ``environ``; raises ``InvalidInput`` naming the reference when it cannot be read."""
+    def value(self, environ: Mapping[str, str], model: Any = None) -> Any:
+        """The value in ``environ``; raises ``InvalidInput`` naming the reference when it cannot be read.
+        ``model``: the action's input model the value is for, whose text fields take text as it is read."""
 
     def named(self) -> Mapping[tuple[str | int, ...], str]:
         """Where in the value (a field's location) a value read from the environment goes -> how a message names

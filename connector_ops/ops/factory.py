@@ -360,7 +360,7 @@ def op_payload(spec: ActionSpec, config: Mapping[str, Any], inputs: Mapping[str,
     stored step outputs) are read here, from the environment of the process running the action."""
     payload = {k: v for k, v in config.items() if v is not None}
     fields = inputs.get("fields")
-    payload.update((fields.value(os.environ) if isinstance(fields, Deferred) else fields) or {})
+    payload.update((fields.value(os.environ, spec.input_model) if isinstance(fields, Deferred) else fields) or {})
     for input_name, field in spec.wirable_inputs.items():
         value = inputs.get(input_name)
         if value is not None:

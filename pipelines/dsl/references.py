@@ -2,7 +2,8 @@
 
 Forms (docs/pipelines.md): ``${step.field[.sub…]}`` (an earlier step's output; ``${step}`` is the
 whole output), ``${env.NAME}`` / ``${env.NAME:-default}`` (environment, parsed as JSON when it is
-JSON; the default also stands in for a variable set but empty), ``${batch.rows}`` /
+JSON, but for a whole field the action takes as text: :meth:`EnvFields.value`;
+the default also stands in for a variable set but empty), ``${batch.rows}`` /
 ``${batch.index}`` / ``${batch.virtualFileId}`` (inside a ``foreach`` step), ``${trigger.fileId}`` /
 ``${trigger.name}`` / ``${trigger.folderId}`` (the drive file that started the run) and
 ``${file:path}`` (a local file — a relative path from the pipeline file's folder, an absolute one as it
@@ -299,11 +300,21 @@ class EnvFields(Deferred):
     fields: Any
     env: tuple[tuple[Location, tuple[str | Ref, ...]], ...]
 
-    def value(self, environ: Mapping[str, str]) -> Any:
+    def value(self, environ: Mapping[str, str], model: Any = None) -> Any:
+        """The fields with their variables read from ``environ``. A whole ``${env.NAME}`` put into a field of
+        ``model`` that takes text keeps the variable's text (``REPORT_NAME=2024`` is the name ``2024``): read as
+        JSON it would be a number the field refuses."""
+        from connector_ops.pipelines.dsl.field_types import takes_text  # pydantic, only where a model is given
+
         scope = Scope(environ=environ)
         fields = self.fields
         for location, parts in self.env:
-            fields = _replaced(fields, location, _joined(parts, scope))
+            whole = len(parts) == 1 and isinstance(parts[0], Ref) and len(parts[0].path) == 1
+            if whole and model is not None and takes_text(model, location):
+                value: Any = _env_text(environ, parts[0].path[0], parts[0])
+            else:
+                value = _joined(parts, scope)
+            fields = _replaced(fields, location, value)
         return fields
 
     def named(self) -> dict[Location, str]:

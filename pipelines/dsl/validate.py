@@ -29,6 +29,8 @@ from connector_ops.ops.factory import tell_stale_side_with
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
+from connector_ops.pipelines.dsl.field_types import field_annotation as _field_annotation
+from connector_ops.pipelines.dsl.field_types import fields_of as _fields_of
 from connector_ops.pipelines.dsl.local_files import file_digests
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
 from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_reserved_job_name, name_like, why_not_a_name
@@ -79,19 +81,6 @@ def iana_time_zones() -> frozenset[str]:
     every host that runs it."""
     with importlib.resources.files("tzdata").joinpath("zones").open(encoding="utf-8") as zones:
         return frozenset(line.strip() for line in zones if line.strip())
-
-
-def _fields_of(model: Any) -> list[str] | None:
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return [f.alias or n for n, f in model.model_fields.items()]
-    return None
-
-
-def _field_annotation(model: type[BaseModel], name: str) -> Any:
-    for n, f in model.model_fields.items():
-        if (f.alias or n) == name:
-            return f.annotation
-    return None
 
 
 class _Checker:
