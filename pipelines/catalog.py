@@ -93,29 +93,46 @@ def read_catalog(environ: dict[str, str] | None = None) -> Catalog:
     misplaced = pipelines_dir_problem(environ)
     if misplaced is not None:
         catalog.problems.append(misplaced)
-    names: dict[str, str] = dict(CODE_JOBS)
-    assets: dict[str, str] = {}  # asset key -> the step that makes it: one maker per asset
-    nodes = dict(CODE_NODES)
+    taken = TakenNames()
     for path in pipeline_files(environ):
         try:
-            pipeline = load_pipeline(path)
-            if pipeline.name in names:
-                used = f"job name {pipeline.name!r} is already used by {names[pipeline.name]}"
-                raise PipelineError([Problem(str(path), 1, used)])
-            mine = asset_makers(pipeline, path, assets)
-            compiled = compile_pipeline(pipeline)
-            my_nodes = node_names(compiled, path, nodes)
+            catalog.pipelines.append(taken.admit(path))
         except PipelineError as exc:
             catalog.problems += exc.problems
-            continue
-        except Exception as exc:  # one file's failure, whatever it is, is that file's problem
-            catalog.problems.append(_internal_error(path, exc))
-            continue
-        names[pipeline.name] = str(path)
-        assets.update(mine)
-        nodes.update(my_nodes)
-        catalog.pipelines.append(compiled)
     return catalog
+
+
+@dataclass
+class TakenNames:
+    """What the files admitted so far (and the jobs defined in code) have taken in one code location: job names,
+    asset keys (one maker each) and Dagster op/graph names. The catalog admits the files of a deployment one by
+    one, ``pipeline validate`` the files it is given: the same checks, so a file validate passes is one the
+    catalog loads beside the others given with it."""
+
+    names: dict[str, str] = field(default_factory=lambda: dict(CODE_JOBS))
+    assets: dict[str, str] = field(default_factory=dict)  # asset key -> the step that makes it
+    nodes: dict[str, tuple[object, str]] = field(default_factory=lambda: dict(CODE_NODES))
+
+    def admit(self, path: Path) -> CompiledPipeline:
+        """Load and compile ``path``, check it takes nothing already taken, and take what it uses; raises
+        :class:`PipelineError` (any other exception, a bug of ours or of a library the file reaches, is logged
+        and raised as that file's internal error: it costs that file only)."""
+        try:
+            pipeline = load_pipeline(path)
+            if pipeline.name in self.names:
+                used = f"job name {pipeline.name!r} is already used by {self.names[pipeline.name]}"
+                raise PipelineError([Problem(str(path), 1, used)])
+            mine = asset_makers(pipeline, path, self.assets)
+            compiled = compile_pipeline(pipeline)
+            my_nodes = node_names(compiled, path, self.nodes)
+        except PipelineError:
+            raise
+        except Exception as exc:  # one file's failure, whatever it is, is that file's problem
+            raise PipelineError([_internal_error(path, exc)]) from exc
+        self.names[pipeline.name] = str(path)
+        self.assets.update(mine)
+        self.nodes.update(my_nodes)
+        return compiled
 
 
 def _internal_error(path: Path, exc: Exception) -> Problem:

@@ -38,15 +38,15 @@ def pipeline() -> None:
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 def validate(files: tuple[str, ...]) -> None:
     """Check pipeline files without running them (every problem with file:line and step; exit 1 if any)."""
-    from connector_ops.pipelines.catalog import CODE_NODES, load_checked, node_names
-    from connector_ops.pipelines.dsl import PipelineError, compile_pipeline
+    from connector_ops.pipelines.catalog import TakenNames
+    from connector_ops.pipelines.dsl import PipelineError
 
     failed = False
-    for file in files:
+    taken = TakenNames()  # the files given are checked together, as the catalog loads the files of a folder
+    for file in dict.fromkeys(files):
         try:
-            pipeline = load_checked(Path(file))
-            # also proves the job builds, and its op names can be those of one code location
-            node_names(compile_pipeline(pipeline), Path(file), dict(CODE_NODES))
+            # also proves the job builds, and that its names can be those of one code location
+            pipeline = taken.admit(Path(file)).pipeline
         except PipelineError as exc:
             _print_problems(exc)
             failed = True

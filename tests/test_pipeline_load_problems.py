@@ -192,6 +192,30 @@ def test_a_file_cannot_take_the_name_of_a_job_defined_in_code(monkeypatch: pytes
     assert listed.exit_code == 1 and str(taken) not in listed.stdout and str(taken) in listed.stderr
 
 
+
+def test_validate_refuses_what_the_catalog_refuses_across_the_files_given(tmp_path: Path) -> None:
+    """`pipeline validate` said ok for a file named like a job defined in code and for two files sharing a job
+    name or an asset key, which the catalog then refused (a CI gate on validate let them through). It now runs
+    the catalog's checks over the files it is given, in their order: the later file is the one refused."""
+    folder = with_csv(tmp_path)
+    def job(name: str, asset: str) -> str:
+        return f"name: {name}\nsteps:\n  - id: load\n    {PUSH}\n    asset: shared/{asset}\n"
+
+    code = [write(folder, job(name, name), f"{name}.yaml") for name in CODE_JOBS]
+    first = write(folder, job("same", "one"), "same1.yaml")
+    second = write(folder, job("same", "two"), "same2.yaml")
+    other = write(folder, job("other", "one"), "other.yaml")
+    ran = CliRunner().invoke(pipeline, ["validate", *map(str, [*code, first, second, other])])
+    assert ran.exit_code == 1
+    lines = ran.stdout.splitlines()
+    assert lines[:2] == [f"{code[0]}:1: job name {code[0].stem!r} is already used by {CODE_JOBS[code[0].stem]}",
+                         f"{code[1]}:1: job name {code[1].stem!r} is already used by {CODE_JOBS[code[1].stem]}"]
+    assert lines[2:] == [f"{first}: ok — job same, 1 steps", f"{second}:1: job name 'same' is already used by {first}",
+                         f"{other}:3: step load: asset 'shared/one' is already made by {first} (step load)"]
+    alone = CliRunner().invoke(pipeline, ["validate", str(second), str(second)])  # a file given twice is one file
+    assert alone.exit_code == 0 and alone.stdout == f"{second}: ok — job same, 1 steps\n"
+
+
 def test_set_into_a_value_that_is_no_mapping_names_the_key(tmp_path: Path) -> None:
     path = write(with_csv(tmp_path), PUSH_AND_QUERY)
     for overrides, message in [
