@@ -102,6 +102,68 @@ def test_rows_wired_where_a_virtual_file_id_goes_are_a_load_error(tmp_path: Path
     assert [p.line for p in caught.value.problems] == [8, 11]
 
 
+
+def test_files_whole_outputs_batch_rows_and_fields_below_an_id_are_load_errors(tmp_path: Path) -> None:
+    """Each passed validate and failed when the step ran: a ``${file:…}`` (a platform file) or a whole output
+    (an object) where a virtual file id goes, in ``input`` or ``foreach``, ``${batch.rows}`` (a list) there, and a
+    field below a text id. Each is now a problem at its line, naming the step and the field."""
+    path = write(tmp_path, """
+        name: kinds
+        steps:
+          - id: load
+            action: etl.push
+            input: {platformFile: "${file:x.csv}"}
+          - id: up
+            action: drive.upload_file
+            input: {platformFile: "${file:x.csv}"}
+          - id: file_as_id
+            action: etl.clean
+            input: {virtualFileId: "${file:x.csv}"}
+          - id: file_each
+            action: etl.clean
+            foreach: {virtualFileId: "${file:x.csv}"}
+            input: {virtualFileId: "${batch.virtualFileId}"}
+          - id: whole_each
+            action: etl.clean
+            foreach: {virtualFileId: "${load}"}
+            input: {virtualFileId: "${batch.virtualFileId}"}
+          - id: whole_as_id
+            action: etl.clean
+            input: {virtualFileId: "${load}"}
+          - id: rows_as_id
+            action: etl.clean
+            foreach: {virtualFileId: "${load.virtualFileId}"}
+            input: {virtualFileId: "${batch.rows}"}
+          - id: below_id
+            action: etl.clean
+            input: {virtualFileId: "${load.virtualFileId.0}"}
+          - id: below_file_id
+            action: drive.download_file
+            input: {fileId: "${up.fileId.name}"}
+          - id: fine
+            action: etl.query
+            input: {virtualFileId: "${load.virtualFileId}", query: {}}
+    """)
+    (tmp_path / "x.csv").write_text("a\n1\n")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline(path)
+    local = "(the local file x.csv, stored as a platform file when the step runs)"
+    whole = "(the whole output of etl.push: virtualFileId, rejectsFileId)"
+    assert [(p.line, p.step, p.message) for p in caught.value.problems] == [
+        (11, "file_as_id", f"${{file:x.csv}} is a platform file {local}; `virtualFileId` takes a virtual file id"),
+        (14, "file_each",
+         f"${{file:x.csv}} is a platform file {local}; `foreach.virtualFileId` takes a virtual file id"),
+        (18, "whole_each", f"${{load}} is an object {whole}; `foreach.virtualFileId` takes a virtual file id: "
+                           "write ${load.virtualFileId}"),
+        (22, "whole_as_id",
+         f"${{load}} is an object {whole}; `virtualFileId` takes a virtual file id: write ${{load.virtualFileId}}"),
+        (26, "rows_as_id", "${batch.rows} is a list (the batch's rows); `virtualFileId` takes a virtual file id"),
+        (29, "below_id", "${load.virtualFileId.0}: virtualFileId is text (etl.push's virtualFileId); it has no "
+                         "field '0'"),
+        (32, "below_file_id", "${up.fileId.name}: fileId is text (drive.upload_file's fileId); it has no field "
+                              "'name'")]
+
+
 def test_rows_wired_into_a_virtual_file_id_in_python_fail_as_a_400_without_the_rows(
         resources: dict[str, Any], files: Any) -> None:
     @dg.job

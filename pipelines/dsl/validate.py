@@ -14,14 +14,12 @@ import functools
 import importlib.resources
 import json
 import re
-import types
-import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from connector_ops.kernel.errors import InvalidInput, field_path
 from connector_ops.ops.asset_files import IN_PLACE_FLAGS, asset_file_name, in_place_problem
@@ -29,8 +27,7 @@ from connector_ops.ops.factory import tell_stale_side_with
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
-from connector_ops.pipelines.dsl.field_types import field_annotation as _field_annotation
-from connector_ops.pipelines.dsl.field_types import fields_of as _fields_of
+from connector_ops.pipelines.dsl.field_types import field_annotation, fields_of
 from connector_ops.pipelines.dsl.local_files import file_digests
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
 from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_reserved_job_name, name_like, why_not_a_name
@@ -39,9 +36,17 @@ from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.sections import whole_number
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.pipelines.dsl.source import Path as SourcePath
+from connector_ops.pipelines.dsl.wiring import (
+    BATCH_TYPES,
+    given_by,
+    owner_model,
+    scalar_name,
+    takes_list,
+    wanted_by,
+    wiring_problem,
+)
 from connector_ops.registry import (
     ACTIONS,
-    FIELD_KINDS,
     ActionSpec,
     closest_name,
     get_action,
@@ -308,7 +313,7 @@ class _Checker:
                     continue  # its value is known when the step runs; an unknown field is unknown whatever it holds
                 where = field_path(loc)
                 if err["type"] == "extra_forbidden":
-                    known = _fields_of(_owner_model(spec.input_model, loc[:-1])) or []
+                    known = fields_of(owner_model(spec.input_model, loc[:-1])) or []
                     meant = closest_name(str(loc[-1]), known)
                     hint = unknown_field_hint(spec.name, loc)
                     msg = f"unknown field {where!r} in {spec.name} input"
@@ -387,11 +392,18 @@ class _Checker:
                 self.add(loc, f"{ref.text}: a file reference must be the whole value", step.id)
             elif not (Path(self.base_dir) / ref.path[0]).is_file():
                 self.add(loc, f"{ref.text}: no file {ref.path[0]!r} next to the pipeline file", step.id)
+            else:
+                self.wired(ref, loc, step)
         elif ref.root == r.BATCH:
             if step.foreach is None or not batch_ok:
                 self.add(loc, f"{ref.text}: ${{batch…}} is only available in the input of a foreach step", step.id)
             elif not ref.path or ref.path[0] not in r.BATCH_FIELDS:
                 self.add(loc, f"{ref.text}: a batch has {', '.join(r.BATCH_FIELDS)}", step.id)
+            elif len(ref.path) > 1 and scalar_name(BATCH_TYPES[ref.path[0]]) is not None:
+                self.add(loc, f"{ref.text}: the batch's {ref.path[0]} is {scalar_name(BATCH_TYPES[ref.path[0]])}; "
+                              f"it has no field {ref.path[1]!r}", step.id)
+            elif exact:
+                self.wired(ref, loc, step)
         elif ref.root == r.TRIGGER:
             if not has_trigger:
                 self.add(loc, f"{ref.text}: ${{trigger…}} needs `on_new_file` in the pipeline", step.id)
@@ -408,41 +420,20 @@ class _Checker:
         else:
             self.output_path(ref, loc, step, by_id[ref.root])
             if exact:
-                self.kinds_match(ref, loc, step, by_id[ref.root])
-                self.list_into_one(ref, loc, step, by_id[ref.root])
+                self.wired(ref, loc, step, by_id[ref.root])
                 self.one_per_batch(ref, loc, step, by_id[ref.root])
                 self.in_place_on_asset(ref, loc, step, by_id[ref.root])
             return ref.root
         return None
 
-    def kinds_match(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
-        """A platform file wired where a virtual file id goes (or the other way) is a load error, not a 400
-        in the middle of a run."""
-        field = loc[-1] if loc and isinstance(loc[-1], str) else None
-        wanted = FIELD_KINDS.get(field or "")
-        given = FIELD_KINDS.get(ref.path[0]) if len(ref.path) == 1 else None
-        if wanted and given and wanted != given and ref.path[0] in target.action.output_fields:
-            self.add(loc, f"{ref.text} is a {given} ({target.action.name}'s {ref.path[0]}); `{field}` takes a "
-                          f"{wanted}", step.id)
-
-    def list_into_one(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
-        """An output field that is always a list (Query's ``result``: rows) wired whole where the field takes one
-        value (a virtual file id, text): a load error, as :meth:`kinds_match` makes one of a platform file
-        where a virtual file id goes, not the run's failed type check. The field types are compared as
-        :meth:`one_per_batch` compares them (a foreach step's outputs are that method's)."""
-        if target.foreach is not None or len(ref.path) != 1 or target.action.output_model is None:
-            return
-        given = _field_annotation(target.action.output_model, ref.path[0])
-        if given is None or not _only_lists(given):
-            return
-        if loc[2:3] == ("input",):
-            wanted = _owner_model(step.action.input_model, loc[3:])
-            if wanted is None or _takes_list(wanted):
-                return
-        where = field_path(loc[3:]) if loc[2:3] == ("input",) else "foreach.virtualFileId"
-        kind = FIELD_KINDS.get(str(loc[-1]))
-        self.add(loc, f"{ref.text} is a list ({target.action.name}'s {ref.path[0]}); `{where}` takes "
-                      f"{'a ' + kind if kind else 'one value'}", step.id)
+    def wired(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step | None = None) -> None:
+        """A value of the wrong kind wired whole into a field (a platform file where a virtual file id goes, or
+        the other way; a list or an object where one value goes) is a load error, not a 400 or a failed type
+        check in the middle of a run (:func:`.wiring.wiring_problem`)."""
+        given, wanted = given_by(ref, target), wanted_by(step, loc)
+        problem = None if given is None or wanted is None else wiring_problem(ref, given, wanted)
+        if problem is not None:
+            self.add(loc, problem, step.id)
 
     def in_place_on_asset(self, ref: r.Ref, loc: tuple[str | int, ...], step: Step, target: Step) -> None:
         """An asset step working in place (a literal ``overwriteVirtualFile: true``) on the virtual file of
@@ -464,8 +455,8 @@ class _Checker:
         if target.foreach is None or len(ref.path) > 1:
             return  # ${check.validated.0}: one batch's value
         if loc[2:3] == ("input",):
-            annotation = _owner_model(step.action.input_model, loc[3:])
-            if annotation is None or _takes_list(annotation):
+            annotation = owner_model(step.action.input_model, loc[3:])
+            if annotation is None or takes_list(annotation):
                 return  # unknown here (checked when the step runs), or a list is right
         where = field_path(loc[3:]) if loc[2:3] == ("input",) else "foreach.virtualFileId"
         self.add(loc, f"{ref.text} is a list, one value per batch of foreach step {target.id!r}; `{where}` takes "
@@ -510,16 +501,22 @@ class _Checker:
             return
         if target.foreach is not None:
             return  # a list, one value per batch
-        annotation: Any = _field_annotation(spec.output_model, ref.path[0])
+        annotation: Any = field_annotation(spec.output_model, ref.path[0])
         for depth, key in enumerate(ref.path[1:], start=1):
-            known = _fields_of(annotation)
+            known = fields_of(annotation)
+            scalar = scalar_name(annotation)
+            if scalar is not None:  # ${load.virtualFileId.0}: an id is text, with nothing below it
+                where = ".".join(ref.path[:depth])
+                self.add(loc, f"{ref.text}: {where} is {scalar} ({spec.name}'s {where}); it has no field {key!r}",
+                         step.id)
+                return
             if known is None:
                 return
             if key not in known:
                 where = ".".join(ref.path[:depth])
                 self.add(loc, f"{ref.text}: {where} has no field {key!r} (fields: {', '.join(known)})", step.id)
                 return
-            annotation = _field_annotation(annotation, key)
+            annotation = field_annotation(annotation, key)
 
     # -- order -----------------------------------------------------------------------------------
     def ordered(self, steps: list[Step], deps: Mapping[str, set[str]], raw: list[Any]) -> list[Step]:
@@ -581,36 +578,6 @@ def _some_text(value: Any) -> bool:
     """Whether ``value`` is text with something in it: what an id (a folder's, a virtual file's) must be; YAML reads
     ``folderId:`` as null and ``folderId: 12`` as a number, and an empty id names no folder (the drive's root)."""
     return isinstance(value, str) and bool(value.strip())
-
-
-def _takes_list(annotation: Any) -> bool:
-    """Whether a field of type ``annotation`` may hold a list (``list[…]``, ``Any``, or a union with one)."""
-    if annotation is Any or annotation is list:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is list:
-        return True
-    return origin in (typing.Union, types.UnionType) and any(_takes_list(a) for a in typing.get_args(annotation))
-
-
-def _only_lists(annotation: Any) -> bool:
-    """Whether a field of type ``annotation`` always holds a list (``list[…]``, or a union of lists and
-    ``None``): Validate's ``validated`` (rows or an id) is not, whatever it holds in one run."""
-    if annotation is list or typing.get_origin(annotation) is list:
-        return True
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return bool(kinds) and all(_only_lists(a) for a in kinds)
-    return False
-
-
-def _owner_model(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
-    current: Any = model
-    for key in loc:
-        if _fields_of(current) is None:
-            return None
-        current = _field_annotation(current, str(key))
-    return current
 
 
 def i_path(raw: list[Any], step_id: str) -> int:
