@@ -251,6 +251,25 @@ def test_a_value_set_with_set_that_the_step_refuses_is_the_set_arguments_problem
     assert problem.message.startswith("unknown field 'bogus' in etl.query input")
 
 
+
+def test_a_literal_the_run_refuses_is_a_problem_of_where_it_was_written(tmp_path: Path) -> None:
+    """A NaN in a literal filter passed validate and failed the step (400: not a JSON number): the payload check
+    the action runs first is run on the literals too. A filter problem was placed at the field holding the filter
+    (the file's line, or the first --set that wrote it); it is placed at the part refused: ``--set:N`` of the
+    --set that wrote it (docs/pipelines.md, Running)."""
+    path = write(with_csv(tmp_path), PUSH_AND_QUERY.replace("query: {}", "query: {a: .nan, b: 1}"))
+    ((line, step, message),) = problems(path)
+    assert (line, step, message) == (8, "q", "query.a: NaN is not a JSON number (JSON has no NaN or Infinity)")
+    assert load_pipeline(path, ['q.query={"b": 1}']).step("q").input["query"] == {"b": 1}
+    for overrides, culprit in [(["q.query.a=1", "q.query.c.d=1"], 2), (["q.query={}", "q.query.c.d=1"], 2),
+                               (["q.query.c.d=1", "q.query.a=1"], 1), (['q.query.a=1', 'q.query.c={"d": 1}'], 2)]:
+        with pytest.raises(PipelineError) as caught:
+            load_pipeline(path, overrides)
+        (problem,) = caught.value.problems
+        assert (problem.file, problem.line, problem.step) == ("--set", culprit, "q"), overrides
+        assert problem.message == "query.c: equality does not accept an embedded document (rows are flat)"
+
+
 def test_a_field_a_set_makes_on_its_way_is_the_set_arguments_problem(tmp_path: Path) -> None:
     """``--set load.input.x=1`` makes a field ``input`` the action lacks: ``--set:N`` (docs/pipelines.md,
     Running), not the step's line in the file; a field it only goes through stays the file's."""

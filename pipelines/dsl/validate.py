@@ -22,6 +22,7 @@ import dagster as dg
 from pydantic import ValidationError
 
 from connector_ops.kernel.errors import InvalidInput, field_path
+from connector_ops.kernel.limits import check_payload
 from connector_ops.ops.asset_files import IN_PLACE_FLAGS, asset_file_name, in_place_problem
 from connector_ops.ops.factory import tell_stale_side_with
 from connector_ops.pipelines.dsl import references as r
@@ -304,6 +305,12 @@ class _Checker:
                     label: str | None) -> None:
         """Validate the literal parts of ``inp`` with the action's input model."""
         templated = {loc for loc, text in r.walk_strings(inp) if r.is_template(text)}
+        refused = None
+        try:  # what no action takes (NaN, a NUL, nesting too deep …), checked as the run checks it, first
+            check_payload(r.unescape(inp), nul=not spec.nul_in_values)
+        except InvalidInput as exc:
+            refused = _location_of(inp, exc.field)
+            self.add((*path, *refused), str(exc), label)
         try:
             spec.input_model.model_validate(r.unescape(inp))
         except ValidationError as exc:
@@ -311,6 +318,8 @@ class _Checker:
                 loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
                 if err["type"] != "extra_forbidden" and any(loc[:n] in templated for n in range(1, len(loc) + 1)):
                     continue  # its value is known when the step runs; an unknown field is unknown whatever it holds
+                if refused is not None and loc[:len(refused)] == refused and err["type"] != "extra_forbidden":
+                    continue  # the value the payload check refused, said once
                 where = field_path(loc)
                 if err["type"] == "extra_forbidden":
                     known = fields_of(owner_model(spec.input_model, loc[:-1])) or []
@@ -336,8 +345,8 @@ class _Checker:
                 continue
             try:
                 parse(r.unescape(value), field)
-            except InvalidInput as exc:
-                self.add((*path, field), str(exc), label)
+            except InvalidInput as exc:  # at the part refused: a --set that wrote it is named (--set:N)
+                self.add((*path, field, *_location_of(value, exc.field, (field,))), str(exc), label)
 
     # -- references ------------------------------------------------------------------------------
     def refs(self, value: Any, path: tuple[str | int, ...], label: str | None
@@ -578,6 +587,22 @@ def _some_text(value: Any) -> bool:
     """Whether ``value`` is text with something in it: what an id (a folder's, a virtual file's) must be; YAML reads
     ``folderId:`` as null and ``folderId: 12`` as a number, and an empty id names no folder (the drive's root)."""
     return isinstance(value, str) and bool(value.strip())
+
+
+def _location_of(value: Any, where: str, prefix: tuple[str | int, ...] = ()) -> tuple[str | int, ...]:
+    """The location inside ``value`` that an :class:`InvalidInput`'s field (``query.c``, ``rows[0]``: written by
+    :func:`field_path` from ``prefix`` and the keys down to it) names, below ``prefix``; ``()`` (the value
+    itself) when none does. So a problem is placed at the part refused, not at the whole field holding it."""
+    todo: list[tuple[Any, tuple[Any, ...], tuple[str | int, ...]]] = [(value, (), prefix)]  # value, location, name
+    while todo:
+        item, loc, named = todo.pop()
+        if loc and field_path(named) == where:
+            return loc
+        if isinstance(item, Mapping):  # a key that is no text (YAML's 1:) is named as the checks name it: str(key)
+            todo += [(child, (*loc, key), (*named, str(key))) for key, child in item.items()]
+        elif isinstance(item, list):
+            todo += [(child, (*loc, i), (*named, i)) for i, child in enumerate(item)]
+    return ()
 
 
 def i_path(raw: list[Any], step_id: str) -> int:

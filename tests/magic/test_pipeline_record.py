@@ -503,16 +503,24 @@ TRICKY = ["a\r\nb", "\ufeffx", " lead", "x: y", "#c", "null", "~", "0o17", "1_00
 
 
 def test_every_recorded_string_loads_back_exactly(tmp_path: Path) -> None:
-    from connector_ops.pipelines.dsl import load_pipeline
+    from connector_ops.pipelines.dsl import PipelineError, load_pipeline
     from connector_ops.pipelines.dsl import references as r
+    from connector_ops.pipelines.dsl.source import parse_yaml
 
     query = {f"c{i}": value for i, value in enumerate(TRICKY)} | {"key\x85with\nbreaks": "v"}
     rec = Recorder()
     rec.start()
     rec(_call("etl.query", {"virtualFileId": "abc", "query": query}, {"result": []}, "q"))
-    target = rec.export(tmp_path / "literals.yaml")
-    loaded = r.resolve(load_pipeline(target).step("q").input, r.Scope(steps={}, environ={}))["query"]
-    assert loaded == query
+    (step,) = parse_yaml(rec.yaml("literals", tmp_path, "literals-data")).data["steps"]
+    assert r.resolve(step["input"], r.Scope(steps={}, environ={}))["query"] == query
+    with pytest.raises(PipelineError, match="holds "):  # a NUL, half a surrogate pair: the run refuses them too
+        rec.export(tmp_path / "literals.yaml")
+    taken = {k: v for k, v in query.items() if "\x00" not in v and not re.search("[\ud800-\udfff]", v)}
+    rec = Recorder()
+    rec.start()
+    rec(_call("etl.query", {"virtualFileId": "abc", "query": taken}, {"result": []}, "q"))
+    target = rec.export(tmp_path / "taken.yaml")
+    assert r.resolve(load_pipeline(target).step("q").input, r.Scope(steps={}, environ={}))["query"] == taken
 
 
 def test_a_file_made_before_recording_is_made_by_the_pipeline(ip: Any, sales: dict[str, Any], tmp_path: Path) -> None:
