@@ -305,6 +305,23 @@ steps:
     assert not any("exportName" in m for m in messages)  # $${ is the literal ${
 
 
+
+def test_file_options_the_store_refuses_are_load_errors(tmp_path: Path) -> None:
+    """``${file:…?name=…&contentType=…}`` options the store refuses when the step adds the file (a CR/LF in the
+    content type, a control character in the name) passed validate and failed the run: now a problem of the
+    step and field, in the store's words, and only that (not also "must be a platform file, got str")."""
+    text = 'name: p\nsteps:\n  - id: up\n    action: drive.upload_file\n    input: {platformFile: "OPTS"}\n'
+    for options, problem in [("contentType=text%2Fcsv%0D%0AX-Evil%3A%201", "contentType must not contain control "
+                                                                            "characters (CR, LF, NUL …)"),
+                             ("name=a%0Ab.csv", "name must be a non-empty name without control characters"),
+                             ("contentType=csv", "contentType must be a media type in ASCII")]:
+        ref = "${file:customers.csv?" + options + "}"
+        ((line, step, message),) = problems(write(with_csv(tmp_path), text.replace("OPTS", ref)))
+        assert (line, step) == (5, "up") and message.startswith(f"platformFile: {ref}: {problem}"), message
+    good = "${file:customers.csv?name=rows.csv&contentType=text%2Fcsv%3B%20charset%3Dutf-8}"
+    assert load_pipeline(write(tmp_path, text.replace("OPTS", good)))
+
+
 def test_a_foreach_output_wired_where_one_value_goes_is_a_load_error(tmp_path: Path) -> None:
     text = f"""name: p
 steps:

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl
 
 from connector_ops.kernel.deferred_values import Deferred
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.platform_file import check_file_name, check_media_type
 
 _TOKEN = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
 _SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -88,7 +89,16 @@ def _file_options(query: str, text: str) -> tuple[tuple[str, str], ...]:
     keys = [k for k, _v in options]
     if any(k not in FILE_OPTIONS for k in keys) or len(set(keys)) < len(keys) or not all(v for _k, v in options):
         raise problem
+    for key, value in options:  # the checks the store makes when the step adds the file: refused now, not mid-run
+        try:
+            _FILE_OPTION_CHECKS[key](value)
+        except ValueError as exc:
+            raise ReferenceSyntaxError(f"{text}: {key} {exc}") from None
     return tuple(options)
+
+
+#: each option's check, the platform file store's (``clean_name``, ``clean_content_type``)
+_FILE_OPTION_CHECKS: dict[str, Callable[[str], Any]] = {"name": check_file_name, "contentType": check_media_type}
 
 
 def parse_template(text: str) -> list[str | Ref]:

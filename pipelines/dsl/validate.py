@@ -67,6 +67,7 @@ TRIGGER_KEYS = ("folderId", "minimumIntervalSeconds")
 DEFAULT_BATCH_SIZE = 1000
 _NAME = re.compile(NAME)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CLOSED_REFERENCE = re.compile(r"(?<!\$)\$\{[^{}]*\}")
 
 
 def valid_cron(cron: str) -> bool:
@@ -304,7 +305,7 @@ class _Checker:
     def check_input(self, spec: ActionSpec, inp: dict[str, Any], path: tuple[str | int, ...],
                     label: str | None) -> None:
         """Validate the literal parts of ``inp`` with the action's input model."""
-        templated = {loc for loc, text in r.walk_strings(inp) if r.is_template(text)}
+        templated = {loc for loc, text in r.walk_strings(inp) if _written_as_reference(text)}
         refused = None
         try:  # what no action takes (NaN, a NUL, nesting too deep …), checked as the run checks it, first
             check_payload(r.unescape(inp), nul=not spec.nul_in_values)
@@ -587,6 +588,17 @@ def _some_text(value: Any) -> bool:
     """Whether ``value`` is text with something in it: what an id (a folder's, a virtual file's) must be; YAML reads
     ``folderId:`` as null and ``folderId: 12`` as a number, and an empty id names no folder (the drive's root)."""
     return isinstance(value, str) and bool(value.strip())
+
+
+def _written_as_reference(text: str) -> bool:
+    """Whether ``text`` holds a reference, or a closed ``${…}`` meant as one whose syntax is wrong (``${a b}``,
+    ``${file:x?contentType=…}`` with options refused): :meth:`_Checker.refs` reports that, and the field's model
+    has nothing to add of a value that is no literal ("got str"). An unclosed ``${`` is literal text to the
+    model, checked as such."""
+    try:
+        return any(isinstance(part, r.Ref) for part in r.parse_template(text))
+    except r.ReferenceSyntaxError:
+        return _CLOSED_REFERENCE.search(text) is not None
 
 
 def _location_of(value: Any, where: str, prefix: tuple[str | int, ...] = ()) -> tuple[str | int, ...]:
