@@ -18,6 +18,7 @@ from connector_ops.ops.io_manager import StepOutputIOManager
 from connector_ops.pipelines.dsl import CompiledPipeline, PipelineError, compile_pipeline, load_pipeline
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.runner import run_compiled
+from connector_ops.registry import get_action
 from tests.pipeline_files import write
 
 DATA = Path(__file__).resolve().parents[1] / "pipelines" / "data"
@@ -743,3 +744,32 @@ def test_a_numeric_env_value_into_a_text_field_stays_text(env: dict[str, str], t
                                        r.Scope(environ={"REPORT_NAME": "2024"}))
     assert deferred.value({"REPORT_NAME": "2024"}, PullInput) == {"exportName": "2024", "exportType": "csv"}
     assert deferred.value({"REPORT_NAME": "2024"}) == {"exportName": 2024, "exportType": "csv"}  # no model: JSON
+
+
+
+def test_a_steps_description_is_its_ops_in_dagster(tmp_path: Path) -> None:
+    """A step's ``description:`` was used for an asset step only (the asset's) and silently dropped elsewhere;
+    now it is the op's description (the step gets an op of its own), shown first in the UI, a foreach step's
+    per-batch op's too. A step without one keeps the shared op and its action's summary."""
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n", encoding="utf-8")
+    compiled = compile_pipeline(load_pipeline(write(tmp_path, """
+        name: described
+        steps:
+          - id: load
+            action: etl.push
+            description: The sales CSV, loaded
+            input: {platformFile: "${file:x.csv}"}
+          - id: clean
+            action: etl.clean
+            description: Tidy each batch
+            foreach: {virtualFileId: "${load.virtualFileId}"}
+            input: {virtualFileId: "${batch.virtualFileId}"}
+          - id: plain
+            action: etl.clean
+            input: {virtualFileId: "${load.virtualFileId}"}
+    """)))
+    ops = {d.name: d for d in compiled.job.all_node_defs}
+    assert ops["described__load"].description.split("\n\n")[0] == "The sales CSV, loaded"
+    assert ops["described__clean"].description.split("\n\n")[0] == "Tidy each batch"
+    assert compiled.job.graph.node_named("plain").definition is ops["etl_clean"]  # the shared op, unchanged
+    assert ops["etl_clean"].description.startswith(get_action("etl.clean").summary)

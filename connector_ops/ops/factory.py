@@ -377,13 +377,14 @@ def env_named(inputs: Mapping[str, Any]) -> dict[tuple[str | int, ...], str]:
 
 def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.AssetKey] | None = None,
              required_config: frozenset[str] = frozenset(),
-             extensions: frozenset[str] = frozenset()) -> dg.OpDefinition:
+             extensions: frozenset[str] = frozenset(), description: str | None = None) -> dg.OpDefinition:
     """The op of ``action`` (named ``<connector>_<action>`` unless ``name`` says otherwise). ``assets``
     maps output fields to asset keys: after such an output the op records a materialisation of the
     asset with the output's metadata and where the data is (a YAML step's ``asset:``).
     ``required_config``: config fields the launchpad must have (a step's literal required fields).
     ``extensions``: optional output fields that are op outputs too (a YAML step refers to them); a run
-    whose input does not guarantee them (its config edited in the launchpad) is a 400 before the action runs."""
+    whose input does not guarantee them (its config edited in the launchpad) is a 400 before the action runs.
+    ``description``: what the op is for, shown first in the UI (a YAML step's ``description:``)."""
     spec = get_action(action)
     assets = dict(assets or {})
     wirable = spec.wirable_inputs
@@ -448,7 +449,8 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
         # the action's input model (run_action) is the one place that reports a missing field (400, named)
         config_schema=config_fields(spec.input_model, required_ok=False, required=required_config),
         required_resource_keys=set(spec.resource_keys),
-        description=f"{spec.summary}\n\nAction `{spec.name}`; config is its JSON input (spec field names).",
+        description=(f"{description}\n\n" if description else "") + f"{spec.summary}\n\nAction `{spec.name}`; "
+                    "config is its JSON input (spec field names).",
         tags={"connector": spec.connector, "action": spec.name},
         pool=POOLS.get(spec.connector),
     )

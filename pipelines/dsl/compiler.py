@@ -163,12 +163,13 @@ class _Builder:
         required = frozenset(plan.config) & {f.alias or n for n, f in step.action.input_model.model_fields.items()
                                              if f.is_required()}
         extensions = step_extensions(step)
-        if step.asset is not None or required or extensions:  # its own op: the launchpad requires the step's
-            # literal required fields (pre-filled from the job's default config), an asset step records its
-            # asset, and the extensions its input guarantees are outputs (${load.rejectsFileId})
+        if step.asset is not None or required or extensions or step.description:  # its own op: the launchpad
+            # requires the step's literal required fields (pre-filled from the job's default config), an asset step
+            # records its asset, the extensions its input guarantees are outputs (${load.rejectsFileId}), and the
+            # step's description is its op's (the UI shows it on the op)
             op_def = build_op(step.action.name, name=self.op_name(step.id), required_config=required,
                               assets={step.asset.field: dg.AssetKey(list(step.asset.key))} if step.asset else None,
-                              extensions=extensions)
+                              extensions=extensions, description=step.description)
         kwargs: dict[str, Any] = {name: self.handles[ref.root][ref.path[0]] for name, ref in plan.wired.items()}
         if plan.resolved:
             rows = None
