@@ -289,6 +289,10 @@ def files_add(path: str, name: str | None, content_type: str | None) -> None:
             descriptor = store.add_file(path, name=name, content_type=content_type)
         except ConnectorOpsError as exc:
             raise ConnectorError(exc.status, {"message": str(exc)}, action="files add") from None
+        except Exception as exc:  # the host's (a read-only files folder): named as the command, not "failed"
+            from connector_ops.registry import describe_unexpected
+
+            raise ConnectorError(500, {"message": describe_unexpected(exc)}, action="files add") from None
         answered()  # stored: a Ctrl-C while it is printed and the store closes changes nothing
         print_json(descriptor.to_json())
 

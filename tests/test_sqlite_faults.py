@@ -99,3 +99,95 @@ def test_a_full_disk_is_named_for_the_store_the_local_drive_and_dagster_home(tmp
     assert "database error" not in run["err"], run["err"][-2000:]
     assert f"no space left on the disk of {small / 'dh'}: " in run["err"], run["err"][-2000:]
     assert "Dagster's run and event storage in DAGSTER_HOME" in run["err"], run["err"][-2000:]
+
+
+#: a store, a drive and a files folder made on the tmpfs, which is then remounted read-only (the home stays
+#: writable: a read-only home is refused before any action, :func:`connector_ops.environment.pin_paths`)
+READ_ONLY_DRIVER = textwrap.dedent("""
+    import json, os, subprocess, sys
+    small, home = sys.argv[1], sys.argv[2]
+    env = {**os.environ, "CONNECTOR_OPS_HOME": home, "CONNECTOR_OPS_MIN_FREE_DISK": "0",
+           "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{small}/virtual_files.db",
+           "CONNECTOR_OPS_DRIVE_DIR": f"{small}/drive", "CONNECTOR_OPS_FILES_DIR": f"{small}/files"}
+
+    def cli(*args):
+        done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "connector-ops"), *args],
+                              capture_output=True, text=True, env=env, cwd=home, timeout=300)
+        return {"code": done.returncode, "out": done.stdout, "err": done.stderr}
+
+    csv = os.path.join(home, "rows.csv")
+    with open(csv, "w") as f:
+        f.write("a,b\\n1,x\\n")
+    pf = json.loads(cli("files", "add", csv)["out"])
+    vf = json.loads(cli("invoke", "etl.push", json.dumps({"platformFile": pf}))["out"])["virtualFileId"]
+    assert cli("invoke", "drive.create_folder", '{"name": "warm"}')["code"] == 0  # drive.db exists
+    subprocess.run(["mount", "-o", "remount,ro", small], check=True)
+    print(json.dumps({
+        "iterate": cli("invoke", "etl.iterate", json.dumps({"content": vf, "maxBatchSize": 1})),
+        "push": cli("invoke", "etl.push", json.dumps({"platformFile": pf})),
+        "drive_list": cli("invoke", "drive.list", "{}"),
+        "files_add": cli("files", "add", csv),
+    }))
+""")
+
+
+def test_a_read_only_store_folder_is_named_with_its_cause(tmp_path: Path) -> None:
+    """A store on a read-only mount said only "database error: unable to open database file", reads included
+    (SQLite writes its -shm index beside the database to read it), naming no file; ``files add`` said
+    "failed (500)" naming no command. Each names the database, its folder and "read-only file system" now."""
+    seen = run_on_small_disk(tmp_path, READ_ONLY_DRIVER)
+    small = tmp_path / "small"
+    for name in ("iterate", "push", "drive_list"):
+        folder = small / "drive" if name.startswith("drive") else small
+        database = folder / ("drive.db" if name.startswith("drive") else "virtual_files.db")
+        assert seen[name]["code"] != 0, (name, seen[name])
+        message = json.loads(seen[name]["out"])["message"]
+        assert message.startswith(f"cannot open the database {database}: its folder {folder} is on a read-only "
+                                  f"file system; SQLite makes its -wal log and -shm index beside the database, "
+                                  f"reads included"), (name, message)
+    added = seen["files_add"]
+    assert added["code"] != 0 and "connector-ops: files add failed (500): " in added["err"], added
+    assert "Read-only file system" in added["err"], added
+
+
+#: a process that holds all but two of its file descriptors when the drive and the store first open SQLite
+FD_DRIVER = textwrap.dedent("""
+    import json, os, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    from connector_ops import ConnectorError, invoke
+    from connector_ops.resources.drive.local import LocalDriveResource  # imported before the limit is met
+    from connector_ops.resources.virtual_files import store
+    held = []
+    try:
+        while True:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    for fd in held[-2:]:  # two left: fewer than one SQLite connection needs
+        os.close(fd)
+    said = {}
+    for name, payload in (("drive.list", {}), ("etl.iterate", {"content": "vf_x", "maxBatchSize": 1})):
+        try:
+            invoke(name, payload)
+            said[name] = "ok"
+        except ConnectorError as exc:
+            said[name] = exc.message
+    for fd in held[:-2]:
+        os.close(fd)
+    print(json.dumps(said))
+""")
+
+
+def test_too_few_file_descriptors_is_named_not_unable_to_open(tmp_path: Path) -> None:
+    """With the process at its ``ulimit -n`` SQLite said "unable to open database file" (a pipeline step:
+    ``drive.upload_file failed (500): database error: unable to open database file``); it says too many
+    open files, the process's limit and how to raise it now."""
+    done = subprocess.run([sys.executable, "-c", FD_DRIVER], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CONNECTOR_OPS_HOME": str(tmp_path), "CONNECTOR_OPS_MIN_FREE_DISK": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, database in (("drive.list", tmp_path / "drive" / "drive.db"),
+                           ("etl.iterate", tmp_path / "virtual_files.db")):
+        assert said[name].startswith(f"cannot open the database {database}: too many open files: the process "
+                                     f"holds 6"), (name, said)  # 62 to 64, as SQLite's own opens went
+        assert "of the 64 it may hold (ulimit -n); raise the limit" in said[name], (name, said)

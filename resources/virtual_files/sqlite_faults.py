@@ -2,7 +2,8 @@
 virtual-file store (its engine's ``handle_error`` hook, :func:`install`) and for the local drive's
 ``drive.db`` (:func:`sqlite_fault` around its own connections).
 
-SQLite says what failed, never where or why: "disk I/O error" on a full disk (:mod:`.disk_full`), each a
+SQLite says what failed, never where or why: "disk I/O error" on a full disk (:mod:`.disk_full`), "unable
+to open database file" on a read-only folder or with no file descriptors left (:mod:`.cannot_open`), each a
 500 "database error: …" naming no file. The hook sees every statement, connects included, so a read (an
 Iterate, a drive listing) is named as a write is.
 """
@@ -16,6 +17,7 @@ import sqlalchemy as sa
 
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, min_free_disk
 from connector_ops.kernel.errors import ConfigurationError, ConnectorOpsError
+from connector_ops.resources.virtual_files.cannot_open import cannot_open_error, is_cannot_open
 from connector_ops.resources.virtual_files.disk_full import full_error, is_full
 
 
@@ -23,9 +25,12 @@ def sqlite_fault(exc: BaseException, path: str, min_free: int,
                  done: str = "the write was rolled back, nothing was written") -> ConnectorOpsError | None:
     """The error to raise for SQLite's ``exc`` on the database file at ``path`` (``min_free``: the floor in
     force, for the message), or ``None`` when it is none of these faults: a full disk
-    (:class:`~connector_ops.kernel.disk.DiskFull`)."""
+    (:class:`~connector_ops.kernel.disk.DiskFull`), a file SQLite cannot open (:mod:`.cannot_open`: a read-only
+    folder, permissions, no file descriptors left)."""
     if is_full(exc, path):
         return full_error(path, min_free, done=done)
+    if is_cannot_open(exc):
+        return cannot_open_error(path)
     return None
 
 
