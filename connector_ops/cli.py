@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -97,6 +98,17 @@ def _not_json_number(word: str) -> Any:
     raise _NotJson(word)
 
 
+def argument_bytes(text: str) -> str | bytes:
+    """A command-line argument as the bytes the shell passed, for JSON to read as UTF-8 as it reads stdin's.
+    Python decodes argv in the locale's encoding: in an ASCII one (``LC_ALL=C``, ``PYTHONUTF8=0``) ``é`` came
+    as two surrogate escapes, a 400 "half of a UTF-16 surrogate pair" for input stdin took. Text the
+    file-system encoding cannot hold (given by a caller of :func:`main`, not the shell) is left as text."""
+    try:
+        return os.fsencode(text)
+    except UnicodeEncodeError:
+        return text
+
+
 def read_payload(text: str | None, action: str) -> Any:
     """The JSON input: inline text, ``-`` (stdin), ``@file.json``, or nothing (``{}``)."""
     if text is None:
@@ -119,6 +131,8 @@ def read_payload(text: str | None, action: str) -> Any:
         except OSError as exc:
             raise ConnectorError(400, {"message": f"input: cannot read {text[1:]!r}: {exc.strerror}"},
                                  action=action) from None
+    else:
+        data = argument_bytes(text)
     try:
         return read_json(data, parse_constant=_not_json_number)
     except _NotJson as exc:

@@ -210,6 +210,7 @@ def _platform_files(env: Env) -> Recipe:
 
 def _virtual_files(env: Env) -> Recipe:
     from connector_ops.resources.virtual_files.pool_settings import pool_settings
+    from connector_ops.resources.virtual_files.sqlite_names import sqlite_name, utf8_problem
     from connector_ops.resources.virtual_files.store import VirtualFileStore
     from connector_ops.resources.virtual_files.urls import database_url_problem
 
@@ -219,7 +220,9 @@ def _virtual_files(env: Env) -> Recipe:
         raise ConfigurationError(DATABASE_URL_VARIABLE, problem)
     if url is not None and not url.startswith("sqlite"):
         pool_settings(env.environ)  # a bad pool size is named now, not at the first action's connect
-    default = f"sqlite:///{env.home / 'virtual_files.db'}"
+    if url is None and (problem := utf8_problem(str(env.home))):  # the default store's file is in the home
+        raise ConfigurationError(HOME_VARIABLE, f"{problem} (or set {DATABASE_URL_VARIABLE})")
+    default = f"sqlite:///{sqlite_name(str(env.home / 'virtual_files.db'))}"
     return Recipe.of(VirtualFileStore, database_url=env.secret("CONNECTOR_OPS_DATABASE_URL", default),
                      min_free_disk=min_free_disk(env.environ))
 

@@ -34,12 +34,17 @@ def digest_of(items: list[Any]) -> str:
 
 
 def sqlite_path(url: str) -> str | None:
-    """The file of a ``sqlite:///…`` URL; ``None`` for an in-memory database or another database's URL."""
+    """The file of a ``sqlite:///…`` URL, for Python's file calls; ``None`` for an in-memory database or another
+    database's URL."""
     scheme, _, rest = url.partition("://")
     if scheme.split("+", 1)[0] != "sqlite":
         return None
     path = rest.removeprefix("/").split("?", 1)[0]
-    return None if path in ("", ":memory:") else path
+    if path in ("", ":memory:"):
+        return None
+    from connector_ops.resources.virtual_files.sqlite_names import host_path
+
+    return host_path(path)  # the URL's UTF-8 text as Python's file calls take it (:mod:`.sqlite_names`)
 
 
 def next_array_batch(database_url: str, items: list[Any], limit: int) -> tuple[list[Any], bool] | None:

@@ -40,6 +40,7 @@ from connector_ops.resources.virtual_files.interrupts import InterruptibleConnec
 from connector_ops.resources.virtual_files.layout import RECHECK_SECONDS, check_stamp, check_unchanged
 from connector_ops.resources.virtual_files.pool_settings import pool_settings
 from connector_ops.resources.virtual_files.sqlite_faults import install as name_sqlite_faults
+from connector_ops.resources.virtual_files.sqlite_names import host_path, sqlite_name
 from connector_ops.resources.virtual_files.store_file import StoreFile, watch
 
 _ENGINES: dict[str, sa.Engine] = {}
@@ -110,6 +111,17 @@ def normalise_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+def open_by_host_path(engine: sa.Engine) -> None:
+    """``sqlite3`` opens the file of ``engine``'s URL (UTF-8 text, which SQLAlchemy's URLs need) by the path
+    as Python's file calls take it: ``sqlite3.connect`` encodes a name in the file-system encoding, which may
+    be ASCII (:mod:`.sqlite_names`). A ``file:`` URI is left as it is."""
+
+    @sa.event.listens_for(engine, "do_connect")
+    def by_host_path(_dialect: Any, _record: Any, cargs: list[Any], _cparams: dict[str, Any]) -> None:
+        if cargs and isinstance(cargs[0], str) and not cargs[0].startswith("file:") and cargs[0] != ":memory:":
+            cargs[0] = host_path(cargs[0])
+
+
 def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
     @sa.event.listens_for(engine, "connect")
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -156,14 +168,15 @@ def get_engine(url: str) -> sa.Engine:
                 # the file as the process finds it now, for good: a relative path (sqlite:///my.db) read again
                 # after a chdir (a notebook's %cd) would name another file, and the check of the file at the path
                 # (:mod:`.store_file`) would take it for the store's file replaced
-                path = os.path.abspath(path)
-                parsed = parsed.set(database=path)
+                path = host_path(os.path.abspath(path))  # Python's form for its own calls (:mod:`.sqlite_names`)
+                parsed = parsed.set(database=sqlite_name(path))
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             engine = sa.create_engine(parsed, connect_args={"timeout": 60, "check_same_thread": False,
                                                             "factory": InterruptibleConnection})
             if path:  # its checks first: a transaction on a file gone stops before it waits for a lock
                 file = watch(engine, path, functools.partial(_forget, key, engine), is_writing)
             _setup_sqlite(engine, path)
+            open_by_host_path(engine)
             if path:  # a full disk, reads and connects included, named with its folder (:mod:`.sqlite_faults`)
                 name_sqlite_faults(engine, path)
         else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
@@ -239,6 +252,7 @@ def catalog_exists(url: str) -> bool:
         if path is None or not Path(path).expanduser().is_file():
             return False  # never stored in (a database in memory is new in every process)
         probe = sa.create_engine(key, poolclass=sa.pool.NullPool, connect_args={"timeout": 60})
+        open_by_host_path(probe)
     else:
         from connector_ops.resources.virtual_files import db_errors
 

@@ -239,7 +239,9 @@ class Database:
         import adbc_driver_sqlite
 
         self._adbc = adbc
-        self._database = adbc_driver_sqlite.connect(path)
+        from connector_ops.resources.virtual_files.sqlite_names import sqlite_name
+
+        self._database = adbc_driver_sqlite.connect(sqlite_name(path))
         self.conn = adbc.AdbcConnection(self._database)
         for pragma in ("busy_timeout=60000", "synchronous=NORMAL", "foreign_keys=ON", "wal_autocheckpoint=0"):
             self.execute(f"PRAGMA {pragma}")

@@ -32,6 +32,10 @@ def database_url_problem(url: str) -> str | None:
         return f"is not a database URL (a path needs sqlite:///); use {SUPPORTED_URLS}"
     driver = match.group(1)
     if driver in _SUPPORTED_DRIVERS:
+        if driver.startswith("sqlite"):
+            from connector_ops.resources.virtual_files.sqlite_names import utf8_problem
+
+            return utf8_problem(url)
         return _port_problem(url)
     if driver.lower() in _SUPPORTED_DRIVERS:  # passed here once, then SQLAlchemy said "Can't load plugin" (a 500)
         return f"names the database driver {driver!r}, which is written in lower case ({driver.lower()}); " \
@@ -55,6 +59,10 @@ def supported_url(url: str) -> str:
     problem = database_url_problem(url)
     if problem:
         raise ValueError(problem)
+    if url.startswith("sqlite"):  # a path read from the host, as SQLite and SQLAlchemy take it (UTF-8 text)
+        from connector_ops.resources.virtual_files.sqlite_names import sqlite_name
+
+        url = sqlite_name(url)
     return absolute_sqlite(url)
 
 
