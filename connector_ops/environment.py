@@ -20,6 +20,7 @@ from typing import Any
 
 from connector_ops.kernel.disk import min_free_disk
 from connector_ops.kernel.errors import ConfigurationError
+from connector_ops.kernel.folders import unwritable
 from connector_ops.kernel.resource import Resource
 from connector_ops.kernel.secrets import mask_secret, masked
 
@@ -137,7 +138,9 @@ def absolute_paths(environ: Mapping[str, str]) -> dict[str, str]:
 
 def pin_paths(environ: MutableMapping[str, str] = os.environ) -> Path:
     """Resolve the home (``./.connector_ops`` when unset) and every relative path setting once, here, and
-    write the absolute paths back; returns the home.
+    write the absolute paths back; returns the home. A home that cannot be made or written (the default one in
+    an unwritable working directory: a container's ``WORKDIR /``, a systemd unit) is a
+    :class:`ConfigurationError` here, where processes start, not a ``PermissionError`` at each step.
 
     Read again at each call, they would follow the working directory: a notebook's ``%cd`` or an
     ``os.chdir`` would switch to another, empty store, and the code server, the run worker and each step's
@@ -147,8 +150,13 @@ def pin_paths(environ: MutableMapping[str, str] = os.environ) -> Path:
     :class:`connector_ops.session.Session` given its own environment when it is made. Hosts that do not
     share a disk each set their own.
     """
+    given = environ.get(HOME_VARIABLE)
     environ.update(absolute_paths(environ))
     home = Env(environ).home
+    if (problem := unwritable(str(home))) is not None:  # else a PermissionError at every step that writes
+        said = f"(set to {given}, resolved to {home})" if given else f"(default ./.connector_ops, resolved to {home})"
+        raise ConfigurationError(HOME_VARIABLE, f"{said} {problem}; set {HOME_VARIABLE} to a folder this "
+                                 f"user can write")
     if environ.get(HOME_VARIABLE) != str(home):
         environ[HOME_VARIABLE] = str(home)
     return home

@@ -98,3 +98,41 @@ def test_a_session_reads_its_environment_again_at_each_call(tmp_path: Path, monk
     frozen = Session(MappingProxyType({"CONNECTOR_OPS_HOME": "home"}))
     monkeypatch.chdir(tmp_path.parent)
     assert frozen.environ()["CONNECTOR_OPS_HOME"] == str(tmp_path / "home")
+
+
+#: in a mount namespace of its own: the working directory made read-only, then an action and a pipeline run
+#: with the default home (``./.connector_ops``) there
+UNWRITABLE_CWD = """
+set -e
+mount --bind "$1" "$1"
+mount -o remount,bind,ro "$1"
+cd "$1"
+set +e
+"$2" invoke drive.create_folder '{"name": "x"}' > "$3/invoke.out" 2> "$3/invoke.err"; echo $? > "$3/invoke.code"
+"$2" pipeline run sales_report --no-progress > "$3/run.out" 2> "$3/run.err"; echo $? > "$3/run.code"
+"""
+
+
+def test_an_unwritable_working_directory_with_the_default_home_is_one_configuration_error(tmp_path: Path) -> None:
+    """A container's ``WORKDIR /`` or a systemd unit's, with CONNECTOR_OPS_HOME unset: every step was a 500
+    ``PermissionError``. It is a configuration error naming CONNECTOR_OPS_HOME, its default, the folder it
+    resolved to and the OS's reason, before anything runs (a real read-only mount: chmod does not stop root)."""
+    cwd, out = tmp_path / "cwd", tmp_path / "out"
+    cwd.mkdir()
+    out.mkdir()
+    (tmp_path / "dh").mkdir()
+    unset = (*PATH_VARIABLES, "CONNECTOR_OPS_DATABASE_URL")  # the home and every folder: the defaults
+    environ = {k: v for k, v in os.environ.items() if k not in unset} | {"DAGSTER_HOME": str(tmp_path / "dh")}
+    cli = os.path.join(os.path.dirname(sys.executable), "connector-ops")
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", UNWRITABLE_CWD, "sh",
+                           str(cwd), cli, str(out)], capture_output=True, text=True, env=environ, timeout=600)
+    assert done.returncode == 0, f"needs root for a mount namespace (uid {os.getuid()}): {done.stderr[-2000:]}"
+    expected = (f"configuration error: CONNECTOR_OPS_HOME: (default ./.connector_ops, resolved to "
+                f"{cwd / '.connector_ops'}) cannot be created: Read-only file system in {cwd}; set "
+                f"CONNECTOR_OPS_HOME to a folder this user can write")
+    for name in ("invoke", "run"):
+        code, err = (out / f"{name}.code").read_text().strip(), (out / f"{name}.err").read_text()
+        assert code == "2", (name, code, err[-2000:])
+        assert expected in err, (name, err[-2000:])
+        assert "PermissionError" not in err and "Traceback" not in err, (name, err[-2000:])
+    assert json.loads((out / "invoke.out").read_text())["message"] == expected

@@ -15,6 +15,7 @@ import errno
 import os
 
 from connector_ops.kernel.errors import ActionFailed
+from connector_ops.kernel.folders import user
 
 _CANTOPEN = "unable to open database file"
 #: why a WAL database's folder must be writable, said wherever a folder is found not to be
@@ -26,17 +27,6 @@ def is_cannot_open(exc: BaseException) -> bool:
     """Whether ``exc`` (a driver's error or SQLAlchemy's around it) is SQLite's ``SQLITE_CANTOPEN``."""
     orig = getattr(exc, "orig", None) or exc
     return str(getattr(orig, "sqlite_errorname", "")).startswith("SQLITE_CANTOPEN") or _CANTOPEN in str(orig)
-
-
-def who() -> str:
-    """The user the process runs as, for a "permission denied" (the one whose rights count, not ``$USER``)."""
-    try:
-        import pwd  # POSIX only
-
-        uid = os.geteuid()
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (ImportError, AttributeError, KeyError):
-        return os.environ.get("USERNAME") or os.environ.get("USER") or "this process's user"
 
 
 #: the descriptors SQLite opens for one connection to a WAL database: the file, its -wal, its -shm, and one
@@ -110,7 +100,7 @@ def reason(path: str) -> str | None:
     if code == errno.EROFS or _read_only(folder):
         return f"its folder {folder} is on a read-only file system; {_WAL_NOTE}"
     if code == errno.EACCES or not os.access(folder, os.W_OK | os.X_OK):
-        return f"permission denied for user {who()} on {folder} or the file; {_WAL_NOTE}"
+        return f"permission denied for user {user()} on {folder} or the file; {_WAL_NOTE}"
     if code is not None:
         return os.strerror(code)
     return None
