@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from connector_ops.frame_polars import polars_table
 from connector_ops.frame_streams import arrow_stream, peeked, positioned
 from connector_ops.frame_text import NotText, column_form, float_text, text_column, values_text
+from connector_ops.kernel import limits
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import check_column_names, holds_surrogate, lone_surrogate
 from connector_ops.kernel.notices import warn
@@ -264,17 +265,34 @@ def _told_if_empty(parts: Iterator[tuple[Any, range]], field: str) -> Iterator[t
 
 
 def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: Mapping[int, int], field: str) -> Any:
-    """One slice or batch as text columns (:func:`.frame_text.text_column`); a value that cannot become text is
-    a 400 naming its column and its index label (a frame's) or row (a table's or stream's)."""
+    """One slice or batch as text columns (:func:`.frame_text.text_column`); a value that cannot become text, or
+    whose text is longer than :data:`~connector_ops.kernel.limits.MAX_VALUE` (:func:`_longer_than_allowed`),
+    is a 400 naming its column and its index label (a frame's) or row (a table's or stream's)."""
     import pyarrow as pa
 
     texts = []
     for i, (name, column) in enumerate(zip(columns, table.columns, strict=True)):
         try:
-            texts.append(text_column(column, forms.get(i)))
+            text = text_column(column, forms.get(i))
         except NotText as exc:
             raise _not_text(exc, field, name, labels) from None
+        if (position := _longer_than_allowed(text)) is not None:
+            raise _not_text(NotText(position, limits.longer_than_allowed("is")), field, name, labels)
+        texts.append(text)
     return pa.RecordBatch.from_arrays(texts, names=[f"c{i}" for i in range(table.num_columns)])
+
+
+def _longer_than_allowed(text: Any) -> int | None:
+    """The position of the first value of the Arrow string column ``text`` longer than ``limits.MAX_VALUE``
+    characters, which Push would refuse once Pull exported the file; ``None`` when there is none. Arrow
+    measures: the bytes of the longest value first (a value has at least as many bytes as characters, so
+    this settles nearly every column), its characters only where that is over the limit."""
+    import pyarrow.compute as pc
+
+    if len(text) == 0 or (pc.max(pc.binary_length(text)).as_py() or 0) <= limits.MAX_VALUE:
+        return None
+    position = pc.index(pc.greater(pc.utf8_length(text), limits.MAX_VALUE), True).as_py()
+    return None if position < 0 else position
 
 
 def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | None = None, *,

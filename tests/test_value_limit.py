@@ -63,3 +63,60 @@ def test_a_value_at_the_limit_is_kept_whole(files: Any, store: Any) -> None:
     vf = invoke("etl.push", {"platformFile": pf, "parameters": {}})["virtualFileId"]
     rows = store.rows(vf)
     assert [r["id"] for r in rows] == ["1", "2"] and rows[1]["big"] == value
+
+
+def long_value(row: dict[str, str]) -> dict[str, str]:
+    """A Map function that makes one value over the limit, at the second row."""
+    return {**row, "big": "y" * OVER} if row["id"] == "2" else row
+
+
+def _refused(name: str, payload: dict[str, Any]) -> str:
+    with pytest.raises(ConnectorError) as info:
+        invoke(name, payload)
+    message = info.value.body["message"]
+    assert info.value.status == 400, message
+    return message
+
+
+def test_every_write_path_refuses_a_value_over_the_limit_that_push_would_refuse(files: Any, store: Any) -> None:
+    """Append Rows, Map and push_frame kept what Push refuses: Pull then exported a file that could not be pushed
+    back. Each is a 400 naming the value (field, row, column), and nothing is written."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from connector_ops import push_frame
+
+    pf = files.add_bytes(b"id,big\n1,small\n2,small\n", "small.csv", "text/csv").to_json()
+    vf = invoke("etl.push", {"platformFile": pf, "parameters": {}})["virtualFileId"]
+    big = "y" * OVER
+    before = store.inventory()
+
+    message = _refused("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"id": "3"}},
+                                                    {"virtualFileId": vf, "content": {"id": "4", "big": big}}]})
+    assert message == f"rows[1].content.big: a value {WORDS}", message
+    message = _refused("etl.map", {"virtualFileId": vf, "action": "tests.test_value_limit:long_value"})
+    assert message == f"row 2: tests.test_value_limit:long_value returned a value of column 'big' {WORDS}", message
+    for frame in (pd.DataFrame({"id": ["1", "2"], "big": ["small", big]}, index=[10, 20]),
+                  pa.table({"id": ["1", "2"], "big": ["small", big]})):
+        with pytest.raises(ConnectorError) as info:
+            push_frame(frame)
+        assert info.value.status == 400
+        label = 20 if isinstance(frame, pd.DataFrame) else 1
+        assert info.value.body["message"] == f"frame.big: the value at index {label} is {WORDS}"
+    assert store.inventory() == before
+    assert store.rows(vf) == [{"id": "1", "big": "small"}, {"id": "2", "big": "small"}]
+
+
+def test_a_value_at_the_limit_is_kept_on_every_write_path(files: Any, store: Any) -> None:
+    """Characters are counted, not bytes: a value of the limit's characters, two bytes each, is kept."""
+    from connector_ops import push_frame
+
+    at = "é" * limits.MAX_VALUE
+    pf = files.add_bytes(b"id\n1\n", "small.csv", "text/csv").to_json()
+    vf = invoke("etl.push", {"platformFile": pf, "parameters": {}})["virtualFileId"]
+    invoke("etl.append_rows", {"rows": [{"virtualFileId": vf, "content": {"id": "2", "big": at}}]})
+    assert store.rows(vf)[1]["big"] == at
+    import pyarrow as pa
+
+    framed = push_frame(pa.table({"big": [at]}))
+    assert store.rows(framed) == [{"big": at}]

@@ -18,6 +18,7 @@ from connector_ops.etl import models as m
 from connector_ops.etl.map_functions import RowFunction, resolve
 from connector_ops.etl.readers import cell_text
 from connector_ops.etl.row_totals import rows_to_show
+from connector_ops.kernel import limits
 from connector_ops.kernel.errors import ActionFailed, InvalidInput
 from connector_ops.kernel.progress import track
 from connector_ops.registry import action
@@ -56,6 +57,7 @@ def apply_map(store: VirtualFileStore, vf_id: str, fn: RowFunction, label: str, 
         out = _plain_rows(results, seen)
         if out is None:
             out = _all_checked(results, done + 1, label, seen)
+        _within_limit(out, results, done + 1, label)
         done += len(rows)
         reporter.update(len(rows))
         return out
@@ -98,6 +100,22 @@ def _checked(result: Any, position: int, label: str, seen: set[str]) -> dict[str
         result = _as_row(result, position, label)
         seen.update(result)
     return result
+
+
+def _within_limit(out: list[dict[str, str | None]], results: list[Any], first: int, label: str) -> None:
+    """A 400 naming the row and the column of the first value in ``out`` (the page's rows as text) longer than
+    :data:`~connector_ops.kernel.limits.MAX_VALUE`, which Push would refuse once Pull exported the file.
+    One pass in C finds the longest value; only a page that holds one over the limit is searched row by row
+    (``results``, the function's returns with ``None`` kept, give the positions; ``first`` is the first's)."""
+    values = filter(None, itertools.chain.from_iterable(map(dict.values, out)))
+    if max(map(len, values), default=0) <= limits.MAX_VALUE:
+        return
+    positions = (position for position, result in enumerate(results, first) if result is not None)
+    for position, row in zip(positions, out, strict=True):
+        for name, value in row.items():
+            if value is not None and len(value) > limits.MAX_VALUE:
+                raise InvalidInput("", f"row {position}: {label} returned "
+                                       + limits.longer_than_allowed(f"a value of column {name!r}"))
 
 
 def _as_row(result: Any, position: int, label: str) -> dict[str, str | None]:

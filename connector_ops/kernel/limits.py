@@ -38,6 +38,8 @@ MAX_BATCH_SIZE = 2**31 - 1
 #: maxBatchSize covers any file within this.
 MAX_BATCHES = 1000
 #: Characters one value may hold, and one line of a CSV or NDJSON file, which Push's row readers hold whole.
+#: Every way in keeps to it (a payload's strings: :func:`check_payload`; a Map's results; a frame's columns),
+#: so that whatever a file holds, Pull exports and Push takes back.
 #: A value costs the row reader several times its size (the line, the csv module's 4-byte buffer, the
 #: value, its row): at this limit a Push grows by 100–130 MiB (see README, "Hostile input"); without
 #: one a 1 MiB gzip of a 1 GiB line took 6 GiB before the database refused it. Read at each Push, so a test
@@ -95,7 +97,8 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
                   finite: bool = True, nul_because: str = "", long_decimals: bool = False) -> None:
     """Refuse what no action can handle, naming the first offending field: nesting deeper than ``limit``,
     an integer too long for text, a NUL character in a key or a string (no database text column, header
-    or file name can hold one), half a surrogate pair (:func:`lone_surrogate`), NaN or an infinity
+    or file name can hold one), half a surrogate pair (:func:`lone_surrogate`), a string longer than
+    :data:`MAX_VALUE` (a value Push would refuse once Pull exported it), NaN or an infinity
     (:func:`not_finite`). Iterative, so the check itself cannot exhaust the stack; a cyclic structure (from
     Python callers) ends at the depth limit. ``nul=False`` lets NUL through (data values the store itself
     checks); ``finite=False`` lets NaN and infinities through (readers that store them as text);
@@ -111,6 +114,8 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
                 raise InvalidInput(field_path(path), f"holds a NUL character (\\u0000){nul_because}")
             if (half := lone_surrogate(item)) is not None:
                 raise InvalidInput(field_path(path), holds_surrogate(half))
+            if len(item) > MAX_VALUE:
+                raise InvalidInput(field_path(path), longer_than_allowed("a value"))
             continue
         if isinstance(item, int) and not isinstance(item, bool):
             if item.bit_length() > _MAX_INT_BITS and len(str_of_int(item)) > MAX_INT_DIGITS:
