@@ -163,7 +163,7 @@ def test_lines_the_bytes_cannot_quote_are_written_as_the_row_reader_stores_them(
     b'{"a": -}\n',
     b'{"a": 1, "b": {"c": 01}}\n',                   # a nested value the row reader refuses
     b'{"a": {}}\n{"a": []}\n{"a": [1]}\n{"a": 3}\n',  # most lines to rewrite: the row reader is faster
-    b'{"a": 1}\n{"a": 2}\n{"a": [NaN]}\n',          # NDJSON's reader takes NaN, an array's refuses: its call
+    b'{"a": 1}\n{"a": 2}\n{"a": [NaN]}\n',          # NaN is not JSON: the row reader words it
     b'[\n{"a": 1},\n{"a": 2},\n{"a": [-Infinity]}\n]\n',
     b'[\n{"a": 1},\n{"a": 2},\n{"a": ' + b"[" * 100 + b"]" * 100 + b'}\n]\n',  # an item a level too deep
     b'{"a": 1, "b": "\\ud800"}\n{"a": [2]}\n',
@@ -177,6 +177,29 @@ def test_lines_the_bytes_cannot_quote_are_written_as_the_row_reader_stores_them(
 def test_what_arrow_would_read_differently_goes_to_the_row_reader(resources, monkeypatch, paths, data):
     _result, ran = both(resources, data, monkeypatch, paths)
     assert ran == ["rows"]
+
+
+@pytest.mark.parametrize(("head", "line"), [
+    (b'{"a": "x", "b": "y"}\n', b'{"a": "x", "b": NaN}\n'),        # strings only: Arrow reads the bytes as they are
+    (b'{"a": "x", "b": 1}\n', b'{"a": "x", "b": -Infinity}\n'),   # numbers quoted in the bytes first
+    (b'{"a": "x", "b": 1}\n', b'{"a": "x", "b": [Infinity]}\n'),  # a nested value, written by the row reader's rules
+    (b'{"a": "x", "b": 1}\n', b'{"a": "x", "c": NaN}\n'),         # a key the first block lacks
+])
+@pytest.mark.parametrize("where", ["first line", "past the first block"])
+def test_nan_and_infinity_are_a_400_naming_the_line_on_both_paths(resources, monkeypatch, paths, head, line, where):
+    """NaN, Infinity and -Infinity are not JSON: a JSON array and Append Rows refused them, NDJSON stored them as
+    text. Now a 400 naming the line whichever path met it first, the first line or one Arrow reads after the
+    block that decides the columns, and nothing is stored."""
+    monkeypatch.setattr(ndjson_fast, "BLOCK", 4096)
+    monkeypatch.setattr(ndjson_columns, "BLOCK", 4096)
+    lines = 1 if where == "first line" else 4096 // len(head) + 10
+    data = line if lines == 1 else head * lines + line + head
+    word = line.split(b": ")[-1].strip(b"[]}\n").decode()
+    before = resources["virtual_files"].inventory()
+    result, _ran = both(resources, data, monkeypatch, paths)
+    assert result == ("error", 400, f"platformFile: line {lines if lines == 1 else lines + 1}: malformed JSON "
+                                    f"({word} is not a JSON number: JSON has no NaN or Infinity)"), result
+    assert resources["virtual_files"].inventory() == before
 
 
 def test_a_bom_under_plain_utf8_is_the_row_readers_call(resources, monkeypatch, paths):

@@ -59,14 +59,20 @@ _TEXT = frozenset({str, type(None)})
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")  # yajl refuses NaN and Infinity; json reads them
+class NotJsonConstant(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in a file: Python's ``json`` reads them, but they are not JSON."""
+
+
+def no_constant(name: str) -> Any:
+    """The ``parse_constant`` of every reader of a file's JSON: yajl (a JSON array's event parser) refuses
+    ``NaN`` and the infinities, so NDJSON and the array's line parser refuse them too, as Append Rows does."""
+    raise NotJsonConstant(f"{name} is not a JSON number: JSON has no NaN or Infinity")
 
 
 #: one decoder, made once: ``json.loads`` with options builds a new one per call
-_NDJSON_LINE = json.JSONDecoder(parse_float=Decimal).decode
+_NDJSON_LINE = json.JSONDecoder(parse_float=Decimal, parse_constant=no_constant).decode
 #: the decoder's C scanner itself, for array items: their errors are never worded (the event parser words them)
-_SCAN_ITEM = json.scanner.make_scanner(json.JSONDecoder(parse_float=Decimal, parse_constant=_no_constant))
+_SCAN_ITEM = json.scanner.make_scanner(json.JSONDecoder(parse_float=Decimal, parse_constant=no_constant))
 _JSON_SPACE = " \t\r\n"
 #: the text of a value of these types is ``str`` of it (a bool's is not: ``type(True)`` is not ``int``)
 _STR_IS_TEXT = {int: str, Decimal: str}
@@ -211,8 +217,8 @@ def _array_items(stream: IO[bytes]) -> Iterator[Any]:
 
 # -- NDJSON ------------------------------------------------------------------------------------------
 def _json_line(line: str, number: int) -> Any:
-    """One NDJSON line, or a 400 naming it: malformed, nested too deeply, a number too long for Python,
-    half a surrogate pair."""
+    """One NDJSON line, or a 400 naming it: malformed (``NaN`` too, as in an array), nested too deeply, a
+    number too long for Python, half a surrogate pair."""
     try:
         if line.startswith("\ufeff"):  # json.loads's own test, which the decoder skips
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", line, 0)
@@ -222,12 +228,14 @@ def _json_line(line: str, number: int) -> Any:
                                   "expected a JSON array of objects or one object per line") from None
     except RecursionError:
         raise InvalidInput(FIELD, f"line {number}: {deeper_than()}") from None
+    except NotJsonConstant as exc:
+        raise InvalidInput(FIELD, f"line {number}: malformed JSON ({exc})") from None
     except ValueError:  # int()'s digit limit
         raise InvalidInput(FIELD, f"line {number}: holds {too_many_digits()}") from None
     if _SURROGATE_ESCAPE.search(line) or not _within(line, MAX_DEPTH + 1):
         try:
-            # the row is one level; NaN and a long number are text
-            check_payload(value, limit=MAX_DEPTH + 1, nul=False, finite=False, long_decimals=True)
+            # the row is one level; a long number is text (NaN never gets here: :func:`no_constant`)
+            check_payload(value, limit=MAX_DEPTH + 1, nul=False, long_decimals=True)
         except InvalidInput as exc:
             raise InvalidInput(FIELD, f"line {number}: {exc}") from None
     return value

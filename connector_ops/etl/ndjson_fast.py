@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
-from connector_ops.etl.json_readers import stored_line
+from connector_ops.etl.json_readers import no_constant, stored_line
 from connector_ops.etl.physical_lines import after_lines
 from connector_ops.kernel.errors import UpstreamError, gave_up_because
 from connector_ops.kernel.limits import check_column_names
@@ -90,7 +90,7 @@ def columns_of(head: bytes, encoding: str) -> list[str] | None:
         for line in head.decode("utf-8").split("\n"):
             if not line.strip(" \t\r"):
                 continue
-            row = json.loads(line, object_pairs_hook=_object)
+            row = json.loads(line, object_pairs_hook=_object, parse_constant=no_constant)  # NaN: not JSON
             if not isinstance(row, dict) or not all(v is None or isinstance(v, str) for v in row.values()):
                 return None  # not an object, or a number, boolean, object or array: the row reader's
             columns.update(dict.fromkeys(row))
