@@ -193,6 +193,21 @@ def test_virtual_file_content_writes_two_files(store, resources):
     assert store.rows(out["rejected"]) == inline["rejected"]
 
 
+def test_an_empty_column_name_in_the_schema_is_a_400_inline_and_on_a_file(store, resources):
+    """An empty column name is a 400 on every path that names columns, as Append Rows and Push say it: Validate
+    took one and failed every row with ": required value is missing" (no file's column can have that name).
+    On both databases, before any file is written."""
+    vf = store.create_from_rows([{"a": "x"}])
+    before = store.inventory()
+    for content in ([{"a": "x"}], vf):
+        with pytest.raises(ConnectorError) as info:
+            invoke("etl.validate", {"content": content, "schema": {"a": {"type": "string"},
+                                                                   "": {"type": "integer", "required": True}}},
+                   resources)
+        assert (info.value.status, info.value.message) == (400, "schema: column 2's name is empty")
+    assert store.inventory() == before
+
+
 def test_unknown_virtual_file_is_404(store, resources):
     with pytest.raises(ConnectorError) as info:
         invoke("etl.validate", {"content": "nope", "schema": {}}, resources)

@@ -24,6 +24,7 @@ from typing import Any
 
 from connector_ops.etl import models as m
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.progress import PHASE, track
 from connector_ops.registry import action
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Verdicts
@@ -73,6 +74,9 @@ class ColumnRule:
 
 # -- compiling the schema ------------------------------------------------------------------------
 def compile_schema(schema: Mapping[str, Any]) -> list[ColumnRule]:
+    """One rule per column; the column names first as every path takes them (:func:`.check_column_names`): an
+    empty name, which no file's column can have, failed every row as "required value is missing"."""
+    check_column_names(list(schema), "schema")
     return [_compile_rule(column, rule) for column, rule in schema.items()]
 
 
