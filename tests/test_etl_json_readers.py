@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from connector_ops import ConnectorError, invoke
 from connector_ops.etl import json_readers
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import MAX_DEPTH
 
@@ -212,6 +213,25 @@ def test_push_refuses_half_a_surrogate_pair_in_ndjson_and_reads_arrays_as_before
     vf = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
     got = invoke("etl.iterate", {"content": vf, "maxBatchSize": 10}, resources)["content"]
     assert got == [{"a": "x?y"}, {"a": "\U0001f600"}]  # yajl's reading: a lone half becomes "?"
+
+
+@pytest.mark.parametrize("size", ["small", "past the layout probe"])
+def test_a_lone_low_half_in_an_array_becomes_a_question_mark_as_a_high_one_does(resources, size):
+    """A lone LOW surrogate's escape in a pure-ASCII array was a 400 "the file is not valid UTF-8" (yajl writes it
+    out as bytes that are no UTF-8), where a lone high one becomes ``?``. Now both do, in a value, a key, a nested
+    value, and after a whole pair; an escaped backslash before ``udc00`` is text. Both databases; a large file
+    too (read by lines, then by the event parser from the item that holds it)."""
+    head = b'[\n' + (b'{"a": "x", "k": "v"},\n' * (LAYOUT_PEEK // 10 if size != "small" else 1))
+    items = [
+        b'{"a": "x\\udc00y", "\\uDFFF": "k"}',
+        b'{"a": {"b": ["\\udc00", "\\ud800"]}}',
+        b'{"a": "\\ud83d\\ude00\\udfff", "k": "\\\\udc00"}',
+    ]
+    pf = resources["platform_files"].add_bytes(head + b",\n".join(items) + b"\n]\n", "rows.json").to_json()
+    vf = invoke("etl.push", {"platformFile": pf}, resources)["virtualFileId"]
+    got = invoke("etl.iterate", {"content": vf, "maxBatchSize": 10**7}, resources)["content"]
+    assert got[-3:] == [{"a": "x?y", "?": "k"}, {"a": '{"b":["?","?"]}'}, {"a": "\U0001f600?", "k": "\\udc00"}]
+    assert len(got) == head.count(b"\n") - 1 + 3
 
 
 @pytest.mark.parametrize(("action", "payload", "field"), [

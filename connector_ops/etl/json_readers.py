@@ -8,9 +8,10 @@ most exports), or with its items side by side or pretty-printed, laid out one pe
 
 For an array the line parser is only a faster way to the event parser's rows: it hands on an item only when
 yajl would read it the same, and at the first thing it cannot vouch for — another layout, ``NaN``, an escaped
-surrogate (yajl makes a lone one ``?``), any error at all — the event parser reads the file again from the
-start, passes over the items already handed on, and goes on from there or words the error. So an array
-gives the same rows and the same errors whichever parser read it, and nothing is written twice.
+surrogate (a lone one becomes ``?``: :mod:`.json_surrogates`), any error at all — the event parser reads the
+file again from the start, passes over the items already handed on, and goes on from there or words the
+error. So an array gives the same rows and the same errors whichever parser read it, and nothing is written
+twice.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import ijson
 from ijson.common import ObjectBuilder
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
+from connector_ops.etl.json_surrogates import LoneLowSurrogates
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
     BATCH,
@@ -188,8 +190,9 @@ def _json_array(stream: IO[bytes], skip: int = 0) -> RecordBatches:
 def _array_items(stream: IO[bytes]) -> Iterator[Any]:
     """The items of the top-level array, built from ijson's flat events: ``ijson.items`` builds a path
     string per event (memory quadratic in the depth), and nothing there bounds the nesting. A string over
-    ``limits.MAX_VALUE`` is refused as it comes (yajl has read it whole; Python has not copied it yet)."""
-    events = ijson.basic_parse(stream)
+    ``limits.MAX_VALUE`` is refused as it comes (yajl has read it whole; Python has not copied it yet). A lone
+    half of a surrogate pair becomes ``?``, the low half too (:mod:`.json_surrogates`)."""
+    events = ijson.basic_parse(LoneLowSurrogates(stream))
     next(events, None)  # the top-level "[" (read_json peeked it)
     depth, index, builder = 1, 1, None
     for event, value in events:
