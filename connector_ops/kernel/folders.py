@@ -33,13 +33,14 @@ def unwritable(folder: str) -> str | None:
         return f"cannot be {verb}: {path} is not a folder"
     if os.access(path, os.W_OK | os.X_OK):
         return None
-    code = errno.EROFS if _read_only(path) else errno.EACCES
+    code = errno.EROFS if read_only(path) else errno.EACCES
     whom = f" for user {user()}" if code == errno.EACCES else ""
     where = "" if path == os.path.abspath(folder) else f" in {path}"
     return f"cannot be {verb}: {os.strerror(code)}{whom}{where}"
 
 
-def _read_only(path: str) -> bool:
+def read_only(path: str) -> bool:
+    """Whether ``path``'s file system is mounted read-only (root's writes are refused there too)."""
     try:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except (OSError, AttributeError):

@@ -15,7 +15,7 @@ import errno
 import os
 
 from connector_ops.kernel.errors import ActionFailed
-from connector_ops.kernel.folders import user
+from connector_ops.kernel.folders import read_only, user
 
 _CANTOPEN = "unable to open database file"
 #: why a WAL database's folder must be writable, said wherever a folder is found not to be
@@ -97,20 +97,13 @@ def reason(path: str) -> str | None:
         return "too many open files on the host: the system's table of open files is full (fs.file-max)"
     if code == errno.ENOENT:
         return f"its folder {folder} does not exist"
-    if code == errno.EROFS or _read_only(folder):
+    if code == errno.EROFS or read_only(folder):
         return f"its folder {folder} is on a read-only file system; {_WAL_NOTE}"
     if code == errno.EACCES or not os.access(folder, os.W_OK | os.X_OK):
         return f"permission denied for user {user()} on {folder} or the file; {_WAL_NOTE}"
     if code is not None:
         return os.strerror(code)
     return None
-
-
-def _read_only(folder: str) -> bool:
-    try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except (OSError, AttributeError):
-        return False
 
 
 def cannot_open_error(path: str) -> ActionFailed:
