@@ -414,8 +414,36 @@ def _parse_logical(op: str, value: Any, path: str) -> Node:
     children = [parse_filter(item, f"{path}[{i}]") for i, item in enumerate(value)]
     if op == "$and":
         return _and(children)
-    either = children[0] if len(children) == 1 else Op("or", tuple(children))
+    either = _or(children)
     return either if op == "$or" else _not(either)
+
+
+def _or(children: Sequence[Node]) -> Node:
+    """``or`` of ``children``, with every ``Match`` of one column (equality, ``$in``, ``null``, ``$exists:
+    false``) merged into one, at the first one's place, and ``or``s in it flattened.
+
+    A ``Match`` is itself "one of these values, or missing", so the union of two is exact, whatever they
+    hold (NULL and positive/negative context included). Why: ``{"$or": [{"a": "1"}, {"a": "2"}, …]}``
+    compiled to one ``a = ?`` each, whose analysis is quadratic in SQLite (16,000 clauses: 13 s, 40,000:
+    382 s; the same set as ``$in``: 0.1 s), and which bound a parameter each, past PostgreSQL's 65,535.
+    Merged, it is the ``$in`` it means (one array parameter when long, :func:`_member_sql`)."""
+    nodes: list[Node] = []
+    for child in children:
+        nodes.extend(child.children if isinstance(child, Op) and child.kind == "or" else (child,))
+    values: dict[str, dict[str, None]] = {}  # by column, dicts: a tuple grown per clause is quadratic again
+    missing: dict[str, bool] = {}
+    merged: list[Node | str] = []  # a column's name stands where its merged Match goes
+    for node in nodes:
+        if not isinstance(node, Match):
+            merged.append(node)
+            continue
+        if node.column not in values:
+            values[node.column], missing[node.column] = {}, False
+            merged.append(node.column)
+        values[node.column].update(dict.fromkeys(node.values))
+        missing[node.column] = missing[node.column] or node.missing
+    out = [Match(n, tuple(values[n]), missing[n]) if isinstance(n, str) else n for n in merged]
+    return out[0] if len(out) == 1 else Op("or", tuple(out))
 
 
 def _parse_field(column: str, value: Any, path: str) -> Node:
