@@ -23,8 +23,10 @@ The rules that make the SQL agree with MongoDB (differentially tested against mo
   and the matching ``seq`` values go into a temporary table the SQL then refers to.
 * Long lists stay one parameter: ``$in`` with more than ``LONG_IN`` values binds them as one array
   (``= ANY(:values)`` on PostgreSQL, ``IN (SELECT value FROM json_each(:values))`` on SQLite), so 100,000
-  values never meet a driver's parameter limit. Wide ``$or``/``$and`` compile to balanced trees, so 3,000
-  clauses stay within SQLite's expression depth.
+  values never meet a driver's parameter limit; a filter whose short lists would bind more than
+  ``MAX_PARAMETERS`` values in all binds every list so, and one that needs more still is a 400. Wide
+  ``$or``/``$and`` compile to balanced trees, so 3,000 clauses stay within SQLite's expression depth, and
+  one column's equalities and ``$in`` lists under one ``$or`` are one ``$in`` (:func:`_or`).
 * A key is a literal column name (rows are flat; ``"customer.id"`` is the column ``customer.id``); a
   column the virtual file does not have is missing in every row. Names are looked up in the catalog's
   column map and never reach SQL text; values are always bound parameters.
@@ -66,6 +68,11 @@ REGEX_OPTIONS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.
 REGEX_BATCH = 20_000
 #: ``$in`` lists longer than this are bound as one array parameter
 LONG_IN = 100
+#: the most values one filter binds: below PostgreSQL's 65,535 parameters a statement and SQLite's default
+#: 32,766 (the Python here is built with 250,000, others are not), with room for the rest of the statement.
+#: A filter past it binds each list of values as one array (:func:`_list_threshold`), and is refused past
+#: it still
+MAX_PARAMETERS = 30_000
 #: children of one SQL AND/OR node; wider ones become a balanced tree of groups
 FAN_OUT = 16
 #: a number operand: JSON's, as Python reads it (an entry point's reader makes a fraction a ``Decimal``)
@@ -574,8 +581,43 @@ def compile_filter(flt: Mapping[str, Any], columns: Mapping[str, sa.ColumnElemen
     tree = parse_filter(flt, field)  # first: a NUL in a key is refused on both databases, in the same words
     if dialect == "postgresql":
         refuse_nul_for_postgres(flt, field)
+    long_in = _list_threshold(tree, field)
     regex = _regex_matcher(dialect, conn)
-    return _to_sql(tree, columns, exact=False, dialect=dialect, regex=regex)
+    return _to_sql(tree, columns, exact=False, dialect=dialect, regex=regex, long_in=long_in)
+
+
+def _list_threshold(tree: Node, field: str) -> int:
+    """The longest ``$in`` list :func:`_member_sql` may bind value by value: ``LONG_IN``, or 1 when that
+    would bind more than ``MAX_PARAMETERS`` values in all (each list is then one array parameter). A
+    filter needing more even so (tens of thousands of clauses on several columns) is an ``InvalidInput``
+    naming ``field`` — it was a 500 "database error" (``$or`` of 700 × ``$in`` of 100 values: PostgreSQL
+    takes 65,535 parameters a statement; 2,600 of them: SQLite 250,000 here, 32,766 in its default build)."""
+    for long_in in (LONG_IN, 1):
+        needed = _parameters(tree, long_in)
+        if needed <= MAX_PARAMETERS:
+            return long_in
+    raise InvalidInput(field, f"the filter needs {needed:,} bound values, more than the {MAX_PARAMETERS:,} one "
+                              "filter may use (the databases limit a statement's parameters): merge clauses "
+                              "into $in lists, which count once, or split the work into several calls")
+
+
+def _parameters(tree: Node, long_in: int) -> int:
+    """How many values :func:`_to_sql` binds for ``tree`` (at most: a column the file lacks binds none),
+    lists longer than ``long_in`` being one array each. A loop, not recursion: an ``or`` may have 70,000
+    children."""
+    count, todo = 0, [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Op):
+            todo.extend(node.children)
+        elif isinstance(node, Match):
+            n = len(node.values)
+            count += n if n <= long_in else 1
+        elif isinstance(node, Compare):
+            count += 1
+        elif isinstance(node, Regex):
+            count += 2  # SQLite: the finder's key and the 1 it is compared with; PostgreSQL: none
+    return count
 
 
 def equality_columns(flt: Mapping[str, Any]) -> list[str]:
@@ -587,14 +629,17 @@ def equality_columns(flt: Mapping[str, Any]) -> list[str]:
 
 
 def _to_sql(node: Node, columns: Mapping[str, sa.ColumnElement], *, exact: bool, dialect: str,
-            regex: RegexMatcher) -> sa.ColumnElement[bool]:
-    """``exact``: the result must be TRUE/FALSE, never NULL (we are under a NOT)."""
+            regex: RegexMatcher, long_in: int) -> sa.ColumnElement[bool]:
+    """``exact``: the result must be TRUE/FALSE, never NULL (we are under a NOT); ``long_in``: as
+    :func:`_member_sql` takes it."""
     if isinstance(node, Const):
         return sa.true() if node.value else sa.false()
     if isinstance(node, Op):
         if node.kind == "not":
-            return sa.not_(_to_sql(node.children[0], columns, exact=True, dialect=dialect, regex=regex))
-        parts = [_to_sql(c, columns, exact=exact, dialect=dialect, regex=regex) for c in node.children]
+            return sa.not_(_to_sql(node.children[0], columns, exact=True, dialect=dialect, regex=regex,
+                                   long_in=long_in))
+        parts = [_to_sql(c, columns, exact=exact, dialect=dialect, regex=regex, long_in=long_in)
+                 for c in node.children]
         return _balanced(sa.and_ if node.kind == "and" else sa.or_, parts)
     column = columns.get(node.column)
     if column is None:  # the virtual file has no such column: it is missing in every row
@@ -607,19 +652,20 @@ def _to_sql(node: Node, columns: Mapping[str, sa.ColumnElement], *, exact: bool,
         return sa.and_(column.is_not(None), leaf) if exact else leaf
     clauses: list[sa.ColumnElement[bool]] = []
     if node.values:
-        leaf = _member_sql(column, node.values, dialect)
+        leaf = _member_sql(column, node.values, dialect, long_in)
         clauses.append(sa.and_(column.is_not(None), leaf) if exact else leaf)
     if node.missing:
         clauses.append(column.is_(None))
     return sa.or_(*clauses)
 
 
-def _member_sql(column: sa.ColumnElement, values: tuple[str, ...], dialect: str) -> sa.ColumnElement[bool]:
-    """``column`` equals one of ``values``; a long list is one array parameter (drivers cap parameters at
-    65,535 on PostgreSQL and 250,000 on SQLite), still served by an index."""
+def _member_sql(column: sa.ColumnElement, values: tuple[str, ...], dialect: str,
+                long_in: int) -> sa.ColumnElement[bool]:
+    """``column`` equals one of ``values``; a list longer than ``long_in`` is one array parameter (drivers
+    cap parameters, see ``MAX_PARAMETERS``), still served by an index."""
     if len(values) == 1:
         return column == values[0]
-    if len(values) <= LONG_IN:
+    if len(values) <= long_in:
         return column.in_(values)
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import ARRAY
