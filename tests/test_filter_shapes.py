@@ -115,9 +115,39 @@ def test_the_count_of_bound_values_is_never_below_what_the_sql_binds(dialect, lo
     table = row_table("vf_x", [0, 1, 2])
     columns = {"a": table.c.c0, "b": table.c.c1, "c": table.c.c2}
     tree = parse_filter(flt)
-    where = _to_sql(tree, columns, exact=False, dialect=dialect, regex=_regex_matcher(dialect, None),
+    where = _to_sql(tree, columns, exact=False, dialect=dialect, regex=_regex_matcher(dialect, None, tree, columns),
                     long_in=long_in)
     compiled = sa.select(table.c.seq).where(where).compile(
         dialect=(sqlite if dialect == "sqlite" else postgresql).dialect(),
         compile_kwargs={"render_postcompile": True})
     assert _parameters(tree, long_in) >= len(compiled.positiontup or compiled.params)
+
+
+def test_thousands_of_regex_leaves_take_one_temporary_table_on_postgresql(postgres_resources):
+    """Each ``$regex`` leaf had a temporary table (and a scan) of its own, all in one transaction: an
+    ``$or`` of 5,000 filled the server's shared lock table (500 after ≈ 50 s, other sessions refused
+    locks meanwhile). All leaves are found in one read, into one table, whose leaf numbers keep them apart."""
+    import sqlalchemy as sa
+
+    from connector_ops.resources.virtual_files.filters import compile_filter
+
+    store = postgres_resources["virtual_files"]
+    vf = store.create_from_dicts([[{"a": str(i), "b": f"x{i}"} for i in range(1000)]])
+    flt = {"$or": [*({"a": {"$regex": f"^{i}$"}} for i in range(0, 2000, 2)),
+                   *({"b": {"$regex": f"^X{i}$", "$options": "i"}} for i in range(1, 2000, 2)),
+                   {"nope": {"$regex": "."}}],
+           "b": {"$not": {"$regex": "5"}}}
+    expected = [{"a": str(i), "b": f"x{i}"} for i in range(1000) if "5" not in str(i)]
+    with store.sql.reading() as conn:
+        info = store.sql.info(conn, vf)
+        where = compile_filter(flt, info.column_map(info.table), dialect="postgresql", conn=conn)
+        tables = conn.exec_driver_sql("SELECT count(*) FROM pg_class WHERE relname LIKE 'cop_rx_%%' "
+                                      "AND relpersistence = 't' AND relkind = 'r'").scalar_one()
+        locks = conn.exec_driver_sql("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()").scalar_one()
+        assert tables == 1 and locks < 100, (tables, locks)
+        seqs = conn.execute(sa.select(info.table.c.seq).where(where).order_by(info.table.c.seq)).scalars().all()
+        assert seqs == [i + 1 for i in range(1000) if "5" not in str(i)]
+    flt = {"$or": [{"a": {"$regex": f"^{i}$"}} for i in range(5000)]}
+    assert len(invoke("etl.query", {"virtualFileId": vf, "query": flt}, postgres_resources)["result"]) == 1000
+    assert invoke("etl.query", {"virtualFileId": vf, "query": {"b": {"$not": {"$regex": "5"}}}},
+                  postgres_resources)["result"] == expected

@@ -19,8 +19,8 @@ The rules that make the SQL agree with MongoDB (differentially tested against mo
   (flags ``i m s x``; ``$`` also matches before a final newline, as in Python and MongoDB's PCRE),
   translated where RE2 reads it otherwise (:func:`re2_syntax`), minus what needs backtracking
   (backreferences, lookaround, …), which is refused with a 400 naming it. It is a UDF on SQLite; on PostgreSQL, whose
-  regular expressions are neither, the column is read through one server-side cursor, matched in Python,
-  and the matching ``seq`` values go into a temporary table the SQL then refers to.
+  regular expressions are neither, the columns are read through one server-side cursor, matched in Python,
+  and each leaf's matching ``seq`` values go into one temporary table the SQL then refers to.
 * Long lists stay one parameter: ``$in`` with more than ``LONG_IN`` values binds them as one array
   (``= ANY(:values)`` on PostgreSQL, ``IN (SELECT value FROM json_each(:values))`` on SQLite), so 100,000
   values never meet a driver's parameter limit; a filter whose short lists would bind more than
@@ -582,7 +582,7 @@ def compile_filter(flt: Mapping[str, Any], columns: Mapping[str, sa.ColumnElemen
     if dialect == "postgresql":
         refuse_nul_for_postgres(flt, field)
     long_in = _list_threshold(tree, field)
-    regex = _regex_matcher(dialect, conn)
+    regex = _regex_matcher(dialect, conn, tree, columns)
     return _to_sql(tree, columns, exact=False, dialect=dialect, regex=regex, long_in=long_in)
 
 
@@ -752,57 +752,110 @@ def _sqlite_regex(column: sa.ColumnElement, node: Regex) -> sa.ColumnElement[boo
     return _HoldsFinder(sa.func.cop_regexp(key, column) == 1, finder)
 
 
-def _regex_matcher(dialect: str, conn: sa.Connection | None) -> RegexMatcher:
+def _regex_matcher(dialect: str, conn: sa.Connection | None, tree: Node,
+                   columns: Mapping[str, sa.ColumnElement]) -> RegexMatcher:
+    """How ``tree``'s ``$regex`` leaves on ``columns`` compile on ``dialect``."""
     if dialect == "sqlite":
         return _sqlite_regex
-    return _PythonRegexSeqs(conn)
+    return _PythonRegexSeqs(conn, _regex_leaves(tree), columns)
 
 
 class _PythonRegexSeqs:
-    """PostgreSQL: evaluate a ``$regex`` leaf in Python (with RE2, as on SQLite, see :func:`_finder`) and
+    """PostgreSQL: evaluate the ``$regex`` leaves in Python (with RE2, as on SQLite, see :func:`_finder`) and
     refer to the matches by ``seq``.
 
     PostgreSQL's regular expressions (ARE) differ from Python's and MongoDB's (``.`` matches a newline,
-    ``^``/``$`` ignore lines, ``\\b`` is a backspace), so translating patterns would change results. The
-    column is read through one server-side cursor and the matching ``seq`` values are inserted into a
-    temporary table (dropped at commit); the leaf becomes ``EXISTS`` of the row's ``seq`` in that table,
-    two-valued by nature.
+    ``^``/``$`` ignore lines, ``\\b`` is a backspace), so translating patterns would change results. Every
+    leaf of the filter is found at the first one's compiling, in ONE read of the columns they name (one
+    server-side cursor), into ONE temporary table (dropped at commit) of ``(leaf, seq)``; a leaf becomes
+    ``EXISTS`` of the row's ``seq`` under its number there, two-valued by nature. A table and a scan per
+    leaf, as it once was, took a lock per table: an ``$or`` of 5,000 patterns filled the server's shared
+    lock table (a 500 after ≈ 50 s, while other sessions could not lock either).
     """
 
-    def __init__(self, conn: sa.Connection | None) -> None:
+    def __init__(self, conn: sa.Connection | None, leaves: Sequence[Regex],
+                 columns: Mapping[str, sa.ColumnElement]) -> None:
         self.conn = conn
-        self.done: dict[tuple[str, str, str], sa.Table] = {}
+        self.columns = columns
+        #: each distinct (column, pattern, options) of the filter, by its number in the table
+        self.leaf_ids = {key: i for i, key in enumerate(dict.fromkeys(_regex_key(n) for n in leaves))}
+        self.matches: sa.Table | None = None
 
     def __call__(self, column: sa.ColumnElement, node: Regex) -> sa.ColumnElement[bool]:
         if self.conn is None:
             raise ValueError("a $regex filter on PostgreSQL needs the connection it will run in")
         table = column.table  # type: ignore[attr-defined]
-        key = (column.key, node.pattern, node.options)
-        if key not in self.done:
-            self.done[key] = self._materialise(table, column, node.found)
-        matches = self.done[key]
+        if self.matches is None:
+            self.matches = self._materialise(table)
+        matches = self.matches
         # EXISTS, not IN: under $or/$not PostgreSQL keeps either as a subplan, and once the matches outgrow
         # work_mem an IN scans all of them for every row (30k rows: 27 s), where EXISTS probes their key
-        return sa.exists().where(matches.c.seq == table.c.seq)
+        return sa.exists().where((matches.c.leaf == self.leaf_ids[_regex_key(node)])
+                                 & (matches.c.seq == table.c.seq))
 
-    def _materialise(self, table: sa.FromClause, column: sa.ColumnElement, found: Callable[[str], bool]) -> sa.Table:
+    def _materialise(self, table: sa.Table) -> sa.Table:
         from sqlalchemy.dialects import postgresql  # only the dialect in use is imported
 
         conn = self.conn
         assert conn is not None
         matches = sa.Table(f"cop_rx_{uuid.uuid4().hex}", sa.MetaData(),
+                           sa.Column("leaf", sa.Integer, primary_key=True),
                            sa.Column("seq", sa.BigInteger, primary_key=True),
                            prefixes=["TEMPORARY"], postgresql_on_commit="DROP")
         matches.create(conn)
         room_to_hash_keys(conn)  # the query probing them: 4M rows, 448k matches, 11.0 s → 8.3 s
+        by_column: dict[str, list[tuple[int, Callable[[str], bool]]]] = {}
+        for (name, pattern, options), leaf in self.leaf_ids.items():
+            if name in self.columns:  # a leaf whose column the file lacks is never compiled
+                by_column.setdefault(name, []).append((leaf, _finder(pattern, options)))
+        columns = [self.columns[name] for name in by_column]
+        finders = list(by_column.values())
+        leaves: list[int] = []
+        seqs: list[int] = []
+
+        def store() -> None:  # one statement a batch (an executemany of 111k rows took 4 s)
+            pairs = sa.func.unnest(sa.bindparam("leaves", leaves, type_=postgresql.ARRAY(sa.Integer)),
+                                   sa.bindparam("seqs", seqs, type_=postgresql.ARRAY(sa.BigInteger)),
+                                   ).table_valued("leaf", "seq").render_derived()
+            conn.execute(sa.insert(matches).from_select(["leaf", "seq"], sa.select(pairs.c.leaf, pairs.c.seq)))
+            leaves.clear()
+            seqs.clear()
+
         # one server-side cursor, in no order (keyset pages of SQLAlchemy rows took 2.6 s for 1M values;
         # this, 1.4 s), and the driver's own tuples
-        for rows in stream(conn, sa.select(table.c.seq, column).where(column.is_not(None)), REGEX_BATCH):
-            hits = [s for s, value in rows if found(value)]
-            if hits:  # one statement a batch (an executemany of 111k rows took 4 s)
-                conn.execute(sa.insert(matches).from_select(["seq"], sa.select(sa.func.unnest(
-                    sa.bindparam("hits", hits, type_=postgresql.ARRAY(sa.BigInteger))))))
+        query = sa.select(table.c.seq, *columns).where(sa.or_(*(c.is_not(None) for c in columns)))
+        for rows in stream(conn, query, REGEX_BATCH):
+            for seq, *values in rows:
+                for value, column_finders in zip(values, finders, strict=True):
+                    if value is not None:
+                        for leaf, found in column_finders:
+                            if found(value):
+                                leaves.append(leaf)
+                                seqs.append(seq)
+                if len(leaves) >= REGEX_BATCH:  # memory bounded however many leaves a row matches
+                    store()
+        if leaves:
+            store()
+        # the leaves' numbers in the planner's statistics: unanalysed, ``leaf = ?`` looked like 0.5 % of any
+        # table, so it hashed a leaf's 20,000 matches in a 64 kB work_mem instead of probing their key
+        conn.exec_driver_sql(f"ANALYZE {conn.dialect.identifier_preparer.quote(matches.name)}")
         return matches
+
+
+def _regex_key(node: Regex) -> tuple[str, str, str]:
+    return node.column, node.pattern, node.options
+
+
+def _regex_leaves(tree: Node) -> list[Regex]:
+    """The ``$regex`` leaves of ``tree``, in no particular order (a loop: an ``or`` may be very wide)."""
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Op):
+            todo.extend(node.children)
+        elif isinstance(node, Regex):
+            found.append(node)
+    return found
 
 
 # -- likely mistakes -----------------------------------------------------------------------------
