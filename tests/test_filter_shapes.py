@@ -3,8 +3,6 @@ bound values than a driver allows, thousands of ``$regex`` leaves (PostgreSQL's 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from connector_ops import ConnectorError, invoke
@@ -44,15 +42,16 @@ def test_merged_or_clauses_select_what_mongodb_does(store, resources, flt, expec
         "deletedCount": len(expected)}
 
 
-def test_a_wide_or_of_equalities_is_as_fast_as_the_same_in(store, resources):
+def test_a_wide_or_of_equalities_answers_as_the_same_in(store, resources):
     """SQLite analysed 16,000 ``a = ?`` under ``$or`` in 13 s (quadratic; 40,000: 382 s) where the same
-    ``$in`` took 0.1 s. Timed loosely: 20,000 clauses took ≈ 20 s before."""
+    ``$in`` took 0.1 s; merged into that ``$in`` (the test above), 20,000 clauses answer in about a second.
+    Not timed here (timings belong to benchmarks/): the rows must be those of the ``$in``."""
     vf = store.create_from_rows([{"a": str(i)} for i in range(1000)])
     flt = {"$or": [{"a": str(i)} for i in range(20_000)]}
-    started = time.monotonic()
     found = invoke("etl.query", {"virtualFileId": vf, "query": flt}, resources)["result"]
-    assert len(found) == 1000
-    assert time.monotonic() - started < 10
+    same = invoke("etl.query", {"virtualFileId": vf, "query": {"a": {"$in": [str(i) for i in range(20_000)]}}},
+                  resources)["result"]
+    assert found == same and len(found) == 1000
 
 
 def _wide(clauses: int) -> dict:
@@ -99,9 +98,13 @@ COUNTED = [
 ]
 
 
-@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+#: a ``$regex`` on PostgreSQL is matched through a connection (and binds no value there): SQLite's only
+COUNTED_ON = [(dialect, flt) for dialect in ("sqlite", "postgresql") for flt in COUNTED
+              if not (dialect == "postgresql" and "$regex" in str(flt))]
+
+
 @pytest.mark.parametrize("long_in", [1, 100])
-@pytest.mark.parametrize("flt", COUNTED, ids=[str(f) for f in COUNTED])
+@pytest.mark.parametrize(("dialect", "flt"), COUNTED_ON, ids=[f"{d}-{f}" for d, f in COUNTED_ON])
 def test_the_count_of_bound_values_is_never_below_what_the_sql_binds(dialect, long_in, flt):
     """``_parameters`` decides before compiling; it must not undercount what ``_to_sql`` binds."""
     import sqlalchemy as sa
@@ -110,8 +113,6 @@ def test_the_count_of_bound_values_is_never_below_what_the_sql_binds(dialect, lo
     from connector_ops.resources.virtual_files.catalog import row_table
     from connector_ops.resources.virtual_files.filters import _parameters, _regex_matcher, _to_sql
 
-    if dialect == "postgresql" and "$regex" in str(flt):
-        pytest.skip("a $regex on PostgreSQL needs a connection; it binds no value there")
     table = row_table("vf_x", [0, 1, 2])
     columns = {"a": table.c.c0, "b": table.c.c1, "c": table.c.c2}
     tree = parse_filter(flt)
