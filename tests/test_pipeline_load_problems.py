@@ -553,3 +553,19 @@ def test_an_empty_or_non_text_folder_or_virtual_file_id_is_refused_at_load(tmp_p
         WATCHED.replace("FOLDER", bad).replace("SOURCE", bad)))}
     assert refused == {("on_new_file", "folderId"), ("steps", 0, "foreach", "virtualFileId")}
     load_pipeline(write(tmp_path, WATCHED.replace("FOLDER", '"${env.INBOX:-root}"').replace("SOURCE", "vf1")))
+
+
+def test_a_problem_of_the_whole_input_names_no_empty_field(tmp_path: Path) -> None:
+    """A check of the input model as a whole (pydantic's location ``()``) printed an empty field before its own
+    words: ``step m: : recipients: …``; it now reads ``step m: recipients: …``."""
+    path = write(with_csv(tmp_path), """name: p
+steps:
+  - id: m
+    action: mail.send_transactional_message
+    input: {from: a@b.co, recipients: [{to: c@d.co, type: Cc}], templateId: 1, templateVariables: {}}
+""")
+    ((line, step, message),) = problems(path)
+    assert (line, step) == (5, "m")
+    assert message == "recipients: at least one recipient must be of type To (Cc/Bcc-only is refused)"
+    ran = CliRunner().invoke(pipeline, ["validate", str(path)])
+    assert f"{path}:5: step m: recipients: at least one" in ran.stdout

@@ -331,8 +331,8 @@ class _Checker:
                     msg += f" (fields: {', '.join(known)})" if known else ""
                 elif err["type"] == "missing":
                     msg = f"{where}: is required by {spec.name}"
-                else:
-                    msg = f"{where}: {problem_of(err)}"
+                else:  # a problem of the whole input (a model's own check, loc ()) names no field
+                    msg = f"{where}: {problem_of(err)}" if where else problem_of(err)
                 self.add((*path, *loc), msg, label)
         self.check_literals(spec, inp, templated, path, label)
 
