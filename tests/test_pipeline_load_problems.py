@@ -569,3 +569,31 @@ steps:
     assert message == "recipients: at least one recipient must be of type To (Cc/Bcc-only is refused)"
     ran = CliRunner().invoke(pipeline, ["validate", str(path)])
     assert f"{path}:5: step m: recipients: at least one" in ran.stdout
+
+
+def test_a_key_yaml_reads_as_no_text_is_named_as_written(tmp_path: Path) -> None:
+    """``templateVariables: {1: …}`` was ``templateVariables.str: Input should be a valid string`` (a branch of the
+    field's union) and more; ``query: {~: 1}`` was ``request.None.[key]: …``. Now each such key is one problem,
+    named as written, saying to quote it; the rest of the input is still checked."""
+    path = write(with_csv(tmp_path), f"""name: p
+steps:
+  - id: load
+    {PUSH}
+  - id: m
+    action: mail.send_transactional_message
+    input: {{from: a@b.co, recipients: [{{to: c@d.co}}], templateId: 1, templateVariables: {{1: x, b: y}}}}
+  - id: d
+    action: etl.delete_rows
+    input:
+      virtualFileId: "${{load.virtualFileId}}"
+      request: {{~: 1}}
+      true: x
+      wrongField: 1
+""")
+    assert problems(path) == [
+        (8, "m", 'templateVariables.1: a key must be text, and YAML reads this one as a number: quote it ("1": …)'),
+        (13, "d", 'request.null: a key must be text, and YAML reads this one as null (no value): quote it '
+                  '("null": …)'),
+        (14, "d", 'true: a key must be text, and YAML reads this one as a boolean: quote it ("true": …)'),
+        (15, "d", "unknown field 'wrongField' in etl.delete_rows input (fields: virtualFileId, request, dryRun)"),
+    ]

@@ -37,6 +37,7 @@ from connector_ops.pipelines.dsl.retries import parse_retry
 from connector_ops.pipelines.dsl.sections import whole_number
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.pipelines.dsl.source import Path as SourcePath
+from connector_ops.pipelines.dsl.text_keys import key_problem, non_text_keys, with_text_keys, written
 from connector_ops.pipelines.dsl.wiring import (
     BATCH_TYPES,
     given_by,
@@ -305,18 +306,25 @@ class _Checker:
     def check_input(self, spec: ActionSpec, inp: dict[str, Any], path: tuple[str | int, ...],
                     label: str | None) -> None:
         """Validate the literal parts of ``inp`` with the action's input model."""
+        keyed = []  # the keys YAML read as no text (1:, true:, ~:), said once each; the rest checked as text
+        for loc, key in non_text_keys(inp):
+            keyed.append((*loc, written(key)))
+            self.add((*path, *loc, key), f"{field_path(keyed[-1])}: {key_problem(key)}", label)
+        raw, inp = inp, with_text_keys(inp)
         templated = {loc for loc, text in r.walk_strings(inp) if _written_as_reference(text)}
         refused = None
         try:  # what no action takes (NaN, a NUL, nesting too deep …), checked as the run checks it, first
-            check_payload(r.unescape(inp), nul=not spec.nul_in_values)
+            check_payload(r.unescape(raw), nul=not spec.nul_in_values)
         except InvalidInput as exc:
-            refused = _location_of(inp, exc.field)
+            refused = _location_of(raw, exc.field)
             self.add((*path, *refused), str(exc), label)
         try:
             spec.input_model.model_validate(r.unescape(inp))
         except ValidationError as exc:
             for err in exc.errors(include_url=False):
                 loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+                if any(loc[:len(key)] == key for key in keyed):
+                    continue  # under a key refused above: `7` is then no field the action has, said once
                 if err["type"] != "extra_forbidden" and any(loc[:n] in templated for n in range(1, len(loc) + 1)):
                     continue  # its value is known when the step runs; an unknown field is unknown whatever it holds
                 if refused is not None and loc[:len(refused)] == refused and err["type"] != "extra_forbidden":
