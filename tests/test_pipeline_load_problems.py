@@ -597,3 +597,18 @@ steps:
         (14, "d", 'true: a key must be text, and YAML reads this one as a boolean: quote it ("true": …)'),
         (15, "d", "unknown field 'wrongField' in etl.delete_rows input (fields: virtualFileId, request, dryRun)"),
     ]
+
+
+@pytest.mark.parametrize(("text", "line", "hint"), [
+    ("name: p\nsteps:\n  - id: load\n\taction: etl.push\n", 4, "indent with spaces, not tabs"),
+    ("name: p\nsteps:\n  - id: load\n    input:\n      \tplatformFile: x\n", 5, "indent with spaces, not tabs"),
+    ("name: p\nsteps:\n  - id:\tload\n", 3, "write spaces here, not a tab"),
+], ids=["indent", "indent_after_spaces", "after_a_key"])
+def test_a_tab_pyyaml_stops_at_says_to_write_spaces(tmp_path: Path, text: str, line: int, hint: str) -> None:
+    """PyYAML's "found character '\\t' that cannot start any token" did not say that YAML indents with spaces."""
+    path = write(tmp_path, text)
+    ((found, step, message),) = problems(path)
+    assert (found, step) == (line, None)
+    assert message == f"invalid YAML: found character '\\t' that cannot start any token; {hint}"
+    ran = CliRunner().invoke(pipeline, ["validate", str(path)])
+    assert f"{path}:{line}: invalid YAML: found character '\\t' that cannot start any token; {hint}" in ran.stdout

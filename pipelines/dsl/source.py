@@ -174,12 +174,27 @@ def parse_yaml(text: str, file: str = "<string>") -> Document:
         data = None if node is None else converter.convert(node, ())
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise SourceError(f"invalid YAML: {exc.problem or exc}", (mark.line + 1) if mark else 1) from None
+        raise SourceError(f"invalid YAML: {exc.problem or exc}{_tab_hint(exc)}",
+                          (mark.line + 1) if mark else 1) from None
     except RecursionError:  # PyYAML's composer recurses per level, before any depth is ours to count
         raise SourceError(f"values are nested more than {MAX_DEPTH} levels deep", 1) from None
     finally:
         loader.dispose()
     return Document(data=data, file=file, lines=converter.lines)
+
+
+def _tab_hint(exc: yaml.MarkedYAMLError) -> str:
+    """What to do about a tab PyYAML stopped at ("found character '\\t' that cannot start any token", which does
+    not say that YAML indents, and mostly separates, with spaces only); ``""`` for any other error. Whether the
+    tab indents is read from PyYAML's own buffer, with its own line breaks."""
+    mark = exc.problem_mark
+    if mark is None or mark.buffer is None or "'\\t'" not in (exc.problem or ""):
+        return ""
+    start = mark.pointer
+    while start > 0 and mark.buffer[start - 1] in " \t":
+        start -= 1
+    indents = start == 0 or mark.buffer[start - 1] in "\r\n\x85\u2028\u2029"
+    return "; indent with spaces, not tabs" if indents else "; write spaces here, not a tab"
 
 
 def value_of_key(text: str, line: int, column: int) -> Any:
