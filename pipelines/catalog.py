@@ -171,27 +171,28 @@ def node_names(compiled: CompiledPipeline, path: Path, nodes: dict[str, tuple[ob
     defined (by an earlier file, a job in code, or this file's job) is this file's problem, at its step."""
     pipeline = compiled.pipeline
     job_prefix = f"{pipeline.name}__"
-    named: list[tuple[str, object, str, int, str | None]] = [  # name, definition, what it is, line, step
-        (compiled.job.graph.name, compiled.job.graph, f"job {pipeline.name}", 1, None)]
+    # name, definition, what it is, line, step, what to rename: the part of the file the name is made of
+    named: list[tuple[str, object, str, int, str | None, str]] = [
+        (compiled.job.graph.name, compiled.job.graph, f"job {pipeline.name}", 1, None, "the job (`name:`)")]
     for node in compiled.job.all_node_defs:
         step_id = node.name.removeprefix(job_prefix).split("__", 1)[0]
         step = next((s for s in pipeline.steps if s.id == step_id), None)
         named.append((node.name, node, f"op {node.name} of job {pipeline.name}", step.line if step else 1,
-                      step.id if step else None))
+                      step.id if step else None, "the step (`id:`) or the job (`name:`)"))
     for check in compiled.checks:
         [key] = {k.asset_key for k in check.check_keys}
         step = next(s for s in pipeline.steps if s.asset is not None and dg.AssetKey(list(s.asset.key)) == key)
         assert step.check is not None
         named.append((check.node_def.name, check.node_def, f"the op of check {step.check.name} of asset "
-                      f"{key.to_user_string()}", step.line, step.id))
+                      f"{key.to_user_string()}", step.line, step.id, "the asset key or the check (`check: name:`)"))
     mine: dict[str, tuple[object, str]] = {}
     taken: list[Problem] = []
-    for name, definition, what, line, step_id in named:
+    for name, definition, what, line, step_id, rename in named:
         known = nodes.get(name) or mine.get(name)
         if known is not None and known[0] is not definition:
             taken.append(Problem(str(path), line, f"{what} gets the Dagster name {name!r}, which {known[1]} "
                                  "already has (Dagster wants each op or graph name once in a code location): "
-                                 "rename the asset key, the check (`check: name:`) or the step", step_id))
+                                 f"rename {rename}", step_id))
         mine.setdefault(name, (definition, f"{path} ({what})"))
     if taken:
         raise PipelineError(taken)

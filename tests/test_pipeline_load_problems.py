@@ -448,15 +448,20 @@ def checked_asset(job: str, key: str, check: str = "validate") -> str:
             f"    check: {{schema: {{id: {{type: string}}}}, name: {check}}}\n")
 
 
-@pytest.mark.parametrize(("first", "second", "name"), [
-    (checked_asset("job_a", "sales-eu/orders"), checked_asset("job_b", "sales_eu/orders"), "sales_eu__orders_validate"),
-    (checked_asset("job_a", "a/b"), checked_asset("job_b", "a__b"), "a__b_validate"),
-    (checked_asset("job_a", "orders"), f"name: orders_validate\nsteps:\n  - id: load\n    {PUSH}\n", "orders_validate"),
+CHECK_RENAME = "rename the asset key or the check (`check: name:`)"
+
+
+@pytest.mark.parametrize(("first", "second", "name", "rename"), [
+    (checked_asset("job_a", "sales-eu/orders"), checked_asset("job_b", "sales_eu/orders"), "sales_eu__orders_validate",
+     CHECK_RENAME),
+    (checked_asset("job_a", "a/b"), checked_asset("job_b", "a__b"), "a__b_validate", CHECK_RENAME),
+    (checked_asset("job_a", "orders"), f"name: orders_validate\nsteps:\n  - id: load\n    {PUSH}\n", "orders_validate",
+     "rename the job (`name:`)"),  # the job's name clashes: nothing of an asset or a check to rename
     (f"name: job_a\nsteps:\n  - id: load_x\n    {PUSH}\n", checked_asset("job_b", "job_a/load_x_", "input"),
-     "job_a__load_x__input"),  # the node resolving step load_x's input
+     "job_a__load_x__input", CHECK_RENAME),  # the node resolving step load_x's input
 ], ids=["dash_underscore", "slash_double_underscore", "check_op_vs_job", "check_op_vs_step_op"])
 def test_files_whose_dagster_names_collide_cost_the_later_file_only(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, first: str, second: str, name: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, first: str, second: str, name: str, rename: str) -> None:
     """Asset keys that differ only where Dagster's op names do not (``sales-eu`` / ``sales_eu``, ``a/b`` /
     ``a__b``) name their check ops alike, and a check op can take a job's or a step op's name. Dagster then
     refused the whole code location; now the later file is a problem at its step and the rest loads."""
@@ -468,6 +473,7 @@ def test_files_whose_dagster_names_collide_cost_the_later_file_only(
     (problem,) = catalog.problems
     assert (problem.file, problem.line) == (str(later), 1 if second.startswith("name: orders") else 3)
     assert f"gets the Dagster name {name!r}, which {folder / 'a.yaml'} (" in problem.message
+    assert problem.message.endswith(f"): {rename}")
     assert "job_a" in {c.pipeline.name for c in catalog.pipelines}
     defs = build_definitions()
     dg.Definitions.validate_loadable(defs)  # what `dagster definitions validate` does: the location loads
@@ -480,6 +486,19 @@ def test_a_check_op_named_like_an_op_of_a_job_in_code_is_a_problem(tmp_path: Pat
     ran = CliRunner().invoke(pipeline, ["validate", str(path)])
     assert ran.exit_code == 1
     assert f"{path}:3: step load: the op of check push of asset etl gets the Dagster name 'etl_push'" in ran.stdout
+    assert ran.stdout.rstrip().endswith(f"): {CHECK_RENAME}")
+
+
+def test_a_job_named_like_an_op_of_a_job_in_code_is_told_to_rename_the_job(tmp_path: Path) -> None:
+    """``name: etl_push`` (an op of ``first_etl``) was told to "rename the asset key, the check or the step", none
+    of which it has a hand in: the job's name is what clashes."""
+    path = write(with_csv(tmp_path), f"name: etl_push\nsteps:\n  - id: load\n    {PUSH}\n")
+    ran = CliRunner().invoke(pipeline, ["validate", str(path)])
+    assert ran.exit_code == 1
+    assert ran.stdout.strip() == (
+        f"{path}:1: job etl_push gets the Dagster name 'etl_push', which the hand-written job first_etl "
+        "(connector_ops.pipelines.first_etl) already has (Dagster wants each op or graph name once in a code "
+        "location): rename the job (`name:`)")
 
 
 @pytest.mark.parametrize("name", ["__ASSET_JOB", "__anonymous_asset_job_sales"])
