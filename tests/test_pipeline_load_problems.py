@@ -631,3 +631,16 @@ def test_a_tab_pyyaml_stops_at_says_to_write_spaces(tmp_path: Path, text: str, l
     assert message == f"invalid YAML: found character '\\t' that cannot start any token; {hint}"
     ran = CliRunner().invoke(pipeline, ["validate", str(path)])
     assert f"{path}:{line}: invalid YAML: found character '\\t' that cannot start any token; {hint}" in ran.stdout
+
+
+def test_a_closed_reference_written_wrong_is_reported_once(tmp_path: Path) -> None:
+    """``${env:DELIM}`` (a colon for the dot) is no reference, and was also checked as a literal delimiter
+    ("csvDelimiter: must be a single character …"): only the reference's syntax is the problem."""
+    path = write(with_csv(tmp_path), """name: p
+steps:
+  - id: load
+    action: etl.push
+    input: {platformFile: "${file:customers.csv}", parameters: {csvDelimiter: "${env:DELIM}"}}
+""")
+    assert problems(path) == [(5, "load", "parameters.csvDelimiter: ${env:DELIM} is not a reference; write "
+                                          "${step.field}, ${env.NAME} or ${file:path}")]
