@@ -618,6 +618,22 @@ steps:
     ]
 
 
+def test_a_key_yaml_reads_as_no_text_in_a_checks_schema_is_named_as_written(tmp_path: Path) -> None:
+    """``check: {schema: {1: …}}`` stopped the loader with "internal error … TypeError: argument of type 'int' is
+    not iterable" (the column-name check of Validate's schema parser): a problem at its line, as in an input."""
+    path = write(with_csv(tmp_path), f"""name: p
+steps:
+  - id: load
+    {PUSH}
+    asset: sales
+    check: {{schema: {{1: {{type: string}}, a: {{type: string, true: 1}}}}}}
+""")
+    assert problems(path) == [
+        (7, "load", 'a key must be text, and YAML reads this one as a number: quote it ("1": …)'),
+        (7, "load", 'a key must be text, and YAML reads this one as a boolean: quote it ("true": …)'),
+    ]
+
+
 @pytest.mark.parametrize(("text", "line", "hint"), [
     ("name: p\nsteps:\n  - id: load\n\taction: etl.push\n", 4, "indent with spaces, not tabs"),
     ("name: p\nsteps:\n  - id: load\n    input:\n      \tplatformFile: x\n", 5, "indent with spaces, not tabs"),

@@ -36,6 +36,7 @@ from connector_ops.ops.factory import ensure_launched_definition, failing_as, fa
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.model import Asset, Check, Pipeline
 from connector_ops.pipelines.dsl.sections import Report, known_mapping
+from connector_ops.pipelines.dsl.text_keys import key_problem, non_text_keys, written
 
 CHECK_KEYS = ("schema", "max_rejected", "severity", "blocking", "name")
 VIRTUAL_FILE_FIELDS = ("virtualFileId", "validated")
@@ -94,6 +95,11 @@ def _schema_ok(schema: Mapping[str, Any], path: tuple[str | int, ...], report: R
     """Validate's own parser of the schema: its problems now, at load time, rather than in every run."""
     from connector_ops.etl.validation import compile_schema
 
+    odd = list(non_text_keys(schema))
+    for where, key in odd:  # YAML's `1:` or `true:`: named as written, not a TypeError of the column-name check
+        report((*path, *where, written(key)), key_problem(key))
+    if odd:
+        return False
     try:
         compile_schema(r.unescape(dict(schema)))
     except InvalidInput as exc:
