@@ -50,6 +50,7 @@ from dagster._core.storage.runs.schema import RunsTable
 from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
 
 from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.leaves import leaves
 from connector_ops.ops.metadata import (
     READ_PLATFORM_FILES,
     READ_VIRTUAL_FILES,
@@ -390,11 +391,4 @@ def _metadata_strings(metadata: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _walk_strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _walk_strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _walk_strings(item)
+    return (leaf for leaf in leaves(value) if isinstance(leaf, str))

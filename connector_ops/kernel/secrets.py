@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from connector_ops.kernel.leaves import leaves
+
 MASK = "****"
 #: names of secret settings and query parameters (``private_key``, not ``allowed_private_hosts``)
 SECRET_NAME = re.compile(r"secret|password|passwd|token|api_key|apikey|private_?key|credential", re.IGNORECASE)
@@ -88,19 +90,14 @@ class RedactedRepr:
 
 
 def _texts(value: Any) -> Iterator[str]:
-    """The texts ``value`` may show as in a message: itself (a string or number), or those of its items."""
-    if isinstance(value, str):
-        if value:
-            yield repr(value)  # quoted first: ``'sk_live_…' is not a valid e-mail address``
-            yield value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        yield str(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _texts(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _texts(item)
+    """The texts ``value`` may show as in a message: each string (quoted first: ``'sk_live_…' is not a valid
+    e-mail address``, then as it is) and number inside it."""
+    for leaf in leaves(value):
+        if isinstance(leaf, str) and leaf:
+            yield repr(leaf)
+            yield leaf
+        elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
+            yield str(leaf)
 
 
 def named_instead(message: str, value: Any, name: str) -> str:
