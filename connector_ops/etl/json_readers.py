@@ -28,7 +28,7 @@ import ijson
 from ijson.common import ObjectBuilder
 
 from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
-from connector_ops.etl.json_surrogates import LoneLowSurrogates
+from connector_ops.etl.json_surrogates import basic_events
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
     BATCH,
@@ -192,7 +192,7 @@ def _array_items(stream: IO[bytes]) -> Iterator[Any]:
     string per event (memory quadratic in the depth), and nothing there bounds the nesting. A string over
     ``limits.MAX_VALUE`` is refused as it comes (yajl has read it whole; Python has not copied it yet). A lone
     half of a surrogate pair becomes ``?``, the low half too (:mod:`.json_surrogates`)."""
-    events = ijson.basic_parse(LoneLowSurrogates(stream))
+    events = basic_events(stream)
     next(events, None)  # the top-level "[" (read_json peeked it)
     depth, index, builder = 1, 1, None
     for event, value in events:

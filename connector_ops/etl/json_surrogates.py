@@ -12,12 +12,19 @@ The escapes are found as yajl reads them, left to right: an escaped backslash (`
 it as its other half (yajl combines them, whatever that one is), so only a low surrogate's escape that no high
 one took is rewritten. The bytes are rewritten a block at a time; the last few bytes of a block, where an
 escape may be cut off, wait for the next block.
+
+The rewritten blocks are pushed into the parser (:func:`basic_events`), not pulled by it: ijson's C backend,
+reading from a Python ``read``, called it with an exception still set after one of its callbacks failed (a
+number past Python's int-string limit), and the process died of a segmentation fault.
 """
 
 from __future__ import annotations
 
 import re
-from typing import IO
+from collections.abc import Iterator
+from typing import IO, Any
+
+import ijson
 
 #: what yajl reads as one: an escaped backslash, a high surrogate's escape with the escape after it (its pair),
 #: a low surrogate's escape (alone, as the two before it would have taken it otherwise)
@@ -70,3 +77,17 @@ class LoneLowSurrogates:
         parts.append(data[done:cut])
         self._held = data[cut:]
         return b"".join(parts)
+
+
+def basic_events(stream: IO[bytes], block: int = 1 << 16) -> Iterator[tuple[str, Any]]:
+    """ijson's flat events (``basic_parse``) of ``stream``'s JSON, lone low surrogates written ``?``: each block
+    rewritten and pushed into the parser, its events handed on (one block's events in memory at a time)."""
+    events = ijson.sendable_list()
+    parser = ijson.basic_parse_coro(events)
+    rewritten = LoneLowSurrogates(stream, block)
+    while chunk := rewritten.read(block):
+        parser.send(chunk)
+        yield from events
+        del events[:]
+    parser.close()
+    yield from events
