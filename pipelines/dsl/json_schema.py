@@ -22,13 +22,13 @@ from connector_ops.ops.asset_files import MAX_KEY_CHARS
 from connector_ops.pipelines.dsl.assets import GROUP
 from connector_ops.pipelines.dsl.names import END, NAME, OWNER, RESERVED_JOB_NAMES, RESERVED_NAMES
 from connector_ops.pipelines.dsl.notify import MAIL_ACTION, WHEN
-from connector_ops.pipelines.dsl.references import RESERVED_ROOTS
+from connector_ops.pipelines.dsl.references import CLOSED_REFERENCE, RESERVED_ROOTS
 from connector_ops.pipelines.dsl.retries import BACKOFFS, MAX_RETRIES
 from connector_ops.registry import ACTIONS, load_all
 
 SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
 #: a string holding a reference stands for any value: a whole ``${…}`` not after a ``$`` (``$${`` writes ``${``)
-REFERENCE = {"type": "string", "pattern": r"(?:^|[^$])\$\{[^{}]*\}",
+REFERENCE = {"type": "string", "pattern": CLOSED_REFERENCE,
              "description": "a ${…} reference, resolved when the step runs"}
 
 #: a job name Dagster accepts: not a keyword or one of its own names, nor one it keeps for its asset jobs

@@ -29,6 +29,9 @@ from connector_ops.kernel.platform_file import check_file_name, check_media_type
 
 _TOKEN = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
 _SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
+#: a closed ``${…}`` not escaped (``$${`` writes ``${``), well formed or not: what is meant as a reference (the
+#: loader's checks and the editor's JSON schema, whose regular expressions need no lookbehind)
+CLOSED_REFERENCE = r"(?:^|[^$])\$\{[^{}]*\}"
 
 ENV, BATCH, TRIGGER, FILE = "env", "batch", "trigger", "file"
 #: roots that are not step ids

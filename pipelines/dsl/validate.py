@@ -68,7 +68,7 @@ TRIGGER_KEYS = ("folderId", "minimumIntervalSeconds")
 DEFAULT_BATCH_SIZE = 1000
 _NAME = re.compile(NAME)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CLOSED_REFERENCE = re.compile(r"(?<!\$)\$\{[^{}]*\}")
+_CLOSED_REFERENCE = re.compile(r.CLOSED_REFERENCE)
 
 
 def valid_cron(cron: str) -> bool:
