@@ -134,6 +134,8 @@ def _pandas_only_as_text(frame: Any) -> Any:
         column = frame[name]
         if isinstance(column.dtype, pd.SparseDtype):
             column = changed[name] = column.sparse.to_dense()
+        if _zoned_categorical(column):
+            column = changed[name] = column.astype(column.dtype.categories.dtype)
         if isinstance(column.dtype, pd.PeriodDtype | pd.IntervalDtype) or column.dtype.kind in "cm":
             text = column.map(str) if column.dtype.kind == "m" else column.astype(str)  # timedeltas: each whole
             changed[name] = text.where(column.notna(), None)
@@ -144,6 +146,15 @@ def _pandas_only_as_text(frame: Any) -> Any:
             elif inferred in ("datetime", "date") and _several_kinds(column):
                 changed[name] = column.map(str, na_action="ignore").where(column.notna(), None)
     return frame.assign(**changed) if changed else frame
+
+
+def _zoned_categorical(column: Any) -> bool:
+    """Whether ``column`` is a Categorical of zoned timestamps, which goes to Arrow as its plain column:
+    pyarrow 22–24 (the floor is 22) drop the categories' zone, storing Paris midnight as ``23:00`` naive."""
+    import pandas as pd
+
+    dtype = column.dtype
+    return isinstance(dtype, pd.CategoricalDtype) and getattr(dtype.categories.dtype, "tz", None) is not None
 
 
 def _several_kinds(column: Any) -> bool:
@@ -235,6 +246,8 @@ def _pandas_form(column: Any) -> int | bool | None:
     import pandas as pd
     import pyarrow as pa
 
+    if _zoned_categorical(column):
+        column = column.astype(column.dtype.categories.dtype)
     categorical = isinstance(column.dtype, pd.CategoricalDtype)
     kind = column.dtype.categories.dtype.kind if categorical else column.dtype.kind
     if kind not in "Mf":
