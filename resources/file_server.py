@@ -5,6 +5,7 @@ Ids are checked by the store (random hex only), so no request path ever reaches 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -12,7 +13,7 @@ import os
 import socket
 from collections.abc import AsyncIterator, Iterator, Mapping
 from email.utils import parsedate_to_datetime
-from typing import IO
+from typing import IO, Any
 
 import anyio
 from starlette.applications import Starlette
@@ -22,6 +23,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from connector_ops.kernel.errors import ConnectorOpsError, NotFound
+from connector_ops.resources.connection_budget import connection_limits
 from connector_ops.resources.file_headers import file_headers
 from connector_ops.resources.platform_files import CHUNK, PlatformFileStore
 
@@ -149,11 +151,45 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family)
 
 
+def _store_descriptors(store: PlatformFileStore) -> int:
+    """Descriptors the store's database connections may hold: a full pool of them (``pool_settings``: for
+    SQLite SQLAlchemy's same default of 5 + 10) at four each, a SQLite file with its ``-wal``, ``-shm`` and a
+    journal or temporary file (docs/deployment.md; a PostgreSQL connection needs one); none for a folder,
+    whose files are counted per connection."""
+    if store.files_database_url is None:
+        return 0
+    from connector_ops.resources.virtual_files.pool_settings import pool_settings
+
+    pool = pool_settings()
+    return 4 * (pool["pool_size"] + pool["max_overflow"])
+
+
+def _one_line_accept_shortage(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's "socket.accept() out of system resource" as one line (its default is a traceback): the
+    connections keep waiting in the backlog and are accepted a second later, nothing failed."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+        _log.warning("connections wait a second to be accepted: %s", os.strerror(exc.errno or 0))
+    else:
+        loop.default_exception_handler(context)
+
+
 def serve(store: PlatformFileStore, sock: socket.socket) -> None:
-    """Serve the store's files on ``sock`` (:func:`listening_socket`) until interrupted."""
+    """Serve the store's files on ``sock`` (:func:`listening_socket`) until interrupted, taking no more
+    connections at once than its descriptors allow (:mod:`.connection_budget`: above, uvicorn's 503).
+
+    On asyncio's event loop, not uvloop: out of descriptors for a connection, libuv accepts every waiting
+    one and closes it (their clients see a reset), where asyncio leaves them waiting for a second."""
     import uvicorn
 
     store.sweep()  # the server's start removes crash leftovers, however recently another process did
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(create_app(store), host=host, port=port, log_level="info"))
-    server.run(sockets=[sock])
+    limits = connection_limits(_store_descriptors(store))
+    server = uvicorn.Server(uvicorn.Config(create_app(store), host=host, port=port, log_level="info",
+                                           limit_concurrency=limits.concurrency, backlog=limits.backlog))
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(_one_line_accept_shortage)
+        await server.serve(sockets=[sock])
+
+    asyncio.run(run())  # asyncio's own loop (uvicorn's run would take uvloop where installed)
