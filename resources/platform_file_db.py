@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-from connector_ops.kernel.disk import temp_floor
+from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, temp_floor
 from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.virtual_files.catalog import platform_file, platform_file_chunk, write_ended
 from connector_ops.resources.virtual_files.core import as_utc
@@ -108,15 +108,17 @@ def _descriptor(conn: sa.Connection, file_id: str) -> dict[str, Any]:
 class DatabaseFiles:
     """The platform files in the database at ``database_url``."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, min_free_disk: int = DEFAULT_MIN_FREE_DISK) -> None:
         self.database_url = database_url
+        self.min_free_disk = min_free_disk
         _ = self.engine  # the catalog created now, as before
 
     @property
     def engine(self) -> sa.Engine:
         """The process's engine, asked for at each use: one kept would stay on a SQLite file deleted or
-        replaced since (:mod:`.virtual_files.store_file`), or on a database whose catalog was re-created."""
-        return get_engine(self.database_url)
+        replaced since (:mod:`.virtual_files.store_file`), or on a database whose catalog was re-created.
+        Its SQLite faults name the platform files' ``min_free_disk``."""
+        return get_engine(self.database_url, self.min_free_disk)
 
     @contextlib.contextmanager
     def create(self, file_id: str) -> Iterator[tuple[IO[bytes] | _ChunkWriter, list[dict[str, Any]]]]:

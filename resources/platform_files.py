@@ -233,7 +233,7 @@ class PlatformFileStore(Resource):
         if self.files_database_url is not None and self._database is None:
             from connector_ops.resources.platform_file_db import DatabaseFiles
 
-            self._database = DatabaseFiles(self.files_database_url)
+            self._database = DatabaseFiles(self.files_database_url, self.min_free_disk)
         return self._database
 
     # -- paths -----------------------------------------------------------------------------------

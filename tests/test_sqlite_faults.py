@@ -17,6 +17,19 @@ import sys
 import textwrap
 from pathlib import Path
 
+from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, shown_size
+
+#: a driver's lines that take the disk's last byte (the tmpfs at ``small``)
+FILL = """
+    fd = os.open(os.path.join(small, "filler"), os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, bytes(4096)):
+            pass
+    except OSError:
+        pass
+    os.close(fd)
+"""
+
 #: what runs inside the namespace, once the tmpfs is mounted at argv[1]
 DRIVER = textwrap.dedent("""
     import json, os, subprocess, sys
@@ -44,13 +57,7 @@ DRIVER = textwrap.dedent("""
     vf = json.loads(must("invoke", "etl.push", json.dumps({"platformFile": pf})))["virtualFileId"]
     must("invoke", "drive.create_folder", '{"name": "warm"}')  # drive.db exists
     subprocess.run([sys.executable, "-c", "import dagster; dagster.DagsterInstance.get()"], env=env, check=True)
-    fd = os.open(os.path.join(small, "filler"), os.O_WRONLY | os.O_CREAT)  # the disk's last byte taken
-    try:
-        while os.write(fd, bytes(4096)):
-            pass
-    except OSError:
-        pass
-    os.close(fd)
+""" + FILL + """
     rows = {"rows": [{"virtualFileId": vf, "content": {"a": str(i), "b": "y" * 200}} for i in range(300)]}
     print(json.dumps({
         "iterate": cli("invoke", "etl.iterate", json.dumps({"content": vf, "maxBatchSize": 1})),
@@ -191,3 +198,36 @@ def test_too_few_file_descriptors_is_named_not_unable_to_open(tmp_path: Path) ->
         assert said[name].startswith(f"cannot open the database {database}: too many open files: the process "
                                      f"holds 6"), (name, said)  # 62 to 64, as SQLite's own opens went
         assert "of the 64 it may hold (ulimit -n); raise the limit" in said[name], (name, said)
+
+
+#: a store made on a full disk by a process whose run config sets its floor to 4 KiB while
+#: CONNECTOR_OPS_MIN_FREE_DISK is unset (1 GiB): its catalog cannot be written
+CONFIGURED_FLOOR_DRIVER = textwrap.dedent("""
+    import json, os, subprocess, sys
+    small = sys.argv[1]
+    env = {k: v for k, v in os.environ.items() if k != "CONNECTOR_OPS_MIN_FREE_DISK"}
+    url = f"sqlite:///{small}/vf.db"
+""" + FILL + """
+    read = chr(10).join([
+        "import json, sys",
+        "from connector_ops.kernel.errors import ConnectorOpsError",
+        "from connector_ops.resources.virtual_files.sql_store import sql_store",
+        "try:",
+        "    print(json.dumps(len(sql_store(sys.argv[1], 4096).inventory())))",
+        "except ConnectorOpsError as exc:",
+        "    print(json.dumps(str(exc)))",
+    ])
+    done = subprocess.run([sys.executable, "-c", read, url], env=env, capture_output=True, text=True, timeout=300)
+    print(json.dumps({"code": done.returncode, "out": done.stdout, "err": done.stderr[-3000:]}))
+""")
+
+
+def test_a_full_disk_names_the_floor_the_store_was_configured_with(tmp_path: Path) -> None:
+    """A store whose ``min_free_disk`` came from run config, not ``CONNECTOR_OPS_MIN_FREE_DISK``: its faults
+    named the environment's floor (here the default 1 GiB, unset), not the store's; they name its own now."""
+    seen = run_on_small_disk(tmp_path, CONFIGURED_FLOOR_DRIVER)
+    assert seen["code"] == 0, seen["err"]
+    message = json.loads(seen["out"].strip().splitlines()[-1])
+    assert isinstance(message, str) and message.startswith(f"no space left on the disk of {tmp_path / 'small'}: "), seen
+    assert f"CONNECTOR_OPS_MIN_FREE_DISK={shown_size(4096)} keeps free" in message, message
+    assert shown_size(DEFAULT_MIN_FREE_DISK) not in message, message

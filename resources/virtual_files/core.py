@@ -99,7 +99,8 @@ class StoreCore(Resource):
 
     @property
     def engine(self) -> sa.Engine:
-        return get_engine(self.database_url)
+        """The process's engine of ``database_url``, its faults named with this store's ``min_free_disk``."""
+        return get_engine(self.database_url, self.min_free_disk)
 
     @property
     def dialect(self) -> str:

@@ -40,6 +40,7 @@ from connector_ops.resources.virtual_files.interrupts import InterruptibleConnec
 from connector_ops.resources.virtual_files.layout import RECHECK_SECONDS, check_stamp, check_unchanged
 from connector_ops.resources.virtual_files.pool_settings import pool_settings
 from connector_ops.resources.virtual_files.sqlite_faults import install as name_sqlite_faults
+from connector_ops.resources.virtual_files.sqlite_faults import with_floor
 from connector_ops.resources.virtual_files.sqlite_names import host_path, sqlite_name
 from connector_ops.resources.virtual_files.store_file import StoreFile, watch
 
@@ -152,9 +153,16 @@ def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
                 after_write(path)
 
 
-def get_engine(url: str) -> sa.Engine:
+def get_engine(url: str, min_free_disk: int | None = None) -> sa.Engine:
     """The process-wide engine for ``url``, with the catalog tables created. A SQLite file deleted or replaced
-    since the engine opened it gets an engine anew, on the file now at the path (:mod:`.store_file`)."""
+    since the engine opened it gets an engine anew, on the file now at the path (:mod:`.store_file`).
+    ``min_free_disk``: the floor of the store asking, which its SQLite faults name, the catalog's creation
+    included (:func:`.sqlite_faults.with_floor`: the engine is shared, the floor is each store's own)."""
+    engine = _shared_engine(url, min_free_disk)
+    return engine if min_free_disk is None else with_floor(engine, min_free_disk)
+
+
+def _shared_engine(url: str, min_free_disk: int | None) -> sa.Engine:
     key = normalise_url(url)
     with _LOCK:
         engine = _current(key)
@@ -189,7 +197,7 @@ def get_engine(url: str) -> sa.Engine:
             db_errors.install(engine, functools.partial(_forget, key, engine))
             _check_client(engine)
         try:
-            _create_catalog(engine)
+            _create_catalog(engine if min_free_disk is None else with_floor(engine, min_free_disk))
         except Exception:
             engine.dispose()  # not cached: the next call tries again (the server may be back)
             raise

@@ -45,9 +45,26 @@ def sqlite_error_in(exc: BaseException) -> BaseException | None:
     return None
 
 
-def floor_in_force() -> int:
-    """The floor the store's resources read from ``CONNECTOR_OPS_MIN_FREE_DISK`` (only said in a message: a bad
+#: the execution option carrying the floor of the store whose engine it is (:func:`with_floor`)
+FLOOR_OPTION = "connector_ops_min_free_disk"
+
+
+def with_floor(engine: sa.Engine, min_free: int) -> sa.Engine:
+    """``engine`` (same pool, same hooks) as a store with the floor ``min_free`` uses it: the engine is one per
+    database for the whole process, while each store has its own ``min_free_disk`` (run config may set it
+    apart from ``CONNECTOR_OPS_MIN_FREE_DISK``), so the floor a fault's message names travels with the
+    connection rather than with the engine."""
+    return engine.execution_options(**{FLOOR_OPTION: min_free})
+
+
+def _floor_of(ctx: sa.engine.ExceptionContext) -> int:
+    """The floor of the store the failed statement or connect came from (:func:`with_floor`); for an engine
+    used by no store (step outputs), the one ``CONNECTOR_OPS_MIN_FREE_DISK`` gives, as resources read it (a bad
     value is refused where the resource is made, not here)."""
+    source = ctx.connection if ctx.connection is not None else ctx.engine
+    floor = source.get_execution_options().get(FLOOR_OPTION) if source is not None else None
+    if floor is not None:
+        return int(floor)
     try:
         return min_free_disk()
     except ConfigurationError:
@@ -63,4 +80,4 @@ def install(engine: sa.Engine, path: str) -> None:
         exc = ctx.original_exception
         if not isinstance(exc, sqlite3.Error):
             return None
-        return sqlite_fault(exc, path, floor_in_force())
+        return sqlite_fault(exc, path, _floor_of(ctx))
