@@ -317,7 +317,7 @@ class EnvFields(Deferred):
         """The fields with their variables read from ``environ``. A whole ``${env.NAME}`` put into a field of
         ``model`` that takes text keeps the variable's text (``REPORT_NAME=2024`` is the name ``2024``): read as
         JSON it would be a number the field refuses."""
-        from connector_ops.pipelines.dsl.field_types import takes_text  # pydantic, only where a model is given
+        from connector_ops.pipelines.dsl.field_annotations import takes_text  # pydantic, only where a model is given
 
         scope = Scope(environ=environ)
         fields = self.fields

@@ -28,7 +28,13 @@ from connector_ops.ops.factory import tell_stale_side_with
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
-from connector_ops.pipelines.dsl.field_types import field_annotation, fields_of
+from connector_ops.pipelines.dsl.field_annotations import (
+    annotation_at,
+    field_annotation,
+    fields_of,
+    scalar_name,
+    takes_list,
+)
 from connector_ops.pipelines.dsl.local_files import file_digests
 from connector_ops.pipelines.dsl.model import Foreach, Pipeline, PipelineError, Problem, Step, Trigger
 from connector_ops.pipelines.dsl.names import NAME, RESERVED_NAMES, is_reserved_job_name, name_like, why_not_a_name
@@ -38,15 +44,7 @@ from connector_ops.pipelines.dsl.sections import whole_number
 from connector_ops.pipelines.dsl.source import Document, SourceError, parse_yaml
 from connector_ops.pipelines.dsl.source import Path as SourcePath
 from connector_ops.pipelines.dsl.text_keys import key_problem, non_text_keys, with_text_keys, written
-from connector_ops.pipelines.dsl.wiring import (
-    BATCH_TYPES,
-    given_by,
-    owner_model,
-    scalar_name,
-    takes_list,
-    wanted_by,
-    wiring_problem,
-)
+from connector_ops.pipelines.dsl.wiring import BATCH_TYPES, given_by, wanted_by, wiring_problem
 from connector_ops.registry import (
     ACTIONS,
     ActionSpec,
@@ -331,7 +329,7 @@ class _Checker:
                     continue  # the value the payload check refused, said once
                 where = field_path(loc)
                 if err["type"] == "extra_forbidden":
-                    known = fields_of(owner_model(spec.input_model, loc[:-1])) or []
+                    known = fields_of(annotation_at(spec.input_model, loc[:-1])) or []
                     meant = closest_name(str(loc[-1]), known)
                     hint = unknown_field_hint(spec.name, loc)
                     msg = f"unknown field {where!r} in {spec.name} input"
@@ -473,7 +471,7 @@ class _Checker:
         if target.foreach is None or len(ref.path) > 1:
             return  # ${check.validated.0}: one batch's value
         if loc[2:3] == ("input",):
-            annotation = owner_model(step.action.input_model, loc[3:])
+            annotation = annotation_at(step.action.input_model, loc[3:])
             if annotation is None or takes_list(annotation):
                 return  # unknown here (checked when the step runs), or a list is right
         where = field_path(loc[3:]) if loc[2:3] == ("input",) else "foreach.virtualFileId"

@@ -9,23 +9,25 @@ the action's input model (``foreach.virtualFileId`` takes a virtual file id).
 
 from __future__ import annotations
 
-import types
-import typing
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from pydantic import BaseModel
+from typing import Any
 
 from connector_ops.kernel.errors import field_path
 from connector_ops.kernel.platform_file import PlatformFile
 from connector_ops.pipelines.dsl import references as r
-from connector_ops.pipelines.dsl.field_types import field_annotation, fields_of
+from connector_ops.pipelines.dsl.field_annotations import (
+    annotation_at,
+    field_annotation,
+    is_object,
+    only_lists,
+    scalar_name,
+    takes_list,
+)
 from connector_ops.pipelines.dsl.model import Step
 from connector_ops.registry import FIELD_KINDS
 
 #: the type of each field of ``${batch.…}`` (a batch's rows, its index, its virtual file)
 BATCH_TYPES: dict[str, Any] = {"rows": list[dict[str, Any]], "index": int, "virtualFileId": str}
-_SCALARS = {str: "text", int: "a number", float: "a number", bool: "true or false"}
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def wanted_by(step: Step, loc: tuple[str | int, ...]) -> tuple[Any, str] | None:
     """The type the field at ``loc`` (a location in the file: ``steps, i, input, …``) takes and how to name it;
     ``None`` when unknown here (a field the model does not type, inside a list)."""
     if loc[2:3] == ("input",):
-        annotation = owner_model(step.action.input_model, loc[3:])
+        annotation = annotation_at(step.action.input_model, loc[3:])
         return None if annotation is None else (annotation, field_path(loc[3:]))
     if loc[2:4] == ("foreach", "virtualFileId"):
         return str, "foreach.virtualFileId"
@@ -90,61 +92,3 @@ def wiring_problem(ref: r.Ref, given: Given, wanted: tuple[Any, str]) -> str | N
         hint = f": write ${{{given.root}.{meant[0]}}}" if meant else ""
         return f"{ref.text} is an object ({given.what}); `{where}` takes {takes}{hint}"
     return None
-
-
-def scalar_name(annotation: Any) -> str | None:
-    """``text``, ``a number``, ``true or false`` for a type that only holds such values (and perhaps null);
-    ``None`` for any other (an object, a list, ``Any``, unknown)."""
-    if annotation in _SCALARS:
-        return _SCALARS[annotation]
-    origin = typing.get_origin(annotation)
-    if origin is Literal:
-        return "text" if all(isinstance(a, str) for a in typing.get_args(annotation)) else None
-    if origin in (typing.Union, types.UnionType):
-        names = {scalar_name(a) for a in typing.get_args(annotation) if a is not type(None)}
-        return names.pop() if len(names) == 1 else None
-    return None
-
-
-def is_object(annotation: Any) -> bool:
-    """Whether a value of type ``annotation`` is always a mapping (a model, a dict; perhaps null)."""
-    if (isinstance(annotation, type) and issubclass(annotation, BaseModel)) or annotation is dict:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is dict:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return bool(kinds) and all(is_object(a) for a in kinds)
-    return False
-
-
-def takes_list(annotation: Any) -> bool:
-    """Whether a field of type ``annotation`` may hold a list (``list[…]``, ``Any``, or a union with one)."""
-    if annotation is Any or annotation is list:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is list:
-        return True
-    return origin in (typing.Union, types.UnionType) and any(takes_list(a) for a in typing.get_args(annotation))
-
-
-def only_lists(annotation: Any) -> bool:
-    """Whether a field of type ``annotation`` always holds a list (``list[…]``, or a union of lists and
-    ``None``): Validate's ``validated`` (rows or an id) is not, whatever it holds in one run."""
-    if annotation is list or typing.get_origin(annotation) is list:
-        return True
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return bool(kinds) and all(only_lists(a) for a in kinds)
-    return False
-
-
-def owner_model(model: type[BaseModel], loc: tuple[Any, ...]) -> Any:
-    """The type at ``loc`` below ``model``, through its models' fields; ``None`` where that is unknown."""
-    current: Any = model
-    for key in loc:
-        if fields_of(current) is None:
-            return None
-        current = field_annotation(current, str(key))
-    return current
