@@ -25,12 +25,12 @@ from __future__ import annotations
 import re
 from typing import IO
 
-from connector_ops.kernel.streams import Transformed, WholePieces
+from connector_ops.kernel.streams import UTF8_BOM, Transformed, WholePieces, past_bom
 
-_BOM = b"\xef\xbb\xbf"
 _SPACE = b" \t\r\n"
-#: what :func:`is_array` lets come before an array's ``[`` (the row reader's parser refuses the BOM itself)
-LEADING = _BOM + _SPACE
+#: what may come before an array's ``[``: one BOM first (dropped by :func:`~connector_ops.kernel.streams.past_bom`
+#: before either parser reads the array), then blanks
+LEADING = UTF8_BOM + _SPACE
 #: a separator: an object's closing brace, a comma, the end of the line (both kept, the comma dropped)
 _SEPARATOR = re.compile(rb"\}[ \t\r]*,(?=[ \t\r]*\n)")
 #: an object ending its line without a separator
@@ -106,14 +106,15 @@ def line_broken(separator: bytes) -> bytes:
 
 def is_array(head: bytes) -> bool:
     """Does a file starting with ``head`` hold a JSON array? (The row reader's test too, so both paths agree.)"""
-    return head.lstrip(LEADING).startswith(b"[")
+    return head.removeprefix(UTF8_BOM).lstrip(_SPACE).startswith(b"[")
 
 
 class ArrayLines(Transformed):
-    """``stream`` (a JSON array laid out one object per line) as NDJSON, whole lines at a time."""
+    """``stream`` (a JSON array laid out one object per line, a BOM before it dropped) as NDJSON, whole lines at
+    a time."""
 
     def __init__(self, stream: IO[bytes]) -> None:
-        super().__init__(stream)
+        super().__init__(past_bom(stream))
         self._opened = False  # has the opening bracket been passed
         self._held = b""  # the last line with anything in it, and what follows (before the bracket: what precedes it)
         self._last = b""  # the last byte of the lines handed on, blanks aside, as the file had it
@@ -125,7 +126,7 @@ class ArrayLines(Transformed):
             return
         data = self._held + chunk
         if not self._opened:
-            body = data.lstrip(_SPACE)  # a BOM too is "not an array": the row reader's JSON parser refuses it
+            body = data.lstrip(_SPACE)  # a BOM after blanks, or a second one, is "not an array": the parser refuses it
             if not body:
                 self._held = data
                 self._bounded()

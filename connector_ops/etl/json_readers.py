@@ -53,7 +53,7 @@ from connector_ops.kernel.limits import (
     too_many_digits,
 )
 from connector_ops.kernel.scoped import pages
-from connector_ops.kernel.streams import Open, peekable
+from connector_ops.kernel.streams import Open, past_bom, peekable
 
 #: the values a row may hold without any conversion to text
 _TEXT = frozenset({str, type(None)})
@@ -191,8 +191,9 @@ def _array_items(stream: IO[bytes]) -> Iterator[Any]:
     """The items of the top-level array, built from ijson's flat events: ``ijson.items`` builds a path
     string per event (memory quadratic in the depth), and nothing there bounds the nesting. A string over
     ``limits.MAX_VALUE`` is refused as it comes (yajl has read it whole; Python has not copied it yet). A lone
-    half of a surrogate pair becomes ``?``, the low half too (:mod:`.json_surrogates`)."""
-    events = basic_events(stream)
+    half of a surrogate pair becomes ``?``, the low half too (:mod:`.json_surrogates`). A UTF-8 BOM starting the
+    file is dropped (yajl refuses it), as the line parser drops it (:class:`.json_array_lines.ArrayLines`)."""
+    events = basic_events(past_bom(stream))
     next(events, None)  # the top-level "[" (read_json peeked it)
     depth, index, builder = 1, 1, None
     for event, value in events:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import io
+import itertools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -28,12 +29,30 @@ Open = Callable[[], AbstractContextManager[IO[bytes]]]
 
 #: the encodings whose bytes are UTF-8 already (a BOM is the reader's to judge)
 UTF8 = frozenset({"utf-8", "utf-8-sig"})
+UTF8_BOM = codecs.BOM_UTF8
 
 
 def peekable(stream: Any, size: int = io.DEFAULT_BUFFER_SIZE) -> Any:
     """``stream`` if it can ``peek`` (and ``size`` is the default), else a ``BufferedReader`` over it whose
     ``peek`` shows up to ``size`` bytes."""
     return stream if hasattr(stream, "peek") and size == io.DEFAULT_BUFFER_SIZE else io.BufferedReader(stream, size)
+
+
+def past_bom(stream: Any) -> Any:
+    """``stream`` (bytes) past one UTF-8 BOM at its start, if it starts with one; a readable, peekable stream.
+
+    For a JSON array: its parsers (yajl, the line parser) refuse the BOM, which RFC 8259 lets a reader ignore
+    and which Windows tools (PowerShell 5, Notepad's "UTF-8 with BOM") and Pull's own ``utf-8-sig`` export
+    write. The first bytes are peeked; a first read shorter than a BOM is read on and handed back in front."""
+    buffered = peekable(stream)
+    head = buffered.peek(len(UTF8_BOM))[:len(UTF8_BOM)]
+    if not head or not UTF8_BOM.startswith(head):  # the usual: empty, or no BOM
+        return buffered
+    first = buffered.read(len(UTF8_BOM))  # the BOM, or a first read shorter than one: read on
+    if first == UTF8_BOM:
+        return buffered
+    rest = iter(lambda: buffered.read(1 << 16), b"")
+    return io.BufferedReader(ChunkStream(itertools.chain([first], rest)), 1 << 16)  # type: ignore[arg-type]
 
 
 class Transformed(io.RawIOBase):
