@@ -124,3 +124,71 @@ def test_pulls_utf8_sig_json_export_pushes_back(resources, paths):
     paths.clear()
     assert push_descriptor(resources, pf) == ROWS
     assert paths == []  # on the columnar path
+
+
+# -- the encoding: Pull's charset read back, and a JSON array in another encoding -----------------------
+@pytest.mark.parametrize("export_type", ["csv", "json"])
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16", "cp1252", "utf-8-sig"])
+@pytest.mark.parametrize("fast", [True, False], ids=["columnar", "row reader"])
+def test_pulls_export_in_another_encoding_pushes_back_from_its_descriptor(resources, monkeypatch, paths,
+                                                                           export_type, encoding, fast):
+    """Pull names the encoding in contentType (``text/csv; charset=iso8859-1``); Push ignored it and refused
+    its own export without parameters (a JSON array even with them)."""
+    monkeypatch.setattr(ndjson_fast, "FAST", fast)
+    source = resources["virtual_files"].create_from_dicts([ROWS])
+    pf = invoke("etl.pull", {"virtualFileId": source, "exportType": export_type, "exportName": f"o.{export_type}",
+                             "parameters": {"encoding": encoding}}, resources)["platformFile"]
+    assert ("charset=" in pf["contentType"]) == (encoding != "utf-8-sig")
+    assert push_descriptor(resources, pf) == ROWS
+    assert push_descriptor(resources, pf, encoding=encoding) == ROWS
+
+
+def test_an_explicit_encoding_wins_over_the_charset(resources):
+    data = '{"name": "René"}\n'.encode("latin-1")
+    assert pushed(resources, data, "r.ndjson", "application/x-ndjson; charset=utf-16", encoding="latin-1") == [
+        {"name": "René"}]
+    assert pushed(resources, data, "r.ndjson", 'application/x-ndjson; charset="ISO-8859-1"') == [{"name": "René"}]
+    utf8 = '{"name": "René"}\n'.encode()
+    assert pushed(resources, BOM + utf8, "r.ndjson", "application/x-ndjson; charset=UTF-8") == [{"name": "René"}]
+
+
+@pytest.mark.parametrize("charset", ["x-unknown-42", "base64"])
+def test_a_charset_python_cannot_read_is_a_400_naming_it(resources, charset):
+    before = resources["virtual_files"].inventory()
+    result = pushed(resources, b"a\n1\n", "r.csv", f"text/csv; charset={charset}")
+    assert result[:2] == ("error", 400), result
+    assert result[2].startswith(f"platformFile.contentType: names charset '{charset}'"), result
+    assert "parameters.encoding" in result[2]
+    assert resources["virtual_files"].inventory() == before
+    assert pushed(resources, b"a\n1\n", "r.csv", f"text/csv; charset={charset}", encoding="utf-8") == [{"a": "1"}]
+
+
+@pytest.mark.parametrize("layout", list(ARRAY_LAYOUTS))
+@pytest.mark.parametrize("fast", [True, False], ids=["columnar", "row reader"])
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "latin-1", "shift_jis"])
+def test_a_json_array_is_read_in_parameters_encoding(resources, monkeypatch, paths, layout, fast, encoding):
+    """``parameters.encoding`` was ignored for a JSON array ("malformed JSON" for UTF-16, mojibake or a bytes
+    repr for Latin-1); the array is now converted to UTF-8 as it is read, as NDJSON is."""
+    monkeypatch.setattr(ndjson_fast, "FAST", fast)
+    rows = ROWS if encoding != "shift_jis" else [{"name": "日本", "city": "ｶﾅ"}]
+    text = ARRAY_LAYOUTS[layout] if encoding != "shift_jis" else json.dumps(rows, ensure_ascii=False)
+    assert pushed(resources, text.encode(encoding), encoding=encoding) == rows
+    if fast and "event" not in layout and encoding != "shift_jis":
+        assert paths == []
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["columnar", "row reader"])
+def test_a_json_array_not_in_its_encoding_is_a_400_naming_the_line_without_a_bytes_repr(resources, monkeypatch,
+                                                                                       paths, fast):
+    monkeypatch.setattr(ndjson_fast, "FAST", fast)
+    before = resources["virtual_files"].inventory()
+    good = "[\n" + ",\n".join(json.dumps({"n": str(i), "v": "é"}, ensure_ascii=False) for i in range(50))
+    bad = good.encode("cp1252") + b',\n{"n": "x", "v": "\x81"}\n]\n'  # 0x81: no character in cp1252
+    result = pushed(resources, bad, encoding="cp1252")
+    assert result[:2] == ("error", 400), result
+    assert result[2].startswith("platformFile: line 52: the file is not valid cp1252"), result
+    # a Latin-1 array read as UTF-8 (the default): yajl's words as text, and what to set
+    result = pushed(resources, good.encode("latin-1") + b"\n]\n")
+    assert result[:2] == ("error", 400) and "b'" not in result[2], result
+    assert "invalid bytes in UTF8 string" in result[2] and "set parameters.encoding" in result[2], result
+    assert resources["virtual_files"].inventory() == before

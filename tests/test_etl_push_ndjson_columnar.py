@@ -230,10 +230,10 @@ def test_ndjson_in_another_encoding_takes_the_columnar_path(resources, monkeypat
         assert f"line {line}: the file is not valid cp1252" in result[2]
 
 
-def test_a_json_array_is_utf8_whatever_the_encoding_says(resources, monkeypatch, paths):
-    """The row reader reads a JSON array as UTF-8 (RFC 8259) whatever ``parameters.encoding`` names; so does
-    the columnar path, which now takes such a file too."""
-    data = '[\n{"a": "é"},\n{"a": "€"}\n]\n'.encode()
+def test_a_json_array_in_another_encoding_takes_the_columnar_path(resources, monkeypatch, paths):
+    """A JSON array is read in ``parameters.encoding`` as NDJSON is (it was read as UTF-8 whatever that said),
+    converted to UTF-8 as it is read, on the columnar path too."""
+    data = '[\n{"a": "é"},\n{"a": "€"}\n]\n'.encode("cp1252")
     result, ran = both(resources, data, monkeypatch, paths, encoding="cp1252")
     assert ran == [] and result == ("rows", ["a"], [{"a": "é"}, {"a": "€"}], 2)
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
+from connector_ops.etl.charsets import with_charset
 from connector_ops.etl.json_readers import is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
@@ -71,6 +72,7 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
         reopen, name, size = inside.open, inside.name, inside.size
         if is_parquet(name, ""):  # rows.parquet.gz, or a zip archive of rows.parquet
             return push_parquet(virtual_files, reopen, name, params)
+        params = with_charset(params, pf.content_type)  # Pull's text/csv; charset=iso8859-1, say
         if not is_json(name, pf.content_type):
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine, text_size=inside.text_size)
         m.refuse_given(params, m.FOR_CSV_ONLY, "a JSON file (JSON has no field delimiter)",

@@ -22,10 +22,11 @@ write) is first laid out one item per line by :class:`ItemsSplit`.
 
 from __future__ import annotations
 
+import codecs
 import re
 from typing import IO
 
-from connector_ops.kernel.streams import UTF8_BOM, Transformed, WholePieces, past_bom
+from connector_ops.kernel.streams import UTF8, UTF8_BOM, Transformed, WholePieces, past_bom
 
 _SPACE = b" \t\r\n"
 #: what may come before an array's ``[``: one BOM first (dropped by :func:`~connector_ops.kernel.streams.past_bom`
@@ -107,6 +108,16 @@ def line_broken(separator: bytes) -> bytes:
 def is_array(head: bytes) -> bool:
     """Does a file starting with ``head`` hold a JSON array? (The row reader's test too, so both paths agree.)"""
     return head.removeprefix(UTF8_BOM).lstrip(_SPACE).startswith(b"[")
+
+
+def array_head(start: bytes, encoding: str) -> bytes | None:
+    """``start``, a file's first bytes in ``encoding``, as UTF-8 if the file holds a JSON array, else ``None``:
+    an array in another encoding is read as UTF-8 (:func:`~connector_ops.kernel.streams.as_utf8`), as NDJSON
+    is, and its layout is judged on that. A byte the encoding lacks is replaced here, for the judging only:
+    the read itself fails on it and names its line."""
+    if encoding not in UTF8:
+        start = codecs.getincrementaldecoder(encoding)("replace").decode(start).encode("utf-8", "replace")
+    return start if is_array(start) else None
 
 
 class ArrayLines(Transformed):

@@ -27,7 +27,7 @@ from typing import IO, Any
 import ijson
 from ijson.common import ObjectBuilder
 
-from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, array_head
 from connector_ops.etl.json_surrogates import basic_events
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import (
@@ -53,7 +53,7 @@ from connector_ops.kernel.limits import (
     too_many_digits,
 )
 from connector_ops.kernel.scoped import pages
-from connector_ops.kernel.streams import Open, past_bom, peekable
+from connector_ops.kernel.streams import Open, as_utf8, past_bom, peekable
 
 #: the values a row may hold without any conversion to text
 _TEXT = frozenset({str, type(None)})
@@ -92,17 +92,19 @@ def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,
               reopen: Open | None = None, quarantine: Quarantine | None = None) -> RecordBatches:
     """Batches of rows from a JSON array of objects or from NDJSON (one object per line). With a
     ``quarantine``, an NDJSON line that is not a JSON object is refused into it instead of failing.
-    ``reopen`` lets an array laid out one object per line be read by lines (see the module's docstring)."""
+    ``reopen`` lets an array laid out one object per line be read by lines (see the module's docstring).
+    Either is read in ``encoding``: an array's text as UTF-8, converted a chunk at a time as it is read."""
     buffered = peekable(stream, LAYOUT_PEEK)
-    start = buffered.peek(LAYOUT_PEEK)
-    if not is_array(start) or lines_to_ignore:
+    head = None if lines_to_ignore else array_head(buffered.peek(LAYOUT_PEEK), encoding)
+    if head is None:
         yield from _ndjson(buffered, lines_to_ignore, encoding, reopen, quarantine)
     elif reopen is None:
-        yield from _json_array(buffered)
+        yield from _json_array(as_utf8(buffered, encoding)[0], encoding=encoding)
     else:
         from connector_ops.etl.json_layouts import items_per_line  # numpy: kept out of every action's import
 
-        yield from _array_by_lines(items_per_line(buffered, start, 1 << 16), reopen)
+        text = as_utf8(buffered, encoding)[0]
+        yield from _array_by_lines(items_per_line(text, head, 1 << 16), reopen, encoding)
 
 
 def _row(value: Any, where: str) -> dict[str, str | None]:
@@ -122,8 +124,9 @@ def _within(line: str, limit: int) -> bool:
 
 
 # -- a JSON array ------------------------------------------------------------------------------------
-def _array_by_lines(stream: IO[bytes], reopen: Open) -> RecordBatches:
-    """Batches read by lines while that holds; then the event parser's, from the first item not handed on."""
+def _array_by_lines(stream: IO[bytes], reopen: Open, encoding: str) -> RecordBatches:
+    """Batches read by lines while that holds; then the event parser's, from the first item not handed on.
+    ``stream`` is the array as UTF-8; ``reopen`` reads the file again in ``encoding``."""
     rows = _item_rows(stream)
     batches = pages(rows, BATCH)
     handed = 0
@@ -140,7 +143,7 @@ def _array_by_lines(stream: IO[bytes], reopen: Open) -> RecordBatches:
         yield batch
         handed += len(batch)
     with reopen() as again:
-        yield from _json_array(peekable(again), skip=handed)
+        yield from _json_array(as_utf8(again, encoding)[0], skip=handed, encoding=encoding, reopen=reopen)
 
 
 def _item_rows(stream: IO[bytes]) -> Iterator[dict[str, str | None]]:
@@ -167,8 +170,10 @@ def _item(line: str, *, pairs: bool = False) -> dict[str, str | None]:
     return _row(value, "an item")
 
 
-def _json_array(stream: IO[bytes], skip: int = 0) -> RecordBatches:
-    """The event parser's rows, but for the first ``skip`` items (handed on already)."""
+def _json_array(stream: IO[bytes], skip: int = 0, *, encoding: str = "utf-8",
+                reopen: Open | None = None) -> RecordBatches:
+    """The event parser's rows, but for the first ``skip`` items (handed on already). ``stream`` is the array as
+    UTF-8; ``encoding`` and ``reopen`` (the file as it is) word an error in decoding it."""
     index = 0
 
     def rows() -> Iterator[dict[str, str | None]]:
@@ -180,11 +185,23 @@ def _json_array(stream: IO[bytes], skip: int = 0) -> RecordBatches:
     try:
         yield from pages(rows(), BATCH)
     except ijson.JSONError as exc:
-        raise InvalidInput(FIELD, f"malformed JSON after item {index}: {exc}") from None
+        raise InvalidInput(FIELD, f"malformed JSON after item {index}: {_parser_words(exc)}") from None
     except UnicodeDecodeError as exc:
-        raise InvalidInput(FIELD, f"the file is not valid UTF-8 ({exc.reason})") from None
+        raise decode_error(exc, encoding, reopen) from None
     except (ValueError, SystemError):  # yajl's C backend wraps int()'s digit limit in a SystemError
         raise InvalidInput(FIELD, f"holds {too_many_digits()}") from None  # yajl parses ahead: no item number
+
+
+def _parser_words(exc: ijson.JSONError) -> str:
+    """yajl's message as text: its C backend gives some as bytes (``b'lexical error: …'`` in a 400 was Python's
+    repr). Bytes that are not UTF-8, which it quotes from the file, are shown escaped; and as that error means
+    the file is in another encoding, the message says what to set."""
+    words = exc.args[0] if exc.args else str(exc)
+    if isinstance(words, bytes):
+        words = words.decode("utf-8", "backslashreplace")
+    if "invalid bytes in UTF8 string" in words:
+        words = f"{words.rstrip()}\n(the file is not UTF-8: set parameters.encoding to the file's encoding)"
+    return words
 
 
 def _array_items(stream: IO[bytes]) -> Iterator[Any]:

@@ -76,7 +76,9 @@ class PushParameters(SpecModel):
     )
     csv_delimiter: str = ","
     schema_: list[str] | None = Field(None, alias="schema")
-    encoding: str = Field("utf-8-sig", description="extension: text encoding of the file (BOM tolerated)")
+    encoding: str = Field("utf-8-sig", description="extension: text encoding of the file (BOM tolerated); "
+                                                    "when not given, the charset of platformFile.contentType if it "
+                                                    "names one")
     on_row_error: Literal["fail", "quarantine"] = Field(
         "fail", description="extension: `fail` (the spec) refuses the file at its first bad row; `quarantine` "
                             "loads the good rows and writes each bad line (a ragged CSV row, an NDJSON line that "

@@ -27,8 +27,8 @@ written) whenever Arrow's reading could differ from it:
 ``linesToIgnore`` skips physical lines as the row reader skips them (:mod:`.physical_lines`), and a ``schema``
 puts its columns first, as the row reader orders them.
 
-NDJSON in another encoding (``parameters.encoding``) is read as UTF-8, decoded as the row reader decodes it;
-a byte the encoding has no character for fails the read, and the row reader names its line.
+NDJSON or a JSON array in another encoding (``parameters.encoding``) is read as UTF-8, decoded as the row
+reader decodes it; a byte the encoding has no character for fails the read, and the row reader names its line.
 
 A JSON array laid out one object per line (what Pull's JSON export writes), with its items side by side on
 one line (what ``json.dump`` and ``JSON.stringify`` write) or pretty-printed takes the same path, handed on
@@ -46,7 +46,7 @@ import re
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, is_array
+from connector_ops.etl.json_array_lines import LAYOUT_PEEK, ArrayLines, array_head
 from connector_ops.etl.json_readers import no_constant, stored_line
 from connector_ops.etl.physical_lines import after_lines
 from connector_ops.kernel.errors import UpstreamError, gave_up_because
@@ -127,13 +127,15 @@ def _array_items(start: bytes) -> Lines:
 def _lines_of(start: bytes, encoding: str, lines_to_ignore: int) -> tuple[Lines, str]:
     """How the file starting with ``start`` becomes NDJSON in UTF-8, and the encoding its first block is then
     judged in. NDJSON in another encoding is read as UTF-8 (:func:`~connector_ops.kernel.streams.as_utf8`,
-    the row reader's decoder); a JSON array is read as UTF-8 whatever ``encoding`` says, as the row reader
-    reads it (RFC 8259), and as plain ``utf-8`` then (a BOM is the row reader's to judge). With lines to
-    ignore, the file is NDJSON to the row reader even when it starts as an array; what follows them is
-    judged as plain ``utf-8`` (only the file's first character may be a BOM that ``utf-8-sig`` drops)."""
+    the row reader's decoder), and so is a JSON array, as the row reader reads it, judged as plain ``utf-8``
+    then (:class:`.json_array_lines.ArrayLines` drops a BOM before it). With lines to ignore, the file is
+    NDJSON to the row reader even when it starts as an array; what follows them is judged as plain ``utf-8``
+    (only the file's first character may be a BOM that ``utf-8-sig`` drops)."""
     judged = encoding if encoding in UTF8 else "utf-8"  # what as_utf8 makes of it
-    if is_array(start) and not lines_to_ignore:
-        return _array_items(start), judged
+    head = None if lines_to_ignore else array_head(start, encoding)
+    if head is not None:
+        array = _array_items(head)
+        return (lambda stream: array(as_utf8(stream, encoding)[0])), "utf-8"
     if not lines_to_ignore:
         return (lambda stream: as_utf8(stream, encoding)[0]), judged
     return (lambda stream: after_lines(as_utf8(stream, encoding)[0], lines_to_ignore)), "utf-8"
