@@ -3,14 +3,17 @@ charset read back by Push, binary formats Push does not read. Both databases, re
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
+import zipfile
 from typing import Any
 
 import pytest
 
 from connector_ops import ConnectorError, invoke
 from connector_ops.etl import actions, ndjson_fast
+from connector_ops.etl.compressed import zstd
 from connector_ops.etl.json_readers import read_json
 from connector_ops.resources.virtual_files import sqlite_loader
 
@@ -192,3 +195,40 @@ def test_a_json_array_not_in_its_encoding_is_a_400_naming_the_line_without_a_byt
     assert result[:2] == ("error", 400) and "b'" not in result[2], result
     assert "invalid bytes in UTF8 string" in result[2] and "set parameters.encoding" in result[2], result
     assert resources["virtual_files"].inventory() == before
+
+
+# -- Pull under an NDJSON name --------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["events.ndjson", "events.jsonl", "EVENTS.JSONL ", "events.ndjson.gz",
+                                  "events.jsonl.zst", "events.ndjson.zip"])
+def test_a_json_pull_named_ndjson_writes_ndjson_that_pushes_back(resources, paths, name):
+    """A JSON Pull named ``events.ndjson`` wrote a JSON array, which no NDJSON reader opens; now one compact
+    object per line, ``application/x-ndjson``, and Push reads it back to the same rows."""
+    rows = [{"id": str(i), "name": f"n{i}\n\"q\"", **({"note": "é"} if i % 3 else {})} for i in range(50)]
+    source = resources["virtual_files"].create_from_dicts([rows])
+    data, pf = pulled(resources, source, name)
+    if name.endswith(".gz"):
+        data = gzip.decompress(data)
+    elif name.endswith(".zst"):
+        data = zstd.decompress(data)
+    elif name.endswith(".zip"):
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            assert archive.namelist() == ["events.ndjson"]
+            data = archive.read("events.ndjson")
+    else:
+        assert pf["contentType"] == "application/x-ndjson"
+    assert data.endswith(b"\n") and [json.loads(line) for line in data.split(b"\n")[:-1]] == rows
+    assert not data.startswith(b"[")
+    assert push_descriptor(resources, pf) == rows
+
+
+def test_an_ndjson_pull_of_no_rows_and_in_another_encoding(resources):
+    empty = resources["virtual_files"].create_from_dicts([])
+    data, pf = pulled(resources, empty, "none.ndjson")
+    assert data == b"" and push_descriptor(resources, pf) == []
+    source = resources["virtual_files"].create_from_dicts([ROWS])
+    data, pf = pulled(resources, source, "r.ndjson", encoding="utf-16")
+    assert pf["contentType"].lower() == "application/x-ndjson; charset=utf-16"  # its label, in any case
+    assert [json.loads(line) for line in data.decode("utf-16").splitlines()] == ROWS
+    assert push_descriptor(resources, pf) == ROWS
+    data, _ = pulled(resources, source, "r.json")  # any other name: the array, as before
+    assert data.startswith(b"[\n") and json.loads(data) == ROWS

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
 from connector_ops.etl.charsets import with_charset
-from connector_ops.etl.json_readers import is_json, read_json
+from connector_ops.etl.json_readers import NDJSON_SUFFIXES, is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
 from connector_ops.etl.push_csv import push_csv
@@ -21,7 +21,8 @@ from connector_ops.etl.quarantine import COLUMNS as QUARANTINE_COLUMNS
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
 from connector_ops.etl.row_totals import rows_to_show
-from connector_ops.etl.writers import csv_chunks, json_chunks
+from connector_ops.etl.suffixes import ends_with, without
+from connector_ops.etl.writers import csv_chunks, json_chunks, ndjson_chunks
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import Reporter, reading_with_progress, track
 from connector_ops.models import PlatformFileOutput
@@ -132,9 +133,10 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
         chunks = csv_chunks(names, pages, delimiter=params.csv_delimiter, header=params.add_first_row_as_schema,
                             encoding=params.encoding, escape_formulas=params.escape_formulas)
         content_type = "text/csv" + charset
-    else:
-        chunks = json_chunks(names, pages, encoding=params.encoding)
-        content_type = "application/json" + charset
+    else:  # named as NDJSON (events.ndjson, events.jsonl.gz): written so, for the tools that read it
+        ndjson = ends_with(without(inp.export_name, packing.suffix) if packing else inp.export_name, NDJSON_SUFFIXES)
+        chunks = (ndjson_chunks if ndjson else json_chunks)(names, pages, encoding=params.encoding)
+        content_type = ("application/x-ndjson" if ndjson else "application/json") + charset
     if packing is not None:
         from connector_ops.etl.compressed import compressing
 

@@ -80,8 +80,10 @@ _JSON_SPACE = " \t\r\n"
 _STR_IS_TEXT = {int: str, Decimal: str}
 
 
+#: the name endings of an NDJSON file (one object per line), which Pull writes as NDJSON too
+NDJSON_SUFFIXES = (".ndjson", ".jsonl")
 #: the name endings of a JSON file (an array, or one object per line)
-JSON_SUFFIXES = (".json", ".ndjson", ".jsonl")
+JSON_SUFFIXES = (".json", *NDJSON_SUFFIXES)
 
 
 def is_json(name: str, content_type: str) -> bool:

@@ -1,7 +1,8 @@
 """Streaming writers for Pull: batches of value tuples -> encoded CSV or JSON bytes.
 
 CSV is written as RFC 4180 (CRLF, minimal quoting); a missing value is an empty field. JSON is an
-array of objects, one per line, a missing value left out of its object. Text is encoded with the
+array of objects, one per line, a missing value left out of its object; NDJSON the same objects without the
+array. Text is encoded with the
 requested codec in strict mode, so a character the codec cannot represent is a clear error instead
 of a silently corrupted file.
 """
@@ -98,6 +99,19 @@ def json_chunks(names: Sequence[str], batches: Iterable[Rows], *, encoding: str)
             separator = ",\n"
         row_number += len(rows)
     yield encode("[]\n" if separator == "[\n" else "\n]\n", row_number)
+
+
+def ndjson_chunks(names: Sequence[str], batches: Iterable[Rows], *, encoding: str) -> Iterator[bytes]:
+    """Encoded NDJSON: one object per line, each ended by ``\\n``, no brackets or commas (what every NDJSON
+    reader opens: pandas' ``lines=True``, BigQuery, ``jq -c``, Spark); missing values left out. No rows, no
+    bytes."""
+    encode = _encoder(encoding)
+    objects = _objects(names)
+    row_number = 1
+    for rows in batches:
+        if rows:
+            yield encode("\n".join(objects(rows)) + "\n", row_number)
+        row_number += len(rows)
 
 
 def _objects(names: Sequence[str]) -> Callable[[Rows], list[str]]:
