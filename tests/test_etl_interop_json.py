@@ -232,3 +232,46 @@ def test_an_ndjson_pull_of_no_rows_and_in_another_encoding(resources):
     assert push_descriptor(resources, pf) == ROWS
     data, _ = pulled(resources, source, "r.json")  # any other name: the array, as before
     assert data.startswith(b"[\n") and json.loads(data) == ROWS
+
+
+# -- binary formats Push does not read --------------------------------------------------------------------
+OLE2 = (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 16 + b"\x3e\x00\x03\x00\xfe\xff\x09\x00" + b"\x00" * 480
+        + b"Workbook\x00\x00Sheet1\x00\xff\xfe")
+
+
+def _feather() -> bytes:
+    import pyarrow as pa
+    import pyarrow.feather as feather
+
+    sink = io.BytesIO()
+    feather.write_feather(pa.table({"a": ["1", "2"]}), sink, compression="uncompressed")
+    return sink.getvalue()
+
+
+def _zipped(name: str, data: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr(name, data)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("name", "params"), [("Book1.xls", {}), ("Book1.xls", {"encoding": "latin-1"}),
+                                              ("export.csv", {}), ("rows.json", {"encoding": "cp1252"}),
+                                              ("Book1.zip", {})])
+@pytest.mark.parametrize("kind", ["xls", "feather"])
+def test_a_legacy_workbook_or_an_arrow_file_is_a_400_saying_what_it_is(resources, kind, name, params):
+    """An ``.xls`` or a Feather file got "set parameters.encoding", then a NUL error or garbage rows."""
+    data = OLE2 if kind == "xls" else _feather()
+    if name.endswith(".zip"):
+        data = _zipped("Book1.xls" if kind == "xls" else "t.feather", data)
+    before = resources["virtual_files"].inventory()
+    result = pushed(resources, data, name, **params)
+    assert result[:2] == ("error", 400), result
+    if kind == "xls":
+        assert result[2].startswith("platformFile: the file is a legacy Excel workbook (.xls)"), result
+        assert "save the sheet as CSV" in result[2]
+    else:
+        assert result[2].startswith("platformFile: the file is an Arrow IPC file (Feather"), result
+        assert "Parquet" in result[2]
+    assert "parameters.encoding" not in result[2] and "NUL" not in result[2]
+    assert resources["virtual_files"].inventory() == before

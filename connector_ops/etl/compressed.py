@@ -14,6 +14,9 @@ then reads what it holds like the same file uncompressed, on the same paths, wit
   counts its decompressed bytes. A zip archive's directory is at its
   end, so one that arrives over HTTP is copied to a temporary file first. An Excel workbook (a zip archive
   too), an archive of several files or an encrypted one is a 400 that says what to do instead.
+- a binary format Push does not read, told by its first bytes, is a 400 saying what it is and what to push
+  instead, before any text reader takes it for text in a wrong encoding: a legacy Excel workbook (``.xls``,
+  an OLE2 compound file) and an Arrow IPC (Feather) file.
 """
 
 from __future__ import annotations
@@ -127,6 +130,10 @@ ZIP_SUFFIX, ZIP_TYPE = ".zip", "application/zip"
 #: source's own failures by :class:`_Watched`)
 BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError, zstd.ZstdError, zipfile.BadZipFile)
 HEAD = 10  # the longest magic (bzip2's)
+#: an OLE2 compound file's first bytes: a legacy Excel workbook (.xls), or another Office 97-2003 document
+OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+#: an Arrow IPC file's (Feather version 2's) first bytes
+ARROW_MAGIC = b"ARROW1"
 #: what a zip tool adds beside the files: macOS's resource forks and Finder's and Explorer's own files
 NOT_A_MEMBER = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|Thumbs\.db$)")
 #: the suffixes that name each export type's data, as Push tells formats (a name with none of them is any
@@ -236,6 +243,7 @@ def unpacked(open_file: Open, name: str, size: int | None, in_archive: bool = Fa
     without the compression's suffix (``size``, what progress counts, stays the stored size); or the one file
     of a zip archive, by its own name and size (and decompressed in turn if it is a compressed stream)."""
     head = _head(open_file)
+    _refuse_binary(head)
     if ZIP_MAGIC.match(head):
         if ends_with(name, (".xlsx", ".xlsm")):
             raise _workbook()
@@ -323,6 +331,19 @@ def _is_data(name: str) -> bool:
     formats: the one such file of an archive is read when others lie beside it (a README, a licence)."""
     plain = next((format_name(name, c) for c in COMPRESSIONS if ends_with(name, c.suffix)), name)
     return ends_with(plain, DATA_SUFFIXES)
+
+
+def _refuse_binary(head: bytes) -> None:
+    """A 400 for a binary format told by its first bytes ``head``: read as text, it got "set
+    parameters.encoding", and with one set, rows of garbage or a NUL error."""
+    if head.startswith(OLE2_MAGIC):
+        raise InvalidInput(FIELD, "the file is a legacy Excel workbook (.xls) or another Office 97-2003 document "
+                                  "(an OLE2 compound file), not text: Push reads CSV, JSON and Parquet, also "
+                                  "compressed or zipped; save the sheet as CSV and push that")
+    if head.startswith(ARROW_MAGIC):
+        raise InvalidInput(FIELD, "the file is an Arrow IPC file (Feather; it starts with ARROW1), not text: Push "
+                                  "reads CSV, JSON and Parquet; write the table as Parquet (pyarrow.parquet."
+                                  "write_table, pandas' to_parquet) and push that")
 
 
 def _workbook() -> InvalidInput:
