@@ -235,7 +235,7 @@ def pulled_beside_plain(files: Any, export_type: str, name: str) -> tuple[str, b
         out = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": export_name})
         return out["platformFile"], files.read_bytes(out["platformFile"])
 
-    _, plain = pulled(f"plain.{export_type}")
+    _, plain = pulled("plain.tsv" if ".tsv." in name else f"plain.{export_type}")  # a .tsv is written with tabs
     return vf, plain, *pulled(name)
 
 

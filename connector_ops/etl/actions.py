@@ -22,6 +22,7 @@ from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
 from connector_ops.etl.row_totals import rows_to_show
 from connector_ops.etl.suffixes import ends_with, without
+from connector_ops.etl.tsv import csv_content_type, csv_delimiter, with_csv_delimiter
 from connector_ops.etl.writers import csv_chunks, json_chunks, ndjson_chunks
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import Reporter, reading_with_progress, track
@@ -74,7 +75,8 @@ def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFile
         if is_parquet(name, ""):  # rows.parquet.gz, or a zip archive of rows.parquet
             return push_parquet(virtual_files, reopen, name, params)
         params = with_charset(params, pf.content_type)  # Pull's text/csv; charset=iso8859-1, say
-        if not is_json(name, pf.content_type):
+        if not is_json(name, pf.content_type):  # a TSV (``rows.tsv.gz`` too) by a tab unless csvDelimiter says
+            params = with_csv_delimiter(params, name, pf.content_type)
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine, text_size=inside.text_size)
         m.refuse_given(params, m.FOR_CSV_ONLY, "a JSON file (JSON has no field delimiter)",
                        unless_default=True)
@@ -129,12 +131,14 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
     chunks: Iterator[bytes]
     # the file server sends contentType as it is: text in another encoding than UTF-8 says which
     charset = "" if params.encoding in ("utf-8", "utf-8-sig") else f"; charset={params.encoding}"
-    if inp.export_type == "csv":
-        chunks = csv_chunks(names, pages, delimiter=params.csv_delimiter, header=params.add_first_row_as_schema,
+    data_name = without(inp.export_name, packing.suffix) if packing is not None else inp.export_name
+    if inp.export_type == "csv":  # ``report.tsv`` (``.tsv.gz``, …) by tabs unless csvDelimiter says otherwise
+        delimiter = csv_delimiter(params, data_name)
+        chunks = csv_chunks(names, pages, delimiter=delimiter, header=params.add_first_row_as_schema,
                             encoding=params.encoding, escape_formulas=params.escape_formulas)
-        content_type = "text/csv" + charset
+        content_type = csv_content_type(data_name, delimiter) + charset
     else:  # named as NDJSON (events.ndjson, events.jsonl.gz): written so, for the tools that read it
-        ndjson = ends_with(without(inp.export_name, packing.suffix) if packing else inp.export_name, NDJSON_SUFFIXES)
+        ndjson = ends_with(data_name, NDJSON_SUFFIXES)
         chunks = (ndjson_chunks if ndjson else json_chunks)(names, pages, encoding=params.encoding)
         content_type = ("application/x-ndjson" if ndjson else "application/json") + charset
     if packing is not None:

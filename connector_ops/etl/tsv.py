@@ -1,0 +1,48 @@
+"""Tab-separated files: a ``.tsv`` name (or the ``text/tab-separated-values`` type) means a tab between fields.
+
+Push and Pull once read and wrote ``report.tsv`` with the default ``,``, silently: a real TSV pushed became
+one column with tabs in its name, and Pull's ``report.tsv`` held commas, which every spreadsheet and
+``csv.excel_tab`` read as one column. Now such a name defaults ``csvDelimiter`` to a tab on both sides (the
+name without a compression's suffix: ``report.tsv.gz``, a zip archive's ``report.tsv``); a ``csvDelimiter``
+given in the input still wins, so a file misnamed ``.tsv`` can be read as it is.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from connector_ops.etl.models import PullParameters, PushParameters
+from connector_ops.etl.suffixes import ends_with
+
+Parameters = TypeVar("Parameters", PushParameters, PullParameters)
+
+TSV_SUFFIX = ".tsv"
+#: IANA's media type for TSV (what ``mimetypes`` gives ``.tsv``, so ``files add`` of one already says it)
+TSV_TYPE = "text/tab-separated-values"
+CSV_TYPE = "text/csv"
+
+
+def is_tsv(name: str, content_type: str = "") -> bool:
+    """Whether a file's (uncompressed) name or its content type says tab-separated values."""
+    return ends_with(name, TSV_SUFFIX) or content_type.split(";", 1)[0].strip().lower() == TSV_TYPE
+
+
+def csv_delimiter(parameters: PushParameters | PullParameters, name: str, content_type: str = "") -> str:
+    """The delimiter a CSV Push or Pull uses: ``csvDelimiter`` when the input gives it, else a tab for a TSV
+    (:func:`is_tsv`), else the default ``,``."""
+    if "csv_delimiter" in parameters.model_fields_set or not is_tsv(name, content_type):
+        return parameters.csv_delimiter
+    return "\t"
+
+
+def with_csv_delimiter(parameters: Parameters, name: str, content_type: str = "") -> Parameters:
+    """``parameters`` with :func:`csv_delimiter`'s delimiter (a copy when it changes)."""
+    delimiter = csv_delimiter(parameters, name, content_type)
+    if delimiter == parameters.csv_delimiter:
+        return parameters
+    return parameters.model_copy(update={"csv_delimiter": delimiter})
+
+
+def csv_content_type(name: str, delimiter: str) -> str:
+    """A CSV export's media type: TSV's for a ``.tsv`` name written with tabs, else ``text/csv``."""
+    return TSV_TYPE if delimiter == "\t" and ends_with(name, TSV_SUFFIX) else CSV_TYPE

@@ -1,0 +1,74 @@
+"""CSV files from and to other tools: TSV by its name, what PostgreSQL's COPY and a BOM-reading reader make of
+Pull's CSV, and the charset Pull names. Both databases, real files."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import zipfile
+
+import pytest
+
+from connector_ops import invoke
+
+
+def push(files, data: bytes, name: str, content_type: str = "text/csv", **parameters) -> str:
+    pf = files.add_bytes(data, name, content_type).to_json()
+    return invoke("etl.push", {"platformFile": pf, "parameters": parameters})["virtualFileId"]
+
+
+def rows(vf: str) -> list[dict]:
+    return invoke("etl.iterate", {"content": vf, "maxBatchSize": 1000})["content"]
+
+
+def pull(files, vf: str, name: str = "out.csv", **parameters) -> tuple[bytes, dict]:
+    out = invoke("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": name,
+                              "parameters": parameters})["platformFile"]
+    return files.read_bytes(out), out
+
+
+TSV = b"id\tname\n1\tAnn, Jr\n2\tBob\n"
+TSV_ROWS = [{"id": "1", "name": "Ann, Jr"}, {"id": "2", "name": "Bob"}]
+
+
+def _zipped(name: str, data: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr(name, data)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("name", "content_type", "data"), [
+    ("report.tsv", "text/tab-separated-values", TSV),
+    ("REPORT.TSV ", "application/octet-stream", TSV),  # the name alone, read as suffixes are
+    ("report.txt", "text/tab-separated-values; charset=utf-8", TSV),  # the type alone
+    ("report.tsv.gz", "application/gzip", gzip.compress(TSV, mtime=0)),
+    ("report.zip", "application/zip", _zipped("report.tsv", TSV)),
+], ids=["name-and-type", "name", "type", "gzip", "zip"])
+def test_a_tsv_is_pushed_by_tabs(files, env, name, content_type, data):
+    assert rows(push(files, data, name, content_type)) == TSV_ROWS
+
+
+def test_a_csv_delimiter_given_wins_over_a_tsv_name(files, env):
+    assert rows(push(files, b"id;name\n1;Ann\n", "report.tsv", csvDelimiter=";")) == [{"id": "1", "name": "Ann"}]
+    assert rows(push(files, b"id\tname\n1\tAnn\n", "report.tsv", csvDelimiter=",")) == [{"id\tname": "1\tAnn"}]
+
+
+def test_a_tsv_pull_writes_tabs_names_its_type_and_pushes_back(files, env):
+    vf = push(files, b'id,name\n1,"Ann, Jr"\n2,Bob\n', "a.csv")
+    data, pf = pull(files, vf, "report.tsv")
+    assert data == b"id\tname\r\n1\tAnn, Jr\r\n2\tBob\r\n"
+    assert pf["contentType"] == "text/tab-separated-values"
+    assert list(csv.reader(io.StringIO(data.decode()), dialect="excel-tab"))[1] == ["1", "Ann, Jr"]
+    assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == TSV_ROWS
+    _, latin = pull(files, vf, "report.tsv", encoding="latin-1")
+    assert latin["contentType"].startswith("text/tab-separated-values; charset=")
+    packed, zipped = pull(files, vf, "report.tsv.gz")
+    assert gzip.decompress(packed) == data and zipped["contentType"] == "application/gzip"
+    assert rows(invoke("etl.push", {"platformFile": zipped})["virtualFileId"]) == TSV_ROWS
+    # a delimiter given wins, and then the file is no TSV
+    semi, semi_pf = pull(files, vf, "report.tsv", csvDelimiter=";")
+    assert semi.startswith(b"id;name\r\n") and semi_pf["contentType"] == "text/csv"
+    plain, plain_pf = pull(files, vf, "report.csv")
+    assert plain.startswith(b"id,name\r\n") and plain_pf["contentType"] == "text/csv"
