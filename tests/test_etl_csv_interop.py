@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import zipfile
 
 import pytest
@@ -72,3 +73,27 @@ def test_a_tsv_pull_writes_tabs_names_its_type_and_pushes_back(files, env):
     assert semi.startswith(b"id;name\r\n") and semi_pf["contentType"] == "text/csv"
     plain, plain_pf = pull(files, vf, "report.csv")
     assert plain.startswith(b"id,name\r\n") and plain_pf["contentType"] == "text/csv"
+
+
+def test_a_one_column_pull_holding_the_end_of_data_marker_loads_whole_through_postgresql_copy(files, env,
+                                                                                             postgres_url):
+    """A value ``\\.`` alone on its line ended PostgreSQL's ``COPY … FROM STDIN`` (psql's ``\\copy``): the rows
+    after it were silently lost. Pull quotes it, as PostgreSQL's own CSV writer does."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    values = ["a", "\\.", "b", "\\.", "c"]
+    vf = push(files, "".join(json.dumps({"\\.": v}) + "\n" for v in values).encode(), "p.ndjson",
+              "application/x-ndjson")
+    assert [r["\\."] for r in rows(vf)] == values
+    data, _ = pull(files, vf)
+    wide, _ = pull(files, push(files, b"x,y\n\\.,\\.\n", "w.csv"))
+    assert wide == b"x,y\r\n\\.,\\.\r\n"  # no line of its own: written as it is
+    url = make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TEMPORARY TABLE pulled (v text)")
+        with cur.copy("COPY pulled FROM STDIN (FORMAT csv, HEADER)") as copy:
+            copy.write(data)
+        cur.execute("SELECT v FROM pulled")
+        assert [v for (v,) in cur.fetchall()] == values
+    assert data == b'"\\."\r\na\r\n"\\."\r\nb\r\n"\\."\r\nc\r\n'

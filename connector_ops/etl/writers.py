@@ -60,6 +60,11 @@ def _formulas_escaped(width: int) -> Callable[[Rows], Rows]:
     return escaped
 
 
+#: PostgreSQL's end-of-data marker: a line holding only ``\.`` ends ``COPY … FROM STDIN`` in CSV mode (psql's
+#: ``\copy``, psycopg's ``copy``), and the rows after it are silently not loaded
+END_OF_DATA = ("\\.",)
+
+
 def csv_chunks(names: Sequence[str], batches: Iterable[Rows], *, delimiter: str, header: bool,
                encoding: str, escape_formulas: bool = False) -> Iterator[bytes]:
     """Encoded CSV, one chunk per batch of rows (tuples aligned with ``names``).
@@ -67,18 +72,28 @@ def csv_chunks(names: Sequence[str], batches: Iterable[Rows], *, delimiter: str,
     Values are written exactly, by default: an ETL's ``-5`` or ``=`` must come back as it went in. With
     ``escape_formulas`` (for a file a person opens in a spreadsheet), each cell and column name that starts
     as a formula (:data:`FORMULA_STARTS`) is written after a ``'``; only then are the rows copied, so the
-    default export pays nothing for it."""
+    default export pays nothing for it.
+
+    A one-column row ``\\.`` (:data:`END_OF_DATA`) is written quoted, as PostgreSQL's own CSV writer does:
+    unquoted, that line would end a ``COPY`` of the file. Only a one-column export can hold such a line, so
+    only its pages are looked through (one ``in`` over the page, in C); wider exports pay nothing."""
     encode = _encoder(encoding)
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
+    quoted = csv.writer(buffer, delimiter=delimiter, lineterminator="\r\n", quoting=csv.QUOTE_ALL)
+    lone_lines = len(names) == 1
     if escape_formulas:
         escaped = _formulas_escaped(len(names))
         names, batches = escaped([tuple(names)])[0], map(escaped, batches)
     if header:
-        writer.writerow(names)
+        (quoted if lone_lines and tuple(names) == END_OF_DATA else writer).writerow(names)
     row_number = 1
     for rows in batches:
-        writer.writerows(rows)
+        if lone_lines and END_OF_DATA in rows:
+            for row in rows:
+                (quoted if row == END_OF_DATA else writer).writerow(row)
+        else:
+            writer.writerows(rows)
         yield encode(buffer.getvalue(), row_number)
         row_number += len(rows)
         buffer.seek(0)
