@@ -97,3 +97,25 @@ def test_a_one_column_pull_holding_the_end_of_data_marker_loads_whole_through_po
         cur.execute("SELECT v FROM pulled")
         assert [v for (v,) in cur.fetchall()] == values
     assert data == b'"\\."\r\na\r\n"\\."\r\nb\r\n"\\."\r\nc\r\n'
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_a_first_cell_starting_with_u_feff_is_quoted_so_it_is_not_read_as_a_bom(files, env, header):
+    """``csv.DictReader`` over an Excel "CSV UTF-8" file opened as ``utf-8`` names its first column
+    ``\\ufeffid``; sent on as JSON, pulled, pushed back, the column was renamed ``id`` (the U+FEFF read as a
+    BOM). The file's first cell is quoted when it starts with U+FEFF; a missing value beside it stays empty."""
+    vf = push(files, b'{"\\ufeffid": "\\ufeff1"}\n{"\\ufeffid": "2", "name": "Bob"}\n', "rows.ndjson",
+              "application/x-ndjson")
+    data, pf = pull(files, vf, addFirstRowAsSchema=header)
+    if header:
+        assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == [
+            {"\ufeffid": "\ufeff1", "name": ""}, {"\ufeffid": "2", "name": "Bob"}]
+    else:
+        assert rows(push(files, data, "back.csv", schema=["\ufeffid", "name"])) == [
+            {"\ufeffid": "\ufeff1", "name": ""}, {"\ufeffid": "2", "name": "Bob"}]
+    first = "\ufeffid" if header else "\ufeff1"
+    assert data.decode().startswith(f'"{first}",')
+    assert next(csv.reader(io.StringIO(data.decode("utf-8-sig")))) == [first, "name" if header else ""]
+    # written with a BOM of its own, it reads the same
+    with_bom, _ = pull(files, vf, addFirstRowAsSchema=header, encoding="utf-8-sig")
+    assert with_bom == b"\xef\xbb\xbf" + data

@@ -15,6 +15,7 @@ import io
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from connector_ops.kernel.errors import InvalidInput
 
@@ -76,7 +77,8 @@ def csv_chunks(names: Sequence[str], batches: Iterable[Rows], *, delimiter: str,
 
     A one-column row ``\\.`` (:data:`END_OF_DATA`) is written quoted, as PostgreSQL's own CSV writer does:
     unquoted, that line would end a ``COPY`` of the file. Only a one-column export can hold such a line, so
-    only its pages are looked through (one ``in`` over the page, in C); wider exports pay nothing."""
+    only its pages are looked through (one ``in`` over the page, in C); wider exports pay nothing. The file's
+    first cell is quoted when it starts with U+FEFF (:func:`_first_row`)."""
     encode = _encoder(encoding)
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
@@ -85,21 +87,46 @@ def csv_chunks(names: Sequence[str], batches: Iterable[Rows], *, delimiter: str,
     if escape_formulas:
         escaped = _formulas_escaped(len(names))
         names, batches = escaped([tuple(names)])[0], map(escaped, batches)
+    first_pending = True
     if header:
-        (quoted if lone_lines and tuple(names) == END_OF_DATA else writer).writerow(names)
+        first_pending = _first_row(buffer, writer, quoted, tuple(names), delimiter)
     row_number = 1
     for rows in batches:
-        if lone_lines and END_OF_DATA in rows:
-            for row in rows:
+        page = rows
+        if first_pending and rows:
+            first_pending = _first_row(buffer, writer, quoted, rows[0], delimiter)
+            page = rows[1:]
+        if lone_lines and END_OF_DATA in page:
+            for row in page:
                 (quoted if row == END_OF_DATA else writer).writerow(row)
         else:
-            writer.writerows(rows)
+            writer.writerows(page)
         yield encode(buffer.getvalue(), row_number)
         row_number += len(rows)
         buffer.seek(0)
         buffer.truncate()
     if buffer.tell():
         yield encode(buffer.getvalue(), row_number)
+
+
+def _first_row(buffer: io.StringIO, writer: Any, quoted: Any, row: tuple, delimiter: str) -> bool:
+    """Write the file's first row (the header, or the first data row without one); ``False``: written.
+
+    Its first cell, unquoted at the very start of the file, reads as a BOM when it starts with U+FEFF (a
+    column named by ``csv.DictReader`` over an Excel "CSV UTF-8" file opened as ``utf-8``): Push, pandas and
+    Excel dropped it, and the column was renamed. Quoted, it is a cell's text. Only that cell is quoted, after
+    the row is written as any other (a missing value beside it stays an empty field, which ``COPY`` reads as
+    a NULL)."""
+    start = buffer.tell()
+    (quoted if row == END_OF_DATA else writer).writerow(row)
+    first = row[0] if row else None
+    if isinstance(first, str) and first.startswith("\ufeff"):
+        written = buffer.getvalue()[start:]
+        if written.startswith("\ufeff"):  # unquoted, so holding no quote, delimiter or line break
+            buffer.seek(start)
+            buffer.truncate()
+            buffer.write(f'"{first}"{written[len(first):]}')
+    return False
 
 
 def json_chunks(names: Sequence[str], batches: Iterable[Rows], *, encoding: str) -> Iterator[bytes]:
