@@ -119,3 +119,29 @@ def test_a_first_cell_starting_with_u_feff_is_quoted_so_it_is_not_read_as_a_bom(
     # written with a BOM of its own, it reads the same
     with_bom, _ = pull(files, vf, addFirstRowAsSchema=header, encoding="utf-8-sig")
     assert with_bom == b"\xef\xbb\xbf" + data
+
+
+@pytest.mark.parametrize(("encoding", "charset"), [
+    ("utf-16-le", "UTF-16LE"), ("utf_16_be", "UTF-16BE"), ("utf-16", "UTF-16"), ("euc_jp", "EUC-JP"),
+    ("mac_roman", "macintosh"), ("latin-1", "ISO-8859-1"), ("cp1252", "windows-1252"), ("ascii", "US-ASCII"),
+    ("shift_jis", "Shift_JIS"), ("koi8_r", "KOI8-R"), ("cp437", "IBM437"),
+    ("cp932", "cp932"), ("iso8859_11", "iso8859-11"),  # IANA's name unknown to Python / no IANA name: Python's
+])
+def test_a_pull_names_its_charset_by_the_iana_name_which_python_reads_back(files, env, encoding, charset):
+    """Pull named Python's codec (``utf-16-le``, ``euc_jp``, ``mac-roman``), which browsers and HTTP clients
+    outside Python do not know; IANA's preferred MIME name now, one ``codecs.lookup`` finds too."""
+    import codecs
+
+    vf = push(files, b"a\nx\n", "a.csv")
+    data, pf = pull(files, vf, encoding=encoding)
+    assert pf["contentType"] == f"text/csv; charset={charset}"
+    assert codecs.lookup(charset).name == codecs.lookup(encoding).name
+    assert data.decode(charset).lstrip("\ufeff") == "a\r\nx\r\n"
+
+
+def test_every_iana_label_reads_back_as_its_codec():
+    import codecs
+
+    from connector_ops.etl.charsets import IANA_NAMES
+
+    assert {name: codecs.lookup(label).name for name, label in IANA_NAMES.items()} == {n: n for n in IANA_NAMES}

@@ -283,7 +283,7 @@ def test_a_file_deleted_while_it_is_downloaded_arrives_whole(store):
     assert held(store) == []
 
 
-@pytest.mark.parametrize("encoding,content_type", [("latin-1", "text/csv; charset=iso8859-1"),
+@pytest.mark.parametrize("encoding,content_type", [("latin-1", "text/csv; charset=ISO-8859-1"),
                                                    ("utf-8", "text/csv")])
 def test_a_pull_in_another_encoding_says_so_and_is_served_as_stored(files, env, encoding, content_type):
     """A Pull in Latin-1 records its charset in contentType; the file server sends exactly that (it said

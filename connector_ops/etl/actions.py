@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
-from connector_ops.etl.charsets import with_charset
+from connector_ops.etl.charsets import charset_suffix, with_charset
 from connector_ops.etl.json_readers import NDJSON_SUFFIXES, is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
@@ -129,8 +129,8 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
             packing: Packing | None) -> PlatformFileOutput:
     params = inp.parameters
     chunks: Iterator[bytes]
-    # the file server sends contentType as it is: text in another encoding than UTF-8 says which
-    charset = "" if params.encoding in ("utf-8", "utf-8-sig") else f"; charset={params.encoding}"
+    # the file server sends contentType as it is: text in another encoding than UTF-8 says which, by IANA's name
+    charset = charset_suffix(params.encoding)
     data_name = without(inp.export_name, packing.suffix) if packing is not None else inp.export_name
     if inp.export_type == "csv":  # ``report.tsv`` (``.tsv.gz``, …) by tabs unless csvDelimiter says otherwise
         delimiter = csv_delimiter(params, data_name)
