@@ -17,6 +17,7 @@ A failure prints one line, ``etl.push failed (404): not found``, and stops "Run 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import re
@@ -31,6 +32,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Integer, observe
 
 from connector_ops.display import OPTIONS, ActionOutput, StatusTable
+from connector_ops.etl.models import PullParameters
 from connector_ops.kernel.errors import ConnectorError
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.kernel.progress import reporting_to, tqdm_reporter
@@ -154,12 +156,19 @@ def _keys_for(spec: ActionSpec, frames: Any) -> tuple[str, ...]:
     return (*spec.resource_keys, "platform_files") if frames else spec.resource_keys
 
 
-def displayable(action: str, output: Any, resources: Mapping[str, Any]) -> Any:
-    """Dict outputs get notebook displays; ``"ok"``, ``None`` … are returned as they are."""
+def displayable(action: str, output: Any, resources: Mapping[str, Any], payload: Any = None) -> Any:
+    """Dict outputs get notebook displays; ``"ok"``, ``None`` … are returned as they are. A Pull's file is
+    previewed with the Pull's own parameters (``payload``'s): its delimiter, encoding and header row."""
     if not isinstance(output, Mapping):
         return output
     store = resources.get("platform_files")
-    return ActionOutput(action, output, file_preview(store) if store is not None else None)
+    if store is None:
+        return ActionOutput(action, output, None)
+    parameters = None
+    if action == "etl.pull" and isinstance(payload, Mapping):
+        with contextlib.suppress(ValueError):  # the Pull took them: only a preview would go without
+            parameters = PullParameters.model_validate(payload.get("parameters") or {})
+    return ActionOutput(action, output, file_preview(store, parameters))
 
 
 def _connector_magic(connector: str) -> Callable[..., Any]:
@@ -275,7 +284,7 @@ class ConnectorMagics(Magics):
         except KeyboardInterrupt:  # the action's transaction rolled back, its partial file removed
             action = f"{connector}.{args_action.replace('-', '_')}" if args_action else connector
             raise stopped(f"{action} stopped: what it was writing was not kept") from None
-        result = output if args.df and spec.name == "etl.pull" else displayable(spec.name, output, resources)
+        result = output if args.df and spec.name == "etl.pull" else displayable(spec.name, output, resources, payload)
         for name in (args.out, args.df if isinstance(args.df, str) and spec.name == "etl.pull" else None):
             if name:
                 self.shell.user_ns[name] = result

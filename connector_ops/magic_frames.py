@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from connector_ops.display import OPTIONS, PREVIEW_BYTES
-from connector_ops.etl.models import PullInput
+from connector_ops.etl.models import PullInput, PullParameters
+from connector_ops.etl.tsv import csv_delimiter, is_tsv
 from connector_ops.frames import frame_from, frame_into, run_with_store
 from connector_ops.magic_input import InputError
 from connector_ops.registry import get_action, parse_input
@@ -54,36 +55,41 @@ def pull_frame(payload: Mapping[str, Any], resources: Mapping[str, Any]) -> Any:
     return run_with_store("etl.pull", resources, work)
 
 
-def read_frame(platform_files: PlatformFileStore, pf: Mapping[str, Any], parameters: Mapping[str, Any],
+def read_frame(platform_files: PlatformFileStore, pf: Mapping[str, Any], parameters: PullParameters,
                *, nrows: int | None = None, cell_text: bool = False) -> Any:
-    """A platform file exported by Pull (CSV or JSON) as a DataFrame."""
+    """A platform file exported by Pull (CSV, TSV or JSON) as a DataFrame, read with the Pull's
+    ``parameters`` (its delimiter, a ``.tsv``'s tab, encoding and header row)."""
     import pandas as pd
 
-    encoding = parameters.get("encoding") or "utf-8"
     text_options: dict[str, Any] = {"dtype": str, "keep_default_na": False} if cell_text else {}
+    name, content_type = str(pf.get("name", "")), str(pf.get("contentType"))
     with platform_files.open(pf) as raw:
-        if "json" in str(pf.get("contentType")) or str(pf.get("name", "")).endswith(".json"):
-            frame = pd.read_json(io.TextIOWrapper(raw, encoding=encoding), orient="records",
+        if "json" in content_type or name.endswith(".json"):
+            frame = pd.read_json(io.TextIOWrapper(raw, encoding=parameters.encoding), orient="records",
                                  dtype=not cell_text)
             return frame.head(nrows) if nrows else frame
-        header = 0 if parameters.get("addFirstRowAsSchema", True) else None
-        return pd.read_csv(raw, sep=parameters.get("csvDelimiter") or ",", header=header, encoding=encoding,
-                           nrows=nrows, **text_options)
+        header = 0 if parameters.add_first_row_as_schema else None
+        return pd.read_csv(raw, sep=csv_delimiter(parameters, name, content_type), header=header,
+                           encoding=parameters.encoding, nrows=nrows, **text_options)
 
 
-def file_preview(platform_files: PlatformFileStore) -> Callable[[Mapping[str, Any]], list[dict[str, Any]] | None]:
-    """For display: the first rows of a small CSV/JSON file stored here (never fetched over the network)."""
+def file_preview(platform_files: PlatformFileStore, parameters: PullParameters | None = None,
+                 ) -> Callable[[Mapping[str, Any]], list[dict[str, Any]] | None]:
+    """For display: the first rows of a small CSV/TSV/JSON file stored here (never fetched over the network),
+    read with the ``parameters`` of the Pull that wrote it (a ``;`` export was once shown as one column whose
+    name and cells held the semicolons); without them, as a Pull's defaults would write it."""
+    read_with = parameters if parameters is not None else PullParameters()
 
     def preview(pf: Mapping[str, Any]) -> list[dict[str, Any]] | None:
         kind = f"{pf.get('contentType')} {pf.get('name')}".lower()
-        if "csv" not in kind and "json" not in kind:
+        if "csv" not in kind and "json" not in kind and not is_tsv(str(pf.get("name", "")), str(pf.get("contentType"))):
             return None
         if platform_files.local_id(dict(pf)) is None or not isinstance(pf.get("size"), int):
             return None
         if pf["size"] > PREVIEW_BYTES:
             return None
         try:
-            frame = read_frame(platform_files, pf, {}, nrows=OPTIONS.limit, cell_text=True)
+            frame = read_frame(platform_files, pf, read_with, nrows=OPTIONS.limit, cell_text=True)
         except Exception:  # a preview is a courtesy: a file pandas cannot read is shown without one
             return None
         return frame.to_dict(orient="records")

@@ -94,6 +94,26 @@ def test_pull_shows_the_file_with_a_preview(ip: Any, sales: dict[str, Any]) -> N
     assert text.startswith("platformFile: s.csv (10.8 kB, text/csv) http://")
 
 
+@pytest.mark.parametrize(("parameters", "name"), [
+    ({"csvDelimiter": ";"}, "r.csv"), ({"csvDelimiter": "tab"}, "r.csv"), ({}, "r.tsv"),
+    ({"encoding": "utf-16", "csvDelimiter": "|"}, "r.csv"),
+], ids=["semicolon", "tab", "tsv-name", "utf-16"])
+def test_a_pull_preview_reads_the_file_with_the_pulls_parameters(ip: Any, env: dict[str, str], tmp_path: Path,
+                                                                 parameters: dict[str, Any], name: str) -> None:
+    """The preview read every export with pandas' defaults (``,``, UTF-8): a ``;`` export (what European
+    Excel wants) was shown as one column whose name and cells held the semicolons."""
+    source = tmp_path / "eu.csv"
+    source.write_text("name,city\nAnn,Paris\nBob,Lyon\n")
+    ip.user_ns["pf"] = dict(ip.run_line_magic("connectors", f"add-file {source}"))
+    ip.user_ns["vf"] = ip.run_line_magic("etl", 'push {"platformFile": {{pf}}}')["virtualFileId"]
+    out = ip.run_line_magic("etl", 'pull {"virtualFileId": "{{vf}}", "exportType": "csv", '
+                                   f'"exportName": "{name}", "parameters": {json.dumps(parameters)}}}')
+    assert out.file_preview() == [{"name": "Ann", "city": "Paris"}, {"name": "Bob", "city": "Lyon"}]
+    headless = ip.run_line_magic("etl", 'pull {"virtualFileId": "{{vf}}", "exportType": "csv", '
+                                        '"exportName": "h.csv", "parameters": {"addFirstRowAsSchema": false}}')
+    assert headless.file_preview() == [{0: "Ann", 1: "Paris"}, {0: "Bob", 1: "Lyon"}]
+
+
 def test_dataframe_round_trip_and_no_leftover_files(ip: Any, env: dict[str, str]) -> None:
     frame = pd.DataFrame({"city": ["Paris", "Lyon", 'Saint-"Quoted"'], "note": ["a,b", "line\nbreak", None],
                           "n": [1, 2, 3]})
