@@ -16,6 +16,8 @@ from __future__ import annotations
 import io
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -25,8 +27,9 @@ from sqlalchemy.engine import make_url
 
 from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import NotFound
+from connector_ops.resources.virtual_files.checkpoints import close_all as close_checkpoint_connections
 from connector_ops.resources.virtual_files.db_errors import CatalogMissing
-from connector_ops.resources.virtual_files.engines import WRITE, get_engine
+from connector_ops.resources.virtual_files.engines import WRITE, dispose_all, get_engine
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 from connector_ops.resources.virtual_files.store_file import StoreFileChanged
 
@@ -239,3 +242,81 @@ def test_a_relative_sqlite_url_keeps_its_file_after_a_change_of_directory(tmp_pa
     with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA database_list").all()[0][2] == str(first / "raw.db")
     assert os.listdir(second) == []
+
+
+def backup_of(db: Path, path: Path) -> None:
+    """``path``: a backup of the live store at ``db`` (SQLite's backup API, as ``sqlite3 db ".backup path"``)."""
+    src, dst = sqlite3.connect(db), sqlite3.connect(path)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+
+
+def copy_over(backup: Path, db: Path) -> None:
+    """``cp backup db; rm db-wal db-shm``: the backup written into the live file's own inode."""
+    inode = db.stat().st_ino
+    with open(backup, "rb") as src, open(db, "r+b") as dst:  # as cp does: the same file, truncated
+        dst.truncate(0)
+        dst.write(src.read())
+    assert db.stat().st_ino == inode
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink()
+
+
+def pushed_by_another_process(db: Path) -> str:
+    """A virtual file pushed into the store at ``db`` by another (new) process; its id."""
+    code = ("import sys; from connector_ops.resources.virtual_files.store import VirtualFileStore\n"
+            "s = VirtualFileStore(database_url='sqlite:///' + sys.argv[1])\n"
+            "print(s.create_from_dicts([[{'n': 'd'}]], (), 'rows')); s.close()")
+    return subprocess.run([sys.executable, "-c", code, str(db)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def live_process_ends() -> None:
+    """This process lets go of the store as a process ending does: every connection closed."""
+    dispose_all()
+    close_checkpoint_connections()
+
+
+def test_a_backup_copied_over_the_live_file_is_used_and_never_undone(store, db, tmp_path):
+    """``cp backup.db vf.db`` and the log removed, while this process has the store open: the inode is the
+    same, so only the log shows it. Before, this process went on with the old log (b still found, c pushed
+    where no other process saw it) and, as it closed, copied that log back into the restored file: the
+    restore undone, and d, pushed by another process after it, lost."""
+    a = store.create_from_dicts([[{"n": "a"}]], (), "rows")
+    backup_of(db, tmp_path / "backup.db")
+    b = store.create_from_dicts([[{"n": "b"}]], (), "rows")  # after the backup: the restore drops it
+    copy_over(tmp_path / "backup.db", db)
+    with pytest.raises(NotFound):
+        store.summary(b)
+    assert store.summary(a, 1)[2] == [{"n": "a"}]
+    d = pushed_by_another_process(db)
+    c = store.create_from_dicts([[{"n": "c"}]], (), "rows")
+    assert on_disk(db) == sorted([a, c, d])  # c where every process sees it
+    live_process_ends()
+    assert on_disk(db) == sorted([a, c, d])  # nothing undone as it closed
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.close()
+
+
+def test_a_transaction_on_an_engine_taken_before_a_copy_over_fails_and_its_log_is_not_applied(store, db, tmp_path):
+    """A transaction already under way as the backup is copied over: a 503 before it reads anything, its
+    connection closed without copying its old log (which holds b) into the restored file."""
+    a = store.create_from_dicts([[{"n": "a"}]], (), "rows")
+    backup_of(db, tmp_path / "backup.db")
+    engine = get_engine(store.database_url)  # held, as a caller between two statements holds it
+    b = store.create_from_dicts([[{"n": "b"}]], (), "rows")
+    copy_over(tmp_path / "backup.db", db)
+    with pytest.raises(StoreFileChanged) as info, engine.begin() as conn:
+        conn.exec_driver_sql("SELECT 1")
+    assert info.value.status == 503 and info.value.retryable
+    assert str(info.value).startswith(f"the virtual-file store's SQLite file {db} was deleted, replaced or moved")
+    assert on_disk(db) == [a]  # not b: the old log stayed out of the restored file
+    assert get_engine(store.database_url) is not engine
+    with pytest.raises(NotFound):
+        store.summary(b)
+    live_process_ends()
+    assert on_disk(db) == [a]

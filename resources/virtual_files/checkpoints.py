@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from connector_ops.kernel.forks import abandon, in_child
-from connector_ops.resources.virtual_files.file_identity import Identity, identity
+from connector_ops.resources.virtual_files.file_identity import Identity, identity, log_path
+from connector_ops.resources.virtual_files.log_on_close import keep_log_on_close
 
 #: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
 WAL_BYTES = 4 << 20
@@ -233,35 +234,49 @@ def checkpoint(path: str, mode: str = "PASSIVE") -> None:
             _close(path)  # the next checkpoint opens the file anew
 
 
-#: the connection each SQLite file is checkpointed on, and the identity of the file it opened
-_connections: dict[str, tuple[sqlite3.Connection, Identity | None]] = {}
+#: the connection each SQLite file is checkpointed on, and the identities of the file and the log it opened
+_connections: dict[str, tuple[sqlite3.Connection, tuple[Identity | None, Identity | None]]] = {}
 _connections_lock = threading.Lock()
 
 
 def _connection(path: str) -> sqlite3.Connection | None:
-    """The connection kept for ``path`` (under :data:`_connections_lock`), opened anew when the file there is
-    no longer the one it opened (a backup restored, the file removed: :mod:`.store_file`), so that it never
-    checkpoints an old file for good; ``None`` if there is no file to open (a removed one is not created)."""
-    now = identity(path)
+    """The connection kept for ``path`` (under :data:`_connections_lock`), opened anew when the file there,
+    or its log, is no longer the one it opened (a backup restored, the file removed: :mod:`.store_file`), so
+    that it never checkpoints an old log, into the old file or into the one restored over it; ``None`` if
+    there is no file to open (a removed one is not created)."""
+    now = _files(path)
     kept = _connections.get(path)
     if kept is not None and kept[1] == now:
         return kept[0]
     _close(path)
-    if now is None:
+    if now[0] is None:
         return None
     try:
         uri = Path(path).resolve().as_uri() + "?mode=rw"  # a file removed meanwhile is not created again
         conn = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
     except sqlite3.Error:
         return None
-    _connections[path] = conn, identity(path)  # after the open, as the store's connections record theirs
+    try:
+        conn.execute("PRAGMA schema_version").fetchall()  # opens the log (reads the header, not the schema)
+    except sqlite3.Error:
+        conn.close()
+        return None
+    _connections[path] = conn, _files(path)  # after the open, as the store's connections record theirs
     return conn
 
 
+def _files(path: str) -> tuple[Identity | None, Identity | None]:
+    """The identities of the SQLite file at ``path`` and of its log."""
+    return identity(path), identity(log_path(path))
+
+
 def _close(path: str) -> None:
-    """Close the connection kept for ``path``, if any (under :data:`_connections_lock`)."""
+    """Close the connection kept for ``path``, if any (under :data:`_connections_lock`): without SQLite's
+    checkpoint on close if its file or log is no longer the one at the path (:mod:`.log_on_close`)."""
     kept = _connections.pop(path, None)
     if kept is not None:
+        if kept[1] != _files(path):
+            keep_log_on_close(kept[0], path)
         with contextlib.suppress(sqlite3.Error):
             kept[0].close()
 

@@ -124,7 +124,8 @@ def open_by_host_path(engine: sa.Engine) -> None:
 
 
 def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
-    @sa.event.listens_for(engine, "connect")
+    # first of the connect listeners, before :mod:`.store_file`'s: the log its PRAGMAs open is the one recorded
+    @sa.event.listens_for(engine, "connect", insert=True)
     def on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see "begin" below)
         cur = dbapi_conn.cursor()

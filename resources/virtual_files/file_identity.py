@@ -1,6 +1,8 @@
 """Which file is at a path: ``(st_dev, st_ino)``, the identity :mod:`.store_file`, the checkpoints and the
 SQLite loader process (:mod:`.sqlite_ingest`, which imports nothing heavier) compare to tell a store's file
-from one deleted, replaced or moved since it was opened."""
+from one deleted, replaced or moved since it was opened — and, of a database in WAL mode, its ``-wal`` log
+(:func:`log_path`): a backup copied over the live file keeps the file's identity, and only its log's
+changes (removed with it, then made anew)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,12 @@ def identity(path: str) -> Identity | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def log_path(path: str) -> str:
+    """The write-ahead log of the SQLite database at ``path``: it exists while any connection has the
+    database open in WAL mode, and SQLite deletes it only as the last one closes."""
+    return path + "-wal"
 
 
 def same_file(path: str, opened: Sequence[int] | None) -> bool:

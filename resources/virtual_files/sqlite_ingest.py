@@ -37,7 +37,7 @@ import threading
 from collections.abc import Generator, Iterator
 from typing import IO, Any
 
-from connector_ops.resources.virtual_files.file_identity import same_file
+from connector_ops.resources.virtual_files.file_identity import Identity, identity, log_path, same_file
 
 MODULE = "connector_ops.resources.virtual_files.sqlite_ingest"
 READY = b"ready\n"
@@ -55,13 +55,19 @@ class FileChanged(Exception):
     moved since: :mod:`.store_file`): the load must not commit into either."""
 
 
-def check_file(spec: dict[str, Any]) -> None:
+def check_file(spec: dict[str, Any], log: Identity | None = None) -> Identity | None:
     """Raise :class:`FileChanged` unless the file at ``spec["path"]`` is the one of ``spec["identity"]``
-    (``st_dev``, ``st_ino``; a request without it is not checked). As the transaction begins and just
-    before its commit: rows committed into a file removed meanwhile would be lost with it."""
+    (``st_dev``, ``st_ino``; a request without it is not checked), and its log the one of ``log`` (the log
+    this process's connection opened, as its transaction began: a backup copied over the file shows only
+    there, :mod:`.store_file`). As the transaction begins and just before its commit: rows committed into a
+    file removed meanwhile, or into a log removed, would be lost with it. Returns the log's identity now."""
     expected = spec.get("identity")
     if expected is not None and not same_file(spec["path"], expected):
         raise FileChanged(f"the SQLite file {spec['path']} was deleted, replaced or moved")
+    now = identity(log_path(spec["path"]))
+    if log is not None and now != log:
+        raise FileChanged(f"the SQLite file {spec['path']} was deleted, replaced or moved")
+    return now
 
 
 class Withdrawn(Exception):
@@ -238,6 +244,9 @@ class Database:
         import adbc_driver_manager as adbc
         import adbc_driver_sqlite
 
+        self.path = path
+        #: the identities of the file and the log this connection opened (:func:`ingest`)
+        self.files: tuple[Identity | None, Identity | None] = (None, None)
         self._adbc = adbc
         from connector_ops.resources.virtual_files.sqlite_names import sqlite_name
 
@@ -268,9 +277,18 @@ class Database:
             statement.bind_stream(reader)
             statement.execute_update()
 
+    def holds_files(self) -> bool:
+        """Whether the file at the path and its log are still the ones this connection opened."""
+        return self.files == (None, None) or self.files == (identity(self.path), identity(log_path(self.path)))
+
     def close(self) -> None:
         self.conn.close()
         self._database.close()
+
+
+#: connections left unclosed: on a file replaced under them, SQLite's checkpoint on close would copy their
+#: old log into the file now at the path (this process leaves by ``os._exit``, closing nothing)
+_abandoned: list[Database] = []
 
 
 def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
@@ -278,9 +296,10 @@ def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
     only if everything worked."""
     ahead = ReadAhead(batches_of(spec, source), len(spec["columns"]))
     try:
-        db.execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN IMMEDIATE")  # which opens the file's log
         try:
-            check_file(spec)
+            log = check_file(spec)
+            db.files = identity(spec["path"]), log
             db.execute(spec["ddl"])
             db.ingest(spec["table_name"], ahead.reader)
             if ahead.error is not None:  # the driver's message about a failed stream says less
@@ -288,7 +307,7 @@ def ingest(db: Database, spec: dict[str, Any], source: IO[bytes]) -> None:
             for sql in spec["inserts"]:  # the catalog's rows last: the file is dated when its load ends (gc)
                 db.execute(sql)
             room_for_checkpoint(db, spec)
-            check_file(spec)
+            check_file(spec, log)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -338,6 +357,9 @@ class Checkpointer:
         while True:
             db = self._queue.get()
             try:
+                if not db.holds_files():  # its log would be copied into a file restored over its own
+                    _abandoned.append(db)
+                    continue
                 with contextlib.suppress(Exception):  # one that cannot finish now happens later
                     db.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 with contextlib.suppress(Exception):
@@ -369,6 +391,10 @@ def serve(inbox: Inbox, replies: IO[bytes], idle: float) -> None:
         except BaseException as exc:
             _reply(replies, FAILED + json.dumps(f"{type(exc).__name__}: {exc}").encode() + b"\n")
             data.drain()
+            if isinstance(exc, FileChanged):  # left open (see _abandoned), and this process ends: a new
+                if db is not None:  # connection here would share the old one's -shm index of the file
+                    _abandoned.append(db)
+                break
             if db is not None:
                 with contextlib.suppress(Exception):
                     db.close()
