@@ -214,14 +214,19 @@ def showing_progress(enabled: bool = True) -> Iterator[None]:
         yield
 
 
+def showing_warnings() -> contextlib.AbstractContextManager[None]:
+    """Within this block, the warnings of :mod:`connector_ops.kernel.notices` (an action's, the pipeline
+    loader's) are lines on stderr: ``connector-ops: warning: …``."""
+    from connector_ops.kernel.notices import warnings_to
+
+    return warnings_to(lambda message: print(f"{PROG}: warning: {message}", file=sys.stderr))
+
+
 @contextlib.contextmanager
 def running_actions(progress: bool = True) -> Iterator[None]:
     """What every command that runs actions shows on stderr while they run, the same from each (``invoke``,
     ``drive put``): their progress (:func:`showing_progress`) and their warnings, one line each."""
-    from connector_ops.kernel.notices import warnings_to
-
-    with showing_progress(progress), warnings_to(lambda message: print(f"{PROG}: warning: {message}",
-                                                                        file=sys.stderr)):
+    with showing_progress(progress), showing_warnings():
         yield
 
 

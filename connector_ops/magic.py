@@ -196,7 +196,7 @@ def _connector_magic(connector: str) -> Callable[..., Any]:
     return no_var_expand(needs_local_scope(line_cell_magic(magic)))
 
 
-def _warning_line(message: str) -> None:
+def warning_line(message: str) -> None:
     """A warning below the cell, one line, like the CLI's (the cell's result still displays)."""
     print(f"warning: {message}", file=sys.stderr)
 
@@ -275,7 +275,7 @@ class ConnectorMagics(Magics):
             placeholders: list[tuple[str, Any]] = []
             payload = read_input(body if body is not None else inline, namespace, placeholders)
             resources = self.session.resources(_keys_for(spec, args.df))
-            with reporting_to(tqdm_reporter), warnings_to(_warning_line):
+            with reporting_to(tqdm_reporter), warnings_to(warning_line):
                 output = self._call(spec, args, payload, resources, namespace)
         except ConnectorError as exc:
             if exc.action is None and args_action:

@@ -16,6 +16,7 @@ from typing import Any
 
 import dagster as dg
 
+from connector_ops.kernel.notices import silenced
 from connector_ops.pipelines.dsl import (
     CompiledPipeline,
     Pipeline,
@@ -226,8 +227,9 @@ def find_pipeline(name: str, environ: dict[str, str] | None = None) -> Path | No
     named = None
     for path in pipeline_files(environ):
         try:
-            if load_checked(path).name == name:
-                return path
+            with silenced():  # only looked through: the file found says its notices when it is loaded to run
+                if load_checked(path).name == name:
+                    return path
         except PipelineError:
             if path.stem == name:
                 named = path

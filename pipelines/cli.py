@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from connector_ops.cli import answered, no_progress_option
+from connector_ops.cli import answered, no_progress_option, showing_warnings
 from connector_ops.stdio import json_text
 
 if TYPE_CHECKING:  # each command imports what it runs: `--help` and TAB completion load no Dagster nor pydantic
@@ -30,8 +30,10 @@ def _print_problems(exc: PipelineError, stream: TextIO | None = None) -> None:
 
 
 @click.group()
-def pipeline() -> None:
+@click.pass_context
+def pipeline(ctx: click.Context) -> None:
     """YAML pipelines: validate, list, run."""
+    ctx.with_resource(showing_warnings())  # the loader's notices (a schedule that fires unlike it reads)
 
 
 @pipeline.command()

@@ -30,7 +30,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from connector_ops.display import StatusTable
 from connector_ops.kernel.deferred import interrupts_deferred
 from connector_ops.kernel.errors import ConnectorError
-from connector_ops.magic import ConnectorMagics, NotebookError, line_words, stopped
+from connector_ops.kernel.notices import warnings_to
+from connector_ops.magic import ConnectorMagics, NotebookError, line_words, stopped, warning_line
 from connector_ops.magic_input import WordsParser, python_name
 from connector_ops.magic_session import one_line
 from connector_ops.pipelines.recorder import Recorder, pipeline_name_for
@@ -205,7 +206,8 @@ def pipeline_command(magics: ConnectorMagics, words: list[str], recorder: Record
     if words[0] != "run":
         raise PipelineUsageError(f"unknown %pipeline command {words[0]!r}; commands: {COMMANDS}; use: {USAGE}")
     args = _parser().parse_args(words[1:])
-    job, compiled = resolve(magics, args.target, args.overrides)
+    with warnings_to(warning_line):  # the loader's notices (a schedule that fires unlike it reads), below the cell
+        job, compiled = resolve(magics, args.target, args.overrides)
     run = run_pipeline(job, compiled, magics.session.resources())
     for step_id, message in run.warnings:  # as the command prints them: a step that worked may not do what was meant
         print(f"warning: {step_id}: {message}", file=sys.stderr)

@@ -19,9 +19,10 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.pipelines.dsl import Problem
+from connector_ops.pipelines.dsl.cron import schedule_definition, valid_cron
 from connector_ops.pipelines.dsl.names import NAME
 from connector_ops.pipelines.dsl.source import SourceError, parse_yaml
-from connector_ops.pipelines.dsl.validate import iana_time_zones, valid_cron
+from connector_ops.pipelines.dsl.validate import iana_time_zones
 
 #: the cron of a stand-in whose file's own ``schedule`` is not a valid cron string: hourly, so the reason shows
 FALLBACK_CRON = "0 * * * *"
@@ -58,7 +59,7 @@ def stand_ins(problems: Sequence[Problem], job: dg.JobDefinition, taken: Iterabl
 
 def _schedule(name: str, data: Mapping[str, Any], job: dg.JobDefinition, why: str) -> dg.ScheduleDefinition:
     cron, timezone = data.get("schedule"), data.get("timezone")
-    return dg.ScheduleDefinition(
+    return schedule_definition(
         name=name, job=job, cron_schedule=cron if isinstance(cron, str) and valid_cron(cron) else FALLBACK_CRON,
         execution_timezone=timezone if isinstance(timezone, str) and timezone in iana_time_zones() else None,
         execution_fn=lambda _context: dg.SkipReason(why), default_status=dg.DefaultScheduleStatus.STOPPED,

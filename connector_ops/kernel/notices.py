@@ -28,6 +28,16 @@ def warnings_to(sink: Sink | None) -> Iterator[None]:
         yield
 
 
+def silenced() -> contextlib.AbstractContextManager[None]:
+    """Within this block, :func:`warn` drops its messages: for work that repeats what was already shown (a file
+    loaded again only to read its name or digest)."""
+    return warnings_to(_dropped)
+
+
+def _dropped(message: str) -> None:
+    """The sink of :func:`silenced`."""
+
+
 def warn(message: str) -> None:
     """Tell the user about a likely mistake without failing the call."""
     sink = _sink.get()

@@ -45,6 +45,7 @@ from connector_ops.ops.fanout import etl_batch_rows, etl_iterate_batches
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import asset_specs
 from connector_ops.pipelines.dsl.checks import CHECK_NODE_SUFFIX, asset_checks, check_op
+from connector_ops.pipelines.dsl.cron import schedule_definition
 from connector_ops.pipelines.dsl.model import Pipeline, PipelineError, Problem, Step
 from connector_ops.pipelines.dsl.retries import retry_policy
 from connector_ops.pipelines.dsl.step_ops import (
@@ -282,7 +283,7 @@ def _compile(pipeline: Pipeline) -> CompiledPipeline:
     compiled = CompiledPipeline(pipeline=pipeline, job=job, outputs=builder.outputs, assets=asset_specs(pipeline),
                                  checks=asset_checks(pipeline))
     if pipeline.schedule:
-        compiled.schedule = dg.ScheduleDefinition(
+        compiled.schedule = schedule_definition(  # the loader has said what a too long step does
             name=f"{pipeline.name}_schedule", job=job, cron_schedule=pipeline.schedule,
             execution_timezone=pipeline.timezone, default_status=dg.DefaultScheduleStatus.STOPPED,
             description=f"Runs {pipeline.name} on `{pipeline.schedule}` (from {pipeline.file})",

@@ -5,6 +5,8 @@ the action's input model (unknown fields, missing required fields, wrong types o
 parts holding references are checked when the step runs), every reference (step and output field
 exist, env names, ``batch``/``trigger`` only where they exist, ``file:`` paths exist), ``after``,
 ``foreach``, cycles, the cron schedule and its time zone. The result lists steps in dependency order.
+A schedule that loads but will not fire as it reads (``*/90`` minutes: hourly) is a notice, not a problem
+(:mod:`.cron`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from pydantic import ValidationError
 
 from connector_ops.kernel.errors import InvalidInput, field_path
 from connector_ops.kernel.limits import check_payload
+from connector_ops.kernel.notices import silenced, warn
 from connector_ops.ops.asset_files import IN_PLACE_FLAGS, asset_file_name, in_place_problem
 from connector_ops.ops.factory import tell_stale_side_with
 from connector_ops.pipelines.dsl import references as r
 from connector_ops.pipelines.dsl.assets import ASSET_STEP_KEYS, parse_asset
 from connector_ops.pipelines.dsl.checks import parse_check
+from connector_ops.pipelines.dsl.cron import step_notices, valid_cron
 from connector_ops.pipelines.dsl.field_annotations import (
     annotation_at,
     field_annotation,
@@ -67,15 +71,6 @@ DEFAULT_BATCH_SIZE = 1000
 _NAME = re.compile(NAME)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CLOSED_REFERENCE = re.compile(r.CLOSED_REFERENCE)
-
-
-def valid_cron(cron: str) -> bool:
-    """Dagster's own check (it refuses the same strings when a schedule is defined)."""
-    try:
-        dg.ScheduleDefinition(name="cron_check", cron_schedule=cron, job_name="cron_check")
-    except Exception:
-        return False
-    return True
 
 
 @functools.cache
@@ -129,6 +124,9 @@ class _Checker:
         schedule, timezone = data.get("schedule"), data.get("timezone")
         if schedule is not None and (not isinstance(schedule, str) or not valid_cron(schedule)):
             self.add(("schedule",), f"`schedule` {schedule!r} is not a valid cron string (e.g. \"0 6 * * *\")")
+        elif schedule is not None:  # valid, so it loads (as the editor schema says), but not as it reads
+            for notice in step_notices(schedule):
+                warn(str(Problem(*self.doc.place(("schedule",)), notice)))
         if timezone is not None and (not isinstance(timezone, str) or timezone not in iana_time_zones()):
             self.add(("timezone",),
                      f"`timezone` {timezone!r} is not an IANA time zone name (e.g. UTC or Europe/Berlin)")
@@ -733,7 +731,8 @@ def current_digest(path: str | Path) -> str | None:
     load it (no ``--set``), or ``None`` when it does not load: what a refused step compares with the version its
     own process loaded, to say which side is stale (:func:`~connector_ops.ops.factory.ensure_launched_definition`)."""
     try:
-        return load_pipeline(path).digest
+        with silenced():  # read again for its digest only: its notices were given when it loaded
+            return load_pipeline(path).digest
     except PipelineError:
         return None
 

@@ -316,6 +316,20 @@ def test_a_yaml_pipeline_runs_as_the_command_runs_it(ip: Any, tmp_path: Path, ca
     assert "warning: trim: " in err and "no_such_column" in err
 
 
+def test_a_yaml_pipeline_with_a_step_too_long_for_its_field_says_so_below_the_cell(
+        ip: Any, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``schedule: "*/90 * * * *"`` fires hourly: the loader's notice shows below the cell, once, at its line."""
+    (tmp_path / "sales.csv").write_bytes(SALES.read_bytes())
+    pipeline = tmp_path / "every90.yaml"
+    pipeline.write_text('name: every90\nschedule: "*/90 * * * *"\nsteps:\n  - id: load\n    action: etl.push\n'
+                        '    input: {platformFile: "${file:sales.csv}"}\n')
+    assert ip.run_line_magic("pipeline", f"run {pipeline}").success
+    notices = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert notices == [f"warning: {pipeline}:2: `schedule` '*/90 * * * *': `*/90` in the minute field matches 0 "
+                       "only, so cron fires it at minute 0 of each hour the other fields allow, not every 90 minutes; "
+                       "list the times it should fire, or split it over pipeline files with a schedule each"]
+
+
 def test_cd_does_not_move_the_store(ip: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The default home, unset (./.connector_ops), and a relative session variable: ``%cd`` then ``%etl``
     (after a setting rebuilt the resources) found 'virtual file … not found' in a new, empty store."""
