@@ -46,6 +46,8 @@ from connector_ops.resources.http_client import Client
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
+#: the path of a file server's link: ``…/files/<id>`` (what :func:`linked_id` reads)
+_FILES_PATH = re.compile(r"(?:^|/)files/([0-9a-f]{32})$")
 T = TypeVar("T")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
@@ -97,6 +99,23 @@ def file_server_url_problem(url: str) -> str | None:
     if parts.query or parts.fragment:
         return "must not have a query or a fragment (links are {url}/files/<id>)"
     return None
+
+
+def linked_id(link: str) -> str | None:
+    """The id ending an http(s) link whose path is ``…/files/<id>`` with a well-formed id, whatever its base
+    (``None`` for any other link): the shape of every link a file server of ours makes."""
+    try:
+        parts = urlsplit(link)
+    except ValueError:
+        return None
+    match = _FILES_PATH.search(parts.path) if parts.scheme in ("http", "https") else None
+    return match.group(1) if match else None
+
+
+def link_base(link: str) -> str:
+    """What precedes ``/files/<id>`` in a link of :func:`linked_id`'s shape, as messages show it (no password,
+    no query)."""
+    return link_shown(link).split("?", 1)[0].rsplit("/files/", 1)[0]
 
 
 def _checked(check: Callable[[T], T], value: T, field: str) -> T:
@@ -382,16 +401,51 @@ class PlatformFileStore(Resource):
         return sorted(found, key=lambda item: (item[1], item[0]))
 
     def local_id(self, descriptor: PlatformFile | dict) -> str | None:
-        """The id of the file if ``descriptor.link`` is a link of our own file server, else ``None``.
+        """The id of the file if ``descriptor.link`` is a link of our own file server, else ``None``: the one
+        test of "ours" for every reader (Push, Drive upload, mail attachments, the magics, step metadata).
 
-        Only ``{file_server_url}/files/<id>`` with a well-formed id is ours: a link that merely starts like
-        ours (``…/files/../../admin``) would reach another path of that host without the checks remote
-        links get, so it is treated as any other link (:mod:`.link_guard`)."""
+        ``{file_server_url}/files/<id>`` with a well-formed id is ours (read from storage, else from our file
+        server). So is a link made under an earlier ``file_server_url`` — ``http://127.0.0.1:8765/files/<id>``
+        kept in a run config, a step output or a notebook after the URL moved to the real host — when its
+        path ends in ``/files/<id>``, ``<id>`` is the descriptor's own ``id`` and this store holds that file:
+        it is read from storage, whatever the link's base. That exposes nothing a link with today's base
+        would not: ids are random (128 bits) and made by this store, so whoever holds one could as well write
+        today's link, and no request goes to the link's host. Any other link, one that merely starts like
+        ours (``…/files/../../admin``) included, is a remote link and gets their checks (:mod:`.link_guard`)."""
         pf = PlatformFile.model_validate(descriptor)
-        if pf.link and pf.link.startswith(self._prefix):
+        if not pf.link:
+            return None
+        if pf.link.startswith(self._prefix):
             file_id = pf.link[len(self._prefix):].split("?", 1)[0]
             return file_id if _ID.fullmatch(file_id) else None
-        return None
+        file_id = linked_id(pf.link)
+        return file_id if file_id is not None and file_id == pf.id and self.holds(file_id) else None
+
+    def holds(self, file_id: str) -> bool:
+        """Whether this store holds the file ``file_id``, asked without creating its folder or catalog."""
+        if not _ID.fullmatch(file_id or "") or not self.stored():
+            return False
+        if self.files_database_url is None:
+            return all(Path(self.files_dir, name).is_file() for name in (file_id, f"{file_id}.json"))
+        try:
+            self._db.describe(file_id)
+        except NotFound:
+            return False
+        return True
+
+    def _not_ours_because(self, link: str, own_id: str | None) -> str:
+        """Why a link shaped as a file server's (``…/files/<id>``) that a remote check refused is not read
+        from this store, for the refusal's message; ``""`` for any other link."""
+        file_id = linked_id(link)
+        if file_id is None:
+            return ""
+        server = f"the file server's URL {link_shown(self.file_server_url)} (CONNECTOR_OPS_FILE_SERVER_URL)"
+        if self.holds(file_id):  # a descriptor made by hand: its link, not its id
+            given = "has no id" if own_id is None else f"has the id {own_id[:40]!r}"
+            return (f"; the platform file {file_id} is stored on this host, but the descriptor {given}: with "
+                    f"\"id\": {file_id!r} it is read from here")
+        return (f"; the platform file {file_id} is not stored on this host, and the link's base "
+                f"{link_base(link)} is not {server}")
 
     def data_path(self, file_id: str) -> Path:
         """Where a file's bytes are on this host (``NotFound`` if not here, or kept in the database)."""
@@ -411,7 +465,7 @@ class PlatformFileStore(Resource):
             with self._own(local, pf.link or "") as handle:
                 yield handle
             return
-        with self._remote(pf.link or "", f"{field}.link") as stream:
+        with self._remote(pf.link or "", f"{field}.link", pf.id) as stream:
             yield stream
 
     @contextlib.contextmanager
@@ -468,10 +522,11 @@ class PlatformFileStore(Resource):
             response.close()
 
     @contextlib.contextmanager
-    def _remote(self, link: str, field: str) -> Iterator[IO[bytes]]:
+    def _remote(self, link: str, field: str, own_id: str | None = None) -> Iterator[IO[bytes]]:
         """Stream a remote link: each hop's host resolved and checked (:mod:`.link_guard`), the connection
         made to the checked address, redirects followed here one at a time (a redirect to our own file
-        server reads storage)."""
+        server reads storage). ``own_id``: the descriptor's ``id``, for the refusal of a link of an earlier
+        file server URL (:meth:`_not_ours_because`)."""
         guard = LinkGuard(AllowList.parse(self.allowed_private_hosts), self._resolver or system_resolver)
         url, came_from, shown = link, None, link_shown(link)
         for _ in range(MAX_REDIRECTS + 1):
@@ -480,7 +535,12 @@ class PlatformFileStore(Resource):
                 with self._own(local, url) as handle:
                     yield handle
                 return
-            hop = guard.hop(url, field, redirected_from=came_from)
+            try:
+                hop = guard.hop(url, field, redirected_from=came_from)
+            except InvalidInput as exc:
+                if came_from is not None or not (why := self._not_ours_because(link, own_id)):
+                    raise
+                raise InvalidInput(exc.field, exc.problem + why) from None
             send = functools.partial(self._get, hop.url, hop.headers, hop.extensions)  # to the address checked
             try:
                 response = send({})

@@ -85,8 +85,8 @@ def platform_file_metadata(value: Mapping[str, Any], files: Any) -> dict[str, An
         meta["platform_file_id"] = dg.MetadataValue.text(local)  # what `connector-ops gc` keeps for recent runs
         with contextlib.suppress(NotFound):  # removed meanwhile: the other metadata still holds
             meta["path"] = dg.MetadataValue.path(str(files.data_path(local)))
-        if _server_answers(files.file_server_url):
-            meta["link"] = dg.MetadataValue.url(link)
+        if _server_answers(files.file_server_url):  # today's link: one made under an earlier URL leads nowhere
+            meta["link"] = dg.MetadataValue.url(files.link_for(local))
     elif link.startswith(("http://", "https://")):
         shown = link_shown(link)  # a signed link without its signature opens nothing: then text, not a URL
         meta["link"] = dg.MetadataValue.url(link) if shown == link else dg.MetadataValue.text(shown)
