@@ -257,7 +257,9 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
     to (run history: the Dagster instance of DAGSTER_HOME)."""
     import os
 
+    from connector_ops.environment import Env
     from connector_ops.pipelines.gc import collect, parse_duration
+    from connector_ops.pipelines.gc_unused import unused_stores
     from connector_ops.pipelines.instance import home_instance
     from connector_ops.resources.virtual_files.step_outputs import StepOutputs
     from connector_ops.session import Session
@@ -277,7 +279,11 @@ def gc(older_than: str, dry_run: bool, as_json: bool) -> None:
             stores["platform_files"].sweep()
         result = collect(stores["virtual_files"], stores["platform_files"], instance, older_than=age, dry_run=dry_run,
                          step_outputs=StepOutputs(stores["virtual_files"].database_url))
+        result.unused_stores = unused_stores(Env(session.environ()).home, stores["virtual_files"],
+                                             stores["platform_files"])
         answered()  # removed: a Ctrl-C while the session closes and the result is printed changes nothing
+    for unused in result.unused_stores:  # before the counts: "0 removed" is not "nothing left"
+        print(f"connector-ops: notice: {unused.notice()}", file=sys.stderr)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return

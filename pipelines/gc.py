@@ -57,6 +57,7 @@ from connector_ops.ops.metadata import (
     READS_RECORDED,
     STORED_PLATFORM_FILES,
 )
+from connector_ops.pipelines.gc_unused import UnusedStore
 from connector_ops.resources.virtual_files.compaction import Compaction
 
 #: metadata keys whose values name a virtual file or platform file
@@ -145,6 +146,8 @@ class Collection:
     stored: bool = True  # False: nothing was ever stored in either store (a new home, a new database)
     compaction: Compaction | None = None  # the disk space a SQLite database gave back (or would)
     unweighed_runs: list[UnweighedRun] = field(default_factory=list)  # their files kept whole (:class:`References`)
+    #: the home's default stores the settings do not use, never weighed nor touched (:mod:`.gc_unused`)
+    unused_stores: list[UnusedStore] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         compacted = None if self.compaction is None else {
@@ -156,7 +159,8 @@ class Collection:
                 "stepOutputs": {"removedRuns": self.step_output_runs, "keptRuns": self.kept_step_output_runs},
                 "arrayPositions": {"removed": self.array_positions, "kept": self.kept_array_positions},
                 "compaction": compacted,
-                "unweighedRuns": [run.to_json() for run in self.unweighed_runs]}
+                "unweighedRuns": [run.to_json() for run in self.unweighed_runs],
+                "unusedStores": [store.to_json() for store in self.unused_stores]}
 
 
 def collect(virtual_files: Any, platform_files: Any, instance: dg.DagsterInstance | None, *,
