@@ -331,11 +331,14 @@ def error_for(spec: ActionSpec | None, exc: BaseException, *, action: str | None
     if isinstance(exc, ConnectorError):
         exc.action = exc.action or name
         return exc
+    detail = None
     if isinstance(exc, InvalidInput):
         status, message = 400, str(exc)
     elif isinstance(exc, NotFound) and spec is not None:
-        status = spec.not_found_status
-        message = "not found" if status == 404 and spec.connector == "etl" else str(exc)
+        status, detail = spec.not_found_status, str(exc)
+        # the spec fixes ETL's 404 body; which file, and why, stays in the detail (the op's failure and log).
+        # NotFound's words name ids and links as messages show them (link_shown: no password, no query)
+        message = "not found" if status == 404 and spec.connector == "etl" else detail
     elif isinstance(exc, ConnectorOpsError):
         status, message = exc.status, str(exc)
     else:
@@ -345,7 +348,7 @@ def error_for(spec: ActionSpec | None, exc: BaseException, *, action: str | None
     # only a provider's transient failure may be retried; invalid input, not found and anything nobody
     # anticipated would fail the same way again
     retryable = isinstance(exc, ConnectorOpsError) and exc.retryable
-    return ConnectorError(status, body, action=name, detail=message, retryable=retryable)
+    return ConnectorError(status, body, action=name, detail=detail or message, retryable=retryable)
 
 
 #: the modules of the database drivers whose errors the column-wise loads raise without SQLAlchemy around them

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import dagster as dg
 import pytest
 
+from connector_ops import ConnectorError, invoke
+from connector_ops.environment import resources_for
 from connector_ops.ops import (
     etl_append_rows,
     etl_batch_rows,
@@ -15,6 +19,7 @@ from connector_ops.ops import (
     etl_push,
     etl_query,
 )
+from tests.servers import free_port
 
 
 @dg.op
@@ -137,3 +142,33 @@ def test_first_etl_job_runs_on_embedded_defaults(env):
 def _output_metadata(result: dg.ExecuteInProcessResult, node: str) -> dict:
     events = [e for e in result.events_for_node(node) if e.event_type_value == "STEP_OUTPUT"]
     return events[0].step_output_data.metadata
+
+
+def test_a_push_404_keeps_its_cause_beside_the_specs_body(env, monkeypatch):
+    """Push's 404 body is the spec's fixed "not found"; why (which file, not stored on this host, the file
+    server not answering) was dropped from the error too. It is the error's detail, the failure's ``detail``
+    metadata and a line of the op's log."""
+    url = f"http://127.0.0.1:{free_port()}"  # our file server, not running
+    monkeypatch.setenv("CONNECTOR_OPS_FILE_SERVER_URL", url)
+    missing = "0123456789abcdef" * 2
+    pf = {"id": missing, "name": "gone.csv", "contentType": "text/csv", "link": f"{url}/files/{missing}"}
+    cause = (f"platform file {missing!r} not found (not stored on this host, and the file server at {url} did "
+             "not answer)")
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.push", {"platformFile": pf})
+    assert (info.value.status, info.value.body, info.value.detail) == (404, {"message": "not found"}, cause)
+    assert str(info.value) == "etl.push failed (404): not found"
+
+    @dg.job
+    def pushing():
+        etl_push()
+
+    instance = dg.DagsterInstance.ephemeral()
+    result = pushing.execute_in_process(resources=resources_for(), raise_on_error=False, instance=instance,
+                                        run_config={"ops": {"etl_push": {"config": {"platformFile": pf}}}})
+    (event,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    failure = event.step_failure_data.user_failure_data
+    assert failure.description == "etl.push failed (404): not found"
+    assert failure.metadata["body"].value == {"message": "not found"} and failure.metadata["detail"].value == cause
+    logged = [entry.user_message for entry in instance.all_logs(result.run_id) if entry.level >= logging.ERROR]
+    assert f"etl.push failed (404): not found: {cause}" in logged

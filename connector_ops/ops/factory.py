@@ -417,6 +417,8 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
             published = {field: publish(field, result[field], key, resources) for field, key in assets.items()}
         except ConnectorError as exc:
             exc.action = exc.action or spec.name
+            if exc.detail and exc.detail != exc.message:  # what the spec's fixed body does not say (a 404's cause)
+                context.log.error(f"{exc.summary()}: {exc.detail}")
             raise failure(exc, payload) from None
         call = {**run_metadata(payload, time.perf_counter() - started), **extension_metadata(spec, result)}
         if "" in outs:
