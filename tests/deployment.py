@@ -1,5 +1,6 @@
 """A whole deployment on loopback, as deploy/ describes it: a PostgreSQL-backed instance (deploy/dagster.yaml as
-shipped), a code server, dagster-webserver, dagster-daemon, Redis and Celery workers, each a real process.
+shipped but for run monitoring's poll), a code server, dagster-webserver, dagster-daemon, Redis and Celery
+workers, each a real process.
 
 Services the suite needs but cannot start are skipped locally and fail under ``CI=true``.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -177,14 +177,28 @@ def workspace_yaml(ports: Mapping[str, int]) -> str:
         .replace("location_name: connector_ops", f"location_name: {name}") for name, port in ports.items())
 
 
+#: run monitoring's poll in the tests' instance, in place of the 30 s deploy/dagster.yaml ships: the test of a
+#: dead run worker otherwise waits up to a whole poll (15 s on average) for the daemon's next look
+MONITORING_POLL_SECONDS = 2
+SHIPPED_POLL = "  poll_interval_seconds: 30\n"
+
+
+def instance_yaml(monitoring_poll: int = MONITORING_POLL_SECONDS) -> str:
+    """deploy/dagster.yaml as shipped, but for run monitoring's poll (every other setting as a user gets it)."""
+    shipped = (ROOT / "deploy" / "dagster.yaml").read_text()
+    assert shipped.count(SHIPPED_POLL) == 1, "deploy/dagster.yaml's run_monitoring poll changed: update the tests"
+    return shipped.replace(SHIPPED_POLL, f"  poll_interval_seconds: {monitoring_poll}\n")
+
+
 @contextlib.contextmanager
 def deployment(base: Path, env: Mapping[str, str], locations: Mapping[str, Mapping[str, str]],
                free_port: Callable[[], int]) -> Iterator[Deployment]:
     """Code servers (one per location, each with its own extra environment), a webserver and the daemon on a
-    PostgreSQL instance built from deploy/dagster.yaml as shipped."""
+    PostgreSQL instance built from deploy/dagster.yaml as shipped (run monitoring polling faster:
+    :func:`instance_yaml`)."""
     home = base / "dagster_home"
     home.mkdir(parents=True)
-    shutil.copy(ROOT / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    (home / "dagster.yaml").write_text(instance_yaml())
     ports = {name: free_port() for name in locations}
     workspace = base / "workspace.yaml"
     workspace.write_text(workspace_yaml(ports))

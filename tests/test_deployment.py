@@ -1,7 +1,7 @@
 """The deployment of docs/deployment.md, run for real on loopback: deploy/dagster.yaml as shipped (PostgreSQL
-storage, queued runs, at most 4 at a time), code servers, dagster-webserver and dagster-daemon; runs launched
-through GraphQL as the UI's launchpad does, schedules and sensors ticked by the daemon, steps on two Celery
-workers over Redis.
+storage, queued runs, at most 4 at a time; only run monitoring polls every 2 s here, not 30), code servers,
+dagster-webserver and dagster-daemon; runs launched through GraphQL as the UI's launchpad does, schedules and
+sensors ticked by the daemon, steps on two Celery workers over Redis.
 
 Four code locations load the same module with different environments (each its own ``CONNECTOR_OPS_HOME``):
 ``connector_ops`` (the defaults: in-process executor, virtual files on PostgreSQL), ``on_sqlite`` (virtual files
@@ -648,9 +648,9 @@ def test_a_run_whose_run_worker_dies_with_its_code_server_fails(deployed: Deploy
     """A code server SIGKILLed with its run worker in the middle of a long Join (a container or unit killed
     whole, as a cgroup's OOM kill does): nobody is left to end the run, which stayed ``STARTED`` for good,
     holding its queue slot. The daemon's run monitoring asks our run launcher about the run worker it
-    recorded, and fails the run within its poll (30 s) with a message naming the pid and the host and what
-    to do; the Join's statement stopped and rolled back. (A run worker killed alone is failed at once by its
-    code server: Dagster's own check.)"""
+    recorded, and fails the run within its poll (30 s as shipped, 2 s here) with a message naming the pid and
+    the host and what to do; the Join's statement stopped and rolled back. (A run worker killed alone is failed
+    at once by its code server: Dagster's own check.)"""
     import socket
 
     code_server = next(p for p in deployed.procs if p.name == "code-server-on_doomed")
