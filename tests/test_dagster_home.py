@@ -6,11 +6,11 @@ Two cron jobs starting together on a new home both created its SQLite storage: o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,21 +18,29 @@ import pytest
 from connector_ops.kernel.errors import ConfigurationError
 from connector_ops.pipelines.instance import SQLITE_STORAGE, home_instance
 
-#: each process opens the instance at the same moment (after its slow imports), and lists runs
+#: each process says when it has imported (its slow part), then opens the instance and lists runs when told to
 OPEN_AT = """
-import sys, time
+import sys
 from connector_ops.pipelines.instance import home_instance
-start = float(sys.argv[1])
-time.sleep(max(0.0, start - time.time()))
+print("ready", flush=True)
+sys.stdin.readline()
 home_instance().get_runs(limit=1)
 """
 
 
 def open_together(home: Path, processes: int) -> list[subprocess.CompletedProcess[str]]:
-    start = f"{time.time() + 8:.3f}"  # every process has imported Dagster by then
+    """``processes`` first opens of ``home`` released at the same moment, once every process has imported
+    Dagster (a barrier: a fixed 8 s start time waited 24 s a test on an idle machine, and on a loaded one
+    let the processes that were still importing open the home one after another)."""
     env = {**os.environ, "DAGSTER_HOME": str(home)}
-    running = [subprocess.Popen([sys.executable, "-c", OPEN_AT, start], env=env, text=True,
+    running = [subprocess.Popen([sys.executable, "-c", OPEN_AT], env=env, text=True, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(processes)]
+    for process in running:  # each one's first line, or its end (a failed import) with nothing read
+        process.stdout.readline()
+    for process in running:
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.write("go\n")
+            process.stdin.flush()
     done = []
     for process in running:
         out, err = process.communicate(timeout=120)
