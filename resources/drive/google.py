@@ -484,6 +484,10 @@ class GoogleDriveResource(Resource):
                          "fileId")
         if meta.get("mimeType") == SHORTCUT_MIME:
             target = (meta.get("shortcutDetails") or {}).get("targetId")
+            if not isinstance(target, str) or not target:
+                # Drive's answer lacks the target a shortcut always has: say so, not quote(None)'s TypeError
+                raise ActionFailed(f"Google Drive returned the shortcut {file_id!r} without its target "
+                                   "(shortcutDetails.targetId); nothing was downloaded")
             meta = self._get(target, f"id,name,mimeType,{VERSION_FIELDS}", "read the shortcut's target", "fileId")
         mime = meta.get("mimeType") or "application/octet-stream"
         if mime == FOLDER_MIME:

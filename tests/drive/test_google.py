@@ -491,3 +491,31 @@ def test_upload_from_database_files_declares_the_stored_size(clean_env: dict[str
     pf = resources["platform_files"].add_bytes(data, "one-mib.bin").to_json()
     file_id = invoke("drive.upload_file", {"platformFile": {**pf, "size": claimed}}, resources)["fileId"]
     assert fake.blob(file_id) == data
+
+
+SHORTCUT = "application/vnd.google-apps.shortcut"
+
+
+def test_a_shortcut_downloads_its_target(google: Drive) -> None:
+    fake = google.fake
+    assert fake is not None
+    target = fake.add_file("target.txt", b"the target's bytes", mime="text/plain")
+    link = fake.add_file("link", mime=SHORTCUT, shortcutDetails={"targetId": target, "targetMimeType": "text/plain"})
+    out = google.run("drive.download_file", {"fileId": link})["platformFile"]
+    assert out["name"] == "target.txt"
+
+
+@pytest.mark.parametrize("details", [{}, {"targetMimeType": "text/plain"}, {"targetId": None}])
+def test_a_shortcut_drive_answers_without_its_target_fails_clearly(google: Drive, details: dict[str, Any]) -> None:
+    """A shortcut's metadata without ``shortcutDetails.targetId`` used to reach ``quote(None)``: a TypeError,
+    an unexplained 500. It is the action's 500 naming the shortcut, and no second metadata read is sent."""
+    fake = google.fake
+    assert fake is not None
+    extra = {"shortcutDetails": details} if details else {}
+    link = fake.add_file("link", mime=SHORTCUT, **extra)
+    with pytest.raises(ConnectorError) as err:
+        google.run("drive.download_file", {"fileId": link})
+    assert err.value.status == 500
+    assert err.value.message == (f"Google Drive returned the shortcut {link!r} without its target "
+                                 "(shortcutDetails.targetId); nothing was downloaded")
+    assert drive_calls(fake, "GET", "/drive/v3/files/") == 1
