@@ -31,7 +31,6 @@ from connector_ops.registry import action
 
 if TYPE_CHECKING:  # the resources arrive built; importing them here would load SQLAlchemy and httpx for any action
     from connector_ops.etl.compressed import Packing
-    from connector_ops.kernel.platform_file import PlatformFile
     from connector_ops.resources.platform_files import PlatformFileStore
     from connector_ops.resources.virtual_files.store import VirtualFileStore
 
@@ -62,7 +61,7 @@ def push(inp: m.PushInput, virtual_files: VirtualFileStore, platform_files: Plat
     return m.PushOutput(virtual_file_id=vf_id, rejects_file_id=rejects)
 
 
-def _load(pf: PlatformFile, params: m.PushParameters, virtual_files: VirtualFileStore,
+def _load(pf: m.PushFile, params: m.PushParameters, virtual_files: VirtualFileStore,
           platform_files: PlatformFileStore, quarantine: Quarantine | None) -> str:
     if is_parquet(pf.name, pf.content_type):  # read once (copied to a temporary file first if not seekable)
         return push_parquet(virtual_files, lambda: platform_files.open(pf), pf.name, params)

@@ -20,7 +20,7 @@ import io
 import json
 import json.scanner
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from decimal import Decimal
 from typing import IO, Any
 
@@ -148,7 +148,7 @@ def _array_by_lines(stream: IO[bytes], reopen: Open, encoding: str) -> RecordBat
         yield from _json_array(as_utf8(again, encoding)[0], skip=handed, encoding=encoding, reopen=reopen)
 
 
-def _item_rows(stream: IO[bytes]) -> Iterator[dict[str, str | None]]:
+def _item_rows(stream: IO[bytes]) -> Generator[dict[str, str | None], None, None]:
     """The array's items, one per line, as rows; raises at anything yajl might read otherwise."""
     lines = io.TextIOWrapper(io.BufferedReader(ArrayLines(stream), 1 << 16), encoding="utf-8", newline="")
     for line in lines:

@@ -10,7 +10,7 @@ error message comes from one place, and a bad file costs one extra read.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from connector_ops.etl import models as m
 from connector_ops.etl.csv_fast import data_rows
@@ -35,9 +35,9 @@ def push_csv(store: VirtualFileStore, open_file: Open, name: str, size: int | No
     ragged rows are refused into it (the fast path gives up on them, so only the row reader refuses).
     ``size`` is what progress counts; ``text_size``, the text's bytes when they are more (a compressed file),
     chooses the path."""
-    options = {"delimiter": params.csv_delimiter, "lines_to_ignore": params.lines_to_ignore,
-               "header": bool(params.use_first_row_as_schema), "schema": params.schema_,
-               "encoding": params.encoding}
+    options: dict[str, Any] = {  # read_csv's keyword arguments, each of its own type
+        "delimiter": params.csv_delimiter, "lines_to_ignore": params.lines_to_ignore,
+        "header": bool(params.use_first_row_as_schema), "schema": params.schema_, "encoding": params.encoding}
     label = f"push {name}"
     if FAST and store.columnar_load_pays(size if text_size is None else text_size):
         vf_id, gave_up = _fast(store, open_file, name, size, options)

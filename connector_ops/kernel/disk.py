@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from connector_ops.kernel.errors import ActionFailed, ConfigurationError
 
@@ -38,6 +38,9 @@ MIN_FREE_DISK_VARIABLE = "CONNECTOR_OPS_MIN_FREE_DISK"
 #: storage, logs, a database server's next checkpoint), and for the WAL and pages SQLite writes at a commit
 #: after the last check; small beside today's disks, large beside one run's logs.
 DEFAULT_MIN_FREE_DISK = 1 << 30
+
+#: a writable handle, binary or text: :meth:`DiskFloor.guard` hands back the kind it was given
+_Handle = TypeVar("_Handle", bound=IO[Any])
 #: a writer looks at the free space again after this many bytes (a few µs per 4 MiB: nothing measurable)
 CHECK_EVERY_BYTES = 4 << 20
 #: a SQLite statement looks again after this many seconds (its progress handler counts instructions, not bytes)
@@ -187,7 +190,7 @@ class DiskFloor:
             self._unchecked = 0
             self.check()
 
-    def guard(self, handle: IO[bytes]) -> IO[bytes]:
+    def guard(self, handle: _Handle) -> _Handle:
         """``handle``, checking the floor every :data:`CHECK_EVERY_BYTES` written to it (the caller checks
         before it creates the file, so a refusal up front leaves not even an empty one)."""
         return handle if self.min_free <= 0 else _Guarded(handle, self)  # type: ignore[return-value]

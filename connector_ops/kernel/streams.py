@@ -186,6 +186,7 @@ def seekable_opener(open_file: Open, prefix: str = "connector-ops-") -> Iterator
 def _copy(raw: IO[bytes], stack: contextlib.ExitStack, prefix: str) -> Path:
     """A copy of ``raw``'s bytes that lives as long as ``stack``, and the path that opens it."""
     floor = temp_floor()  # the copy grows TMPDIR as large as the file
+    out: IO[bytes]
     if _PROC_FD.is_dir():
         out = stack.enter_context(tempfile.TemporaryFile(prefix=prefix))  # noqa: SIM115 - the stack closes it
         path = _PROC_FD / str(out.fileno())
