@@ -82,10 +82,10 @@ def holds_positions(database_url: str) -> bool:
     if scheme in ("postgresql", "postgres"):
         import psycopg
 
-        with psycopg.connect("postgresql://" + database_url.split("://", 1)[1]) as conn:
-            if conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0] is None:
+        with psycopg.connect("postgresql://" + database_url.split("://", 1)[1]) as pg:  # not sqlite3's conn
+            if pg.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0] is None:
                 return False
-            return bool(conn.execute(probe).fetchone()[0])
+            return bool(pg.execute(probe).fetchone()[0])
     return False
 
 

@@ -146,8 +146,9 @@ class VirtualFileInfo:
     def table(self) -> sa.Table:
         return row_table(self.table_name, self.ordinals)
 
-    def column_map(self, table: sa.Table | None = None) -> dict[str, sa.ColumnElement]:
-        """User column name -> SQL column (what the filter compiler and joins work with)."""
+    def column_map(self, table: sa.FromClause | None = None) -> dict[str, sa.ColumnElement]:
+        """User column name -> SQL column (what the filter compiler and joins work with); ``table``: the row
+        table or a from-clause with its columns (an alias of it, as a join names its sides)."""
         table = self.table if table is None else table
         return {n: table.c[internal_name(o)] for n, o in zip(self.names, self.ordinals, strict=True)}
 

@@ -36,7 +36,7 @@ class CopyableLines(io.RawIOBase):
     breaks at its very end dropped (the ``csv`` module skips the empty lines they make), and
     :class:`NotForCopy` raised for any other empty line or a ``\\.`` line."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes] | io.RawIOBase) -> None:  # a file, or a raw reader (csv_columns.CheckedBytes)
         self._stream = stream
         self._held = b""  # the last line, not yet ended (or the breaks ending the data so far)
         self._out = b""  # checked whole lines not yet handed out

@@ -11,47 +11,51 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.sql.util import find_tables
 
 from connector_ops.resources.virtual_files.table_caches import TableCache
 
+if TYPE_CHECKING:
+    from sqlalchemy.sql.compiler import SQLCompiler
+
 _names = itertools.count()
 
 
 #: compiled statements by dialect and shape, filed under the row tables they read or write: an LRU, and a
 #: dropped table's entries go with it (:mod:`.table_caches`)
-_COMPILED: TableCache[tuple[str, Any], Any] = TableCache(500)
+_COMPILED: TableCache[tuple[str, Any], SQLCompiler] = TableCache(500)
 
 
-def _compile(conn: sa.Connection, stmt: sa.Executable) -> tuple[str, Any]:
+def _compile(conn: sa.Connection, stmt: sa.ClauseElement) -> tuple[str, Any]:
     """SQL text and driver parameters; compiled forms are cached by statement shape, as SQLAlchemy's
     own ``execute`` does (compiling a SELECT costs about as much as running an indexed query)."""
-    key = stmt._generate_cache_key()  # type: ignore[attr-defined]
+    key = stmt._generate_cache_key()
+    compiled: SQLCompiler | None  # what compile() gives a statement (typed as the base Compiled)
     if key is None or any(b.expanding for b in key.bindparams):  # IN lists: the SQL depends on their length
-        compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+        compiled = cast("SQLCompiler", stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True}))
         params = compiled.params
     else:
         shape = (conn.dialect.name, key.key)
         compiled = _COMPILED.get(shape)
         if compiled is None:  # its tables found only now: the walk of the statement cost 23 of a hit's 30 µs
-            compiled = _COMPILED.put(shape, stmt.compile(dialect=conn.dialect, cache_key=key),
-                                     [t.name for t in find_tables(stmt, include_crud=True)])  # type: ignore[arg-type]
+            compiled = _COMPILED.put(shape, cast("SQLCompiler", stmt.compile(dialect=conn.dialect, cache_key=key)),
+                                     [t.name for t in find_tables(stmt, include_crud=True)])
         params = compiled.construct_params(extracted_parameters=key.bindparams)
     if compiled.positiontup is not None:
         return compiled.string, tuple(params[name] for name in compiled.positiontup)
     return compiled.string, params
 
 
-def fetch_all(conn: sa.Connection, stmt: sa.Executable) -> list[tuple]:
+def fetch_all(conn: sa.Connection, stmt: sa.ClauseElement) -> list[tuple]:
     """All rows of ``stmt`` as driver tuples."""
     with _executed(conn, stmt) as cursor:
         return cursor.fetchall()
 
 
-def fetch_pages(conn: sa.Connection, stmt: sa.Executable, size: int) -> Iterator[list[tuple]]:
+def fetch_pages(conn: sa.Connection, stmt: sa.ClauseElement, size: int) -> Iterator[list[tuple]]:
     """The rows of ``stmt`` as driver tuples, ``size`` at a time, from one client-side cursor (one round
     trip): for a result the caller keeps whole anyway, but converts a page at a time, so that beside what it
     built only one page of tuples is alive."""
@@ -60,7 +64,7 @@ def fetch_pages(conn: sa.Connection, stmt: sa.Executable, size: int) -> Iterator
 
 
 @contextlib.contextmanager
-def _executed(conn: sa.Connection, stmt: sa.Executable) -> Iterator[Any]:
+def _executed(conn: sa.Connection, stmt: sa.ClauseElement) -> Iterator[Any]:
     sql, params = _compile(conn, stmt)
     cursor = conn.connection.driver_connection.cursor()
     try:
@@ -85,7 +89,7 @@ def _disconnects_seen(conn: sa.Connection, cursor: Any) -> Iterator[None]:
         raise
 
 
-def stream(conn: sa.Connection, stmt: sa.Executable, batch_size: int) -> Iterator[list[tuple]]:
+def stream(conn: sa.Connection, stmt: sa.ClauseElement, batch_size: int) -> Iterator[list[tuple]]:
     """Rows of ``stmt`` in pages of ``batch_size`` driver tuples, in bounded memory."""
     sql, params = _compile(conn, stmt)
     driver = conn.connection.driver_connection

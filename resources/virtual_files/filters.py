@@ -647,6 +647,7 @@ def _to_sql(node: Node, columns: Mapping[str, sa.ColumnElement], *, exact: bool,
         return sa.true() if isinstance(node, Match) and node.missing else sa.false()
     if isinstance(node, Regex):
         return regex(column, node)
+    leaf: sa.ColumnElement[bool]  # a comparison here, a membership test below
     if isinstance(node, Compare):
         left = sa.collate(column, "C") if dialect == "postgresql" else column
         leaf = left.op(node.op, is_comparison=True)(sa.bindparam(None, node.value, type_=sa.Text))

@@ -30,7 +30,7 @@ def insert_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], ro
 
 
 def insert_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
-                   batches: Iterable[list[Sequence]]) -> int:
+                   batches: Iterable[Sequence[Sequence]]) -> int:
     """Insert every batch of ``batches`` (consumed lazily, in order). Nothing else may use ``conn``
     until this returns: on PostgreSQL the batches stream through one open ``COPY``. A batch is let go
     once stored, before the next is asked for: a ``for`` loop's variable would keep it alive while the
@@ -47,7 +47,7 @@ def _quote(conn: sa.Connection, name: str) -> str:
     return conn.dialect.identifier_preparer.quote_identifier(name)
 
 
-def _default_rows(conn: sa.Connection, table_name: str, batches: Iterable[list[Sequence]]) -> int:
+def _default_rows(conn: sa.Connection, table_name: str, batches: Iterable[Sequence[Sequence]]) -> int:
     n = sum(len(batch) for batch in batches)
     statement = sa.text(f"INSERT INTO {_quote(conn, table_name)} DEFAULT VALUES")
     for _ in range(n):
@@ -56,7 +56,7 @@ def _default_rows(conn: sa.Connection, table_name: str, batches: Iterable[list[S
 
 
 def _executemany_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
-                         batches: Iterable[list[Sequence]]) -> int:
+                         batches: Iterable[Sequence[Sequence]]) -> int:
     cols = ", ".join(_quote(conn, c) for c in columns)
     marks = ", ".join("?" for _ in columns)
     statement = f"INSERT INTO {_quote(conn, table_name)} ({cols}) VALUES ({marks})"
@@ -117,7 +117,7 @@ def open_copy(cursor: Any, statement: Any) -> Any:
 
 
 def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
-                  batches: Iterable[list[Sequence]]) -> int:
+                  batches: Iterable[Sequence[Sequence]]) -> int:
     statement = copy_sql(table_name, columns)
     n = 0
     try:
@@ -136,7 +136,7 @@ def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
     return n  # a value PostgreSQL cannot hold is worded by the store's ``writing`` (core.unstorable_value)
 
 
-def copy_text(rows: list[Sequence], width: int) -> bytes:
+def copy_text(rows: Sequence[Sequence], width: int) -> bytes:
     """A batch in ``COPY``'s text format.
 
     Fast path: join with tabs and newlines in C; a count of the separators proves that no value held

@@ -10,7 +10,7 @@ import functools
 import hashlib
 import importlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -41,7 +41,7 @@ class Reading(StoreCore):
             return count, list(info.names), first
 
     def scan_tuples(self, vf_id: str, columns: Sequence[str] | None = None, *, batch_size: int = SCAN_BATCH,
-                    field: str = "schema") -> tuple[list[str], Iterator[list[tuple]]]:
+                    field: str = "schema") -> tuple[list[str], Generator[list[tuple], None, None]]:
         """``(column names, batches of value tuples)`` in row order: keyset pages read in one snapshot.
 
         ``columns`` selects and orders columns (an unknown name is an ``InvalidInput`` on ``field``).
@@ -51,16 +51,17 @@ class Reading(StoreCore):
                           lambda conn, info, names: keyset_pages(conn, info, names, batch_size))
 
     def scan_arrow(self, vf_id: str, columns: Sequence[str] | None = None, *,
-                   field: str = "schema") -> tuple[list[str], Iterator[Any]]:
+                   field: str = "schema") -> tuple[list[str], Generator[Any, None, None]]:
         """``(column names, Arrow record batches of strings)`` in row order, read in one snapshot
         (:mod:`.arrow_reads`); ``columns`` as for :meth:`scan_tuples`."""
         return self._scan(vf_id, columns, field, arrow_batches)
 
     def _scan(self, vf_id: str, columns: Sequence[str] | None, field: str,
               read: Callable[[sa.Connection, VirtualFileInfo, list[str]], Iterator[Any]]
-              ) -> tuple[list[str], Iterator[Any]]:
-        """``(column names, what read yields)``; the snapshot is opened now, so the names and the rows agree."""
-        def scan() -> Iterator[Any]:
+              ) -> tuple[list[str], Generator[Any, None, None]]:
+        """``(column names, what read yields)``; the snapshot is opened now, so the names and the rows agree.
+        A generator: ``close()`` ends the snapshot before the end of the rows."""
+        def scan() -> Generator[Any, None, None]:
             with self.reading() as conn:
                 info = self.info(conn, vf_id)
                 names = list(info.names) if columns is None else list(columns)

@@ -6,7 +6,7 @@ out of the dict a reader gets, so "missing" and ``""`` stay different.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import sqlalchemy as sa
 
@@ -16,8 +16,9 @@ from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 
 
 def keyset_pages(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str],
-                 batch_size: int = SCAN_BATCH) -> Iterator[list[tuple]]:
-    """Batches of value tuples (aligned with ``names``) in row order, streamed in bounded memory."""
+                 batch_size: int = SCAN_BATCH) -> Generator[list[tuple], None, None]:
+    """Batches of value tuples (aligned with ``names``) in row order, streamed in bounded memory (a generator:
+    ``close()`` it to end the read early)."""
     if not names:  # a file without columns: SELECT needs one, the rows are empty tuples
         for page in stream(conn, sa.select(info.table.c.seq).order_by(info.table.c.seq), batch_size):
             yield [() for _ in page]

@@ -3,7 +3,7 @@ that imports nothing heavy, so an action module can name them without loading SQ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -15,24 +15,34 @@ Values = Sequence[str | None]
 SCAN_BATCH = 10_000
 
 JoinKind = Literal["INNER", "LEFT"]
-#: a page of rows -> the rows to write (dicts of text or None; a new key adds a column)
-PageFunction = Callable[[list[Row]], Iterable[Mapping[str, str | None]]]
+#: a page of rows -> the rows to write (dicts of text or None; a new key adds a column); a sequence, not any
+#: iterable: the writer reads the page more than once and slices it
+PageFunction = Callable[[list[Row]], Sequence[Mapping[str, str | None]]]
 #: a row -> None to accept it, or the values of its row in the refused file
 Refusal = Callable[[Row], Sequence[str] | None]
 
 
 class RuleShape(Protocol):
     """A Validate column rule as the store reads it to clear rows in SQL (:mod:`.suspect_sql`);
-    :class:`connector_ops.etl.validation.ColumnRule` is one."""
+    :class:`connector_ops.etl.validation.ColumnRule` is one. Read-only properties: the store only reads
+    them, and a frozen dataclass (ColumnRule) matches a protocol's plain attributes only if they are settable."""
 
-    column: str
-    required: bool
-    allow_empty: bool
-    kind: str  # string | integer | float | boolean
-    low: int | None
-    high: int | None
-    precision: tuple[int, int] | None
-    spec: str  # a float's "p,s" maxLength as the errors show it
+    @property
+    def column(self) -> str: ...
+    @property
+    def required(self) -> bool: ...
+    @property
+    def allow_empty(self) -> bool: ...
+    @property
+    def kind(self) -> str: ...  # string | integer | float | boolean
+    @property
+    def low(self) -> int | None: ...
+    @property
+    def high(self) -> int | None: ...
+    @property
+    def precision(self) -> tuple[int, int] | None: ...
+    @property
+    def spec(self) -> str: ...  # a float's "p,s" maxLength as the errors show it
 
 
 @dataclass(frozen=True)

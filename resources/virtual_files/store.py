@@ -20,7 +20,7 @@ read back, so "missing" and "empty string" stay different.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -133,7 +133,7 @@ class VirtualFileStore(Resource):
         return sql_store(self.database_url, self.min_free_disk)
 
     # -- writing ---------------------------------------------------------------------------------
-    def create_from_batches(self, columns: Sequence[str], batches: Iterable[list[Values]]) -> str:
+    def create_from_batches(self, columns: Sequence[str], batches: Iterable[Sequence[Values]]) -> str:
         """A new virtual file with ``columns`` holding every batch of value rows; returns its id."""
         return self.sql.create_from_batches(columns, batches)
 
@@ -208,13 +208,13 @@ class VirtualFileStore(Resource):
         return self.sql.summary(vf_id, n)
 
     def scan_tuples(self, vf_id: str, columns: Sequence[str] | None = None, *, batch_size: int = SCAN_BATCH,
-                    field: str = "schema") -> tuple[list[str], Iterator[list[tuple]]]:
+                    field: str = "schema") -> tuple[list[str], Generator[list[tuple], None, None]]:
         """``(column names, batches of value tuples)`` in row order, read in one snapshot; ``columns`` selects
         and orders columns (an unknown one is an ``InvalidInput`` on ``field``)."""
         return self.sql.scan_tuples(vf_id, columns, batch_size=batch_size, field=field)
 
     def scan_arrow(self, vf_id: str, columns: Sequence[str] | None = None, *,
-                   field: str = "schema") -> tuple[list[str], Iterator[Any]]:
+                   field: str = "schema") -> tuple[list[str], Generator[Any, None, None]]:
         """``(column names, Arrow record batches of strings)`` in row order, read in one snapshot; a missing
         value is null. ``columns`` as for :meth:`scan_tuples`."""
         return self.sql.scan_arrow(vf_id, columns, field=field)

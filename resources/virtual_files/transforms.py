@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import operator
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -38,7 +38,6 @@ from connector_ops.resources.virtual_files.shapes import (
     JoinKind,
     PageFunction,
     Refusal,
-    Row,
     Side,
     Values,
     Verdicts,
@@ -121,7 +120,8 @@ class Transforms(Writing, Querying):
         return output.vf_id, rejection.vf_id
 
 
-def _mapped(pages: Iterable[list[tuple]], names: Sequence[str], transform: PageFunction) -> Iterator[list[Row]]:
+def _mapped(pages: Iterable[list[tuple]], names: Sequence[str],
+            transform: PageFunction) -> Iterator[Sequence[Mapping[str, str | None]]]:
     """``transform`` of each page's rows (dicts); a page and its dicts are let go before the next page is
     fetched (see :func:`.loaders.insert_batches`)."""
     for page in pages:
@@ -133,21 +133,21 @@ def _mapped(pages: Iterable[list[tuple]], names: Sequence[str], transform: PageF
         del out
 
 
-def _sliced(pages: Iterable[list[tuple]], size: int) -> Iterator[list[tuple]]:
+def _sliced(pages: Iterable[list[tuple]], size: int) -> Generator[list[tuple], None, None]:
     """The rows of ``pages`` in pages of at most ``size``."""
     for page in pages:
         for start in range(0, len(page), size):
             yield page[start:start + size]
 
 
-def _write_pages(writer: RowWriter, pages: Iterable[list[Mapping[str, str | None]]]) -> None:
+def _write_pages(writer: RowWriter, pages: Iterable[Sequence[Mapping[str, str | None]]]) -> None:
     """Pages of rows (dicts) as tuples of the writer's columns, consumed lazily through one
     ``write_batches`` (one ``COPY``) for as long as the rows bring no new keys. At a row that does, that
     stream ends, the new keys of the rest of its page are added at once (in the order they appear), and the
     next stream starts with that row."""
     pages = iter(pages)
     while True:
-        held: list[list[Mapping[str, str | None]]] = []
+        held: list[Sequence[Mapping[str, str | None]]] = []
         writer.write_batches(writer.names, _known_rows(pages, list(writer.names), held))
         if not held:
             return
@@ -155,8 +155,8 @@ def _write_pages(writer: RowWriter, pages: Iterable[list[Mapping[str, str | None
         pages = itertools.chain(held, pages)
 
 
-def _known_rows(pages: Iterator[list[Mapping[str, str | None]]], names: list[str],
-                held: list[list[Mapping[str, str | None]]]) -> Iterator[list[Values]]:
+def _known_rows(pages: Iterator[Sequence[Mapping[str, str | None]]], names: list[str],
+                held: list[Sequence[Mapping[str, str | None]]]) -> Iterator[list[Values]]:
     """Each page's rows as tuples aligned with ``names`` (a missing key is a missing value), until a row has a
     key ``names`` lacks: the rest of its page, from that row, goes into ``held``. A page whose rows all have
     exactly the keys ``names`` (what a row function usually returns) is aligned in C, with no step per row

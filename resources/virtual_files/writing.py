@@ -80,7 +80,7 @@ class RowWriter:
         """Rows as tuples aligned with ``names`` (user column names already in the file)."""
         return self.write_batches(names, [rows if isinstance(rows, list) else list(rows)])
 
-    def write_batches(self, names: Sequence[str], batches: Iterable[list[Values]]) -> int:
+    def write_batches(self, names: Sequence[str], batches: Iterable[Sequence[Values]]) -> int:
         """A stream of row batches, loaded in one go (one ``COPY`` on PostgreSQL): the database stores
         rows while the caller produces the next batch. Nothing else may use the connection meanwhile."""
         index = {n: o for n, o in zip(self.names, self.ordinals, strict=True)}
@@ -168,7 +168,7 @@ class Writing(StoreCore):
         self.catalogue_columns(conn, info)
         return RowWriter(conn, info, field, unbuilt=unbuilt)
 
-    def create_from_batches(self, columns: Sequence[str], batches: Iterable[list[Values]]) -> str:
+    def create_from_batches(self, columns: Sequence[str], batches: Iterable[Sequence[Values]]) -> str:
         """A new virtual file with ``columns`` holding every batch of value rows (aligned with ``columns``,
         consumed lazily: the database stores rows while the next batch is produced); returns its id."""
         with self.create(columns) as writer:
