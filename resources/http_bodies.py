@@ -65,7 +65,8 @@ class HttpBody(io.BufferedReader):
 
     def __init__(self, response: httpx.Response, link: str, host: str, resend: Resend | None = None) -> None:
         super().__init__(ChunkStream(self._chunks()), CHUNK)
-        self._first, self._current, self._continued = response, response, []
+        self._first, self._current = response, response
+        self._continued: list[httpx.Response] = []  # the responses that continued the body after a break
         self._link, self._host, self._resend = link, host, resend
         self._stopped = threading.Event()
 

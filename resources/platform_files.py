@@ -400,7 +400,7 @@ class PlatformFileStore(Resource):
                 found.append((file_id, datetime.fromisoformat(stamp.replace("Z", "+00:00"))))
         return sorted(found, key=lambda item: (item[1], item[0]))
 
-    def local_id(self, descriptor: PlatformFile | dict) -> str | None:
+    def local_id(self, descriptor: PlatformFile | Mapping[str, Any]) -> str | None:
         """The id of the file if ``descriptor.link`` is a link of our own file server, else ``None``: the one
         test of "ours" for every reader (Push, Drive upload, mail attachments, the magics, step metadata).
 
@@ -457,7 +457,7 @@ class PlatformFileStore(Resource):
         return data_path
 
     @contextlib.contextmanager
-    def open(self, descriptor: PlatformFile | dict, field: str = "platformFile") -> Iterator[IO[bytes]]:
+    def open(self, descriptor: PlatformFile | Mapping[str, Any], field: str = "platformFile") -> Iterator[IO[bytes]]:
         """A binary stream of the file's bytes: read from storage for our links, else over HTTP."""
         pf = PlatformFile.model_validate(descriptor)
         local = self.local_id(pf)
@@ -469,7 +469,7 @@ class PlatformFileStore(Resource):
             yield stream
 
     @contextlib.contextmanager
-    def opener(self, descriptor: PlatformFile | dict,
+    def opener(self, descriptor: PlatformFile | Mapping[str, Any],
                field: str = "platformFile") -> Iterator[tuple[Open, int | None]]:
         """Opens of the file for one action that reads it more than once, and its size in bytes if known. A
         file of this store is opened again each time (:meth:`open`). A link of another server is fetched
@@ -528,7 +528,8 @@ class PlatformFileStore(Resource):
         server reads storage). ``own_id``: the descriptor's ``id``, for the refusal of a link of an earlier
         file server URL (:meth:`_not_ours_because`)."""
         guard = LinkGuard(AllowList.parse(self.allowed_private_hosts), self._resolver or system_resolver)
-        url, came_from, shown = link, None, link_shown(link)
+        url, shown = link, link_shown(link)
+        came_from: str | None = None  # the hop that redirected here
         for _ in range(MAX_REDIRECTS + 1):
             local = self.local_id({"link": url}) if came_from is not None else None
             if local is not None:
@@ -567,7 +568,7 @@ class PlatformFileStore(Resource):
         return client.send(client.build_request("GET", url, headers={**headers, **more}, extensions=extensions),
                            stream=True)
 
-    def size_of(self, descriptor: PlatformFile | dict) -> int | None:
+    def size_of(self, descriptor: PlatformFile | Mapping[str, Any]) -> int | None:
         """The file's size in bytes: for a file this store holds, the stored size (the caller's ``size`` may
         be wrong, and limits and upload headers are decided from it); else the descriptor's, if any."""
         pf = PlatformFile.model_validate(descriptor)
@@ -579,7 +580,7 @@ class PlatformFileStore(Resource):
                 return self.data_path(local).stat().st_size
         return pf.size
 
-    def read_bytes(self, descriptor: PlatformFile | dict) -> bytes:
+    def read_bytes(self, descriptor: PlatformFile | Mapping[str, Any]) -> bytes:
         with self.open(descriptor) as handle:
             return handle.read()
 

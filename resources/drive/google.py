@@ -241,7 +241,7 @@ class GoogleDriveResource(Resource):
 
     def _new_id(self) -> str:
         """An id reserved with ``files.generateIds``: it makes the create that uses it repeatable."""
-        reserved = per_process(self, "_ids", list)  # a forked child never pops the ids its parent reserved
+        reserved: list[str] = per_process(self, "_ids", list)  # a forked child never pops the ids its parent reserved
         with contextlib.suppress(IndexError):  # list.pop is atomic: no two threads get one id
             return reserved.pop()
         ids = self.http.call("GET", self._url("files", "generateIds"), action="reserve a file id",

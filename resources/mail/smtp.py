@@ -16,7 +16,7 @@ from email.errors import MessageError
 from email.headerregistry import Address as HeaderAddress
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import PrivateAttr
 
@@ -34,6 +34,9 @@ from connector_ops.resources.mail.headers import (
 )
 from connector_ops.resources.mail.message import Address, MailMessage
 from connector_ops.resources.mail.templates import LocalTemplates
+
+if TYPE_CHECKING:  # typeshed's alias (collections.abc.Buffer from Python 3.12): what smtplib.SMTP.send takes
+    from _typeshed import ReadableBuffer
 
 Security = Literal["starttls", "tls", "none"]
 DEFAULT_PORTS = {"starttls": 587, "tls": 465, "none": 25}
@@ -64,7 +67,7 @@ class _Watched(smtplib.SMTP):
 
     message_sent = False
 
-    def send(self, s: bytes | str) -> None:
+    def send(self, s: ReadableBuffer | str) -> None:
         super().send(s)
         if isinstance(s, bytes) and s.endswith(b"\r\n.\r\n"):  # only data() sends bytes: the message body
             self.message_sent = True
