@@ -19,7 +19,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -356,7 +356,7 @@ def output_failed(exc: OutputError, code: int = 0) -> int:
     return code or 1
 
 
-def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
+def run(command: click.Command, argv: Sequence[str] | None) -> int:
     """Run a click command and turn every outcome into an exit code (errors as one line, no traceback)."""
     try:
         return _run(command, argv)
@@ -364,7 +364,7 @@ def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
         return output_failed(exc)
 
 
-def _run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
+def _run(command: click.Command, argv: Sequence[str] | None) -> int:
     try:
         result = command.main(args=list(argv) if argv is not None else None, prog_name=PROG, standalone_mode=False)
     except click.exceptions.Exit as exc:

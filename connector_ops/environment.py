@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from connector_ops.kernel.disk import min_free_disk
 from connector_ops.kernel.errors import ConfigurationError
@@ -58,7 +58,13 @@ class Env:
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self.environ = dict(os.environ if environ is None else environ)
 
+    @overload
+    def get(self, name: str, default: None = None) -> str | None: ...
+    @overload
+    def get(self, name: str, default: str) -> str: ...
+
     def get(self, name: str, default: str | None = None) -> str | None:
+        """The variable's value; unset or empty is ``default`` (so a ``str`` default gives a ``str``)."""
         value = self.environ.get(name)
         return value if value not in (None, "") else default
 

@@ -205,7 +205,7 @@ def _surrogate_at(frame: Any, field: str) -> InvalidInput | None:
 
 
 def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
-               stream_forms: Mapping[int, int | bool] | None = None, stream_size: int | None = None) -> str:
+               stream_forms: Mapping[int, int | bool | None] | None = None, stream_size: int | None = None) -> str:
     """A new virtual file holding ``frame``'s rows; returns its id. A pandas frame goes to Arrow a slice at a
     time, and a stream a batch at a time, so memory grows with the slice or batch, not the frame.
     ``stream_forms``: a stream's :func:`.frame_text.column_form` of each column, where its source could be
@@ -215,7 +215,8 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
     frame = as_frame(frame, field)
     if _pandas(frame):
         columns = list(frame.columns)
-        forms = {i: form for i, c in enumerate(columns) if (form := _pandas_form(frame[c])) is not None}
+        forms: dict[int, int | bool | None] = {
+            i: form for i, c in enumerate(columns) if (form := _pandas_form(frame[c])) is not None}
         slices = (frame.iloc[start:start + BATCH_ROWS] for start in range(0, len(frame), BATCH_ROWS))
         parts: Iterator[tuple[Any, Sequence[Any]]] = ((to_arrow(part, field), part.index) for part in slices)
         size: int | None = len(frame) * len(columns) * 16  # what the column-wise load needs: roughly the bytes
@@ -277,7 +278,8 @@ def _told_if_empty(parts: Iterator[tuple[Any, range]], field: str) -> Iterator[t
              "Arrow stream can be read only once: was it read before?)")
 
 
-def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: Mapping[int, int], field: str) -> Any:
+def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: Mapping[int, int | bool | None],
+             field: str) -> Any:
     """One slice or batch as text columns (:func:`.frame_text.text_column`); a value that cannot become text, or
     whose text is longer than :data:`~connector_ops.kernel.limits.MAX_VALUE` (:func:`_longer_than_allowed`),
     is a 400 naming its column and its index label (a frame's) or row (a table's or stream's)."""

@@ -390,11 +390,11 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
     wirable = spec.wirable_inputs
     outs = output_names(spec, extensions)
 
-    def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
+    def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output | dg.AssetMaterialization]:
         with failing_as(spec.name):
             yield from _compute(context, inputs)
 
-    def _compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output]:
+    def _compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output | dg.AssetMaterialization]:
         ensure_launched_definition(context)
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
         try:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -166,7 +166,7 @@ def unpickled(context: dg.InputContext, key: str, data: bytes) -> Any:
             "only by the version that wrote them (docs/deployment.md, Upgrading)")})) from None
 
 
-def output_key(identifier: list[str]) -> str:
+def output_key(identifier: Sequence[str]) -> str:
     """One output's key: run id, step key, output name (and mapping key of a dynamic output)."""
     return "/".join(identifier)
 
