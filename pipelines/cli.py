@@ -210,8 +210,8 @@ def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, v
     for step_id, message in run.warnings:  # shown by default: a step that worked may not do what was meant
         print(f"connector-ops: warning: {step_id}: {message}", file=sys.stderr)
     for check in run.result.get_asset_check_evaluations():  # `check:` steps: the finding, and the rows kept
-        path = check.metadata.get("rejects_path")
-        kept = f"; rejected rows: {path.value}" if path is not None else ""
+        rejects = check.metadata.get("rejects_path")  # not `path`: that is the pipeline file's
+        kept = f"; rejected rows: {rejects.value}" if rejects is not None else ""
         outcome = "passed" if check.passed else f"failed ({check.severity.value})"
         print(f"check {check.check_name} of {check.asset_key.to_user_string()}: {outcome} — {check.description}{kept}")
     lines = where_outputs_went(compiled, run.steps, resources)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -67,7 +67,7 @@ def default_start_method() -> dict[str, Any]:
 def local_executor(default: str) -> dg.ExecutorDefinition:
     """Dagster's in-process/multiprocess selector with ``default`` selected and a forked multiprocess."""
 
-    def requirements(config: Mapping[str, Any]) -> list[Any]:
+    def requirements(config: Mapping[str, Any]) -> Sequence[Any]:
         return multiple_process_executor_requirements() if "multiprocess" in config else []
 
     @dg.executor(

@@ -315,7 +315,7 @@ def recent_runs(records: Sequence[dg.RunRecord], cutoff: datetime) -> set[str]:
         if not _is_recent(record, cutoff):
             continue
         recent.add(run.run_id)
-        ancestor = run
+        ancestor: dg.DagsterRun | None = run
         while ancestor is not None and ancestor.parent_run_id and ancestor.parent_run_id not in recent:
             recent.add(ancestor.parent_run_id)
             ancestor = by_id.get(ancestor.parent_run_id)
@@ -372,6 +372,7 @@ def _run_output_strings(instance: dg.DagsterInstance, run_id: str, strings: set[
         event = entry.dagster_event
         if event is None:
             continue
+        action: tuple[str, ...]  # the metadata keys an action step leaves (none for a check)
         if event.event_type == dg.DagsterEventType.STEP_OUTPUT:
             metadata, action = event.step_output_data.metadata, (_ACTION_OUTPUT_KEY,)
         elif event.event_type == dg.DagsterEventType.STEP_FAILURE:  # what a failed step read (its input)

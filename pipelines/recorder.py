@@ -402,11 +402,13 @@ class Recorder:
         taken = {s.file_name.removesuffix(".json") for s in self._snapshots.values()}
         name = step_id_for(call.df if isinstance(call.df, str) else "frame", taken) + ".json"
         if self.resources is None or not isinstance(vf_id, str):
-            return self._not_kept(call, "etl.pull failed (500): no session to pull the pushed rows from")
+            self._not_kept(call, "etl.pull failed (500): no session to pull the pushed rows from")
+            return None
         try:
             snapshot, columns = Snapshot.take(self.resources(), vf_id, name)
         except ConnectorError as exc:
-            return self._not_kept(call, exc.summary())
+            self._not_kept(call, exc.summary())
+            return None
         self._snapshots[step_id] = snapshot
         return {"platformFile": "${file:" + name + "}", "parameters": {"schema": [_escape(c) for c in columns]}}
 

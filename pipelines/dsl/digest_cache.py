@@ -64,7 +64,8 @@ class Entry:
         """Not racy: the file's timestamps were well before its hashing, so any later write moves one of them."""
         return max(self.stat[3], self.stat[4]) <= self.hashed_at_ns - RACY_NS
 
-    def stands_for(self, current: Signature) -> bool:
+    def stands_for(self, current: Signature | None) -> bool:
+        """Whether the entry is still true of a file whose signature is ``current`` (``None``: it is gone)."""
         return self.stat == current and self.settled()
 
     def to_json(self) -> dict[str, Any]:

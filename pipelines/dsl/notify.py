@@ -206,9 +206,9 @@ def _entry(item: Any, path: tuple[str | int, ...], assets: Mapping[str, str], re
                                                  f"(its assets: {known})")
                 ok = False
     for j, attachment in enumerate(message.get("attachments") or []):
-        parts = template_parts(attachment) if isinstance(attachment, str) and ok else None
-        if parts is None or len(parts) != 1 or not isinstance(parts[0], tuple) or parts[0][0] != "asset" \
-                or assets.get(parts[0][1]) != "platformFile":
+        pieces = template_parts(attachment) if isinstance(attachment, str) and ok else None
+        if pieces is None or len(pieces) != 1 or not isinstance(pieces[0], tuple) or pieces[0][0] != "asset" \
+                or assets.get(pieces[0][1]) != "platformFile":
             report((*path, "message", "attachments", j),
                    "an attachment is exactly ${asset:KEY} of an asset step whose data is a platform file")
             ok = False
