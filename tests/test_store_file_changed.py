@@ -30,6 +30,7 @@ from connector_ops.kernel.errors import NotFound
 from connector_ops.resources.virtual_files.checkpoints import close_all as close_checkpoint_connections
 from connector_ops.resources.virtual_files.db_errors import CatalogMissing
 from connector_ops.resources.virtual_files.engines import WRITE, dispose_all, get_engine
+from connector_ops.resources.virtual_files.log_on_close import keep_log_on_close
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 from connector_ops.resources.virtual_files.store_file import StoreFileChanged
 
@@ -289,7 +290,10 @@ def test_a_backup_copied_over_the_live_file_is_used_and_never_undone(store, db, 
     backup_of(db, tmp_path / "backup.db")
     b = store.create_from_dicts([[{"n": "b"}]], (), "rows")  # after the backup: the restore drops it
     copy_over(tmp_path / "backup.db", db)
-    with pytest.raises(NotFound):
+    with pytest.raises(StoreFileChanged) as info:  # its pooled connection had the removed log open: a 503
+        store.summary(b)
+    assert info.value.status == 503 and info.value.retryable
+    with pytest.raises(NotFound):  # the next call is on the restored file
         store.summary(b)
     assert store.summary(a, 1)[2] == [{"n": "a"}]
     d = pushed_by_another_process(db)
@@ -320,3 +324,17 @@ def test_a_transaction_on_an_engine_taken_before_a_copy_over_fails_and_its_log_i
         store.summary(b)
     live_process_ends()
     assert on_disk(db) == [a]
+
+
+def test_a_connection_is_really_kept_from_copying_its_log_back(tmp_path):
+    """On the Pythons the tests run (3.11 through ctypes, 3.12+ by ``setconfig``) the flag is set, not turned
+    off silently: the connection closes without its checkpoint, so its log is still there after it."""
+    path = tmp_path / "kept.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (a)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.commit()
+    assert keep_log_on_close(conn, str(path))
+    conn.close()
+    assert (tmp_path / "kept.db-wal").stat().st_size > 0  # a closing checkpoint would have applied and removed it

@@ -91,12 +91,16 @@ class StoreFile:
 
     def moved(self) -> bool:
         """Whether the file at the path, or its log, is no longer the one this engine opened (or is gone).
-        A log deleted because every connection to the file, in every process, had closed counts too: the
-        engine is only made anew."""
+        A log that is missing is not counted here: SQLite deletes it when the last connection to the file,
+        in every process, closes (a disposed pool, say), and the engine (with what was registered on it) is
+        still the right one; a connection that had that log open finds it gone as its transaction begins
+        (:meth:`holds`), which is where a copy over the live file with its log removed is caught."""
         if self.opened is None:
             return False
-        return identity(self.path) != self.opened or (
-            self.log_opened is not None and identity(self.log) != self.log_opened)
+        if identity(self.path) != self.opened:
+            return True
+        log = identity(self.log)
+        return self.log_opened is not None and log is not None and log != self.log_opened
 
     def holds(self, info: dict[str, Any]) -> bool:
         """Whether the connection whose record's ``info`` this is has the file and the log now at the path
