@@ -291,3 +291,21 @@ def test_an_export_name_for_other_data_or_two_packings_is_a_400(files, env, expo
 def test_text_that_starts_like_a_compressed_file_is_text(files, env, header):
     """Only the whole magic makes a file compressed: a CSV whose header starts with bzip2's "BZh" is a CSV."""
     assert outcome(files, header + b"Code,x\n1,2\n", "rows.csv") == [{header.decode() + "Code": "1", "x": "2"}]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("export_type", "name", "content_type"), [
+    ("csv", "out.csv.gz", "application/gzip; charset=ISO-8859-1"),
+    ("json", "out.ndjson.xz", "application/x-xz; charset=ISO-8859-1"),
+    ("csv", "out.zip", "application/zip; charset=ISO-8859-1"),
+])
+def test_a_compressed_export_in_another_encoding_keeps_its_charset_and_pushes_back(files, env, export_type, name,
+                                                                                   content_type):
+    """A compressed export once said only its compression (``application/gzip``), dropping the charset, so a
+    latin-1 one did not push back from its descriptor alone: it keeps the charset on the compression's type."""
+    data = "city\nMontréal\nKöln\n".encode()
+    vf = invoke("etl.push", {"platformFile": files.add_bytes(data, "rows.csv").to_json()})["virtualFileId"]
+    out = invoke("etl.pull", {"virtualFileId": vf, "exportType": export_type, "exportName": name,
+                              "parameters": {"encoding": "latin-1"}})["platformFile"]
+    assert out["contentType"] == content_type
+    assert rows(invoke("etl.push", {"platformFile": out})["virtualFileId"]) == rows(vf)

@@ -143,7 +143,9 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
     if packing is not None:
         from connector_ops.etl.compressed import compressing
 
-        chunks, content_type = compressing(chunks, packing.compressor()), packing.content_type
+        # the compression's type, keeping the charset: ``application/gzip; charset=ISO-8859-1`` pushes back
+        # from its descriptor alone (Push reads the parameter whatever the media type)
+        chunks, content_type = compressing(chunks, packing.compressor()), packing.content_type + charset
     with platform_files.create(inp.export_name, content_type) as sink:
         for chunk in chunks:
             sink.write(chunk)
