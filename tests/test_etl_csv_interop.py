@@ -75,6 +75,18 @@ def test_a_tsv_pull_writes_tabs_names_its_type_and_pushes_back(files, env):
     assert plain.startswith(b"id,name\r\n") and plain_pf["contentType"] == "text/csv"
 
 
+def test_a_tsv_pull_with_a_comma_given_says_text_csv_and_pushes_back_by_commas(files, env):
+    """Pull's ``report.tsv`` with ``csvDelimiter: ","`` is ``text/csv``; Push once let the ``.tsv`` name win
+    over that type and read it back by tabs, as one column ``id,name``. An explicit ``text/csv`` means ``,``;
+    the name still decides under a type that does not say."""
+    vf = push(files, b'id,name\n1,"Ann, Jr"\n2,Bob\n', "a.csv")
+    data, pf = pull(files, vf, "report.tsv", csvDelimiter=",")
+    assert data.startswith(b"id,name\r\n") and pf["contentType"] == "text/csv"
+    assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == TSV_ROWS
+    for content_type in ("text/plain", "application/octet-stream"):
+        assert rows(push(files, TSV, "report.tsv", content_type)) == TSV_ROWS
+
+
 def test_a_one_column_pull_holding_the_end_of_data_marker_loads_whole_through_postgresql_copy(files, env,
                                                                                              postgres_url):
     """A value ``\\.`` alone on its line ended PostgreSQL's ``COPY … FROM STDIN`` (psql's ``\\copy``): the rows

@@ -4,7 +4,10 @@ Push and Pull once read and wrote ``report.tsv`` with the default ``,``, silentl
 one column with tabs in its name, and Pull's ``report.tsv`` held commas, which every spreadsheet and
 ``csv.excel_tab`` read as one column. Now such a name defaults ``csvDelimiter`` to a tab on both sides (the
 name without a compression's suffix: ``report.tsv.gz``, a zip archive's ``report.tsv``); a ``csvDelimiter``
-given in the input still wins, so a file misnamed ``.tsv`` can be read as it is.
+given in the input still wins, so a file misnamed ``.tsv`` can be read as it is. A content type says more
+than the name: ``text/csv`` means the default ``,`` whatever the name (Pull's ``report.tsv`` written with
+``csvDelimiter: ","`` says ``text/csv``, and was read back by its name as one column); the name decides only
+under a type that does not say (none, ``application/octet-stream``, ``text/plain``, a compression's).
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ CSV_TYPE = "text/csv"
 
 
 def is_tsv(name: str, content_type: str = "") -> bool:
-    """Whether a file's (uncompressed) name or its content type says tab-separated values."""
-    return ends_with(name, TSV_SUFFIX) or content_type.split(";", 1)[0].strip().lower() == TSV_TYPE
+    """Whether a file's content type says tab-separated values, or, unless it says ``text/csv``, its
+    (uncompressed) name does."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type in (TSV_TYPE, CSV_TYPE):
+        return media_type == TSV_TYPE
+    return ends_with(name, TSV_SUFFIX)
 
 
 def csv_delimiter(parameters: PushParameters | PullParameters, name: str, content_type: str = "") -> str:
