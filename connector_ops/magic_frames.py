@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from connector_ops.display import OPTIONS, PREVIEW_BYTES
+from connector_ops.etl.json_readers import is_json, is_ndjson
 from connector_ops.etl.models import PullInput, PullParameters
 from connector_ops.etl.tsv import csv_delimiter, is_tsv
 from connector_ops.frames import frame_from, frame_into, run_with_store
@@ -58,15 +59,17 @@ def pull_frame(payload: Mapping[str, Any], resources: Mapping[str, Any]) -> Any:
 def read_frame(platform_files: PlatformFileStore, pf: Mapping[str, Any], parameters: PullParameters,
                *, nrows: int | None = None, cell_text: bool = False) -> Any:
     """A platform file exported by Pull (CSV, TSV or JSON) as a DataFrame, read with the Pull's
-    ``parameters`` (its delimiter, a ``.tsv``'s tab, encoding and header row)."""
+    ``parameters`` (its delimiter, a ``.tsv``'s tab, encoding and header row). JSON by Push's own test, and
+    an NDJSON export by lines (read as one array, it failed, and its preview was always empty)."""
     import pandas as pd
 
     text_options: dict[str, Any] = {"dtype": str, "keep_default_na": False} if cell_text else {}
     name, content_type = str(pf.get("name", "")), str(pf.get("contentType"))
     with platform_files.open(pf) as raw:
-        if "json" in content_type or name.endswith(".json"):
+        if is_json(name, content_type):
+            lines = is_ndjson(name, content_type)
             frame = pd.read_json(io.TextIOWrapper(raw, encoding=parameters.encoding), orient="records",
-                                 dtype=not cell_text)
+                                 dtype=not cell_text, lines=lines, nrows=nrows if lines else None)
             return frame.head(nrows) if nrows else frame
         header = 0 if parameters.add_first_row_as_schema else None
         return pd.read_csv(raw, sep=csv_delimiter(parameters, name, content_type), header=header,
@@ -81,8 +84,9 @@ def file_preview(platform_files: PlatformFileStore, parameters: PullParameters |
     read_with = parameters if parameters is not None else PullParameters()
 
     def preview(pf: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-        kind = f"{pf.get('contentType')} {pf.get('name')}".lower()
-        if "csv" not in kind and "json" not in kind and not is_tsv(str(pf.get("name", "")), str(pf.get("contentType"))):
+        name, content_type = str(pf.get("name", "")), str(pf.get("contentType", ""))
+        if "csv" not in f"{content_type} {name}".lower() and not is_json(name, content_type) \
+                and not is_tsv(name, content_type):
             return None
         if platform_files.local_id(dict(pf)) is None or not isinstance(pf.get("size"), int):
             return None

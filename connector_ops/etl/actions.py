@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
 from connector_ops.etl.charsets import charset_suffix, with_charset
-from connector_ops.etl.json_readers import NDJSON_SUFFIXES, is_json, read_json
+from connector_ops.etl.json_readers import NDJSON_SUFFIXES, NDJSON_TYPE, is_json, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
 from connector_ops.etl.push_csv import push_csv
@@ -139,7 +139,7 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
     else:  # named as NDJSON (events.ndjson, events.jsonl.gz): written so, for the tools that read it
         ndjson = ends_with(data_name, NDJSON_SUFFIXES)
         chunks = (ndjson_chunks if ndjson else json_chunks)(names, pages, encoding=params.encoding)
-        content_type = ("application/x-ndjson" if ndjson else "application/json") + charset
+        content_type = (NDJSON_TYPE if ndjson else "application/json") + charset
     if packing is not None:
         from connector_ops.etl.compressed import compressing
 

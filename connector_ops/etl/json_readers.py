@@ -86,8 +86,17 @@ NDJSON_SUFFIXES = (".ndjson", ".jsonl")
 JSON_SUFFIXES = (".json", *NDJSON_SUFFIXES)
 
 
+#: NDJSON's media type (what Pull writes for an NDJSON name, and ``files add`` gives one)
+NDJSON_TYPE = "application/x-ndjson"
+
+
 def is_json(name: str, content_type: str) -> bool:
     return "json" in content_type.lower() or ends_with(name, JSON_SUFFIXES)
+
+
+def is_ndjson(name: str, content_type: str) -> bool:
+    """Whether a JSON file is NDJSON (one object per line) by its name or its content type, as Pull writes it."""
+    return ends_with(name, NDJSON_SUFFIXES) or content_type.split(";", 1)[0].strip().lower() == NDJSON_TYPE
 
 
 def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,

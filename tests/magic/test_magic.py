@@ -97,16 +97,19 @@ def test_pull_shows_the_file_with_a_preview(ip: Any, sales: dict[str, Any]) -> N
 @pytest.mark.parametrize(("parameters", "name"), [
     ({"csvDelimiter": ";"}, "r.csv"), ({"csvDelimiter": "tab"}, "r.csv"), ({}, "r.tsv"),
     ({"encoding": "utf-16", "csvDelimiter": "|"}, "r.csv"),
-], ids=["semicolon", "tab", "tsv-name", "utf-16"])
+    ({}, "r.json"), ({}, "R.JSON"), ({}, "r.ndjson"), ({}, "r.jsonl"), ({"encoding": "utf-16"}, "r.ndjson"),
+], ids=["semicolon", "tab", "tsv-name", "utf-16", "json", "json-upper", "ndjson", "jsonl", "ndjson-utf-16"])
 def test_a_pull_preview_reads_the_file_with_the_pulls_parameters(ip: Any, env: dict[str, str], tmp_path: Path,
                                                                  parameters: dict[str, Any], name: str) -> None:
     """The preview read every export with pandas' defaults (``,``, UTF-8): a ``;`` export (what European
-    Excel wants) was shown as one column whose name and cells held the semicolons."""
+    Excel wants) was shown as one column whose name and cells held the semicolons. An NDJSON export's was
+    always empty: it was read as one JSON array."""
     source = tmp_path / "eu.csv"
     source.write_text("name,city\nAnn,Paris\nBob,Lyon\n")
     ip.user_ns["pf"] = dict(ip.run_line_magic("connectors", f"add-file {source}"))
     ip.user_ns["vf"] = ip.run_line_magic("etl", 'push {"platformFile": {{pf}}}')["virtualFileId"]
-    out = ip.run_line_magic("etl", 'pull {"virtualFileId": "{{vf}}", "exportType": "csv", '
+    export_type = "json" if "json" in name.lower() else "csv"
+    out = ip.run_line_magic("etl", f'pull {{"virtualFileId": "{{{{vf}}}}", "exportType": "{export_type}", '
                                    f'"exportName": "{name}", "parameters": {json.dumps(parameters)}}}')
     assert out.file_preview() == [{"name": "Ann", "city": "Paris"}, {"name": "Bob", "city": "Lyon"}]
     headless = ip.run_line_magic("etl", 'pull {"virtualFileId": "{{vf}}", "exportType": "csv", '
