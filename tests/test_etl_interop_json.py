@@ -135,7 +135,7 @@ def test_pulls_utf8_sig_json_export_pushes_back(resources, paths):
 @pytest.mark.parametrize("fast", [True, False], ids=["columnar", "row reader"])
 def test_pulls_export_in_another_encoding_pushes_back_from_its_descriptor(resources, monkeypatch, paths,
                                                                            export_type, encoding, fast):
-    """Pull names the encoding in contentType (``text/csv; charset=iso8859-1``); Push ignored it and refused
+    """Pull names the encoding in contentType (``text/csv; charset=ISO-8859-1``); Push ignored it and refused
     its own export without parameters (a JSON array even with them)."""
     monkeypatch.setattr(ndjson_fast, "FAST", fast)
     source = resources["virtual_files"].create_from_dicts([ROWS])

@@ -73,7 +73,7 @@ def _load(pf: m.PushFile, params: m.PushParameters, virtual_files: VirtualFileSt
         reopen, name, size = inside.open, inside.name, inside.size
         if is_parquet(name, ""):  # rows.parquet.gz, or a zip archive of rows.parquet
             return push_parquet(virtual_files, reopen, name, params)
-        params = with_charset(params, pf.content_type)  # Pull's text/csv; charset=iso8859-1, say
+        params = with_charset(params, pf.content_type)  # Pull's text/csv; charset=ISO-8859-1, say
         if not is_json(name, pf.content_type):  # a TSV (``rows.tsv.gz`` too) by a tab unless csvDelimiter says
             params = with_csv_delimiter(params, name, pf.content_type)
             return push_csv(virtual_files, reopen, pf.name, size, params, quarantine, text_size=inside.text_size)
