@@ -23,6 +23,8 @@ import codecs
 from connector_ops.etl import models as m
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import text_encoding
+from connector_ops.kernel.media_types import charset_parameter
+from connector_ops.kernel.streams import UTF8
 
 #: Python's canonical codec name (``codecs.lookup(…).name``) -> IANA's preferred MIME name (or its name)
 IANA_NAMES = {
@@ -52,21 +54,12 @@ def charset_label(encoding: str) -> str:
 def charset_suffix(encoding: str) -> str:
     """``"; charset=…"`` for a content type, or ``""`` for UTF-8 (with or without a BOM), which needs none."""
     name = codecs.lookup(encoding).name
-    return "" if name in ("utf-8", "utf-8-sig") else f"; charset={charset_label(name)}"
-
-
-def content_charset(content_type: str) -> str | None:
-    """The ``charset`` parameter of a media type (``text/csv; charset="UTF-16"`` → ``UTF-16``), else ``None``."""
-    for parameter in content_type.split(";")[1:]:
-        name, _, value = parameter.partition("=")
-        if name.strip().lower() == "charset":
-            return value.strip().strip('"').strip() or None
-    return None
+    return "" if name in UTF8 else f"; charset={charset_label(name)}"
 
 
 def with_charset(params: m.PushParameters, content_type: str) -> m.PushParameters:
     """``params`` reading the file in the charset ``content_type`` names, unless they name an encoding."""
-    charset = content_charset(content_type)
+    charset = charset_parameter(content_type)
     if charset is None or "encoding" in params.model_fields_set:
         return params
     try:

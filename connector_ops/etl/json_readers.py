@@ -52,6 +52,7 @@ from connector_ops.kernel.limits import (
     longer_than_allowed,
     too_many_digits,
 )
+from connector_ops.kernel.media_types import media_type
 from connector_ops.kernel.scoped import pages
 from connector_ops.kernel.streams import Open, as_utf8, past_bom, peekable
 
@@ -96,7 +97,7 @@ def is_json(name: str, content_type: str) -> bool:
 
 def is_ndjson(name: str, content_type: str) -> bool:
     """Whether a JSON file is NDJSON (one object per line) by its name or its content type, as Pull writes it."""
-    return ends_with(name, NDJSON_SUFFIXES) or content_type.split(";", 1)[0].strip().lower() == NDJSON_TYPE
+    return ends_with(name, NDJSON_SUFFIXES) or media_type(content_type) == NDJSON_TYPE
 
 
 def read_json(stream: IO[bytes], *, lines_to_ignore: int, encoding: str,

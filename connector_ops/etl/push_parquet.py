@@ -17,6 +17,7 @@ from connector_ops.etl.suffixes import ends_with
 from connector_ops.frame_text import batches_forms
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import check_column_names
+from connector_ops.kernel.media_types import media_type
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.streams import Open, seekable_opener
 
@@ -39,8 +40,7 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 def is_parquet(name: str, content_type: str) -> bool:
     """Whether the platform file says it is Parquet, by its name or its content type."""
-    return ends_with(name, PARQUET_SUFFIXES) or \
-        content_type.lower().split(";")[0].strip() in PARQUET_TYPES
+    return ends_with(name, PARQUET_SUFFIXES) or media_type(content_type) in PARQUET_TYPES
 
 
 def push_parquet(virtual_files: VirtualFileStore, reopen: Open, name: str, params: m.PushParameters) -> str:

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from connector_ops.etl.models import PullParameters, PushParameters
 from connector_ops.etl.suffixes import ends_with
+from connector_ops.kernel.media_types import media_type
 
 Parameters = TypeVar("Parameters", PushParameters, PullParameters)
 
@@ -28,9 +29,9 @@ CSV_TYPE = "text/csv"
 def is_tsv(name: str, content_type: str = "") -> bool:
     """Whether a file's content type says tab-separated values, or, unless it says ``text/csv``, its
     (uncompressed) name does."""
-    media_type = content_type.split(";", 1)[0].strip().lower()
-    if media_type in (TSV_TYPE, CSV_TYPE):
-        return media_type == TSV_TYPE
+    said = media_type(content_type)
+    if said in (TSV_TYPE, CSV_TYPE):
+        return said == TSV_TYPE
     return ends_with(name, TSV_SUFFIX)
 
 
