@@ -136,3 +136,22 @@ def store(resources: dict[str, Any]) -> Any:
 @pytest.fixture
 def files(resources: dict[str, Any]) -> Any:
     return resources["platform_files"]
+
+
+@pytest.fixture
+def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Push's JSON on the columnar path for every size (as for a file over 4 MiB on SQLite), recording whether
+    the row reader (``etl.actions.read_json``) ran: a test asserts ``paths == []`` for "columnar only"."""
+    from connector_ops.etl import actions
+    from connector_ops.resources.virtual_files import sqlite_loader
+
+    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
+    ran: list[str] = []
+    real = actions.read_json
+
+    def row_reader(*args: Any, **kwargs: Any) -> Any:
+        ran.append("rows")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "read_json", row_reader)
+    return ran

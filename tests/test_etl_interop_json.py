@@ -12,28 +12,12 @@ from typing import Any
 import pytest
 
 from connector_ops import ConnectorError, invoke
-from connector_ops.etl import actions, ndjson_fast
+from connector_ops.etl import ndjson_fast
 from connector_ops.etl.compressed import zstd
 from connector_ops.etl.json_readers import read_json
-from connector_ops.resources.virtual_files import sqlite_loader
 
 BOM = b"\xef\xbb\xbf"
 ROWS = [{"name": "René", "city": "Zürich"}, {"name": "Åsa", "city": "Malmö"}]
-
-
-@pytest.fixture
-def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Columnar for every size (as for a file over 4 MiB on SQLite); records whether the row reader ran."""
-    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
-    ran: list[str] = []
-    real = actions.read_json
-
-    def row_reader(*args: Any, **kwargs: Any) -> Any:
-        ran.append("rows")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(actions, "read_json", row_reader)
-    return ran
 
 
 def pushed(resources: dict[str, Any], data: bytes, name: str = "rows.json", content_type: str = "",

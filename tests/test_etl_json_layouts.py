@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from connector_ops.etl.json_layouts import Joined, NotPretty, item_indentation, joined
 from tests.test_etl_json_scalars import parsed
-from tests.test_etl_push_ndjson_columnar import Trickle, both, paths  # noqa: F401 - the fixture
+from tests.test_etl_push_ndjson_columnar import Trickle, both
 
 SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
                    st.decimals(allow_nan=False, allow_infinity=False, places=2),
@@ -80,7 +80,7 @@ def test_the_layout_is_told_from_the_head():
 @given(rows=st.lists(st.dictionaries(st.sampled_from(["id", "name", "n", "ok"]), st.one_of(
     st.none(), st.booleans(), st.integers(-999, 999), st.text(alphabet='ab :,{}[]é', max_size=5)),
     min_size=1, max_size=4), min_size=1, max_size=20), indent=INDENT, crlf=st.booleans())
-def test_pretty_arrays_push_the_same_on_both_paths(resources, monkeypatch, paths, rows, indent, crlf):  # noqa: F811
+def test_pretty_arrays_push_the_same_on_both_paths(resources, monkeypatch, paths, rows, indent, crlf):
     text = text_of(rows, indent)
     data = (text.replace("\n", "\r\n") if crlf else text).encode()
     result, ran = both(resources, data, monkeypatch, paths)

@@ -20,7 +20,7 @@ from connector_ops.etl.json_readers import stored_line
 from connector_ops.etl.json_scalars import NotPlainScalars, ScalarsAsText, scalars_quoted
 from connector_ops.etl.readers import cell_text
 from connector_ops.kernel.errors import InvalidInput
-from tests.test_etl_push_ndjson_columnar import Trickle, both, paths  # noqa: F401 - the fixture
+from tests.test_etl_push_ndjson_columnar import Trickle, both
 
 NUMBERS = ["0", "7", "-12", "1.50", "-0.0", "0.000001", "0.0000001", "-0", "1e5", "2.5E-3", "01", "1.", ".5",
            "-", "1.2.3", "1-2", "--1", "9" * 100, "9" * 4301, "3.14159265358979323846264338327950288"]
@@ -132,7 +132,7 @@ def _texts(value: Any) -> list[str]:
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(rows=st.lists(st.dictionaries(st.sampled_from(["id", "name", "n", "ok"]), TYPED, min_size=1, max_size=4),
                      min_size=1, max_size=20), array=st.booleans())
-def test_typed_rows_push_the_same_on_both_paths(resources, monkeypatch, paths, rows, array):  # noqa: F811
+def test_typed_rows_push_the_same_on_both_paths(resources, monkeypatch, paths, rows, array):
     """Numbers, booleans, nested values: quoted where the bytes allow, the other lines written as the row
     reader stores them; either way the rows the row reader makes, on the columnar path."""
     lines_ = [typed_line(r) for r in rows]
@@ -172,7 +172,7 @@ def test_quotes_are_counted_escaped_ones_aside():
 
 
 @pytest.mark.parametrize("array", [False, True])
-def test_numbers_inside_nested_values_keep_their_digits(resources, monkeypatch, paths, array):  # noqa: F811
+def test_numbers_inside_nested_values_keep_their_digits(resources, monkeypatch, paths, array):
     """A nested object or array is stored as compact JSON whose numbers are written as a top-level number is
     (``2.50``, 20 digits, ``1E+400``), not through ``float`` (``2.5``, 17 digits, ``Infinity``)."""
     line = ('{"a": [2.50, 0.1000000000000000055511151231257827, 1e400, 12345678901234567890.5, -0.0, 7],'

@@ -18,28 +18,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from connector_ops import ConnectorError, invoke
-from connector_ops.etl import actions, ndjson_fast
-from connector_ops.resources.virtual_files import ndjson_columns, sqlite_loader
+from connector_ops.etl import ndjson_fast
+from connector_ops.resources.virtual_files import ndjson_columns
 from tests.test_csv_copy import Trickle
 
 KEYS = ["id", "name", "note", "a b", "é", "x\"y"]
 TEXT = st.one_of(st.text(alphabet=st.sampled_from([*'ab ,;"\\/\n\r\té🙂{}[]:', "\u2028"]), max_size=8),
                  st.sampled_from(["null", "1.50", "", " 7 ", "2026-01-05", "2026-01-05T10:00:00Z"]))
-
-
-@pytest.fixture
-def paths(monkeypatch):
-    """Columnar for every size; records whether the row reader ran."""
-    monkeypatch.setattr(sqlite_loader, "SQLITE_CHILD_MIN_BYTES", 0)
-    ran: list[str] = []
-    real = actions.read_json
-
-    def row_reader(*args: Any, **kwargs: Any) -> Any:
-        ran.append("rows")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(actions, "read_json", row_reader)
-    return ran
 
 
 def pushed(resources: dict[str, Any], data: bytes, monkeypatch, *, fast: bool, **params: Any) -> Any:
