@@ -72,10 +72,12 @@ class FreezingProxy:
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         """Bytes from ``source`` to ``sink`` while flowing; frozen, they wait in the kernel's buffers."""
+        readable = select.poll()  # not select.select: a process with over 1,023 descriptors open (the serial
+        readable.register(source, select.POLLIN)  # suite's stores) got ValueError there, and the proxy went dead
         while not self._closed.is_set():
             self._flowing.wait()
             try:
-                if not select.select([source], [], [], 0.05)[0]:
+                if not readable.poll(50):
                     continue
                 if not self._flowing.is_set():  # frozen while waiting: leave these bytes unread
                     continue
