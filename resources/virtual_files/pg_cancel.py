@@ -172,8 +172,11 @@ class CancellingConnection(psycopg.Connection):
 
 def _drain(pgconn: pq.abc.PGconn, deadline: float) -> None:
     """Read every result of the statement sent (rows of a ``COPY TO`` included) until the connection is idle."""
+    waiting = select.poll()  # not select.select, which refuses a descriptor past 1,023 (a busy process's)
+    waiting.register(pgconn.socket, select.POLLIN)
+
     def readable() -> None:
-        if not select.select([pgconn.socket], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        if not waiting.poll(max(0.0, deadline - time.monotonic()) * 1000):
             raise TimeoutError("the server did not end the cancelled statement")
         pgconn.consume_input()
 
