@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from connector_ops.etl import models as m
 from connector_ops.etl.charsets import charset_suffix, with_charset
-from connector_ops.etl.json_readers import NDJSON_SUFFIXES, NDJSON_TYPE, is_json, read_json
+from connector_ops.etl.json_readers import NDJSON_TYPE, is_json, is_ndjson, read_json
 from connector_ops.etl.ndjson_fast import push_ndjson_fast
 from connector_ops.etl.pull_parquet import pull_parquet
 from connector_ops.etl.push_csv import push_csv
@@ -21,7 +21,7 @@ from connector_ops.etl.quarantine import COLUMNS as QUARANTINE_COLUMNS
 from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
 from connector_ops.etl.row_totals import rows_to_show
-from connector_ops.etl.suffixes import ends_with, without
+from connector_ops.etl.suffixes import without
 from connector_ops.etl.tsv import csv_content_type, csv_delimiter, with_csv_delimiter
 from connector_ops.etl.writers import csv_chunks, json_chunks, ndjson_chunks
 from connector_ops.kernel.errors import InvalidInput
@@ -137,7 +137,7 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
                             encoding=params.encoding, escape_formulas=params.escape_formulas)
         content_type = csv_content_type(data_name, delimiter) + charset
     else:  # named as NDJSON (events.ndjson, events.jsonl.gz): written so, for the tools that read it
-        ndjson = ends_with(data_name, NDJSON_SUFFIXES)
+        ndjson = is_ndjson(data_name, "")
         chunks = (ndjson_chunks if ndjson else json_chunks)(names, pages, encoding=params.encoding)
         content_type = (NDJSON_TYPE if ndjson else "application/json") + charset
     if packing is not None:
