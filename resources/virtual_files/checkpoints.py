@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from connector_ops.kernel.forks import abandon, in_child
-from connector_ops.resources.virtual_files.file_identity import Identity, identity, log_path
+from connector_ops.resources.virtual_files.file_identity import Identity, with_log
 from connector_ops.resources.virtual_files.log_on_close import keep_log_on_close
 
 #: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
@@ -244,7 +244,7 @@ def _connection(path: str) -> sqlite3.Connection | None:
     or its log, is no longer the one it opened (a backup restored, the file removed: :mod:`.store_file`), so
     that it never checkpoints an old log, into the old file or into the one restored over it; ``None`` if
     there is no file to open (a removed one is not created)."""
-    now = _files(path)
+    now = with_log(path)
     kept = _connections.get(path)
     if kept is not None and kept[1] == now:
         return kept[0]
@@ -261,13 +261,8 @@ def _connection(path: str) -> sqlite3.Connection | None:
     except sqlite3.Error:
         conn.close()
         return None
-    _connections[path] = conn, _files(path)  # after the open, as the store's connections record theirs
+    _connections[path] = conn, with_log(path)  # after the open, as the store's connections record theirs
     return conn
-
-
-def _files(path: str) -> tuple[Identity | None, Identity | None]:
-    """The identities of the SQLite file at ``path`` and of its log."""
-    return identity(path), identity(log_path(path))
 
 
 def _close(path: str) -> None:
@@ -275,7 +270,7 @@ def _close(path: str) -> None:
     checkpoint on close if its file or log is no longer the one at the path (:mod:`.log_on_close`)."""
     kept = _connections.pop(path, None)
     if kept is not None:
-        if kept[1] != _files(path):
+        if kept[1] != with_log(path):
             keep_log_on_close(kept[0], path)
         with contextlib.suppress(sqlite3.Error):
             kept[0].close()

@@ -27,6 +27,12 @@ def log_path(path: str) -> str:
     return path + "-wal"
 
 
+def with_log(path: str) -> tuple[Identity | None, Identity | None]:
+    """The identities of the SQLite database at ``path`` and of its log (:func:`log_path`): what a connection
+    opened, and what a copy over the live file changes (only the log's, :mod:`.store_file`)."""
+    return identity(path), identity(log_path(path))
+
+
 def same_file(path: str, opened: Sequence[int] | None) -> bool:
     """Whether the file at ``path`` is still the one whose identity was ``opened`` (a list, once sent as JSON)."""
     return opened is not None and identity(path) == tuple(opened)

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Generator, Iterator
 from typing import IO, Any
 
-from connector_ops.resources.virtual_files.file_identity import Identity, identity, log_path, same_file
+from connector_ops.resources.virtual_files.file_identity import Identity, identity, log_path, same_file, with_log
 
 MODULE = "connector_ops.resources.virtual_files.sqlite_ingest"
 READY = b"ready\n"
@@ -279,7 +279,7 @@ class Database:
 
     def holds_files(self) -> bool:
         """Whether the file at the path and its log are still the ones this connection opened."""
-        return self.files == (None, None) or self.files == (identity(self.path), identity(log_path(self.path)))
+        return self.files == (None, None) or self.files == with_log(self.path)
 
     def close(self) -> None:
         self.conn.close()
