@@ -35,6 +35,7 @@ LAZY_GROUPS = {
     "drive": ("connector_ops.drive.cli:drive", "Cloud drive: put a local file in, sign-in and credentials."),
     "pipeline": ("connector_ops.pipelines.cli:pipeline", "YAML pipelines: validate, list, run."),
     "gc": ("connector_ops.pipelines.cli:gc", "Remove virtual and platform files nothing refers to any more."),
+    "store": ("connector_ops.store_cli:store", "The stores themselves: copy their files into the stores in use."),
 }
 EXIT_CODES = {400: 2, 404: 3}
 #: a command stopped by Ctrl-C (or SIGTERM, which the console script takes as one): the shell's code for SIGINT

@@ -4,8 +4,8 @@ The default stores are ``$CONNECTOR_OPS_HOME/virtual_files.db`` and ``$CONNECTOR
 multi-host settings (``CONNECTOR_OPS_DATABASE_URL`` to PostgreSQL, ``CONNECTOR_OPS_FILES_BACKEND=database``) does
 not move what they hold: the old files stay there, unread, and gc — which weighs only the stores in use — said
 "0 removed" as if nothing were left. It now says what is left and where, and leaves it alone: those files may
-still be wanted (moved by hand: docs/deployment.md, *Switching the stores*), and a store gc does not open is
-not one it may weigh.
+still be wanted (``connector-ops store copy`` copies them: docs/deployment.md, *Switching the stores*), and a
+store gc does not open is not one it may weigh.
 """
 
 from __future__ import annotations

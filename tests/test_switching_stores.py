@@ -1,15 +1,19 @@
 """Moving to the multi-host settings docs/deployment.md recommends (CONNECTOR_OPS_FILES_BACKEND=database, a
-PostgreSQL CONNECTOR_OPS_DATABASE_URL) leaves the home's old stores where they are: gc says so, and the
-documented way to move their files works."""
+PostgreSQL CONNECTOR_OPS_DATABASE_URL) leaves the home's old stores where they are: gc says so, and
+``connector-ops store copy`` moves their files, streamed, resumable after a failure half-way."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -17,9 +21,12 @@ from click.testing import CliRunner
 from connector_ops import invoke
 from connector_ops.environment import resources_for
 from connector_ops.pipelines.cli import gc as gc_command
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "deployment.md"
 POSTGRES = pytest.mark.parametrize("own_database_url", ["postgresql"], indirect=True)
+SCRIPT = str(Path(sys.executable).parent / "connector-ops")
+KEYS = ["platform_files", "virtual_files"]
 
 
 @pytest.fixture
@@ -79,28 +86,170 @@ def test_gc_names_a_sqlite_store_the_settings_left(home, own_database_url):
     assert (home / "virtual_files.db").stat().st_size == before
 
 
-def documented_move() -> str:
-    """The script of docs/deployment.md, *Switching the stores*."""
-    section = DOCS.read_text().split("### Switching the stores", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+def store_copy(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``connector-ops store copy ARGS`` through the console script, and its peak resident memory in bytes."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen([SCRIPT, "store", "copy", *args], stdout=out, stderr=err, env=env)
+        timer = threading.Timer(300, process.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            timer.cancel()
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        said = subprocess.CompletedProcess(process.args, process.returncode, out.read().decode(), err.read().decode())
+    return said, usage.ru_maxrss * 1024  # Linux: KiB
+
+
+def big_rows(count: int) -> Any:
+    """Batches of ``count`` rows of columns z, a, m (not in name order): a missing ``a`` every 7th row, an
+    empty one every 5th, and 1 KiB in ``z``."""
+    for start in range(0, count, 5_000):
+        yield [(f"{i:08d}" + "x" * 1016, None if i % 7 == 0 else "" if i % 5 == 0 else f"a{i}", f"m{i}")
+               for i in range(start, min(count, start + 5_000))]
+
+
+def moved_env(home: Path, database_url: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME"))}
+    return {**clean, "CONNECTOR_OPS_HOME": str(home), "CONNECTOR_OPS_DATABASE_URL": database_url,
+            "CONNECTOR_OPS_FILES_BACKEND": "database"}
+
+
+def map_lines(path: Path) -> list[list[str]]:
+    with path.open(newline="") as handle:
+        return list(csv.reader(handle))
 
 
 @POSTGRES
-def test_the_documented_move_copies_the_old_files(home, own_database_url):
-    env = {**os.environ, "CONNECTOR_OPS_HOME": str(home), "CONNECTOR_OPS_DATABASE_URL": own_database_url,
-           "CONNECTOR_OPS_FILES_BACKEND": "database"}
-    old = resources_for(["platform_files", "virtual_files"], {"CONNECTOR_OPS_HOME": str(home)})
-    [(old_vf, _)] = old["virtual_files"].inventory()
-    old_rows = invoke("etl.query", {"virtualFileId": old_vf, "query": {}}, old)["result"]
-    assert old_rows == [{"a": "1", "b": ""}, {"b": "x"}]  # "" and missing, kept apart
-    moved = subprocess.run([sys.executable, "-c", documented_move()], env=env, capture_output=True, text=True,
-                           timeout=300)
-    assert moved.returncode == 0, moved.stderr
-    ids = dict(re.findall(r"^(?:virtual|platform) file (\w+) -> (\w+)$", moved.stdout, re.MULTILINE))
-    new = resources_for(["platform_files", "virtual_files"], env)
-    assert invoke("etl.query", {"virtualFileId": ids[old_vf], "query": {}}, new)["result"] == old_rows
+def test_store_copy_moves_the_old_files_and_resumes_after_a_failure(home, own_database_url, tmp_path):
+    """SQLite and a files folder to PostgreSQL with the files in the database: the destination refuses the
+    2nd platform file (a trigger of its own), the copy stops with what it copied mapped; the same command
+    again copies only the rest, then nothing. Rows, column order, missing and empty values, names, types and
+    bytes arrive as they were; the asset's data is left, said so."""
+    env = moved_env(home, own_database_url)
+    old = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home)})
+    big = old["virtual_files"].create_from_batches(["z", "a", "m"], big_rows(SCAN_BATCH * 2 + 123))
+    old["virtual_files"].publish("asset:sales", old["virtual_files"].create_from_batches(["k"], [[("v",)]]))
+    new = resources_for(KEYS, env)
+    assert not new["platform_files"].stored()
+    dry, _ = store_copy(env, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"would copy virtual file {big} (20,123 rows)" in dry.stdout
+    assert re.search(r"^would copy platform file \w+ \(7 bytes\)$", dry.stdout, re.MULTILINE)
+    assert dry.stdout.splitlines()[-1] == ("would copy 2 virtual file(s) and 2 platform file(s); 1 asset file(s) not "
+                                           "copied")
+    assert "connector-ops: notice: asset:sales is an asset's data, not copied: run its job again" in dry.stderr
+    assert not new["platform_files"].stored()  # a dry run makes nothing in the destination
+
+    _ = new["platform_files"].inventory()  # the destination's tables, for the trigger
+    admin = own_database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION one_file() RETURNS trigger AS $$ BEGIN IF (SELECT count(*) FROM "
+                     "cop_platform_file) >= 1 THEN RAISE EXCEPTION 'disk full (test)'; END IF; RETURN NEW; END "
+                     "$$ LANGUAGE plpgsql")
+        conn.execute("CREATE TRIGGER one_file BEFORE INSERT ON cop_platform_file FOR EACH ROW EXECUTE "
+                     "FUNCTION one_file()")
+    id_map = tmp_path / "ids.csv"
+    failed, _ = store_copy(env, "--map", str(id_map))
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "disk full (test)" in failed.stderr
+    copied = map_lines(id_map)
+    assert copied[0] == ["kind", "old_id", "new_id"]
+    assert [kind for kind, _, _ in copied[1:]] == ["virtual_file", "virtual_file", "platform_file"]
+    for kind, old_id, new_id in copied[1:]:
+        assert f"copied {kind.replace('_', ' ')} {old_id} -> {new_id} (" in failed.stdout
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER one_file ON cop_platform_file")
+    resumed, _ = store_copy(env, "--map", str(id_map))
+    assert resumed.returncode == 0, resumed.stderr
+    for _, old_id, new_id in copied[1:]:
+        assert f" {old_id} -> {new_id}" in resumed.stdout and f"copied {old_id}" not in resumed.stdout
+    assert resumed.stdout.splitlines()[-1] == (
+        f"copied 0 virtual file(s) and 1 platform file(s); 3 already copied (named in {id_map}); 1 asset file(s) "
+        f"not copied; old -> new ids in {id_map}")
+    ids = {old_id: new_id for _, old_id, new_id in map_lines(id_map)[1:]}
+    assert len(ids) == len(map_lines(id_map)) - 1 == 4  # each file once
+    held = new["virtual_files"].inventory() + new["platform_files"].inventory()
+    assert sorted(ids.values()) == sorted(file_id for file_id, _ in held)  # no copy unnamed
+
+    for vf_id, _ in old["virtual_files"].inventory():
+        if vf_id.startswith("asset:"):
+            continue
+        was_names, was = old["virtual_files"].scan_tuples(vf_id)
+        now_names, now = new["virtual_files"].scan_tuples(ids[vf_id])
+        assert now_names == was_names  # z, a, m: the order kept
+        assert [row for batch in now for row in batch] == [row for batch in was for row in batch]  # None, "" kept
+    small = next(vf for vf, _ in old["virtual_files"].inventory() if vf not in (big, "asset:sales"))
+    assert invoke("etl.query", {"virtualFileId": ids[small], "query": {}}, new)["result"] == [
+        {"a": "1", "b": ""}, {"b": "x"}]
     for file_id, _ in old["platform_files"].inventory():
         was, now = old["platform_files"].describe(file_id), new["platform_files"].describe(ids[file_id])
         assert (now.name, now.content_type, now.size) == (was.name, was.content_type, was.size)
         assert new["platform_files"].read_bytes(now) == old["platform_files"].read_bytes(was)
-    assert len(ids) == 3
+
+    again, _ = store_copy(env, "--map", str(id_map), "--json")
+    assert again.returncode == 0, again.stderr
+    assert {f["status"] for f in json.loads(again.stdout)["files"]} == {"already copied", "asset (not copied)"}
+
+
+@POSTGRES
+def test_store_copy_holds_a_batch_not_a_file(tmp_path, own_database_url):
+    """A virtual file of 140 MiB is copied in the memory of one of 70 MiB (each read whole, the copy's peak
+    grew by the file's size)."""
+    peaks = {}
+    for rows in (70_000, 140_000):
+        home = tmp_path / f"home{rows}"
+        old = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home)})
+        old["virtual_files"].create_from_batches(["z", "a", "m"], big_rows(rows))
+        said, peaks[rows] = store_copy(moved_env(home, own_database_url), "--map", str(tmp_path / f"{rows}.csv"))
+        assert said.returncode == 0, said.stderr
+        assert f"({rows:,} rows)" in said.stdout
+    assert peaks[140_000] - peaks[70_000] < 40 << 20, peaks  # 70 MiB more: 0.3 MiB more
+
+
+def test_store_copy_goes_on_past_a_file_gone_from_the_source(home, tmp_path):
+    """A platform file whose bytes left the folder fails alone (exit 1, named); the other files are copied,
+    and once it is back the same command copies it only. Into a SQLite store with the files in it."""
+    env = moved_env(home, f"sqlite:///{tmp_path / 'new.db'}")
+    old = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home)})
+    [(first, _), (second, _)] = old["platform_files"].inventory()
+    data = home / "files" / second
+    data.rename(tmp_path / "aside")
+    id_map = tmp_path / "ids.csv"
+    failed, _ = store_copy(env, "--map", str(id_map))
+    assert failed.returncode == 1
+    assert f"connector-ops: error: platform file {second} not copied: " in failed.stderr
+    assert "1 failed: run the same command again to copy them" in failed.stdout
+    assert [old_id for _, old_id, _ in map_lines(id_map)[1:]][1:] == [first]
+    (tmp_path / "aside").rename(data)
+    resumed, _ = store_copy(env, "--map", str(id_map))
+    assert resumed.returncode == 0, resumed.stderr
+    assert re.search(rf"^copied platform file {second} -> \w+ \(7 bytes\)$", resumed.stdout, re.MULTILINE)
+    assert "copied 0 virtual file(s) and 1 platform file(s); 2 already copied" in resumed.stdout
+
+
+def test_store_copy_refuses_to_copy_a_store_onto_itself(home, tmp_path):
+    """With the settings still naming the home's stores there is nothing to copy: exit 2, said why; the
+    virtual files alone moved, the platform files' folder (the same) is named and left."""
+    env = {**os.environ, "CONNECTOR_OPS_HOME": str(home)}
+    same, _ = store_copy(env, "--map", str(tmp_path / "ids.csv"))
+    assert same.returncode == 2
+    assert "the stores to copy from are the ones the current settings use, so there is nothing to copy" in same.stderr
+    assert not (tmp_path / "ids.csv").exists()
+    half, _ = store_copy({**env, "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'new.db'}"}, "--dry-run")
+    assert half.returncode == 0, half.stderr
+    assert ("connector-ops: notice: the platform files are already in the store the settings use: not copied"
+            in half.stderr)
+    assert half.stdout.splitlines()[-1] == "would copy 1 virtual file(s) and 0 platform file(s)"
+    assert store_copy(env, "--from-database-url", "data/x.db", "--dry-run")[0].returncode == 2
+    missing, _ = store_copy(env, "--from-database-url", f"sqlite:///{tmp_path / 'no' / 'x.db'}", "--dry-run")
+    assert missing.returncode == 3 and f"--from-database-url: the SQLite file {tmp_path / 'no' / 'x.db'} does" in \
+        missing.stderr
+    assert not (tmp_path / "no").exists()
+    assert store_copy({**env, "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'new.db'}"})[0].returncode == 2

@@ -1,0 +1,236 @@
+"""Copy the virtual files and platform files of one pair of stores into another (``connector-ops store copy``).
+
+Moving a deployment from the default stores (``$CONNECTOR_OPS_HOME/virtual_files.db``, ``$CONNECTOR_OPS_HOME/files``)
+to PostgreSQL and ``CONNECTOR_OPS_FILES_BACKEND=database`` moves no file (docs/deployment.md, *Switching the
+stores*). The script the docs gave held each virtual file whole in memory (a 20 GB file could not be copied),
+printed its ids only, and a re-run after a failure copied everything again. Here:
+
+- a virtual file goes batch by batch (``scan_arrow`` into ``create_from_arrow``: one snapshot read, one
+  transaction written), a platform file in 1 MiB pieces, so memory does not grow with a file;
+- each copy's ``old id -> new id`` is appended to the map file (:class:`IdMap`, CSV) once its transaction
+  is committed, and flushed to disk; a re-run with the same map skips what the map names and the
+  destination still holds, so a run stopped half-way loses nothing and the next one finishes the job.
+  A stop between a copy's commit and its line (a moment) leaves that copy unnamed: it is copied again,
+  and the unnamed one, which nothing refers to, is what ``connector-ops gc`` removes;
+- an asset's data (``asset:<key>``) is not copied: running its job again rebuilds it.
+
+Ids are made by the store that writes a file, so every copy has a new id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from connector_ops.kernel.errors import ConnectorOpsError, InvalidInput
+
+VIRTUAL, PLATFORM = "virtual_file", "platform_file"
+#: the map file's first line
+MAP_HEADER = ["kind", "old_id", "new_id"]
+#: a platform file's bytes are copied this many at a time
+CHUNK = 1 << 20
+
+
+class IdMap:
+    """The map file: a CSV of ``kind,old_id,new_id`` lines (``kind``: ``virtual_file`` or ``platform_file``),
+    one appended and flushed to disk after each copy is committed; a later line for an old id wins."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.ids: dict[tuple[str, str], str] = {}
+        if self.path.exists():
+            self._read()
+
+    def _read(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise InvalidInput("--map", f"cannot read {self.path}: {exc.strerror or exc}") from None
+        if data and not data.endswith(b"\n"):  # a line cut by a crash: its copy is unnamed (copied again)
+            data = data[:data.rfind(b"\n") + 1]
+            with self.path.open("r+b") as handle:
+                handle.truncate(len(data))
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8", "replace"))))
+        if rows and rows[0] != MAP_HEADER:
+            raise InvalidInput("--map", f"{self.path} is not a map this command wrote (its first line is not "
+                               f"{','.join(MAP_HEADER)}): give a new file, or the map of an earlier copy")
+        for row in rows[1:]:
+            if len(row) == 3 and row[0] in (VIRTUAL, PLATFORM):
+                self.ids[(row[0], row[1])] = row[2]
+
+    def get(self, kind: str, old_id: str) -> str | None:
+        return self.ids.get((kind, old_id))
+
+    def record(self, kind: str, old_id: str, new_id: str) -> None:
+        """Append one line and make it durable before the next copy starts."""
+        with self.path.open("a", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            if handle.tell() == 0:
+                writer.writerow(MAP_HEADER)
+            writer.writerow([kind, old_id, new_id])
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.ids[(kind, old_id)] = new_id
+
+
+@dataclass
+class Item:
+    """One file of the source and what became of it."""
+
+    kind: str  # VIRTUAL or PLATFORM
+    old_id: str
+    size: int | None = None  # rows of a virtual file, bytes of a platform file (as listed)
+    status: str = "to copy"  # "to copy", "copied", "already copied", "asset (not copied)", "failed"
+    new_id: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "oldId": self.old_id, "newId": self.new_id, "status": self.status,
+                **({"rows" if self.kind == VIRTUAL else "bytes": self.size} if self.size is not None else {}),
+                **({"error": self.error} if self.error else {})}
+
+
+@dataclass
+class CopyResult:
+    """What ``store copy`` did (or, with ``dry_run``, would do), file by file."""
+
+    items: list[Item] = field(default_factory=list)
+    dry_run: bool = False
+    skipped_stores: list[str] = field(default_factory=list)  # "virtual files" / "platform files": same store
+
+    def count(self, kind: str, status: str) -> int:
+        return sum(1 for item in self.items if item.kind == kind and item.status == status)
+
+    @property
+    def failed(self) -> list[Item]:
+        return [item for item in self.items if item.status == "failed"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dryRun": self.dry_run, "files": [item.to_json() for item in self.items],
+                "sameStores": self.skipped_stores}
+
+
+def same_virtual_store(source: Any, dest: Any) -> bool:
+    """Whether two virtual-file stores are one database (one SQLite file, however its path is written)."""
+    if source.sqlite_file is not None and dest.sqlite_file is not None:
+        return _same_path(source.sqlite_file, dest.sqlite_file)
+    return str(source.database_url) == str(dest.database_url)
+
+
+def same_platform_store(source: Any, dest: Any) -> bool:
+    """Whether two platform-file stores keep their files in one place (a folder, or a database)."""
+    if source.files_database_url is None and dest.files_database_url is None:
+        return _same_path(source.files_dir, dest.files_dir)
+    if source.files_database_url is not None and dest.files_database_url is not None:
+        return same_virtual_store(_Url(source.files_database_url), _Url(dest.files_database_url))
+    return False
+
+
+@dataclass(frozen=True)
+class _Url:
+    database_url: str
+
+    @property
+    def sqlite_file(self) -> str | None:
+        from connector_ops.resources.virtual_files.array_cursors import sqlite_path
+
+        return sqlite_path(self.database_url)
+
+
+def _same_path(a: str, b: str) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def plan(source: dict[str, Any], dest: dict[str, Any], id_map: IdMap | None, kinds: tuple[str, ...]) -> list[Item]:
+    """Every file of the source stores of ``kinds``, oldest first, sized, and marked as already copied where
+    ``id_map`` names a copy the destination still holds (a copy gc removed since is copied again)."""
+    from connector_ops.ops.asset_files import ASSET_FILE_PREFIX
+
+    items: list[Item] = []
+    if VIRTUAL in kinds and source["virtual_files"].stored():
+        held = _held(dest["virtual_files"])
+        for vf_id, _ in source["virtual_files"].inventory():
+            item = Item(VIRTUAL, vf_id, source["virtual_files"].summary(vf_id, 0)[0])
+            if vf_id.startswith(ASSET_FILE_PREFIX):
+                item.status = "asset (not copied)"
+            _mark_copied(item, id_map, held)
+            items.append(item)
+    if PLATFORM in kinds and source["platform_files"].stored():
+        held = _held(dest["platform_files"])
+        for file_id, _ in source["platform_files"].inventory():
+            item = Item(PLATFORM, file_id)
+            with contextlib.suppress(ConnectorOpsError):  # a descriptor gone meanwhile: its copy says so
+                item.size = source["platform_files"].describe(file_id).size
+            _mark_copied(item, id_map, held)
+            items.append(item)
+    return items
+
+
+def _held(store: Any) -> set[str]:
+    """The ids ``store`` holds, asked without making it (a dry run into a store not made yet leaves none)."""
+    return {file_id for file_id, _ in store.inventory()} if store.stored() else set()
+
+
+def _mark_copied(item: Item, id_map: IdMap | None, held: set[str]) -> None:
+    new_id = id_map.get(item.kind, item.old_id) if id_map is not None else None
+    if new_id is not None and new_id in held:
+        item.status, item.new_id = "already copied", new_id
+
+
+def copy_virtual_file(source: Any, dest: Any, vf_id: str) -> str:
+    """A copy of ``vf_id`` (rows in order, columns in order, a missing value missing) made in ``dest``, read
+    and written a batch at a time; its new id."""
+    columns, batches = source.scan_arrow(vf_id)
+    with contextlib.closing(batches):  # an early stop ends the source's snapshot
+        if not columns:  # rows that hold no value: Arrow has no batch for them
+            batches.close()
+            columns, tuples = source.scan_tuples(vf_id)
+            with contextlib.closing(tuples):
+                return dest.create_from_batches(columns, tuples)
+        size = None
+        if dest.sqlite_file is not None:  # its column-wise loader pays from a size on: measured on the first batches
+            from connector_ops.frame_streams import peeked
+
+            size, batches = peeked(batches)
+        return dest.create_from_arrow(columns, batches, size=size)
+
+
+def copy_platform_file(source: Any, dest: Any, file_id: str) -> str:
+    """A copy of the platform file ``file_id`` (its bytes, name and content type) in ``dest``, streamed; its
+    new id."""
+    descriptor = source.describe(file_id)
+    with source.open_stored(file_id) as data, dest.create(descriptor.name, descriptor.content_type) as sink:
+        shutil.copyfileobj(data, sink, CHUNK)
+    assert sink.descriptor is not None
+    return sink.descriptor.id
+
+
+def copy_all(source: dict[str, Any], dest: dict[str, Any], items: list[Item], id_map: IdMap,
+             told: Callable[[Item], None]) -> None:
+    """Copy every item still to copy, recording each in ``id_map`` as soon as it is committed; ``told`` hears
+    of each item done. A file's own problem (gone from the source, a value the destination cannot hold: a
+    4xx) fails that file and the others go on; anything else (the destination unreachable or full) stops
+    here, every copy before it kept and named in the map."""
+    copiers = {VIRTUAL: (copy_virtual_file, "virtual_files"), PLATFORM: (copy_platform_file, "platform_files")}
+    for item in items:
+        if item.status != "to copy":
+            continue
+        copy, key = copiers[item.kind]
+        try:
+            item.new_id = copy(source[key], dest[key], item.old_id)
+        except ConnectorOpsError as exc:
+            if exc.status >= 500:
+                raise
+            item.status, item.error = "failed", str(exc)
+        else:
+            id_map.record(item.kind, item.old_id, item.new_id)
+            item.status = "copied"
+        told(item)
+
