@@ -156,7 +156,7 @@ def _summary(result: Any, map_path: str | None) -> None:
     if assets:
         line += f"; {assets} asset file(s) not copied"
     if result.failed:
-        line += f"; {len(result.failed)} failed: run the same command again to copy them"
+        line += f"; {len(result.failed)} failed (stderr says why): run the same command again once that is fixed"
     elif not result.dry_run:
         line += f"; old -> new ids in {map_path}"
     click.echo(line)

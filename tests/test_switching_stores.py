@@ -225,7 +225,7 @@ def test_store_copy_goes_on_past_a_file_gone_from_the_source(home, tmp_path):
     failed, _ = store_copy(env, "--map", str(id_map))
     assert failed.returncode == 1
     assert f"connector-ops: error: platform file {second} not copied: " in failed.stderr
-    assert "1 failed: run the same command again to copy them" in failed.stdout
+    assert "1 failed (stderr says why): run the same command again once that is fixed" in failed.stdout
     assert [old_id for _, old_id, _ in map_lines(id_map)[1:]][1:] == [first]
     (tmp_path / "aside").rename(data)
     resumed, _ = store_copy(env, "--map", str(id_map))
