@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from connector_ops.cli import PROG, answered
+from connector_ops.cli import PROG, answered, no_progress_option, showing_progress
 
 
 @click.group()
@@ -32,8 +32,9 @@ def store() -> None:
                    "names (required unless --dry-run)")
 @click.option("--dry-run", is_flag=True, help="list what would be copied, with sizes; copy nothing")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@no_progress_option
 def copy(from_database_url: str | None, from_files_backend: str, from_files_dir: str | None, map_path: str | None,
-         dry_run: bool, as_json: bool) -> int:
+         dry_run: bool, as_json: bool, no_progress: bool) -> int:
     """Copy every virtual file and platform file of the old stores into the stores the current settings use
     (CONNECTOR_OPS_DATABASE_URL, CONNECTOR_OPS_FILES_BACKEND): each copy gets a new id, written to --map as
     soon as it is committed. Run it again with the same --map after a failure: it copies only the rest.
@@ -70,7 +71,8 @@ def copy(from_database_url: str | None, from_files_backend: str, from_files_dir:
                 click.echo(f"would copy {_what(item)} ({_size(item)})")
         if not dry_run:
             assert id_map is not None
-            copy_all(source, dest, result.items, id_map, lambda item: _told(item, as_json))
+            with showing_progress(not no_progress):
+                copy_all(source, dest, result.items, id_map, lambda item: _told(item, as_json))
         answered()  # copied and mapped: a Ctrl-C while the sessions close changes nothing
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")

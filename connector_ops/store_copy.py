@@ -184,11 +184,14 @@ def _mark_copied(item: Item, id_map: IdMap | None, held: set[str]) -> None:
         item.status, item.new_id = "already copied", new_id
 
 
-def copy_virtual_file(source: Any, dest: Any, vf_id: str) -> str:
+def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = None) -> str:
     """A copy of ``vf_id`` (rows in order, columns in order, a missing value missing) made in ``dest``, read
-    and written a batch at a time; its new id."""
+    and written a batch at a time, its progress shown by rows (of ``rows``); its new id."""
+    from connector_ops.frames import _reported
+    from connector_ops.kernel.progress import track
+
     columns, batches = source.scan_arrow(vf_id)
-    with contextlib.closing(batches):  # an early stop ends the source's snapshot
+    with contextlib.closing(batches), track(f"copy {vf_id}", rows, "rows") as reporter:  # closed: the snapshot ends
         if not columns:  # rows that hold no value: Arrow has no batch for them
             batches.close()
             columns, tuples = source.scan_tuples(vf_id)
@@ -199,15 +202,18 @@ def copy_virtual_file(source: Any, dest: Any, vf_id: str) -> str:
             from connector_ops.frame_streams import peeked
 
             size, batches = peeked(batches)
-        return dest.create_from_arrow(columns, batches, size=size)
+        return dest.create_from_arrow(columns, _reported(batches, reporter, lambda batch: batch.num_rows), size=size)
 
 
 def copy_platform_file(source: Any, dest: Any, file_id: str) -> str:
     """A copy of the platform file ``file_id`` (its bytes, name and content type) in ``dest``, streamed; its
-    new id."""
+    new id, its progress shown by bytes."""
+    from connector_ops.kernel.progress import reading_with_progress, track
+
     descriptor = source.describe(file_id)
-    with source.open_stored(file_id) as data, dest.create(descriptor.name, descriptor.content_type) as sink:
-        shutil.copyfileobj(data, sink, CHUNK)
+    with track(f"copy {descriptor.name}", descriptor.size) as reporter, source.open_stored(file_id) as data, \
+            dest.create(descriptor.name, descriptor.content_type) as sink:
+        shutil.copyfileobj(reading_with_progress(data, reporter, CHUNK), sink, CHUNK)
     assert sink.descriptor is not None
     return sink.descriptor.id
 
@@ -218,13 +224,14 @@ def copy_all(source: dict[str, Any], dest: dict[str, Any], items: list[Item], id
     of each item done. A file's own problem (gone from the source, a value the destination cannot hold: a
     4xx) fails that file and the others go on; anything else (the destination unreachable or full) stops
     here, every copy before it kept and named in the map."""
-    copiers = {VIRTUAL: (copy_virtual_file, "virtual_files"), PLATFORM: (copy_platform_file, "platform_files")}
     for item in items:
         if item.status != "to copy":
             continue
-        copy, key = copiers[item.kind]
         try:
-            item.new_id = copy(source[key], dest[key], item.old_id)
+            if item.kind == VIRTUAL:
+                item.new_id = copy_virtual_file(source["virtual_files"], dest["virtual_files"], item.old_id, item.size)
+            else:
+                item.new_id = copy_platform_file(source["platform_files"], dest["platform_files"], item.old_id)
         except ConnectorOpsError as exc:
             if exc.status >= 500:
                 raise

@@ -253,3 +253,34 @@ def test_store_copy_refuses_to_copy_a_store_onto_itself(home, tmp_path):
         missing.stderr
     assert not (tmp_path / "no").exists()
     assert store_copy({**env, "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'new.db'}"})[0].returncode == 2
+
+
+def test_store_copy_map_outlives_a_cut_line_and_a_copy_removed_since(home, tmp_path):
+    """The map's last line cut by a crash is dropped (its file copied again, not misread); a copy the map
+    names but the destination no longer holds (gc removed it) is made again and mapped anew; a file that is
+    no map of this command is refused, not appended to. Progress goes to stderr, file by file."""
+    env = {**moved_env(home, f"sqlite:///{tmp_path / 'new.db'}"), "CONNECTOR_OPS_PROGRESS_INTERVAL": "0"}
+    id_map = tmp_path / "ids.csv"
+    first, _ = store_copy(env, "--map", str(id_map))
+    assert first.returncode == 0, first.stderr
+    [(vf_id, _)] = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home)})["virtual_files"].inventory()
+    assert f"connector-ops: copy {vf_id}: 100%" in first.stderr and "connector-ops: copy blob.bin: 100%" in first.stderr
+    lines = id_map.read_text()
+    id_map.write_text(lines + "platform_file,0123")
+    again, _ = store_copy(env, "--map", str(id_map))
+    assert again.returncode == 0, again.stderr
+    assert "copied 0 virtual file(s) and 0 platform file(s); 3 already copied" in again.stdout
+    assert id_map.read_text() == lines
+    kind, old_id, new_id = map_lines(id_map)[-1]
+    resources_for(KEYS, env)["platform_files"].delete(new_id)
+    dry, _ = store_copy(env, "--map", str(id_map), "--dry-run")
+    assert f"would copy platform file {old_id} (" in dry.stdout, dry.stdout
+    assert dry.stdout.count("\nalready copied ") + dry.stdout.startswith("already copied ") == 2
+    remade, _ = store_copy(env, "--map", str(id_map))
+    assert remade.returncode == 0, remade.stderr
+    [again_id] = re.findall(rf"^copied platform file {old_id} -> (\w+) ", remade.stdout, re.MULTILINE)
+    assert map_lines(id_map)[-1] == [kind, old_id, again_id] and again_id != new_id
+    (tmp_path / "other.csv").write_text("name,value\n")
+    foreign, _ = store_copy(env, "--map", str(tmp_path / "other.csv"))
+    assert foreign.returncode == 2 and "is not a map this command wrote" in foreign.stderr
+    assert (tmp_path / "other.csv").read_text() == "name,value\n"
