@@ -9,8 +9,8 @@ stored (``infer_types`` turns a column into numbers only where that loses nothin
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from connector_ops.frame_polars import polars_table
 from connector_ops.frame_streams import arrow_stream, peeked, positioned
@@ -19,7 +19,7 @@ from connector_ops.kernel import limits
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
 from connector_ops.kernel.limits import check_column_names, holds_surrogate, lone_surrogate
 from connector_ops.kernel.notices import warn
-from connector_ops.kernel.progress import Reporter, track
+from connector_ops.kernel.progress import reported, track
 
 if TYPE_CHECKING:  # for a user's type checker: pull_frame's result follows its kind (polars is optional)
     import pandas as pd
@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # for a user's type checker: pull_frame's result follows its 
 
 Kind = Literal["pandas", "polars", "pyarrow"]
 BATCH_ROWS = 65_536
-T = TypeVar("T")
 #: canonical decimal integers of int64's length, 19 digits at most ("-0" is not one); the cast then refuses the
 #: 19-digit ones past int64's range, which stay text
 _INTEGER = r"(?:0|-?[1-9][0-9]{0,18})"
@@ -235,9 +234,9 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
         size, total = table.nbytes, table.num_rows
     check_column_names(columns, f"{field}.columns")
     with track("push DataFrame", total, "rows") as reporter:
-        reported = _reported(parts, reporter, lambda part: len(part[1]))
+        counted = reported(parts, reporter, lambda part: len(part[1]))
         return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field)
-                                                 for part, labels in reported), size=size)
+                                                 for part, labels in counted), size=size)
 
 
 def _pandas_form(column: Any) -> int | bool | None:
@@ -256,14 +255,6 @@ def _pandas_form(column: Any) -> int | bool | None:
     if kind == "M" or categorical:  # a Categorical: a dictionary column_form decodes
         return column_form(pa.array(column))
     return column_form(pa.array(column.to_numpy(dtype="float64", na_value=math.nan)))
-
-
-def _reported(items: Iterable[T], reporter: Reporter, rows: Callable[[T], int]) -> Iterator[T]:
-    """``items`` as they are, reporting each one's rows once the next is asked for (its work is then done):
-    a frame's push and pull show a progress bar by rows, as Push and Pull of a file do by bytes."""
-    for item in items:
-        yield item
-        reporter.update(rows(item))
 
 
 def _told_if_empty(parts: Iterator[tuple[Any, range]], field: str) -> Iterator[tuple[Any, range]]:
@@ -317,7 +308,7 @@ def frame_from(store: VirtualFileStore, vf_id: str, columns: Sequence[str] | Non
 
     names, batches = store.scan_arrow(vf_id, columns, field=field)
     with track("pull DataFrame", None, "rows") as reporter:  # the catalog does not know the row count
-        read = list(_reported(batches, reporter, lambda batch: batch.num_rows))
+        read = list(reported(batches, reporter, lambda batch: batch.num_rows))
     table = pa.Table.from_batches(read, pa.schema([(n, pa.string()) for n in names]))
     if infer_types:
         table = pa.table([_lossless(c) for c in table.columns], names=names)

@@ -187,8 +187,7 @@ def _mark_copied(item: Item, id_map: IdMap | None, held: set[str]) -> None:
 def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = None) -> str:
     """A copy of ``vf_id`` (rows in order, columns in order, a missing value missing) made in ``dest``, read
     and written a batch at a time, its progress shown by rows (of ``rows``); its new id."""
-    from connector_ops.frames import _reported
-    from connector_ops.kernel.progress import track
+    from connector_ops.kernel.progress import reported, track
 
     columns, batches = source.scan_arrow(vf_id)
     with contextlib.closing(batches), track(f"copy {vf_id}", rows, "rows") as reporter:  # closed: the snapshot ends
@@ -202,7 +201,7 @@ def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = Non
             from connector_ops.frame_streams import peeked
 
             size, batches = peeked(batches)
-        return dest.create_from_arrow(columns, _reported(batches, reporter, lambda batch: batch.num_rows), size=size)
+        return dest.create_from_arrow(columns, reported(batches, reporter, lambda batch: batch.num_rows), size=size)
 
 
 def copy_platform_file(source: Any, dest: Any, file_id: str) -> str:

@@ -25,7 +25,7 @@ from connector_ops.etl.suffixes import without
 from connector_ops.etl.tsv import csv_content_type, csv_delimiter, with_csv_delimiter
 from connector_ops.etl.writers import csv_chunks, json_chunks, ndjson_chunks
 from connector_ops.kernel.errors import InvalidInput
-from connector_ops.kernel.progress import Reporter, reading_with_progress, track
+from connector_ops.kernel.progress import reading_with_progress, reported, track
 from connector_ops.models import PlatformFileOutput
 from connector_ops.registry import action
 
@@ -114,14 +114,7 @@ def pull(inp: m.PullInput, virtual_files: VirtualFileStore, platform_files: Plat
     total = rows_to_show(virtual_files, inp.virtual_file_id)
     with contextlib.closing(pages), track(f"pull {inp.export_name}", total, "rows") as reporter:
         # the read snapshot ends with the export, even when it fails
-        return _export(inp, names, _reported(pages, reporter), platform_files, packing)
-
-
-def _reported(pages: Iterator[list[tuple]], reporter: Reporter) -> Iterator[list[tuple]]:
-    """``pages``, each page's rows reported as it is handed on (by rows: the export's bytes have no known end)."""
-    for page in pages:
-        yield page
-        reporter.update(len(page))
+        return _export(inp, names, reported(pages, reporter, len), platform_files, packing)
 
 
 def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], platform_files: PlatformFileStore,

@@ -11,8 +11,8 @@ import contextlib
 import contextvars
 import io
 import time
-from collections.abc import Callable, Iterator
-from typing import IO, Literal, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Literal, Protocol, TypeVar
 
 from connector_ops.kernel.errors import UpstreamError
 from connector_ops.kernel.scoped import scoped
@@ -212,6 +212,18 @@ class _CountingRaw(io.RawIOBase):
         n = self._stream.readinto(buffer)  # type: ignore[attr-defined]
         self._reporter.update(n or 0)
         return n or 0
+
+
+T = TypeVar("T")
+
+
+def reported(items: Iterable[T], reporter: Reporter, size: Callable[[T], int]) -> Iterator[T]:
+    """``items`` as they are, each one's ``size`` (rows of a page or batch) reported once the next is asked for
+    (its work is then done): a frame's push and pull, Pull's pages and a store copy show progress by rows, as
+    Push and Pull of a file do by bytes."""
+    for item in items:
+        yield item
+        reporter.update(size(item))
 
 
 def reading_with_progress(stream: IO[bytes], reporter: Reporter, buffer_size: int = 1 << 20) -> io.BufferedReader:
