@@ -14,7 +14,8 @@ from typing import Any
 from connector_ops.display import OPTIONS, PREVIEW_BYTES
 from connector_ops.etl.json_readers import is_json, is_ndjson
 from connector_ops.etl.models import PullInput, PullParameters
-from connector_ops.etl.tsv import csv_delimiter, is_tsv
+from connector_ops.etl.push_parquet import is_parquet
+from connector_ops.etl.tsv import csv_delimiter, is_csv
 from connector_ops.frames import frame_from, frame_into, run_with_store
 from connector_ops.magic_input import InputError
 from connector_ops.registry import get_action, parse_input
@@ -76,6 +77,16 @@ def read_frame(platform_files: PlatformFileStore, pf: Mapping[str, Any], paramet
                            encoding=parameters.encoding, nrows=nrows, **text_options)
 
 
+def _says_text_rows(name: str, content_type: str) -> bool:
+    """Whether the file says it is JSON, CSV or TSV, tested as Push tests formats (Parquet first, then
+    JSON, then CSV), so a preview shows the file as a Push of it would read it. A CSV must say so (by its
+    type or a ``.csv``/``.tsv`` name): a ``csv_notes.txt`` or a ``text/csv-schema`` is not one, and was
+    once shown as a one-column table for holding the letters ``csv``."""
+    if is_parquet(name, content_type):
+        return False
+    return is_json(name, content_type) or is_csv(name, content_type)
+
+
 def file_preview(platform_files: PlatformFileStore, parameters: PullParameters | None = None,
                  ) -> Callable[[Mapping[str, Any]], list[dict[str, Any]] | None]:
     """For display: the first rows of a small CSV/TSV/JSON file stored here (never fetched over the network),
@@ -85,8 +96,7 @@ def file_preview(platform_files: PlatformFileStore, parameters: PullParameters |
 
     def preview(pf: Mapping[str, Any]) -> list[dict[str, Any]] | None:
         name, content_type = str(pf.get("name", "")), str(pf.get("contentType", ""))
-        if "csv" not in f"{content_type} {name}".lower() and not is_json(name, content_type) \
-                and not is_tsv(name, content_type):
+        if not _says_text_rows(name, content_type):
             return None
         if platform_files.local_id(dict(pf)) is None or not isinstance(pf.get("size"), int):
             return None

@@ -38,7 +38,7 @@ from connector_ops.etl.json_readers import JSON_SUFFIXES
 from connector_ops.etl.push_parquet import PARQUET_SUFFIXES
 from connector_ops.etl.readers import FIELD
 from connector_ops.etl.suffixes import ends_with, without
-from connector_ops.etl.tsv import TSV_SUFFIX
+from connector_ops.etl.tsv import CSV_SUFFIXES
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.overlap import overlapped
 from connector_ops.kernel.platform_file import base_name
@@ -139,7 +139,7 @@ ARROW_MAGIC = b"ARROW1"
 NOT_A_MEMBER = re.compile(r"(^|/)(__MACOSX/|\.DS_Store$|Thumbs\.db$)")
 #: the suffixes that name each export type's data, as Push tells formats (a name with none of them is any
 #: type's)
-TYPE_SUFFIXES = {"csv": (".csv", TSV_SUFFIX), "json": JSON_SUFFIXES, "parquet": PARQUET_SUFFIXES}
+TYPE_SUFFIXES = {"csv": CSV_SUFFIXES, "json": JSON_SUFFIXES, "parquet": PARQUET_SUFFIXES}
 DATA_SUFFIXES = tuple(suffix for suffixes in TYPE_SUFFIXES.values() for suffix in suffixes)
 #: the zip methods Python reads (stored, deflate, bzip2, lzma), and the names of some it does not
 READABLE_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})

@@ -21,6 +21,8 @@ from connector_ops.kernel.media_types import media_type
 Parameters = TypeVar("Parameters", PushParameters, PullParameters)
 
 TSV_SUFFIX = ".tsv"
+#: the names of delimited text, as Push tells formats (:mod:`.compressed`'s ``TYPE_SUFFIXES``)
+CSV_SUFFIXES = (".csv", TSV_SUFFIX)
 #: IANA's media type for TSV (what ``mimetypes`` gives ``.tsv``, so ``files add`` of one already says it)
 TSV_TYPE = "text/tab-separated-values"
 CSV_TYPE = "text/csv"
@@ -33,6 +35,14 @@ def is_tsv(name: str, content_type: str = "") -> bool:
     if said in (TSV_TYPE, CSV_TYPE):
         return said == TSV_TYPE
     return ends_with(name, TSV_SUFFIX)
+
+
+def is_csv(name: str, content_type: str = "") -> bool:
+    """Whether a file says it is delimited text: its media type is ``text/csv`` or TSV's (parameters aside),
+    or its (uncompressed) name ends in ``.csv`` or ``.tsv``. Push reads every file that is neither Parquet nor
+    JSON as CSV, whatever it says; this is for what must know the file *is* one (the notebook's preview, which
+    once took any name or type holding the letters ``csv``: ``csv_notes.txt``, ``text/csv-schema``)."""
+    return media_type(content_type) in (CSV_TYPE, TSV_TYPE) or ends_with(name, CSV_SUFFIXES)
 
 
 def csv_delimiter(parameters: PushParameters | PullParameters, name: str, content_type: str = "") -> str:

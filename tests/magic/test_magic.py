@@ -117,6 +117,27 @@ def test_a_pull_preview_reads_the_file_with_the_pulls_parameters(ip: Any, env: d
     assert headless.file_preview() == [{0: "Ann", 1: "Paris"}, {0: "Bob", 1: "Lyon"}]
 
 
+@pytest.mark.parametrize(("name", "content_type", "shown"), [
+    ("csv_notes.txt", None, False), ("notes.txt", "text/csv-schema", False), ("notes.md", "text/x-csv-ish", False),
+    ("my-csv", "application/octet-stream", False), ("rows.parquet", "text/csv", False),
+    ("REPORT.CSV ", None, True), ("notes.txt", "text/csv; charset=utf-8", True), ("data.csv", "text/plain", True),
+    ("report.tsv", None, True), ("data", "text/tab-separated-values", True), ("rows.json", None, True),
+], ids=["csv-in-name", "csv-in-type", "x-csv-type", "csv-no-suffix", "parquet-named", "csv-upper", "csv-type",
+        "csv-name", "tsv-name", "tsv-type", "json"])
+def test_a_file_is_previewed_as_rows_only_when_it_says_csv_tsv_or_json(ip: Any, tmp_path: Path, name: str,
+                                                                     content_type: str | None,
+                                                                     shown: bool) -> None:
+    """The preview took any name or content type holding the letters ``csv`` for a CSV: ``csv_notes.txt``
+    or ``text/csv-schema`` was shown as a table of its lines. Now a file is one as Push tells formats: its
+    type (``text/csv``, TSV's, parameters aside) or its ``.csv``/``.tsv`` name; JSON by Push's test."""
+    source = tmp_path / "source"
+    separator = "\t" if "tsv" in name or "tab" in (content_type or "") else ","
+    source.write_text('[{"a": "1", "b": "2"}]' if name.endswith(".json") else f"a{separator}b\n1{separator}2\n")
+    typed = f" --content-type '{content_type}'" if content_type else ""
+    out = ip.run_line_magic("connectors", f"add-file {source} --name '{name}'{typed}")
+    assert out.file_preview() == ([{"a": "1", "b": "2"}] if shown else None)
+
+
 def test_dataframe_round_trip_and_no_leftover_files(ip: Any, env: dict[str, str]) -> None:
     frame = pd.DataFrame({"city": ["Paris", "Lyon", 'Saint-"Quoted"'], "note": ["a,b", "line\nbreak", None],
                           "n": [1, 2, 3]})
