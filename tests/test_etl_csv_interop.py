@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from connector_ops import invoke
+from connector_ops import ConnectorError, invoke
 
 
 def push(files, data: bytes, name: str, content_type: str = "text/csv", **parameters) -> str:
@@ -68,9 +68,9 @@ def test_a_tsv_pull_writes_tabs_names_its_type_and_pushes_back(files, env):
     packed, zipped = pull(files, vf, "report.tsv.gz")
     assert gzip.decompress(packed) == data and zipped["contentType"] == "application/gzip"
     assert rows(invoke("etl.push", {"platformFile": zipped})["virtualFileId"]) == TSV_ROWS
-    # a delimiter given wins, and then the file is no TSV
+    # a delimiter given wins, and then the file is no TSV: its type names the delimiter (below)
     semi, semi_pf = pull(files, vf, "report.tsv", csvDelimiter=";")
-    assert semi.startswith(b"id;name\r\n") and semi_pf["contentType"] == "text/csv"
+    assert semi.startswith(b"id;name\r\n") and semi_pf["contentType"] == 'text/csv; delimiter=";"'
     plain, plain_pf = pull(files, vf, "report.csv")
     assert plain.startswith(b"id,name\r\n") and plain_pf["contentType"] == "text/csv"
 
@@ -85,6 +85,45 @@ def test_a_tsv_pull_with_a_comma_given_says_text_csv_and_pushes_back_by_commas(f
     assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == TSV_ROWS
     for content_type in ("text/plain", "application/octet-stream"):
         assert rows(push(files, TSV, "report.tsv", content_type)) == TSV_ROWS
+
+
+@pytest.mark.parametrize(("name", "delimiter", "content_type"), [
+    ("report.tsv", ";", 'text/csv; delimiter=";"'),
+    ("report.tsv", "|", "text/csv; delimiter=|"),
+    ("report.csv", ";", 'text/csv; delimiter=";"'),
+    ("report.csv", "tab", "text/csv; delimiter=tab"),
+    ("report.csv", "\u00a7", "text/csv; delimiter*=UTF-8''%C2%A7"),
+    ("report.tsv.gz", ",", 'application/gzip; delimiter=","'),
+    ("report.tsv.gz", ";", 'application/gzip; delimiter=";"'),
+    ("report.zip", "|", "application/zip; delimiter=|"),
+    ("report.csv", ",", "text/csv"), ("report.tsv", "tab", "text/tab-separated-values"),
+], ids=["tsv-semicolon", "tsv-pipe", "csv-semicolon", "csv-tab", "csv-section-sign", "tsv-gz-comma",
+        "tsv-gz-semicolon", "zip-pipe", "csv-comma", "tsv-tab"])
+def test_a_pull_names_a_delimiter_its_type_and_name_do_not_say_and_pushes_back_as_written(files, env, name,
+                                                                                          delimiter, content_type):
+    """Pull's ``report.tsv`` (or ``report.csv``) written with ``csvDelimiter: ";"`` said ``text/csv``, and
+    pushed back was read by commas unless ``csvDelimiter`` was given again: one column ``id;name``. A
+    compressed ``report.tsv.gz`` written with commas said only its name, and was read back by tabs. Now the
+    type names the delimiter in a ``delimiter`` parameter whenever its type and name would say another."""
+    vf = push(files, b'id,name\n1,"Ann, Jr"\n2,Bob\n', "a.csv")
+    _, pf = pull(files, vf, name, csvDelimiter=delimiter)
+    assert pf["contentType"] == content_type
+    assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == TSV_ROWS
+
+
+def test_a_named_delimiter_keeps_the_charset_and_yields_to_a_csv_delimiter_given(files, env):
+    vf = push(files, "id,name\n1,Zoë\n".encode(), "a.csv")
+    data, pf = pull(files, vf, "report.csv", csvDelimiter=";", encoding="latin-1")
+    assert data == "id;name\r\n1;Zoë\r\n".encode("latin-1")
+    assert pf["contentType"] == 'text/csv; charset=ISO-8859-1; delimiter=";"'
+    assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == [{"id": "1", "name": "Zoë"}]
+    given = invoke("etl.push", {"platformFile": pf, "parameters": {"csvDelimiter": ","}})["virtualFileId"]
+    assert rows(given) == [{"id;name": "1;Zoë"}]
+    bad = files.add_bytes(b"a;b\n1;2\n", "x.csv", 'text/csv; delimiter=";;"').to_json()
+    with pytest.raises(ConnectorError) as caught:
+        invoke("etl.push", {"platformFile": bad})
+    assert caught.value.status == 400 and caught.value.body["message"].startswith(
+        "platformFile.contentType: names delimiter ';;', which no CSV can have"), caught.value.body
 
 
 def test_a_one_column_pull_holding_the_end_of_data_marker_loads_whole_through_postgresql_copy(files, env,

@@ -22,7 +22,7 @@ from connector_ops.etl.quarantine import Quarantine
 from connector_ops.etl.readers import cell_text
 from connector_ops.etl.row_totals import rows_to_show
 from connector_ops.etl.suffixes import without
-from connector_ops.etl.tsv import csv_content_type, csv_delimiter, with_csv_delimiter
+from connector_ops.etl.tsv import csv_content_type, csv_delimiter, delimiter_label, with_csv_delimiter
 from connector_ops.etl.writers import csv_chunks, json_chunks, ndjson_chunks
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.progress import reading_with_progress, reported, track
@@ -124,21 +124,24 @@ def _export(inp: m.PullInput, names: list[str], pages: Iterator[list[tuple]], pl
     # the file server sends contentType as it is: text in another encoding than UTF-8 says which, by IANA's name
     charset = charset_suffix(params.encoding)
     data_name = without(inp.export_name, packing.suffix) if packing is not None else inp.export_name
+    delimiter = None
     if inp.export_type == "csv":  # ``report.tsv`` (``.tsv.gz``, …) by tabs unless csvDelimiter says otherwise
         delimiter = csv_delimiter(params, data_name)
         chunks = csv_chunks(names, pages, delimiter=delimiter, header=params.add_first_row_as_schema,
                             encoding=params.encoding, escape_formulas=params.escape_formulas)
-        content_type = csv_content_type(data_name, delimiter) + charset
+        media = csv_content_type(data_name, delimiter)
     else:  # named as NDJSON (events.ndjson, events.jsonl.gz): written so, for the tools that read it
         ndjson = is_ndjson(data_name, "")
         chunks = (ndjson_chunks if ndjson else json_chunks)(names, pages, encoding=params.encoding)
-        content_type = (NDJSON_TYPE if ndjson else "application/json") + charset
+        media = NDJSON_TYPE if ndjson else "application/json"
     if packing is not None:
         from connector_ops.etl.compressed import compressing
 
-        # the compression's type, keeping the charset: ``application/gzip; charset=ISO-8859-1`` pushes back
-        # from its descriptor alone (Push reads the parameter whatever the media type)
-        chunks, content_type = compressing(chunks, packing.compressor()), packing.content_type + charset
+        # the compression's type, keeping the parameters: ``application/gzip; charset=ISO-8859-1`` pushes
+        # back from its descriptor alone (Push reads them whatever the media type)
+        chunks, media = compressing(chunks, packing.compressor()), packing.content_type
+    # a delimiter the type and name do not say (``report.tsv`` written with ``;``) is named, for Push to read
+    content_type = media + charset + (delimiter_label(data_name, delimiter, media) if delimiter is not None else "")
     with platform_files.create(inp.export_name, content_type) as sink:
         for chunk in chunks:
             sink.write(chunk)

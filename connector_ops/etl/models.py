@@ -44,7 +44,7 @@ def _no_nul(value: str) -> str:
 NulFreeId = Annotated[str, Field(min_length=1), AfterValidator(_no_nul)]
 
 
-def _delimiter(value: str) -> str:
+def check_delimiter(value: str) -> str:
     """One character; ``\\t`` and ``tab`` are accepted for a tab because JSON users type them."""
     value = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(value, value)
     if len(value) != 1 or value in "\r\n\"":
@@ -84,7 +84,7 @@ class PushParameters(SpecModel):
                             "loads the good rows and writes each bad line (a ragged CSV row, an NDJSON line that "
                             "is not a JSON object) with its line number and reason to a rejects virtual file")
 
-    _check_delimiter = field_validator("csv_delimiter")(_delimiter)
+    _check_delimiter = field_validator("csv_delimiter")(check_delimiter)
     _check_encoding = field_validator("encoding")(_encoding)
 
     @model_validator(mode="after")
@@ -128,7 +128,7 @@ class PullParameters(SpecModel):
                            "carriage return gets a ' before it, so a spreadsheet shows it as text instead of "
                            "running it as a formula (default: values written exactly)")
 
-    _check_delimiter = field_validator("csv_delimiter")(_delimiter)
+    _check_delimiter = field_validator("csv_delimiter")(check_delimiter)
     _check_encoding = field_validator("encoding")(_encoding)
 
 

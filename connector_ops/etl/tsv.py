@@ -8,15 +8,23 @@ given in the input still wins, so a file misnamed ``.tsv`` can be read as it is.
 than the name: ``text/csv`` means the default ``,`` whatever the name (Pull's ``report.tsv`` written with
 ``csvDelimiter: ","`` says ``text/csv``, and was read back by its name as one column); the name decides only
 under a type that does not say (none, ``application/octet-stream``, ``text/plain``, a compression's).
+
+Any other delimiter is named by a ``delimiter`` parameter of the content type (our extension), which Pull
+writes whenever its type and name would say another one: ``report.tsv`` or ``report.csv`` written with
+``csvDelimiter: ";"`` is ``text/csv; delimiter=";"``, ``report.tsv.gz`` written with commas
+``application/gzip; delimiter=","``. Such a file once said ``text/csv`` (or only its ``.tsv`` name) and was
+pushed back by commas (or tabs) unless ``csvDelimiter`` was given again: one column named ``id;name``. Push
+reads the parameter before the type and the name; a ``csvDelimiter`` given still wins.
 """
 
 from __future__ import annotations
 
 from typing import TypeVar
 
-from connector_ops.etl.models import PullParameters, PushParameters
+from connector_ops.etl.models import PullParameters, PushParameters, check_delimiter
 from connector_ops.etl.suffixes import ends_with
-from connector_ops.kernel.media_types import media_type
+from connector_ops.kernel.errors import InvalidInput
+from connector_ops.kernel.media_types import media_type, parameter, parameter_text
 
 Parameters = TypeVar("Parameters", PushParameters, PullParameters)
 
@@ -26,6 +34,9 @@ CSV_SUFFIXES = (".csv", TSV_SUFFIX)
 #: IANA's media type for TSV (what ``mimetypes`` gives ``.tsv``, so ``files add`` of one already says it)
 TSV_TYPE = "text/tab-separated-values"
 CSV_TYPE = "text/csv"
+#: the content type's parameter naming a delimiter its type and name do not imply (Pull's ``report.csv``
+#: written with ``;``)
+DELIMITER = "delimiter"
 
 
 def is_tsv(name: str, content_type: str = "") -> bool:
@@ -46,11 +57,37 @@ def is_csv(name: str, content_type: str = "") -> bool:
 
 
 def csv_delimiter(parameters: PushParameters | PullParameters, name: str, content_type: str = "") -> str:
-    """The delimiter a CSV Push or Pull uses: ``csvDelimiter`` when the input gives it, else a tab for a TSV
-    (:func:`is_tsv`), else the default ``,``."""
-    if "csv_delimiter" in parameters.model_fields_set or not is_tsv(name, content_type):
+    """The delimiter a CSV Push or Pull uses: ``csvDelimiter`` when the input gives it, else the one the
+    content type's ``delimiter`` parameter names, else a tab for a TSV (:func:`is_tsv`), else the default
+    ``,``."""
+    if "csv_delimiter" in parameters.model_fields_set:
         return parameters.csv_delimiter
-    return "\t"
+    labelled = labelled_delimiter(content_type)
+    if labelled is not None:
+        return labelled
+    return "\t" if is_tsv(name, content_type) else parameters.csv_delimiter
+
+
+def labelled_delimiter(content_type: str) -> str | None:
+    """The delimiter a content type's ``delimiter`` parameter names (spelled as ``csvDelimiter`` is: ``tab``
+    for a tab), else ``None``; a 400 naming ``platformFile.contentType`` for one no CSV can have."""
+    value = parameter(content_type, DELIMITER)
+    if value is None:
+        return None
+    try:
+        return check_delimiter(value)
+    except ValueError as exc:
+        raise InvalidInput("platformFile.contentType", f"names delimiter {value!r}, which no CSV can have ({exc}); "
+                                                       "set parameters.csvDelimiter to the file's") from None
+
+
+def delimiter_label(name: str, delimiter: str, content_type: str) -> str:
+    """What a CSV export written with ``delimiter`` adds to its ``content_type`` (the type it says, without
+    parameters) for Push to read it back as written: ``""`` when the type and the name already say that
+    delimiter (:func:`csv_delimiter`'s defaults), else ``; delimiter=…``."""
+    if csv_delimiter(PullParameters(), name, content_type) == delimiter:
+        return ""
+    return parameter_text(DELIMITER, "tab" if delimiter == "\t" else delimiter)
 
 
 def with_csv_delimiter(parameters: Parameters, name: str, content_type: str = "") -> Parameters:
@@ -62,5 +99,6 @@ def with_csv_delimiter(parameters: Parameters, name: str, content_type: str = ""
 
 
 def csv_content_type(name: str, delimiter: str) -> str:
-    """A CSV export's media type: TSV's for a ``.tsv`` name written with tabs, else ``text/csv``."""
+    """A CSV export's media type: TSV's for a ``.tsv`` name written with tabs, else ``text/csv`` (and another
+    delimiter than ``,`` is named by :func:`delimiter_label`)."""
     return TSV_TYPE if delimiter == "\t" and ends_with(name, TSV_SUFFIX) else CSV_TYPE
