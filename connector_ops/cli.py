@@ -6,8 +6,8 @@ Built on click (as dagster and sqlite-utils are). Imports are lazy: ``--help`` l
 commands are plugins here, never imports).
 
 Exit codes: 0 success, 2 invalid input (status 400, or a usage error), 3 not found (404), 1 any other
-failure, 130 interrupted (Ctrl-C or SIGTERM), 141 stdout's reader stopped reading; the ``pipeline``
-commands report a run or files, not one action, and have their own (their --help).
+failure, 130 interrupted (Ctrl-C), 143 stopped by SIGTERM, 141 stdout's reader stopped reading; the
+``pipeline`` commands report a run or files, not one action, and have their own (their --help).
 On an action error the spec's error body is printed as JSON on stdout and one line naming the
 action on stderr.
 """
@@ -38,8 +38,11 @@ LAZY_GROUPS = {
     "store": ("connector_ops.store_cli:store", "The stores themselves: copy their files into the stores in use."),
 }
 EXIT_CODES = {400: 2, 404: 3}
-#: a command stopped by Ctrl-C (or SIGTERM, which the console script takes as one): the shell's code for SIGINT
+#: a command stopped by Ctrl-C: the shell's code for SIGINT
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+#: a command stopped by SIGTERM, which the console script takes as a Ctrl-C (the work stopped the same way)
+#: but reports as the shell would a process SIGTERM ended, so a supervisor tells a stop from an interrupt
+EXIT_TERMINATED = 128 + signal.SIGTERM
 #: stdout's reader stopped reading (``| head``): what a shell reports for a tool SIGPIPE ended
 EXIT_READER_GONE = 128 + signal.SIGPIPE
 
@@ -176,7 +179,7 @@ def cli(ctx: click.Context) -> None:
     \b
     Shell completion (bash; zsh and fish alike):  eval "$(connector-ops completion bash)"
     Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures, 130
-    interrupted (Ctrl-C or SIGTERM), 141 the reader of stdout stopped reading;
+    interrupted (Ctrl-C), 143 stopped by SIGTERM, 141 the reader of stdout stopped reading;
     the pipeline commands have their own (connector-ops pipeline run --help).
     """
     from connector_ops.kernel.deferred import interrupts_ignored_once_answered
@@ -397,9 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _terminate(signo: int, frame: FrameType | None) -> None:
     """SIGTERM (``timeout``, ``kill``, systemd) does what Ctrl-C would do at that moment: stop the work
-    cleanly (a transaction rolled back, a run's step reported interrupted) and exit 130, or nothing once the
-    answer is final. Dagster's runs take SIGTERM as their interrupt too (for Kubernetes), so a command ends
-    the same way whichever of the two signals comes, and whenever it comes."""
+    cleanly (a transaction rolled back, a run's step reported interrupted) and exit 143 (:func:`stop_code`),
+    or nothing once the answer is final. Dagster's runs take SIGTERM as their interrupt too (for
+    Kubernetes), so a command stops the same way whichever of the two signals comes, and whenever it comes;
+    only its exit status says which."""
     handler = signal.getsignal(signal.SIGINT)
     if handler is signal.SIG_IGN:
         return
@@ -409,13 +413,31 @@ def _terminate(signo: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def stop_code(code: int) -> int:
+    """An interrupted command's 130 is 143 when SIGTERM stopped it, whichever handler took the signal (the
+    command line's :func:`_terminate`, or a Dagster run's own while it executes), as a shell reports a
+    process each signal ends; any other code (the command's outcome: SIGTERM is ignored once the answer is
+    final) stays."""
+    from connector_ops.kernel.signals_seen import signals_seen
+
+    return EXIT_TERMINATED if code == EXIT_INTERRUPTED and signal.SIGTERM in signals_seen() else code
+
+
 def entry_point() -> None:  # pragma: no cover - the console script
+    from connector_ops.kernel.signals_seen import watch_signals
     from connector_ops.stdio import prepare_standard_streams
 
     prepare_standard_streams()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not a background job of a script,
         signal.signal(signal.SIGTERM, _terminate)  # which its shell has made ignore Ctrl-C
-    code = main()
+        watch_signals()
+    try:
+        code = main()
+    except SystemExit as exc:  # a command's own status (pipeline run's 130 for an interrupted run)
+        if not isinstance(exc.code, int):
+            raise
+        code = exc.code
+    code = stop_code(code)
     try:
         sys.stdout.flush()
     except OutputError as exc:

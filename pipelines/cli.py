@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from connector_ops.cli import answered, no_progress_option, showing_warnings
+from connector_ops.cli import EXIT_INTERRUPTED, answered, no_progress_option, showing_warnings
 from connector_ops.stdio import json_text
 
 if TYPE_CHECKING:  # each command imports what it runs: `--help` and TAB completion load no Dagster nor pydantic
@@ -178,7 +178,7 @@ def run(target: str, overrides: tuple[str, ...], verbose: bool, full: bool, no_p
     Exit codes: 0 every step succeeded; 1 a step failed (whatever its status, 400 and 404 included: the
     step's error is printed) or the file does not validate; 2 no such file or pipeline, a configuration
     error (a bad setting: the line names the variable) or a usage error (a --set not written step.field=value);
-    130 interrupted (Ctrl-C).
+    130 interrupted (Ctrl-C), 143 stopped by SIGTERM.
     """
     from connector_ops.environment import RESOURCE_KEYS
     from connector_ops.pipelines.catalog import load_checked
@@ -219,11 +219,11 @@ def _run(path: Path, compiled: CompiledPipeline, resources: dict[str, Any], *, v
         print("\nwhere the outputs went:")
         for line in lines:
             print(f"  {line}")
-    if run.interrupted:  # Ctrl-C: the shell's convention for a command ended by SIGINT
+    if run.interrupted:  # the shell's code for SIGINT (the entry point's stop_code makes SIGTERM's 143)
         print(f"\nrun {run.run_id} interrupted: {', '.join(run.interrupted)} stopped before the end; "
               "what it was writing was not kept", file=sys.stderr)
         _not_run(run)
-        raise SystemExit(130)
+        raise SystemExit(EXIT_INTERRUPTED)
     if not run.success:
         for step_id, error in run.errors.items():
             print(f"\nstep {step_id} failed: {error.summary()}", file=sys.stderr)

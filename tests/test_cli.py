@@ -73,7 +73,7 @@ def test_help_is_plain_text_and_lists_every_command() -> None:
         assert markup not in run.stdout
     said = " ".join(run.stdout.split())
     assert ("Exit codes: 0 ok, 2 invalid input (400), 3 not found (404), 1 other failures, 130 interrupted "
-            "(Ctrl-C or SIGTERM), 141 the reader of stdout stopped reading;") in said
+            "(Ctrl-C), 143 stopped by SIGTERM, 141 the reader of stdout stopped reading;") in said
     assert "the pipeline commands have their own (connector-ops pipeline run --help)" in run.stdout
 
 
@@ -84,7 +84,7 @@ def test_pipeline_run_states_its_own_exit_codes(tmp_path: Path) -> None:
     assert ("Exit codes: 0 every step succeeded; 1 a step failed (whatever its status, 400 and 404 included: "
             "the step's error is printed) or the file does not validate; 2 no such file or pipeline, a configuration "
             "error (a bad setting: the line names the variable) or a usage error (a --set not written "
-            "step.field=value); 130 interrupted (Ctrl-C).") in said
+            "step.field=value); 130 interrupted (Ctrl-C), 143 stopped by SIGTERM.") in said
     missing = tmp_path / "p404.yaml"
     missing.write_text("name: p404\nsteps:\n  - id: count\n    action: etl.iterate\n"
                        "    input: {content: nope, maxBatchSize: 1}\n")

@@ -80,15 +80,16 @@ def long_join_pipeline(folder: Path, left: str, right: str) -> Path:
     return path
 
 
-def ctrl_c(args: list[str], env: dict[str, str], running: Callable[[], bool]
+def ctrl_c(args: list[str], env: dict[str, str], running: Callable[[], bool], signo: int = signal.SIGINT
            ) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run the command, press Ctrl-C once ``running()``; what it did, and how long it took to end after."""
+    """Run the command, press Ctrl-C (or send ``signo``) once ``running()``; what it did, and how long it took
+    to end after."""
     child = subprocess.Popen([SCRIPT, *args], env={**os.environ, **env}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
         soon(running, "the long statement")
         assert child.poll() is None, "the command ended before the test could interrupt it"
-        child.send_signal(signal.SIGINT)
+        child.send_signal(signo)
         sent = time.monotonic()
         out, err = child.communicate(timeout=60)
         return subprocess.CompletedProcess(args, child.returncode, out, err), time.monotonic() - sent
@@ -96,13 +97,16 @@ def ctrl_c(args: list[str], env: dict[str, str], running: Callable[[], bool]
         child.kill()
 
 
-def test_ctrl_c_stops_a_long_join_at_the_command_line(env, files, database_url, tmp_path):
+@pytest.mark.parametrize(("signo", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_a_long_join_at_the_command_line(env, files, database_url, tmp_path, signo, expected):
+    """SIGTERM stops it as Ctrl-C does, but exits 143 (it was 130, the same as Ctrl-C's)."""
     left, right = fanout_files(files)
     before = stored(database_url)
     (tmp_path / "join.json").write_text(json.dumps(join_of(left, right)))
-    done, took = ctrl_c(["invoke", "etl.join", f"@{tmp_path / 'join.json'}"], env, joining(database_url))
-    assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
-    assert done.returncode == 130 and "Aborted!" in done.stderr and done.stdout == "", done
+    done, took = ctrl_c(["invoke", "etl.join", f"@{tmp_path / 'join.json'}"], env, joining(database_url), signo)
+    assert took < PROMPT, f"stopped {took:.1f} s after the signal"
+    assert done.returncode == expected and "Aborted!" in done.stderr and done.stdout == "", done
     assert "Traceback" not in done.stderr
     assert_nothing_left(database_url, before)
     assert invoke("etl.query", {"virtualFileId": left, "query": {"v": "7"}})["result"] == [{"k": "k", "v": "7"}]
@@ -122,17 +126,20 @@ def test_ctrl_c_stops_a_long_regex_query_at_the_command_line(env, files, databas
     assert "Traceback" not in done.stderr and "500" not in done.stderr, done
 
 
-def test_ctrl_c_stops_a_pipeline_run_and_says_so(env, files, database_url, tmp_path):
+@pytest.mark.parametrize(("signo", "expected"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_a_pipeline_run_and_says_so(env, files, database_url, tmp_path, signo, expected):
     """``connector-ops pipeline run`` (a Dagster run, whose interrupt is Dagster's own exception): the step
     is reported interrupted, not failed, the step after it not run, and the exit status is the shell's for
-    SIGINT. On PostgreSQL the server stops the statement too (psycopg alone cancels only on
-    ``KeyboardInterrupt``)."""
+    the signal: 130 for Ctrl-C, 143 for SIGTERM (it was 130 too, taken by Dagster's own SIGINT handler while
+    the run executes, so a supervisor could not tell its stop from an interrupt). On PostgreSQL the server
+    stops the statement too (psycopg alone cancels only on ``KeyboardInterrupt``)."""
     left, right = fanout_files(files)
     before = stored(database_url)
     done, took = ctrl_c(["pipeline", "run", str(long_join_pipeline(tmp_path, left, right))], env,
-                        joining(database_url))
-    assert took < PROMPT, f"stopped {took:.1f} s after Ctrl-C"
-    assert done.returncode == 130, done
+                        joining(database_url), signo)
+    assert took < PROMPT, f"stopped {took:.1f} s after the signal"
+    assert done.returncode == expected, done
     assert "interrupted: join stopped before the end" in done.stderr and "not run: count" in done.stderr, done
     assert "failed" not in done.stderr and "Traceback" not in done.stderr, done
     assert_nothing_left(database_url, before)
