@@ -5,8 +5,9 @@ PostgreSQL server's sessions) until it is disposed of. Holders that last the pro
 ``invoke()``, Dagster's resources (built and closed per run or step, where a PostgreSQL reconnect per step
 would be paid for nothing) — *pin* it: kept for the process's life. A user's ``Session`` *holds* it while it
 is open: when the last such hold is released and nothing pinned the URL, the engine is disposed of (its
-connections and SQLite checkpoint connection closed; a later use makes another). An engine nobody holds is
-kept, as a process's engines always were. Light: URLs are kept as given, and compared as the engines key them
+connections and SQLite checkpoint connection closed; a later use makes another). An engine nobody holds, or
+only pinned, is kept while it is among the :data:`.engines.KEPT_ENGINES` most recently used; one a ``Session``
+holds is never closed to make room. Light: URLs are kept as given, and compared as the engines key them
 (which needs SQLAlchemy) only on a release, when there are engines to dispose of.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 
 from connector_ops.kernel.forks import in_child
 
@@ -32,6 +34,13 @@ def hold(url: str) -> None:
     """A scoped holder (a user's ``Session``) uses the engine of ``url`` until it calls :func:`release`."""
     with _LOCK:
         _HOLDS[url] = _HOLDS.get(url, 0) + 1
+
+
+def held(normalise: Callable[[str], str]) -> set[str]:
+    """The databases an open scoped holder uses, keyed by ``normalise`` (as the engines are): never closed to
+    make room for another (:func:`.engines._make_room`)."""
+    with _LOCK:
+        return {normalise(url) for url in _HOLDS}
 
 
 def release(url: str) -> None:

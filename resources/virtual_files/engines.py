@@ -9,6 +9,10 @@ a file deleted or replaced under the process gets an engine anew, never writes i
 PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loader uses; statements cancelled
 in the server by any interrupt (:mod:`.interrupts`), and ended by the server once their client is gone.
 
+A process keeps at most :data:`KEPT_ENGINES` engines: one more closes the least recently asked for that is idle
+(no connection checked out) and not held by an open ``Session`` (:mod:`.engine_holds`), so that a notebook kernel
+or a code server going through many stores keeps a bounded number of files and server sessions open.
+
 A process made by ``fork`` (a multiprocessing pool's worker) keeps the engines but not their pooled connections:
 those are its parent's sessions and files, and two processes on one PostgreSQL session read each other's answers
 ("server closed the connection unexpectedly"). The child's engines start on empty pools (SQLAlchemy's
@@ -22,6 +26,7 @@ import functools
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,7 @@ from sqlalchemy.engine import make_url
 
 from connector_ops.kernel.forks import abandon, in_child
 from connector_ops.kernel.secrets import mask_url
+from connector_ops.resources.virtual_files import engine_holds
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import metadata, virtual_file
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
@@ -44,13 +50,22 @@ from connector_ops.resources.virtual_files.sqlite_faults import with_floor
 from connector_ops.resources.virtual_files.sqlite_names import host_path, sqlite_name
 from connector_ops.resources.virtual_files.store_file import StoreFile, watch
 
-_ENGINES: dict[str, sa.Engine] = {}
+#: the engines by URL, least recently asked for first
+_ENGINES: OrderedDict[str, sa.Engine] = OrderedDict()
 #: the file each SQLite engine of :data:`_ENGINES` opened (same keys; none for a database in memory)
 _FILES: dict[str, StoreFile] = {}
 _LOCK = threading.RLock()  # re-entered: a catalog being created may find its file changed (_forget)
 
 #: name -> (nargs, fn) registered on every SQLite connection (e.g. the ``$regex`` matcher).
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
+
+#: engines a process keeps beyond those in use. Each idle one holds its pooled connections: a SQLite file's
+#: three descriptors (the file, its log, its shared memory) per connection — 3 after a call, up to 18 after
+#: parallel ones — or a PostgreSQL server's sessions. Keeping every engine ever made, a kernel switching among
+#: stores, or a loop over per-day files, ran out of descriptors (1,024 by default) after a few hundred stores;
+#: 16 keep at most ≈ 300. An engine closed to make room costs its next use a new one: ≈ 3.5 ms on SQLite
+#: (open, PRAGMAs, the catalog checked; idle machine), a new session on PostgreSQL (≈ 12× a warm ``SELECT 1``)
+KEPT_ENGINES = 16
 
 #: how often PostgreSQL checks, while a statement of ours runs, that its client is still there
 CLIENT_CHECK_MS = 5000
@@ -168,6 +183,7 @@ def _shared_engine(url: str, min_free_disk: int | None) -> sa.Engine:
     with _LOCK:
         engine = _current(key)
         if engine is not None:
+            _ENGINES.move_to_end(key)
             return engine
         parsed = make_url(key)
         file = None
@@ -206,7 +222,30 @@ def _shared_engine(url: str, min_free_disk: int | None) -> sa.Engine:
         _ENGINES[key] = engine
         if file is not None:
             _FILES[key] = file
+        _make_room()
         return engine
+
+
+def _make_room() -> None:
+    """Close the least recently asked-for engines while more than :data:`KEPT_ENGINES` are kept (under
+    :data:`_LOCK`). Never one with a connection checked out (a transaction, an open cursor) or one an open
+    ``Session`` holds (its close disposes of it, :mod:`.engine_holds`): the count then stays above the bound
+    until an engine is made after they are done. Nor a SQLite database without a file of its own (in memory,
+    a ``file:`` URI): its rows live in its connections. An action asks for its engine at every transaction,
+    which keeps it among the most recent; one closed between two of them gets a new engine at the next, as a
+    fresh process would."""
+    excess = len(_ENGINES) - KEPT_ENGINES
+    if excess <= 0:
+        return
+    held = engine_holds.held(normalise_url)
+    for key, engine in list(_ENGINES.items()):
+        if excess <= 0:
+            break
+        on_file = key in _FILES or engine.dialect.name != "sqlite"
+        if not on_file or key in held or engine.pool.checkedout() > 0:  # type: ignore[attr-defined]
+            continue
+        _drop(key)
+        excess -= 1
 
 
 def store_file(url: str) -> StoreFile | None:
