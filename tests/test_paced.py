@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import queue
+import subprocess
 import sys
 import threading
 import time
@@ -202,3 +203,50 @@ def test_however_the_batches_end_arrows_thread_has_left_the_stream(kind: str, en
             next(read)
             time.sleep(0.1)  # Arrow's thread reads ahead, until the pacing holds it
     assert in_our_streams() == []
+
+
+
+#: a process whose Arrow reader is gone while Arrow's thread still holds the stream it was given: a thread
+#: standing in for Arrow's lets go of it late, as Arrow's does when the reader is dropped while its read task
+#: is ending. ``keep``: the reader is kept (a scan left open), and the exit has nothing to wait for.
+HELD_AT_EXIT = """
+import io, sys, threading, time
+from connector_ops.resources.virtual_files.paced import Paced
+
+class Reader(list):
+    pass
+
+keep, late = sys.argv[1] == "keep", float(sys.argv[2])
+paced = Paced(io.BytesIO(b""), 1024)
+held = [paced.entrance(io.BytesIO(b""))]  # Arrow's hold on its stream
+reader = Reader()
+list(paced.taken(reader))
+if not keep:
+    del reader
+
+def arrow():
+    time.sleep(late)
+    print("letting go", flush=True)
+    held.clear()
+
+threading.Thread(target=arrow, daemon=True).start()
+print("exiting", flush=True)
+"""
+
+
+def test_the_exit_waits_for_arrows_thread_to_let_go_of_a_stream_whose_reader_is_gone() -> None:
+    """Let go of by Arrow's thread as the interpreter finalized, the stream aborted the process ("terminate
+    called without an active exception", exit 134) after its work was done (test_arrow_scan_closed_early.py)."""
+    exited = subprocess.run([sys.executable, "-c", HELD_AT_EXIT, "drop", "0.5"], capture_output=True, text=True,
+                            timeout=60)
+    assert exited.returncode == 0, exited.stderr
+    assert exited.stdout.split("\n") == ["exiting", "letting go", ""]
+
+
+def test_a_reader_still_open_at_exit_does_not_hold_the_exit_up() -> None:
+    started = time.monotonic()
+    exited = subprocess.run([sys.executable, "-c", HELD_AT_EXIT, "keep", "60"], capture_output=True, text=True,
+                            timeout=60)
+    assert exited.returncode == 0, exited.stderr
+    assert exited.stdout.split("\n") == ["exiting", ""]
+    assert time.monotonic() - started < paced.EXIT_WAIT

@@ -23,13 +23,29 @@ MiB), it was still inside Python as the interpreter shut down, which aborted the
 error: PyGILState_Release", SIGABRT) in 4 of 6 runs of the CLI on PostgreSQL. So Arrow reads
 :meth:`Paced.entrance`, which counts its reads, and whoever opened the reader calls :meth:`Paced.stop` however
 it ends: every read gets the end from then on, and ``stop`` waits until Arrow's thread has had it.
+
+Having had the end is not the last time Arrow's thread enters Python. The stream it was given is held by the
+reader's state, which the reader and its read task share, and whichever lets go of that state last lets go
+of the stream, taking the interpreter's lock to do so. When that is Arrow's thread (the reader dropped while
+its read task was ending: 7 of 60 scans closed early on PostgreSQL, under load), it may still be waiting for
+the lock as the interpreter finalizes, and a thread that gets the lock then is stopped where it stands, inside
+C++ code that may not be left that way: "terminate called without an active exception", SIGABRT, exit 134,
+after the work was done and printed (1 in 6 runs of a child that closed 100 scans early, six at once on two
+cores). So a stream whose reader is gone is kept here (:class:`_Kept`), and Arrow's letting go of it is only a
+count going down, no Python code run; the interpreter's exit waits, at most ``EXIT_WAIT`` seconds, until
+Arrow's threads have let go of every stream kept (:func:`_let_arrow_go`). Once its reader is done, a stream
+keeps nothing of what it read (:meth:`Paced._let_go_if_idle`), so keeping it costs a few small objects.
 """
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
+import sys
 import threading
+import time
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -44,6 +60,10 @@ STALL = 1.0
 #: is local; a read from a server gone silent is ended by its caller closing the source, so a stop (Ctrl-C)
 #: does not wait for it long
 LEAVE = 0.25
+#: seconds the interpreter's exit waits for Arrow's threads to let go of the streams of readers that are gone:
+#: as long as such a thread takes to get the interpreter's lock and a core (a few ms; longer under load); all
+#: of it only if something other than Arrow holds such a stream
+EXIT_WAIT = 10.0
 
 
 class Paced(io.RawIOBase):
@@ -64,6 +84,8 @@ class Paced(io.RawIOBase):
         self._inside = 0  # reads of the entrance in progress (Arrow's thread inside Python)
         self._out = True  # whoever reads the entrance has had its end or an error (or there is no entrance)
         self._turn = threading.Condition()
+        self._entrance: weakref.ref[_Entrance] | None = None
+        self._reader: weakref.ref[Any] | None = None  # Arrow's reader, once :meth:`taken` has it
 
     def readable(self) -> bool:
         return True
@@ -75,9 +97,11 @@ class Paced(io.RawIOBase):
     def entrance(self, stream: Any) -> io.RawIOBase:
         """``stream`` (read through this one, e.g. :meth:`buffered`) as Arrow's reader is given it: its reads
         are what :meth:`stop` waits for, and get the end once stopped, without touching ``stream``."""
+        entrance = _Entrance(self, stream)
         with self._turn:
             self._out = False
-        return _Entrance(self, stream)
+            self._entrance = weakref.ref(entrance)
+        return entrance
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         with self._turn:
@@ -96,6 +120,7 @@ class Paced(io.RawIOBase):
                 self._ahead += n or 0
                 self._ended = self._ended or n == 0
                 self._reading = False
+                self._let_go_if_idle()
                 self._turn.notify_all()
         return n
 
@@ -110,13 +135,23 @@ class Paced(io.RawIOBase):
             self._turn.notify_all()
             if not self._turn.wait_for(lambda: not self._reading and not self._inside, timeout):
                 return False
+            self._let_go_if_idle()
             self._turn.wait_for(lambda: self._out, LEAVE)
-            return True
+            opened = self._reader is not None
+        if not opened:  # the reader failed as it opened (or was never opened): what Arrow has of it is its stream
+            self._reader_gone(None)
+        return True
 
     def taken(self, batches: Iterable[Any]) -> Iterator[Any]:
         """``batches`` (read from this stream), each one taken letting Arrow read a block more; when they end,
-        or the consumer stops taking them, every read waiting here gets the end."""
+        or the consumer stops taking them, every read waiting here gets the end. Once ``batches`` (Arrow's
+        reader) is gone, Arrow's letting go of this stream is waited for at the interpreter's exit."""
+        try:
+            self._reader = weakref.ref(batches, self._reader_gone)
+        except TypeError:  # not a reader of Arrow's (a test's)
+            self._reader = weakref.ref(self)
         source = iter(batches)
+        del batches  # only the caller holds the reader: its going is the reader's end
         try:
             while True:
                 self._set(wanted=True)
@@ -129,9 +164,26 @@ class Paced(io.RawIOBase):
                     self._set(wanted=False, took=True)
                 yield batch
         finally:
+            del source  # a traceback through here keeps no reader alive
             with self._turn:
                 self._done = True
+                self._let_go_if_idle()
                 self._turn.notify_all()
+
+    def _let_go_if_idle(self) -> None:
+        """Once done and no read in flight (``_turn`` held), no read touches ``raw`` or the entrance's stream
+        again: let go of both, so that a stream kept for Arrow (:class:`_Kept`) keeps nothing it read."""
+        if self._done and not self._reading and not self._inside:
+            self._raw = None
+            entrance = self._entrance() if self._entrance else None
+            if entrance is not None:
+                entrance._stream = None
+
+    def _reader_gone(self, _: object) -> None:
+        """Arrow's reader is gone (or never opened): keep its stream until Arrow's thread has let go of it."""
+        entrance = self._entrance() if self._entrance else None
+        if entrance is not None:
+            _kept.keep(entrance)
 
     def _ready(self) -> None:
         """Wait here, not inside Arrow, while a read is in flight and fewer than two blocks are read ahead of
@@ -168,12 +220,65 @@ class _Entrance(io.RawIOBase):
                 paced._turn.notify_all()
                 return 0
             paced._inside += 1
+            stream = self._stream
         n = 0  # an error ends Arrow's reading too
         try:
-            n = self._stream.readinto(buffer)
+            n = stream.readinto(buffer)
         finally:
             with paced._turn:
                 paced._inside -= 1
                 paced._out = paced._out or not n
+                paced._let_go_if_idle()
                 paced._turn.notify_all()
         return n
+
+
+class _Kept:
+    """Streams given to Arrow whose reader is gone, kept until Arrow's threads have let go of them: held here as
+    well, a stream is not freed by Arrow's thread, which only counts its reference down (no Python code runs
+    there); that count is how this tells that Arrow has let go (CPython's reference count)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # letting go of a stream here frees it, in this thread
+        self._streams: list[_Entrance] = [object()]  # type: ignore[list-item]
+        self._alone = self._counts()[0]  # the count of a stream held here only
+        self._streams = []
+
+    def _counts(self) -> list[int]:
+        return [sys.getrefcount(stream) for stream in self._streams]
+
+    def keep(self, entrance: _Entrance) -> None:
+        with self._lock:
+            self._prune()
+            self._streams.append(entrance)
+
+    def held(self) -> int:
+        """How many streams kept here Arrow's threads still hold (those no longer held are let go of)."""
+        with self._lock:
+            self._prune()
+            return len(self._streams)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until Arrow's threads hold none of the streams kept here; whether
+        none is. Polled: a thread of Arrow's lets go of one with a count, which wakes nobody."""
+        deadline = time.monotonic() + timeout
+        while self.held():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)  # the interpreter's lock is Arrow's meanwhile
+        return True
+
+    def _prune(self) -> None:
+        counts = self._counts()
+        self._streams = [stream for stream, count in zip(self._streams, counts, strict=True) if count > self._alone]
+
+
+_kept = _Kept()
+
+
+@atexit.register
+def _let_arrow_go() -> None:
+    """At the interpreter's exit, before it finalizes (a thread that gets its lock after that is stopped where
+    it stands), wait until Arrow's threads have let go of every stream whose reader is gone."""
+    if not _kept.wait(EXIT_WAIT):
+        log.warning("exiting while Arrow still holds %d stream(s) of readers that are gone", _kept.held())
