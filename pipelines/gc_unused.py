@@ -37,8 +37,9 @@ class UnusedStore:
         if self.entries is not None:
             held = f"{self.entries} platform file(s), {held}"
         return (f"the home's {self.kind} {self.path} ({held}) is not the one the current settings use, so gc neither "
-                "weighs nor touches it; switching stores does not move files (docs/deployment.md, Switching the "
-                "stores): move what you need, then remove it yourself")
+                "weighs nor touches it; switching stores does not move files: `connector-ops store copy --map FILE` "
+                "copies them into the stores in use (docs/deployment.md, Switching the stores), then remove it "
+                "yourself")
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.path), "bytes": self.size, "files": self.entries}

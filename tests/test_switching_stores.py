@@ -61,8 +61,8 @@ def test_gc_names_a_files_folder_the_settings_left(home):
         assert re.fullmatch(
             rf"connector-ops: notice: the home's platform-file folder {re.escape(str(home / 'files'))} \(2 platform "
             r"file\(s\), [\d.]+ (bytes|KiB)\) is not the one the current settings use, so gc neither weighs nor "
-            r"touches it; switching stores does not move files \(docs/deployment.md, Switching the stores\): move "
-            r"what you need, then remove it yourself\n", err), err
+            r"touches it; switching stores does not move files: `connector-ops store copy --map FILE` copies them "
+            r"into the stores in use \(docs/deployment.md, Switching the stores\), then remove it yourself\n", err), err
         assert "0 platform file(s)" in out
     assert sorted(p.name for p in (home / "files").iterdir()) == folder  # untouched by the real gc
     [unused] = json.loads(gc(env, "--dry-run", "--json")[0])["unusedStores"]
