@@ -177,6 +177,7 @@ def test_a_store_of_layout_1_is_upgraded_and_its_iterations_go_on(store_url: str
         code, out, err = iterate(store_url, home, items)
         assert code == 0 and json.loads(out)["content"] == [unstamped], err
         execute(store_url, "ALTER TABLE cop_array_cursor DROP COLUMN moved_at")  # as layout 1 had it
+        execute(store_url, "ALTER TABLE cop_virtual_file DROP COLUMN seq_floor")
         execute(store_url, "DROP TABLE cop_store_layout" if unstamped else "UPDATE cop_store_layout SET version = 1")
         code, out, err = iterate(store_url, home, items)
         assert code == 0, err
@@ -186,3 +187,31 @@ def test_a_store_of_layout_1_is_upgraded_and_its_iterations_go_on(store_url: str
         assert position == 2 and moved is not None
         code, out, err = iterate(store_url, home, items)  # the last batch: the position goes
         assert code == 0 and json.loads(out) == {"content": [3], "hasNext": False}, err
+
+
+def test_a_store_of_layout_2_is_upgraded_and_a_running_iteration_sees_rows_appended_after_its_last_rows_went(
+        store_url: str, tmp_path: Path) -> None:
+    """Layout 3 adds ``cop_virtual_file.seq_floor``, past which SQLite numbers rows appended after a Delete Rows
+    took a file's last rows (:mod:`.seq_floors`). In a store of layout 2 an older process may have taken them
+    already: the upgrade starts each file's floor at the furthest position an Iterate of it holds, so the
+    rows appended next are still seen by that Iterate (they reused its numbers before)."""
+    home = tmp_path / "home"
+    code, out, err = push(store_url, home, "n\n" + "".join(f"{i}\n" for i in range(5)))
+    assert code == 0, err
+    file_id = json.loads(out)["virtualFileId"]
+
+    def invoked(action: str, payload: dict) -> dict:
+        code, out, err = finished(cli(store_url, home, "invoke", action, json.dumps(payload)))
+        assert code == 0, err
+        return json.loads(out)
+
+    first = invoked("etl.iterate", {"content": file_id, "maxBatchSize": 3})
+    assert [r["n"] for r in first["content"]] == ["0", "1", "2"] and first["hasNext"]
+    execute(store_url, "ALTER TABLE cop_virtual_file DROP COLUMN seq_floor")  # as layout 2 had it
+    execute(store_url, "UPDATE cop_store_layout SET version = 2")
+    [(table,)] = execute(store_url, "SELECT table_name FROM cop_virtual_file")
+    execute(store_url, f"DELETE FROM {table} WHERE seq > 1")  # an older process's Delete Rows of the last rows
+    invoked("etl.append_rows", {"rows": [{"virtualFileId": file_id, "content": {"n": v}} for v in ("new-A", "new-B")]})
+    assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]
+    second = invoked("etl.iterate", {"content": file_id, "maxBatchSize": 3})
+    assert second == {"content": [{"n": "new-A"}, {"n": "new-B"}], "hasNext": False}

@@ -25,6 +25,9 @@ virtual_file = sa.Table(
     sa.Column("table_name", sa.String(64), nullable=False),
     sa.Column("generation", sa.Integer, nullable=False, default=1),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    # SQLite (layout 3): the largest ``seq`` a Delete Rows took from the end of the row table, which the next
+    # append numbers past (:mod:`.seq_floors`); NULL until then, and always on PostgreSQL (its sequence)
+    sa.Column("seq_floor", sa.BigInteger, nullable=True),
 )
 
 vf_column = sa.Table(

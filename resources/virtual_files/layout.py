@@ -11,7 +11,8 @@ Layout 1 is every store written since the first release until layout 2: the tabl
 (``create_all`` adds a missing one), never changed, so an unstamped store is layout 1 as it stands. The
 release that changes a table raises :data:`LAYOUT_VERSION` and brings the step that upgrades a store from
 the version before (:data:`_UPGRADES`), run here in the same transaction as the stamp. Layout 2 adds
-``cop_array_cursor.moved_at`` (:func:`_date_array_positions`).
+``cop_array_cursor.moved_at`` (:func:`_date_array_positions`), layout 3 ``cop_virtual_file.seq_floor``
+(:func:`_floor_row_numbers`).
 
 The stamp is read when a process first opens a database (:func:`check_stamp`) and again inside a write
 transaction (:func:`check_unchanged`) once :data:`RECHECK_SECONDS` have passed since that process last read
@@ -35,6 +36,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from connector_ops.kernel.version import package_version
+from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.catalog import array_cursor, store_layout, write_ended
 from connector_ops.resources.virtual_files.layout_version import LAYOUT_VERSION, refuse_newer
 
@@ -84,12 +86,35 @@ def _date_array_positions(conn: sa.Connection) -> None:
     one. Adding a nullable column is safe for a write of layout 1 still in flight (it names its columns and
     leaves this one NULL, which gc counts as old): no wait between the stamp and the change is needed."""
     column = array_cursor.c.moved_at
-    if column.name in {c["name"] for c in sa.inspect(conn).get_columns(array_cursor.name)}:
+    if _added(conn, column):
+        conn.execute(sa.update(array_cursor).where(column.is_(None)).values(moved_at=write_ended(conn)))
+
+
+def _floor_row_numbers(conn: sa.Connection) -> None:
+    """Layout 2 -> 3: ``cop_virtual_file`` gets ``seq_floor`` (:mod:`.seq_floors`). Which of a file's last
+    rows an older Delete Rows took is not known, but what matters is known: on SQLite each file's floor
+    starts at the furthest position an Iterate of its current rows holds, so the next append numbers its
+    rows past what a running iteration has read (a fan-out planned before the upgrade is not covered). A
+    write of layout 2 still in flight leaves its files as they were, so no wait between the stamp and the
+    change is needed."""
+    if not _added(conn, cat.virtual_file.c.seq_floor) or conn.dialect.name != "sqlite":
         return
+    vf, cursor = cat.virtual_file, cat.vf_cursor
+    furthest = sa.select(sa.func.max(cursor.c.last_seq)).where(
+        (cursor.c.vf_id == vf.c.id) & (cursor.c.generation == vf.c.generation)).scalar_subquery()
+    conn.execute(sa.update(vf).values(seq_floor=furthest))
+
+
+def _added(conn: sa.Connection, column: sa.Column) -> bool:
+    """Add the nullable ``column`` to its catalog table unless the table has it already (a new store:
+    ``create_all`` made it so); whether it was added."""
+    table = column.table.name
+    if column.name in {c["name"] for c in sa.inspect(conn).get_columns(table)}:
+        return False
     kind = column.type.compile(dialect=conn.dialect)
-    conn.exec_driver_sql(f"ALTER TABLE {array_cursor.name} ADD COLUMN {column.name} {kind}")
-    conn.execute(sa.update(array_cursor).where(column.is_(None)).values(moved_at=write_ended(conn)))
+    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column.name} {kind}")
+    return True
 
 
 #: the step that upgrades a store of each older layout to the next
-_UPGRADES: dict[int, Callable[[sa.Connection], None]] = {1: _date_array_positions}
+_UPGRADES: dict[int, Callable[[sa.Connection], None]] = {1: _date_array_positions, 2: _floor_row_numbers}

@@ -7,8 +7,10 @@ from connector_ops.kernel.errors import ActionFailed
 from connector_ops.kernel.version import package_version
 
 #: the layout this code reads and writes. 2: ``cop_array_cursor.moved_at``, when an inline array's Iterate
-#: position last moved, so ``connector-ops gc`` can remove those nobody has moved for long (:mod:`.layout`)
-LAYOUT_VERSION = 2
+#: position last moved, so ``connector-ops gc`` can remove those nobody has moved for long (:mod:`.layout`).
+#: 3: ``cop_virtual_file.seq_floor``, so that SQLite never numbers a row with a ``seq`` it took back
+#: (:mod:`.seq_floors`)
+LAYOUT_VERSION = 3
 #: the stamp, for a driver's own cursor (the inline-array Iterate): one row, by its key
 STAMP_SQL = "SELECT version, written_by FROM cop_store_layout WHERE id = 1"
 

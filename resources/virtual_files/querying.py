@@ -19,6 +19,7 @@ from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.notices import warn
 from connector_ops.kernel.progress import PHASE, track
 from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files import seq_floors
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name
 from connector_ops.resources.virtual_files.core import StoreCore, mark_written
 from connector_ops.resources.virtual_files.db_errors import INSUFFICIENT_PRIVILEGE, DatabaseRefused
@@ -122,7 +123,8 @@ class Querying(StoreCore):
             with _parsed_by_sqlite(field):
                 if dry_run:
                     return conn.execute(sa.select(sa.func.count()).select_from(table).where(where)).scalar_one()
-                deleted = conn.execute(sa.delete(table).where(where)).rowcount
+                with seq_floors.deleting(conn, info):  # SQLite: an append never numbers rows as those taken
+                    deleted = conn.execute(sa.delete(table).where(where)).rowcount
                 if deleted:
                     mark_written(conn, vf_id)
                 return deleted

@@ -19,6 +19,7 @@ from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.limits import check_column_count, name_problem
 from connector_ops.kernel.scoped import batched
 from connector_ops.resources.virtual_files import catalog as cat
+from connector_ops.resources.virtual_files import seq_floors
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, internal_name, row_table
 from connector_ops.resources.virtual_files.core import StoreCore, as_utc, mark_written
 from connector_ops.resources.virtual_files.engines import SQLITE_LOAD_KIB, page_cache
@@ -145,7 +146,7 @@ class Writing(StoreCore):
                 conn.execute(
                     sa.update(cat.virtual_file)
                     .where(cat.virtual_file.c.id == replace)
-                    .values(table_name=info.table_name, generation=old.generation + 1)
+                    .values(table_name=info.table_name, generation=old.generation + 1, seq_floor=None)
                 )
                 self.catalogue_columns(conn, info)
                 writer = RowWriter(conn, info, field, unbuilt=True)
@@ -198,8 +199,10 @@ class Writing(StoreCore):
         its column makes that index a hash index, and the rows go in again (:func:`hash_instead_of_btree`),
         in a savepoint so that the failed attempt leaves nothing."""
         def write() -> int:
-            writer = RowWriter(conn, self.info(conn, vf_id, lock=True), field)
-            return sum(writer.write_dicts(batch) for batch in batched(rows, SCAN_BATCH))
+            info = self.info(conn, vf_id, lock=True)
+            writer = RowWriter(conn, info, field)
+            with seq_floors.appending(conn, info):  # SQLite: past the numbers a Delete Rows took
+                return sum(writer.write_dicts(batch) for batch in batched(rows, SCAN_BATCH))
 
         if conn.dialect.name != "postgresql":
             return write()
@@ -235,7 +238,7 @@ class Writing(StoreCore):
                 conn.execute(sa.insert(vf).values(id=name, table_name=new.table_name, generation=1))
             else:
                 conn.execute(sa.update(vf).where(vf.c.id == name).values(
-                    table_name=new.table_name, generation=old.generation + 1))
+                    table_name=new.table_name, generation=old.generation + 1, seq_floor=None))
             mark_written(conn, name)
             conn.execute(sa.update(col).where(col.c.vf_id == source).values(vf_id=name))
             conn.execute(sa.delete(vf).where(vf.c.id == source))
