@@ -164,6 +164,24 @@ def test_a_wide_file_is_worded_like_a_narrow_one(store: Any) -> None:
     assert len(store.rows(rejected)) == 4
 
 
+def test_a_file_of_the_most_columns_is_worded_like_a_narrow_one(store: Any) -> None:
+    """A row's error and JSON content are one ``||`` expression over its rules and columns: built as a chain,
+    Validate of a file of more than ~70 columns was a 500 (SQLite's parser stack, then Python's recursion
+    limit on both databases). At the 1,599 columns a file may have, with a rule on each, it words every row
+    as the row checks do."""
+    names = [f"c{i}" for i in range(1599)]
+    rules = compile_schema({n: {"type": "integer", "maxLength": 3, "required": True} for n in names})
+    fine = dict.fromkeys(names, "7")
+    refused = {n: ("x" if i % 3 == 0 else "12345" if i % 3 == 1 else "7") for i, n in enumerate(names)}
+    missing = {n: "8" for n in names[:-1]}  # the last value missing: the JSON built value by value
+    vf = store.create_from_rows([fine, refused, missing, fine])
+    accepted, rejected = validate_file(store, vf, rules)
+    assert store.rows(accepted) == [fine, fine]
+    expected = [{"error": row_error(rules, r), "content": _content(r)} for r in (refused, missing)]
+    assert store.rows(rejected) == expected
+    assert expected[0]["error"].count(";") == 1065 and '"c1598": "7"}' in expected[0]["content"]
+
+
 def test_validates_new_files_are_shaped_like_any_other_on_postgresql(postgres_resources: dict) -> None:
     """On PostgreSQL Validate makes its files by CREATE TABLE … AS (parallel workers); each must end up
     as any row table: ``seq`` not null, drawn from its own sequence, the primary key; text columns.

@@ -641,7 +641,7 @@ def _to_sql(node: Node, columns: Mapping[str, sa.ColumnElement], *, exact: bool,
                                    long_in=long_in))
         parts = [_to_sql(c, columns, exact=exact, dialect=dialect, regex=regex, long_in=long_in)
                  for c in node.children]
-        return _balanced(sa.and_ if node.kind == "and" else sa.or_, parts)
+        return balanced(sa.and_ if node.kind == "and" else sa.or_, parts)
     column = columns.get(node.column)
     if column is None:  # the virtual file has no such column: it is missing in every row
         return sa.true() if isinstance(node, Match) and node.missing else sa.false()
@@ -682,15 +682,17 @@ def _member_sql(column: sa.ColumnElement, values: tuple[str, ...], dialect: str,
     return column.in_(listed)
 
 
-class _Parens(sa.sql.expression.ColumnElement[bool]):
-    """An expression in parentheses that SQLAlchemy will not flatten into its parent AND/OR."""
+class _Parens(sa.sql.expression.ColumnElement[Any]):
+    """An expression in parentheses that SQLAlchemy will not flatten into its parent AND/OR (or ``||``);
+    of the inner expression's type."""
 
     inherit_cache = True
     type = sa.Boolean()
     _traverse_internals = [("inner", InternalTraversal.dp_clauseelement)]  # part of the statement cache key
 
-    def __init__(self, inner: sa.ColumnElement[bool]) -> None:
+    def __init__(self, inner: sa.ColumnElement[Any]) -> None:
         self.inner = inner
+        self.type = inner.type
 
 
 @compiles(_Parens)
@@ -698,10 +700,12 @@ def _render_parens(element: _Parens, compiler: Any, **kw: Any) -> str:
     return f"({compiler.process(element.inner, **kw)})"
 
 
-def _balanced(combine: Callable[..., sa.ColumnElement[bool]], parts: list[sa.ColumnElement[bool]]
-              ) -> sa.ColumnElement[bool]:
+def balanced(combine: Callable[..., sa.ColumnElement[Any]], parts: Sequence[sa.ColumnElement[Any]]
+             ) -> sa.ColumnElement[Any]:
     """``combine(*parts)`` as a tree of at most ``FAN_OUT`` children a node: SQLite parses a flat
-    ``a OR b OR …`` of 3,000 terms 3,000 levels deep, past its expression depth limit (1,000)."""
+    ``a OR b OR …`` of 3,000 terms 3,000 levels deep, past its expression depth limit (1,000), and a
+    left-deep chain (Validate's ``a || b || …`` over a row's columns) runs SQLite's parser stack over and
+    SQLAlchemy's compiler past Python's recursion limit. ``combine`` must be associative."""
     while len(parts) > FAN_OUT:
         parts = [_Parens(combine(*parts[i:i + FAN_OUT])) for i in range(0, len(parts), FAN_OUT)]
     return combine(*parts)

@@ -23,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from connector_ops.resources.virtual_files.filters import balanced
 from connector_ops.resources.virtual_files.shapes import RuleShape, Verdicts
 from connector_ops.resources.virtual_files.suspect_sql import (
     Dialect,
@@ -78,7 +79,7 @@ def content_json(names: Sequence[str], columns: Mapping[str, Any], dialect: str)
         at_once = _spaced(sa.func.json_object(*(x for n in names for x in (n, columns[n])), type_=sa.Text))
     else:
         return each
-    whole = sa.and_(*(columns[n].is_not(None) for n in names))
+    whole = balanced(sa.and_, [columns[n].is_not(None) for n in names])
     return sa.case((whole, at_once), else_=each)
 
 
@@ -180,6 +181,11 @@ def _concat(*pieces: Piece) -> Any:
             piece = sa.cast(piece, sa.Text)
         merged.append(piece)
     parts = [_text(p) if isinstance(p, str) else p for p in merged] or [_text("")]
+    return balanced(_chained, parts)  # a row of 1,599 columns: a chain SQLite and SQLAlchemy cannot nest
+
+
+def _chained(*parts: Any) -> Any:
+    """``a || b || …``."""
     return reduce(lambda a, b: a.op("||", return_type=sa.Text)(b), parts)
 
 
