@@ -76,6 +76,8 @@ LONG_IN = 100
 MAX_PARAMETERS = 30_000
 #: children of one SQL AND/OR node; wider ones become a balanced tree of groups
 FAN_OUT = 16
+#: ``$regex`` leaves on PostgreSQL up to which an ``$and``'s become semi-joins (:class:`_PythonRegexSeqs`)
+JOINED_REGEX_LEAVES = 8
 #: a number operand: JSON's, as Python reads it (an entry point's reader makes a fraction a ``Decimal``)
 NUMBER = int | float | Decimal
 
@@ -796,8 +798,14 @@ class _PythonRegexSeqs:
         matches = self.matches
         # EXISTS, not IN: under $or/$not PostgreSQL keeps either as a subplan, and once the matches outgrow
         # work_mem an IN scans all of them for every row (30k rows: 27 s), where EXISTS probes their key
-        return sa.exists().where((matches.c.leaf == self.leaf_ids[_regex_key(node)])
-                                 & (matches.c.seq == table.c.seq))
+        found = sa.select(sa.literal(1)).where((matches.c.leaf == self.leaf_ids[_regex_key(node)])
+                                               & (matches.c.seq == table.c.seq))
+        if len(self.leaf_ids) > JOINED_REGEX_LEAVES:
+            # an OFFSET keeps PostgreSQL from making each EXISTS of an $and a semi-join: it planned the join
+            # order of them all, in time growing as the cube of the leaves (150 on a 2-row file: 20 s); a
+            # fenced one is a subplan, a probe of the matches' key per row and leaf
+            found = found.offset(0)
+        return sa.exists(found)
 
     def _materialise(self, table: sa.Table) -> sa.Table:
         from sqlalchemy.dialects import postgresql  # only the dialect in use is imported
