@@ -499,3 +499,16 @@ def test_a_decimal_operand_is_a_number_as_a_float_is(store, resources):
                       ({"a": {"$in": [Decimal("1.50"), "1.50"]}}, [{"a": "1.50"}]),
                       ({"a": {"$exists": Decimal("1")}}, [{"a": "1.50"}]), ({"a": {"$gt": Decimal("1")}}, [])):
         assert invoke("etl.query", {"virtualFileId": vf, "query": flt}, resources)["result"] == rows, flt
+
+
+def test_the_first_nul_operand_is_named_on_postgresql(postgres_resources):
+    """The check walked the filter from its last value back: an ``$in`` of 120 values each holding a NUL was
+    refused naming ``$in[119]``, and of two columns' operands the later one. It names the first now."""
+    vf = postgres_resources["virtual_files"].create_from_dicts([[{"a": "x"}]])
+    for flt, named in (({"a": {"$in": [f"v{i}{NUL}" for i in range(120)]}}, "query.a.$in[0]"),
+                       ({"a": {"$in": ["ok", *(f"v{i}{NUL}" for i in range(150))]}}, "query.a.$in[1]"),
+                       ({"a": f"x{NUL}", "b": {"$in": [NUL]}}, "query.a")):
+        with pytest.raises(ConnectorError) as info:
+            invoke("etl.query", {"virtualFileId": vf, "query": flt}, postgres_resources)
+        assert info.value.status == 400
+        assert info.value.message == f"{named}: holds a NUL character (\\u0000), which PostgreSQL's text cannot hold"

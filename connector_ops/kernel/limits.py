@@ -133,6 +133,7 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
             continue
         if depth >= limit:
             raise InvalidInput(field_path(path), deeper_than(limit))
+        children: list[tuple[Any, tuple[str | int, ...], int]] = []
         if is_map:
             for key, child in item.items():
                 if isinstance(key, str):
@@ -140,9 +141,10 @@ def check_payload(value: Any, field: str = "", *, limit: int = MAX_DEPTH, nul: b
                         raise InvalidInput(field_path(path), f"a key holds a NUL character: {key!r}{nul_because}")
                     if (half := lone_surrogate(key)) is not None:
                         raise InvalidInput(field_path(path), f"a key {holds_surrogate(half)}")
-                stack.append((child, (*path, str(key)), depth + 1))
+                children.append((child, (*path, str(key)), depth + 1))
         else:
-            stack.extend((child, (*path, i), depth + 1) for i, child in enumerate(item))
+            children = [(child, (*path, i), depth + 1) for i, child in enumerate(item)]
+        stack.extend(reversed(children))  # the first child on top: the first offending field is named
 
 
 #: what a payload may hold besides strings, lists and mappings: JSON's values (numbers as Python, NumPy or
