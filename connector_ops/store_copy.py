@@ -151,7 +151,7 @@ def _same_path(a: str, b: str) -> bool:
 def plan(source: dict[str, Any], dest: dict[str, Any], id_map: IdMap | None, kinds: tuple[str, ...]) -> list[Item]:
     """Every file of the source stores of ``kinds``, oldest first, sized, and marked as already copied where
     ``id_map`` names a copy the destination still holds (a copy gc removed since is copied again)."""
-    from connector_ops.ops.asset_files import ASSET_FILE_PREFIX
+    from connector_ops.resources.virtual_files.catalog import ASSET_FILE_PREFIX
 
     items: list[Item] = []
     if VIRTUAL in kinds and source["virtual_files"].stored():

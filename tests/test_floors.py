@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"connector_ops": "connector_ops", "resources": "connector_ops.resources",
            "pipelines": "connector_ops.pipelines"}
 FACES = ("connector_ops.cli", "connector_ops.drive.cli", "connector_ops.display", "connector_ops.magic",
-         "connector_ops.magic_frames", "connector_ops.magic_input", "connector_ops.magic_session")
+         "connector_ops.magic_frames", "connector_ops.magic_input", "connector_ops.magic_session",
+         "connector_ops.store_cli")
 #: floors by module prefix; the longest matching prefix decides
 FLOORS = {
     "connector_ops.kernel": 0,

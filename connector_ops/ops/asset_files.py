@@ -14,8 +14,8 @@ from typing import Any
 import dagster as dg
 
 from connector_ops.kernel.errors import ConnectorError
+from connector_ops.resources.virtual_files.catalog import ASSET_FILE_PREFIX
 
-ASSET_FILE_PREFIX = "asset:"
 VIRTUAL_FILE_OUTPUTS = ("virtualFileId", "validated")
 _ID_LIMIT = 64  # the catalog's id column
 #: the longest asset key (``a/b`` as written) whose virtual file can be named

@@ -16,6 +16,10 @@ import sqlalchemy as sa
 
 from connector_ops.resources.virtual_files.table_caches import TableCache
 
+#: the id prefix of an asset's named virtual file (``asset:sales/orders``, :mod:`connector_ops.ops.asset_files`):
+#: here, below the ops, for what must tell such a file from others without Dagster (``store copy`` skips them)
+ASSET_FILE_PREFIX = "asset:"
+
 metadata = sa.MetaData()
 
 virtual_file = sa.Table(
