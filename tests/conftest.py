@@ -1,8 +1,9 @@
 """Shared fixtures: a real PostgreSQL server, per-test SQLite files, resources on a temporary home.
 
-PostgreSQL: ``CONNECTOR_OPS_TEST_DATABASE_URL`` if set, else a throwaway server started with
-``pgserver`` for the session. When it cannot start the PostgreSQL tests are skipped locally, but under
-``CI=true`` the run fails: CI must never pass without having run them.
+PostgreSQL: ``CONNECTOR_OPS_TEST_DATABASE_URL`` if set, else a throwaway server for the session
+(``tests/postgres_server.py``: ``pgserver`` on Python 3.11/3.12, else the PostgreSQL binaries on PATH, not as
+root). When it cannot start the PostgreSQL tests are skipped locally, but under ``CI=true`` the run fails: CI
+must never pass without having run them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ if "XDG_RUNTIME_DIR" not in os.environ:  # pgserver's platformdirs wants a priva
     atexit.register(shutil.rmtree, os.environ["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 from connector_ops.environment import resources_for
-from tests import loopback_only
+from tests import loopback_only, postgres_server
 from tests.signals import signalled_after  # noqa: F401 (a fixture for every test)
 
 loopback_only.install()
@@ -39,11 +40,8 @@ def _start_postgres() -> tuple[str, Any]:
     url = os.environ.get("CONNECTOR_OPS_TEST_DATABASE_URL")
     if url:
         return url, None
-    import pgserver
-
-    server = pgserver.get_server(tempfile.mkdtemp(prefix="connector-ops-pg-"), cleanup_mode="delete")
-    uri = server.get_uri()  # postgresql://postgres:@/postgres?host=/tmp/…
-    return uri.replace("postgresql://", "postgresql+psycopg://", 1), server
+    server = postgres_server.start()
+    return server.url, server
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +57,7 @@ def postgres_url() -> Iterator[str]:
 
     dispose_all()
     if server is not None:
-        server.cleanup()
+        server.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

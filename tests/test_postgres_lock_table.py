@@ -9,7 +9,6 @@ smallest lock table PostgreSQL allows, makes a few hundred files enough.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from connector_ops import ConnectorError
 from connector_ops.environment import resources_for
 from connector_ops.session import invoke
+from tests import postgres_server
 
 FILES = 600
 
@@ -25,24 +25,18 @@ FILES = 600
 @pytest.fixture(scope="module")
 def small_lock_table() -> Iterator[str]:
     """A PostgreSQL server whose lock table holds ≈ 10 × (10 connections + its own workers) locks."""
-    import pgserver
-
     try:
-        folder = tempfile.mkdtemp(prefix="connector-ops-pg-locks-")
-        server = pgserver.get_server(folder, cleanup_mode="stop")
-        server.psql("ALTER SYSTEM SET max_locks_per_transaction = 10;")
-        server.psql("ALTER SYSTEM SET max_connections = 10;")
-        server.cleanup()  # the settings take a restart
-        server = pgserver.get_server(folder, cleanup_mode="delete")
+        server = postgres_server.start("connector-ops-pg-locks-",
+                                       {"max_locks_per_transaction": "10", "max_connections": "10"})
     except Exception as exc:  # pragma: no cover - depends on the machine
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"PostgreSQL test server could not start under CI=true: {exc!r}")
         pytest.skip(f"PostgreSQL test server could not start: {exc!r}")
-    yield server.get_uri().replace("postgresql://", "postgresql+psycopg://", 1)
+    yield server.url
     from connector_ops.resources.virtual_files.engines import dispose_all
 
     dispose_all()
-    server.cleanup()
+    server.stop()
 
 
 def test_a_call_past_the_servers_lock_table_says_so_and_changes_nothing(small_lock_table: str,
