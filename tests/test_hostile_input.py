@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -159,16 +160,23 @@ def test_negations_that_cancel_nest_as_deep_as_json_allows(store, make):
             "deletedCount": 1}
 
 
-def test_a_filter_too_deep_for_sqlite_is_a_400_naming_the_field(store, database_url):
-    """Negations that do not cancel still take SQLite's parser stack; past it the filter is a 400."""
+# SQLite 3.46.0 grows its parser stack on the heap instead of answering "parser stack overflow"
+SQLITE_GROWS_ITS_PARSER_STACK = sqlite3.sqlite_version_info >= (3, 46, 0)
+
+
+def test_a_filter_too_deep_for_sqlite_before_3_46_is_a_400_naming_the_field(store, database_url):
+    """Negations that do not cancel still take SQLite's parser stack; past it the filter is a 400. SQLite 3.46+
+    (the one Python 3.13 builds carry) grows the stack, and answers, as PostgreSQL does."""
     vf = a_file(store)
     flt = make_filter_nor_pair(48)  # 97 levels of JSON
-    if database_url.startswith("sqlite"):
+    if database_url.startswith("sqlite") and not SQLITE_GROWS_ITS_PARSER_STACK:
         for name, field in (("etl.query", "query"), ("etl.delete_rows", "request")):
             message = refused(name, {"virtualFileId": vf, field: flt}, f"{field}: ")
             assert "nests too deeply for SQLite" in message
     else:
         assert invoke("etl.query", {"virtualFileId": vf, "query": flt})["result"] == [{"a": "1"}]
+        assert invoke("etl.delete_rows", {"virtualFileId": vf, "request": flt, "dryRun": True}) == {
+            "deletedCount": 1}
     assert store.count(vf) == 2
 
 

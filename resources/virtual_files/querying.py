@@ -132,9 +132,11 @@ class Querying(StoreCore):
 
 @contextlib.contextmanager
 def _parsed_by_sqlite(field: str) -> Iterator[None]:
-    """A filter SQLite's parser cannot hold is a 400 naming ``field``, not a 500 "database error". Its stack
-    is fixed (100 entries in SQLite 3.40), and each negation or AND/OR group that does not simplify away
-    takes about two, so a filter within the 100 levels of JSON every input may nest can still be past it."""
+    """A filter SQLite's parser cannot hold is a 400 naming ``field``, not a 500 "database error". Before
+    SQLite 3.46.0 its stack is fixed (100 entries in 3.40), and each negation or AND/OR group that does not
+    simplify away takes about two, so a filter within the 100 levels of JSON every input may nest can still be
+    past it. From 3.46.0 the parser grows its stack on the heap instead, so no such filter reaches this there
+    (SQLite's own expression depth limit, 1,000, is beyond what 100 levels of JSON make)."""
     try:
         yield
     except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:  # fetch_dicts runs on the driver itself
