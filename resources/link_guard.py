@@ -54,9 +54,21 @@ def basic_auth(username: str, password: str) -> str:
 
 
 def kind_of(address: IPAddress) -> str | None:
-    """What makes ``address`` non-public (``"loopback"``, ``"link-local"`` …), or ``None`` if it is public."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return kind_of(address.ipv4_mapped)
+    """What makes ``address`` non-public (``"loopback"``, ``"link-local"`` …), or ``None`` if it is public.
+
+    An IPv6 address that wraps an IPv4 one is judged by the IPv4 address it carries: IPv4-mapped
+    (``::ffff:a.b.c.d``) and 6to4 (``2002:AABB:CCDD::/48``) wholly, as the IPv4 address; Teredo
+    (``2001:0::/32``) by its server's and client's IPv4 addresses, then as ``2001::/32``, non-public in every
+    Python's table. The stdlib's own verdict on 6to4 changed between patch releases (gh-113171: 3.11.7
+    calls ``2002:7f00:1::``, loopback inside, public; 3.12.4+ and 3.13 call all of 2002::/16 private), so
+    without this the same link was refused or fetched depending on the Python it ran on."""
+    if isinstance(address, ipaddress.IPv6Address):
+        wrapped = address.ipv4_mapped or address.sixtofour
+        if wrapped is not None:
+            return kind_of(wrapped)
+        for inside in address.teredo or ():
+            if (kind := kind_of(inside)) is not None:
+                return kind
     for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
         if getattr(address, f"is_{kind}"):
             return kind.replace("_", "-")

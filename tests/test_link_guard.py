@@ -7,6 +7,7 @@ public address, even to prove it is refused.
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +18,7 @@ import pytest
 
 from connector_ops import ConnectorError, invoke
 from connector_ops.environment import resources_for
+from connector_ops.resources.link_guard import kind_of
 
 CSV = b"a,b\n1,2\n"
 
@@ -144,6 +146,10 @@ def test_a_mail_attachment_link_is_guarded_like_every_link(env, servers, monkeyp
     ("v6.test", ["fd00::5"], "private"),
     ("mapped.test", ["::ffff:169.254.169.254"], "link-local"),
     ("shared.test", ["100.64.0.1"], "non-public"),
+    ("sixtofour.test", ["2002:7f00:1::"], "loopback"),  # 127.0.0.1 inside 6to4: "public" to Python 3.11.7
+    ("sixtofour-lan.test", ["2002:a00:1::5"], "private"),  # 10.0.0.1
+    ("teredo.test", ["2001:0:4136:e378:8000:63bf:80ff:fffe"], "loopback"),  # client 127.0.0.1 (bits inverted)
+    ("teredo-server.test", ["2001:0:a9fe:a9fe::1"], "link-local"),  # server 169.254.169.254
 ])
 def test_names_resolving_to_non_public_addresses_are_refused(env, monkeypatch, name, addresses, kind):
     dns = FakeDNS({name: [addresses]})
@@ -151,6 +157,16 @@ def test_names_resolving_to_non_public_addresses_are_refused(env, monkeypatch, n
     message = refused(res, f"http://{name}/latest/meta-data")
     assert f"a {kind} address" in message
     assert dns.lookups == [name]
+
+
+@pytest.mark.parametrize("address,kind", [
+    ("2002:7f00:1::", "loopback"), ("2002:a00:1::", "private"), ("2002:a9fe:a9fe::", "link-local"),
+    ("2002:808:808::1", None),  # 8.8.8.8 inside: public, as ::ffff:8.8.8.8 (3.12.4+ alone called it private)
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "private"),  # Teredo, both IPv4s public: 2001::/32 itself
+])
+def test_an_ipv6_address_wrapping_an_ipv4_one_is_judged_by_it_on_every_python(address, kind):
+    """Address strings only (nothing connects): what the stdlib's tables said differed by patch release."""
+    assert kind_of(ipaddress.ip_address(address)) == kind
 
 
 def test_every_resolved_address_is_checked(env, servers, monkeypatch):
