@@ -33,14 +33,15 @@ class ConnectionLimits:
     backlog: int
 
 
-def open_descriptors() -> int:
-    """Descriptors this process has open now (0 where the system does not list them)."""
+def open_descriptors() -> int | None:
+    """Descriptors this process has open now: Linux's ``/proc/self/fd``, else ``/dev/fd`` (macOS and the
+    BSDs, which have no ``/proc``); ``None`` where the system lists neither."""
     for folder in ("/proc/self/fd", "/dev/fd"):
         try:
             return max(0, len(os.listdir(folder)) - 1)  # the listing's own descriptor
         except OSError:
             continue
-    return 0
+    return None
 
 
 def connection_limits(reserved: int) -> ConnectionLimits:
@@ -58,6 +59,6 @@ def connection_limits(reserved: int) -> ConnectionLimits:
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return ConnectionLimits(None, MOST_BACKLOG)
-    room = soft - open_descriptors() - reserved - SPARE
+    room = soft - (open_descriptors() or 0) - reserved - SPARE
     backlog = min(MOST_BACKLOG, max(1, room // 4))
     return ConnectionLimits(max(1, (room - backlog) // PER_CONNECTION), backlog)

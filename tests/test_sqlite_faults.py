@@ -17,6 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, shown_size
 
 #: a driver's lines that take the disk's last byte (the tmpfs at ``small``)
@@ -185,11 +187,26 @@ FD_DRIVER = textwrap.dedent("""
 """)
 
 
-def test_too_few_file_descriptors_is_named_not_unable_to_open(tmp_path: Path) -> None:
+#: macOS in this respect: no /proc, so listing /proc/self/fd fails (as FileNotFoundError does there) and the
+#: descriptors are counted from /dev/fd (on Linux a link to the same folder, which the check below keeps open)
+NO_PROC = textwrap.dedent("""
+    import os
+    _listdir = os.listdir
+    def _without_proc(path="."):
+        if os.fspath(path).startswith("/proc/self/fd"):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return _listdir(path)
+    os.listdir = _without_proc
+""")
+
+
+@pytest.mark.parametrize("proc", ["with /proc", "without /proc"])
+def test_too_few_file_descriptors_is_named_not_unable_to_open(tmp_path: Path, proc: str) -> None:
     """With the process at its ``ulimit -n`` SQLite said "unable to open database file" (a pipeline step:
     ``drive.upload_file failed (500): database error: unable to open database file``); it says too many
-    open files, the process's limit and how to raise it now."""
-    done = subprocess.run([sys.executable, "-c", FD_DRIVER], capture_output=True, text=True, timeout=300,
+    open files, the process's limit and how to raise it now, on macOS (no /proc) too."""
+    driver = (NO_PROC if proc == "without /proc" else "") + FD_DRIVER
+    done = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "CONNECTOR_OPS_HOME": str(tmp_path), "CONNECTOR_OPS_MIN_FREE_DISK": "0"})
     assert done.returncode == 0, done.stderr[-3000:]
     said = json.loads(done.stdout.strip().splitlines()[-1])

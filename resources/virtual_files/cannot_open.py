@@ -16,6 +16,7 @@ import os
 
 from connector_ops.kernel.errors import ActionFailed
 from connector_ops.kernel.folders import read_only, user
+from connector_ops.resources.connection_budget import open_descriptors
 
 _CANTOPEN = "unable to open database file"
 #: why a WAL database's folder must be writable, said wherever a folder is found not to be
@@ -45,20 +46,12 @@ def descriptor_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def held_descriptors() -> int | None:
-    """The file descriptors the process holds now (Linux's ``/proc/self/fd``; ``None`` elsewhere)."""
-    try:
-        return len(os.listdir("/proc/self/fd")) - 1  # less the one listing it
-    except OSError:
-        return None
-
-
 def out_of_descriptors() -> str | None:
     """"Too many open files" in a host's words when the process is at its limit, else ``None``.
 
     By the time the error is seen, SQLite has closed what it had opened for the failed connection, so one
     more ``open`` may well succeed; too few left for a connection (:data:`SQLITE_DESCRIPTORS`) is the cause."""
-    limit, held = descriptor_limit(), held_descriptors()
+    limit, held = descriptor_limit(), open_descriptors()
     if limit is None or held is None or limit - held >= SQLITE_DESCRIPTORS:
         return None
     return _too_many(limit, held)
