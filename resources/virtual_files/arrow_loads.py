@@ -131,18 +131,7 @@ class ArrowLoading(Writing):
 
     def _copy_csv(self, columns: Sequence[str], batches: Iterable[Any]) -> str:
         """Arrow batches as CSV (strings quoted where needed, a null an empty unquoted field: NULL)."""
-        import pyarrow.csv as pacsv
-
-        options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
-
-        def chunks() -> Iterator[Any]:
-            for batch in batches:
-                if batch.num_rows:
-                    buffer = io.BytesIO()
-                    pacsv.write_csv(batch, buffer, write_options=options)
-                    yield buffer.getbuffer()
-
-        return self._copy(columns, chunks(), " (FORMAT csv)")
+        return self._copy(columns, csv_chunks(batches), " (FORMAT csv)")
 
     def _copy(self, columns: Sequence[str], chunks: Iterable[Any], options: str, **literals: str) -> str:
         """A new virtual file filled by one streamed ``COPY`` with ``options`` (:func:`.loaders.copy_sql`)."""
@@ -157,6 +146,23 @@ class ArrowLoading(Writing):
                 for chunk in chunks:
                     copy.write(chunk)
         return writer.vf_id
+
+
+def csv_chunks(batches: Iterable[Any]) -> Iterator[memoryview]:
+    """Each Arrow batch with rows as CSV for ``COPY … (FORMAT csv)`` (strings quoted where needed, a null an
+    empty unquoted field: NULL), as a view of the written bytes, not of the ``BytesIO``: psycopg's writer
+    thread queues slices of what it is given, and slices still queued when a ``COPY`` ends on an error sit
+    in its reference loop; a ``BytesIO`` they pinned was closed by the garbage collector while exported
+    (Python 3.13: "Exception ignored … BufferError: Existing exports of data: object cannot be re-sized").
+    ``getvalue()`` hands over the ``BytesIO``'s own bytes without copying them."""
+    import pyarrow.csv as pacsv
+
+    options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+    for batch in batches:
+        if batch.num_rows:
+            buffer = io.BytesIO()
+            pacsv.write_csv(batch, buffer, write_options=options)
+            yield memoryview(buffer.getvalue())
 
 
 def _text(value: str) -> str:
