@@ -1,8 +1,8 @@
 """Shared fixtures: a real PostgreSQL server, per-test SQLite files, resources on a temporary home.
 
 PostgreSQL: ``CONNECTOR_OPS_TEST_DATABASE_URL`` if set, else a throwaway server for the session
-(``tests/postgres_server.py``: ``pgserver`` on Python 3.11/3.12, else the PostgreSQL binaries on PATH, not as
-root). When it cannot start the PostgreSQL tests are skipped locally, but under ``CI=true`` the run fails: CI
+(``tests/postgres_server.py``: ``pgserver`` on Python 3.11/3.12, else the PostgreSQL binaries on PATH, run as
+``nobody`` by root). When it cannot start the PostgreSQL tests are skipped locally, but under ``CI=true`` the run fails: CI
 must never pass without having run them.
 """
 
