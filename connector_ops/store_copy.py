@@ -118,30 +118,21 @@ class CopyResult:
 
 
 def same_virtual_store(source: Any, dest: Any) -> bool:
-    """Whether two virtual-file stores are one database (one SQLite file, however its path is written)."""
-    if source.sqlite_file is not None and dest.sqlite_file is not None:
-        return _same_path(source.sqlite_file, dest.sqlite_file)
-    return str(source.database_url) == str(dest.database_url)
+    """Whether two virtual-file stores are one database, however their URLs are spelled."""
+    from connector_ops.resources.virtual_files.engines import same_database
+
+    return same_database(str(source.database_url), str(dest.database_url))
 
 
 def same_platform_store(source: Any, dest: Any) -> bool:
     """Whether two platform-file stores keep their files in one place (a folder, or a database)."""
+    from connector_ops.resources.virtual_files.engines import same_database
+
     if source.files_database_url is None and dest.files_database_url is None:
         return _same_path(source.files_dir, dest.files_dir)
     if source.files_database_url is not None and dest.files_database_url is not None:
-        return same_virtual_store(_Url(source.files_database_url), _Url(dest.files_database_url))
+        return same_database(str(source.files_database_url), str(dest.files_database_url))
     return False
-
-
-@dataclass(frozen=True)
-class _Url:
-    database_url: str
-
-    @property
-    def sqlite_file(self) -> str | None:
-        from connector_ops.resources.virtual_files.array_cursors import sqlite_path
-
-        return sqlite_path(self.database_url)
 
 
 def _same_path(a: str, b: str) -> bool:

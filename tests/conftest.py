@@ -2,8 +2,8 @@
 
 PostgreSQL: ``CONNECTOR_OPS_TEST_DATABASE_URL`` if set, else a throwaway server for the session
 (``tests/postgres_server.py``: ``pgserver`` on Python 3.11/3.12, else the PostgreSQL binaries on PATH, run as
-``nobody`` by root). When it cannot start the PostgreSQL tests are skipped locally, but under ``CI=true`` the run fails: CI
-must never pass without having run them.
+``nobody`` by root). When it cannot start the PostgreSQL tests are skipped locally, but under ``CI=true`` the
+run fails: CI must never pass without having run them.
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from connector_ops import invoke
+from connector_ops import invoke, push_frame
 from connector_ops.environment import resources_for
 from connector_ops.pipelines.cli import gc as gc_command
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH
@@ -284,3 +285,27 @@ def test_store_copy_map_outlives_a_cut_line_and_a_copy_removed_since(home, tmp_p
     foreign, _ = store_copy(env, "--map", str(tmp_path / "other.csv"))
     assert foreign.returncode == 2 and "is not a map this command wrote" in foreign.stderr
     assert (tmp_path / "other.csv").read_text() == "name,value\n"
+
+
+@POSTGRES
+def test_store_copy_knows_a_store_under_another_spelling_of_its_url(home, own_database_url, tmp_path):
+    """The same PostgreSQL database named another way (``postgresql://`` for ``postgresql+psycopg://``, a
+    query parameter more), or the same SQLite file by another path, is the store in use: exit 2, nothing
+    copied. Compared as text, such a copy doubled the store, and each re-run copied the copies."""
+    from sqlalchemy.engine import make_url
+
+    env = moved_env(home, own_database_url)
+    push_frame(pa.table({"a": ["1"]}), resources=resources_for(KEYS, env))
+    other = make_url(own_database_url).set(drivername="postgresql")
+    other = other.update_query_dict({"application_name": "copy"}).render_as_string(hide_password=False)
+    refused, _ = store_copy(env, "--from-database-url", other, "--from-files-backend", "database",
+                            "--map", str(tmp_path / "ids.csv"))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "the stores to copy from are the ones the current settings use" in refused.stderr
+    assert len(resources_for(KEYS, env)["virtual_files"].inventory()) == 1
+    sqlite_env = {**os.environ, "CONNECTOR_OPS_HOME": str(home)}
+    link = tmp_path / "elsewhere"
+    link.symlink_to(home)
+    by_link = f"sqlite:///{link / 'virtual_files.db'}"
+    assert store_copy(sqlite_env, "--from-database-url", by_link, "--from-files-dir", str(link / "files"),
+                      "--dry-run")[0].returncode == 2

@@ -295,10 +295,45 @@ def catalog_exists(url: str) -> bool:
     with _LOCK:
         if _current(key) is not None:
             return True
+    with _probe(key) as conn:
+        return conn is not None and sa.inspect(conn).has_table(virtual_file.name)
+
+
+def same_database(url: str, other: str) -> bool:
+    """Whether two URLs name one database however they are spelled (``postgresql://`` or with psycopg,
+    ``localhost`` or ``127.0.0.1``, a password left out, a socket or a port; a SQLite file by two paths), asked
+    of the databases themselves and without creating anything: ``store copy`` from a store into itself copied
+    every file again on each run. PostgreSQL: the same server (the start of its postmaster, to the
+    microsecond) and the same database in it (its oid); SQLite: the same file (device and inode)."""
+    return (identity := _identity(normalise_url(url))) is not None and identity == _identity(normalise_url(other))
+
+
+def _identity(key: str) -> tuple[Any, ...] | None:
+    if make_url(key).get_backend_name() == "sqlite":
+        path = sqlite_path(key)
+        if path is None:
+            return None  # in memory: a database of its own in every connection
+        try:
+            found = Path(path).expanduser().stat()
+        except FileNotFoundError:
+            return ("sqlite", str(Path(path).expanduser().resolve()))  # not made yet: by its path
+        return ("sqlite", found.st_dev, found.st_ino)
+    with _probe(key) as conn:
+        assert conn is not None
+        row = conn.exec_driver_sql("SELECT pg_postmaster_start_time(), oid FROM pg_database "
+                                   "WHERE datname = current_database()").one()
+        return ("postgresql", *row)
+
+
+@contextlib.contextmanager
+def _probe(key: str) -> Iterator[sa.Connection | None]:
+    """A connection of its own to the database of ``key`` (no pool, nothing created), or ``None`` for a SQLite
+    file that does not exist or a database in memory (new in every process)."""
     if make_url(key).get_backend_name() == "sqlite":
         path = sqlite_path(key)
         if path is None or not Path(path).expanduser().is_file():
-            return False  # never stored in (a database in memory is new in every process)
+            yield None
+            return
         probe = sa.create_engine(key, poolclass=sa.pool.NullPool, connect_args={"timeout": 60})
         open_by_host_path(probe)
     else:
@@ -308,7 +343,7 @@ def catalog_exists(url: str) -> bool:
         db_errors.install(probe)
     try:
         with probe.connect() as conn:
-            return sa.inspect(conn).has_table(virtual_file.name)
+            yield conn
     finally:
         probe.dispose()
 
