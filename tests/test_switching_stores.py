@@ -219,7 +219,9 @@ def test_store_copy_goes_on_past_a_file_gone_from_the_source(home, tmp_path):
     and once it is back the same command copies it only. Into a SQLite store with the files in it."""
     env = moved_env(home, f"sqlite:///{tmp_path / 'new.db'}")
     old = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home)})
-    [(first, _), (second, _)] = old["platform_files"].inventory()
+    names = {file_id: old["platform_files"].describe(file_id).name for file_id, _ in old["platform_files"].inventory()}
+    # by name: two files made in one instant have no order of their own
+    [first], [second] = ([i for i, n in names.items() if n == name] for name in ("kept.json", "blob.bin"))
     data = home / "files" / second
     data.rename(tmp_path / "aside")
     id_map = tmp_path / "ids.csv"
