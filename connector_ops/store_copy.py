@@ -178,6 +178,7 @@ def _mark_copied(item: Item, id_map: IdMap | None, held: set[str]) -> None:
 def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = None) -> str:
     """A copy of ``vf_id`` (rows in order, columns in order, a missing value missing) made in ``dest``, read
     and written a batch at a time, its progress shown by rows (of ``rows``); its new id."""
+    from connector_ops.frame_streams import peeked
     from connector_ops.kernel.progress import reported, track
 
     columns, batches = source.scan_arrow(vf_id)
@@ -187,11 +188,7 @@ def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = Non
             columns, tuples = source.scan_tuples(vf_id)
             with contextlib.closing(tuples):
                 return dest.create_from_batches(columns, tuples)
-        size = None
-        if dest.sqlite_file is not None:  # its column-wise loader pays from a size on: measured on the first batches
-            from connector_ops.frame_streams import peeked
-
-            size, batches = peeked(batches)
+        size, batches = peeked(batches)  # the load's size, measured on the first batches, as push_frame's
         return dest.create_from_arrow(columns, reported(batches, reporter, lambda batch: batch.num_rows), size=size)
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from connector_ops.kernel.media_types import media_type
+
 #: sent with every file but audio and video: sandboxed (opaque origin, no script, form or popup), nothing
 #: loaded, the browser's own viewer styled
 FILE_POLICY = "sandbox; default-src 'none'; style-src 'unsafe-inline'"
@@ -47,22 +49,18 @@ _ACTIVE = frozenset({
 })
 
 
-def _essence(content_type: str) -> str:
-    """``type/subtype`` in lower case, without parameters (what browsers decide on)."""
-    return content_type.split(";", 1)[0].strip().lower()
-
 
 def is_active(content_type: str) -> bool:
     """Whether a browser would open ``content_type`` as a page that runs or loads things (its essence in
     :data:`_ACTIVE` or ending ``+xml``), rather than only show it."""
-    essence = _essence(content_type)
+    essence = media_type(content_type)
     return essence in _ACTIVE or essence.endswith("+xml")
 
 
 def security_policy(content_type: str) -> str:
     """The Content-Security-Policy of a file of ``content_type``: :data:`MEDIA_POLICY` for audio and video
     (a browser plays neither in a sandbox), :data:`FILE_POLICY` for everything else."""
-    media = _essence(content_type).split("/", 1)[0] in ("audio", "video") and not is_active(content_type)
+    media = media_type(content_type).split("/", 1)[0] in ("audio", "video") and not is_active(content_type)
     return MEDIA_POLICY if media else FILE_POLICY
 
 
