@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+import sqlalchemy as sa
 
 from connector_ops import invoke
 from connector_ops.etl import map_action
@@ -57,6 +58,16 @@ def _rename_when_released(row):
     return {("x" if key == "c1" else key): value for key, value in row.items()}
 
 
+def _lock_waiters(conn: sa.Connection) -> int:
+    """Sessions of the test's database waiting for a lock, counted in a transaction of its own at each look:
+    within one transaction PostgreSQL shows ``pg_stat_activity`` as it was at the transaction's first look. Polled
+    in one transaction, a session that began to wait after that look was never seen: under load the Pull reached
+    its lock after the first look, waited there on the Map (``pg_locks`` showed it) and the test failed at 30 s."""
+    with conn.begin():
+        return conn.exec_driver_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                    "AND datname = current_database()").scalar_one()
+
+
 @pytest.mark.parametrize("second", ["pull", "append", "map", "iterate"])
 def test_an_action_that_waited_for_a_map_in_place_reads_its_new_columns(postgres_resources, second):
     """On PostgreSQL an action waits for a Map in place that holds the file's catalog row, then must see the
@@ -86,8 +97,7 @@ def test_an_action_that_waited_for_a_map_in_place_reads_its_new_columns(postgres
         try:
             with store.sql.engine.connect() as conn:  # the second action waits for the Map's lock, then the Map goes on
                 deadline = time.monotonic() + 30
-                while not conn.exec_driver_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-                                               "'Lock' AND datname = current_database()").scalar_one():
+                while not _lock_waiters(conn):
                     assert time.monotonic() < deadline and not waiting.done(), waiting
                     time.sleep(0.05)
         finally:
