@@ -9,7 +9,9 @@ transaction open on it, a ``Session`` holding it) never is, and a store whose en
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -98,3 +100,97 @@ def test_a_database_in_memory_is_never_closed_to_make_room(stores_dir: Path) -> 
         get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}")
     assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]  # closing its engine would have lost its rows
     engines.dispose(url)
+
+
+BIG_ROWS = [(str(i), "v" * 60) for i in range(70_000)]  # a log past checkpoints.WAL_BYTES: a checkpoint is asked
+
+
+def test_a_store_closed_while_its_checkpoint_waits_to_start_leaves_no_connection(
+        stores_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The background checkpoint a large write asks for may not have begun when the store's engine is closed to
+    make room. Its start is held here (the thread has taken it; :func:`checkpoints.checkpoint` has not run yet)
+    while :data:`KEPT_ENGINES` other stores are used; once let go, it opened a connection to the closed store's
+    file, which nothing closed again: three descriptors per such store, for the life of the process."""
+    from connector_ops.resources.virtual_files import checkpoints
+
+    url = f"sqlite:///{stores_dir / 'closed' / 'vf.db'}"
+    path = str(Path(url.removeprefix("sqlite:///")))
+    start, taken = threading.Event(), threading.Event()
+    real = checkpoints.checkpoint
+
+    def held(checkpointed: str, mode: str = "PASSIVE") -> None:
+        if checkpointed == path:
+            taken.set()
+            assert start.wait(120)
+        real(checkpointed, mode)
+
+    monkeypatch.setattr(checkpoints, "checkpoint", held)
+    StoreForTests(database_url=url).create_from_batches(["a", "b"], [BIG_ROWS])
+    try:
+        assert taken.wait(120)
+        for i in range(KEPT_ENGINES):
+            get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}")
+        assert engines.store_file(url) is None  # closed to make room, its checkpoint not begun
+    finally:
+        start.set()
+    checkpoints.wait()
+    assert "closed" not in open_stores(stores_dir)
+    assert path not in checkpoints._connections
+
+
+def test_asking_for_engines_does_not_wait_for_a_checkpoint_under_way(
+        stores_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store's engine closed to make room while its checkpoint runs: the close waited for the checkpoint to
+    end, holding the lock every thread takes to get any store's engine, and so did that store's engine made
+    again (its catalog's check waited to write). Here the checkpoint is held as it opens its connection (inside
+    :func:`checkpoints.checkpoint`); other stores are used until the store is closed, the store is asked for
+    again, and another one, each by a thread of its own, all before the checkpoint is let go."""
+    import sqlite3
+
+    from connector_ops.resources.virtual_files import checkpoints
+
+    url = f"sqlite:///{stores_dir / 'busy' / 'vf.db'}"
+    path = str(Path(url.removeprefix("sqlite:///")))
+    go, connecting = threading.Event(), threading.Event()
+    real = sqlite3.connect
+
+    def held(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        if threading.current_thread().name == "sqlite-checkpoints" and path in str(database):
+            connecting.set()
+            go.wait(120)
+        return real(database, *args, **kwargs)
+
+    def making_room() -> None:
+        for i in range(KEPT_ENGINES):
+            get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}")
+
+    store = StoreForTests(database_url=url)
+    store.create_from_rows([{"a": "1"}])
+    monkeypatch.setattr(checkpoints.sqlite3, "connect", held)
+    store.create_from_batches(["a", "b"], [BIG_ROWS])
+    try:
+        assert connecting.wait(120)  # the checkpoint is under way
+        another = f"sqlite:///{stores_dir / 'another' / 'vf.db'}"
+        for work in (making_room, lambda: get_engine(url), lambda: get_engine(another)):
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join(30)
+            assert not thread.is_alive() and not go.is_set()
+            if work is making_room:
+                assert engines.store_file(url) is None  # closed to make room
+    finally:
+        go.set()
+    checkpoints.wait()
+    assert sorted(store.count(vf) for vf, _ in store.inventory()) == [1, len(BIG_ROWS)]
+
+
+def test_a_session_closed_lets_go_of_its_sqlite_file(tmp_path: Path) -> None:
+    """When a ``with Session()`` block ends, its store's file is let go of: every connection closed, the
+    checkpoint's too (closed by the checkpoint thread, which the close waits for), so the last one copied the
+    log into the file and removed it — the file alone can be copied or moved."""
+    with sessions.Session({"CONNECTOR_OPS_HOME": str(tmp_path / "home")}) as session:
+        store = session.resources_for(["virtual_files"])["virtual_files"]
+        vf = store.create_from_batches(["a", "b"], [BIG_ROWS])  # a log large enough for a checkpoint
+    assert open_stores(tmp_path) == set()
+    assert not (tmp_path / "home" / "virtual_files.db-wal").exists()
+    assert StoreForTests(database_url=store.database_url).count(vf) == len(BIG_ROWS)

@@ -24,6 +24,12 @@ file's length: the file keeps its largest length, so after one large write every
 call stores its cursor) asked for a checkpoint and its ``fsync``, and the next write waited for it
 (SQLite Iterate 7–15 % slower). Cutting the file down instead (``journal_size_limit``) made the next large
 write append to a new file rather than overwrite the old one: a Join and its checkpoint 0.1–0.2 s slower.
+
+A file's checkpoint connection lasts while an engine has the file open (:func:`opened`, :func:`forget`). An
+engine closed to make room (:mod:`.engines`) may leave a checkpoint of its file queued, or running: the thread
+closes the connection after it, never the engine's close, which holds the lock every thread takes to get an
+engine and would wait there for a running checkpoint to end; a checkpoint queued and not yet begun opened its
+connection after such a close, and nothing closed it again.
 """
 
 from __future__ import annotations
@@ -49,9 +55,15 @@ WAL_BYTES = 4 << 20
 #: how long a write waits for a checkpoint of its file before it goes on regardless (and appends to the log)
 SETTLE_SECONDS = 60.0
 
-_queue: queue.Queue[str] = queue.Queue()
+#: what the thread is asked to do, in order: ``(path, True)`` checkpoint that file, ``(path, False)`` close its
+#: connection (:func:`forget`)
+_queue: queue.Queue[tuple[str, bool]] = queue.Queue()
 _pending: set[str] = set()
 _unfinished: dict[str, int] = {}  # checkpoints asked for and not yet done, per file
+#: the files an engine has open, with how many engines (two spellings of one path make two): a file no engine
+#: has open keeps no checkpoint connection
+_opened: dict[str, int] = {}
+_closing: dict[str, int] = {}  # closes asked for (:func:`forget`) and not yet done, per file
 _lock = threading.Lock()
 _finished = threading.Condition(_lock)
 _thread: threading.Thread | None = None
@@ -71,7 +83,6 @@ _NO_SALTS = bytes(8)
 def after_write(path: str) -> None:
     """A write transaction on the SQLite file at ``path`` ended: checkpoint in the background if the log
     is large enough (and no checkpoint of that file is waiting already)."""
-    global _thread
     if log_bytes(path) < WAL_BYTES:
         return
     with _lock:
@@ -79,10 +90,16 @@ def after_write(path: str) -> None:
             return
         _pending.add(path)
         _unfinished[path] = _unfinished.get(path, 0) + 1
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_run, name="sqlite-checkpoints", daemon=True)
-            _thread.start()
-    _queue.put(path)
+        _ask(path, True)
+
+
+def _ask(path: str, checkpointing: bool) -> None:
+    """Queue work for the thread, started if need be (under :data:`_lock`)."""
+    global _thread
+    if _thread is None or not _thread.is_alive():
+        _thread = threading.Thread(target=_run, name="sqlite-checkpoints", daemon=True)
+        _thread.start()
+    _queue.put((path, checkpointing))
 
 
 def log_bytes(path: str, *, writing: bool = False) -> int:
@@ -195,18 +212,35 @@ class CheckpointRoom:
 
 def _run() -> None:
     while True:
-        path = _queue.get()
-        with _lock:
-            _pending.discard(path)
+        path, checkpointing = _queue.get()
         try:
-            checkpoint(path)
+            if checkpointing:
+                _checkpoint_asked(path)
+            if not checkpointing or path not in _opened:  # no engine has the file open (any longer)
+                with _connections_lock:
+                    _close(path)
         finally:
-            with _finished:
-                _unfinished[path] -= 1
-                if not _unfinished[path]:
-                    del _unfinished[path]
-                _finished.notify_all()
+            if not checkpointing:
+                with _finished:
+                    _closing[path] -= 1
+                    if not _closing[path]:
+                        del _closing[path]
+                    _finished.notify_all()
             _queue.task_done()
+
+
+def _checkpoint_asked(path: str) -> None:
+    """The checkpoint :func:`after_write` asked for, done: the writes waiting for it go on."""
+    with _lock:
+        _pending.discard(path)
+    try:
+        checkpoint(path)
+    finally:
+        with _finished:
+            _unfinished[path] -= 1
+            if not _unfinished[path]:
+                del _unfinished[path]
+            _finished.notify_all()
 
 
 def before_write(path: str) -> None:
@@ -276,10 +310,33 @@ def _close(path: str) -> None:
             kept[0].close()
 
 
+def opened(path: str) -> None:
+    """An engine has opened the SQLite file at ``path``: its checkpoint connection is kept until
+    :func:`forget`."""
+    with _lock:
+        _opened[path] = _opened.get(path, 0) + 1
+
+
 def forget(path: str) -> None:
-    """Close the checkpoint connection of the SQLite file at ``path``: its engine is disposed of."""
-    with _connections_lock:
-        _close(path)
+    """An engine of the SQLite file at ``path`` is disposed of: the thread closes the file's checkpoint
+    connection, after the checkpoints of the file already asked for (one not yet begun would open it again),
+    and any it is asked for later closes its own once done if no engine has the file open by then. Returns at
+    once: the caller holds the engines' lock, and waiting here for a checkpoint under way held up every
+    thread asking for an engine (:mod:`.engines`)."""
+    with _lock:
+        left = _opened.pop(path, 0) - 1
+        if left > 0:  # another engine (the path spelled another way) has the file open: it keeps the connection
+            _opened[path] = left
+            return
+        _closing[path] = _closing.get(path, 0) + 1
+        _ask(path, False)
+
+
+def closed(path: str) -> None:
+    """Until the thread has closed the connection :func:`forget` asked it to close (after the checkpoints of
+    the file asked for before): for a caller that must find the file let go of when it returns."""
+    with _finished:
+        _finished.wait_for(lambda: path not in _closing, timeout=SETTLE_SECONDS)
 
 
 @atexit.register
@@ -297,10 +354,11 @@ def _after_fork() -> None:
     and its locks may have been held by that thread at the fork."""
     global _queue, _lock, _finished, _thread, _connections_lock
     abandon(*(conn for conn, _ in _connections.values()))
-    _connections.clear()
+    _connections.clear()  # not _opened: the child keeps the engines (:mod:`.engines`), on pools of its own
     _queue, _thread = queue.Queue(), None
     _pending.clear()
     _unfinished.clear()
+    _closing.clear()
     _lock = threading.Lock()
     _finished = threading.Condition(_lock)
     _connections_lock = threading.Lock()

@@ -40,7 +40,9 @@ from connector_ops.resources.virtual_files import engine_holds
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
 from connector_ops.resources.virtual_files.catalog import metadata, virtual_file
 from connector_ops.resources.virtual_files.checkpoints import after_write, before_write
+from connector_ops.resources.virtual_files.checkpoints import closed as checkpoints_closed
 from connector_ops.resources.virtual_files.checkpoints import forget as forget_checkpoints
+from connector_ops.resources.virtual_files.checkpoints import opened as checkpoints_opened
 from connector_ops.resources.virtual_files.db_errors import DatabaseRefused
 from connector_ops.resources.virtual_files.interrupts import InterruptibleConnection
 from connector_ops.resources.virtual_files.layout import RECHECK_SECONDS, check_stamp, check_unchanged
@@ -72,6 +74,10 @@ CLIENT_CHECK_MS = 5000
 
 _WRITE_OPTION = "cop_write"
 WRITE = {_WRITE_OPTION: True}
+#: a SQLite write transaction that begins without waiting for a checkpoint of its file (``before_write``): the
+#: catalog's check as an engine is made, under :data:`_LOCK`, which every thread asking for an engine takes
+_UNSETTLED_OPTION = "cop_unsettled"
+_UNSETTLED = {_UNSETTLED_OPTION: True}
 
 
 def is_writing(conn: sa.Connection) -> bool:
@@ -156,7 +162,8 @@ def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
     @sa.event.listens_for(engine, "begin")
     def on_begin(conn: sa.Connection) -> None:
         immediate = is_writing(conn)
-        if immediate and path:  # the log wholly checkpointed first, so that SQLite starts it over
+        # the log wholly checkpointed first, so that SQLite starts it over
+        if immediate and path and not conn.get_execution_options().get(_UNSETTLED_OPTION, False):
             before_write(path)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
         if immediate:
@@ -222,6 +229,7 @@ def _shared_engine(url: str, min_free_disk: int | None) -> sa.Engine:
         _ENGINES[key] = engine
         if file is not None:
             _FILES[key] = file
+            checkpoints_opened(file.path)
         _make_room()
         return engine
 
@@ -263,15 +271,19 @@ def _current(key: str) -> sa.Engine | None:
     return _ENGINES.get(key)
 
 
-def _drop(key: str) -> None:
+def _drop(key: str) -> str | None:
     """Forget and close the engine of ``key`` (under :data:`_LOCK`). Connections checked out of it are closed
-    as they come back; their transactions fail at their next begin or commit (:mod:`.store_file`)."""
+    as they come back; their transactions fail at their next begin or commit (:mod:`.store_file`). The SQLite
+    file's checkpoint connection is closed by the checkpoint thread, a moment later (:func:`.checkpoints.forget`):
+    the file's path, for a caller to wait for it (:func:`dispose`)."""
     engine = _ENGINES.pop(key, None)
     file = _FILES.pop(key, None)
     if engine is not None:
         engine.dispose()
-    if file is not None:
-        forget_checkpoints(file.path)
+    if file is None:
+        return None
+    forget_checkpoints(file.path)
+    return file.path
 
 
 def _forget(key: str, engine: sa.Engine) -> None:
@@ -392,8 +404,9 @@ def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:
     it is the first thing a new deployment's role is refused (``CREATE`` on ``public``, since PostgreSQL 15),
     and the message points to ``search_path``."""
     for attempt in range(attempts):
-        try:
-            with engine.execution_options(**WRITE).begin() as conn:
+        try:  # without waiting for a checkpoint of a SQLite file (of an engine closed a moment ago): the check
+            # mostly writes nothing, and a write that does only appends to a log not yet started over
+            with engine.execution_options(**WRITE, **_UNSETTLED).begin() as conn:
                 metadata.create_all(conn, checkfirst=True)
                 check_stamp(conn, mask_url(engine.url.render_as_string(hide_password=False)))
             return
@@ -420,16 +433,17 @@ def _after_fork() -> None:
 
 def dispose(url: str) -> None:
     """Dispose of the engine of ``url`` and forget it, if there is one (:mod:`.engine_holds`: its last scoped
-    holder closed); a later :func:`get_engine` makes another."""
+    holder closed); a later :func:`get_engine` makes another. Returns once a SQLite file's connections are all
+    closed, its checkpoint connection too (the last to close copies the log into the file and deletes it), as a
+    ``with Session()`` block's end promises; waited for outside :data:`_LOCK`."""
     with _LOCK:
-        _drop(normalise_url(url))
+        path = _drop(normalise_url(url))
+    if path is not None:
+        checkpoints_closed(path)
 
 
 def dispose_all() -> None:
     with _LOCK:
-        for engine in _ENGINES.values():
-            engine.dispose()
-        for file in _FILES.values():
-            forget_checkpoints(file.path)
-        _ENGINES.clear()
-        _FILES.clear()
+        paths = [path for key in list(_ENGINES) if (path := _drop(key)) is not None]
+    for path in paths:
+        checkpoints_closed(path)
