@@ -215,3 +215,42 @@ def test_a_store_of_layout_2_is_upgraded_and_a_running_iteration_sees_rows_appen
     assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]
     second = invoked("etl.iterate", {"content": file_id, "maxBatchSize": 3})
     assert second == {"content": [{"n": "new-A"}, {"n": "new-B"}], "hasNext": False}
+
+
+def test_a_fan_out_planned_before_the_layout_3_upgrade_loses_no_row(store_url: str, tmp_path: Path) -> None:
+    """The upgrade to layout 3 starts each file's floor at its Iterates' furthest position; a fan-out
+    (``etl_iterate_batches``) keeps no position in the store — its batches go out as step outputs, the IO
+    manager's pickles, or in memory — so the upgrade cannot see them. No row is lost for it: each batch is a
+    range of numbers the planned rows had, and SQLite never renumbers a row, so every planned row still in the
+    file is read by its batch; rows appended after the plan were never part of it (on PostgreSQL, or with a
+    floor, they are numbered past the last batch). What the floor would have spared: on SQLite, when an older
+    process took the file's last rows before the upgrade, rows appended after it take their numbers, and a batch
+    not yet read returns them in place of the rows taken."""
+    from connector_ops.ops.fanout import plan_batches, read_batch
+    from connector_ops.resources.virtual_files import engines
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+    home = tmp_path / "home"
+    code, out, err = push(store_url, home, "n\n" + "".join(f"{i}\n" for i in range(5)))
+    assert code == 0, err
+    file_id = json.loads(out)["virtualFileId"]
+    store = VirtualFileStore(database_url=store_url)
+    batches = plan_batches(store, file_id, 2)  # as the op plans them, before the upgrade
+    assert [(b["afterSeq"], b["uptoSeq"]) for b in batches] == [(0, 2), (2, 4), (4, 5)]
+    assert [r["n"] for r in read_batch(store, batches[0])] == ["0", "1"]  # the first mapped step has run
+    engines.dispose(store_url)
+    execute(store_url, "ALTER TABLE cop_virtual_file DROP COLUMN seq_floor")  # as layout 2 had it
+    execute(store_url, "UPDATE cop_store_layout SET version = 2")
+    [(table,)] = execute(store_url, "SELECT table_name FROM cop_virtual_file")
+    execute(store_url, f"DELETE FROM {table} WHERE seq > 3")  # an older process's Delete Rows of the last rows
+    code, _, err = finished(cli(store_url, home, "invoke", "etl.append_rows", json.dumps(
+        {"rows": [{"virtualFileId": file_id, "content": {"n": v}} for v in ("new-A", "new-B", "new-C")]})))
+    assert code == 0, err
+    assert stamps(store_url) == [(1, LAYOUT_VERSION, package_version())]
+
+    read = [[r["n"] for r in read_batch(store, batch)] for batch in batches]  # every batch, the first again
+    assert read[0] == ["0", "1"] and read[1][0] == "2"  # every planned row still in the file
+    if store_url.startswith("sqlite"):  # the numbers taken (4, 5) given again: the plan's last ranges hold them
+        assert read[1:] == [["2", "new-A"], ["new-B"]]
+    else:  # a sequence never gives a number twice
+        assert read[1:] == [["2"], []]

@@ -94,9 +94,11 @@ def _floor_row_numbers(conn: sa.Connection) -> None:
     """Layout 2 -> 3: ``cop_virtual_file`` gets ``seq_floor`` (:mod:`.seq_floors`). Which of a file's last
     rows an older Delete Rows took is not known, but what matters is known: on SQLite each file's floor
     starts at the furthest position an Iterate of its current rows holds, so the next append numbers its
-    rows past what a running iteration has read (a fan-out planned before the upgrade is not covered). A
-    write of layout 2 still in flight leaves its files as they were, so no wait between the stamp and the
-    change is needed."""
+    rows past what a running iteration has read. A fan-out (``etl_iterate_batches``) keeps no position here
+    (its batches are step outputs) and loses no row without one: each batch reads the numbers its planned rows
+    have, which SQLite never changes; only, after an older process took a file's last rows, a batch not yet
+    read returns the rows appended since in their place (tests/test_store_layout.py). A write of layout 2
+    still in flight leaves its files as they were, so no wait between the stamp and the change is needed."""
     if not _added(conn, cat.virtual_file.c.seq_floor) or conn.dialect.name != "sqlite":
         return
     vf, cursor = cat.virtual_file, cat.vf_cursor
