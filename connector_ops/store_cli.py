@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -50,8 +52,8 @@ def copy(from_database_url: str | None, from_files_backend: str, from_files_dir:
         raise click.UsageError("--map PATH is required: the file the old -> new ids are written to")
     if from_database_url is not None and (problem := database_url_problem(from_database_url)):
         raise click.BadParameter(problem, param_hint="--from-database-url")
-    with Session() as now, Session(_source_environ(now.environ(), from_database_url, from_files_backend,
-                                                   from_files_dir)) as was:
+    with _naming_the_source(from_database_url), Session() as now, \
+            Session(_source_environ(now.environ(), from_database_url, from_files_backend, from_files_dir)) as was:
         keys = ["virtual_files", "platform_files"]
         dest, source = now.resources_for(keys), was.resources_for(keys)
         if from_database_url is not None:  # a mistyped SQLite path is no empty store (and is left unmade)
@@ -79,6 +81,22 @@ def copy(from_database_url: str | None, from_files_backend: str, from_files_dir:
     else:
         _summary(result, map_path)
     return 1 if result.failed else 0
+
+
+@contextlib.contextmanager
+def _naming_the_source(from_database_url: str | None) -> Iterator[None]:
+    """A database of ``--from-database-url`` that cannot be reached is said to be that option's: the store's
+    error names CONNECTOR_OPS_DATABASE_URL, where a store's URL comes from, which here names the destination."""
+    from connector_ops.resources.virtual_files.db_errors import DatabaseUnreachable
+    from connector_ops.resources.virtual_files.engines import normalise_url
+
+    try:
+        yield
+    except DatabaseUnreachable as exc:
+        if from_database_url is None or exc.url is None or \
+                normalise_url(exc.url.render_as_string(hide_password=False)) != normalise_url(from_database_url):
+            raise
+        raise exc.named("--from-database-url") from None
 
 
 def _check_exists(store: Any) -> None:

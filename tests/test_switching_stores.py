@@ -311,3 +311,29 @@ def test_store_copy_knows_a_store_under_another_spelling_of_its_url(home, own_da
     by_link = f"sqlite:///{link / 'virtual_files.db'}"
     assert store_copy(sqlite_env, "--from-database-url", by_link, "--from-files-dir", str(link / "files"),
                       "--dry-run")[0].returncode == 2
+
+
+@POSTGRES
+def test_store_copy_names_the_option_whose_database_it_cannot_reach(home, own_database_url, tmp_path):
+    """A --from-database-url that reaches no database (here: no such database on the server) was reported as
+    ``cannot connect to the database of CONNECTOR_OPS_DATABASE_URL``, the setting that names the destination,
+    which was fine. The error names the option the URL was typed in; an unreachable destination still names
+    the setting. Neither shows the password."""
+    from sqlalchemy.engine import make_url
+
+    env = moved_env(home, own_database_url)
+    wrong = make_url(own_database_url).set(database="no_such_store", password="s3cret-copy")
+    wrong = wrong.render_as_string(hide_password=False)
+    for args in (["--dry-run"], ["--map", str(tmp_path / "ids.csv")]):
+        said, _ = store_copy(env, "--from-database-url", wrong, "--from-files-backend", "database", *args)
+        assert said.returncode == 1, said.stdout + said.stderr
+        assert said.stderr.startswith("connector-ops: failed (500): cannot connect to the database of "
+                                      "--from-database-url: "), said.stderr
+        assert '"no_such_store" does not exist' in said.stderr
+        assert "CONNECTOR_OPS_DATABASE_URL" not in said.stdout + said.stderr
+        assert "s3cret-copy" not in said.stdout + said.stderr
+    assert not (tmp_path / "ids.csv").exists()
+    unreachable, _ = store_copy({**env, "CONNECTOR_OPS_DATABASE_URL": wrong}, "--dry-run")
+    assert unreachable.returncode == 1, unreachable.stdout + unreachable.stderr
+    assert "cannot connect to the database of CONNECTOR_OPS_DATABASE_URL: " in unreachable.stderr
+    assert "s3cret-copy" not in unreachable.stdout + unreachable.stderr

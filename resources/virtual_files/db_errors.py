@@ -212,11 +212,31 @@ def _on_error(ctx: sa.engine.ExceptionContext, forget: Callable[[], None] | None
     return None
 
 
+#: where a store's database URL is set, unless a command took it from an option of its own
+DATABASE_URL_SETTING = "CONNECTOR_OPS_DATABASE_URL"
+
+
 class DatabaseUnreachable(ConnectorOpsError):
     """No session could be opened with ``CONNECTOR_OPS_DATABASE_URL`` (its host, port, user, password,
-    database or sslmode): 500, the setting to check named, the URL and its password never shown."""
+    database or sslmode): 500, the setting to check named, the URL and its password never shown. ``url``: the
+    URL tried (SQLAlchemy's, which shows no password), so that a command whose option gave it can name that
+    option instead (:meth:`named`)."""
 
     status = 500
+    #: the driver's words
+    words = ""
+    url: sa.URL | None = None
+
+    def named(self, setting: str) -> DatabaseUnreachable:
+        """The same failure, naming ``setting`` (``--from-database-url``) as where the URL was given."""
+        return _unreachable(self.words, self.url, setting)
+
+
+def _unreachable(words: str, url: sa.URL | None, setting: str = DATABASE_URL_SETTING) -> DatabaseUnreachable:
+    error = DatabaseUnreachable(f"cannot connect to the database of {setting}: {words}; check its host, port, "
+                                "user, password, database name and sslmode (and that the server is running)")
+    error.words, error.url = words, url  # attributes, not arguments: the error pickles as any other
+    return error
 
 
 def unreachable(exc: BaseException, engine: sa.Engine | None) -> DatabaseUnreachable:
@@ -227,9 +247,7 @@ def unreachable(exc: BaseException, engine: sa.Engine | None) -> DatabaseUnreach
     password = engine.url.password if engine is not None else None
     if password:
         line = line.replace(str(password), "***")
-    return DatabaseUnreachable(
-        f"cannot connect to the database of CONNECTOR_OPS_DATABASE_URL: {line}; check its host, port, user, "
-        "password, database name and sslmode (and that the server is running)")
+    return _unreachable(line, engine.url if engine is not None else None)
 
 
 def _connecting(ctx: sa.engine.ExceptionContext) -> bool:
