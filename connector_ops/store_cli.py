@@ -32,7 +32,8 @@ def store() -> None:
 @click.option("--map", "map_path", metavar="PATH", type=click.Path(dir_okay=False),
               help="CSV file of kind,old_id,new_id: a line added after each copy; a re-run with it skips what it "
                    "names (required unless --dry-run)")
-@click.option("--dry-run", is_flag=True, help="list what would be copied, with sizes; copy nothing")
+@click.option("--dry-run", is_flag=True, help="list what would be copied, with sizes (a PostgreSQL file's rows as "
+                                               "PostgreSQL estimates them, where it does); copy nothing")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @no_progress_option
 def copy(from_database_url: str | None, from_files_backend: str, from_files_dir: str | None, map_path: str | None,
@@ -62,7 +63,7 @@ def copy(from_database_url: str | None, from_files_backend: str, from_files_dir:
         result = CopyResult(dry_run=dry_run)
         kinds = _kinds(source, dest, result)
         id_map = IdMap(map_path) if map_path is not None else None
-        result.items = plan(source, dest, id_map, kinds)
+        result.items = plan(source, dest, id_map, kinds, estimate=dry_run)
         for item in result.items:
             if item.status == "asset (not copied)":
                 click.echo(f"{PROG}: notice: {item.old_id} is an asset's data, not copied: run its job again",
@@ -150,7 +151,9 @@ def _size(item: Any) -> str:
 
     if item.size is None:
         return "size unknown"
-    return f"{item.size:,} rows" if item.kind == VIRTUAL else shown_size(item.size)
+    if item.kind != VIRTUAL:
+        return shown_size(item.size)
+    return f"about {item.size:,} rows" if item.estimated else f"{item.size:,} rows"
 
 
 def _told(item: Any, as_json: bool) -> None:

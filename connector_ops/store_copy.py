@@ -87,6 +87,7 @@ class Item:
     kind: str  # VIRTUAL or PLATFORM
     old_id: str
     size: int | None = None  # rows of a virtual file, bytes of a platform file (as listed)
+    estimated: bool = False  # ``size`` is PostgreSQL's estimate of the rows (a dry run), not a count
     status: str = "to copy"  # "to copy", "copied", "already copied", "asset (not copied)", "failed"
     new_id: str | None = None
     error: str | None = None
@@ -94,6 +95,7 @@ class Item:
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "oldId": self.old_id, "newId": self.new_id, "status": self.status,
                 **({"rows" if self.kind == VIRTUAL else "bytes": self.size} if self.size is not None else {}),
+                **({"rowsEstimated": True} if self.estimated else {}),
                 **({"error": self.error} if self.error else {})}
 
 
@@ -139,16 +141,19 @@ def _same_path(a: str, b: str) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
-def plan(source: dict[str, Any], dest: dict[str, Any], id_map: IdMap | None, kinds: tuple[str, ...]) -> list[Item]:
+def plan(source: dict[str, Any], dest: dict[str, Any], id_map: IdMap | None, kinds: tuple[str, ...], *,
+         estimate: bool = False) -> list[Item]:
     """Every file of the source stores of ``kinds``, oldest first, sized, and marked as already copied where
-    ``id_map`` names a copy the destination still holds (a copy gc removed since is copied again)."""
+    ``id_map`` names a copy the destination still holds (a copy gc removed since is copied again).
+    ``estimate`` (a dry run): a virtual file's rows as PostgreSQL estimates them where it does, not counted."""
     from connector_ops.resources.virtual_files.catalog import ASSET_FILE_PREFIX
 
     items: list[Item] = []
     if VIRTUAL in kinds and source["virtual_files"].stored():
         held = _held(dest["virtual_files"])
         for vf_id, _ in source["virtual_files"].inventory():
-            item = Item(VIRTUAL, vf_id, source["virtual_files"].summary(vf_id, 0)[0])
+            rows, exact = source["virtual_files"].row_count(vf_id, estimate=estimate)
+            item = Item(VIRTUAL, vf_id, rows, estimated=not exact)
             if vf_id.startswith(ASSET_FILE_PREFIX):
                 item.status = "asset (not copied)"
             _mark_copied(item, id_map, held)

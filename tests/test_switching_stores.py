@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from connector_ops import invoke, push_frame
@@ -337,3 +338,39 @@ def test_store_copy_names_the_option_whose_database_it_cannot_reach(home, own_da
     assert unreachable.returncode == 1, unreachable.stdout + unreachable.stderr
     assert "cannot connect to the database of CONNECTOR_OPS_DATABASE_URL: " in unreachable.stderr
     assert "s3cret-copy" not in unreachable.stdout + unreachable.stderr
+
+
+@POSTGRES
+def test_store_copy_dry_run_takes_postgresql_s_estimate_of_a_file_s_rows(home, own_database_url, tmp_path):
+    """A dry run counted each file's rows with ``count(*)``, which reads the whole table: minutes for a dry run
+    over large PostgreSQL files. The store keeps no count of its own; PostgreSQL keeps an estimate (autovacuum
+    and ANALYZE), which the dry run now shows, said to be one (``about``, ``rowsEstimated``); a file PostgreSQL
+    has not looked at yet is counted, and the copy itself reports the rows it copied, exactly."""
+    from connector_ops.resources.virtual_files import engines
+
+    source = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(tmp_path / "old"),
+                                  "CONNECTOR_OPS_DATABASE_URL": own_database_url})["virtual_files"]
+    seen = source.create_from_batches(["n"], [[(str(i),) for i in range(3_000)]])
+    new = source.create_from_batches(["n"], [[("1",), ("2",)]])
+    engine = engines.get_engine(own_database_url)
+    with engine.begin() as conn:
+        table = conn.execute(sa.text("SELECT table_name FROM cop_virtual_file WHERE id = :id"), {"id": seen}).scalar()
+        conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")  # the estimate stays put
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"VACUUM ANALYZE {table}")  # as autovacuum does once a file has settled
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {table} WHERE seq > 2000")  # since: PostgreSQL still says 3,000
+
+    env = moved_env(home, f"sqlite:///{tmp_path / 'new.db'}")
+    args = ["--from-database-url", own_database_url, "--from-files-dir", str(home / "files")]
+    dry, _ = store_copy(env, *args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"would copy virtual file {seen} (about 3,000 rows)" in dry.stdout
+    assert f"would copy virtual file {new} (2 rows)" in dry.stdout
+    as_json, _ = store_copy(env, *args, "--dry-run", "--json")
+    files = {f["oldId"]: f for f in json.loads(as_json.stdout)["files"]}
+    assert (files[seen]["rows"], files[seen]["rowsEstimated"]) == (3_000, True)
+    assert files[new]["rows"] == 2 and "rowsEstimated" not in files[new]
+    copied, _ = store_copy(env, *args, "--map", str(tmp_path / "ids.csv"))
+    assert copied.returncode == 0, copied.stderr
+    assert re.search(rf"^copied virtual file {seen} -> \w+ \(2,000 rows\)$", copied.stdout, re.MULTILINE)

@@ -28,6 +28,12 @@ from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
 
 DEFAULT_CURSOR = "default"
 
+#: PostgreSQL's estimate of a table's rows, as its planner makes it: the rows per page its statistics last
+#: found (autovacuum, ANALYZE) times the pages the table has now; none before statistics were kept
+_PLANNED_ROWS = sa.text(
+    "SELECT CASE WHEN relpages > 0 AND reltuples >= 0 THEN round(reltuples / relpages * "
+    "(pg_relation_size(oid) / current_setting('block_size')::int)) END FROM pg_class WHERE oid = to_regclass(:t)")
+
 
 class Reading(StoreCore):
     """Reading rows: previews, scans, fan-out ranges and Iterate's cursors."""
@@ -39,6 +45,19 @@ class Reading(StoreCore):
             count = conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one()
             first = fetch_dicts(conn, info.names, select_rows(info).order_by(info.table.c.seq).limit(n))
             return count, list(info.names), first
+
+    def row_count(self, vf_id: str, *, estimate: bool = False) -> tuple[int, bool]:
+        """``(rows, exact)``. With ``estimate``, on PostgreSQL, its own estimate (``exact`` false) where it has
+        statistics for the file's table, which autovacuum keeps for a file that has settled: a ``count(*)``
+        reads the whole table, long on a large file, for a number a look ahead (``store copy --dry-run``)
+        does not need exactly. Otherwise counted: the store keeps no count, and SQLite no estimate."""
+        with self.reading() as conn:
+            info = self.info(conn, vf_id)
+            if estimate and conn.dialect.name == "postgresql":
+                planned = conn.execute(_PLANNED_ROWS, {"t": conn.dialect.identifier_preparer.quote(info.table.name)})
+                if (rows := planned.scalar()) is not None:
+                    return int(rows), False
+            return conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one(), True
 
     def scan_tuples(self, vf_id: str, columns: Sequence[str] | None = None, *, batch_size: int = SCAN_BATCH,
                     field: str = "schema") -> tuple[list[str], Generator[list[tuple], None, None]]:

@@ -207,6 +207,10 @@ class VirtualFileStore(Resource):
         """``(row count, column names, first n rows)`` in one snapshot (op metadata, previews)."""
         return self.sql.summary(vf_id, n)
 
+    def row_count(self, vf_id: str, *, estimate: bool = False) -> tuple[int, bool]:
+        """``(rows, exact)``; with ``estimate``, PostgreSQL's estimate where it keeps one (no count read)."""
+        return self.sql.row_count(vf_id, estimate=estimate)
+
     def scan_tuples(self, vf_id: str, columns: Sequence[str] | None = None, *, batch_size: int = SCAN_BATCH,
                     field: str = "schema") -> tuple[list[str], Generator[list[tuple], None, None]]:
         """``(column names, batches of value tuples)`` in row order, read in one snapshot; ``columns`` selects
