@@ -84,7 +84,9 @@ class _RunWatch:
         self._beat = beat
         self._sent = False
         self._done = threading.Event()
-        self._main = threading.main_thread().ident
+        main = threading.main_thread().ident
+        assert main is not None  # (the main thread runs: only a thread not started yet has none)
+        self._main = main
         self._guard: Callable[[int, FrameType | None], None] | None = None
         self._thread = threading.Thread(target=self._watch, name=f"run-watch-{args.run_id}", daemon=True)
 
@@ -110,7 +112,7 @@ class _RunWatch:
             self.gate()
         if self.stopping and not self._sent and signal.getsignal(signal.SIGINT) is not self._guard:
             self._sent = True
-            signal.pthread_kill(self._main, signal.SIGINT)  # type: ignore[arg-type]
+            signal.pthread_kill(self._main, signal.SIGINT)
 
     def _guarding(self, previous: Any) -> Callable[[int, FrameType | None], None]:
         def guard(signo: int, frame: FrameType | None) -> None:
@@ -154,7 +156,8 @@ class CancellableStep(celery.Task):
         args = unpack_value(execute_step_args_packed, as_type=ExecuteStepArgs)
         beat = self._heartbeat(args)
         beat()  # before the step: a task in the heartbeat state is running, not queued
-        with DagsterInstance.from_ref(args.instance_ref) as instance:  # type: ignore[arg-type]
+        assert args.instance_ref is not None  # (dagster-celery's step tasks always carry it)
+        with DagsterInstance.from_ref(args.instance_ref) as instance:
             gate = RunGate(instance, args.run_id, self.request.id, ", ".join(args.step_keys_to_execute or []))
             # signals reach only the main thread: under --pool=threads or gevent a step is not interrupted, and
             # only the fence before each commit holds it

@@ -20,7 +20,7 @@ value change), so clocks that differ between hosts cannot fake a loss.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dagster as dg
@@ -149,7 +149,7 @@ def watched_celery_executor(lost_after: float) -> dg.ExecutorDefinition:
 
     @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())
     def celery(init_context: dg.InitExecutorContext) -> RecordingExecutor:
-        config = init_context.executor_config
+        config: Mapping[str, Any] = init_context.executor_config  # Any: each value is of its CELERY_CONFIG field
         return RecordingExecutor(WatchedCeleryExecutor(
             lost_after, retries=RetryMode.from_config(config["retries"]), broker=config.get("broker"),
             backend=config.get("backend"), config_source=config.get("config_source"), include=config.get("include")))

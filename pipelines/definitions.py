@@ -40,8 +40,8 @@ def build_definitions() -> dg.Definitions:
     extra = []
     if catalog.problems:
         extra = [broken_pipelines_job(catalog.problems)]
-        standing_schedules, standing_sensors = stand_ins(catalog.problems, extra[0],
-                                                         taken=[d.name for d in (*schedules, *sensors)])
+        taken = [*(d.name for d in schedules), *(d.name for d in sensors)]
+        standing_schedules, standing_sensors = stand_ins(catalog.problems, extra[0], taken=taken)
         schedules += standing_schedules
         sensors += standing_sensors
     shared = shared_definitions()

@@ -80,7 +80,8 @@ def local_executor(default: str) -> dg.ExecutorDefinition:
     )
     def connector_ops_executor(init_context: dg.InitExecutorContext) -> Any:
         """In process or a forked process per step (``CONNECTOR_OPS_EXECUTOR`` picks the default)."""
-        (mode, config), = init_context.executor_config.items()
+        chosen: Mapping[str, Any] = init_context.executor_config  # Any: the selector's choice has its own config
+        (mode, config), = chosen.items()
         if mode == "in_process":
             return RecordingExecutor(_core_in_process_executor_creation(config))
         if not config.get("start_method"):
@@ -139,7 +140,8 @@ def celery_executor(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
             f"{EXECUTOR_VARIABLE}=celery needs the celery extra: pip install 'connector-ops[celery]'") from exc
     settings = celery_settings(environ)
     lost_after = celery_lost_after(environ, MIN_LOST_AFTER)
-    celery_loop.TICK_SECONDS = CELERY_POLL_SECONDS
+    # dagster-celery's constant is typed int from its `= 1`; it goes to time.sleep(), which takes a float
+    celery_loop.TICK_SECONDS = CELERY_POLL_SECONDS  # type: ignore[assignment]
     return watched_celery_executor(lost_after).configured(settings, name="celery")
 
 

@@ -257,16 +257,21 @@ def weighed_records(instance: dg.DagsterInstance, cutoff: datetime) -> list[dg.R
                 records[record.dagster_run.run_id] = record
     own = list(records.values())
     _add_records(instance, records, {run.root_run_id for run in (r.dagster_run for r in own) if run.root_run_id})
-    wanted = {r.dagster_run.parent_run_id for r in own} - {None}
+    wanted = _parents(own)
     while wanted - records.keys():  # up each chain, a generation per query, to a run no longer stored
         asked = {run_id for run_id in wanted if run_id not in records}
         found = _add_records(instance, records, asked)
-        wanted = {r.dagster_run.parent_run_id for r in found} - {None}
+        wanted = _parents(found)
     for job in _succeeded_jobs(instance):
         latest = instance.get_run_records(dg.RunsFilter(job_name=job, statuses=[dg.DagsterRunStatus.SUCCESS]),
                                           limit=1)
         records.update((record.dagster_run.run_id, record) for record in latest)
     return sorted(records.values(), key=lambda record: record.storage_id, reverse=True)
+
+
+def _parents(records: list[dg.RunRecord]) -> set[str]:
+    """The ids of the runs ``records`` were re-executed from."""
+    return {run.parent_run_id for run in (r.dagster_run for r in records) if run.parent_run_id is not None}
 
 
 def _add_records(instance: dg.DagsterInstance, records: dict[str, dg.RunRecord],
@@ -379,9 +384,9 @@ def _run_output_strings(instance: dg.DagsterInstance, run_id: str, strings: set[
             user = event.step_failure_data.user_failure_data if event.step_failure_data else None
             metadata, action = (user.metadata if user is not None else {}), _ACTION_FAILURE_KEYS
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
-            metadata, action = event.event_specific_data.metadata, ()
+            metadata, action = event.asset_check_evaluation_data.metadata, ()
         else:
-            metadata, action = event.event_specific_data.materialization.metadata, (_ACTION_OUTPUT_KEY,)
+            metadata, action = event.materialization.metadata, (_ACTION_OUTPUT_KEY,)
         strings.update(_metadata_strings(metadata))
         if READS_RECORDED not in metadata and action and all(key in metadata for key in action):
             unmarked = True  # one step unweighed is enough: a step of ours is only ever marked or not

@@ -62,7 +62,7 @@ def run_assets(instance: dg.DagsterInstance, run_id: str) -> dict[str, Any]:
     """Asset key (``a/b``) -> the data the run materialised for it (a platform file, a virtual file id)."""
     found: dict[str, Any] = {}
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
-        materialization = entry.dagster_event.event_specific_data.materialization
+        materialization = entry.get_dagster_event().materialization
         for name in ("platform_file", "virtual_file_id"):
             if name in materialization.metadata:
                 found["/".join(materialization.asset_key.path)] = materialization.metadata[name].value
@@ -73,7 +73,7 @@ def failed_steps(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     """What failed in the run: ``step: error`` per failed step (none when nothing did)."""
     lines = []
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
-        event = entry.dagster_event
+        event = entry.get_dagster_event()
         data = event.step_failure_data
         text = (data.user_failure_data.description if data.user_failure_data and data.user_failure_data.description
                 else data.error.message.strip() if data.error else "failed")
@@ -93,7 +93,7 @@ def notify_run(pipeline: Pipeline, instance: dg.DagsterInstance, run: dg.Dagster
     status = next((name for name, value in STATUSES.items() if value == fresh.status), None)
     sent_before = set(filter(None, fresh.tags.get(SENT_TAG, "").split(",")))
     wanted = [(str(i), n) for i, n in enumerate(pipeline.notify) if status in n.when and str(i) not in sent_before]
-    if not wanted or fresh.tags.get(NOTIFIED_TAG):
+    if status is None or not wanted or fresh.tags.get(NOTIFIED_TAG):  # (no status: none wanted either)
         return []
     instance.add_run_tags(run.run_id, {NOTIFIED_TAG: status})
     facts = run_facts(status, run.run_id, run.job_name,

@@ -65,12 +65,13 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
     if instance is None:
         instance = home_instance()
     options: dict[str, Any] = {"resources": dict(resources), "raise_on_error": False, "instance": instance}
+    listened: dg.DagsterInstance | None = None  # the instance that holds the listener
     if listener is not None:  # the run's id chosen here, so that its events reach the listener from the first
         from dagster._core.utils import make_new_run_id
 
-        options["instance"] = instance = instance or dg.DagsterInstance.ephemeral()
+        options["instance"] = listened = instance or dg.DagsterInstance.ephemeral()
         options["run_id"] = make_new_run_id()
-        instance.add_event_listener(options["run_id"], listener)
+        listened.add_event_listener(options["run_id"], listener)
     try:
         with unawaited_loop_cleanup_ignored(), storage_faults():
             if verbose:
@@ -81,8 +82,8 @@ def run_job(job: dg.JobDefinition, resources: Mapping[str, Any], *, verbose: boo
             except dg.DagsterInvalidConfigError:  # a job whose config mapping has no place for loggers
                 return job.execute_in_process(**options)
     finally:
-        if listener is not None:
-            _forget_listener(instance, options["run_id"])
+        if listened is not None:
+            _forget_listener(listened, options["run_id"])
 
 
 def _forget_listener(instance: dg.DagsterInstance, run_id: str) -> None:
@@ -174,7 +175,7 @@ class PipelineRun:
             elif event.event_type == dg.DagsterEventType.STEP_SKIPPED and step not in self.errors:
                 self.status[step] = "skipped"
             elif event.is_successful_output and compiled is None:
-                handle = event.event_specific_data.step_output_handle
+                handle = event.step_output_data.step_output_handle
                 self.steps.setdefault(step, {})[handle.output_name] = self._output(event, handle)
 
     def read_warnings(self, instance: dg.DagsterInstance) -> None:

@@ -275,7 +275,8 @@ def _another_file(context: dg.OpExecutionContext, loaded: str, launched: str) ->
     behind (the file was edited and not reloaded: the ``dagster dev`` loop); if it is the run's, this process
     is (a Celery worker started before the edit); if it is neither, the file changed again since both loaded it.
     """
-    file = context.job_def.metadata.get(PIPELINE_FILE_METADATA)
+    job_metadata: Mapping[str, Any] = context.job_def.metadata  # Any: see error_of_failed_step; the file a text
+    file = job_metadata.get(PIPELINE_FILE_METADATA)
     where = file.value if file is not None else f"the pipeline file of job {context.job_name}"
     on_disk = _digest_on_disk(file.value) if file is not None and _digest_on_disk is not None else None
     where += " (or a file it references with ${file:…})"
@@ -302,12 +303,15 @@ def error_of_failed_step(event: dg.DagsterEvent) -> ConnectorError:
     the error the step raised otherwise (below Dagster's wrapper: :func:`_raised_error`)."""
     data = event.step_failure_data
     user = data.user_failure_data if data else None
-    status = user.metadata.get("status") if user and user.metadata else None
-    if status is not None:
-        body = user.metadata.get("body")
+    # Any: Dagster types each entry's value as the union of every kind of metadata value; these entries are of
+    # the kinds failure() wrote them (status an int, body a JSON, retryable a bool, detail a text)
+    metadata: Mapping[str, Any] = user.metadata if user and user.metadata else {}
+    status = metadata.get("status")
+    if user is not None and status is not None:  # (a status comes only with a user failure)
+        body = metadata.get("body")
         description = user.description or ""
         action = description.split(" failed (", 1)[0] if " failed (" in description else None
-        retryable, detail = user.metadata.get("retryable"), user.metadata.get("detail")
+        retryable, detail = metadata.get("retryable"), metadata.get("detail")
         return ConnectorError(int(status.value), body.value if body is not None else None, action=action,
                               detail=detail.value if detail is not None else None,
                               retryable=bool(retryable.value) if retryable is not None else False)
@@ -390,11 +394,14 @@ def build_op(action: str, *, name: str | None = None, assets: Mapping[str, dg.As
     wirable = spec.wirable_inputs
     outs = output_names(spec, extensions)
 
-    def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output | dg.AssetMaterialization]:
+    # `context` unannotated: OpDefinition refuses any annotation but its context classes, and this module's
+    # annotations are strings (``from __future__ import annotations``), which it cannot compare
+    def compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output | dg.AssetMaterialization]:  # type: ignore[no-untyped-def]
         with failing_as(spec.name):
             yield from _compute(context, inputs)
 
-    def _compute(context, inputs: dict[str, Any]) -> Iterator[dg.Output | dg.AssetMaterialization]:
+    def _compute(context: dg.OpExecutionContext,
+                 inputs: dict[str, Any]) -> Iterator[dg.Output | dg.AssetMaterialization]:
         ensure_launched_definition(context)
         resources = {k: getattr(context.resources, k) for k in spec.resource_keys}
         try:

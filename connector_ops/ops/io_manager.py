@@ -75,7 +75,7 @@ class _CappedBuffer(io.BytesIO):
         super().__init__()
         self.limit = limit
 
-    def write(self, data: Any) -> int:  # type: ignore[override]
+    def write(self, data: Any) -> int:
         if self.limit and self.tell() + memoryview(data).nbytes > self.limit:
             raise _OverLimit
         return super().write(data)
