@@ -25,7 +25,7 @@ import shlex
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, needs_local_scope, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -40,6 +40,9 @@ from connector_ops.magic_frames import file_preview, pull_frame, push_frame
 from connector_ops.magic_input import InputError, WordsParser, python_name, read_input
 from connector_ops.magic_session import NotebookSession, SessionError
 from connector_ops.registry import ACTIONS, ActionSpec, load_all, run_action
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 CONNECTORS = ("etl", "drive", "mail")
 #: the line's input starts at the first token opening a JSON/YAML flow object or array
@@ -80,7 +83,7 @@ def stopped(message: str) -> KeyboardInterrupt:
     kernel's ``ename``; "Run all" stops), shown as one line through IPython's traceback hook instead of
     a traceback through connector-ops' internals."""
     interrupt = KeyboardInterrupt(message)
-    interrupt._render_traceback_ = lambda: [message]  # type: ignore[attr-defined]
+    interrupt._render_traceback_ = lambda: [message]  # type: ignore[attr-defined]  # IPython's hook, looked up
     return interrupt
 
 
@@ -206,6 +209,9 @@ class ConnectorMagics(Magics):
     """The magics of one IPython session, holding the session's resources.
 
     Display settings are traitlets, set like JupySQL's: ``%config ConnectorMagics.displaylimit = 50``."""
+
+    #: always given (IPython types it optional for magics made without a shell; these never are)
+    shell: InteractiveShell
 
     displaylimit = Integer(OPTIONS.rows, allow_none=True, config=True,
                            help="rows shown in a table (0 or None: all of them)")

@@ -188,12 +188,12 @@ def node_names(compiled: CompiledPipeline, path: Path, nodes: dict[str, tuple[ob
                       f"{key.to_user_string()}", step.line, step.id, "the asset key or the check (`check: name:`)"))
     mine: dict[str, tuple[object, str]] = {}
     taken: list[Problem] = []
-    for name, definition, what, line, step_id, rename in named:
+    for name, definition, what, line, at_step, rename in named:
         known = nodes.get(name) or mine.get(name)
         if known is not None and known[0] is not definition:
             taken.append(Problem(str(path), line, f"{what} gets the Dagster name {name!r}, which {known[1]} "
                                  "already has (Dagster wants each op or graph name once in a code location): "
-                                 f"rename {rename}", step_id))
+                                 f"rename {rename}", at_step))
         mine.setdefault(name, (definition, f"{path} ({what})"))
     if taken:
         raise PipelineError(taken)

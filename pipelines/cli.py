@@ -128,14 +128,16 @@ def where_outputs_went(compiled: CompiledPipeline, outputs: dict[str, Any], reso
         if isinstance(value, dict) and isinstance(value.get("platformFile"), dict):
             pf = value["platformFile"]
             local = files.local_id(pf) if files is not None else None
-            on_disk = f" (stored at {Path(files.files_dir) / local})" if local and not files.files_database_url else ""
+            on_disk = (f" (stored at {Path(files.files_dir) / local})"
+                       if files is not None and local and not files.files_database_url else "")
             lines.append(f"{step.id}: platform file {pf.get('name')} → {pf.get('link')}{on_disk}")
         if isinstance(value, dict) and value.get("sharedLink"):
             lines.append(f"{step.id}: shared link → {value['sharedLink']}")
         if connector == "drive" and isinstance(value, dict):
             for key in ("fileId", "folderId"):
                 if value.get(key):
-                    where = f" in the local drive {drive.drive_dir}" if hasattr(drive, "drive_dir") else ""
+                    where = (f" in the local drive {drive.drive_dir}"
+                             if drive is not None and hasattr(drive, "drive_dir") else "")
                     lines.append(f"{step.id}: drive {key} {value[key]}{where}")
         if connector == "mail":
             outbox = getattr(mail, "outbox_dir", None)

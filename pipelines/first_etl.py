@@ -21,6 +21,6 @@ from connector_ops.pipelines.samples import sample_file
     },
     tags={"kind": "demo"},
 )
-def first_etl():
+def first_etl() -> None:
     vf = etl_push(platform_file=sample_file())
     etl_pull(virtual_file_id=vf, after=[etl_query(virtual_file_id=vf)])

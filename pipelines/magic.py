@@ -215,7 +215,9 @@ def pipeline_command(magics: ConnectorMagics, words: list[str], recorder: Record
         magics.shell.user_ns[args.out] = run
     error = run.failure()
     if error is not None:
-        data, metadata = magics.shell.display_formatter.format(run)  # what ran and what failed, shown
+        formatter = magics.shell.display_formatter
+        assert formatter is not None  # (set as the shell starts)
+        data, metadata = formatter.format(run)  # what ran and what failed, shown
         magics.shell.display_pub.publish(data=data, metadata=metadata)  # before the one-line error
         if run.interrupted:  # the cell ends as Stop ends an %etl cell
             raise stopped(f"pipeline {run.name} stopped: {', '.join(run.interrupted)} stopped before the end; "
@@ -262,4 +264,5 @@ def load_ipython_extension(ipython: Any) -> None:
     if connector is None:
         ipython.extension_manager.load_extension("connector_ops.magic")
         connector = ConnectorMagics.instance_in(ipython)
+        assert connector is not None  # (registered by the extension just loaded)
     ipython.register_magics(PipelineMagics(ipython, connector))

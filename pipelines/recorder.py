@@ -587,6 +587,7 @@ class Recorder:
         made_dir = bool(dests) and not data_dir.exists()
         try:
             for dest, (step_id, snapshot) in dests.items():
+                assert files is not None  # (dests come from snapshots)
                 data_dir.mkdir(exist_ok=True)
                 with _reading_snapshot(step_id), files.open(snapshot.platform_file) as stored, \
                         atomic_write(dest) as handle:

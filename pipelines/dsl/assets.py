@@ -86,7 +86,8 @@ def parse_asset(item: Mapping[str, Any], path: tuple[str | int, ...], spec: Acti
             ok = False
     source = FILE_ONLY_FROM.get(field or "")
     inp = item.get("input")
-    if source is not None and isinstance(inp, Mapping) and source in inp and not isinstance(inp[source], str):
+    if field is not None and source is not None and isinstance(inp, Mapping) and source in inp \
+            and not isinstance(inp[source], str):
         report((*path, "input", source), f"`asset` needs a virtual file: {file_input_problem(field, inp[source])}")
         ok = False
     if ok:

@@ -100,6 +100,7 @@ def plan_step(step: Step, foreach_steps: set[str]) -> _Plan:
                   and ref.root not in foreach_steps and key in by_field
                   and by_field[key] not in plan.wired)
         if direct:
+            assert ref is not None  # (direct says so)
             plan.wired[by_field[key]] = ref
         else:
             plan.resolved[key] = value

@@ -81,7 +81,7 @@ class Entry:
             return None
         if len(stat) != 5 or not isinstance(sha256, str) or len(sha256) != 64:
             return None
-        return cls(stat, sha256, hashed_at)  # type: ignore[arg-type]
+        return cls(stat, sha256, hashed_at)
 
 
 def hash_file(path: Path) -> tuple[str, Entry | None]:

@@ -97,7 +97,7 @@ def is_object(annotation: Any) -> bool:
     if typing.get_origin(annotation) is dict:
         return True
     members = _union_members(annotation)
-    return bool(members) and all(is_object(a) for a in members)
+    return bool(members and all(is_object(a) for a in members))
 
 
 def takes_list(annotation: Any) -> bool:
@@ -113,4 +113,4 @@ def only_lists(annotation: Any) -> bool:
     if annotation is list or typing.get_origin(annotation) is list:
         return True
     members = _union_members(annotation)
-    return bool(members) and all(only_lists(a) for a in members)
+    return bool(members and all(only_lists(a) for a in members))

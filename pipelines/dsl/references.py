@@ -322,9 +322,9 @@ class EnvFields(Deferred):
         scope = Scope(environ=environ)
         fields = self.fields
         for location, parts in self.env:
-            whole = len(parts) == 1 and isinstance(parts[0], Ref) and len(parts[0].path) == 1
-            if whole and model is not None and takes_text(model, location):
-                value: Any = _env_text(environ, parts[0].path[0], parts[0])
+            only = parts[0] if len(parts) == 1 else None
+            if isinstance(only, Ref) and len(only.path) == 1 and model is not None and takes_text(model, location):
+                value: Any = _env_text(environ, only.path[0], only)
             else:
                 value = _joined(parts, scope)
             fields = _replaced(fields, location, value)
@@ -346,5 +346,5 @@ def _replaced(value: Any, location: Location, new: Any) -> Any:
         return new
     head, rest = location[0], location[1:]
     copy = dict(value) if isinstance(value, Mapping) else list(value)
-    copy[head] = _replaced(value[head], rest, new)  # type: ignore[index]
+    copy[head] = _replaced(value[head], rest, new)  # type: ignore[index]  # a key of a mapping, an index of a list
     return copy

@@ -11,7 +11,7 @@ it only when they are transient (see ``ConnectorError.retryable``).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, overload
 
 import dagster as dg
 
@@ -49,9 +49,17 @@ def parse_retry(raw: Any, path: tuple[str | int, ...], report: Report) -> Retry 
         elif delay is None:
             report((*path, "backoff"), "`backoff` needs `delay` (the first wait it grows from)")
             ok = False
-    if not ok:
+    if not ok or count is None:  # (no count: not ok either)
         return None
     return Retry(max_retries=count, delay=float(delay) if delay is not None else None, backoff=backoff)
+
+
+@overload
+def retry_policy(retry: Retry) -> dg.RetryPolicy: ...
+
+
+@overload
+def retry_policy(retry: Retry | None) -> dg.RetryPolicy | None: ...
 
 
 def retry_policy(retry: Retry | None) -> dg.RetryPolicy | None:

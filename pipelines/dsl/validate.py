@@ -104,7 +104,7 @@ class _Checker:
             if key not in TOP_KEYS:
                 self.add((key,), f"unknown key {key!r}; allowed: {', '.join(TOP_KEYS)}")
         self.not_empty(data, (), NOT_EMPTY_TOP_KEYS, None)
-        name = data.get("name")
+        name: Any = data.get("name")  # as written: checked below
         if name is None:
             self.add(("name",), "`name` is required: letters, digits and _ (it becomes the job name)")
         elif not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -194,7 +194,7 @@ class _Checker:
         if not isinstance(item, Mapping):
             self.add(path, "a step is a mapping with `id`, `action` and `input`")
             return None
-        step_id = item.get("id")
+        step_id: Any = item.get("id")  # as written: checked below
         label = step_id if isinstance(step_id, str) else None
         for key in item:
             if key not in STEP_KEYS:
@@ -503,7 +503,7 @@ class _Checker:
         if not ref.path:
             return
         fields = spec.output_fields
-        if not fields:
+        if not fields or spec.output_model is None:  # (no model: no fields either)
             self.add(loc, f"{ref.text}: {spec.name} has a bare output; refer to it as ${{{target.id}}}", step.id)
             return
         if ref.path[0] in spec.optional_output_fields and ref.path[0] not in spec.outputs_present(target.input):
@@ -678,8 +678,8 @@ def apply_overrides(data: Any, overrides: Iterable[str],
             value = json.loads(text)
         except ValueError:
             value = text
-        steps = data.get("steps") if isinstance(data, Mapping) else None
-        step = next((s for s in steps or [] if isinstance(s, dict) and s.get("id") == parts[0]), None)
+        steps = (data.get("steps") if isinstance(data, Mapping) else None) or []
+        step = next((s for s in steps if isinstance(s, dict) and s.get("id") == parts[0]), None)
         if step is None:
             problems.append(Problem("--set", 1, f"{item!r}: there is no step {parts[0]!r}"))
             continue

@@ -54,13 +54,13 @@ def given_by(ref: r.Ref, target: Step | None) -> Given | None:
         return Given(BATCH_TYPES[ref.path[0]], FIELD_KINDS.get(ref.path[0]), f"the batch's {ref.path[0]}")
     if target is None or target.foreach is not None or target.action.output_model is None:
         return None
-    spec = target.action
+    spec, model = target.action, target.action.output_model
     if not ref.path:
         fields = tuple(spec.output_fields)
-        return Given(spec.output_model, None, f"the whole output of {spec.name}: {', '.join(fields)}", ref.root,
+        return Given(model, None, f"the whole output of {spec.name}: {', '.join(fields)}", ref.root,
                      fields)
     if len(ref.path) == 1 and ref.path[0] in spec.output_fields:
-        return Given(field_annotation(spec.output_model, ref.path[0]), FIELD_KINDS.get(ref.path[0]),
+        return Given(field_annotation(model, ref.path[0]), FIELD_KINDS.get(ref.path[0]),
                      f"{spec.name}'s {ref.path[0]}")
     return None
 
