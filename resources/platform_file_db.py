@@ -181,7 +181,7 @@ class DatabaseFiles:
         except BaseException:
             spool.close()
             raise
-        return spool  # type: ignore[return-value]
+        return spool
 
     def inventory(self) -> list[tuple[str, datetime]]:
         c = platform_file.c

@@ -418,8 +418,8 @@ class PlatformFileStore(Resource):
         if pf.link.startswith(self._prefix):
             file_id = pf.link[len(self._prefix):].split("?", 1)[0]
             return file_id if _ID.fullmatch(file_id) else None
-        file_id = linked_id(pf.link)
-        return file_id if file_id is not None and file_id == pf.id and self.holds(file_id) else None
+        linked = linked_id(pf.link)
+        return linked if linked is not None and linked == pf.id and self.holds(linked) else None
 
     def holds(self, file_id: str) -> bool:
         """Whether this store holds the file ``file_id``, asked without creating its folder or catalog."""

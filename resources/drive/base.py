@@ -103,7 +103,7 @@ class Grant:
     domain: str | None = None
 
     @classmethod
-    def checked(cls, type: str, role: str, email: str | None, domain: str | None, where: str) -> Grant:
+    def checked(cls, type: RecipientType, role: Role, email: str | None, domain: str | None, where: str) -> Grant:
         """Apply spec 2.3's conditional rules; ``where`` names the recipient in the error (``recipients[0]``)."""
         if type in ("user", "group"):
             try:
@@ -111,14 +111,14 @@ class Grant:
             except ValueError as exc:
                 raise InvalidInput(f"{where}.email", f"must be a valid e-mail address when type is {type!r} "
                                                      f"({exc})") from None
-            return cls(type, role, email=address)  # type: ignore[arg-type]
+            return cls(type, role, email=address)
         if type == "domain":
             if not domain or not _DOMAIN.fullmatch(domain):
                 raise InvalidInput(f"{where}.domain", "must be a domain name such as example.com when type is 'domain'")
-            return cls(type, role, domain=domain.lower())  # type: ignore[arg-type]
+            return cls(type, role, domain=domain.lower())
         if role == "owner":
             raise InvalidInput(f"{where}.role", "'owner' can only be given to a user")
-        return cls(type, role)  # type: ignore[arg-type]
+        return cls(type, role)
 
 
 @dataclass

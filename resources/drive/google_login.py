@@ -26,9 +26,17 @@ DEFAULT_AUTH_URL = "https://accounts.google.com/o/oauth2/v2/auth"
 PAGE = b"<html><body><h3>connector-ops: sign-in finished.</h3>You can close this tab.</body></html>"
 
 
+class _CallbackServer(http.server.HTTPServer):
+    """The loopback server of one sign-in: the answer the consent page sent back, and when it came."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        super().__init__(address, _Callback)
+        self.result: dict[str, str] = {}
+        self.done = threading.Event()
+
+
 class _Callback(http.server.BaseHTTPRequestHandler):
-    result: dict[str, str]
-    done: threading.Event
+    server: _CallbackServer
 
     def do_GET(self) -> None:
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
@@ -36,13 +44,13 @@ class _Callback(http.server.BaseHTTPRequestHandler):
             self.send_response(404)
             self.end_headers()
             return
-        self.server.result.update({k: v[0] for k, v in query.items()})  # type: ignore[attr-defined]
+        self.server.result.update({k: v[0] for k, v in query.items()})
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(PAGE)))
         self.end_headers()
         self.wfile.write(PAGE)
-        self.server.done.set()  # type: ignore[attr-defined]
+        self.server.done.set()
 
     def log_message(self, format: str, *args: Any) -> None:  # the request line holds the code: say nothing
         pass
@@ -63,16 +71,15 @@ def sign_in(*, client_id: str, client_secret: str, auth_url: str, token_url: str
     verifier = secrets.token_urlsafe(64)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
     state = secrets.token_urlsafe(16)
-    server = http.server.HTTPServer(("127.0.0.1", port), _Callback)
-    server.result, server.done = {}, threading.Event()  # type: ignore[attr-defined]
+    server = _CallbackServer(("127.0.0.1", port))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     redirect_uri = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         open_url(authorization_url(auth_url, client_id, redirect_uri, challenge, state))
-        if not server.done.wait(timeout_s):  # type: ignore[attr-defined]
+        if not server.done.wait(timeout_s):
             raise UpstreamError(f"no answer from the Google sign-in page within {timeout_s:.0f} s", status=408)
-        result: dict[str, str] = server.result  # type: ignore[attr-defined]
+        result = server.result
     finally:
         server.shutdown()
         server.server_close()

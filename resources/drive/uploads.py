@@ -211,7 +211,7 @@ class StreamingSender(_SessionSender):
     """Sends a seekable stream of known size in one PUT; after an interruption, re-reads it from the offset
     the session reports. Holds at most a few 1 MiB slices in memory."""
 
-    def _send_all(self, stream: IO[bytes], total: int) -> dict[str, Any]:  # type: ignore[override]
+    def _send_all(self, stream: IO[bytes], total: int) -> dict[str, Any]:
         """The ``total`` bytes of ``stream``, from its start."""
         self._hashed = 0  # bytes read (and so hashed and reported) for the first time, from the start
         offset = 0
@@ -259,7 +259,7 @@ class ChunkedSender(_SessionSender):
         super().__init__(http, session_uri, content_type, reporter)
         self.chunk_size = chunk_size
 
-    def _send_all(self, stream: IO[bytes], first: bytes = b"") -> dict[str, Any]:  # type: ignore[override]
+    def _send_all(self, stream: IO[bytes], first: bytes = b"") -> dict[str, Any]:
         """``first`` followed by the rest of ``stream``."""
         buffer = bytearray(first)
         self.md5.add(first)

@@ -147,7 +147,10 @@ class SmtpMailResource(MailResource):
             own = decodable(attachment.filename)
             mime.add_attachment(attachments.read(attachment), maintype=maintype, subtype=subtype,
                                 filename=None if own else attachment.filename)
-            part = mime.get_payload()[-1]
+            parts = mime.get_payload()
+            assert isinstance(parts, list)  # (multipart: an attachment was just added)
+            part = parts[-1]
+            assert isinstance(part, EmailMessage)  # (an EmailMessage makes its parts of its own class)
             put(part, "Content-Disposition", attachment_disposition(attachment.filename) if own
                 else part["Content-Disposition"], attachment.field)
         return mime

@@ -78,7 +78,9 @@ class LocalTemplates:
     def _subject_variable(self, template_id: int, variables: dict[str, Any]) -> str | None:
         """The first variable the subject template uses whose value holds a line break or a control character
         (``None``: the template itself makes them)."""
-        source, _, _ = self._plain.loader.get_source(self._plain, f"{template_id}/{SUBJECT}")  # type: ignore[union-attr]
+        loader = self._plain.loader
+        assert loader is not None  # (the environment is made with one)
+        source, _, _ = loader.get_source(self._plain, f"{template_id}/{SUBJECT}")
         used = jinja2.meta.find_undeclared_variables(self._plain.parse(source))
         return next((name for name in sorted(used) if name in variables and _has_control(variables[name])), None)
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connector_ops.kernel.secrets import mask_url
 from connector_ops.resources.virtual_files.layout_version import LAYOUT_VERSION, STAMP_SQL, refuse_newer
+
+if TYPE_CHECKING:
+    import psycopg
 
 TABLE = "cop_array_cursor"
 #: the database's clock in the statement that moves a position (``moved_at``), as the SQLAlchemy path dates
@@ -45,6 +48,14 @@ def sqlite_path(url: str) -> str | None:
     from connector_ops.resources.virtual_files.sqlite_names import host_path
 
     return host_path(path)  # the URL's UTF-8 text as Python's file calls take it (:mod:`.sqlite_names`)
+
+
+def _value(cursor: psycopg.Cursor[Any]) -> Any:
+    """The one value of a query that always returns one row (``SELECT to_regclass(…)``, ``EXISTS``); psycopg
+    types ``fetchone()`` optional, for the queries that may return none."""
+    row = cursor.fetchone()
+    assert row is not None
+    return row[0]
 
 
 def next_array_batch(database_url: str, items: list[Any], limit: int) -> tuple[list[Any], bool] | None:
@@ -83,9 +94,9 @@ def holds_positions(database_url: str) -> bool:
         import psycopg
 
         with psycopg.connect("postgresql://" + database_url.split("://", 1)[1]) as pg:  # not sqlite3's conn
-            if pg.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0] is None:
+            if _value(pg.execute("SELECT to_regclass(%s)", (TABLE,))) is None:
                 return False
-            return bool(pg.execute(probe).fetchone()[0])
+            return bool(_value(pg.execute(probe)))
     return False
 
 
@@ -141,7 +152,7 @@ def _postgres(conninfo: str, digest: str, items: list[Any], limit: int, url: str
     import psycopg
 
     with psycopg.connect(conninfo) as conn:  # one transaction, committed on success
-        stamped = conn.execute("SELECT to_regclass('cop_store_layout')").fetchone()[0]
+        stamped = _value(conn.execute("SELECT to_regclass('cop_store_layout')"))
         if not _is_current(conn.execute(STAMP_SQL).fetchone() if stamped is not None else None, url):
             return None
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (digest,))  # two calls on one array queue up

@@ -31,6 +31,7 @@ from connector_ops.resources.virtual_files.catalog import VirtualFileInfo, inter
 from connector_ops.resources.virtual_files.csv_columns import BLOCK, CheckedBytes, csv_batches
 from connector_ops.resources.virtual_files.csv_copy import COPY_OPTIONS, CopyableLines, copyable_delimiter
 from connector_ops.resources.virtual_files.disk_full import full_error, is_full
+from connector_ops.resources.virtual_files.driver_connection import driver_of
 from connector_ops.resources.virtual_files.engines import store_file
 from connector_ops.resources.virtual_files.keys_after import keys_built_after, numbered_in_bulk
 from connector_ops.resources.virtual_files.loaders import copy_sql, open_copy
@@ -142,7 +143,7 @@ class ArrowLoading(Writing):
             statement = copy_sql(writer.table_name, [internal_name(o) for o in writer.ordinals], options, **literals)
             # the key built after the rows, in one sorted pass: 1M rows 2.32 s → 1.75 s, index build included
             with numbered_in_bulk(conn, writer.table_name), keys_built_after(conn, [writer.table_name]), \
-                    conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
+                    driver_of(conn.connection).cursor() as cursor, open_copy(cursor, statement) as copy:
                 for chunk in chunks:
                     copy.write(chunk)
         return writer.vf_id

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from connector_ops.kernel.streams import ChunkStream
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.crlf_blocks import WholeCRLF
+from connector_ops.resources.virtual_files.driver_connection import driver_of
 from connector_ops.resources.virtual_files.paced import Paced
 from connector_ops.resources.virtual_files.rows import keyset_pages
 
@@ -95,7 +96,7 @@ def _copied_from(conn: sa.Connection, info: VirtualFileInfo, schema: Any, block:
     sql = query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})  # COPY takes no parameter
     statement = f"COPY ({sql}) TO STDOUT (FORMAT csv, FORCE_QUOTE *)"
     fields = [f"f{i}" for i in range(len(schema.names))]  # the user's names may repeat; Arrow's reader wants them apart
-    with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
+    with driver_of(conn.connection).cursor() as cursor, cursor.copy(statement) as copy:
         paced = Paced(ChunkStream(copy), block)  # psycopg hands it over a row at a time
         buffered = paced.buffered()
         if not buffered.peek(1):  # no rows (Arrow calls an empty input an error)

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from connector_ops.resources.virtual_files.checkpoints import before_write
 from connector_ops.resources.virtual_files.disk_full import full_error, is_full
+from connector_ops.resources.virtual_files.driver_connection import driver_of
 
 #: compact when free pages are at least this share of the database file…
 FREE_SHARE = 0.25
@@ -46,7 +47,7 @@ def compact_sqlite(engine: sa.Engine, path: str, *, dry_run: bool = False, min_f
     names."""
     raw = engine.raw_connection()  # VACUUM runs outside a transaction: not through the engine's BEGIN
     try:
-        conn = raw.driver_connection
+        conn = driver_of(raw)
         pages, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0]
                              for p in ("page_count", "freelist_count", "page_size"))
         if free < FREE_SHARE * pages or free * size < FREE_BYTES:

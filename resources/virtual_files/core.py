@@ -27,6 +27,7 @@ from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.checkpoints import CheckpointRoom, give_back
 from connector_ops.resources.virtual_files.compaction import Compaction, compact_sqlite
 from connector_ops.resources.virtual_files.disk_full import full_error, is_full
+from connector_ops.resources.virtual_files.driver_connection import driver_of
 from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, WRITE, get_engine, is_writing
 from connector_ops.resources.virtual_files.interrupts import keeping
 from connector_ops.resources.virtual_files.urls import DatabaseUrl
@@ -194,7 +195,7 @@ class StoreCore(Resource):
         snapshot = conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
         options = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
         with self.engine.connect().execution_options(**options) as reader, reader.begin():
-            driver = reader.connection.driver_connection
+            driver = driver_of(reader.connection)
             driver.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
             yield reader
 

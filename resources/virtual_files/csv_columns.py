@@ -65,7 +65,9 @@ class CheckedBytes(io.RawIOBase):
     def _check(self, chunk: bytes) -> None:
         at_end = not chunk
         data = self._pending + chunk if self._pending else chunk
-        end = _plain(self._delimiter, at_end).match(data, self._start).end()
+        plain = _plain(self._delimiter, at_end).match(data, self._start)
+        assert plain is not None  # (the pattern matches the empty string)
+        end = plain.end()
         if end == len(data):
             self._pending, self._start = data[-1:], min(len(data), 1)
         elif at_end:

@@ -265,7 +265,7 @@ def no_slot_left(exc: BaseException, engine: sa.Engine | None) -> DatabaseBusy:
     """The server had no connection slot for a new session (SQLSTATE 53300): a retryable 503 saying what
     shares ``max_connections`` — every process's pool."""
     pool = engine.pool if engine is not None else None
-    most = (f"{pool.size()} pooled + {pool._max_overflow} overflow"  # type: ignore[attr-defined]
+    most = (f"{pool.size()} pooled + {pool._max_overflow} overflow"
             if isinstance(pool, sa.pool.QueuePool) else "its pooled")
     return DatabaseBusy(
         f"the database server has no connection slot left ({first_line(exc)}): every process of the deployment "

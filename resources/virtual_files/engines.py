@@ -250,7 +250,7 @@ def _make_room() -> None:
         if excess <= 0:
             break
         on_file = key in _FILES or engine.dialect.name != "sqlite"
-        if not on_file or key in held or engine.pool.checkedout() > 0:  # type: ignore[attr-defined]
+        if not on_file or key in held or engine.pool.checkedout() > 0:  # type: ignore[attr-defined]  # a StorePool's
             continue
         _drop(key)
         excess -= 1

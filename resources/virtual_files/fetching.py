@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import sqlalchemy as sa
 from sqlalchemy.sql.util import find_tables
 
+from connector_ops.resources.virtual_files.driver_connection import driver_of
 from connector_ops.resources.virtual_files.table_caches import TableCache
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def fetch_pages(conn: sa.Connection, stmt: sa.ClauseElement, size: int) -> Itera
 @contextlib.contextmanager
 def _executed(conn: sa.Connection, stmt: sa.ClauseElement) -> Iterator[Any]:
     sql, params = _compile(conn, stmt)
-    cursor = conn.connection.driver_connection.cursor()
+    cursor = driver_of(conn.connection).cursor()
     try:
         with _disconnects_seen(conn, cursor):
             cursor.execute(sql, params)
@@ -92,7 +93,7 @@ def _disconnects_seen(conn: sa.Connection, cursor: Any) -> Iterator[None]:
 def stream(conn: sa.Connection, stmt: sa.ClauseElement, batch_size: int) -> Iterator[list[tuple]]:
     """Rows of ``stmt`` in pages of ``batch_size`` driver tuples, in bounded memory."""
     sql, params = _compile(conn, stmt)
-    driver = conn.connection.driver_connection
+    driver = driver_of(conn.connection)
     if conn.dialect.name == "postgresql":
         cursor = driver.cursor(name=f"cop_stream_{next(_names)}")
         cursor.itersize = batch_size

@@ -158,6 +158,10 @@ def _compile_regex(pattern: str, options: str) -> Any:
         raise re.error("groups nested more deeply than Python's parser can read (a few hundred levels)") from None
 
 
+#: CPython's own parser of regular expressions (``re._parser``, Python 3.11+): private, so typeshed has no stub
+_RE_PARSER: Any = re._parser  # type: ignore[attr-defined]
+
+
 def _compile_re2(pattern: str, options: str) -> Any:
     import re2
 
@@ -167,7 +171,7 @@ def _compile_re2(pattern: str, options: str) -> Any:
         try:
             # the parser itself, not re.compile: a pattern in re's cache (any re.search of it elsewhere in the
             # process) is not parsed again, so it would not warn, and the refusal would depend on that cache
-            parsed = re._parser.parse(pattern, python_flags)  # type: ignore[attr-defined]
+            parsed = _RE_PARSER.parse(pattern, python_flags)
             re.compile(pattern, python_flags)  # what only the compiler checks
         except FutureWarning as exc:  # "[[:alpha:]]": a set of "[:alph" today, in a later Python maybe not
             raise re.error(f"{exc}: Python reads this as characters today but may not later; escape them "
@@ -221,11 +225,11 @@ def _needs_backtracking(parsed: Any) -> str | None:
         if found:
             return found
         for part in value if isinstance(value, tuple | list) else ():
-            if isinstance(part, re._parser.SubPattern):
+            if isinstance(part, _RE_PARSER.SubPattern):
                 found = _needs_backtracking(part)
             elif isinstance(part, list):  # a branch's alternatives
                 found = next(filter(None, (_needs_backtracking(p) for p in part
-                                           if isinstance(p, re._parser.SubPattern))), None)
+                                           if isinstance(p, _RE_PARSER.SubPattern))), None)
             if found:
                 return found
     return None
@@ -689,7 +693,7 @@ class _Parens(sa.sql.expression.ColumnElement[Any]):
     of the inner expression's type."""
 
     inherit_cache = True
-    type = sa.Boolean()
+    type: sa.types.TypeEngine[Any] = sa.Boolean()
     _traverse_internals = [("inner", InternalTraversal.dp_clauseelement)]  # part of the statement cache key
 
     def __init__(self, inner: sa.ColumnElement[Any]) -> None:
@@ -792,7 +796,7 @@ class _PythonRegexSeqs:
     def __call__(self, column: sa.ColumnElement, node: Regex) -> sa.ColumnElement[bool]:
         if self.conn is None:
             raise ValueError("a $regex filter on PostgreSQL needs the connection it will run in")
-        table = column.table  # type: ignore[attr-defined]
+        table = column.table
         if self.matches is None:
             self.matches = self._materialise(table)
         matches = self.matches

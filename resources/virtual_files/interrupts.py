@@ -121,19 +121,19 @@ class InterruptibleConnection(sqlite3.Connection):
         self.failure = _Failure()
         self.set_progress_handler(_progress(self.failure), PROGRESS_STEPS)
 
-    def cursor(self, factory: Any = InterruptibleCursor) -> Any:  # type: ignore[override]
+    def cursor(self, factory: Any = InterruptibleCursor) -> Any:
         return super().cursor(factory)
 
-    def execute(self, sql: str, parameters: Any = (), /) -> Any:  # type: ignore[override]
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
         return self.cursor().execute(sql, parameters)
 
-    def executemany(self, sql: str, parameters: Any, /) -> Any:  # type: ignore[override]
+    def executemany(self, sql: str, parameters: Any, /) -> Any:
         return self.cursor().executemany(sql, parameters)
 
-    def executescript(self, script: str, /) -> Any:  # type: ignore[override]
+    def executescript(self, script: str, /) -> Any:
         return self.cursor().executescript(script)
 
-    def create_function(self, name: str, narg: int, func: Callable[..., Any] | None, *,  # type: ignore[override]
+    def create_function(self, name: str, narg: int, func: Callable[..., Any] | None, *,
                         deterministic: bool = False) -> None:
         if func is not None:
             func = _recording(func, self.failure)

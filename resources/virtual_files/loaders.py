@@ -9,7 +9,6 @@ two wait for each other (measured 2.6× raw ``COPY`` for Push, against 1.3× str
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ from connector_ops.resources.virtual_files.db_errors import (
     permission_denied,
     sqlstate_of,
 )
+from connector_ops.resources.virtual_files.driver_connection import driver_of
 
 
 def insert_rows(conn: sa.Connection, table_name: str, columns: Sequence[str], rows: Iterable[Sequence]) -> int:
@@ -60,7 +60,7 @@ def _executemany_batches(conn: sa.Connection, table_name: str, columns: Sequence
     cols = ", ".join(_quote(conn, c) for c in columns)
     marks = ", ".join("?" for _ in columns)
     statement = f"INSERT INTO {_quote(conn, table_name)} ({cols}) VALUES ({marks})"
-    cursor = conn.connection.driver_connection.cursor()
+    cursor = driver_of(conn.connection).cursor()
     n = 0
     try:
         for batch in batches:
@@ -112,7 +112,8 @@ def open_copy(cursor: Any, statement: Any) -> Any:
                 super().finish(exc)
 
     writer = Writer(cursor)
-    writer._queue = queue.Queue(maxsize=COPY_QUEUE)  # psycopg has no option for it; its worker reads this
+    # psycopg has no option for it; its worker reads this. Its own queue class (a queue.Queue), shorter
+    writer._queue = type(writer._queue)(maxsize=COPY_QUEUE)
     return cursor.copy(statement, writer=writer)
 
 
@@ -121,7 +122,7 @@ def _copy_batches(conn: sa.Connection, table_name: str, columns: Sequence[str],
     statement = copy_sql(table_name, columns)
     n = 0
     try:
-        with conn.connection.driver_connection.cursor() as cursor, open_copy(cursor, statement) as copy:
+        with driver_of(conn.connection).cursor() as cursor, open_copy(cursor, statement) as copy:
             for batch in batches:
                 if batch:
                     copy.write(copy_text(batch, len(columns)))

@@ -47,6 +47,7 @@ class _LineAudit(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         view = memoryview(buffer).cast("B")
         chunk = self._stream.read(len(view))

@@ -103,6 +103,7 @@ class Paced(io.RawIOBase):
             self._entrance = weakref.ref(entrance)
         return entrance
 
+    # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         with self._turn:
             while not self._done and self._ahead >= self._limit:
@@ -212,6 +213,7 @@ class _Entrance(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         paced = self._paced
         with paced._turn:
@@ -240,7 +242,7 @@ class _Kept:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # letting go of a stream here frees it, in this thread
-        self._streams: list[_Entrance] = [object()]  # type: ignore[list-item]
+        self._streams: list[_Entrance] = [object()]  # type: ignore[list-item]  # any object: its count is read
         self._alone = self._counts()[0]  # the count of a stream held here only
         self._streams = []
 

@@ -72,7 +72,7 @@ class Querying(StoreCore):
         return True
 
     def find(self, vf_id: str, flt: Mapping[str, Any], *, limit: int | None = None,
-             field: str = "query", progress: Callable[[int], None] | None = None) -> list[Row]:
+             field: str = "query", progress: Callable[[int], object] | None = None) -> list[Row]:
         """Rows matching the filter, in row order.
 
         The first query on a column indexes it (once); later queries are one read transaction. An index only

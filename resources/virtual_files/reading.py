@@ -127,7 +127,7 @@ class Reading(StoreCore):
         return info.generation, list(zip(starts, ends, strict=True))
 
     def next_batch(self, vf_id: str, limit: int, cursor: str = DEFAULT_CURSOR, *,
-                   progress: Callable[[int], None] | None = None) -> tuple[list[Row], bool]:
+                   progress: Callable[[int], object] | None = None) -> tuple[list[Row], bool]:
         """The next ``limit`` rows after this cursor's position, and whether more remain.
 
         The position advances in the same transaction as the read. When a call returns

@@ -38,7 +38,7 @@ SHOWN = 40  # the checks show a value as JSON cut to this many characters, "…"
 SQLITE_MAX_ARGS = 127  # arguments an SQLite function takes (SQLITE_MAX_FUNCTION_ARG's default)
 
 #: a piece of text to concatenate: a literal, a whole number, or an SQL expression
-Piece = str | int | Any
+Piece = str | int | sa.ColumnElement[Any]
 
 
 def error_text(verdicts: Verdicts, columns: Mapping[str, Any], dialect: str) -> Any:
@@ -177,6 +177,7 @@ def _concat(*pieces: Piece) -> Any:
             elif piece:
                 merged.append(piece)
             continue
+        assert not isinstance(piece, bool)  # (an int to the types, never given)
         if not isinstance(piece.type, sa.String):  # a count, or a function of unknown type
             piece = sa.cast(piece, sa.Text)
         merged.append(piece)

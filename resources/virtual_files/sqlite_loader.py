@@ -67,8 +67,7 @@ class _Frames:
     flags, since a writer between (Arrow's IPC writer) may wrap what ``write`` raises."""
 
     def __init__(self, child: subprocess.Popen, floor: DiskFloor | None) -> None:
-        self._stdin: IO[bytes] = child.stdin  # type: ignore[assignment]
-        self._stdout: IO[bytes] = child.stdout  # type: ignore[assignment]
+        self._stdin, self._stdout = _pipes(child)
         self._floor = floor
         self.answered = False
         self.broken: OSError | None = None
@@ -137,10 +136,11 @@ class Loader:
             child = self._child
             if child is None or child.poll() is not None:
                 return
+            stdin, stdout = _pipes(child)
             try:
-                child.stdin.write(b'{"op": "sync"}\n')  # type: ignore[union-attr]
-                child.stdin.flush()  # type: ignore[union-attr]
-                if child.stdout.readline() == SYNCED:  # type: ignore[union-attr]
+                stdin.write(b'{"op": "sync"}\n')
+                stdin.flush()
+                if stdout.readline() == SYNCED:
                     return
             except OSError:
                 pass
@@ -158,7 +158,7 @@ class Loader:
             frames = _Frames(child, floor)
             try:
                 failure = _send(frames, feed)
-                answer = child.stdout.readline()  # type: ignore[union-attr]
+                answer = _pipes(child)[1].readline()
             except BaseException:
                 self._kill()  # the pipe broke, or an interrupt: the loader's transaction dies with it
                 if frames.broken is not None:
@@ -187,10 +187,11 @@ class Loader:
         request = json.dumps(spec).encode() + b"\n"
         for attempt in (1, 2):
             child = self._child if self._child is not None and self._child.poll() is None else self._start()
+            stdin, stdout = _pipes(child)
             try:
-                child.stdin.write(request)  # type: ignore[union-attr]
-                child.stdin.flush()  # type: ignore[union-attr]
-                if child.stdout.readline() == READY:  # type: ignore[union-attr]
+                stdin.write(request)
+                stdin.flush()
+                if stdout.readline() == READY:
                     return child
             except OSError:
                 pass
@@ -255,6 +256,13 @@ def _close_pipes(child: subprocess.Popen) -> None:
         with contextlib.suppress(OSError):
             if pipe is not None:
                 pipe.close()
+
+
+def _pipes(child: subprocess.Popen) -> tuple[IO[bytes], IO[bytes]]:
+    """The loader's request and answer pipes, which :meth:`Loader._start` always opens (``Popen`` types them
+    optional: ``None`` for a process started without pipes)."""
+    assert child.stdin is not None and child.stdout is not None
+    return child.stdin, child.stdout
 
 
 def _detach(child: subprocess.Popen) -> None:

@@ -233,7 +233,7 @@ class VirtualFileStore(Resource):
         return self.sql.batch_bounds(vf_id, batch_size)
 
     def next_batch(self, vf_id: str, limit: int, cursor: str = "default", *,
-                   progress: Callable[[int], None] | None = None) -> tuple[list[Row], bool]:
+                   progress: Callable[[int], object] | None = None) -> tuple[list[Row], bool]:
         """The next ``limit`` rows after this cursor's position, and whether more remain; ``progress`` is
         told how many rows each page read adds."""
         return self.sql.next_batch(vf_id, limit, cursor, progress=progress)
@@ -247,7 +247,7 @@ class VirtualFileStore(Resource):
 
     # -- querying --------------------------------------------------------------------------------
     def find(self, vf_id: str, flt: Mapping[str, Any], *, limit: int | None = None,
-             field: str = "query", progress: Callable[[int], None] | None = None) -> list[Row]:
+             field: str = "query", progress: Callable[[int], object] | None = None) -> list[Row]:
         """Rows matching the filter, in row order (the first query on a column indexes it); ``progress`` is
         told how many rows each page read adds."""
         return self.sql.find(vf_id, flt, limit=limit, field=field, progress=progress)

@@ -12,6 +12,7 @@ import operator
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from typing import cast
 
 import sqlalchemy as sa
 
@@ -101,7 +102,8 @@ class RowWriter:
         if not rows:
             return 0
         keys = rows[0].keys()
-        if len(keys) > 1 and set(map(type, rows)) == {dict} and all(map(keys.__eq__, map(dict.keys, rows))):
+        dicts = cast("Sequence[dict[str, str | None]]", rows)  # what they are when the test below holds
+        if len(keys) > 1 and set(map(type, rows)) == {dict} and all(map(keys.__eq__, map(dict.keys, dicts))):
             names = list(keys)
             self.ensure_columns(names)
             return self.write_tuples(names, list(map(operator.itemgetter(*names), rows)))
