@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 #: rows shown in a table by default, and the largest pulled file previewed
 MAX_ROWS = 20
@@ -57,7 +57,7 @@ def human_size(size: Any) -> str:
     return f"{size} B"  # pragma: no cover - the loop always returns
 
 
-def is_platform_file(value: Any) -> bool:
+def is_platform_file(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping) and "link" in value and "name" in value
 
 

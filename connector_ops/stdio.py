@@ -90,7 +90,7 @@ def prepare_standard_streams() -> None:
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), errors="backslashreplace",
                                       line_buffering=True)
     else:
-        sys.stderr.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        sys.stderr.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]  # the interpreter's TextIOWrapper
 
 
 def silence_stdout() -> None:

@@ -32,7 +32,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, NamedTuple, cast
 
 from connector_ops.etl.json_readers import JSON_SUFFIXES
 from connector_ops.etl.push_parquet import PARQUET_SUFFIXES
@@ -55,7 +55,7 @@ class ZipCompressor:
         self._parts: list[bytes] = []
         info = zipfile.ZipInfo(member, time.localtime()[:6])
         info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o100644 << 16  # a file, rw-r--r--
-        self._archive = zipfile.ZipFile(_Collected(self._parts), "w", compresslevel=6)  # type: ignore[arg-type]
+        self._archive = zipfile.ZipFile(_Collected(self._parts), "w", compresslevel=6)
         self._stream = self._archive.open(info, "w", force_zip64=True)
 
     def compress(self, data: bytes) -> bytes:
@@ -82,15 +82,15 @@ class _Collected(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:  # type: ignore[override]
+    def write(self, data: Any) -> int:
         self.parts.append(bytes(data))
         return len(data)
 
 
 try:
-    from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
+    from compression import zstd  # type: ignore[import-not-found]  # Python 3.14's; mypy checks as 3.11
 except ImportError:
-    from backports import zstd  # type: ignore[no-redef]
+    from backports import zstd
 
 #: zstd as the ``zstd`` command writes it, with a checksum of the content (which libzstd checks on reading),
 #: at level 1: 83 MB of the benchmark's CSV in 0.55 s and 19.3 MB, where gzip's level 6 took 4.3 s for
@@ -104,7 +104,7 @@ class Compression:
     magic: re.Pattern[bytes]  # the file's first bytes
     suffix: str
     content_type: str
-    reader: Callable[[Any], IO[bytes]]  # a file object of the compressed bytes -> one of the decompressed
+    reader: Callable[[Any], io.BufferedIOBase]  # a file object of the compressed bytes -> one of the decompressed
     compressor: Callable[[], Any]  # a new incremental compressor (``compress(data)``, ``flush()``)
 
 
@@ -173,20 +173,21 @@ class _Decoded(io.RawIOBase):
     ``described``. The reader is made at the first read (after :func:`reading_with_progress` may have put its
     counter around a :class:`Decompressed` stream's ``stored``)."""
 
-    def __init__(self, source: IO[bytes], reader: Callable[[Any], IO[bytes]], described: str) -> None:
+    def __init__(self, source: IO[bytes], reader: Callable[[Any], io.BufferedIOBase], described: str) -> None:
         self._source, self._make, self._described = source, reader, described
         self._watched: _Watched | None = None
-        self._reader: IO[bytes] | None = None
+        self._reader: io.BufferedIOBase | None = None
 
     def readable(self) -> bool:
         return True
 
+    # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         try:
             if self._reader is None:
                 self._watched = _Watched(self._source)
                 self._reader = self._make(self._watched)
-            return self._reader.readinto(buffer)  # type: ignore[attr-defined]
+            return self._reader.readinto(buffer)
         except BROKEN as exc:
             if self._watched is not None and self._watched.failed:
                 raise
@@ -276,6 +277,7 @@ def _decompressing(open_file: Open, compression: Compression) -> Open:
     @contextlib.contextmanager
     def opened() -> Iterator[IO[bytes]]:
         with open_file() as raw:
+            # a RawIOBase: a binary file, which typeshed's IO[bytes] (a class of its own) does not take in
             yield Decompressed(raw, compression)  # type: ignore[misc]
 
     return opened
@@ -358,11 +360,12 @@ def _member_opener(archive: Open, member: zipfile.ZipInfo) -> Open:
 
     @contextlib.contextmanager
     def opened() -> Iterator[IO[bytes]]:
-        def reader(watched: Any) -> IO[bytes]:  # the member's reader keeps the archive; both end with ``raw``
-            return zipfile.ZipFile(watched).open(member)
+        def reader(watched: Any) -> io.BufferedIOBase:  # the member's reader keeps the archive; both end with ``raw``
+            # cast: opened to read, a ZipExtFile (a BufferedIOBase); typeshed types open() for writing too
+            return cast(io.BufferedIOBase, zipfile.ZipFile(watched).open(member))
 
         with archive() as raw:
-            yield _Decoded(raw, reader, "a zip archive")  # type: ignore[misc]
+            yield _Decoded(raw, reader, "a zip archive")  # type: ignore[misc]  # as Decompressed above
 
     return opened
 

@@ -75,7 +75,9 @@ def no_constant(name: str) -> Any:
 #: one decoder, made once: ``json.loads`` with options builds a new one per call
 _NDJSON_LINE = json.JSONDecoder(parse_float=Decimal, parse_constant=no_constant).decode
 #: the decoder's C scanner itself, for array items: their errors are never worded (the event parser words them)
-_SCAN_ITEM = json.scanner.make_scanner(json.JSONDecoder(parse_float=Decimal, parse_constant=no_constant))
+# (typeshed types the scanner's context as a scanner, "TODO: a ducktype" there; CPython's json.decoder passes a decoder)
+_SCAN_ITEM = json.scanner.make_scanner(json.JSONDecoder(  # type: ignore[arg-type]
+    parse_float=Decimal, parse_constant=no_constant))
 _JSON_SPACE = " \t\r\n"
 #: the text of a value of these types is ``str`` of it (a bool's is not: ``type(True)`` is not ``int``)
 _STR_IS_TEXT = {int: str, Decimal: str}

@@ -23,7 +23,7 @@ class Prefixed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]  # BufferedReader passes a memoryview
         view = memoryview(buffer).cast("B")
         if self._head:
             chunk, self._head = self._head[:len(view)], self._head[len(view):]

@@ -193,6 +193,7 @@ class DiskFloor:
     def guard(self, handle: _Handle) -> _Handle:
         """``handle``, checking the floor every :data:`CHECK_EVERY_BYTES` written to it (the caller checks
         before it creates the file, so a refusal up front leaves not even an empty one)."""
+        # a _Guarded stands in for the handle it wraps: it has what the writers call (write, close, …)
         return handle if self.min_free <= 0 else _Guarded(handle, self)  # type: ignore[return-value]
 
 

@@ -19,7 +19,7 @@ from connector_ops.kernel.scoped import scoped
 
 
 class Reporter(Protocol):
-    def update(self, n: int) -> None: ...
+    def update(self, n: int) -> object: ...  # object: what it returns is not read (tqdm's: whether it drew)
     def close(self) -> None: ...
 
 
@@ -83,7 +83,7 @@ def track(description: str, total: int | None = None, unit: str = "B", *,
     finally:
         _open.reset(token)
         if getattr(reporter, "takes_outcome", False):
-            reporter.close(outcome)  # type: ignore[call-arg]
+            reporter.close(outcome)  # type: ignore[call-arg]  # one that says it takes it (takes_outcome)
         else:
             reporter.close()
 
@@ -112,10 +112,10 @@ def tqdm_reporter(description: str, total: int | None, unit: str) -> Reporter:
         return NotebookBar(description, total, unit)
     from tqdm import tqdm
 
-    phase = {"bar_format": "{desc} [{elapsed}]"} if unit == PHASE and total is None else {}
+    phase = "{desc} [{elapsed}]" if unit == PHASE and total is None else None  # None: tqdm's own bar
     return tqdm(
         total=total, desc=description, unit=unit or "it", unit_scale=True, leave=False, mininterval=0.3, delay=0.5,
-        **phase,
+        bar_format=phase,
     )
 
 
@@ -208,8 +208,9 @@ class _CountingRaw(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        n = self._stream.readinto(buffer)  # type: ignore[attr-defined]
+        n = self._stream.readinto(buffer)  # type: ignore[attr-defined]  # a file's; typeshed's IO has no readinto
         self._reporter.update(n or 0)
         return n or 0
 
@@ -232,6 +233,7 @@ def reading_with_progress(stream: IO[bytes], reporter: Reporter, buffer_size: in
     total is the file's size."""
     stored = getattr(stream, "stored", None)
     if stored is not None:
+        # a Decompressed: a raw stream with a settable ``stored``, neither of which typeshed's IO[bytes] says
         stream.stored = io.BufferedReader(_CountingRaw(stored, reporter), buffer_size)  # type: ignore[attr-defined]
-        return io.BufferedReader(stream, buffer_size)  # type: ignore[arg-type]
+        return io.BufferedReader(stream, buffer_size)  # type: ignore[arg-type]  # (as just said)
     return io.BufferedReader(_CountingRaw(stream, reporter), buffer_size)

@@ -22,7 +22,7 @@ _NOTHING = {"text/html": "", "text/plain": ""}
 def in_kernel() -> bool:
     """Whether this process is a Jupyter kernel (what ``tqdm.auto`` asks before choosing its widget)."""
     ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None  # type: ignore[attr-defined]
+    shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
@@ -69,7 +69,9 @@ class NotebookBar:
             figures = "{n_fmt} [{elapsed}, {rate_fmt}]"
         else:  # a phase: its time only
             figures = "[{elapsed}]"
-        stats = tqdm.format_meter(self.done, self.total, elapsed, unit=unit, unit_scale=True, bar_format=figures)
+        # (no total: no percentage, as tqdm documents; its stub types total a float)
+        stats = tqdm.format_meter(self.done, self.total, elapsed,  # type: ignore[arg-type]
+                                  unit=unit, unit_scale=True, bar_format=figures)
         value = f' value="{min(self.done, self.total)}" max="{self.total}"' if self.total else ""
         markup = (
             '<div style="display:flex;gap:0.6em;align-items:center;font-family:var(--jp-code-font-family,monospace)">'

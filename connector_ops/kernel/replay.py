@@ -97,6 +97,7 @@ class _Read(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         view = memoryview(buffer).cast("B")
         data = self._replay.read_at(self._position, len(view))

@@ -85,7 +85,7 @@ class RedactedRepr:
     """Mixin for pydantic models (Dagster resources): ``repr()`` never shows a secret."""
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
-        for name, value in super().__repr_args__():  # type: ignore[misc]
+        for name, value in super().__repr_args__():  # type: ignore[misc]  # a mixin: the model after it has it
             yield name, (masked(name, value) if name else value)
 
 

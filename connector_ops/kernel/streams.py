@@ -52,7 +52,7 @@ def past_bom(stream: Any) -> Any:
     if first == UTF8_BOM:
         return buffered
     rest = iter(lambda: buffered.read(1 << 16), b"")
-    return io.BufferedReader(ChunkStream(itertools.chain([first], rest)), 1 << 16)  # type: ignore[arg-type]
+    return io.BufferedReader(ChunkStream(itertools.chain([first], rest)), 1 << 16)
 
 
 class Transformed(io.RawIOBase):
@@ -68,6 +68,7 @@ class Transformed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         view = memoryview(buffer).cast("B")
         while not self._out and not self._ended:
@@ -147,7 +148,7 @@ class ChunkStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+    def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         parts, size = [self._left], len(self._left)
         while size < len(view):

@@ -55,7 +55,7 @@ class TextLoader(yaml.SafeLoader):
 
 
 @_text_times
-class FastTextLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class FastTextLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # chosen at import
     """The same at C speed, where PyYAML was built with libyaml (the C part parses; resolving is the Python
     resolvers above)."""
 
