@@ -23,7 +23,8 @@ INSTALLED_AS = {"connector_ops": "connector_ops", "resources": "connector_ops/re
                 "pipelines": "connector_ops/pipelines"}
 #: what a checkout holds that is no part of the project's files
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
-                                    ".connector_ops", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints")
+                                    ".connector_ops", ".pytest_cache", ".ruff_cache", ".mypy_cache",
+                                    ".ipynb_checkpoints")
 #: folders the sdist carries whole, so that its tests run and the files the docs point to are there
 SDIST_FOLDERS = ("tests", "docs", "deploy", "notebooks", "benchmarks")
 
