@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -34,6 +35,30 @@ loopback_only.install()
 os.environ["DAGSTER_DISABLE_TELEMETRY"] = "1"
 
 CSV_SPECTRUM = Path(__file__).parent / "data" / "csv-spectrum"
+
+#: Ctrl-C's handler as this process started (``SIG_IGN`` in a job a shell started in the background)
+_SIGINT_AT_START = signal.getsignal(signal.SIGINT)
+_last_test: list[str] = ["(none yet)"]
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test starts and ends with Ctrl-C's handler as the process had it. A process left ignoring SIGINT
+    makes the children of every later test ignore it too (an ignored signal is kept across ``exec``): the
+    interrupt tests of one xdist worker once all timed out so, and a notebook kernel left so could not be
+    stopped. Fails the test that left it changed (or names the one before, when a fixture's teardown did),
+    and puts the handler back."""
+    before = signal.getsignal(signal.SIGINT)
+    previous, _last_test[0] = _last_test[0], request.node.nodeid
+    if before is not _SIGINT_AT_START:
+        signal.signal(signal.SIGINT, _SIGINT_AT_START)
+        pytest.fail(f"SIGINT's handler was {before!r} as this test began, not {_SIGINT_AT_START!r}: left by what "
+                    f"ran after the test before it began ({previous})")
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"the test left SIGINT's handler {after!r} (it was {before!r})")
 
 
 def _start_postgres() -> tuple[str, Any]:
