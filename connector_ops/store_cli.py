@@ -88,14 +88,18 @@ def copy(from_database_url: str | None, from_files_backend: str, from_files_dir:
 def _naming_the_source(from_database_url: str | None) -> Iterator[None]:
     """A database of ``--from-database-url`` that cannot be reached is said to be that option's: the store's
     error names CONNECTOR_OPS_DATABASE_URL, where a store's URL comes from, which here names the destination."""
-    from connector_ops.resources.virtual_files.db_errors import DatabaseUnreachable
+    from sqlalchemy import URL, make_url
+
+    from connector_ops.resources.virtual_files.db_errors import DatabaseUnreachable, without_password
     from connector_ops.resources.virtual_files.engines import normalise_url
+
+    def bare(url: str | URL) -> str:  # as the engines key URLs, less the password (the error's URL keeps none)
+        return normalise_url(without_password(make_url(url)).render_as_string(hide_password=False))
 
     try:
         yield
     except DatabaseUnreachable as exc:
-        if from_database_url is None or exc.url is None or \
-                normalise_url(exc.url.render_as_string(hide_password=False)) != normalise_url(from_database_url):
+        if from_database_url is None or exc.url is None or bare(exc.url) != bare(from_database_url):
             raise
         raise exc.named("--from-database-url") from None
 

@@ -52,6 +52,25 @@ def test_an_unreachable_database_is_one_clear_line_without_the_password(tmp_path
     assert "S3CRETPW" not in message and "S3CRETPW" not in str(info.value)
 
 
+def test_an_unreachable_database_s_error_keeps_no_password_in_what_it_carries(tmp_path):
+    """The error keeps the URL it tried, for a command to name the option that gave it (``store copy
+    --from-database-url``): without the password, which went with it into logs, pickles (a step's failure
+    between processes) and Dagster's stored events."""
+    import pickle
+
+    from connector_ops.environment import resources_for
+    from connector_ops.resources.virtual_files.db_errors import DatabaseUnreachable
+
+    store = resources_for(["virtual_files"], {
+        "CONNECTOR_OPS_HOME": str(tmp_path), "CONNECTOR_OPS_DATABASE_URL": "postgresql+psycopg://bob:S3CRETPW@127.0.0.1:1/db",
+    })["virtual_files"]
+    with pytest.raises(DatabaseUnreachable) as info:
+        store.inventory()
+    assert info.value.url is not None and info.value.url.host == "127.0.0.1" and info.value.url.username == "bob"
+    assert b"S3CRETPW" not in pickle.dumps(info.value)
+    assert b"S3CRETPW" not in pickle.dumps(info.value.named("--from-database-url"))
+
+
 def test_masked_environment_keeps_urls_readable_without_their_passwords():
     from connector_ops.environment import masked_environment
 

@@ -219,8 +219,8 @@ DATABASE_URL_SETTING = "CONNECTOR_OPS_DATABASE_URL"
 class DatabaseUnreachable(ConnectorOpsError):
     """No session could be opened with ``CONNECTOR_OPS_DATABASE_URL`` (its host, port, user, password,
     database or sslmode): 500, the setting to check named, the URL and its password never shown. ``url``: the
-    URL tried (SQLAlchemy's, which shows no password), so that a command whose option gave it can name that
-    option instead (:meth:`named`)."""
+    URL tried, without its password (the error is logged, pickled, stored in run events), so that a command
+    whose option gave it can name that option instead (:meth:`named`)."""
 
     status = 500
     #: the driver's words
@@ -239,6 +239,11 @@ def _unreachable(words: str, url: sa.URL | None, setting: str = DATABASE_URL_SET
     return error
 
 
+def without_password(url: sa.URL) -> sa.URL:
+    """``url`` with no password at all (``URL.set(password=None)`` keeps the one it has: None means unchanged)."""
+    return url._replace(password=None)
+
+
 def unreachable(exc: BaseException, engine: sa.Engine | None) -> DatabaseUnreachable:
     """A failed connection (SQLSTATE classes 08, 28, 3D, or libpq's text alone, which is all a failed
     connection gives), naming the setting: the driver's words say what (refused, password authentication
@@ -247,7 +252,7 @@ def unreachable(exc: BaseException, engine: sa.Engine | None) -> DatabaseUnreach
     password = engine.url.password if engine is not None else None
     if password:
         line = line.replace(str(password), "***")
-    return _unreachable(line, engine.url if engine is not None else None)
+    return _unreachable(line, without_password(engine.url) if engine is not None else None)
 
 
 def _connecting(ctx: sa.engine.ExceptionContext) -> bool:
