@@ -36,18 +36,25 @@ os.environ["DAGSTER_DISABLE_TELEMETRY"] = "1"
 
 CSV_SPECTRUM = Path(__file__).parent / "data" / "csv-spectrum"
 
-#: Ctrl-C's handler as this process started (``SIG_IGN`` in a job a shell started in the background)
+# A shell without job control (a script, `cmd &`, some CI runners) starts a background job with SIGINT ignored,
+# and an ignored signal is kept across fork and exec: every xdist worker and every command line a test starts
+# then ignored Ctrl-C, and the tests of Ctrl-C and SIGTERM failed (a child never stopped; `files serve` read
+# to the end of a server that never ended) — in some workers only, since a notebook test that set Python's
+# handler again mended the rest. Each process of the suite starts as a terminal's would: Python's handler, so
+# its children inherit SIGINT's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+#: Ctrl-C's handler as the suite runs
 _SIGINT_AT_START = signal.getsignal(signal.SIGINT)
 _last_test: list[str] = ["(none yet)"]
 
 
 @pytest.fixture(autouse=True)
 def ctrl_c_kept(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test starts and ends with Ctrl-C's handler as the process had it. A process left ignoring SIGINT
-    makes the children of every later test ignore it too (an ignored signal is kept across ``exec``): the
-    interrupt tests of one xdist worker once all timed out so, and a notebook kernel left so could not be
-    stopped. Fails the test that left it changed (or names the one before, when a fixture's teardown did),
-    and puts the handler back."""
+    """Every test starts and ends with Ctrl-C's handler as the suite set it (above). A process left ignoring
+    SIGINT makes the children of every later test ignore it too, and one left with another handler changes
+    what later tests of Ctrl-C see. Fails the test that left it changed (or names the one before, when a
+    fixture's teardown did), and puts the handler back."""
     before = signal.getsignal(signal.SIGINT)
     previous, _last_test[0] = _last_test[0], request.node.nodeid
     if before is not _SIGINT_AT_START:
