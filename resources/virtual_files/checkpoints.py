@@ -221,11 +221,7 @@ def _run() -> None:
                     _close(path)
         finally:
             if not checkpointing:
-                with _finished:
-                    _closing[path] -= 1
-                    if not _closing[path]:
-                        del _closing[path]
-                    _finished.notify_all()
+                _one_done(_closing, path)
             _queue.task_done()
 
 
@@ -236,11 +232,16 @@ def _checkpoint_asked(path: str) -> None:
     try:
         checkpoint(path)
     finally:
-        with _finished:
-            _unfinished[path] -= 1
-            if not _unfinished[path]:
-                del _unfinished[path]
-            _finished.notify_all()
+        _one_done(_unfinished, path)
+
+
+def _one_done(counts: dict[str, int], path: str) -> None:
+    """One of the file's jobs counted in ``counts`` (checkpoints, closes) is done: its waiters are told."""
+    with _finished:
+        counts[path] -= 1
+        if not counts[path]:
+            del counts[path]
+        _finished.notify_all()
 
 
 def before_write(path: str) -> None:
