@@ -53,6 +53,12 @@ def stores_dir(tmp_path: Path) -> Path:
     return folder
 
 
+def other_engines(stores_dir: Path, n: int = KEPT_ENGINES) -> None:
+    """Engines of ``n`` other stores asked for: as many as are kept close the least recently used."""
+    for i in range(n):
+        get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}")
+
+
 def test_a_loop_over_many_stores_keeps_a_bounded_number_open(stores_dir: Path) -> None:
     before = len(descriptors())
     urls = [f"sqlite:///{stores_dir / f'day-{i}' / 'vf.db'}" for i in range(3 * KEPT_ENGINES)]
@@ -96,8 +102,7 @@ def test_a_database_in_memory_is_never_closed_to_make_room(stores_dir: Path) -> 
     url = "sqlite://"
     engines.dispose(url)  # a database in memory of this test's own
     store, vf = used_store(url)
-    for i in range(KEPT_ENGINES + 2):
-        get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}")
+    other_engines(stores_dir, KEPT_ENGINES + 2)
     assert store.rows(vf) == [{"a": "1"}, {"a": "2"}]  # closing its engine would have lost its rows
     engines.dispose(url)
 
@@ -128,8 +133,7 @@ def test_a_store_closed_while_its_checkpoint_waits_to_start_leaves_no_connection
     StoreForTests(database_url=url).create_from_batches(["a", "b"], [BIG_ROWS])
     try:
         assert taken.wait(120)
-        for i in range(KEPT_ENGINES):
-            get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}")
+        other_engines(stores_dir)
         assert engines.store_file(url) is None  # closed to make room, its checkpoint not begun
     finally:
         start.set()
@@ -161,8 +165,7 @@ def test_asking_for_engines_does_not_wait_for_a_checkpoint_under_way(
         return real(database, *args, **kwargs)
 
     def making_room() -> None:
-        for i in range(KEPT_ENGINES):
-            get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}")
+        other_engines(stores_dir)
 
     store = StoreForTests(database_url=url)
     store.create_from_rows([{"a": "1"}])
