@@ -250,3 +250,14 @@ def test_a_reader_still_open_at_exit_does_not_hold_the_exit_up() -> None:
     assert exited.returncode == 0, exited.stderr
     assert exited.stdout.split("\n") == ["exiting", ""]
     assert time.monotonic() - started < paced.EXIT_WAIT
+
+
+def test_a_block_arrow_reads_is_in_arrows_memory_not_a_python_object() -> None:
+    """Kept as the Python ``bytes`` read (a ``PyBuffer``), a block let go of by Arrow's thread as the interpreter
+    finalized aborted the process from ``PyBuffer``'s destructor (test_arrow_scan_closed_early.py)."""
+    paced_read = Paced(io.BytesIO(b"x" * (4 * BLOCK)), BLOCK)
+    stream = pa.input_stream(paced_read.entrance(paced_read.buffered()))  # what Arrow's reader opens
+    before = pa.total_allocated_bytes()
+    block = stream.read_buffer(BLOCK)
+    assert block.to_pybytes() == b"x" * BLOCK
+    assert pa.total_allocated_bytes() - before >= BLOCK  # a copy Arrow owns, which needs no interpreter to free

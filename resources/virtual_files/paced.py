@@ -31,10 +31,16 @@ its read task was ending: 7 of 60 scans closed early on PostgreSQL, under load),
 the lock as the interpreter finalizes, and a thread that gets the lock then is stopped where it stands, inside
 C++ code that may not be left that way: "terminate called without an active exception", SIGABRT, exit 134,
 after the work was done and printed (1 in 6 runs of a child that closed 100 scans early, six at once on two
-cores). So a stream whose reader is gone is kept here (:class:`_Kept`), and Arrow's letting go of it is only a
-count going down, no Python code run; the interpreter's exit waits, at most ``EXIT_WAIT`` seconds, until
-Arrow's threads have let go of every stream kept (:func:`_let_arrow_go`). Once its reader is done, a stream
+cores). So the interpreter's exit waits, at most ``EXIT_WAIT`` seconds, until Arrow's threads have let go of
+every stream whose reader is gone (:class:`_Kept`, :func:`_let_arrow_go`). Once its reader is done, a stream
 keeps nothing of what it read (:meth:`Paced._let_go_if_idle`), so keeping it costs a few small objects.
+
+That wait covers the stream only, so the stream must be the last Python object Arrow's thread lets go of.
+Given a Python stream, Arrow keeps each block it read as the Python ``bytes`` read (a ``PyBuffer``), and the
+blocks of a reader closed early are let go of by whichever thread ends their read tasks: after the stream,
+as late as the interpreter's finalizing. The same abort, from ``PyBuffer``'s destructor (core dumps of 2 of
+24 such children, six at once, after the wait above had landed; then a CI run). So :meth:`Paced.entrance`
+gives Arrow a stream of its own kind, which copies each read into Arrow's memory.
 """
 
 from __future__ import annotations
@@ -94,14 +100,21 @@ class Paced(io.RawIOBase):
         """This stream buffered a block at a time, as Arrow reads it (so its reads are the blocks counted)."""
         return io.BufferedReader(self, self._block)
 
-    def entrance(self, stream: Any) -> io.RawIOBase:
+    def entrance(self, stream: Any) -> Any:
         """``stream`` (read through this one, e.g. :meth:`buffered`) as Arrow's reader is given it: its reads
-        are what :meth:`stop` waits for, and get the end once stopped, without touching ``stream``."""
+        are what :meth:`stop` waits for, and get the end once stopped, without touching ``stream``.
+
+        It is an Arrow stream that copies each read into Arrow's memory. Given the Python stream itself, Arrow
+        keeps each block as the ``bytes`` read (a ``PyBuffer``), and letting go of a block takes the
+        interpreter's lock: a block let go of last by Arrow's thread, as the interpreter finalized, aborted
+        the process (see the module's docstring). A copy of 1 MiB per block read costs microseconds."""
+        import pyarrow as pa
+
         entrance = _Entrance(self, stream)
         with self._turn:
             self._out = False
             self._entrance = weakref.ref(entrance)
-        return entrance
+        return pa.BufferedInputStream(pa.PythonFile(entrance, mode="r"), self._block)
 
     # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
@@ -236,9 +249,10 @@ class _Entrance(io.RawIOBase):
 
 
 class _Kept:
-    """Streams given to Arrow whose reader is gone, kept until Arrow's threads have let go of them: held here as
-    well, a stream is not freed by Arrow's thread, which only counts its reference down (no Python code runs
-    there); that count is how this tells that Arrow has let go (CPython's reference count)."""
+    """Streams given to Arrow whose reader is gone, kept until Arrow's threads have let go of them. Arrow's
+    thread takes the interpreter's lock to count its reference down, and that count going down is how this
+    tells that Arrow has let go (CPython's reference count); held here as well, the stream is not freed
+    there, so no Python code of ours runs in Arrow's thread."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # letting go of a stream here frees it, in this thread
