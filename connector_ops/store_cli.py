@@ -30,8 +30,8 @@ def store() -> None:
 @click.option("--from-files-dir", metavar="DIR", type=click.Path(file_okay=False),
               help="the platform-file folder to copy from (default: $CONNECTOR_OPS_HOME/files)")
 @click.option("--map", "map_path", metavar="PATH", type=click.Path(dir_okay=False),
-              help="CSV file of kind,old_id,new_id: a line added after each copy; a re-run with it skips what it "
-                   "names (required unless --dry-run)")
+              help="CSV file of kind,old_id,new_id: a line added after each copy; a re-run skips what the "
+                   "destination holds a copy of and adds the lines a stop cut (required unless --dry-run)")
 @click.option("--dry-run", is_flag=True, help="list what would be copied, with sizes (a PostgreSQL file's rows as "
                                                "PostgreSQL estimates them, where it does); copy nothing")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")

@@ -7,11 +7,14 @@ printed its ids only, and a re-run after a failure copied everything again. Here
 
 - a virtual file goes batch by batch (``scan_arrow`` into ``create_from_arrow``: one snapshot read, one
   transaction written), a platform file in 1 MiB pieces, so memory does not grow with a file;
-- each copy's ``old id -> new id`` is appended to the map file (:class:`IdMap`, CSV) once its transaction
-  is committed, and flushed to disk; a re-run with the same map skips what the map names and the
-  destination still holds, so a run stopped half-way loses nothing and the next one finishes the job.
-  A stop between a copy's commit and its line (a moment) leaves that copy unnamed: it is copied again,
-  and the unnamed one, which nothing refers to, is what ``connector-ops gc`` removes;
+- each copy records the id it copies in the destination, in the copy's own commit (a virtual file's in
+  ``cop_vf_origin``, a platform file's in its stored descriptor: the stores' ``copies()``), so a copy is
+  either there and recorded, or not there at all. Its ``old id -> new id`` line is then appended to the
+  map file (:class:`IdMap`, CSV, what users read) and flushed to disk. A re-run skips every file the
+  destination holds a copy of, recorded there or named in the map (a map of a version that recorded
+  nothing), and adds to the map the lines a stop cut: a stop between a copy's commit and its line (a
+  kill, a power cut) made that copy unnamed, and the next run copied the file again. So a run stopped
+  anywhere loses nothing, copies nothing twice, and the next one finishes the job;
 - an asset's data (``asset:<key>``) is not copied: running its job again rebuilds it.
 
 Ids are made by the store that writes a file, so every copy has a new id.
@@ -40,7 +43,8 @@ CHUNK = 1 << 20
 
 class IdMap:
     """The map file: a CSV of ``kind,old_id,new_id`` lines (``kind``: ``virtual_file`` or ``platform_file``),
-    one appended and flushed to disk after each copy is committed; a later line for an old id wins."""
+    one appended and flushed to disk after each copy is committed (and by a re-run for each copy the
+    destination recorded whose line a stop cut); a later line for an old id wins."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -144,45 +148,51 @@ def _same_path(a: str, b: str) -> bool:
 def plan(source: dict[str, Any], dest: dict[str, Any], id_map: IdMap | None, kinds: tuple[str, ...], *,
          estimate: bool = False) -> list[Item]:
     """Every file of the source stores of ``kinds``, oldest first, sized, and marked as already copied where
-    ``id_map`` names a copy the destination still holds (a copy gc removed since is copied again).
-    ``estimate`` (a dry run): a virtual file's rows as PostgreSQL estimates them where it does, not counted."""
+    the destination holds a copy of it: one it recorded (:func:`_recorded`), or one ``id_map`` names (a copy
+    gc removed since is copied again). ``estimate`` (a dry run): a virtual file's rows as PostgreSQL
+    estimates them where it does, not counted."""
     from connector_ops.resources.virtual_files.catalog import ASSET_FILE_PREFIX
 
     items: list[Item] = []
     if VIRTUAL in kinds and source["virtual_files"].stored():
-        held = _held(dest["virtual_files"])
+        held, recorded = _recorded(dest["virtual_files"])
         for vf_id, _ in source["virtual_files"].inventory():
             rows, exact = source["virtual_files"].row_count(vf_id, estimate=estimate)
             item = Item(VIRTUAL, vf_id, rows, estimated=not exact)
             if vf_id.startswith(ASSET_FILE_PREFIX):
                 item.status = "asset (not copied)"
-            _mark_copied(item, id_map, held)
+            _mark_copied(item, id_map, held, recorded)
             items.append(item)
     if PLATFORM in kinds and source["platform_files"].stored():
-        held = _held(dest["platform_files"])
+        held, recorded = _recorded(dest["platform_files"])
         for file_id, _ in source["platform_files"].inventory():
             item = Item(PLATFORM, file_id)
             with contextlib.suppress(ConnectorOpsError):  # a descriptor gone meanwhile: its copy says so
                 item.size = source["platform_files"].describe(file_id).size
-            _mark_copied(item, id_map, held)
+            _mark_copied(item, id_map, held, recorded)
             items.append(item)
     return items
 
 
-def _held(store: Any) -> set[str]:
-    """The ids ``store`` holds, asked without making it (a dry run into a store not made yet leaves none)."""
-    return {file_id for file_id, _ in store.inventory()} if store.stored() else set()
+def _recorded(store: Any) -> tuple[set[str], dict[str, str]]:
+    """The ids ``store`` holds, and the copies it recorded by the id each copies, asked without making it (a
+    dry run into a store not made yet has none)."""
+    if not store.stored():
+        return set(), {}
+    return {file_id for file_id, _ in store.inventory()}, store.copies()
 
 
-def _mark_copied(item: Item, id_map: IdMap | None, held: set[str]) -> None:
-    new_id = id_map.get(item.kind, item.old_id) if id_map is not None else None
+def _mark_copied(item: Item, id_map: IdMap | None, held: set[str], recorded: dict[str, str]) -> None:
+    named = id_map.get(item.kind, item.old_id) if id_map is not None else None
+    new_id = named if named in held else recorded.get(item.old_id)
     if new_id is not None and new_id in held:
         item.status, item.new_id = "already copied", new_id
 
 
 def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = None) -> str:
     """A copy of ``vf_id`` (rows in order, columns in order, a missing value missing) made in ``dest``, read
-    and written a batch at a time, its progress shown by rows (of ``rows``); its new id."""
+    and written a batch at a time, its progress shown by rows (of ``rows``), ``vf_id`` recorded as its
+    origin in its transaction; its new id."""
     from connector_ops.frame_streams import peeked
     from connector_ops.kernel.progress import reported, track
 
@@ -192,19 +202,20 @@ def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = Non
             batches.close()
             columns, tuples = source.scan_tuples(vf_id)
             with contextlib.closing(tuples):
-                return dest.create_from_batches(columns, tuples)
+                return dest.create_from_batches(columns, tuples, copied_from=vf_id)
         size, batches = peeked(batches)  # the load's size, measured on the first batches, as push_frame's
-        return dest.create_from_arrow(columns, reported(batches, reporter, lambda batch: batch.num_rows), size=size)
+        return dest.create_from_arrow(columns, reported(batches, reporter, lambda batch: batch.num_rows), size=size,
+                                      copied_from=vf_id)
 
 
 def copy_platform_file(source: Any, dest: Any, file_id: str) -> str:
-    """A copy of the platform file ``file_id`` (its bytes, name and content type) in ``dest``, streamed; its
-    new id, its progress shown by bytes."""
+    """A copy of the platform file ``file_id`` (its bytes, name and content type) in ``dest``, streamed, with
+    ``file_id`` recorded as its origin; its new id, its progress shown by bytes."""
     from connector_ops.kernel.progress import reading_with_progress, track
 
     descriptor = source.describe(file_id)
     with track(f"copy {descriptor.name}", descriptor.size) as reporter, source.open_stored(file_id) as data, \
-            dest.create(descriptor.name, descriptor.content_type) as sink:
+            dest.create(descriptor.name, descriptor.content_type, copied_from=file_id) as sink:
         shutil.copyfileobj(reading_with_progress(data, reporter, CHUNK), sink, CHUNK)
     assert sink.descriptor is not None
     return sink.descriptor.id
@@ -215,7 +226,12 @@ def copy_all(source: dict[str, Any], dest: dict[str, Any], items: list[Item], id
     """Copy every item still to copy, recording each in ``id_map`` as soon as it is committed; ``told`` hears
     of each item done. A file's own problem (gone from the source, a value the destination cannot hold: a
     4xx) fails that file and the others go on; anything else (the destination unreachable or full) stops
-    here, every copy before it kept and named in the map."""
+    here, every copy before it kept and named in the map. First the map names each copy the destination
+    recorded that it does not: one whose line a stop cut."""
+    for item in items:
+        if item.status == "already copied" and item.new_id is not None \
+                and id_map.get(item.kind, item.old_id) != item.new_id:
+            id_map.record(item.kind, item.old_id, item.new_id)
     for item in items:
         if item.status != "to copy":
             continue

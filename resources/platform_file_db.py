@@ -189,6 +189,20 @@ class DatabaseFiles:
             rows = conn.execute(sa.select(c.id, c.created_at).order_by(c.created_at, c.id)).all()
         return [(file_id, as_utc(created)) for file_id, created in rows]
 
+    def copies(self, key: str) -> dict[str, str]:
+        """The files whose descriptor names, under ``key``, the file of another store each copies, by that
+        id; of two copies of one file, the later."""
+        c = platform_file.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(c.id, c.descriptor).where(c.descriptor.contains(f'"{key}"'))
+                                .order_by(c.created_at, c.id)).all()
+        found = {}
+        for file_id, stored in rows:
+            old_id = json.loads(stored).get(key)
+            if isinstance(old_id, str):
+                found[old_id] = file_id
+        return found
+
     def delete(self, file_id: str) -> None:
         with self.engine.execution_options(**WRITE).begin() as conn:
             conn.execute(sa.delete(platform_file_chunk).where(platform_file_chunk.c.file_id == file_id))

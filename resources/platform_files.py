@@ -51,6 +51,9 @@ _FILES_PATH = re.compile(r"(?:^|/)files/([0-9a-f]{32})$")
 T = TypeVar("T")
 DEFAULT_FILE_SERVER_URL = "http://127.0.0.1:8765"
 CHUNK = 1 << 20
+#: the stored descriptor's key naming the file of another store it copies (``store copy``:
+#: :meth:`PlatformFileStore.copies`)
+ORIGIN = "copiedFrom"
 #: where :func:`_location_kept` puts a redirect's ``Location`` (``response.extensions``)
 LOCATION = "connector_ops.location"
 
@@ -300,17 +303,21 @@ class PlatformFileStore(Resource):
 
     # -- writing ---------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def create(self, name: str, content_type: str | None = None) -> Iterator[PendingFile]:
-        """Write a new platform file; on any error inside the block nothing is kept."""
+    def create(self, name: str, content_type: str | None = None, *,
+               copied_from: str | None = None) -> Iterator[PendingFile]:
+        """Write a new platform file; on any error inside the block nothing is kept. ``copied_from``: the id
+        of the file of another store it copies (``store copy``), kept in its stored descriptor (``copiedFrom``,
+        never served: :class:`PlatformFile` drops it), which makes the file exist: :meth:`copies`."""
         name, content_type = clean_name(name), clean_content_type(content_type)
         file_id = uuid.uuid4().hex
+        origin = {ORIGIN: copied_from} if copied_from is not None else {}
         if self._db is not None:
             with self._db.create(file_id) as (writer, descriptor):
                 pending = PendingFile(writer)
                 yield pending
                 check_fence(f"platform file {name!r}")  # inside its transaction: a refusal rolls it back
                 pending.descriptor = self._descriptor(file_id, name, content_type, pending.size)
-                descriptor.append(pending.descriptor.to_json())
+                descriptor.append({**pending.descriptor.to_json(), **origin})
             return
         data_path, meta_path = self._paths(file_id)
         try:
@@ -320,7 +327,7 @@ class PlatformFileStore(Resource):
             check_fence(f"platform file {name!r}")  # before its descriptor, which makes it exist
             descriptor = self._descriptor(file_id, name, content_type, pending.size)
             with atomic_write(meta_path, min_free_disk=self.min_free_disk) as meta:
-                meta.write(json.dumps(descriptor.to_json()).encode())
+                meta.write(json.dumps({**descriptor.to_json(), **origin}).encode())
             pending.descriptor = descriptor
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -391,14 +398,33 @@ class PlatformFileStore(Resource):
         if self._db is not None:
             return self._db.inventory()
         found = []
+        for file_id, stored in self._stored_descriptors():
+            with contextlib.suppress(ValueError, KeyError):
+                found.append((file_id, datetime.fromisoformat(stored["lastModified"].replace("Z", "+00:00"))))
+        return sorted(found, key=lambda item: (item[1], item[0]))
+
+    def copies(self) -> dict[str, str]:
+        """The files ``store copy`` made here, by the id of the file each copies (its descriptor's
+        ``copiedFrom``); of two copies of one file, the later."""
+        if self._db is not None:
+            return self._db.copies(ORIGIN)
+        found = sorted((str(stored.get("lastModified")), file_id, stored[ORIGIN])
+                       for file_id, stored in self._stored_descriptors()
+                       if isinstance(stored, dict) and isinstance(stored.get(ORIGIN), str))
+        return {old_id: file_id for _, file_id, old_id in found}
+
+    def _stored_descriptors(self) -> Iterator[tuple[str, Any]]:
+        """Each descriptor of ``files_dir`` as stored, by its file's id; one removed meanwhile, or not JSON,
+        left out."""
         for meta_path in self.root.glob("*.json"):
             file_id = meta_path.name.removesuffix(".json")
             if not _ID.fullmatch(file_id):
                 continue
-            with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
-                stamp = json.loads(meta_path.read_bytes())["lastModified"]
-                found.append((file_id, datetime.fromisoformat(stamp.replace("Z", "+00:00"))))
-        return sorted(found, key=lambda item: (item[1], item[0]))
+            try:
+                stored = json.loads(meta_path.read_bytes())
+            except (FileNotFoundError, ValueError):
+                continue
+            yield file_id, stored
 
     def local_id(self, descriptor: PlatformFile | Mapping[str, Any]) -> str | None:
         """The id of the file if ``descriptor.link`` is a link of our own file server, else ``None``: the one

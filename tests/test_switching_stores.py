@@ -5,13 +5,17 @@ PostgreSQL CONNECTOR_OPS_DATABASE_URL) leaves the home's old stores where they a
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -374,3 +378,136 @@ def test_store_copy_dry_run_takes_postgresql_s_estimate_of_a_file_s_rows(home, o
     copied, _ = store_copy(env, *args, "--map", str(tmp_path / "ids.csv"))
     assert copied.returncode == 0, copied.stderr
     assert re.search(rf"^copied virtual file {seen} -> \w+ \(2,000 rows\)$", copied.stdout, re.MULTILINE)
+
+
+def killed_at_its_first_map_line(env: dict[str, str], id_map: Path, copied: Any) -> None:
+    """``store copy --map id_map`` killed (SIGKILL, its process group: the SQLite loader too) once its first copy
+    is committed and before the map names it. The map is a FIFO: the command reads it as it starts (the test
+    writes it the header line), then opens it to append each copy's line once the copy is committed, and that
+    open waits for a reader that never comes; so the kill, sent once ``copied()`` (the copies in the
+    destination) is 1, falls between a commit and its line, the moment a crash or a power cut may hit. The
+    map is then left as such a stop leaves a file: its header alone."""
+    os.mkfifo(id_map)
+    process = subprocess.Popen([SCRIPT, "store", "copy", "--map", str(id_map), "--no-progress"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        def waiting(what: str, done: Callable[[], bool]) -> None:
+            for _ in range(1200):  # a bound, so a command gone wrong fails the test instead of hanging it
+                if done():
+                    return
+                assert process.poll() is None, f"store copy ended before {what}: {process.stderr.read()!r}"
+                time.sleep(0.1)
+            raise AssertionError(f"store copy did not reach {what}")
+
+        def header_given() -> bool:
+            try:
+                fd = os.open(id_map, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until the command opens it to read
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                return False
+            os.write(fd, b"kind,old_id,new_id\n")
+            os.close(fd)
+            return True
+
+        waiting("reading its map", header_given)
+        waiting("its first commit", lambda: copied() == 1)
+        assert process.poll() is None  # waiting to write the copy's line
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        process.stderr.close()
+    id_map.unlink()
+    id_map.write_text("kind,old_id,new_id\n")
+
+
+def copies_of(store: Any) -> Callable[[], int]:
+    """How many files ``store`` holds, asked without making it (0 before the command made it)."""
+    return lambda: len(store.inventory()) if store.stored() else 0
+
+
+@pytest.mark.parametrize(("own_database_url", "rows"), [("sqlite", 2), ("sqlite", 5_000), ("postgresql", 2)],
+                         indirect=["own_database_url"])
+def test_store_copy_killed_between_a_commit_and_its_map_line_copies_that_file_once(
+        own_database_url, rows, tmp_path, monkeypatch):
+    """A copy records the file it copies in its own transaction, so a stop between its commit and its line
+    in the map (here a SIGKILL) leaves a copy the next run knows: that run copies every other file, writes
+    the missing line, and the destination holds each file once. Before, the map was the only record: the
+    next run copied the file again and left an unnamed copy for gc. Into SQLite by rows, by the loader
+    process (5,000 rows of 1 KiB), and into PostgreSQL by COPY."""
+    for name in list(os.environ):
+        if name.startswith(("CONNECTOR_OPS_", "DAGSTER_HOME")):
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    old = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home)})
+    first = old["virtual_files"].create_from_batches(["z", "a", "m"], big_rows(rows))
+    old["platform_files"].add_bytes(b"bytes", "blob.bin")
+    env = moved_env(home, own_database_url)
+    new = resources_for(KEYS, env)
+    id_map = tmp_path / "ids.csv"
+    killed_at_its_first_map_line(env, id_map, copies_of(new["virtual_files"]))
+    [(copy, _)] = new["virtual_files"].inventory()
+
+    resumed, _ = store_copy(env, "--map", str(id_map))
+    assert resumed.returncode == 0, resumed.stderr
+    assert [file_id for file_id, _ in new["virtual_files"].inventory()] == [copy]  # once, not twice
+    assert f"already copied virtual file {first} -> {copy}" in resumed.stdout
+    assert resumed.stdout.splitlines()[-1].startswith("copied 0 virtual file(s) and 1 platform file(s); 1 already")
+    lines = map_lines(id_map)
+    assert lines[1] == ["virtual_file", first, copy] and len(lines) == 3  # the line the kill cut, then the rest
+    held = new["virtual_files"].inventory() + new["platform_files"].inventory()
+    assert sorted(new_id for _, _, new_id in lines[1:]) == sorted(file_id for file_id, _ in held)
+    _, was = old["virtual_files"].scan_tuples(first)
+    _, now = new["virtual_files"].scan_tuples(copy)
+    assert [row for batch in now for row in batch] == [row for batch in was for row in batch]
+    elsewhere = tmp_path / "lost.csv"  # the map lost: the destination still knows its copies
+    again, _ = store_copy(env, "--map", str(elsewhere))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1].startswith("copied 0 virtual file(s) and 0 platform file(s); 2 already")
+    assert sorted(map_lines(elsewhere)) == sorted(lines)
+
+
+@pytest.mark.parametrize("backend", ["database", "local"])
+def test_store_copy_killed_between_a_platform_file_s_commit_and_its_map_line_copies_it_once(
+        home, backend, tmp_path):
+    """The same for a platform file, whose descriptor (written last: it makes the file exist) records the file
+    it copies: into the database (the home's SQLite file, whose virtual files are the ones in use) and into
+    another folder."""
+    env = {**moved_env(home, f"sqlite:///{home / 'virtual_files.db'}"), "CONNECTOR_OPS_FILES_BACKEND": backend,
+           "CONNECTOR_OPS_FILES_DIR": str(tmp_path / "new files")}
+    new = resources_for(KEYS, env)["platform_files"]
+    id_map = tmp_path / "ids.csv"
+    killed_at_its_first_map_line(env, id_map, copies_of(new))
+    [(copy, _)] = new.inventory()
+
+    resumed, _ = store_copy(env, "--map", str(id_map))
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(new.inventory()) == 2  # each once
+    assert re.search(rf"^already copied platform file (\w+) -> {copy}$", resumed.stdout, re.MULTILINE)
+    assert resumed.stdout.splitlines()[-1].startswith("copied 0 virtual file(s) and 1 platform file(s); 1 already")
+    lines = map_lines(id_map)
+    assert len(lines) == 3 and lines[1][2] == copy
+    assert sorted(new_id for _, _, new_id in lines[1:]) == sorted(file_id for file_id, _ in new.inventory())
+    old = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home)})["platform_files"]
+    for _, old_id, new_id in lines[1:]:
+        assert new.read_bytes(new.describe(new_id)) == old.read_bytes(old.describe(old_id))
+        assert "copiedFrom" not in new.describe(new_id).to_json()  # kept in the store, never served
+
+
+def test_store_copy_resumes_from_the_map_of_a_version_that_recorded_nothing(home, tmp_path):
+    """A copy an earlier version made records nothing in the destination, only its line in the map: a copy
+    the map names and the destination holds is still not copied again."""
+    env = moved_env(home, f"sqlite:///{tmp_path / 'new.db'}")
+    old = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home)})["virtual_files"]
+    new = resources_for(KEYS, env)["virtual_files"]
+    [(vf_id, _)] = old.inventory()
+    columns, batches = old.scan_tuples(vf_id)
+    earlier = new.create_from_batches(columns, batches)  # as that version copied it: no origin recorded
+    assert new.copies() == {}
+    id_map = tmp_path / "ids.csv"
+    id_map.write_text(f"kind,old_id,new_id\nvirtual_file,{vf_id},{earlier}\n")
+    resumed, _ = store_copy(env, "--map", str(id_map))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"already copied virtual file {vf_id} -> {earlier}" in resumed.stdout
+    assert [file_id for file_id, _ in new.inventory()] == [earlier]
+    assert len(map_lines(id_map)) == 4  # its line, then the two platform files'

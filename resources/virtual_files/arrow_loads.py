@@ -82,9 +82,11 @@ class ArrowLoading(Writing):
         with contextlib.closing(ndjson_batches(stream, columns, ndjson_columns.BLOCK)) as batches:  # as above
             return self.create_from_arrow(columns, batches)
 
-    def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
+    def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None, *,
+                          copied_from: str | None = None) -> str:
         """A new virtual file with ``columns`` holding every Arrow record batch (columns aligned with
-        ``columns``, cast to strings; a null is a missing value); returns its id."""
+        ``columns``, cast to strings; a null is a missing value); returns its id. ``copied_from``: its origin,
+        recorded in the load's transaction (:meth:`.Writing.new_file`)."""
         import pyarrow as pa
 
         check_column_names(columns, "schema")
@@ -92,14 +94,15 @@ class ArrowLoading(Writing):
         strings = (pa.RecordBatch.from_arrays([c.cast(pa.string()) for c in b.columns], schema=schema)
                    for b in batches)
         if self.dialect == "postgresql":
-            return self._copy_csv(columns, strings)
+            return self._copy_csv(columns, strings, copied_from)
         path = self.sqlite_file
         if path is not None and columns and self.columnar_load_pays(size):
-            return self._in_child(path, columns, {"format": "arrow"}, lambda sink: _write_ipc(schema, strings, sink))
-        return self.create_from_batches(columns, (_tuples(b) for b in strings))
+            return self._in_child(path, columns, {"format": "arrow"}, lambda sink: _write_ipc(schema, strings, sink),
+                                  copied_from)
+        return self.create_from_batches(columns, (_tuples(b) for b in strings), copied_from=copied_from)
 
     def _in_child(self, path: str, columns: Sequence[str], source: dict[str, Any],
-                  feed: Callable[[IO[bytes]], None]) -> str:
+                  feed: Callable[[IO[bytes]], None], copied_from: str | None = None) -> str:
         from sqlalchemy.dialects import sqlite  # only the dialect in use is imported
 
         _ = self.engine  # the catalog tables exist before the child writes into them (in the file now at path)
@@ -111,6 +114,9 @@ class ArrowLoading(Writing):
                    f"VALUES ({_text(vf_id)}, {_text(info.table_name)}, 1)"]
         inserts += [f"INSERT INTO {cat.vf_column.name} (vf_id, ordinal, name, indexed) "
                     f"VALUES ({_text(vf_id)}, {ordinal}, {_text(name)}, 0)" for ordinal, name in enumerate(columns)]
+        if copied_from is not None:  # the origin in the load's transaction, as new_file records it
+            inserts.append(f"INSERT INTO {cat.vf_origin.name} (vf_id, copied_from) "
+                           f"VALUES ({_text(vf_id)}, {_text(copied_from)})")
         spec = {"path": path, "table_name": info.table_name, "columns": list(columns), "inserts": inserts,
                 "ddl": str(CreateTable(info.table).compile(dialect=sqlite.dialect())),
                 "min_free": self.min_free_disk, **source,
@@ -130,14 +136,16 @@ class ArrowLoading(Writing):
             raise
         return vf_id
 
-    def _copy_csv(self, columns: Sequence[str], batches: Iterable[Any]) -> str:
+    def _copy_csv(self, columns: Sequence[str], batches: Iterable[Any], copied_from: str | None = None) -> str:
         """Arrow batches as CSV (strings quoted where needed, a null an empty unquoted field: NULL)."""
-        return self._copy(columns, csv_chunks(batches), " (FORMAT csv)")
+        return self._copy(columns, csv_chunks(batches), " (FORMAT csv)", copied_from=copied_from)
 
-    def _copy(self, columns: Sequence[str], chunks: Iterable[Any], options: str, **literals: str) -> str:
-        """A new virtual file filled by one streamed ``COPY`` with ``options`` (:func:`.loaders.copy_sql`)."""
+    def _copy(self, columns: Sequence[str], chunks: Iterable[Any], options: str, *, copied_from: str | None = None,
+              **literals: str) -> str:
+        """A new virtual file filled by one streamed ``COPY`` with ``options`` (:func:`.loaders.copy_sql`);
+        ``copied_from``: its origin (:meth:`.Writing.new_file`)."""
         with self.writing() as conn:
-            writer = self.new_file(conn, columns)
+            writer = self.new_file(conn, columns, copied_from=copied_from)
             if not columns:
                 return writer.vf_id
             statement = copy_sql(writer.table_name, [internal_name(o) for o in writer.ordinals], options, **literals)

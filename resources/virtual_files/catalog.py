@@ -52,6 +52,17 @@ vf_cursor = sa.Table(
     sa.Column("generation", sa.Integer, nullable=False),
 )
 
+#: which file of another store each copy ``connector-ops store copy`` made here copies (``copied_from``: its id
+#: there), written in the copy's own transaction: a copy is here and named, or not here at all. A stop between
+#: the copy's commit and its line in the command's map file left a copy nobody named, which the next run
+#: copied again (:mod:`connector_ops.store_copy`). Goes with its file (``ON DELETE CASCADE``: gc, a drop).
+vf_origin = sa.Table(
+    "cop_vf_origin",
+    metadata,
+    sa.Column("vf_id", sa.String(64), sa.ForeignKey("cop_virtual_file.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("copied_from", sa.String(64), nullable=False),
+)
+
 array_cursor = sa.Table(
     "cop_array_cursor",
     metadata,

@@ -214,6 +214,15 @@ class StoreCore(Resource):
             rows = conn.execute(sa.select(vf.c.id, vf.c.created_at).order_by(vf.c.created_at, vf.c.id)).all()
         return [(vf_id, as_utc(created)) for vf_id, created in rows]
 
+    def copies(self) -> dict[str, str]:
+        """The files ``store copy`` made here that are still here, by the id each copies (``copied_from``:
+        :data:`.catalog.vf_origin`); of two copies of one file, the later."""
+        vf, origin = cat.virtual_file, cat.vf_origin
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(origin.c.copied_from, origin.c.vf_id)
+                                .join(vf, vf.c.id == origin.c.vf_id).order_by(vf.c.created_at, vf.c.id)).all()
+        return dict(rows)
+
     def info(self, conn: sa.Connection, vf_id: str, *, lock: bool = False) -> VirtualFileInfo:
         """The catalog entry of ``vf_id`` (``NotFound`` if there is none).
 

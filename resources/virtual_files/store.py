@@ -133,9 +133,12 @@ class VirtualFileStore(Resource):
         return sql_store(self.database_url, self.min_free_disk)
 
     # -- writing ---------------------------------------------------------------------------------
-    def create_from_batches(self, columns: Sequence[str], batches: Iterable[Sequence[Values]]) -> str:
-        """A new virtual file with ``columns`` holding every batch of value rows; returns its id."""
-        return self.sql.create_from_batches(columns, batches)
+    def create_from_batches(self, columns: Sequence[str], batches: Iterable[Sequence[Values]], *,
+                            copied_from: str | None = None) -> str:
+        """A new virtual file with ``columns`` holding every batch of value rows; returns its id.
+        ``copied_from``: the id of the file of another store it copies (``store copy``), recorded with it in
+        one transaction (:meth:`copies`)."""
+        return self.sql.create_from_batches(columns, batches, copied_from=copied_from)
 
     def create_from_dicts(self, batches: Iterable[Sequence[Mapping[str, str | None]]],
                           columns: Sequence[str] = (), field: str = "") -> str:
@@ -165,10 +168,12 @@ class VirtualFileStore(Resource):
         line), leaving nothing (the caller reads row-wise)."""
         return self.sql.create_from_ndjson(columns, stream)
 
-    def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None) -> str:
+    def create_from_arrow(self, columns: Sequence[str], batches: Iterable[Any], size: int | None = None, *,
+                          copied_from: str | None = None) -> str:
         """A new virtual file with ``columns`` holding every Arrow record batch (columns aligned with
-        ``columns``; a null is a missing value), loaded column-wise; returns its id."""
-        return self.sql.create_from_arrow(columns, batches, size)
+        ``columns``; a null is a missing value), loaded column-wise; returns its id. ``copied_from`` as for
+        :meth:`create_from_batches`."""
+        return self.sql.create_from_arrow(columns, batches, size, copied_from=copied_from)
 
     def append(self, rows_by_file: Mapping[str, Sequence[Mapping[str, str | None]]], field: str = "rows") -> int:
         """Append rows to one or several virtual files in one transaction; new keys add columns (errors
@@ -193,6 +198,10 @@ class VirtualFileStore(Resource):
     def inventory(self) -> list[tuple[str, datetime]]:
         """Every virtual file's id and creation time (UTC), oldest first."""
         return self.sql.inventory()
+
+    def copies(self) -> dict[str, str]:
+        """The copies ``store copy`` made here that are still here, by the id of the file each copies."""
+        return self.sql.copies()
 
     def collect_array_positions(self, cutoff: datetime, *, dry_run: bool = False) -> tuple[int, int]:
         """Remove the inline arrays' Iterate positions not moved since ``cutoff``; ``(removed, kept)``."""

@@ -130,16 +130,17 @@ class Writing(StoreCore):
     """Creating, replacing, appending to and dropping virtual files."""
 
     @contextlib.contextmanager
-    def create(self, columns: Sequence[str] = (), *, replace: str | None = None,
-               field: str = "") -> Iterator[RowWriter]:
+    def create(self, columns: Sequence[str] = (), *, replace: str | None = None, field: str = "",
+               copied_from: str | None = None) -> Iterator[RowWriter]:
         """A new virtual file, filled inside the ``with`` block; it exists only if the block succeeds.
 
         With ``replace=vf_id`` the rows of that virtual file are swapped for the new ones atomically
-        (same id, new generation: running iterations start over).
+        (same id, new generation: running iterations start over). ``copied_from``: a new file's origin
+        (:meth:`new_file`).
         """
         with self.writing() as conn, page_cache(conn, SQLITE_LOAD_KIB):
             if replace is None:
-                old, writer = None, self.new_file(conn, columns, field, unbuilt=True)
+                old, writer = None, self.new_file(conn, columns, field, unbuilt=True, copied_from=copied_from)
             else:
                 old = self.info(conn, replace, lock=True)
                 conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id == replace))
@@ -159,22 +160,28 @@ class Writing(StoreCore):
                 drop_row_table(conn, old.table)
 
     def new_file(self, conn: sa.Connection, columns: Sequence[str] = (), field: str = "", *,
-                 unbuilt: bool = False) -> RowWriter:
+                 unbuilt: bool = False, copied_from: str | None = None) -> RowWriter:
         """A new virtual file inside the caller's ``writing()`` transaction (several files, one commit).
 
         Nesting ``create()`` instead would open a second writer, which on SQLite waits for the first.
         ``unbuilt``: its row table is created by the writer's first rows (:class:`RowWriter`); the caller
         then writes only through the writer and calls :meth:`RowWriter.build` before the transaction ends.
+        ``copied_from``: the id of the file of another store this one copies (``store copy``), recorded in
+        the same transaction (:data:`.catalog.vf_origin`).
         """
         info = self.new_table(conn, uuid.uuid4().hex, columns, build=not unbuilt)
         conn.execute(sa.insert(cat.virtual_file).values(id=info.id, table_name=info.table_name, generation=1))
+        if copied_from is not None:
+            conn.execute(sa.insert(cat.vf_origin).values(vf_id=info.id, copied_from=copied_from))
         self.catalogue_columns(conn, info)
         return RowWriter(conn, info, field, unbuilt=unbuilt)
 
-    def create_from_batches(self, columns: Sequence[str], batches: Iterable[Sequence[Values]]) -> str:
+    def create_from_batches(self, columns: Sequence[str], batches: Iterable[Sequence[Values]], *,
+                            copied_from: str | None = None) -> str:
         """A new virtual file with ``columns`` holding every batch of value rows (aligned with ``columns``,
-        consumed lazily: the database stores rows while the next batch is produced); returns its id."""
-        with self.create(columns) as writer:
+        consumed lazily: the database stores rows while the next batch is produced); returns its id.
+        ``copied_from``: its origin (:meth:`new_file`)."""
+        with self.create(columns, copied_from=copied_from) as writer:
             writer.write_batches(columns, batches)
         return writer.vf_id
 
