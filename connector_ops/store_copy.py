@@ -27,7 +27,7 @@ import csv
 import io
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,8 +90,8 @@ class Item:
 
     kind: str  # VIRTUAL or PLATFORM
     old_id: str
-    size: int | None = None  # rows of a virtual file, bytes of a platform file (as listed)
-    estimated: bool = False  # ``size`` is PostgreSQL's estimate of the rows (a dry run), not a count
+    size: int | None = None  # rows of a virtual file (as listed; once copied, the rows copied), a platform file's bytes
+    estimated: bool = False  # ``size`` is PostgreSQL's estimate of the rows, not a count
     status: str = "to copy"  # "to copy", "copied", "already copied", "asset (not copied)", "failed"
     new_id: str | None = None
     error: str | None = None
@@ -149,16 +149,18 @@ def plan(source: dict[str, Any], dest: dict[str, Any], id_map: IdMap | None, kin
          estimate: bool = False) -> list[Item]:
     """Every file of the source stores of ``kinds``, oldest first, sized, and marked as already copied where
     the destination holds a copy of it: one it recorded (:func:`_recorded`), or one ``id_map`` names (a copy
-    gc removed since is copied again). ``estimate`` (a dry run): a virtual file's rows as PostgreSQL
-    estimates them where it does, not counted."""
+    gc removed since is copied again). A virtual file's rows: with ``estimate`` (a dry run), as PostgreSQL
+    estimates them where it does, else counted; without, for the copy's progress, as the store tells them at
+    no read of its own (``progress_rows``: PostgreSQL's estimate or none, SQLite's count)."""
     from connector_ops.resources.virtual_files.catalog import ASSET_FILE_PREFIX
 
     items: list[Item] = []
     if VIRTUAL in kinds and source["virtual_files"].stored():
         held, recorded = _recorded(dest["virtual_files"])
         for vf_id, _ in source["virtual_files"].inventory():
-            rows, exact = source["virtual_files"].row_count(vf_id, estimate=estimate)
-            item = Item(VIRTUAL, vf_id, rows, estimated=not exact)
+            rows, exact = (source["virtual_files"].row_count(vf_id, estimate=True) if estimate
+                           else source["virtual_files"].progress_rows(vf_id))
+            item = Item(VIRTUAL, vf_id, rows, estimated=rows is not None and not exact)
             if vf_id.startswith(ASSET_FILE_PREFIX):
                 item.status = "asset (not copied)"
             _mark_copied(item, id_map, held, recorded)
@@ -189,23 +191,44 @@ def _mark_copied(item: Item, id_map: IdMap | None, held: set[str], recorded: dic
         item.status, item.new_id = "already copied", new_id
 
 
-def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = None) -> str:
+def copy_virtual_file(source: Any, dest: Any, vf_id: str, rows: int | None = None) -> tuple[str, int]:
     """A copy of ``vf_id`` (rows in order, columns in order, a missing value missing) made in ``dest``, read
-    and written a batch at a time, its progress shown by rows (of ``rows``), ``vf_id`` recorded as its
-    origin in its transaction; its new id."""
+    and written a batch at a time, its progress shown by rows (of ``rows``, perhaps an estimate), ``vf_id``
+    recorded as its origin in its transaction; its new id and the rows it holds, counted as they were
+    written (no ``count(*)``, a read of the whole table, before or after)."""
     from connector_ops.frame_streams import peeked
     from connector_ops.kernel.progress import reported, track
 
+    copied = _Rows()
     columns, batches = source.scan_arrow(vf_id)
     with contextlib.closing(batches), track(f"copy {vf_id}", rows, "rows") as reporter:  # closed: the snapshot ends
         if not columns:  # rows that hold no value: Arrow has no batch for them
             batches.close()
             columns, tuples = source.scan_tuples(vf_id)
             with contextlib.closing(tuples):
-                return dest.create_from_batches(columns, tuples, copied_from=vf_id)
-        size, batches = peeked(batches)  # the load's size, measured on the first batches, as push_frame's
-        return dest.create_from_arrow(columns, reported(batches, reporter, lambda batch: batch.num_rows), size=size,
-                                      copied_from=vf_id)
+                new_id = dest.create_from_batches(columns, copied.counting(tuples, len), copied_from=vf_id)
+        else:
+            size, batches = peeked(batches)  # the load's size, measured on the first batches, as push_frame's
+            batches = copied.counting(reported(batches, reporter, _arrow_rows), _arrow_rows)
+            new_id = dest.create_from_arrow(columns, batches, size=size, copied_from=vf_id)
+    return new_id, copied.count
+
+
+def _arrow_rows(batch: Any) -> int:
+    return batch.num_rows
+
+
+class _Rows:
+    """The rows of the batches handed to the destination, counted as they go: once the copy is committed,
+    every one of them is written, so the count is the copy's."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def counting(self, batches: Iterable[Any], rows_of: Callable[[Any], int]) -> Iterator[Any]:
+        for batch in batches:
+            self.count += rows_of(batch)
+            yield batch
 
 
 def copy_platform_file(source: Any, dest: Any, file_id: str) -> str:
@@ -237,7 +260,9 @@ def copy_all(source: dict[str, Any], dest: dict[str, Any], items: list[Item], id
             continue
         try:
             if item.kind == VIRTUAL:
-                item.new_id = copy_virtual_file(source["virtual_files"], dest["virtual_files"], item.old_id, item.size)
+                item.new_id, item.size = copy_virtual_file(source["virtual_files"], dest["virtual_files"],
+                                                           item.old_id, item.size)
+                item.estimated = False
             else:
                 item.new_id = copy_platform_file(source["platform_files"], dest["platform_files"], item.old_id)
         except ConnectorOpsError as exc:

@@ -511,3 +511,57 @@ def test_store_copy_resumes_from_the_map_of_a_version_that_recorded_nothing(home
     assert f"already copied virtual file {vf_id} -> {earlier}" in resumed.stdout
     assert [file_id for file_id, _ in new.inventory()] == [earlier]
     assert len(map_lines(id_map)) == 4  # its line, then the two platform files'
+
+
+@POSTGRES
+def test_store_copy_counts_no_postgresql_file_and_says_the_rows_it_copied(home, own_database_url, tmp_path):
+    """``store copy`` counted every file with ``count(*)`` before copying it (a read of the whole table, for the
+    progress bar's total and the output's line), then read it again to copy it. Every statement the command
+    sends through SQLAlchemy is watched (a listener on every engine, the command run in this process): on a
+    PostgreSQL source none counts a file's rows; the bar goes by PostgreSQL's estimate where it has one
+    (here 3,000, of a file that holds 2,000 since), and the line and ``--json`` give the rows copied, counted
+    as they were written: exact, on PostgreSQL as on SQLite (whose count, which decodes no row, stays)."""
+    from connector_ops.resources.virtual_files import engines
+    from connector_ops.store_cli import store
+
+    source = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(tmp_path / "old"),
+                                  "CONNECTOR_OPS_DATABASE_URL": own_database_url})["virtual_files"]
+    seen = source.create_from_batches(["n"], [[(str(i),) for i in range(3_000)]])
+    unseen = source.create_from_batches(["n"], [[("1",), ("2",)]])
+    engine = engines.get_engine(own_database_url)
+    with engine.begin() as conn:
+        table = conn.execute(sa.text("SELECT table_name FROM cop_virtual_file WHERE id = :id"), {"id": seen}).scalar()
+        conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")  # the estimate stays put
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"VACUUM ANALYZE {table}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {table} WHERE seq > 2000")
+
+    statements: list[str] = []
+
+    def sent(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    env = {**moved_env(home, f"sqlite:///{tmp_path / 'new.db'}"), "CONNECTOR_OPS_PROGRESS_INTERVAL": "0"}
+    args = ["copy", "--from-database-url", own_database_url, "--from-files-dir", str(home / "files")]
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", sent)
+    try:
+        said = CliRunner().invoke(store, [*args, "--map", str(tmp_path / "ids.csv"), "--json"], env=env)
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", sent)
+    assert said.exit_code == 0, said.output
+    assert [s for s in statements if re.search(r"count\(", s, re.IGNORECASE)] == []
+    assert any("pg_class" in statement for statement in statements)  # the estimate asked, by a watched engine
+    files = {f["oldId"]: f for f in json.loads(said.stdout)["files"] if f["kind"] == "virtual_file"}
+    assert (files[seen]["rows"], files[unseen]["rows"]) == (2_000, 2)
+    assert not any("rowsEstimated" in f for f in files.values())
+    assert f"connector-ops: copy {seen}: 66% (2k rows of 3k rows)" in said.stderr  # against the estimate
+    assert f"connector-ops: copy {unseen}: 2 rows" in said.stderr  # no statistics yet: no total
+
+    sqlite_home = tmp_path / "sqlite home"
+    old = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(sqlite_home)})["virtual_files"]
+    wide = old.create_from_batches(["z", "a", "m"], big_rows(SCAN_BATCH + 7))
+    copied, _ = store_copy(moved_env(sqlite_home, own_database_url), "--map", str(tmp_path / "sqlite.csv"), "--json")
+    assert copied.returncode == 0, copied.stderr
+    [item] = [f for f in json.loads(copied.stdout)["files"] if f["kind"] == "virtual_file"]
+    assert (item["oldId"], item["rows"], "rowsEstimated" in item) == (wide, SCAN_BATCH + 7, False)

@@ -35,6 +35,16 @@ _PLANNED_ROWS = sa.text(
     "(pg_relation_size(oid) / current_setting('block_size')::int)) END FROM pg_class WHERE oid = to_regclass(:t)")
 
 
+def _planned_rows(conn: sa.Connection, info: VirtualFileInfo) -> int | None:
+    """PostgreSQL's estimate of the file's rows (:data:`_PLANNED_ROWS`); ``None`` before it keeps statistics."""
+    rows = conn.execute(_PLANNED_ROWS, {"t": conn.dialect.identifier_preparer.quote(info.table.name)}).scalar()
+    return None if rows is None else int(rows)
+
+
+def _counted_rows(conn: sa.Connection, info: VirtualFileInfo) -> int:
+    return conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one()
+
+
 class Reading(StoreCore):
     """Reading rows: previews, scans, fan-out ranges and Iterate's cursors."""
 
@@ -42,7 +52,7 @@ class Reading(StoreCore):
         """``(row count, column names, first n rows)`` in one snapshot (op metadata, previews)."""
         with self.reading() as conn:
             info = self.info(conn, vf_id)
-            count = conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one()
+            count = _counted_rows(conn, info)
             first = fetch_dicts(conn, info.names, select_rows(info).order_by(info.table.c.seq).limit(n))
             return count, list(info.names), first
 
@@ -53,11 +63,22 @@ class Reading(StoreCore):
         does not need exactly. Otherwise counted: the store keeps no count, and SQLite no estimate."""
         with self.reading() as conn:
             info = self.info(conn, vf_id)
-            if estimate and conn.dialect.name == "postgresql":
-                planned = conn.execute(_PLANNED_ROWS, {"t": conn.dialect.identifier_preparer.quote(info.table.name)})
-                if (rows := planned.scalar()) is not None:
-                    return int(rows), False
-            return conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one(), True
+            if estimate and conn.dialect.name == "postgresql" and (rows := _planned_rows(conn, info)) is not None:
+                return rows, False
+            return _counted_rows(conn, info), True
+
+    def progress_rows(self, vf_id: str) -> tuple[int | None, bool]:
+        """``(rows, exact)`` to show a read of the whole file against (``store copy``), costing no read of the
+        table where a count is one: on PostgreSQL its estimate (as :meth:`row_count` with ``estimate``), else
+        ``None``, since a ``count(*)`` reads every row and the copy reads them all again. SQLite, which keeps
+        no estimate, counts: its ``count(*)`` walks the table's pages without decoding a row, short beside a
+        copy's read of them (a 130 MiB table of 1 KiB rows, its pages dropped from the cache: 0.1 s, where the
+        copy into SQLite took 1.2 to 1.5 s; 1M rows of three short values: at most 47 ms, copied in 2.4 s)."""
+        with self.reading() as conn:
+            info = self.info(conn, vf_id)
+            if conn.dialect.name == "postgresql":
+                return _planned_rows(conn, info), False
+            return _counted_rows(conn, info), True
 
     def scan_tuples(self, vf_id: str, columns: Sequence[str] | None = None, *, batch_size: int = SCAN_BATCH,
                     field: str = "schema") -> tuple[list[str], Generator[list[tuple], None, None]]:

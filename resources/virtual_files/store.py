@@ -220,6 +220,11 @@ class VirtualFileStore(Resource):
         """``(rows, exact)``; with ``estimate``, PostgreSQL's estimate where it keeps one (no count read)."""
         return self.sql.row_count(vf_id, estimate=estimate)
 
+    def progress_rows(self, vf_id: str) -> tuple[int | None, bool]:
+        """``(rows, exact)`` to show a read of the whole file against, at no read of its own where a count is
+        one: PostgreSQL's estimate (``None`` without one); SQLite's count, which decodes no row."""
+        return self.sql.progress_rows(vf_id)
+
     def scan_tuples(self, vf_id: str, columns: Sequence[str] | None = None, *, batch_size: int = SCAN_BATCH,
                     field: str = "schema") -> tuple[list[str], Generator[list[tuple], None, None]]:
         """``(column names, batches of value tuples)`` in row order, read in one snapshot; ``columns`` selects
