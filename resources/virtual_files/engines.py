@@ -13,6 +13,11 @@ A process keeps at most :data:`KEPT_ENGINES` engines: one more closes the least 
 (no connection checked out) and not held by an open ``Session`` (:mod:`.engine_holds`), so that a notebook kernel
 or a code server going through many stores keeps a bounded number of files and server sessions open.
 
+An engine is built outside the lock every thread asking for one takes (:data:`_BUILDING`): a new engine waits for
+its database (a SQLite file's write lock, held by another process for up to the busy timeout), and the threads
+asking for other stores' engines no longer wait with it. Two threads asking for the same new store still get one
+engine: the second waits for the first's build.
+
 A process made by ``fork`` (a multiprocessing pool's worker) keeps the engines but not their pooled connections:
 those are its parent's sessions and files, and two processes on one PostgreSQL session read each other's answers
 ("server closed the connection unexpectedly"). The child's engines start on empty pools (SQLAlchemy's
@@ -28,6 +33,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +62,16 @@ from connector_ops.resources.virtual_files.store_file import StoreFile, watch
 _ENGINES: OrderedDict[str, sa.Engine] = OrderedDict()
 #: the file each SQLite engine of :data:`_ENGINES` opened (same keys; none for a database in memory)
 _FILES: dict[str, StoreFile] = {}
-_LOCK = threading.RLock()  # re-entered: a catalog being created may find its file changed (_forget)
+#: taken by every thread asking for an engine, for as long as it takes to find one kept or make room: never
+#: while one is built (:data:`_BUILDING`). Re-entrant since builds ran under it (a catalog being created could
+#: find its file changed: :func:`_forget`); kept so, though nothing run under it now is known to take it again
+_LOCK = threading.RLock()
+#: the engines being built, by key (:func:`_shared_engine`), each a future the threads asking for the same key
+#: wait for; built outside :data:`_LOCK`, because a build waits for the database: a SQLite file's catalog check
+#: for its write lock (up to the 60 s busy timeout, while another process writes), a PostgreSQL server for its
+#: connection. Under the lock, every thread asking for any other store's engine, kept or not, waited as long
+#: (5.6 s measured, for a store that had nothing to do with the locked file)
+_BUILDING: dict[str, Future[None]] = {}
 
 #: name -> (nargs, fn) registered on every SQLite connection (e.g. the ``$regex`` matcher).
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
@@ -75,7 +90,7 @@ CLIENT_CHECK_MS = 5000
 _WRITE_OPTION = "cop_write"
 WRITE = {_WRITE_OPTION: True}
 #: a SQLite write transaction that begins without waiting for a checkpoint of its file (``before_write``): the
-#: catalog's check as an engine is made, under :data:`_LOCK`, which every thread asking for an engine takes
+#: catalog's check as an engine is made, which every thread asking for that store's engine waits for
 _UNSETTLED_OPTION = "cop_unsettled"
 _UNSETTLED = {_UNSETTLED_OPTION: True}
 
@@ -186,52 +201,83 @@ def get_engine(url: str, min_free_disk: int | None = None) -> sa.Engine:
 
 
 def _shared_engine(url: str, min_free_disk: int | None) -> sa.Engine:
+    """The engine kept for ``url``, or one built for it outside :data:`_LOCK`: by this thread, or by the one
+    building it already, which this one waits for (:data:`_BUILDING`). A build that fails keeps nothing, and the
+    threads that waited for it raise its error: they asked at the same moment, and a try of their own each, one
+    after another, made the last of n threads wait n busy timeouts for a file another process kept locked. Not
+    when the builder's thread was interrupted (Ctrl-C): that is not their answer, and they try again."""
     key = normalise_url(url)
+    while True:
+        with _LOCK:
+            engine = _current(key)
+            if engine is not None:
+                _ENGINES.move_to_end(key)
+                return engine
+            building = _BUILDING.get(key)
+            if building is None:
+                building = _BUILDING[key] = Future()
+                break
+        building.result()  # another thread's build of it: its error, or the engine it kept (asked for again)
+    try:
+        engine, file = _build(key, min_free_disk)
+    except BaseException as exc:
+        with _LOCK:
+            del _BUILDING[key]
+        if isinstance(exc, Exception):  # the database's answer: the waiters' own tries would only wait for it again
+            building.set_exception(exc)
+        else:  # the builder's thread interrupted (Ctrl-C), not theirs: they try again, one of them building
+            building.set_result(None)
+        raise
     with _LOCK:
-        engine = _current(key)
-        if engine is not None:
-            _ENGINES.move_to_end(key)
-            return engine
-        parsed = make_url(key)
-        file = None
-        if parsed.get_backend_name() == "sqlite":
-            path = parsed.database if parsed.database and parsed.database != ":memory:" else None
-            if path and not path.startswith("file:"):
-                # the file as the process finds it now, for good: a relative path (sqlite:///my.db) read again
-                # after a chdir (a notebook's %cd) would name another file, and the check of the file at the path
-                # (:mod:`.store_file`) would take it for the store's file replaced
-                path = host_path(os.path.abspath(path))  # Python's form for its own calls (:mod:`.sqlite_names`)
-                parsed = parsed.set(database=sqlite_name(path))
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            engine = sa.create_engine(parsed, connect_args={"timeout": 60, "check_same_thread": False,
-                                                            "factory": InterruptibleConnection})
-            if path:  # its checks first: a transaction on a file gone stops before it waits for a lock
-                file = watch(engine, path, functools.partial(_forget, key, engine), is_writing)
-            _setup_sqlite(engine, path)
-            open_by_host_path(engine)
-            if path:  # a full disk, reads and connects included, named with its folder (:mod:`.sqlite_faults`)
-                name_sqlite_faults(engine, path)
-        else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
-            from connector_ops.resources.virtual_files import db_errors
-            from connector_ops.resources.virtual_files.pg_cancel import cancel_on_interrupt
-
-            engine = sa.create_engine(key, pool_pre_ping=True, poolclass=db_errors.StorePool,
-                                      **pool_settings(), connect_args={"client_encoding": "utf8"})
-            cancel_on_interrupt(engine)
-            db_errors.install(engine, functools.partial(_forget, key, engine))
-            _check_client(engine)
-        try:
-            _create_catalog(engine if min_free_disk is None else with_floor(engine, min_free_disk))
-        except Exception:
-            engine.dispose()  # not cached: the next call tries again (the server may be back)
-            raise
-        _check_stamp_on_write(engine)
+        del _BUILDING[key]
         _ENGINES[key] = engine
         if file is not None:
             _FILES[key] = file
             checkpoints_opened(file.path)
         _make_room()
-        return engine
+    building.set_result(None)
+    return engine
+
+
+def _build(key: str, min_free_disk: int | None) -> tuple[sa.Engine, StoreFile | None]:
+    """A new engine for ``key``, with its catalog created and checked, and the SQLite file it opened (not kept
+    yet: :func:`_shared_engine` does). Disposed of if the catalog cannot be made: the next call tries again
+    (the server may be back)."""
+    parsed = make_url(key)
+    file = None
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database if parsed.database and parsed.database != ":memory:" else None
+        if path and not path.startswith("file:"):
+            # the file as the process finds it now, for good: a relative path (sqlite:///my.db) read again
+            # after a chdir (a notebook's %cd) would name another file, and the check of the file at the path
+            # (:mod:`.store_file`) would take it for the store's file replaced
+            path = host_path(os.path.abspath(path))  # Python's form for its own calls (:mod:`.sqlite_names`)
+            parsed = parsed.set(database=sqlite_name(path))
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(parsed, connect_args={"timeout": 60, "check_same_thread": False,
+                                                        "factory": InterruptibleConnection})
+        if path:  # its checks first: a transaction on a file gone stops before it waits for a lock
+            file = watch(engine, path, functools.partial(_forget, key, engine), is_writing)
+        _setup_sqlite(engine, path)
+        open_by_host_path(engine)
+        if path:  # a full disk, reads and connects included, named with its folder (:mod:`.sqlite_faults`)
+            name_sqlite_faults(engine, path)
+    else:  # the store's COPY bytes are UTF-8 whatever the database's encoding: the server converts
+        from connector_ops.resources.virtual_files import db_errors
+        from connector_ops.resources.virtual_files.pg_cancel import cancel_on_interrupt
+
+        engine = sa.create_engine(key, pool_pre_ping=True, poolclass=db_errors.StorePool,
+                                  **pool_settings(), connect_args={"client_encoding": "utf8"})
+        cancel_on_interrupt(engine)
+        db_errors.install(engine, functools.partial(_forget, key, engine))
+        _check_client(engine)
+    try:
+        _create_catalog(engine if min_free_disk is None else with_floor(engine, min_free_disk))
+    except BaseException:
+        engine.dispose()
+        raise
+    _check_stamp_on_write(engine)
+    return engine, file
 
 
 def _make_room() -> None:
@@ -423,9 +469,12 @@ def _create_catalog(engine: sa.Engine, attempts: int = 3) -> None:
 def _after_fork() -> None:
     """In a forked child: every engine on a new, empty pool; the parent's pooled connections are kept
     referenced and unclosed (closing one here would end the parent's PostgreSQL session, or touch its SQLite
-    file's locks), and the lock, which a parent's thread may have held at the fork, made anew."""
+    file's locks), and the lock, which a parent's thread may have held at the fork, made anew. The builds under
+    way in the parent's other threads are not the child's: nothing would end them here, and a thread asking for
+    one of those stores waits for none but builds its own."""
     global _LOCK
     _LOCK = threading.RLock()
+    _BUILDING.clear()
     for engine in _ENGINES.values():
         abandon(engine.pool)
         engine.dispose(close=False)
@@ -435,7 +484,8 @@ def dispose(url: str) -> None:
     """Dispose of the engine of ``url`` and forget it, if there is one (:mod:`.engine_holds`: its last scoped
     holder closed); a later :func:`get_engine` makes another. Returns once a SQLite file's connections are all
     closed, its checkpoint connection too (the last to close copies the log into the file and deletes it), as a
-    ``with Session()`` block's end promises; waited for outside :data:`_LOCK`."""
+    ``with Session()`` block's end promises; waited for outside :data:`_LOCK`. An engine another thread is
+    building meanwhile is kept once built, as if asked for just after this call."""
     with _LOCK:
         path = _drop(normalise_url(url))
     if path is not None:

@@ -1,0 +1,201 @@
+"""A store's engine is built without holding up the threads asking for other stores' engines
+(:data:`engines._BUILDING`).
+
+A new SQLite engine checks its catalog in a write transaction, which waits for the file's write lock while
+another process holds it (up to the 60 s busy timeout). That build ran under the lock every thread asking for
+any engine takes: a thread asking for an unrelated store, its engine kept or new, waited as long (5.6 s
+measured). Here another process holds the write lock of a store's file until the test lets it go (through a
+pipe), and the engines of other stores are asked for while that store's build waits for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from connector_ops.kernel.errors import ActionFailed
+from connector_ops.resources.virtual_files import engines
+from connector_ops.resources.virtual_files.engines import get_engine
+
+#: holds the write lock of the SQLite file argv[1] (in WAL mode, so readers go on), having run the statements
+#: argv[2:] in its transaction, until it reads a line; then commits
+HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA journal_mode=WAL")
+conn.execute("BEGIN IMMEDIATE")
+for statement in sys.argv[2:]:
+    conn.execute(statement)
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+conn.close()
+"""
+
+
+@contextlib.contextmanager
+def write_locked(path: Path, *statements: str) -> Iterator[Callable[[], None]]:
+    """Another process holds the write lock of the SQLite file at ``path`` until the call this gives is made
+    (or the block ends)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), *statements], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdin is not None and holder.stdout is not None
+
+    def release() -> None:  # a line, not the pipe's end: a forked child keeps the pipe open
+        assert holder.stdin is not None
+        if not holder.stdin.closed:
+            holder.stdin.write("\n")
+            holder.stdin.close()
+        assert holder.wait(60) == 0
+
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield release
+    finally:
+        release()
+        holder.stdout.close()
+
+
+class Asking(threading.Thread):
+    """A thread asking for the engine of ``url``: the engine it got, or the error; ``asking`` once it calls
+    :func:`get_engine`; ``connects``, the connections opened in it (one per engine built: the catalog's
+    check), and ``connected`` from the first (its build is under way). With ``go``, its connections wait for
+    that event as they open."""
+
+    def __init__(self, url: str, go: threading.Event | None = None) -> None:
+        super().__init__(daemon=True)
+        self.url, self.go = url, go
+        self.engine: sa.Engine | None = None
+        self.error: BaseException | None = None
+        self.asking, self.connected = threading.Event(), threading.Event()
+        self.connects = 0
+
+    def run(self) -> None:
+        self.asking.set()
+        try:
+            self.engine = get_engine(self.url)
+        except BaseException as exc:
+            self.error = exc
+
+    def answered(self, timeout: float = 60) -> bool:
+        """Whether the thread has its answer within ``timeout`` seconds (generous: it is not a speed)."""
+        self.join(timeout)
+        return not self.is_alive()
+
+
+@pytest.fixture(autouse=True)
+def connects() -> Iterator[None]:
+    """Every new connection of every pool, counted in the :class:`Asking` thread that opened it."""
+    def on_connect(_dbapi_conn: Any, _record: Any) -> None:
+        thread = threading.current_thread()
+        if isinstance(thread, Asking):
+            thread.connects += 1
+            thread.connected.set()
+            if thread.go is not None:
+                assert thread.go.wait(120)
+
+    sa.event.listen(sa.pool.Pool, "connect", on_connect)
+    try:
+        yield
+    finally:
+        sa.event.remove(sa.pool.Pool, "connect", on_connect)
+
+
+def store_url(folder: Path, name: str) -> str:
+    return f"sqlite:///{folder / name / 'vf.db'}"
+
+
+def test_a_new_engine_waiting_for_its_file_holds_up_no_other_store(tmp_path: Path) -> None:
+    locked, kept, new = (store_url(tmp_path, name) for name in ("locked", "kept", "new"))
+    kept_engine = get_engine(kept)
+    with write_locked(tmp_path / "locked" / "vf.db") as release:
+        building = Asking(locked)
+        building.start()
+        assert building.connected.wait(60)  # its build is under way: the catalog's check waits for the lock
+        others = [Asking(kept), Asking(new)]
+        for other in others:
+            other.start()
+        for other in others:  # they waited with the locked store's build, until its lock was let go
+            assert other.answered(30) and other.error is None
+        assert others[0].engine is kept_engine and others[1].engine is get_engine(new)
+        assert building.is_alive()  # still waiting for the file's write lock
+        release()
+        assert building.answered() and building.error is None
+    assert building.engine is get_engine(locked)
+    assert building.connects == 1
+
+
+def test_two_threads_asking_for_a_new_store_get_one_engine(tmp_path: Path) -> None:
+    url = store_url(tmp_path, "one")
+    with write_locked(tmp_path / "one" / "vf.db") as release:
+        first, second = Asking(url), Asking(url)
+        first.start()
+        assert first.connected.wait(60)
+        second.start()
+        assert second.asking.wait(60)
+        release()
+        assert first.answered() and second.answered()
+    assert first.error is None and second.error is None
+    assert first.engine is second.engine is get_engine(url)
+    assert first.connects + second.connects == 1  # built once
+
+
+def test_the_threads_waiting_for_a_failed_build_raise_its_error(tmp_path: Path) -> None:
+    """The build fails (a newer release's layout, stamped by the process holding the lock): nothing is kept,
+    and the thread waiting for it raises the same error rather than trying again after it (another wait for the
+    lock, each thread in turn)."""
+    url = store_url(tmp_path, "newer")
+    newer = ("CREATE TABLE cop_store_layout (id INTEGER PRIMARY KEY, version INTEGER NOT NULL, "
+             "written_by VARCHAR NOT NULL)", "INSERT INTO cop_store_layout VALUES (1, 999, '999.0')")
+    with write_locked(tmp_path / "newer" / "vf.db", *newer) as release:
+        first, second = Asking(url), Asking(url)
+        first.start()
+        assert first.connected.wait(60)
+        second.start()
+        assert second.asking.wait(60)
+        release()
+        assert first.answered() and second.answered()
+    assert isinstance(first.error, ActionFailed) and second.error is first.error
+    assert first.connects + second.connects == 1
+    assert engines.store_file(url) is None  # nothing kept: the next call tries again
+    with pytest.raises(ActionFailed, match="layout 999"):
+        get_engine(url)
+
+
+def _ask_in_child(url: str) -> None:
+    get_engine(url)
+
+
+def test_a_child_forked_while_a_build_is_under_way_builds_its_own(tmp_path: Path) -> None:
+    """A process forked while a thread builds an engine has no such thread: asking for that store there waited
+    for a build nothing would end. The build is held as its connection opens (not inside SQLite, whose locks a
+    fork would leave held in the child)."""
+    url = store_url(tmp_path, "forked")
+    go = threading.Event()
+    building = Asking(url, go)
+    building.start()
+    try:
+        assert building.connected.wait(60)
+        child = multiprocessing.get_context("fork").Process(target=_ask_in_child, args=(url,))
+        child.start()
+        try:
+            child.join(60)
+            assert child.exitcode == 0  # its own engine, while the parent's build still waits
+        finally:
+            if child.is_alive():
+                child.terminate()
+                child.join()
+    finally:
+        go.set()
+    assert building.answered() and building.error is None
+    assert building.engine is get_engine(url)
