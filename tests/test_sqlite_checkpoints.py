@@ -4,13 +4,15 @@ the database file; readers and writers see the same rows throughout."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from connector_ops.resources.virtual_files import checkpoints
+from connector_ops.resources.virtual_files import checkpoints, engines
 from connector_ops.resources.virtual_files.store import VirtualFileStore
 
 
@@ -264,3 +266,63 @@ def test_a_checkpoint_connection_follows_the_file_at_its_path(tmp_path, opened):
         writer.close()
     assert busy == 0 and log == done
     checkpoints.forget(str(path))
+
+
+@pytest.fixture
+def checkpoint_held(tmp_path, monkeypatch):
+    """A store whose background checkpoint is held as it opens its connection (inside
+    :func:`checkpoints.checkpoint`) until the test sets the event given (or ends): the thread closes no file's
+    connection meanwhile. Yields the file's path and the event; the process's other engines disposed of first."""
+    path = tmp_path / "held" / "vf.db"
+    go, connecting = threading.Event(), threading.Event()
+    real = sqlite3.connect
+
+    def held(database, *args, **kwargs):
+        if threading.current_thread().name == "sqlite-checkpoints" and str(path) in str(database):
+            connecting.set()
+            go.wait(120)
+        return real(database, *args, **kwargs)
+
+    engines.dispose_all()
+    store = VirtualFileStore(database_url=f"sqlite:///{path}")
+    monkeypatch.setattr(checkpoints.sqlite3, "connect", held)
+    store.create_from_batches(["a", "b"], [[(str(i), "v" * 60) for i in range(70_000)]])  # a checkpoint asked
+    try:
+        assert connecting.wait(120)
+        yield str(path), go
+    finally:
+        go.set()
+        checkpoints.wait()
+
+
+def warnings_of_checkpoints(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == checkpoints.__name__ and r.levelno == logging.WARNING]
+
+
+def test_a_close_not_done_in_time_says_so(checkpoint_held, monkeypatch, caplog):
+    """The wait for a file's checkpoint connection to close ended at its timeout in silence: a ``with Session()``
+    block's end returned as if the file were let go of. It now says which file is still open, and returns so."""
+    path, go = checkpoint_held
+    with monkeypatch.context() as short, caplog.at_level(logging.WARNING, logger=checkpoints.__name__):
+        short.setattr(checkpoints, "SETTLE_SECONDS", 0.2)
+        assert engines.dispose(f"sqlite:///{path}") is False
+    [said] = warnings_of_checkpoints(caplog)
+    assert said.startswith("1 SQLite file(s) still open after 0.2 s") and said.endswith(f": {path}")
+    go.set()
+    assert checkpoints.closed(path) is True  # once the checkpoint is done, the thread closes it
+
+
+def test_the_files_of_all_engines_are_waited_for_together(checkpoint_held, tmp_path, monkeypatch, caplog):
+    """``dispose_all`` waited for each file's connection to close in turn, each up to ``SETTLE_SECONDS``: 60 s
+    per file behind one long checkpoint (the thread closes them in order). One wait now, by one deadline, for
+    them all: it expires once (one warning, naming both files), not once per file."""
+    path, go = checkpoint_held
+    other = VirtualFileStore(database_url=f"sqlite:///{tmp_path / 'other' / 'vf.db'}")
+    other.create_from_batches(["a"], [[("x",)]])
+    with monkeypatch.context() as short, caplog.at_level(logging.WARNING, logger=checkpoints.__name__):
+        short.setattr(checkpoints, "SETTLE_SECONDS", 0.2)
+        assert engines.dispose_all() is False
+    [said] = warnings_of_checkpoints(caplog)
+    assert said.startswith("2 SQLite file(s) still open") and path in said and str(tmp_path / "other") in said
+    go.set()
+    assert engines.dispose_all() is True and checkpoints.closed(path, str(tmp_path / "other" / "vf.db")) is True

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import queue
 import sqlite3
@@ -52,8 +53,11 @@ from connector_ops.resources.virtual_files.log_on_close import keep_log_on_close
 #: the log size from which a checkpoint is asked for (SQLite's own default: 1000 pages of 4 KiB)
 WAL_BYTES = 4 << 20
 
-#: how long a write waits for a checkpoint of its file before it goes on regardless (and appends to the log)
+#: how long a write waits for a checkpoint of its file before it goes on regardless (and appends to the log);
+#: and a close (:func:`closed`) for the connections of the files it let go of, all together
 SETTLE_SECONDS = 60.0
+
+_log = logging.getLogger(__name__)
 
 #: what the thread is asked to do, in order: ``(path, True)`` checkpoint that file, ``(path, False)`` close its
 #: connection (:func:`forget`)
@@ -333,11 +337,23 @@ def forget(path: str) -> None:
         _ask(path, False)
 
 
-def closed(path: str) -> None:
-    """Until the thread has closed the connection :func:`forget` asked it to close (after the checkpoints of
-    the file asked for before): for a caller that must find the file let go of when it returns."""
+def closed(*paths: str) -> bool:
+    """Until the thread has closed the connections :func:`forget` asked it to close for the files at ``paths``
+    (after the checkpoints of those files asked for before): for a caller that must find the files let go of
+    when it returns. Whether it has; if not within :data:`SETTLE_SECONDS`, a warning names the files still open
+    (a checkpoint running that long: the thread closes them once it is done).
+
+    All the files are waited for together, by one deadline: :func:`.engines.dispose_all` closes every engine of
+    the process, and a wait of its own for each file, in turn, could take 60 s per file."""
+    waited = set(paths)
     with _finished:
-        _finished.wait_for(lambda: path not in _closing, timeout=SETTLE_SECONDS)
+        if _finished.wait_for(lambda: not waited & _closing.keys(), timeout=SETTLE_SECONDS):
+            return True
+        left = sorted(waited & _closing.keys())
+    _log.warning("%d SQLite file(s) still open after %g s, waiting for their checkpoint connection to close "
+                 "(a checkpoint still running?); the checkpoint thread closes them once done: %s",
+                 len(left), SETTLE_SECONDS, ", ".join(left))
+    return False
 
 
 @atexit.register

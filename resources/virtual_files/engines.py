@@ -480,20 +480,21 @@ def _after_fork() -> None:
         engine.dispose(close=False)
 
 
-def dispose(url: str) -> None:
+def dispose(url: str) -> bool:
     """Dispose of the engine of ``url`` and forget it, if there is one (:mod:`.engine_holds`: its last scoped
     holder closed); a later :func:`get_engine` makes another. Returns once a SQLite file's connections are all
     closed, its checkpoint connection too (the last to close copies the log into the file and deletes it), as a
     ``with Session()`` block's end promises; waited for outside :data:`_LOCK`. An engine another thread is
-    building meanwhile is kept once built, as if asked for just after this call."""
+    building meanwhile is kept once built, as if asked for just after this call. Whether the file was let go
+    of within :data:`.checkpoints.SETTLE_SECONDS` (if not, a warning says so: :func:`.checkpoints.closed`)."""
     with _LOCK:
         path = _drop(normalise_url(url))
-    if path is not None:
-        checkpoints_closed(path)
+    return path is None or checkpoints_closed(path)
 
 
-def dispose_all() -> None:
+def dispose_all() -> bool:
+    """Dispose of every engine of the process, as :func:`dispose` does (the end of a test session, a test that
+    needs the engines made anew): their SQLite files waited for together, until one deadline, not in turn."""
     with _LOCK:
         paths = [path for key in list(_ENGINES) if (path := _drop(key)) is not None]
-    for path in paths:
-        checkpoints_closed(path)
+    return checkpoints_closed(*paths)
