@@ -98,6 +98,20 @@ def test_a_store_an_open_session_holds_is_not_closed_to_make_room(tmp_path: Path
     assert open_stores(tmp_path / "held") == set()  # the session's close disposed of it, as before
 
 
+def test_the_engine_just_made_is_kept_when_every_other_is_in_use(stores_dir: Path) -> None:
+    """With every kept engine in use, the one just made was the only one left to close: its caller got an engine
+    already let go of (its file no longer watched for being replaced, its checkpoints no longer run)."""
+    other_engines(stores_dir)
+    in_use = [get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}").connect() for i in range(KEPT_ENGINES)]
+    try:
+        url = f"sqlite:///{stores_dir / 'new' / 'vf.db'}"
+        engine = get_engine(url)
+        assert engines.store_file(url) is not None and get_engine(url) is engine  # kept, not closed
+    finally:
+        for conn in in_use:
+            conn.close()
+
+
 def test_a_database_in_memory_is_never_closed_to_make_room(stores_dir: Path) -> None:
     url = "sqlite://"
     engines.dispose(url)  # a database in memory of this test's own

@@ -285,14 +285,15 @@ def _make_room() -> None:
     :data:`_LOCK`). Never one with a connection checked out (a transaction, an open cursor) or one an open
     ``Session`` holds (its close disposes of it, :mod:`.engine_holds`): the count then stays above the bound
     until an engine is made after they are done. Nor a SQLite database without a file of its own (in memory,
-    a ``file:`` URI): its rows live in its connections. An action asks for its engine at every transaction,
-    which keeps it among the most recent; one closed between two of them gets a new engine at the next, as a
-    fresh process would."""
+    a ``file:`` URI): its rows live in its connections. Nor the engine just made, the last: its caller is
+    about to use it, and every other engine in use left only it to close. An action asks for its engine at
+    every transaction, which keeps it among the most recent; one closed between two of them gets a new engine
+    at the next, as a fresh process would."""
     excess = len(_ENGINES) - KEPT_ENGINES
     if excess <= 0:
         return
     held = engine_holds.held(normalise_url)
-    for key, engine in list(_ENGINES.items()):
+    for key, engine in list(_ENGINES.items())[:-1]:
         if excess <= 0:
             break
         on_file = key in _FILES or engine.dialect.name != "sqlite"
