@@ -364,11 +364,30 @@ def close_all() -> None:
             _close(path)
 
 
+def _before_fork() -> None:
+    """A fork waits until the thread is out of SQLite (its SQLite work all runs under :data:`_connections_lock`).
+
+    SQLite's own locks (its allocator's, its file system layer's) are process-wide, and a child made by ``fork``
+    while the thread held one inherits it held by a thread it does not have: the child's first SQLite call,
+    on any file, waits for ever. Forking right after a large write (a multiprocessing pool's workers made while
+    its checkpoint ran) did so 7 times in 400 (the child's stack in ``sqlite3Malloc``'s mutex). The fork now
+    waits for the checkpoint under way, as a write waits for it (:func:`before_write`)."""
+    _connections_lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _connections_lock.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+
+
 @in_child
 def _after_fork() -> None:
     """A forked child starts with no checkpoint thread, queue or kept connection of its own: the parent's
     connections are left unclosed (:mod:`~connector_ops.kernel.forks`), its thread did not follow the fork,
-    and its locks may have been held by that thread at the fork."""
+    and its locks may have been held by that thread at the fork (:data:`_connections_lock` was, by the
+    parent's fork itself: :func:`_before_fork`)."""
     global _queue, _lock, _finished, _thread, _connections_lock
     abandon(*(conn for conn, _ in _connections.values()))
     _connections.clear()  # not _opened: the child keeps the engines (:mod:`.engines`), on pools of its own
