@@ -15,6 +15,7 @@ import multiprocessing
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,21 +68,19 @@ def write_locked(path: Path, *statements: str) -> Iterator[Callable[[], None]]:
 
 
 class Asking(threading.Thread):
-    """A thread asking for the engine of ``url``: the engine it got, or the error; ``asking`` once it calls
-    :func:`get_engine`; ``connects``, the connections opened in it (one per engine built: the catalog's
-    check), and ``connected`` from the first (its build is under way). With ``go``, its connections wait for
-    that event as they open."""
+    """A thread asking for the engine of ``url``: the engine it got, or the error; ``connects``, the connections
+    opened in it (one per engine built: the catalog's check), and ``connected`` from the first (its build is
+    under way). With ``go``, its connections wait for that event as they open."""
 
     def __init__(self, url: str, go: threading.Event | None = None) -> None:
         super().__init__(daemon=True)
         self.url, self.go = url, go
         self.engine: sa.Engine | None = None
         self.error: BaseException | None = None
-        self.asking, self.connected = threading.Event(), threading.Event()
+        self.connected = threading.Event()
         self.connects = 0
 
     def run(self) -> None:
-        self.asking.set()
         try:
             self.engine = get_engine(self.url)
         except BaseException as exc:
@@ -135,16 +134,36 @@ def test_a_new_engine_waiting_for_its_file_holds_up_no_other_store(tmp_path: Pat
     assert building.connects == 1
 
 
+def waits_for_a_build(thread: Asking) -> bool:
+    """Whether ``thread`` comes to wait for another thread's build (``Future.result``, seen in its stack)
+    within 60 s: started alone, it may not have got there yet when the build ends, and would build again."""
+    for _ in range(6000):
+        frame = sys._current_frames().get(thread.ident or 0)
+        while frame is not None:
+            if frame.f_code.co_name == "result" and "concurrent" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        time.sleep(0.01)
+    return False
+
+
+def asked_together(url: str, release: Callable[[], None]) -> tuple[Asking, Asking]:
+    """Two threads asking for ``url``'s new engine: the first building it (waiting for the file's write lock),
+    the second waiting for that build; then the lock let go, and both answered."""
+    first, second = Asking(url), Asking(url)
+    first.start()
+    assert first.connected.wait(60)
+    second.start()
+    assert waits_for_a_build(second)
+    release()
+    assert first.answered() and second.answered()
+    return first, second
+
+
 def test_two_threads_asking_for_a_new_store_get_one_engine(tmp_path: Path) -> None:
     url = store_url(tmp_path, "one")
     with write_locked(tmp_path / "one" / "vf.db") as release:
-        first, second = Asking(url), Asking(url)
-        first.start()
-        assert first.connected.wait(60)
-        second.start()
-        assert second.asking.wait(60)
-        release()
-        assert first.answered() and second.answered()
+        first, second = asked_together(url, release)
     assert first.error is None and second.error is None
     assert first.engine is second.engine is get_engine(url)
     assert first.connects + second.connects == 1  # built once
@@ -158,13 +177,7 @@ def test_the_threads_waiting_for_a_failed_build_raise_its_error(tmp_path: Path) 
     newer = ("CREATE TABLE cop_store_layout (id INTEGER PRIMARY KEY, version INTEGER NOT NULL, "
              "written_by VARCHAR NOT NULL)", "INSERT INTO cop_store_layout VALUES (1, 999, '999.0')")
     with write_locked(tmp_path / "newer" / "vf.db", *newer) as release:
-        first, second = Asking(url), Asking(url)
-        first.start()
-        assert first.connected.wait(60)
-        second.start()
-        assert second.asking.wait(60)
-        release()
-        assert first.answered() and second.answered()
+        first, second = asked_together(url, release)
     assert isinstance(first.error, ActionFailed) and second.error is first.error
     assert first.connects + second.connects == 1
     assert engines.store_file(url) is None  # nothing kept: the next call tries again
