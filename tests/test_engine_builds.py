@@ -171,14 +171,18 @@ def test_two_threads_asking_for_a_new_store_get_one_engine(tmp_path: Path) -> No
 
 def test_the_threads_waiting_for_a_failed_build_raise_its_error(tmp_path: Path) -> None:
     """The build fails (a newer release's layout, stamped by the process holding the lock): nothing is kept,
-    and the thread waiting for it raises the same error rather than trying again after it (another wait for the
-    lock, each thread in turn)."""
+    and the thread waiting for it raises the same error, as its own, rather than trying again after it (another
+    wait for the lock, each thread in turn)."""
     url = store_url(tmp_path, "newer")
     newer = ("CREATE TABLE cop_store_layout (id INTEGER PRIMARY KEY, version INTEGER NOT NULL, "
              "written_by VARCHAR NOT NULL)", "INSERT INTO cop_store_layout VALUES (1, 999, '999.0')")
     with write_locked(tmp_path / "newer" / "vf.db", *newer) as release:
         first, second = asked_together(url, release)
-    assert isinstance(first.error, ActionFailed) and second.error is first.error
+    assert isinstance(first.error, ActionFailed) and isinstance(second.error, ActionFailed)
+    # the same error, as the waiter's own: raised by every waiter, the builder's one object had each waiter's
+    # frames added to its traceback
+    assert str(second.error) == str(first.error) and second.error is not first.error
+    assert second.error.__cause__ is first.error
     assert first.connects + second.connects == 1
     assert engines.store_file(url) is None  # nothing kept: the next call tries again
     with pytest.raises(ActionFailed, match="layout 999"):
@@ -212,3 +216,48 @@ def test_a_child_forked_while_a_build_is_under_way_builds_its_own(tmp_path: Path
         go.set()
     assert building.answered() and building.error is None
     assert building.engine is get_engine(url)
+
+
+def test_a_build_interrupted_as_it_makes_room_leaves_no_thread_waiting(tmp_path: Path) -> None:
+    """The builder's thread interrupted (Ctrl-C) after its engine was kept, as it closed an old engine to make
+    room: the thread waiting for that build waited for ever (its build was never said to be over). It now
+    takes the engine kept."""
+    engines.dispose_all()  # the process's engines are these tests' alone: the oldest is closed first
+    kept = [get_engine(store_url(tmp_path, f"other-{i}")) for i in range(engines.KEPT_ENGINES)]
+    for engine in kept:
+        with engine.connect():  # a pooled connection, which making room closes
+            pass
+    oldest = kept[0]  # the least recently asked for
+
+    def interrupted(*_: Any) -> None:
+        if isinstance(threading.current_thread(), Asking):
+            raise KeyboardInterrupt
+
+    sa.event.listen(oldest.pool, "close", interrupted)
+    url = store_url(tmp_path, "new")
+    try:
+        with write_locked(tmp_path / "new" / "vf.db") as release:
+            first, second = asked_together(url, release)
+    finally:
+        sa.event.remove(oldest.pool, "close", interrupted)
+    assert isinstance(first.error, KeyboardInterrupt)
+    assert second.error is None and second.engine is get_engine(url)
+
+
+def test_dispose_waits_for_a_build_under_way_and_disposes_of_what_it_kept(tmp_path: Path) -> None:
+    """A store disposed of while another thread built its engine: the build kept it afterwards, and the file was
+    open again once ``dispose`` had said it was let go of (a ``with Session()`` block's end)."""
+    url = store_url(tmp_path, "disposed")
+    with write_locked(tmp_path / "disposed" / "vf.db") as release:
+        building = Asking(url)
+        building.start()
+        assert building.connected.wait(60)
+        disposed: list[bool] = []
+        disposing = threading.Thread(target=lambda: disposed.append(engines.dispose(url)), daemon=True)
+        disposing.start()
+        disposing.join(1)
+        assert disposing.is_alive()  # waits for the build (its file's write lock)
+        release()
+        assert building.answered() and building.error is None
+        disposing.join(60)
+    assert disposed == [True] and engines.store_file(url) is None

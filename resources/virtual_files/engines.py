@@ -27,6 +27,7 @@ those are its parent's sessions and files, and two processes on one PostgreSQL s
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import threading
@@ -205,37 +206,62 @@ def _shared_engine(url: str, min_free_disk: int | None) -> sa.Engine:
     building it already, which this one waits for (:data:`_BUILDING`). A build that fails keeps nothing, and the
     threads that waited for it raise its error: they asked at the same moment, and a try of their own each, one
     after another, made the last of n threads wait n busy timeouts for a file another process kept locked. Not
-    when the builder's thread was interrupted (Ctrl-C): that is not their answer, and they try again."""
+    when the builder's thread was interrupted (Ctrl-C): that is not their answer, and they try again.
+
+    However the builder's call ends (an interrupt anywhere, even as it closes an old engine to make room), its
+    ``finally`` ends the build: waiters were left waiting for ever when an interrupt landed between two steps."""
     key = normalise_url(url)
     while True:
-        with _LOCK:
-            engine = _current(key)
-            if engine is not None:
-                _ENGINES.move_to_end(key)
-                return engine
-            building = _BUILDING.get(key)
+        building: Future[None] | None = None
+        try:
+            with _LOCK:
+                engine = _current(key)
+                if engine is not None:
+                    _ENGINES.move_to_end(key)
+                    return engine
+                waited = _BUILDING.get(key)
+                if waited is None:
+                    building = _BUILDING[key] = Future()
             if building is None:
-                building = _BUILDING[key] = Future()
-                break
-        building.result()  # another thread's build of it: its error, or the engine it kept (asked for again)
+                _wait_for(waited)  # another thread's build: its error, or the engine it kept (asked for again)
+                continue
+            return _keep(key, *_build(key, min_free_disk))
+        except Exception as exc:
+            if building is not None:  # the database's answer: the waiters' own tries would only wait for it again
+                building.set_exception(exc)
+            raise
+        finally:
+            if building is not None:
+                with _LOCK:
+                    if _BUILDING.get(key) is building:
+                        del _BUILDING[key]
+                if not building.done():  # kept (the waiters take it), or interrupted (they try again)
+                    building.set_result(None)
+
+
+def _wait_for(building: Future[None] | None) -> None:
+    """Until another thread's build ends; its error raised here as this thread's own: a copy (its arguments and
+    attributes), not the builder's object, whose traceback every waiter's raise would add its frames to."""
+    if building is None:
+        return
     try:
-        engine, file = _build(key, min_free_disk)
-    except BaseException as exc:
-        with _LOCK:
-            del _BUILDING[key]
-        if isinstance(exc, Exception):  # the database's answer: the waiters' own tries would only wait for it again
-            building.set_exception(exc)
-        else:  # the builder's thread interrupted (Ctrl-C), not theirs: they try again, one of them building
-            building.set_result(None)
-        raise
+        building.result()
+    except Exception as exc:
+        try:
+            own = copy.copy(exc)
+        except Exception:  # an exception that cannot be made again from its arguments
+            raise exc from None
+        raise own from exc
+
+
+def _keep(key: str, engine: sa.Engine, file: StoreFile | None) -> sa.Engine:
+    """``engine``, just built, kept for ``key`` (and its SQLite file watched), room made for it."""
     with _LOCK:
-        del _BUILDING[key]
         _ENGINES[key] = engine
         if file is not None:
             _FILES[key] = file
             checkpoints_opened(file.path)
         _make_room()
-    building.set_result(None)
     return engine
 
 
@@ -485,17 +511,32 @@ def dispose(url: str) -> bool:
     """Dispose of the engine of ``url`` and forget it, if there is one (:mod:`.engine_holds`: its last scoped
     holder closed); a later :func:`get_engine` makes another. Returns once a SQLite file's connections are all
     closed, its checkpoint connection too (the last to close copies the log into the file and deletes it), as a
-    ``with Session()`` block's end promises; waited for outside :data:`_LOCK`. An engine another thread is
-    building meanwhile is kept once built, as if asked for just after this call. Whether the file was let go
-    of within :data:`.checkpoints.SETTLE_SECONDS` (if not, a warning says so: :func:`.checkpoints.closed`)."""
+    ``with Session()`` block's end promises; waited for outside :data:`_LOCK`. A build of it under way in
+    another thread is waited for first, and what it kept disposed of: left to keep its engine after this call,
+    it had the file open again once this had said it was let go of. Whether the file was let go of within
+    :data:`.checkpoints.SETTLE_SECONDS` (if not, a warning says so: :func:`.checkpoints.closed`)."""
+    key = normalise_url(url)
+    _builds_ended([key])
     with _LOCK:
-        path = _drop(normalise_url(url))
+        path = _drop(key)
     return path is None or checkpoints_closed(path)
 
 
 def dispose_all() -> bool:
     """Dispose of every engine of the process, as :func:`dispose` does (the end of a test session, a test that
-    needs the engines made anew): their SQLite files waited for together, until one deadline, not in turn."""
+    needs the engines made anew), the builds under way first: their SQLite files waited for together, until one
+    deadline, not in turn."""
+    _builds_ended(None)
     with _LOCK:
         paths = [path for key in list(_ENGINES) if (path := _drop(key)) is not None]
     return checkpoints_closed(*paths)
+
+
+def _builds_ended(keys: list[str] | None) -> None:
+    """Until the builds under way of ``keys`` (``None``: every store) have ended, however (a build's error is its
+    asker's to raise, not a dispose's)."""
+    with _LOCK:
+        builds = [build for key, build in _BUILDING.items() if keys is None or key in keys]
+    for build in builds:
+        with contextlib.suppress(Exception):
+            build.result()
