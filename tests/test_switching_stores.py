@@ -264,7 +264,8 @@ def test_store_copy_refuses_to_copy_a_store_onto_itself(home, tmp_path):
 
 
 def test_store_copy_map_outlives_a_cut_line_and_a_copy_removed_since(home, tmp_path):
-    """The map's last line cut by a crash is dropped (its file copied again, not misread); a copy the map
+    """The map's last line cut by a crash is dropped (not misread; the run writes it again from what the
+    destination recorded); a copy the map
     names but the destination no longer holds (gc removed it) is made again and mapped anew; a file that is
     no map of this command is refused, not appended to. Progress goes to stderr, file by file."""
     env = {**moved_env(home, f"sqlite:///{tmp_path / 'new.db'}"), "CONNECTOR_OPS_PROGRESS_INTERVAL": "0"}
@@ -565,3 +566,20 @@ def test_store_copy_counts_no_postgresql_file_and_says_the_rows_it_copied(home, 
     assert copied.returncode == 0, copied.stderr
     [item] = [f for f in json.loads(copied.stdout)["files"] if f["kind"] == "virtual_file"]
     assert (item["oldId"], item["rows"], "rowsEstimated" in item) == (wide, SCAN_BATCH + 7, False)
+
+
+def test_a_copy_s_record_of_its_origin_goes_with_it(database_url):
+    """The record of what a copy copies (``cop_vf_origin``) is removed with the file, in its transaction, on both
+    databases; it holds no foreign key (creating one locked the catalog against every write on an upgrade)."""
+    from connector_ops.resources.virtual_files import catalog, engines
+    from connector_ops.resources.virtual_files.store import VirtualFileStore
+
+    store = VirtualFileStore(database_url=database_url)
+    vf = store.create_from_batches(["a"], [[("1",)]], copied_from="a-file-elsewhere")
+    assert store.copies()["a-file-elsewhere"] == vf
+    store.drop(vf)
+    assert "a-file-elsewhere" not in store.copies()
+    with engines.get_engine(database_url).connect() as conn:
+        left = conn.execute(sa.select(sa.func.count()).select_from(catalog.vf_origin)
+                            .where(catalog.vf_origin.c.vf_id == vf)).scalar()
+    assert left == 0

@@ -55,11 +55,15 @@ vf_cursor = sa.Table(
 #: which file of another store each copy ``connector-ops store copy`` made here copies (``copied_from``: its id
 #: there), written in the copy's own transaction: a copy is here and named, or not here at all. A stop between
 #: the copy's commit and its line in the command's map file left a copy nobody named, which the next run
-#: copied again (:mod:`connector_ops.store_copy`). Goes with its file (``ON DELETE CASCADE``: gc, a drop).
+#: copied again (:mod:`connector_ops.store_copy`). Removed with its file (:func:`.writing._remove`: gc, a drop);
+#: a row an older release left behind when it removed the file names no file and is never read (``copies``
+#: joins the catalog). No foreign key: creating one locks ``cop_virtual_file`` against every write (on
+#: PostgreSQL ``SHARE ROW EXCLUSIVE``), so the first process of a release adding this table waited for every
+#: write under way, and every writer queued behind it
 vf_origin = sa.Table(
     "cop_vf_origin",
     metadata,
-    sa.Column("vf_id", sa.String(64), sa.ForeignKey("cop_virtual_file.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("vf_id", sa.String(64), primary_key=True),
     sa.Column("copied_from", sa.String(64), nullable=False),
 )
 

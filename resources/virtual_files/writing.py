@@ -302,10 +302,11 @@ def drop_batch(dialect: str) -> int:
 
 def _remove(conn: sa.Connection, tables: Mapping[str, str]) -> None:
     """Remove the files ``tables`` maps to their row tables (catalogued, locked by the caller): their
-    cursors, columns, entries and tables."""
+    cursors, columns, origins (``store copy``), entries and tables."""
     if not tables:
         return
     ids = sorted(tables)
+    conn.execute(sa.delete(cat.vf_origin).where(cat.vf_origin.c.vf_id.in_(ids)))
     conn.execute(sa.delete(cat.vf_cursor).where(cat.vf_cursor.c.vf_id.in_(ids)))
     conn.execute(sa.delete(cat.vf_column).where(cat.vf_column.c.vf_id.in_(ids)))
     conn.execute(sa.delete(cat.virtual_file).where(cat.virtual_file.c.id.in_(ids)))
