@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -360,3 +361,42 @@ def test_a_fork_waits_until_the_checkpoint_thread_is_out_of_sqlite(checkpoint_he
         go.set()
     forking.join(60)
     assert forked.is_set() and [os.waitstatus_to_exitcode(s) for s in status] == [0]
+
+
+def test_a_fork_does_not_wait_for_a_truncate_waiting_for_readers(tmp_path):
+    """``give_back`` (after a write stopped on a low disk) truncates the log, which waits for the file's readers.
+    It held the lock a fork waits for (:func:`checkpoints._before_fork`) through one wait of up to 60 s: a fork
+    by a thread with a read open on the file waited the whole minute. The wait is now made of short tries, the
+    lock let go of between them: the fork goes through while the truncate still waits for the reader."""
+    path = tmp_path / "vf.db"
+    VirtualFileStore(database_url=f"sqlite:///{path}").create_from_batches(["a"], [[("x",)]])
+    checkpoints.wait()
+    reader = sqlite3.connect(str(path), isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM cop_virtual_file").fetchall()  # a read open: TRUNCATE waits for it
+    giving_back = threading.Thread(target=checkpoints.give_back, args=(str(path),), daemon=True)
+    try:
+        giving_back.start()
+        assert in_function(giving_back, "checkpoint")
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        assert giving_back.is_alive()  # forked while the truncate still waited for the read
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    giving_back.join(60)
+    assert not giving_back.is_alive()
+
+
+def in_function(thread: threading.Thread, name: str) -> bool:
+    """Whether ``thread`` comes to run the function ``name`` (seen in its stack) within 60 s."""
+    for _ in range(6000):
+        frame = sys._current_frames().get(thread.ident or 0)
+        while frame is not None:
+            if frame.f_code.co_name == name:
+                return True
+            frame = frame.f_back
+        time.sleep(0.01)
+    return False

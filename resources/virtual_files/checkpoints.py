@@ -42,6 +42,7 @@ import queue
 import sqlite3
 import struct
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,11 @@ WAL_BYTES = 4 << 20
 #: how long a write waits for a checkpoint of its file before it goes on regardless (and appends to the log);
 #: and a close (:func:`closed`) for the connections of the files it let go of, all together
 SETTLE_SECONDS = 60.0
+
+#: seconds a checkpoint connection waits for a lock of its file (SQLite's busy timeout, as the store's connections)
+BUSY_SECONDS = 60
+#: milliseconds each try of a ``TRUNCATE`` checkpoint waits for the file's readers and writer (:func:`checkpoint`)
+TRY_MS = 100
 
 _log = logging.getLogger(__name__)
 
@@ -262,15 +268,32 @@ def checkpoint(path: str, mode: str = "PASSIVE") -> None:
     On the connection kept for that file (:func:`_connection`): ``PRAGMA wal_checkpoint`` needs the schema,
     and a new connection reads all of it, one table per virtual file — 63 ms at 5,000 files, 600 ms at
     20,000, each checkpoint, which the next write waited for (:func:`before_write`). A kept connection read
-    it once; the checkpoint itself does not read it again when other connections change it."""
-    with _connections_lock:
-        conn = _connection(path)
-        if conn is None:
+    it once; the checkpoint itself does not read it again when other connections change it.
+
+    ``TRUNCATE`` waits for the file's readers and writer (SQLite's busy handler), up to
+    :data:`SETTLE_SECONDS`: in short tries, the lock let go of between them, because a fork waits for that lock
+    (:func:`_before_fork`). One wait of 60 s held a fork by the reader's own thread for the whole minute."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while True:
+        with _connections_lock:
+            conn = _connection(path)
+            if conn is None:
+                return
+            try:
+                if mode == "PASSIVE":  # waits for nobody
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    return
+                conn.execute(f"PRAGMA busy_timeout = {TRY_MS}")
+                try:
+                    busy = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()[0]  # 1: a reader kept the log
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {BUSY_SECONDS * 1000}")
+            except sqlite3.Error:
+                _close(path)  # the next checkpoint opens the file anew
+                return
+        if not busy or time.monotonic() >= deadline:
             return
-        try:
-            conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
-        except sqlite3.Error:
-            _close(path)  # the next checkpoint opens the file anew
+        time.sleep(0.01)  # a thread waiting for the lock (a fork) gets it
 
 
 #: the connection each SQLite file is checkpointed on, and the identities of the file and the log it opened
@@ -292,7 +315,7 @@ def _connection(path: str) -> sqlite3.Connection | None:
         return None
     try:
         uri = Path(path).resolve().as_uri() + "?mode=rw"  # a file removed meanwhile is not created again
-        conn = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
     except sqlite3.Error:
         return None
     try:
@@ -371,7 +394,9 @@ def _before_fork() -> None:
     while the thread held one inherits it held by a thread it does not have: the child's first SQLite call,
     on any file, waits for ever. Forking right after a large write (a multiprocessing pool's workers made while
     its checkpoint ran) did so 7 times in 400 (the child's stack in ``sqlite3Malloc``'s mutex). The fork now
-    waits for the checkpoint under way, as a write waits for it (:func:`before_write`)."""
+    waits for the checkpoint under way, as a write waits for it (:func:`before_write`): at most one try of a
+    ``TRUNCATE`` that waits for readers (:func:`checkpoint`), or the open of a connection. Other threads' SQLite
+    work (the user's own, a store's connections in use) is theirs: a fork amid it is not made safe here."""
     _connections_lock.acquire()
 
 
