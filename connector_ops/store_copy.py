@@ -57,7 +57,7 @@ class IdMap:
             data = self.path.read_bytes()
         except OSError as exc:
             raise InvalidInput("--map", f"cannot read {self.path}: {exc.strerror or exc}") from None
-        if data and not data.endswith(b"\n"):  # a line cut by a crash: its copy is unnamed (copied again)
+        if data and not data.endswith(b"\n"):  # a line cut by a crash: dropped; the run writes it again (copies())
             data = data[:data.rfind(b"\n") + 1]
             with self.path.open("r+b") as handle:
                 handle.truncate(len(data))

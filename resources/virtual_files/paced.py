@@ -66,6 +66,8 @@ STALL = 1.0
 #: is local; a read from a server gone silent is ended by its caller closing the source, so a stop (Ctrl-C)
 #: does not wait for it long
 LEAVE = 0.25
+#: bytes of the Arrow stream's own buffer (:meth:`Paced.entrance`), which Arrow's whole-block reads skip
+STREAM_BUFFER = 1 << 16
 #: seconds the interpreter's exit waits for Arrow's threads to let go of the streams of readers that are gone:
 #: as long as such a thread takes to get the interpreter's lock and a core (a few ms; longer under load); all
 #: of it only if something other than Arrow holds such a stream
@@ -107,14 +109,16 @@ class Paced(io.RawIOBase):
         It is an Arrow stream that copies each read into Arrow's memory. Given the Python stream itself, Arrow
         keeps each block as the ``bytes`` read (a ``PyBuffer``), and letting go of a block takes the
         interpreter's lock: a block let go of last by Arrow's thread, as the interpreter finalized, aborted
-        the process (see the module's docstring). A copy of 1 MiB per block read costs microseconds."""
+        the process (see the module's docstring). A copy of 1 MiB per block read costs microseconds. Arrow reads
+        whole blocks, which skip the stream's own buffer: that buffer is kept small (it is allocated as the
+        stream is made, up to 1 GiB for the largest block a PostgreSQL scan tries)."""
         import pyarrow as pa
 
         entrance = _Entrance(self, stream)
         with self._turn:
             self._out = False
             self._entrance = weakref.ref(entrance)
-        return pa.BufferedInputStream(pa.PythonFile(entrance, mode="r"), self._block)
+        return pa.BufferedInputStream(pa.PythonFile(entrance, mode="r"), min(self._block, STREAM_BUFFER))
 
     # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
@@ -250,9 +254,10 @@ class _Entrance(io.RawIOBase):
 
 class _Kept:
     """Streams given to Arrow whose reader is gone, kept until Arrow's threads have let go of them. Arrow's
-    thread takes the interpreter's lock to count its reference down, and that count going down is how this
-    tells that Arrow has let go (CPython's reference count); held here as well, the stream is not freed
-    there, so no Python code of ours runs in Arrow's thread."""
+    thread takes the interpreter's lock to close the stream (its buffer's destructor closes what it reads, a
+    call of the stream's ``close``) and then to count its reference down, and that count going down, the last
+    of it, is how this tells that Arrow has let go (CPython's reference count); held here as well, the
+    stream is not freed in Arrow's thread."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # letting go of a stream here frees it, in this thread
