@@ -15,7 +15,6 @@ import multiprocessing
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import sqlalchemy as sa
 from connector_ops.kernel.errors import ActionFailed
 from connector_ops.resources.virtual_files import engines
 from connector_ops.resources.virtual_files.engines import get_engine
+from tests.stacks import comes_to, runs
 
 #: holds the write lock of the SQLite file argv[1] (in WAL mode, so readers go on), having run the statements
 #: argv[2:] in its transaction, until it reads a line; then commits
@@ -137,14 +137,7 @@ def test_a_new_engine_waiting_for_its_file_holds_up_no_other_store(tmp_path: Pat
 def waits_for_a_build(thread: Asking) -> bool:
     """Whether ``thread`` comes to wait for another thread's build (``Future.result``, seen in its stack)
     within 60 s: started alone, it may not have got there yet when the build ends, and would build again."""
-    for _ in range(6000):
-        frame = sys._current_frames().get(thread.ident or 0)
-        while frame is not None:
-            if frame.f_code.co_name == "result" and "concurrent" in frame.f_code.co_filename:
-                return True
-            frame = frame.f_back
-        time.sleep(0.01)
-    return False
+    return comes_to(thread, lambda frame: runs("result")(frame) and "concurrent" in frame.f_code.co_filename)
 
 
 def asked_together(url: str, release: Callable[[], None]) -> tuple[Asking, Asking]:

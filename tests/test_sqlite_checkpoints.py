@@ -10,12 +10,12 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from connector_ops.resources.virtual_files import checkpoints, engines
 from connector_ops.resources.virtual_files.store import VirtualFileStore
+from tests.stacks import comes_to, runs
 
 
 def test_the_store_connections_leave_checkpoints_to_the_thread(tmp_path):
@@ -377,7 +377,7 @@ def test_a_fork_does_not_wait_for_a_truncate_waiting_for_readers(tmp_path):
     giving_back = threading.Thread(target=checkpoints.give_back, args=(str(path),), daemon=True)
     try:
         giving_back.start()
-        assert in_function(giving_back, "checkpoint")
+        assert comes_to(giving_back, runs("checkpoint"))
         pid = os.fork()
         if pid == 0:
             os._exit(0)
@@ -389,14 +389,3 @@ def test_a_fork_does_not_wait_for_a_truncate_waiting_for_readers(tmp_path):
     giving_back.join(60)
     assert not giving_back.is_alive()
 
-
-def in_function(thread: threading.Thread, name: str) -> bool:
-    """Whether ``thread`` comes to run the function ``name`` (seen in its stack) within 60 s."""
-    for _ in range(6000):
-        frame = sys._current_frames().get(thread.ident or 0)
-        while frame is not None:
-            if frame.f_code.co_name == name:
-                return True
-            frame = frame.f_back
-        time.sleep(0.01)
-    return False
