@@ -345,26 +345,34 @@ def test_store_copy_names_the_option_whose_database_it_cannot_reach(home, own_da
     assert "s3cret-copy" not in unreachable.stdout + unreachable.stderr
 
 
+def estimated_files(database_url: str, home: Path) -> tuple[str, str]:
+    """Two files of a PostgreSQL store at ``database_url``: one PostgreSQL estimates at 3,000 rows (analyzed as
+    autovacuum does once a file has settled, autovacuum then kept off it) which holds 2,000 since, and one of 2
+    rows it has no statistics for yet."""
+    from connector_ops.resources.virtual_files import engines
+
+    source = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(home),
+                                  "CONNECTOR_OPS_DATABASE_URL": database_url})["virtual_files"]
+    seen = source.create_from_batches(["n"], [[(str(i),) for i in range(3_000)]])
+    unseen = source.create_from_batches(["n"], [[("1",), ("2",)]])
+    engine = engines.get_engine(database_url)
+    with engine.begin() as conn:
+        table = conn.execute(sa.text("SELECT table_name FROM cop_virtual_file WHERE id = :id"), {"id": seen}).scalar()
+        conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")  # the estimate stays put
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"VACUUM ANALYZE {table}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {table} WHERE seq > 2000")  # since: PostgreSQL still says 3,000
+    return seen, unseen
+
+
 @POSTGRES
 def test_store_copy_dry_run_takes_postgresql_s_estimate_of_a_file_s_rows(home, own_database_url, tmp_path):
     """A dry run counted each file's rows with ``count(*)``, which reads the whole table: minutes for a dry run
     over large PostgreSQL files. The store keeps no count of its own; PostgreSQL keeps an estimate (autovacuum
     and ANALYZE), which the dry run now shows, said to be one (``about``, ``rowsEstimated``); a file PostgreSQL
     has not looked at yet is counted, and the copy itself reports the rows it copied, exactly."""
-    from connector_ops.resources.virtual_files import engines
-
-    source = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(tmp_path / "old"),
-                                  "CONNECTOR_OPS_DATABASE_URL": own_database_url})["virtual_files"]
-    seen = source.create_from_batches(["n"], [[(str(i),) for i in range(3_000)]])
-    new = source.create_from_batches(["n"], [[("1",), ("2",)]])
-    engine = engines.get_engine(own_database_url)
-    with engine.begin() as conn:
-        table = conn.execute(sa.text("SELECT table_name FROM cop_virtual_file WHERE id = :id"), {"id": seen}).scalar()
-        conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")  # the estimate stays put
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(f"VACUUM ANALYZE {table}")  # as autovacuum does once a file has settled
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"DELETE FROM {table} WHERE seq > 2000")  # since: PostgreSQL still says 3,000
+    seen, new = estimated_files(own_database_url, tmp_path / "old")
 
     env = moved_env(home, f"sqlite:///{tmp_path / 'new.db'}")
     args = ["--from-database-url", own_database_url, "--from-files-dir", str(home / "files")]
@@ -522,21 +530,9 @@ def test_store_copy_counts_no_postgresql_file_and_says_the_rows_it_copied(home, 
     PostgreSQL source none counts a file's rows; the bar goes by PostgreSQL's estimate where it has one
     (here 3,000, of a file that holds 2,000 since), and the line and ``--json`` give the rows copied, counted
     as they were written: exact, on PostgreSQL as on SQLite (whose count, which decodes no row, stays)."""
-    from connector_ops.resources.virtual_files import engines
     from connector_ops.store_cli import store
 
-    source = resources_for(KEYS, {"CONNECTOR_OPS_HOME": str(tmp_path / "old"),
-                                  "CONNECTOR_OPS_DATABASE_URL": own_database_url})["virtual_files"]
-    seen = source.create_from_batches(["n"], [[(str(i),) for i in range(3_000)]])
-    unseen = source.create_from_batches(["n"], [[("1",), ("2",)]])
-    engine = engines.get_engine(own_database_url)
-    with engine.begin() as conn:
-        table = conn.execute(sa.text("SELECT table_name FROM cop_virtual_file WHERE id = :id"), {"id": seen}).scalar()
-        conn.exec_driver_sql(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")  # the estimate stays put
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(f"VACUUM ANALYZE {table}")
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"DELETE FROM {table} WHERE seq > 2000")
+    seen, unseen = estimated_files(own_database_url, tmp_path / "old")
 
     statements: list[str] = []
 
