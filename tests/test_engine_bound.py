@@ -112,6 +112,25 @@ def test_the_engine_just_made_is_kept_when_every_other_is_in_use(stores_dir: Pat
             conn.close()
 
 
+def test_an_engine_handed_out_is_kept_until_its_caller_has_used_it(stores_dir: Path) -> None:
+    """With every kept engine in use, another thread's build closed the engine this thread had just been handed
+    (kept, returned, no connection of it checked out yet): the same engine let go of as the one just made was
+    (its file no longer watched, its checkpoints no longer run). It is in use until its caller has used it."""
+    other_engines(stores_dir)
+    in_use = [get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}").connect() for i in range(KEPT_ENGINES)]
+    try:
+        url = f"sqlite:///{stores_dir / 'handed' / 'vf.db'}"
+        engine = get_engine(url)  # kept; this thread has not used it yet
+        building = threading.Thread(target=get_engine, args=(f"sqlite:///{stores_dir / 'built' / 'vf.db'}",))
+        building.start()
+        building.join(60)
+        assert not building.is_alive()
+        assert engines.store_file(url) is not None and get_engine(url) is engine  # kept, not closed
+    finally:
+        for conn in in_use:
+            conn.close()
+
+
 def test_a_database_in_memory_is_never_closed_to_make_room(stores_dir: Path) -> None:
     url = "sqlite://"
     engines.dispose(url)  # a database in memory of this test's own

@@ -10,8 +10,9 @@ PostgreSQL: psycopg 3 (``postgresql+psycopg://``), whose ``COPY`` the bulk loade
 in the server by any interrupt (:mod:`.interrupts`), and ended by the server once their client is gone.
 
 A process keeps at most :data:`KEPT_ENGINES` engines: one more closes the least recently asked for that is idle
-(no connection checked out) and not held by an open ``Session`` (:mod:`.engine_holds`), so that a notebook kernel
-or a code server going through many stores keeps a bounded number of files and server sessions open.
+(no connection checked out, nor just handed to a thread that has not used it yet) and not held by an open
+``Session`` (:mod:`.engine_holds`), so that a notebook kernel or a code server going through many stores keeps a
+bounded number of files and server sessions open.
 
 An engine is built outside the lock every thread asking for one takes (:data:`_BUILDING`): a new engine waits for
 its database (a SQLite file's write lock, held by another process for up to the busy timeout), and the threads
@@ -73,6 +74,12 @@ _LOCK = threading.RLock()
 #: connection. Under the lock, every thread asking for any other store's engine, kept or not, waited as long
 #: (5.6 s measured, for a store that had nothing to do with the locked file)
 _BUILDING: dict[str, Future[None]] = {}
+#: the engine last handed to each thread, by key, until that thread checks out a connection of it: in use for
+#: :func:`_make_room` as much as one with a connection checked out. Between :func:`get_engine`'s return and its
+#: caller's first connection the pool counts nothing, and another thread's build closed the engine to make room:
+#: the caller got an engine let go of (its file no longer watched, its checkpoints no longer run). Each thread
+#: sets and clears its own entry only; :func:`_make_room` reads a copy, and drops the entries of ended threads
+_HANDED: dict[threading.Thread, str] = {}
 
 #: name -> (nargs, fn) registered on every SQLite connection (e.g. the ``$regex`` matcher).
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
@@ -218,6 +225,7 @@ def _shared_engine(url: str, min_free_disk: int | None) -> sa.Engine:
                 engine = _current(key)
                 if engine is not None:
                     _ENGINES.move_to_end(key)
+                    _HANDED[threading.current_thread()] = key
                     return engine
                 waited = _BUILDING.get(key)
                 if waited is None:
@@ -255,14 +263,28 @@ def _wait_for(building: Future[None] | None) -> None:
 
 
 def _keep(key: str, engine: sa.Engine, file: StoreFile | None) -> sa.Engine:
-    """``engine``, just built, kept for ``key`` (and its SQLite file watched), room made for it."""
+    """``engine``, just built, kept for ``key`` (and its SQLite file watched), room made for it: never by closing
+    it, handed to this thread first (:data:`_HANDED`)."""
+    _used_once_checked_out(engine, key)
     with _LOCK:
         _ENGINES[key] = engine
+        _HANDED[threading.current_thread()] = key
         if file is not None:
             _FILES[key] = file
             checkpoints_opened(file.path)
         _make_room()
     return engine
+
+
+def _used_once_checked_out(engine: sa.Engine, key: str) -> None:
+    """A connection of ``engine`` checked out by a thread it was handed to ends that thread's :data:`_HANDED`
+    entry: the pool counts the engine as in use from then on (:func:`_make_room`), and once the connection is
+    back the engine may be closed to make room again, as any idle one."""
+    @sa.event.listens_for(engine.pool, "checkout")
+    def on_checkout(*_: Any) -> None:
+        thread = threading.current_thread()
+        if _HANDED.get(thread) == key:
+            del _HANDED[thread]
 
 
 def _build(key: str, min_free_disk: int | None) -> tuple[sa.Engine, StoreFile | None]:
@@ -311,19 +333,24 @@ def _make_room() -> None:
     :data:`_LOCK`). Never one with a connection checked out (a transaction, an open cursor) or one an open
     ``Session`` holds (its close disposes of it, :mod:`.engine_holds`): the count then stays above the bound
     until an engine is made after they are done. Nor a SQLite database without a file of its own (in memory,
-    a ``file:`` URI): its rows live in its connections. Nor the engine just made, the last: its caller is
-    about to use it, and every other engine in use left only it to close. An action asks for its engine at
-    every transaction, which keeps it among the most recent; one closed between two of them gets a new engine
-    at the next, as a fresh process would."""
+    a ``file:`` URI): its rows live in its connections. Nor an engine handed to a thread that has not used it
+    yet (:data:`_HANDED`), the one just made among them: its caller is about to use it, and with every other
+    engine in use it was the only one left to close. An action asks for its engine at every transaction,
+    which keeps it among the most recent; one closed between two of them gets a new engine at the next, as a
+    fresh process would."""
+    handed = _HANDED.copy()
+    for thread in handed:
+        if not thread.is_alive():  # its entry is no longer its own to change
+            del _HANDED[thread]
     excess = len(_ENGINES) - KEPT_ENGINES
     if excess <= 0:
         return
-    held = engine_holds.held(normalise_url)
-    for key, engine in list(_ENGINES.items())[:-1]:
+    spared = engine_holds.held(normalise_url) | {key for thread, key in handed.items() if thread.is_alive()}
+    for key, engine in list(_ENGINES.items()):
         if excess <= 0:
             break
         on_file = key in _FILES or engine.dialect.name != "sqlite"
-        if not on_file or key in held or engine.pool.checkedout() > 0:  # type: ignore[attr-defined]  # a StorePool's
+        if not on_file or key in spared or engine.pool.checkedout() > 0:  # type: ignore[attr-defined]  # a StorePool's
             continue
         _drop(key)
         excess -= 1
