@@ -11,10 +11,12 @@ pipe), and the engines of other stores are asked for while that store's build wa
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -235,6 +237,45 @@ def test_a_build_interrupted_as_it_makes_room_leaves_no_thread_waiting(tmp_path:
         sa.event.remove(oldest.pool, "close", interrupted)
     assert isinstance(first.error, KeyboardInterrupt)
     assert second.error is None and second.engine is get_engine(url)
+
+
+def interrupt(thread: threading.Thread) -> None:
+    """A ``KeyboardInterrupt`` raised in ``thread`` at its next bytecode, as a Ctrl-C would be on the main thread
+    (a signal reaches no other thread)."""
+    assert thread.ident is not None
+    sent = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
+    assert sent == 1
+
+
+def test_the_threads_waiting_for_an_interrupted_build_try_again(tmp_path: Path) -> None:
+    """The builder's thread interrupted (Ctrl-C) during its build, before it kept anything: that is not the
+    database's answer, and the thread waiting for the build does not raise it but builds the engine itself. The
+    builder is held as its connection opens, in a loop of Python calls (so that the interrupt lands there, not
+    inside a lock's wait), and interrupted once the other thread waits for its build."""
+    url = store_url(tmp_path, "interrupted")
+    builder, waiter = Asking(url), Asking(url)
+    parked = threading.Event()
+
+    def park(_dbapi_conn: Any, _record: Any) -> None:
+        if threading.current_thread() is builder:
+            parked.set()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # until the interrupt
+                time.sleep(0.005)
+
+    sa.event.listen(sa.pool.Pool, "connect", park)
+    try:
+        builder.start()
+        assert parked.wait(60)
+        waiter.start()
+        assert waits_for_a_build(waiter)
+        interrupt(builder)
+        assert builder.answered() and waiter.answered()
+    finally:
+        sa.event.remove(sa.pool.Pool, "connect", park)
+    assert isinstance(builder.error, KeyboardInterrupt)
+    assert waiter.error is None and waiter.engine is get_engine(url)
+    assert (builder.connects, waiter.connects) == (1, 1)  # the waiter's engine is its own build
 
 
 def test_dispose_waits_for_a_build_under_way_and_disposes_of_what_it_kept(tmp_path: Path) -> None:
