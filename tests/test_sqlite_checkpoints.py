@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -314,16 +315,35 @@ def test_a_close_not_done_in_time_says_so(checkpoint_held, monkeypatch, caplog):
     assert checkpoints.closed(path) is True  # once the checkpoint is done, the thread closes it
 
 
+class Deadlines(threading.Condition):
+    """A condition as :data:`checkpoints._finished` is (on its lock), that records where each timed wait on it
+    ends: the moment it was entered plus its timeout."""
+
+    def __init__(self, lock) -> None:
+        super().__init__(lock)
+        self.ends: list[float] = []
+
+    def wait(self, timeout=None) -> bool:
+        if timeout is not None:
+            self.ends.append(time.monotonic() + timeout)
+        return super().wait(timeout)
+
+
 def test_the_files_of_all_engines_are_waited_for_together(checkpoint_held, tmp_path, monkeypatch, caplog):
     """``dispose_all`` waited for each file's connection to close in turn, each up to ``SETTLE_SECONDS``: 60 s
     per file behind one long checkpoint (the thread closes them in order). One wait now, by one deadline, for
-    them all: it expires once (one warning, naming both files), not once per file."""
+    them all: no wait goes on past the first one's end (waits of a file each, in turn, gave the second file
+    ``SETTLE_SECONDS`` more), and it expires once, with one warning naming every file still open."""
     path, go = checkpoint_held
     other = VirtualFileStore(database_url=f"sqlite:///{tmp_path / 'other' / 'vf.db'}")
     other.create_from_batches(["a"], [[("x",)]])
+    deadlines = Deadlines(checkpoints._lock)
     with monkeypatch.context() as short, caplog.at_level(logging.WARNING, logger=checkpoints.__name__):
         short.setattr(checkpoints, "SETTLE_SECONDS", 0.2)
+        short.setattr(checkpoints, "_finished", deadlines)
         assert engines.dispose_all() is False
+    assert deadlines.ends  # it waited
+    assert max(deadlines.ends) - deadlines.ends[0] < 0.1  # by the first wait's deadline (another: 0.2 s on)
     [said] = warnings_of_checkpoints(caplog)
     assert said.startswith("2 SQLite file(s) still open") and path in said and str(tmp_path / "other") in said
     go.set()
