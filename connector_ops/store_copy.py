@@ -43,8 +43,8 @@ CHUNK = 1 << 20
 
 class IdMap:
     """The map file: a CSV of ``kind,old_id,new_id`` lines (``kind``: ``virtual_file`` or ``platform_file``),
-    one appended and flushed to disk after each copy is committed (and by a re-run for each copy the
-    destination recorded whose line a stop cut); a later line for an old id wins."""
+    one appended and flushed to disk after each copy is committed (and by a re-run, together, for the copies
+    the destination recorded whose lines a stop cut); a later line for an old id wins."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -74,14 +74,22 @@ class IdMap:
 
     def record(self, kind: str, old_id: str, new_id: str) -> None:
         """Append one line and make it durable before the next copy starts."""
+        self.record_all([(kind, old_id, new_id)])
+
+    def record_all(self, lines: list[tuple[str, str, str]]) -> None:
+        """Append ``(kind, old_id, new_id)`` lines and make them durable together: one ``fsync`` for the lines a
+        stop cut, which a re-run writes again, not one each (nothing is copied between them)."""
+        if not lines:
+            return
         with self.path.open("a", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle, lineterminator="\n")
             if handle.tell() == 0:
                 writer.writerow(MAP_HEADER)
-            writer.writerow([kind, old_id, new_id])
+            writer.writerows(lines)
             handle.flush()
             os.fsync(handle.fileno())
-        self.ids[(kind, old_id)] = new_id
+        for kind, old_id, new_id in lines:
+            self.ids[(kind, old_id)] = new_id
 
 
 @dataclass
@@ -181,7 +189,8 @@ def _recorded(store: Any) -> tuple[set[str], dict[str, str]]:
     dry run into a store not made yet has none)."""
     if not store.stored():
         return set(), {}
-    return {file_id for file_id, _ in store.inventory()}, store.copies()
+    listed, copies = store.inventory_and_copies()  # a folder's descriptors read once
+    return {file_id for file_id, _ in listed}, copies
 
 
 def _mark_copied(item: Item, id_map: IdMap | None, held: set[str], recorded: dict[str, str]) -> None:
@@ -251,10 +260,9 @@ def copy_all(source: dict[str, Any], dest: dict[str, Any], items: list[Item], id
     4xx) fails that file and the others go on; anything else (the destination unreachable or full) stops
     here, every copy before it kept and named in the map. First the map names each copy the destination
     recorded that it does not: one whose line a stop cut."""
-    for item in items:
-        if item.status == "already copied" and item.new_id is not None \
-                and id_map.get(item.kind, item.old_id) != item.new_id:
-            id_map.record(item.kind, item.old_id, item.new_id)
+    id_map.record_all([(item.kind, item.old_id, item.new_id) for item in items
+                       if item.status == "already copied" and item.new_id is not None
+                       and id_map.get(item.kind, item.old_id) != item.new_id])
     for item in items:
         if item.status != "to copy":
             continue

@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -397,21 +397,29 @@ class PlatformFileStore(Resource):
         being written (no descriptor yet) are not listed."""
         if self._db is not None:
             return self._db.inventory()
-        found = []
-        for file_id, stored in self._stored_descriptors():
-            with contextlib.suppress(ValueError, KeyError):
-                found.append((file_id, datetime.fromisoformat(stored["lastModified"].replace("Z", "+00:00"))))
-        return sorted(found, key=lambda item: (item[1], item[0]))
+        return _oldest_first(entry for file_id, stored in self._stored_descriptors()
+                             if (entry := _written(file_id, stored)) is not None)
 
     def copies(self) -> dict[str, str]:
         """The files ``store copy`` made here, by the id of the file each copies (its descriptor's
         ``copiedFrom``); of two copies of one file, the later."""
         if self._db is not None:
             return self._db.copies(ORIGIN)
-        found = sorted((str(stored.get("lastModified")), file_id, stored[ORIGIN])
-                       for file_id, stored in self._stored_descriptors()
-                       if isinstance(stored, dict) and isinstance(stored.get(ORIGIN), str))
-        return {old_id: file_id for _, file_id, old_id in found}
+        return _by_origin(copy for file_id, stored in self._stored_descriptors()
+                          if (copy := _copy_of(file_id, stored)) is not None)
+
+    def inventory_and_copies(self) -> tuple[list[tuple[str, datetime]], dict[str, str]]:
+        """:meth:`inventory` and :meth:`copies` together (``store copy`` into this store): in a folder from one
+        read of its descriptors, a file each, rather than two."""
+        if self._db is not None:
+            return self._db.inventory(), self._db.copies(ORIGIN)
+        found, copied = [], []
+        for file_id, stored in self._stored_descriptors():
+            if (entry := _written(file_id, stored)) is not None:
+                found.append(entry)
+            if (copy := _copy_of(file_id, stored)) is not None:
+                copied.append(copy)
+        return _oldest_first(found), _by_origin(copied)
 
     def _stored_descriptors(self) -> Iterator[tuple[str, Any]]:
         """Each descriptor of ``files_dir`` as stored, by its file's id; one removed meanwhile, or not JSON,
@@ -634,3 +642,26 @@ class PlatformFileStore(Resource):
         for path in self._paths(file_id):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def _written(file_id: str, stored: Any) -> tuple[str, datetime] | None:
+    """A stored descriptor's :meth:`PlatformFileStore.inventory` entry (none without a readable time)."""
+    with contextlib.suppress(ValueError, KeyError):
+        return file_id, datetime.fromisoformat(stored["lastModified"].replace("Z", "+00:00"))
+    return None
+
+
+def _oldest_first(found: Iterable[tuple[str, datetime]]) -> list[tuple[str, datetime]]:
+    return sorted(found, key=lambda item: (item[1], item[0]))
+
+
+def _copy_of(file_id: str, stored: Any) -> tuple[str, str, str] | None:
+    """A stored descriptor's time, id and the id it copies, if ``store copy`` made it."""
+    if isinstance(stored, dict) and isinstance(stored.get(ORIGIN), str):
+        return str(stored.get("lastModified")), file_id, stored[ORIGIN]
+    return None
+
+
+def _by_origin(copied: Iterable[tuple[str, str, str]]) -> dict[str, str]:
+    """:meth:`PlatformFileStore.copies` of the copies found: of two copies of one file, the later."""
+    return {old_id: file_id for _, file_id, old_id in sorted(copied)}

@@ -522,6 +522,35 @@ def test_store_copy_resumes_from_the_map_of_a_version_that_recorded_nothing(home
     assert len(map_lines(id_map)) == 4  # its line, then the two platform files'
 
 
+def test_store_copy_writes_the_map_lines_a_stop_cut_together(tmp_path, monkeypatch):
+    """A re-run writes again the lines a stop cut from the map (copies the destination recorded, which the map
+    does not name): one ``fsync`` of the map for them all, not one each (nothing is copied between them); the
+    lines as before, after those the map has. The real ``fsync`` runs, counted when it is the map's."""
+    from connector_ops.store_copy import MAP_HEADER, PLATFORM, VIRTUAL, IdMap, Item, copy_all
+
+    path = tmp_path / "ids.csv"
+    id_map = IdMap(path)
+    id_map.record(VIRTUAL, "named", "n1")
+    items = [Item(VIRTUAL, "named", status="already copied", new_id="n1"),
+             Item(VIRTUAL, "cut", status="already copied", new_id="c1"),
+             Item(PLATFORM, "cut too", status="already copied", new_id="c2"),
+             Item(VIRTUAL, "asset:x", status="asset (not copied)")]
+    synced, real = [], os.fsync
+
+    def counted(fd: int) -> None:
+        if os.path.samestat(os.fstat(fd), path.stat()):
+            synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    copy_all({}, {}, items, id_map, lambda item: None)
+    assert len(synced) == 1
+    assert map_lines(path) == [MAP_HEADER, ["virtual_file", "named", "n1"], ["virtual_file", "cut", "c1"],
+                               ["platform_file", "cut too", "c2"]]
+    assert IdMap(path).ids == id_map.ids == {(VIRTUAL, "named"): "n1", (VIRTUAL, "cut"): "c1",
+                                             (PLATFORM, "cut too"): "c2"}
+
+
 @POSTGRES
 def test_store_copy_counts_no_postgresql_file_and_says_the_rows_it_copied(home, own_database_url, tmp_path):
     """``store copy`` counted every file with ``count(*)`` before copying it (a read of the whole table, for the

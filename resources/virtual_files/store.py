@@ -203,6 +203,10 @@ class VirtualFileStore(Resource):
         """The copies ``store copy`` made here that are still here, by the id of the file each copies."""
         return self.sql.copies()
 
+    def inventory_and_copies(self) -> tuple[list[tuple[str, datetime]], dict[str, str]]:
+        """:meth:`inventory` and :meth:`copies` together, as the platform-file store gives them (``store copy``)."""
+        return self.inventory(), self.copies()
+
     def collect_array_positions(self, cutoff: datetime, *, dry_run: bool = False) -> tuple[int, int]:
         """Remove the inline arrays' Iterate positions not moved since ``cutoff``; ``(removed, kept)``."""
         return self.sql.collect_array_positions(cutoff, dry_run=dry_run)
