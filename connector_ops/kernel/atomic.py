@@ -9,9 +9,10 @@ this host or another sharing the folder, whatever became of the pid.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
-import tempfile
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from connector_ops.kernel.disk import DiskFloor, disk_full, is_disk_full
+from connector_ops.kernel.file_modes import create_new, creation_mode, replaced, take_over
 
 TEMP_PREFIX = ".tmp-"
 
@@ -33,7 +35,9 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
                  durable: bool = False, min_free_disk: int = 0) -> Iterator[IO[bytes]]:
     """Yield a binary handle whose bytes replace ``path`` only if the block succeeds.
 
-    ``file_mode`` sets permissions before any byte is written (secrets: ``0o600``); ``durable`` fsyncs
+    The file ends with the mode ``open(path, "w")`` would give it (:mod:`.file_modes`): a new one ``0o666``
+    less the umask, one written again the permission bits it had; ``file_mode`` sets them instead (secrets:
+    ``0o600``, whatever the umask). Either is set before any byte is written. ``durable`` fsyncs
     the data before the rename (a crash then leaves the old file or the new one, never an empty one);
     ``min_free_disk`` is the floor of free space the writing keeps (:class:`~.disk.DiskFloor`, checked
     before the first byte and as they are written; 0: none). A disk that fills up anyway is a
@@ -42,11 +46,11 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
     target = Path(path)
     floor = DiskFloor(str(target.parent), min_free_disk)
     floor.check()
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=temp_prefix())
+    previous = replaced(target)
+    fd, tmp = _new_temp(target.parent, creation_mode(previous, file_mode))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the fd closes or the process dies
-        if file_mode is not None:
-            os.fchmod(fd, file_mode)
+        take_over(fd, previous, file_mode)
         with os.fdopen(fd, "wb") as handle:
             yield floor.guard(handle)
             if durable:
@@ -59,6 +63,16 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
         if is_disk_full(exc):  # the floor off (0) or outrun: the folder named, not a bare errno 28
             raise disk_full(str(target.parent), min_free_disk) from None
         raise
+
+
+def _new_temp(folder: Path, mode: int) -> tuple[int, str]:
+    """A new temporary file of this process in ``folder``, made with ``mode`` (less the umask), and its path.
+    Not ``tempfile.mkstemp``: it makes every file ``0o600``, whatever the umask."""
+    for _ in range(100):
+        tmp = os.path.join(folder, temp_prefix() + secrets.token_hex(6))
+        with contextlib.suppress(FileExistsError):
+            return create_new(tmp, mode), tmp
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", str(folder))
 
 
 #: a temporary file younger than this is left alone: its writer may not have locked it yet

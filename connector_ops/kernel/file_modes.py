@@ -1,0 +1,58 @@
+"""The modes of the files connector-ops makes: the ones ``open(path, "w")`` would give them.
+
+A data team often shares a folder between users — the code server and run workers as one, the file server or
+the analysts as another, in one group, with umask 002 and a setgid folder (docs/deployment.md, "Sharing a
+folder between users"). That works only if each file is made as ``open`` makes it: ``0o666`` less the
+process's umask when new, and, when written again, with the permission bits it had. A file put in place by a
+rename is a new file, though: its temporary file was made ``0o600`` (``tempfile.mkstemp``), and so was every
+platform file, drive blob, outbox message and digest cache, and every file written again became ``0o600``.
+
+The umask is never read (``os.umask`` sets it as it reads it, racing every other thread that makes a file):
+a file is made with :data:`NEW_FILE_MODE` and the kernel takes the umask off.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: what ``open(path, "w")`` asks for; the kernel takes the umask off
+NEW_FILE_MODE = 0o666
+#: the permission bits a file written again keeps (not set-user-id and the like, which a write clears)
+PERMISSION_BITS = 0o777
+
+
+def create_new(path: str | os.PathLike[str], mode: int = NEW_FILE_MODE) -> int:
+    """A descriptor (read-write) of a file made at ``path`` now, ``mode`` less the umask;
+    :class:`FileExistsError` if anything is there (a symbolic link included: never followed)."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def replaced(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """What is at ``path`` now, the file a rename to it would replace (a link followed, as a write in place
+    would), or ``None`` when nothing is."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def creation_mode(previous: os.stat_result | None, file_mode: int | None) -> int:
+    """The mode to make a file with that will replace ``previous`` (``None``: a new file) and is to end
+    ``file_mode`` (``None``: as ``open`` would). Never wider than the file will end: a reader that opened it
+    in between keeps what it opened, and must not see bytes a narrower mode withholds."""
+    if file_mode is not None:
+        return file_mode
+    if previous is not None:
+        return previous.st_mode & PERMISSION_BITS
+    return NEW_FILE_MODE
+
+
+def take_over(fd: int, previous: os.stat_result | None, file_mode: int | None) -> None:
+    """Give the file open at ``fd`` (made with :func:`creation_mode`) the mode it is to end with, before any
+    byte is written: ``file_mode`` exactly when given (secrets: ``0o600``, whatever the umask); else the
+    permission bits of the file it replaces (``previous``), as a write in place keeps them; else the
+    umask's (nothing to do)."""
+    if file_mode is not None:
+        os.fchmod(fd, file_mode)
+    elif previous is not None:
+        os.fchmod(fd, previous.st_mode & PERMISSION_BITS)

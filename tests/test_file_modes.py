@@ -1,0 +1,115 @@
+"""The modes of the files connector-ops makes: those ``open(path, "w")`` would give them (the umask's on a new
+file, the old permission bits on a file written again), secrets ``0o600`` (:mod:`connector_ops.kernel.file_modes`).
+
+Each test sets the umask it runs under and puts the worker's back (xdist workers are processes of their own)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connector_ops import invoke
+from connector_ops.drive.cli import save_env_line
+from connector_ops.environment import resources_for
+from connector_ops.kernel.atomic import TEMP_PREFIX, atomic_write
+from connector_ops.pipelines.dsl.digest_cache import CACHE_NAME, DigestCache
+from tests.mail.conftest import message, send
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """The block runs under ``mask``; the process's umask is put back after it."""
+    before = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+def mode(path: str | os.PathLike[str]) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean connector environment (in os.environ) on a home of the test's, with a SQLite store."""
+    for name in list(os.environ):
+        if name.startswith(("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_", "DAGSTER_HOME")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", f"sqlite:///{tmp_path / 'home' / 'virtual_files.db'}")
+    return tmp_path / "home"
+
+
+@pytest.mark.parametrize("mask", [0o002, 0o022, 0o077])
+def test_the_files_actions_write_get_the_mode_of_the_umask(home: Path, mask: int) -> None:
+    """A platform file and its descriptor, a local drive item's bytes, an outbox message: 0o666 less the
+    umask, as ``open`` makes a file (all were 0o600 whatever the umask)."""
+    with umask(mask):
+        resources = resources_for()
+        platform_file = resources["platform_files"].add_bytes(b"id,name\n1,a\n", "people.csv")
+        item = invoke("drive.upload_file", {"platformFile": platform_file.to_json()}, resources)["fileId"]
+        send(message(), resources)
+    expected = 0o666 & ~mask
+    files_dir = home / "files"
+    assert mode(files_dir / platform_file.id) == expected
+    assert mode(files_dir / f"{platform_file.id}.json") == expected
+    assert mode(home / "drive" / "items" / item) == expected
+    (outbox_message,) = (home / "outbox").iterdir()
+    assert mode(outbox_message) == expected
+
+
+def test_a_file_written_again_keeps_its_permission_bits(home: Path, tmp_path: Path) -> None:
+    """The DSL's digest cache, written again by the next load, keeps the mode an administrator gave it (the
+    group's write included), whatever the umask of the process writing it; it used to become 0o600."""
+    home.mkdir()
+    data = tmp_path / "data.csv"
+    data.write_text("id\n1\n")
+    cache_file = home / CACHE_NAME
+    with umask(0o022):
+        cache = DigestCache(cache_file)
+        cache.digest(data)
+        cache.save()
+        assert mode(cache_file) == 0o644
+        cache_file.chmod(0o664)
+        again = DigestCache(cache_file)
+        again.digest(data)
+        again.save()
+    assert mode(cache_file) == 0o664
+    cache_file.chmod(0o640)
+    with umask(0o002), atomic_write(cache_file) as handle:
+        handle.write(b"{}")
+    assert mode(cache_file) == 0o640
+
+
+@pytest.mark.parametrize("before", [0o600, 0o640])
+def test_a_file_written_again_is_never_more_open_while_it_is_written(tmp_path: Path, before: int) -> None:
+    """Its temporary file is made with the old mode, not widened to the umask's first: a reader that opened it
+    meanwhile could read on what the final mode withholds."""
+    target = tmp_path / "kept"
+    target.write_bytes(b"old")
+    target.chmod(before)
+    with umask(0), atomic_write(target) as handle:
+        (temporary,) = (p for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX))
+        assert mode(temporary) == before
+        handle.write(b"new")
+    assert mode(target) == before and target.read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o002, 0o022])
+def test_secrets_stay_0600(tmp_path: Path, mask: int) -> None:
+    """``drive login --save``'s dotenv file is 0o600 whatever the umask, new or written again, even when it
+    was readable before."""
+    dotenv = tmp_path / ".env"
+    with umask(mask):
+        save_env_line(dotenv, "GOOGLE_REFRESH_TOKEN", "1//first")
+        assert mode(dotenv) == 0o600
+        dotenv.chmod(0o644)
+        save_env_line(dotenv, "GOOGLE_REFRESH_TOKEN", "1//second")
+    assert mode(dotenv) == 0o600
+    assert dotenv.read_text() == "GOOGLE_REFRESH_TOKEN=1//second\n"
