@@ -113,3 +113,27 @@ def test_secrets_stay_0600(tmp_path: Path, mask: int) -> None:
         save_env_line(dotenv, "GOOGLE_REFRESH_TOKEN", "1//second")
     assert mode(dotenv) == 0o600
     assert dotenv.read_text() == "GOOGLE_REFRESH_TOKEN=1//second\n"
+
+
+def sqlite_files(folder: Path, name: str) -> dict[str, int]:
+    """The modes of the database ``name`` in ``folder`` and of its ``-wal`` and ``-shm``, by name."""
+    return {path.name: mode(path) for path in folder.iterdir() if path.name.startswith(name)}
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o002])
+def test_a_new_store_and_drive_database_get_the_umask_s_mode_and_their_logs_too(home: Path, mask: int) -> None:
+    """The virtual-file store's SQLite file and the local drive's ``drive.db``, made by their first action, are
+    0o666 less the umask, and so are their ``-wal`` and ``-shm`` (SQLite gives them the database's mode).
+    SQLite made them 0o644 less the umask: under umask 002 the group could read the store, not write it."""
+    with umask(mask):
+        resources = resources_for()
+        platform_file = resources["platform_files"].add_bytes(b"id,name\n1,a\n", "people.csv")
+        vf = invoke("etl.push", {"platformFile": platform_file.to_json()}, resources)["virtualFileId"]
+        invoke("drive.upload_file", {"platformFile": platform_file.to_json()}, resources)
+        assert invoke("etl.query", {"virtualFileId": vf, "query": {"id": "1"}}, resources)["result"]
+        expected = 0o666 & ~mask
+        assert sqlite_files(home, "virtual_files.db") == {
+            "virtual_files.db": expected, "virtual_files.db-wal": expected, "virtual_files.db-shm": expected}
+        with resources["drive"]._db():  # a connection open: its -wal and -shm are there
+            assert sqlite_files(home / "drive", "drive.db") == {
+                "drive.db": expected, "drive.db-wal": expected, "drive.db-shm": expected}

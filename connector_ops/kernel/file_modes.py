@@ -6,6 +6,8 @@ folder between users"). That works only if each file is made as ``open`` makes i
 process's umask when new, and, when written again, with the permission bits it had. A file put in place by a
 rename is a new file, though: its temporary file was made ``0o600`` (``tempfile.mkstemp``), and so was every
 platform file, drive blob, outbox message and digest cache, and every file written again became ``0o600``.
+SQLite makes a new database ``0o644`` less the umask (its compiled default) and gives its ``-wal``, ``-shm``
+and journals the database's mode: with umask 002 the group could read a store but not write it.
 
 The umask is never read (``os.umask`` sets it as it reads it, racing every other thread that makes a file):
 a file is made with :data:`NEW_FILE_MODE` and the kernel takes the umask off.
@@ -13,6 +15,7 @@ a file is made with :data:`NEW_FILE_MODE` and the kernel takes the umask off.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 #: what ``open(path, "w")`` asks for; the kernel takes the umask off
@@ -25,6 +28,19 @@ def create_new(path: str | os.PathLike[str], mode: int = NEW_FILE_MODE) -> int:
     """A descriptor (read-write) of a file made at ``path`` now, ``mode`` less the umask;
     :class:`FileExistsError` if anything is there (a symbolic link included: never followed)."""
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def make_database_file(path: str | os.PathLike[str]) -> None:
+    """Make the empty file of a new SQLite database at ``path`` as ``open`` would (0o666 less the umask), before
+    SQLite first opens it; a file already there (another process made it first) is left as it is.
+
+    SQLite would make it ``0o644`` less the umask, whatever the umask allows, and its ``-wal``, ``-shm`` and
+    journals take the database file's mode (SQLite sets it on them whatever the umask, and as root gives them
+    the database's owner): made here, a group that may write the database may write those too. An empty file
+    is a valid empty database. One that cannot be made here (no such folder, no right to write it) is left to
+    SQLite, whose error names the cause (:mod:`connector_ops.resources.virtual_files.cannot_open`)."""
+    with contextlib.suppress(OSError):
+        os.close(create_new(path))
 
 
 def replaced(path: str | os.PathLike[str]) -> os.stat_result | None:

@@ -25,6 +25,7 @@ from connector_ops.kernel.atomic import atomic_write, sweep_due, sweep_leftovers
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.fence import check_fence
+from connector_ops.kernel.file_modes import make_database_file
 from connector_ops.kernel.progress import track
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.drive.base import (
@@ -147,6 +148,7 @@ class LocalDriveResource(Resource):
 
     @contextlib.contextmanager
     def _connected(self, path: Path, write: bool) -> Iterator[sqlite3.Connection]:
+        make_database_file(path)  # with the umask's mode, which its -wal and -shm take (not SQLite's 0o644)
         conn = sqlite3.connect(path, timeout=30, isolation_level=None)
         conn.row_factory = sqlite3.Row
         try:

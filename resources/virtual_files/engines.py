@@ -42,6 +42,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from connector_ops.kernel.file_modes import make_database_file
 from connector_ops.kernel.forks import abandon, in_child
 from connector_ops.kernel.secrets import mask_url
 from connector_ops.resources.virtual_files import engine_holds
@@ -302,6 +303,7 @@ def _build(key: str, min_free_disk: int | None) -> tuple[sa.Engine, StoreFile | 
             path = host_path(os.path.abspath(path))  # Python's form for its own calls (:mod:`.sqlite_names`)
             parsed = parsed.set(database=sqlite_name(path))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            make_database_file(path)  # with the umask's mode, which its -wal and -shm take (not SQLite's 0o644)
         engine = sa.create_engine(parsed, connect_args={"timeout": 60, "check_same_thread": False,
                                                         "factory": InterruptibleConnection})
         if path:  # its checks first: a transaction on a file gone stops before it waits for a lock
