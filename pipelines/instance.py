@@ -22,6 +22,7 @@ import dagster as dg
 
 from connector_ops.kernel.disk import DiskFull, disk_full
 from connector_ops.kernel.errors import ConfigurationError
+from connector_ops.kernel.file_modes import NEW_FILE_MODE
 from connector_ops.resources.virtual_files.disk_full import is_full
 from connector_ops.resources.virtual_files.sqlite_faults import sqlite_error_in
 
@@ -83,10 +84,11 @@ def storage_full(exc: BaseException) -> DiskFull | None:
 def _storage_lock(home: Path) -> Iterator[None]:
     """Exclusive while the SQLite storage is not all there yet (or the instance stores elsewhere: PostgreSQL's
     first migration is no safer), shared once it is. A home the process cannot write to is opened unlocked:
-    nothing can be created there anyway."""
+    nothing can be created there anyway. The lock file is made as ``open`` would (0o666 less the umask): made
+    ``0o644``, the other users of a home shared with a group could not open it to take the lock."""
     created = all((home / name).exists() for name in SQLITE_STORAGE)
     try:
-        fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, NEW_FILE_MODE)
     except OSError:
         yield
         return

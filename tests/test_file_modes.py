@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from connector_ops.drive.cli import save_env_line
 from connector_ops.environment import resources_for
 from connector_ops.kernel.atomic import TEMP_PREFIX, atomic_write
 from connector_ops.pipelines.dsl.digest_cache import CACHE_NAME, DigestCache
+from connector_ops.pipelines.instance import LOCK_FILE
 from tests.mail.conftest import message, send
 
 
@@ -137,3 +140,14 @@ def test_a_new_store_and_drive_database_get_the_umask_s_mode_and_their_logs_too(
         with resources["drive"]._db():  # a connection open: its -wal and -shm are there
             assert sqlite_files(home / "drive", "drive.db") == {
                 "drive.db": expected, "drive.db-wal": expected, "drive.db-shm": expected}
+
+
+def test_the_dagster_home_s_lock_file_can_be_taken_by_the_group(tmp_path: Path) -> None:
+    """The lock file ``pipeline run``, ``gc`` and the ``%pipeline`` magic take on DAGSTER_HOME is 0o666 less the
+    umask (it was made 0o644: under umask 002 the group sharing the home could not open it to lock it)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    subprocess.run([sys.executable, "-c", "from connector_ops.pipelines.instance import home_instance\n"
+                                          "home_instance().get_runs(limit=1)"],
+                   env={**os.environ, "DAGSTER_HOME": str(home)}, umask=0o002, check=True, timeout=120)
+    assert mode(home / LOCK_FILE) == 0o664
