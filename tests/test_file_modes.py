@@ -22,6 +22,7 @@ from connector_ops.kernel.atomic import TEMP_PREFIX, atomic_write
 from connector_ops.pipelines.dsl.digest_cache import CACHE_NAME, DigestCache
 from connector_ops.pipelines.instance import LOCK_FILE
 from tests.mail.conftest import message, send
+from tests.other_user import ANALYST_GID, ANALYST_UID, TEAM_GID, as_root, as_user, shared_folder
 
 
 @contextlib.contextmanager
@@ -151,3 +152,58 @@ def test_the_dagster_home_s_lock_file_can_be_taken_by_the_group(tmp_path: Path) 
                                           "home_instance().get_runs(limit=1)"],
                    env={**os.environ, "DAGSTER_HOME": str(home)}, umask=0o002, check=True, timeout=120)
     assert mode(home / LOCK_FILE) == 0o664
+
+
+def owner(path: Path) -> tuple[int, int]:
+    found = os.stat(path)
+    return found.st_uid, found.st_gid
+
+
+@as_root
+def test_a_file_root_writes_again_keeps_its_owner_and_group_but_a_secret_stays_root_s(home: Path,
+                                                                                       tmp_path: Path) -> None:
+    """``sudo connector-ops …`` writing again a user's file (the digest cache of their home) leaves it theirs,
+    as a write in place would (it became root's, which the user could no longer write in place); a secret
+    (the dotenv of ``drive login --save``) keeps only the group: it is never handed to another user."""
+    home.mkdir()
+    data = tmp_path / "data.csv"
+    data.write_text("id\n1\n")
+    cache_file, dotenv = home / CACHE_NAME, home / ".env"
+    user = ANALYST_UID
+    with umask(0o022):
+        cache = DigestCache(cache_file)
+        cache.digest(data)
+        cache.save()
+        save_env_line(dotenv, "GOOGLE_REFRESH_TOKEN", "1//first")
+        for path in (cache_file, dotenv):
+            os.chown(path, user, TEAM_GID)
+        cache_file.chmod(0o660)
+        cache = DigestCache(cache_file)
+        cache.digest(data)
+        cache.save()
+        save_env_line(dotenv, "GOOGLE_REFRESH_TOKEN", "1//second")
+    assert (owner(cache_file), mode(cache_file)) == ((user, TEAM_GID), 0o660)
+    assert (owner(dotenv), mode(dotenv)) == ((0, TEAM_GID), 0o600)
+
+
+@as_root
+def test_a_user_writing_a_file_of_their_group_again_keeps_the_group() -> None:
+    """A user in the team (primary group their own) writing again a ``0o660`` file of the team's, in a folder
+    that is not set-group-id: it stays the team's, as a write in place keeps it (it became the user's primary
+    group's, and the rest of the team could no longer read it)."""
+    with shared_folder(ANALYST_GID, 0o777) as folder:
+        cache_file, data = folder / CACHE_NAME, folder / "data.csv"
+        data.write_text("id\n1\n")
+        cache = DigestCache(cache_file)
+        cache.digest(data)
+        cache.save()
+        os.chown(cache_file, ANALYST_UID, TEAM_GID)
+        cache_file.chmod(0o660)
+
+        def save_again() -> None:
+            again = DigestCache(cache_file)
+            again.digest(data)
+            again.save()
+
+        as_user(save_again, ANALYST_UID, ANALYST_GID, [TEAM_GID])
+        assert (owner(cache_file), mode(cache_file)) == ((ANALYST_UID, TEAM_GID), 0o660)

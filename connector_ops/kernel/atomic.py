@@ -36,8 +36,9 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
     """Yield a binary handle whose bytes replace ``path`` only if the block succeeds.
 
     The file ends with the mode ``open(path, "w")`` would give it (:mod:`.file_modes`): a new one ``0o666``
-    less the umask, one written again the permission bits it had; ``file_mode`` sets them instead (secrets:
-    ``0o600``, whatever the umask). Either is set before any byte is written. ``durable`` fsyncs
+    less the umask, one written again the permission bits it had (and its group, and its owner when root
+    writes it); ``file_mode`` sets the bits instead (secrets: ``0o600``, whatever the umask). All is set
+    before any byte is written. ``durable`` fsyncs
     the data before the rename (a crash then leaves the old file or the new one, never an empty one);
     ``min_free_disk`` is the floor of free space the writing keeps (:class:`~.disk.DiskFloor`, checked
     before the first byte and as they are written; 0: none). A disk that fills up anyway is a

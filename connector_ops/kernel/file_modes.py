@@ -64,11 +64,35 @@ def creation_mode(previous: os.stat_result | None, file_mode: int | None) -> int
 
 
 def take_over(fd: int, previous: os.stat_result | None, file_mode: int | None) -> None:
-    """Give the file open at ``fd`` (made with :func:`creation_mode`) the mode it is to end with, before any
-    byte is written: ``file_mode`` exactly when given (secrets: ``0o600``, whatever the umask); else the
-    permission bits of the file it replaces (``previous``), as a write in place keeps them; else the
+    """Give the file open at ``fd`` (made with :func:`creation_mode`) the owner and mode it is to end with,
+    before any byte is written: the group (and owner) of the file it replaces (``previous``) where the writer
+    may give them (:func:`_keep_owner`); ``file_mode`` exactly when given (secrets: ``0o600``, whatever the
+    umask); else the permission bits of the file it replaces, as a write in place keeps them; else the
     umask's (nothing to do)."""
+    if previous is not None:
+        _keep_owner(fd, previous, secret=file_mode is not None)
     if file_mode is not None:
-        os.fchmod(fd, file_mode)
+        os.fchmod(fd, file_mode)  # after any chown, which may clear bits
     elif previous is not None:
         os.fchmod(fd, previous.st_mode & PERMISSION_BITS)
+
+
+def _keep_owner(fd: int, previous: os.stat_result, *, secret: bool) -> None:
+    """Give the new file the group of the one it replaces, and, when the writer is root, its owner — as a write
+    in place keeps them — so far as the writer may: a user gives a file only a group they belong to; one
+    outside the old group leaves the new file theirs (in a setgid folder, the folder's group anyway).
+
+    Without it, a file written again by a rename was the writer's: a team member's write of a ``0o660`` file
+    took it from the group, and ``sudo connector-ops …`` left the files it wrote again in a user's home to
+    root. A secret (``file_mode`` given) is never handed to another user: it stays the writer's, with the old
+    group only."""
+    found = os.fstat(fd)
+    if not secret and previous.st_uid != found.st_uid:
+        try:
+            os.fchown(fd, previous.st_uid, previous.st_gid)
+            return
+        except OSError:  # not root (or a file system without owners): the group at least
+            pass
+    if previous.st_gid != found.st_gid:
+        with contextlib.suppress(OSError):
+            os.fchown(fd, -1, previous.st_gid)
