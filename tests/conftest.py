@@ -122,12 +122,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return request.getfixturevalue("postgres_url")
 
 
-@pytest.fixture
-def env(tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """A clean connector environment on a temporary home (also set in os.environ for invoke())."""
+def clear_connector_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset, for the test, every variable of the connector environment this process was given."""
     for name in list(os.environ):
         if name.startswith(("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_", "DAGSTER_HOME")):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def env(tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A clean connector environment on a temporary home (also set in os.environ for invoke())."""
+    clear_connector_environment(monkeypatch)
     values = {
         "CONNECTOR_OPS_HOME": str(tmp_path / "home"),
         "CONNECTOR_OPS_DATABASE_URL": database_url,

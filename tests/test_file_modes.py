@@ -21,6 +21,7 @@ from connector_ops.environment import resources_for
 from connector_ops.kernel.atomic import TEMP_PREFIX, atomic_write
 from connector_ops.pipelines.dsl.digest_cache import CACHE_NAME, DigestCache
 from connector_ops.pipelines.instance import LOCK_FILE
+from tests.conftest import clear_connector_environment
 from tests.mail.conftest import message, send
 from tests.other_user import ANALYST_GID, ANALYST_UID, TEAM_GID, as_root, as_user, shared_folder
 
@@ -42,9 +43,7 @@ def mode(path: str | os.PathLike[str]) -> int:
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A clean connector environment (in os.environ) on a home of the test's, with a SQLite store."""
-    for name in list(os.environ):
-        if name.startswith(("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_", "DAGSTER_HOME")):
-            monkeypatch.delenv(name)
+    clear_connector_environment(monkeypatch)
     monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", f"sqlite:///{tmp_path / 'home' / 'virtual_files.db'}")
     return tmp_path / "home"

@@ -19,6 +19,7 @@ import pytest
 
 from connector_ops import invoke
 from connector_ops.environment import resources_for
+from tests.conftest import clear_connector_environment
 from tests.mail.conftest import message, send
 from tests.other_user import ANALYST_GID, ANALYST_UID, TEAM_GID, WORKER_UID, as_root, as_user, shared_folder
 from tests.test_file_modes import umask
@@ -29,9 +30,7 @@ CSV = b"id,name\n1,ada\n"
 @pytest.fixture
 def team_home(monkeypatch: pytest.MonkeyPatch) -> Any:
     """``CONNECTOR_OPS_HOME`` in a folder the team shares (the store in it: the default SQLite file)."""
-    for name in list(os.environ):
-        if name.startswith(("CONNECTOR_OPS_", "GOOGLE_", "MAILJET_", "SMTP_", "DAGSTER_HOME")):
-            monkeypatch.delenv(name)
+    clear_connector_environment(monkeypatch)
     with shared_folder() as folder:
         monkeypatch.setenv("CONNECTOR_OPS_HOME", str(folder / "home"))
         yield folder / "home"
