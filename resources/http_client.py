@@ -6,6 +6,10 @@ signed URL or carry a password, a Drive upload session's URL is a capability, an
 shows INFO (Dagster capturing ``httpx``, a notebook's ``basicConfig``) would store them. While one of our
 clients sends, those loggers show every URL as error messages do (:func:`link_shown`: scheme, host and
 path, ``?…`` for a query); other clients' records in the same process are left as they are.
+
+:func:`make_client` makes every connector's client: its requests go through the environment's proxies
+(``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``: :mod:`.proxies`) with the connector's
+connection retries, which httpx alone gives only to clients without retries.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from __future__ import annotations
 import contextvars
 import logging
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import httpx
 
 from connector_ops.kernel.errors import host_of, link_shown
 from connector_ops.kernel.fence import check_fence
+from connector_ops.resources.proxies import ProxiedTransport, Routes
 
 #: set while one of our clients sends (records are made in the sending thread, so a context variable
 #: tells ours from another library's)
@@ -59,3 +65,11 @@ class Client(httpx.Client):
             return super().send(request, **kwargs)
         finally:
             _SENDING.reset(token)
+
+
+def make_client(*, retries: int = 0, direct: Iterable[str] = (), **settings: Any) -> Client:
+    """A :class:`Client` (``settings``: httpx's) whose requests go through the proxies the environment names
+    now, when it is made (a client lives as long as its resource: a variable changed later is read by the
+    next one), each route retrying a connection that could not be opened ``retries`` times. ``direct``:
+    httpx mount keys (``all://metadata.google.internal``) that go straight out whatever ``NO_PROXY`` says."""
+    return Client(transport=ProxiedTransport(Routes.from_environment(direct), retries), **settings)

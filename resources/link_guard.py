@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from connector_ops.kernel.errors import InvalidInput, link_shown
+from connector_ops.resources.proxies import DIRECT
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: ``(host, port) -> addresses``: the system resolver, or a stand-in (tests never resolve real names)
@@ -120,7 +121,7 @@ class Hop:
     url: str
     host: str
     headers: dict[str, str] = field(repr=False)  # may hold Authorization
-    extensions: dict[str, str] = field(default_factory=dict)
+    extensions: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -168,5 +169,7 @@ class LinkGuard:
         headers = {"Host": parts.netloc.rpartition("@")[2]}
         if parts.username is not None:  # the URL rebuilt on the address has no userinfo: send it as httpx would
             headers["Authorization"] = basic_auth(unquote(parts.username), unquote(parts.password or ""))
-        extensions = {"sni_hostname": host} if parts.scheme == "https" and literal is None else {}
+        extensions: dict[str, object] = {DIRECT: True}  # to the checked address, whatever HTTPS_PROXY says
+        if parts.scheme == "https" and literal is None:
+            extensions["sni_hostname"] = host
         return Hop(url, urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")), host, headers, extensions)

@@ -42,8 +42,9 @@ from connector_ops.kernel.platform_file import (
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.http_bodies import body_of
-from connector_ops.resources.http_client import Client
+from connector_ops.resources.http_client import make_client
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
+from connector_ops.resources.proxies import DIRECT
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 #: the path of a file server's link: ``…/files/<id>`` (what :func:`linked_id` reads)
@@ -542,7 +543,9 @@ class PlatformFileStore(Resource):
 
     @contextlib.contextmanager
     def _served(self, file_id: str, link: str) -> Iterator[IO[bytes]]:
-        send = functools.partial(self._get, self.link_for(file_id), {}, {})
+        """One of our files from our file server: straight, never through a proxy of the environment — the
+        deployment's own service, inside its network, whose files are not sent out through the egress proxy."""
+        send = functools.partial(self._get, self.link_for(file_id), {}, {DIRECT: True})
         try:
             response = send({})
         except httpx.TransportError:  # no server there: the file is simply not on this host
@@ -623,11 +626,11 @@ class PlatformFileStore(Resource):
         return per_process(self, "_http", self._connect)
 
     def _connect(self) -> httpx.Client:
-        return Client(
+        return make_client(
             timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
             follow_redirects=False,  # each hop is checked by _remote
             event_hooks={"response": [_location_kept]},  # …and httpx does not read its Location
-            transport=httpx.HTTPTransport(retries=2),
+            retries=2,
         )
 
     def close(self) -> None:

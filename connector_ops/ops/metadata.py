@@ -67,9 +67,10 @@ def virtual_file_metadata(store: Any, vf_id: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=8)
 def _server_answers(base_url: str) -> bool:
     """Whether the platform file server at ``base_url`` answers ``/health`` (asked once per process and
-    URL: a link in the UI that leads nowhere is worse than none)."""
+    URL: a link in the UI that leads nowhere is worse than none). Straight, as the store reaches its own server
+    (``PlatformFileStore._served``), never through a proxy of the environment."""
     try:
-        return httpx.get(base_url.rstrip("/") + "/health", timeout=_PROBE_TIMEOUT_S).status_code == 200
+        return httpx.get(base_url.rstrip("/") + "/health", timeout=_PROBE_TIMEOUT_S, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 

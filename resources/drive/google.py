@@ -52,12 +52,15 @@ from connector_ops.resources.drive.uploads import (
     read_up_to,
     seekable_size,
 )
-from connector_ops.resources.http_client import Client
+from connector_ops.resources.http_client import make_client
 from connector_ops.resources.progress_floor import Stalled, progressing, read_timeout
 from connector_ops.resources.retry import Backoff
 
 DEFAULT_API_URL = "https://www.googleapis.com"
 SAD = {"supportsAllDrives": "true"}
+#: the metadata server (Application Default Credentials on GCE / GKE): on the host's own link, never behind a
+#: proxy, so reached straight whatever NO_PROXY says (httpx mount keys, :func:`…http_client.make_client`)
+METADATA_SERVER = ("all://metadata.google.internal", "all://169.254.169.254")
 #: Permission fields read when copying sharing (research §1.8).
 PERMISSION_FIELDS = "id,type,role,emailAddress,domain,allowFileDiscovery,deleted,pendingOwner,view,permissionDetails"
 
@@ -179,7 +182,8 @@ class GoogleDriveResource(Resource):
         return per_process(self, "_http", self._connect)
 
     def _connect(self) -> DriveHttp:
-        client = Client(timeout=httpx.Timeout(self.timeout_s, connect=15.0), follow_redirects=False)
+        client = make_client(timeout=httpx.Timeout(self.timeout_s, connect=15.0), follow_redirects=False,
+                             direct=METADATA_SERVER)
         backoff = Backoff(self.backoff_base_s, self.backoff_max_s, self.max_attempts)
         return DriveHttp(client, self._token_source(client), backoff)
 

@@ -28,6 +28,7 @@ from google.oauth2 import credentials as user_credentials
 from google.oauth2 import service_account
 
 from connector_ops.kernel.errors import InvalidInput, UpstreamError
+from connector_ops.resources.proxies import ProxyFailure
 
 DRIVE_SCOPE = "https://www.googleapis.com/auth/drive"
 #: The Drive scopes a deployment may ask for (GOOGLE_DRIVE_SCOPE), by short name.
@@ -47,6 +48,11 @@ class SignInRequired(UpstreamError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, status=401)
+
+
+class ProxyRefused(gexc.TransportError):
+    """The proxy refused the token request (a 407, a 403): the same request gets the same answer until the
+    proxy's settings or policy change, so it is not worth another try."""
 
 
 class _Response(transport.Response):
@@ -78,6 +84,8 @@ class HttpxAuthRequest(transport.Request):
         try:
             response = self.client.request(method, url, content=body, headers=headers,
                                            timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
+        except ProxyFailure as exc:  # names the proxy (never its password) and the host
+            raise (gexc.TransportError if exc.retryable else ProxyRefused)(str(exc)) from None
         except httpx.HTTPError as exc:  # the URL is public; the body (secrets) is never in the message
             raise gexc.TransportError(f"{type(exc).__name__} while contacting the token endpoint") from None
         return _Response(response)
@@ -152,7 +160,7 @@ class TokenSource:
             raise _refresh_error(exc, what) from None
         except gexc.TransportError as exc:
             raise UpstreamError(f"could not reach the Google token endpoint: {exc}", status=503,
-                                retryable=True) from None
+                                retryable=not isinstance(exc, ProxyRefused)) from None
         self._stale = False
 
 

@@ -19,6 +19,7 @@ import httpx
 
 from connector_ops.kernel.errors import UpstreamError, host_of
 from connector_ops.resources.drive.google_auth import TokenSource
+from connector_ops.resources.proxies import ProxyFailure
 from connector_ops.resources.retry import Backoff
 
 RATE_LIMIT_REASONS = frozenset({"userRateLimitExceeded", "rateLimitExceeded", "sharingRateLimitExceeded"})
@@ -124,14 +125,19 @@ class DriveHttp:
                         response.close()
                         raise
             except httpx.TransportError as exc:
-                never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                if isinstance(exc, ProxyFailure) and not exc.retryable:  # the proxy's answer until its settings change
+                    raise UpstreamError(f"Google Drive could not be reached at {host_of(request.url)} to {action}: "
+                                        f"{exc}", status=502) from None
+                never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | ProxyFailure)
                 if (idempotent or never_sent) and attempt + 1 < self.backoff.attempts:
                     self.backoff.wait(attempt)
                     attempt += 1
                     continue
                 # sent but unanswered: repeating a call that is not idempotent could do it twice
+                # a proxy's failure names the proxy (never its password); others their type alone
+                why = str(exc) if isinstance(exc, ProxyFailure) else type(exc).__name__
                 raise UpstreamError(f"Google Drive could not be reached at {host_of(request.url)} to {action}: "
-                                    f"{type(exc).__name__}", status=503, retryable=idempotent or never_sent) from None
+                                    f"{why}", status=503, retryable=idempotent or never_sent) from None
             try:
                 if response.status_code == 401 and not refreshed:
                     response.close()

@@ -22,12 +22,13 @@ from pydantic import PrivateAttr
 from connector_ops.kernel.disk import disk_full, is_disk_full, temp_floor
 from connector_ops.kernel.errors import ActionFailed, UpstreamError
 from connector_ops.kernel.forks import per_process, take_own
-from connector_ops.resources.http_client import Client
+from connector_ops.resources.http_client import make_client
 from connector_ops.resources.mail.attachments import AttachmentReader
 from connector_ops.resources.mail.base import MailResource, cleartext_warning, log
 from connector_ops.resources.mail.mailjet_errors import Outcome, interpret
 from connector_ops.resources.mail.message import MailMessage
 from connector_ops.resources.mail.payload import write_payload
+from connector_ops.resources.proxies import ProxyFailure
 from connector_ops.resources.retry import Backoff
 
 DEFAULT_API_URL = "https://api.mailjet.com"
@@ -83,11 +84,11 @@ class MailjetResource(MailResource):
         if url.scheme == "http" and (warning := cleartext_warning(
                 "Mailjet API keys (MAILJET_API_URL is http://)", url.host)):
             log.warning(warning)
-        return Client(
+        return make_client(
             base_url=self.api_url.rstrip("/"),
             auth=httpx.BasicAuth(str(self.api_key), str(self.api_secret)),
             timeout=httpx.Timeout(self.timeout_s, connect=10.0),
-            transport=httpx.HTTPTransport(retries=self.connect_retries),  # connect failures only
+            retries=self.connect_retries,  # connect failures only
             follow_redirects=False,
         )
 
@@ -111,6 +112,8 @@ class MailjetResource(MailResource):
         for attempt in range(1, self.max_attempts + 1):
             try:
                 response = client.post("/v3.1/send", content=_body_chunks(body), headers=headers)
+            except ProxyFailure as exc:  # nothing reached Mailjet: safe to try again when it may pass
+                raise UpstreamError(f"cannot reach Mailjet at {self.api_url}: {exc}", retryable=exc.retryable) from None
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 raise UpstreamError(f"cannot reach Mailjet at {self.api_url}: {type(exc).__name__}: {exc}",
                                     retryable=True) from None

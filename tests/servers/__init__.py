@@ -25,10 +25,22 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(app: object, port: int | None = None) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 in a background thread; yields ``http://127.0.0.1:<port>``."""
+def serving(app: object, port: int | None = None, certificate: Any = None) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 in a background thread; yields ``http://127.0.0.1:<port>``, or
+    ``https://…`` with ``certificate`` (a ``trustme`` leaf certificate: the server's key and chain)."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    with contextlib.ExitStack() as stack:
+        tls: dict[str, str] = {}
+        if certificate is not None:
+            pem = stack.enter_context(certificate.private_key_and_cert_chain_pem.tempfile())
+            tls = {"ssl_certfile": pem, "ssl_keyfile": pem}
+        with _served(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", **tls)):
+            yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def _served(config: uvicorn.Config) -> Iterator[None]:
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -37,7 +49,7 @@ def serving(app: object, port: int | None = None) -> Iterator[str]:
             raise RuntimeError("test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield
     finally:
         server.should_exit = True
         thread.join(timeout=10)
