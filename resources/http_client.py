@@ -57,6 +57,10 @@ for _name in ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2
 class Client(httpx.Client):
     """``httpx.Client`` whose requests' URLs reach httpx's and httpcore's log lines as messages show them."""
 
+    #: the proxies its requests go through (:func:`make_client`), for a caller that must know before it
+    #: sends (a link's check, :mod:`.link_guard`)
+    routes: Routes = Routes()
+
     def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         if request.method not in _SAFE_METHODS:  # a request that may change something is a commit
             check_fence(f"{request.method} request to {host_of(request.url)}")
@@ -72,4 +76,7 @@ def make_client(*, retries: int = 0, direct: Iterable[str] = (), **settings: Any
     now, when it is made (a client lives as long as its resource: a variable changed later is read by the
     next one), each route retrying a connection that could not be opened ``retries`` times. ``direct``:
     httpx mount keys (``all://metadata.google.internal``) that go straight out whatever ``NO_PROXY`` says."""
-    return Client(transport=ProxiedTransport(Routes.from_environment(direct), retries), **settings)
+    routes = Routes.from_environment(direct)
+    client = Client(transport=ProxiedTransport(routes, retries), **settings)
+    client.routes = routes
+    return client

@@ -10,6 +10,14 @@ followed by :class:`LinkGuard`'s caller one hop at a time, each hop checked the 
 
 ``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS`` opens exactly the destinations a deployment needs: comma-separated
 ``host`` (any port), ``host:port`` or CIDR entries (``10.0.0.0/8``, ``[fd00::]/8`` style without brackets).
+
+A link whose URL the environment sends through a proxy (``HTTPS_PROXY`` …, :mod:`.proxies`) is connected to
+the proxy, which resolves the name itself: no address can be pinned there. Every check that still can be
+made is: a literal non-public address is refused, and so is a name that resolves *here* to one (unless
+allowed); a name that does not resolve here (a network whose only way out is the proxy) is left to the
+proxy, whose egress policy decides — the usual practice with egress proxies. A deployment that wants the
+strict check for some hosts lists them in ``NO_PROXY``: those hops are resolved and pinned as above. Each
+redirect hop is decided the same way, and nothing is sent, not even to the proxy, before its hop passes.
 """
 
 from __future__ import annotations
@@ -21,8 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import httpx
+
 from connector_ops.kernel.errors import InvalidInput, link_shown
-from connector_ops.resources.proxies import DIRECT
+from connector_ops.resources.proxies import DIRECT, Routes
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: ``(host, port) -> addresses``: the system resolver, or a stand-in (tests never resolve real names)
@@ -126,10 +136,13 @@ class Hop:
 
 @dataclass(frozen=True)
 class LinkGuard:
-    """Checks a link's destination and pins it to the checked address."""
+    """Checks a link's destination and pins it to the checked address, or, for a URL ``routes`` send through
+    a proxy, leaves the name to the proxy once every check that can be made here passed."""
 
     allow: AllowList = AllowList()
     resolver: Resolver = system_resolver
+    #: the client's proxies (:attr:`…http_client.Client.routes`); none: every hop pinned
+    routes: Routes = field(default_factory=Routes)
 
     def hop(self, url: str, field_name: str, *, redirected_from: str | None = None) -> Hop:
         """The request to make for ``url``, or ``InvalidInput`` on ``field_name`` before any connection."""
@@ -150,11 +163,22 @@ class LinkGuard:
             literal: IPAddress | None = ipaddress.ip_address(host)
         except ValueError:
             literal = None
+        place = parts.netloc.rpartition("@")[2]  # host and port, without the link's user:password
+        plain = urlunsplit((parts.scheme, place, parts.path, parts.query, ""))
+        try:
+            proxied = self.routes.proxy_for(plain) is not None
+        except httpx.InvalidURL as exc:  # a host httpx cannot send to (one IDNA refuses)
+            raise InvalidInput(field_name, f"is not a URL ({exc}): {shown!r}{via}") from None
+        unresolved: Exception | None = None
         try:
             found = [literal] if literal is not None else [ipaddress.ip_address(a) for a in self.resolver(host, port)]
-        except (LookupError, OSError, ValueError) as exc:
-            raise InvalidInput(field_name, f"the host {host!r} of {shown!r} cannot be resolved ({exc}){via}") from None
-        if not found:
+        except (LookupError, OSError) as exc:  # through a proxy: it resolves the name, its egress policy decides
+            found, unresolved = [], exc
+        except ValueError as exc:
+            found, unresolved, proxied = [], exc, False  # an answer that is no address: never left to a proxy
+        if unresolved is not None and not proxied:
+            raise InvalidInput(field_name, f"the host {host!r} of {shown!r} cannot be resolved ({unresolved}){via}")
+        if not found and not proxied:
             raise InvalidInput(field_name, f"the host {host!r} of {shown!r} has no address{via}")
         for address in found:
             kind = kind_of(address)
@@ -162,13 +186,15 @@ class LinkGuard:
                 raise InvalidInput(field_name, (
                     f"{shown!r}{via} points at {address}, a {kind} address; links must point at public hosts "
                     f"(or be allowed in {ALLOWED_HOSTS_ENV})"))
+        headers = {"Host": place}
+        if parts.username is not None:  # the URL sent has no userinfo: send it as httpx would
+            headers["Authorization"] = basic_auth(unquote(parts.username), unquote(parts.password or ""))
+        if proxied:  # to the proxy, by name (CONNECT host:port, or the URL in absolute form)
+            return Hop(url, plain, host, headers)
         pinned = found[0]
         netloc = f"[{pinned}]" if pinned.version == 6 else str(pinned)
         if parts.port is not None:
             netloc += f":{parts.port}"
-        headers = {"Host": parts.netloc.rpartition("@")[2]}
-        if parts.username is not None:  # the URL rebuilt on the address has no userinfo: send it as httpx would
-            headers["Authorization"] = basic_auth(unquote(parts.username), unquote(parts.password or ""))
         extensions: dict[str, object] = {DIRECT: True}  # to the checked address, whatever HTTPS_PROXY says
         if parts.scheme == "https" and literal is None:
             extensions["sni_hostname"] = host

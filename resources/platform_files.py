@@ -42,9 +42,9 @@ from connector_ops.kernel.platform_file import (
 from connector_ops.kernel.replay import Open, fetched_once
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.http_bodies import body_of
-from connector_ops.resources.http_client import make_client
+from connector_ops.resources.http_client import Client, make_client
 from connector_ops.resources.link_guard import MAX_REDIRECTS, AllowList, LinkGuard, Resolver, system_resolver
-from connector_ops.resources.proxies import DIRECT
+from connector_ops.resources.proxies import DIRECT, ProxyFailure
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
 #: the path of a file server's link: ``…/files/<id>`` (what :func:`linked_id` reads)
@@ -211,7 +211,7 @@ class PlatformFileStore(Resource):
     """Bytes of free disk space its writes leave on the disk of ``files_dir`` (``CONNECTOR_OPS_MIN_FREE_DISK``;
     0: no check): a write that would go below stops with a 500 and leaves nothing."""
 
-    _http: tuple[int, httpx.Client] | None = PrivateAttr(default=None)  # per process (kernel.forks)
+    _http: tuple[int, Client] | None = PrivateAttr(default=None)  # per process (kernel.forks)
     _swept: bool = PrivateAttr(default=False)
     _resolver: Resolver | None = PrivateAttr(default=None)  # None: the system's (getaddrinfo)
     _database: Any = PrivateAttr(default=None)  # the DatabaseFiles of files_database_url
@@ -561,10 +561,12 @@ class PlatformFileStore(Resource):
     @contextlib.contextmanager
     def _remote(self, link: str, field: str, own_id: str | None = None) -> Iterator[IO[bytes]]:
         """Stream a remote link: each hop's host resolved and checked (:mod:`.link_guard`), the connection
-        made to the checked address, redirects followed here one at a time (a redirect to our own file
-        server reads storage). ``own_id``: the descriptor's ``id``, for the refusal of a link of an earlier
-        file server URL (:meth:`_not_ours_because`)."""
-        guard = LinkGuard(AllowList.parse(self.allowed_private_hosts), self._resolver or system_resolver)
+        made to the checked address — or, for a URL the environment sends through a proxy, to the proxy —,
+        redirects followed here one at a time (a redirect to our own file server reads storage). ``own_id``:
+        the descriptor's ``id``, for the refusal of a link of an earlier file server URL
+        (:meth:`_not_ours_because`)."""
+        guard = LinkGuard(AllowList.parse(self.allowed_private_hosts), self._resolver or system_resolver,
+                          self._client().routes)
         url, shown = link, link_shown(link)
         came_from: str | None = None  # the hop that redirected here
         for _ in range(MAX_REDIRECTS + 1):
@@ -582,6 +584,8 @@ class PlatformFileStore(Resource):
             send = functools.partial(self._get, hop.url, hop.headers, hop.extensions)  # to the address checked
             try:
                 response = send({})
+            except ProxyFailure as exc:  # names the proxy (never its password) and the host
+                raise UpstreamError(f"fetching {shown} failed: {exc}", retryable=exc.retryable) from None
             except httpx.TransportError as exc:  # name the host the user wrote, not the pinned address
                 raise UpstreamError(f"fetching {shown} failed: cannot reach {host_of(url)} "
                                     f"({type(exc).__name__}: {exc})", retryable=True) from None  # a GET: safe
@@ -621,11 +625,11 @@ class PlatformFileStore(Resource):
         with self.open(descriptor) as handle:
             return handle.read()
 
-    def _client(self) -> httpx.Client:
+    def _client(self) -> Client:
         """One client for the store's lifetime (connections reused across downloads), closed by ``close()``."""
         return per_process(self, "_http", self._connect)
 
-    def _connect(self) -> httpx.Client:
+    def _connect(self) -> Client:
         return make_client(
             timeout=httpx.Timeout(self.http_timeout_s, connect=10.0),
             follow_redirects=False,  # each hop is checked by _remote

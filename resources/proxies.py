@@ -87,6 +87,8 @@ class Routes:
 
     def proxy_for(self, url: httpx.URL | str) -> Proxy | None:
         """The proxy a request for ``url`` goes through, ``None`` if it goes straight out."""
+        if not self.patterns:
+            return None
         url = httpx.URL(url)
         if self.direct_networks:
             try:

@@ -1,0 +1,127 @@
+"""Remote platform-file links through a company's egress proxy (HTTPS_PROXY …): a proxy-only network works,
+and the link guard keeps every check it still can (resources/link_guard.py).
+
+The network is proxy-only: ``files.test`` and ``other.test`` resolve at the loopback proxy alone
+(tests/servers/forward_proxy.py) and nowhere here (the resolver stand-in of tests/test_link_guard.py knows no
+name unless told). A literal non-public address, or a name that resolves here to one, is refused before any
+connection: the proxy records nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from connector_ops import ConnectorError, invoke
+from connector_ops.resources.file_server import create_app
+from connector_ops.resources.platform_files import PlatformFileStore
+from tests.servers import serving
+from tests.servers.forward_proxy import ForwardProxy, proxy_env, trusting
+from tests.test_link_guard import CSV, FakeDNS, Server, push, refused, rows, with_env
+
+NAMES = {"files.test": "127.0.0.1", "other.test": "127.0.0.1"}
+
+
+@pytest.fixture
+def remote() -> Iterator[Server]:
+    """A loopback HTTP server of tests/test_link_guard.py (it records each request's path, Host and
+    Authorization), reached by the names of :data:`NAMES` through the proxy."""
+    server = Server()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """SQLite only: what is tested is where a link's request goes, not the store it is pushed into."""
+    return f"sqlite:///{tmp_path / 'vf.db'}"
+
+
+def test_a_push_from_a_link_goes_through_the_http_proxy(env, remote, monkeypatch):
+    """The name resolves nowhere here: the hop is left to the proxy (failed before: "cannot be resolved")."""
+    with ForwardProxy(NAMES) as proxy:
+        proxy_env(monkeypatch, HTTP_PROXY=proxy.url())
+        res = with_env(env, monkeypatch, dns=FakeDNS({}))
+        link = remote.url(host="files.test").replace("http://", "http://reader:s3cr%40t@")
+        assert rows(res, push(res, link)["virtualFileId"]) == [{"a": "1", "b": "2"}]
+    assert proxy.targets == [remote.url(host="files.test")]  # absolute form, by name, no user:password in it
+    assert remote.requests == [("/data.csv", f"files.test:{remote.port}")]
+    assert remote.authorizations[0] is not None and remote.authorizations[0].startswith("Basic ")
+
+
+def test_a_push_from_an_https_link_goes_through_the_tunnel(env, tmp_path, monkeypatch):
+    """CONNECT files.test:<port>, then TLS to the file's server by its name (its certificate, SNI)."""
+    ca = trustme.CA()
+    trusting(ca, tmp_path, monkeypatch)
+    elsewhere = PlatformFileStore(files_dir=str(tmp_path / "elsewhere"))
+    pf = elsewhere.add_bytes(CSV, "data.csv").to_json()
+    with serving(create_app(elsewhere), certificate=ca.issue_cert("files.test")) as url, \
+            ForwardProxy(NAMES) as proxy:
+        port = url.rsplit(":", 1)[1]
+        proxy_env(monkeypatch, HTTPS_PROXY=proxy.url())
+        res = with_env(env, monkeypatch, dns=FakeDNS({}))
+        link = f"https://files.test:{port}/files/{pf['id']}"
+        pushed = invoke("etl.push", {"platformFile": {**pf, "link": link}}, res)
+        assert rows(res, pushed["virtualFileId"]) == [{"a": "1", "b": "2"}]
+    assert proxy.targets == [f"files.test:{port}"] and proxy.received[0].method == "CONNECT"
+
+
+@pytest.mark.parametrize("link,kind", [
+    ("http://10.1.2.3/data.csv", "private"),
+    ("http://169.254.169.254/latest/meta-data/", "link-local"),
+    ("https://[fd00::5]/data.csv", "private"),
+    ("http://[::ffff:169.254.169.254]/x", "link-local"),
+    ("http://127.0.0.1:9/data.csv", "loopback"),
+    ("http://db.test/data.csv", "private"),  # a name that resolves here to 10.0.0.7
+])
+def test_non_public_destinations_are_refused_before_the_proxy_is_asked(env, monkeypatch, link, kind):
+    with ForwardProxy(NAMES) as proxy:
+        proxy_env(monkeypatch, ALL_PROXY=proxy.url())
+        res = with_env(env, monkeypatch, dns=FakeDNS({"db.test": [["10.0.0.7"]]}))
+        message = refused(res, link)
+    assert f"a {kind} address" in message and proxy.received == []
+
+
+def test_each_redirect_hop_is_decided_the_same_way(env, remote, monkeypatch):
+    remote.routes["/moved.csv"] = (302, {"Location": remote.url(host="other.test")}, b"")
+    remote.routes["/metadata.csv"] = (302, {"Location": "http://169.254.169.254/latest/meta-data/"}, b"")
+    with ForwardProxy(NAMES) as proxy:
+        proxy_env(monkeypatch, HTTP_PROXY=proxy.url())
+        res = with_env(env, monkeypatch, dns=FakeDNS({}))
+        vf = push(res, remote.url("/moved.csv", host="files.test"))["virtualFileId"]
+        assert rows(res, vf) == [{"a": "1", "b": "2"}]
+        assert proxy.targets == [remote.url("/moved.csv", host="files.test"), remote.url(host="other.test")]
+        message = refused(res, remote.url("/metadata.csv", host="files.test"))
+    assert "169.254.169.254, a link-local address" in message and "redirected from" in message
+    assert proxy.targets[2:] == [remote.url("/metadata.csv", host="files.test")]  # the refused hop: never sent
+
+
+def test_a_host_in_no_proxy_gets_the_strict_check(env, remote, monkeypatch):
+    """NO_PROXY takes a host out of the proxy's way: resolved here, checked and pinned to the checked address,
+    as without a proxy (a name that does not resolve here is then a 400)."""
+    with ForwardProxy(NAMES) as proxy:
+        proxy_env(monkeypatch, HTTP_PROXY=proxy.url(), NO_PROXY="files.test")
+        res = with_env(env, monkeypatch, dns=FakeDNS({}))
+        assert "cannot be resolved" in refused(res, remote.url(host="files.test"))
+        res = with_env(env, monkeypatch, allowed="files.test", dns=FakeDNS({"files.test": [["127.0.0.1"]]}))
+        assert rows(res, push(res, remote.url(host="files.test"))["virtualFileId"]) == [{"a": "1", "b": "2"}]
+    assert proxy.received == [] and remote.requests == [("/data.csv", f"files.test:{remote.port}")]
+
+
+def test_a_proxy_refusing_a_link_names_itself_and_not_its_password(env, remote, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG)
+    with ForwardProxy(NAMES, credentials=("corp", "pr0xy-s3cret")) as proxy:
+        proxy_env(monkeypatch, HTTP_PROXY=proxy.url("corp", "not-it"))
+        res = with_env(env, monkeypatch, dns=FakeDNS({}))
+        with pytest.raises(ConnectorError) as info:
+            push(res, remote.url(host="files.test"))
+    assert info.value.body["message"] == (
+        f"fetching {remote.url(host='files.test')} failed: the proxy http://127.0.0.1:{proxy.port} (HTTP_PROXY) "
+        f"refused the user and password given in HTTP_PROXY (407 Proxy Authentication Required) for "
+        f"files.test:{remote.port}")
+    assert not info.value.retryable and remote.requests == []
+    assert "not-it" not in caplog.text and "not-it" not in str(info.value)
