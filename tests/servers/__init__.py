@@ -12,10 +12,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import uvicorn
+
+
+class ClosedOnExit:
+    """A test server used as ``with Server(…) as server:``, its ``close()`` called at the block's end."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 def free_port() -> int:

@@ -18,11 +18,12 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from urllib.parse import urlsplit
 
 import pytest
 import trustme
+
+from tests.servers import ClosedOnExit
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Received:
     relayed: bool
 
 
-class ForwardProxy:
+class ForwardProxy(ClosedOnExit):
     def __init__(self, hosts: dict[str, str] | None = None, *, credentials: tuple[str, str] | None = None,
                  forbidden: frozenset[str] = frozenset()) -> None:
         self.hosts = dict(hosts or {})
@@ -68,11 +69,6 @@ class ForwardProxy:
                     sock.close()
         self._thread.join(5)
 
-    def __enter__(self) -> ForwardProxy:
-        return self
-
-    def __exit__(self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None) -> None:
-        self.close()
 
     # -- the proxy ----------------------------------------------------------------------------------
     def _accept(self) -> None:

@@ -12,10 +12,11 @@ import contextlib
 import select
 import socket
 import threading
-from types import TracebackType
+
+from tests.servers import ClosedOnExit
 
 
-class FreezingProxy:
+class FreezingProxy(ClosedOnExit):
     def __init__(self, unix_path: str) -> None:
         self._target = unix_path
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -43,11 +44,6 @@ class FreezingProxy:
         for thread in self._threads:
             thread.join(5)
 
-    def __enter__(self) -> FreezingProxy:
-        return self
-
-    def __exit__(self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None) -> None:
-        self.close()
 
     def _accept(self) -> None:
         while not self._closed.is_set():
