@@ -19,8 +19,10 @@ from typing import Any
 
 import httpx
 
-from connector_ops.kernel.errors import InvalidInput, UpstreamError
+from connector_ops.kernel.errors import InvalidInput, UpstreamError, host_of
 from connector_ops.resources.drive.google_auth import DRIVE_SCOPE
+from connector_ops.resources.http_client import make_client
+from connector_ops.resources.proxies import ProxyFailure
 
 DEFAULT_AUTH_URL = "https://accounts.google.com/o/oauth2/v2/auth"
 PAGE = b"<html><body><h3>connector-ops: sign-in finished.</h3>You can close this tab.</body></html>"
@@ -87,10 +89,10 @@ def sign_in(*, client_id: str, client_secret: str, auth_url: str, token_url: str
         raise UpstreamError("the sign-in answer did not match this sign-in (state mismatch); try again", status=400)
     if "error" in result:
         raise UpstreamError(f"Google sign-in was not completed: {result['error']}", status=401)
-    response = httpx.post(token_url, data={
+    response = _exchange(token_url, {
         "grant_type": "authorization_code", "code": result["code"], "redirect_uri": redirect_uri,
         "client_id": client_id, "client_secret": client_secret, "code_verifier": verifier,
-    }, timeout=30)
+    })
     if response.status_code != 200:
         error = ""
         with contextlib.suppress(ValueError, AttributeError):
@@ -101,6 +103,21 @@ def sign_in(*, client_id: str, client_secret: str, auth_url: str, token_url: str
         raise UpstreamError("Google returned no refresh token; revoke the app's access and sign in again",
                             status=401)
     return str(refresh_token)
+
+
+def _exchange(token_url: str, form: dict[str, str]) -> httpx.Response:
+    """The code exchanged at the token endpoint by the client every Drive call uses (:func:`make_client`):
+    through the environment's proxies as they are (``NO_PROXY``'s networks, a proxy's refusal named without its
+    password), and a failure to get there is the token endpoint's, a 503, as a refresh's is
+    (:class:`.google_auth.TokenSource`). Not retried: a code is good once."""
+    with make_client(timeout=httpx.Timeout(30.0)) as client:
+        try:
+            return client.post(token_url, data=form)
+        except ProxyFailure as exc:
+            raise UpstreamError(f"could not reach the Google token endpoint: {exc}", status=502) from None
+        except httpx.TransportError as exc:
+            raise UpstreamError(f"could not reach the Google token endpoint at {host_of(token_url)} "
+                                f"({type(exc).__name__}: {exc})", status=503) from None
 
 
 def require(value: str | None, name: str) -> str:

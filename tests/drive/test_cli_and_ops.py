@@ -19,7 +19,7 @@ from connector_ops.ops.resources import GoogleDriveResourceAdapter, dagster_reso
 from connector_ops.resources.drive.google import GoogleDriveResource
 from connector_ops.resources.drive.local import LocalDriveResource
 from tests.drive.support import CLIENT_SECRET, REFRESH_TOKEN, google_env
-from tests.servers import drive_discovery
+from tests.servers import drive_discovery, free_port
 from tests.servers.fake_drive import FakeDrive
 
 
@@ -71,20 +71,27 @@ def test_check_token_on_the_local_drive_answers_as_docs_drive_md_says(
     assert json.dumps(answer) in doc  # the docs list every answer the command gives
 
 
-def test_login_runs_the_loopback_flow_and_saves_the_refresh_token(clean_env: dict, fake: FakeDrive,
-                                                                  monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def consenting_user(fake: FakeDrive, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Google sign-in set up for ``drive login`` on the fake, and the user's browser, which opens the consent
+    page and follows Google's redirect to the command's loopback; the statuses its visits ended with."""
     google_env(fake, monkeypatch)
     monkeypatch.delenv("GOOGLE_REFRESH_TOKEN")
     monkeypatch.setenv("GOOGLE_OAUTH_AUTH_URL", fake.base_url + "/auth")
     visited: list[int] = []
 
-    def browser(url: str) -> None:  # the user's browser: consent page, then Google's redirect to our loopback
+    def browser(url: str) -> None:
         def visit() -> None:
             visited.append(httpx.get(url, follow_redirects=True, timeout=10).status_code)
         threading.Thread(target=visit).start()
 
     monkeypatch.setattr("webbrowser.open", browser)
+    return visited
+
+
+def test_login_runs_the_loopback_flow_and_saves_the_refresh_token(clean_env: dict, fake: FakeDrive,
+                                                                  monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    visited = consenting_user(fake, monkeypatch)
     env_file = tmp_path / ".env"
     env_file.write_text("OTHER=1\nGOOGLE_REFRESH_TOKEN=old\n")
     assert main(["drive", "login", "--save", str(env_file), "--timeout", "20"]) == 0
@@ -97,6 +104,24 @@ def test_login_runs_the_loopback_flow_and_saves_the_refresh_token(clean_env: dic
     assert token not in out + err and visited == [200]
     monkeypatch.setenv("GOOGLE_REFRESH_TOKEN", token)
     assert main(["drive", "check-token"]) == 0
+
+
+def test_login_whose_token_endpoint_cannot_be_reached_says_so(clean_env: dict, fake: FakeDrive,
+                                                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The code's exchange went through a bare ``httpx.post``, past the client every Drive call uses: a token
+    endpoint that could not be reached was an error nobody anticipated (a 500, "ConnectError talking to …"),
+    and a proxy's refusal was not named as one. It is the token endpoint's 503 now, as a refresh's is, and
+    nothing is saved."""
+    consenting_user(fake, monkeypatch)
+    monkeypatch.setenv("GOOGLE_OAUTH_TOKEN_URL", f"http://127.0.0.1:{free_port()}/token")  # nothing listens
+    env_file = tmp_path / ".env"
+    assert main(["drive", "login", "--save", str(env_file), "--timeout", "20"]) != 0
+    out, err = capsys.readouterr()
+    assert "connector-ops: failed (503): could not reach the Google token endpoint at 127.0.0.1:" in err
+    assert "(ConnectError: [Errno 111] Connection refused)" in err
+    assert "Traceback" not in out + err and CLIENT_SECRET not in out + err
+    assert not env_file.exists()
 
 
 def test_drive_ops_in_a_job_on_the_local_drive(clean_env: dict) -> None:
