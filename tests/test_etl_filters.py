@@ -49,12 +49,30 @@ operators = st.one_of(
     # mongomock refuses $options inside $not (MongoDB accepts it): plain patterns only there
     st.builds(lambda o: {"$not": o}, st.one_of(one_operator.filter(lambda o: "$options" not in o))),
 )
+#: composite keys: clauses of equalities on the same columns (in either key order), one an ``$or`` of them
+#: (merged into one row-value membership), some with a ``null`` (which keeps its own SQL)
+KEY_VALUES = ["", "9", "abc", "é", "a\nb"]
+key_value = st.sampled_from([*KEY_VALUES, None])
+
+
+def _key_clause(columns: tuple[str, ...]) -> st.SearchStrategy[dict]:
+    return st.builds(lambda values, flip: dict(zip(columns[::-1], values[::-1], strict=True)) if flip
+                     else dict(zip(columns, values, strict=True)),
+                     st.tuples(*(key_value for _ in columns)), st.booleans())
+
+
+key_columns = st.sampled_from([("a", "b"), ("b", "é"), ("a", "nope"), ("a", "b", "é")])
+composite_or = key_columns.flatmap(lambda cs: st.lists(_key_clause(cs), min_size=2, max_size=5)).map(
+    lambda clauses: {"$or": clauses})
 filters_st = st.recursive(
-    st.dictionaries(fields, st.one_of(scalars, operators), min_size=1, max_size=2),
+    st.one_of(st.dictionaries(fields, st.one_of(scalars, operators), min_size=1, max_size=2), composite_or),
     lambda inner: st.one_of(
         st.builds(lambda op, items: {op: items}, st.sampled_from(["$and", "$or", "$nor"]),
                   st.lists(inner, min_size=1, max_size=3)),
         st.builds(lambda a, b: {**a, **b}, inner, inner),
+        # composite keys beside other clauses in one $or (or $nor)
+        st.builds(lambda op, keys, others: {op: [*keys["$or"], *others]}, st.sampled_from(["$or", "$nor"]),
+                  composite_or, st.lists(inner, min_size=1, max_size=2)),
     ),
     max_leaves=6,
 )
@@ -84,6 +102,26 @@ def load(store: Any, rows: list[dict[str, str]]) -> str:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=rows_st, filters=st.lists(filters_st, min_size=1, max_size=6))
 def test_query_and_delete_match_mongomock(store, resources, rows, filters):
+    agree_with_mongomock(store, resources, rows, filters)
+
+
+#: rows whose values are mostly the composite keys' own, so that keys match some rows and miss others
+key_rows_st = st.lists(st.fixed_dictionaries(dict.fromkeys(["a", "b", "é"], key_value)), max_size=12)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rows=key_rows_st, filters=st.lists(st.one_of(composite_or, composite_or.map(lambda f: {"$nor": f["$or"]}),
+                                                      filters_st), min_size=1, max_size=4))
+def test_composite_keys_match_mongomock(store, resources, rows, filters):
+    """An ``$or`` of composite keys is one row-value membership in SQL: rows missing one of its columns,
+    keys given twice or in another key order, keys beside other clauses, under ``$nor``: MongoDB's rows."""
+    agree_with_mongomock(store, resources, rows, filters)
+
+
+def agree_with_mongomock(store: Any, resources: dict[str, Any], rows: list[dict[str, Any]],
+                         filters: list[dict]) -> None:
+    """Each filter selects mongomock's rows in Query, and the last deletes them in Delete Rows."""
     rows = [stored(r) for r in rows]
     vf = load(store, rows)
     try:
