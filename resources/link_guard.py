@@ -3,10 +3,11 @@
 A platform-file descriptor comes from whoever calls the action, and a component inside a data platform
 can reach metadata services, databases and admin pages no outside caller should read through it. So a
 link that is not our own file server's is fetched only if every address its host resolves to is public
-(not loopback, private, link-local, shared, reserved or multicast). The name is resolved here, the
-addresses checked, and the connection made to the checked address (the name goes in the ``Host`` header
-and TLS's SNI): a second lookup by the HTTP client could answer differently (DNS rebinding). Redirects are
-followed by :class:`LinkGuard`'s caller one hop at a time, each hop checked the same way.
+(not loopback, private, link-local, shared, reserved or multicast). The name — as httpx will send it
+(:func:`sent_host`: IDNA 2008 for a non-ASCII one) — is resolved here, the addresses checked, and the
+connection made to the checked address (the name goes in the ``Host`` header and TLS's SNI): a second lookup
+by the HTTP client could answer differently (DNS rebinding). Redirects are followed by :class:`LinkGuard`'s
+caller one hop at a time, each hop checked the same way.
 
 ``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS`` opens exactly the destinations a deployment needs: comma-separated
 ``host`` (any port), ``host:port`` or CIDR entries (``10.0.0.0/8``, ``[fd00::]/8`` style without brackets).
@@ -51,6 +52,16 @@ def system_resolver(host: str, port: int) -> list[str]:
     except (socket.gaierror, UnicodeError) as exc:
         raise LookupError(str(exc)) from None
     return list(dict.fromkeys(str(info[4][0]).split("%", 1)[0] for info in infos))
+
+
+def sent_host(url: str) -> str:
+    """The host of ``url`` as httpx puts it on the wire: lower case, a non-ASCII name in IDNA 2008
+    (``straße.example`` → ``xn--strae-oqa.example``; ``。`` read as a dot), an IPv6 address without brackets.
+    The link's own text is not that name: ``getaddrinfo`` and ``ssl`` encode a ``str`` host with Python's
+    IDNA 2003 codec (``strasse.example``), so a check made on it looked up one name while the proxy would be
+    asked for another, SNI named a third, and in ``Host`` it was no ASCII at all. Every check, the ``Host``
+    header and SNI use this one. ``httpx.InvalidURL`` for a host IDNA refuses."""
+    return httpx.URL(url).raw_host.decode("ascii")
 
 
 def shown_link(url: str) -> str:
@@ -110,17 +121,27 @@ class AllowList:
                 pass
             host, sep, port = entry.rpartition(":")
             if sep and port.isdigit() and host and (host.count(":") == 0 or host.startswith("[")):
-                host_ports.add((host.strip("[]"), int(port)))
+                host_ports.add((_listed(host.strip("[]")), int(port)))
             elif ":" in entry and not entry.startswith("["):
                 raise ValueError(f"cannot read {raw.strip()!r} (host, host:port or CIDR)")
             else:
-                hosts.add(entry.strip("[]"))
+                hosts.add(_listed(entry.strip("[]")))
         return cls(frozenset(hosts), frozenset(host_ports), tuple(networks))
 
     def allows(self, host: str, port: int, address: IPAddress) -> bool:
         host = host.lower()
         return (host in self.hosts or (host, port) in self.host_ports or (str(address), port) in self.host_ports
                 or any(address in net for net in self.networks))
+
+
+def _listed(name: str) -> str:
+    """An allow-list name as :func:`sent_host` gives a link's (``straße.example`` listed matches its link)."""
+    if ":" in name:  # an IPv6 address
+        return name
+    try:
+        return sent_host(f"http://{name}/")
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"cannot read {name!r} ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -154,21 +175,23 @@ class LinkGuard:
             raise InvalidInput(field_name, f"is not a URL ({exc}): {shown!r}{via}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidInput(field_name, f"must be an http(s) URL or a link of this file server, got {shown!r}{via}")
-        host = parts.hostname
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
             raise InvalidInput(field_name, f"{shown!r} has an invalid port{via}") from None
+        try:  # the host as it will be sent (without the link's user:password), which every check sees
+            host = sent_host(urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", "", "")))
+        except httpx.InvalidURL as exc:  # a host httpx cannot send to (one IDNA refuses)
+            raise InvalidInput(field_name, f"is not a URL ({exc}): {shown!r}{via}") from None
         try:
             literal: IPAddress | None = ipaddress.ip_address(host)
         except ValueError:
             literal = None
-        place = parts.netloc.rpartition("@")[2]  # host and port, without the link's user:password
+        place = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            place += f":{parts.port}"
         plain = urlunsplit((parts.scheme, place, parts.path, parts.query, ""))
-        try:
-            proxied = self.routes.proxy_for(plain) is not None
-        except httpx.InvalidURL as exc:  # a host httpx cannot send to (one IDNA refuses)
-            raise InvalidInput(field_name, f"is not a URL ({exc}): {shown!r}{via}") from None
+        proxied = self.routes.proxy_for(plain) is not None
         unresolved: Exception | None = None
         try:
             found = [literal] if literal is not None else [ipaddress.ip_address(a) for a in self.resolver(host, port)]

@@ -8,8 +8,9 @@ public address, even to prove it is refused.
 from __future__ import annotations
 
 import ipaddress
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,24 @@ class FakeDNS:
             raise LookupError(f"{host} is not known")
         queue = self.answers[host]
         return queue.pop(0) if len(queue) > 1 else queue[0]
+
+
+def as_getaddrinfo(dns: FakeDNS) -> Callable[[str, int], list[str]]:
+    """``dns`` consulted as the system resolver consults DNS: a host written as an address (inet_aton's forms
+    too: ``127.1``, ``2130706433``) answered by ``getaddrinfo`` itself, numerically, never looked up; a name
+    first encoded with Python's ``idna`` codec (IDNA 2003: ``straße.example`` → ``strasse.example``), as
+    ``getaddrinfo`` encodes a ``str``."""
+    def resolve(host: str, port: int) -> list[str]:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        except (socket.gaierror, UnicodeError):
+            try:
+                name = host.encode("idna").decode("ascii")
+            except UnicodeError as exc:
+                raise LookupError(str(exc)) from None
+            return dns(name, port)
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))
+    return resolve
 
 
 def push(res: dict[str, Any], link: str) -> Any:
@@ -348,3 +367,35 @@ def test_a_link_that_only_looks_like_ours_is_checked_like_any_other(env, servers
         assert own.local_id({"link": own.link_for("0" * 32)}) == "0" * 32
         assert own.local_id({"link": own.link_for("0" * 32 + "\n")}) is None
     assert seen == []
+
+
+def test_an_international_name_is_resolved_and_sent_as_httpx_sends_it(env, servers, monkeypatch, tmp_path):
+    """httpx sends ``straße.example`` as ``xn--strae-oqa.example`` (IDNA 2008); the system resolver and
+    ``ssl`` would have encoded the link's text as ``strasse.example`` (IDNA 2003), another name. The name
+    looked up, allowed, put in ``Host`` and SNI is the one httpx sends (failed before: "cannot be resolved",
+    the lookup being of strasse.example; had it resolved, a 500, the link's text in ``Host`` being no
+    ASCII)."""
+    import trustme
+
+    from connector_ops.resources.file_server import create_app
+    from connector_ops.resources.platform_files import PlatformFileStore
+    from tests.servers import serving
+    from tests.servers.forward_proxy import trusting
+
+    remote = serve(servers)
+    dns = FakeDNS({"xn--strae-oqa.example": [["127.0.0.1"]]})
+    res = with_env(env, monkeypatch, allowed="straße.example")
+    res["platform_files"].set_resolver(as_getaddrinfo(dns))
+    assert rows(res, push(res, remote.url(host="straße.example"))["virtualFileId"]) == [{"a": "1", "b": "2"}]
+    assert remote.requests == [("/data.csv", f"xn--strae-oqa.example:{remote.port}")]
+    assert dns.lookups == ["xn--strae-oqa.example"]
+    ca = trustme.CA()
+    trusting(ca, tmp_path, monkeypatch)
+    elsewhere = PlatformFileStore(files_dir=str(tmp_path / "elsewhere"))
+    pf = elsewhere.add_bytes(CSV, "data.csv").to_json()
+    with serving(create_app(elsewhere), certificate=ca.issue_cert("xn--strae-oqa.example")) as url:
+        res = with_env(env, monkeypatch, allowed="127.0.0.1/32")  # a new client: it trusts the CA
+        res["platform_files"].set_resolver(as_getaddrinfo(dns))
+        link = f"https://straße.example:{url.rsplit(':', 1)[1]}/files/{pf['id']}"
+        pushed = invoke("etl.push", {"platformFile": {**pf, "link": link}}, res)  # SNI and certificate agree
+        assert rows(res, pushed["virtualFileId"]) == [{"a": "1", "b": "2"}]

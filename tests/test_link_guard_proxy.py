@@ -21,7 +21,7 @@ from connector_ops.resources.file_server import create_app
 from connector_ops.resources.platform_files import PlatformFileStore
 from tests.servers import serving
 from tests.servers.forward_proxy import ForwardProxy, proxy_env, trusting
-from tests.test_link_guard import CSV, FakeDNS, Server, push, refused, rows, with_env
+from tests.test_link_guard import CSV, FakeDNS, Server, as_getaddrinfo, push, refused, rows, with_env
 
 NAMES = {"files.test": "127.0.0.1", "other.test": "127.0.0.1"}
 
@@ -84,6 +84,21 @@ def test_non_public_destinations_are_refused_before_the_proxy_is_asked(env, monk
         res = with_env(env, monkeypatch, dns=FakeDNS({"db.test": [["10.0.0.7"]]}))
         message = refused(res, link)
     assert f"a {kind} address" in message and proxy.received == []
+
+
+def test_the_name_checked_is_the_name_the_proxy_is_asked_for(env, monkeypatch):
+    """``straße.example``: the proxy is asked for ``xn--strae-oqa.example`` (httpx: IDNA 2008), a private
+    address here; the check looked up ``strasse.example`` (the system resolver: IDNA 2003), a public one, and
+    passed (failed before: a 500, the link's text put in ``Host`` being no ASCII — which alone kept the
+    request from the proxy)."""
+    dns = FakeDNS({"strasse.example": [["93.184.215.14"]], "xn--strae-oqa.example": [["10.0.0.7"]]})
+    with ForwardProxy({"xn--strae-oqa.example": "127.0.0.1"}) as proxy:
+        proxy_env(monkeypatch, HTTP_PROXY=proxy.url())
+        res = with_env(env, monkeypatch)
+        res["platform_files"].set_resolver(as_getaddrinfo(dns))
+        message = refused(res, "http://straße.example/data.csv")
+    assert "10.0.0.7, a private address" in message and proxy.received == []
+    assert dns.lookups == ["xn--strae-oqa.example"]
 
 
 def test_each_redirect_hop_is_decided_the_same_way(env, remote, monkeypatch):
