@@ -9,6 +9,11 @@ connection made to the checked address (the name goes in the ``Host`` header and
 by the HTTP client could answer differently (DNS rebinding). Redirects are followed by :class:`LinkGuard`'s
 caller one hop at a time, each hop checked the same way.
 
+A host is read once (:func:`canonical_host`) and every check, ``NO_PROXY`` and the request see that reading:
+an address written otherwise (``127.0.0.1.``, ``0x7f.1``, ``2130706433``) is that address; a name loses one
+trailing dot; a host that other parsers would read as another one — percent-encoded, not letters, digits,
+``-`` and ``_``, or ending in a number without being an IPv4 address — is refused.
+
 ``CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS`` opens exactly the destinations a deployment needs: comma-separated
 ``host`` (any port), ``host:port`` or CIDR entries (``10.0.0.0/8``, ``[fd00::]/8`` style without brackets).
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import re
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +49,11 @@ MAX_REDIRECTS = 10
 #: may hold a whole file)
 SHOWN_CHARS = 200
 ALLOWED_HOSTS_ENV = "CONNECTOR_OPS_ALLOWED_PRIVATE_HOSTS"
+#: one label of a host name: letters, digits, ``-`` inside (RFC 1123), and ``_`` (internal names have it; no
+#: parser reads it otherwise)
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+#: a last label that makes a URL parser (WHATWG: "ends in a number") read the whole host as IPv4
+_NUMBER = re.compile(r"[0-9]+|0x[0-9a-f]*")
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -62,6 +73,37 @@ def sent_host(url: str) -> str:
     asked for another, SNI named a third, and in ``Host`` it was no ASCII at all. Every check, the ``Host``
     header and SNI use this one. ``httpx.InvalidURL`` for a host IDNA refuses."""
     return httpx.URL(url).raw_host.decode("ascii")
+
+
+def canonical_host(url: str) -> tuple[str, IPAddress | None]:
+    """The host of ``url`` as it is checked and sent — :func:`sent_host`'s, one trailing dot dropped, an
+    IPv4 address in dotted-quad form — and the address it is, if it is one; ``ValueError`` saying why a host
+    is refused.
+
+    A proxy does not read a host as ``ipaddress`` does: Squid drops a trailing dot (``10.1.2.3.``), a WHATWG
+    URL parser reads a host whose last label is a number as IPv4 in inet_aton's forms (``127.1``, ``0x7f.1``,
+    ``2130706433``, ``0177.0.0.1``) and percent-decodes it (``%31%32%37.0.0.1``). Such a host was no address
+    here, did not resolve here, and so went to the proxy, which connected to the address. So: a host that
+    ends in a number must be an IPv4 address in one of inet_aton's forms (a literal, checked as one) or it is
+    refused; a name must be letters, digits, ``-`` and ``_`` in dot-separated labels (after IDNA), so nothing
+    percent-encoded or otherwise read differently elsewhere. ``NO_PROXY``, the allow list and ``Host`` see the
+    same host (``files.test.`` is ``files.test``)."""
+    host = sent_host(url)
+    if ":" in host:  # an IPv6 address (httpx checked the brackets hold one)
+        return host, ipaddress.ip_address(host)
+    if "%" in host:
+        raise ValueError("it is percent-encoded (or holds a character httpx would percent-encode)")
+    name = host.removesuffix(".")
+    labels = name.split(".")
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ValueError("it is no host name (letters, digits, '-' and '_', in labels separated by dots)")
+    if not _NUMBER.fullmatch(labels[-1]):
+        return name, None
+    try:
+        address = ipaddress.IPv4Address(socket.inet_aton(name))
+    except OSError:
+        raise ValueError("it ends in a number, so URL parsers read it as an IPv4 address, and it is none") from None
+    return str(address), address
 
 
 def shown_link(url: str) -> str:
@@ -135,12 +177,13 @@ class AllowList:
 
 
 def _listed(name: str) -> str:
-    """An allow-list name as :func:`sent_host` gives a link's (``straße.example`` listed matches its link)."""
+    """An allow-list name as :func:`canonical_host` gives a link's (``straße.example`` or ``files.test.``
+    listed matches its link)."""
     if ":" in name:  # an IPv6 address
         return name
     try:
-        return sent_host(f"http://{name}/")
-    except httpx.InvalidURL as exc:
+        return canonical_host(f"http://{name}/")[0]
+    except (httpx.InvalidURL, ValueError) as exc:
         raise ValueError(f"cannot read {name!r} ({exc})") from None
 
 
@@ -180,13 +223,11 @@ class LinkGuard:
         except ValueError:
             raise InvalidInput(field_name, f"{shown!r} has an invalid port{via}") from None
         try:  # the host as it will be sent (without the link's user:password), which every check sees
-            host = sent_host(urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", "", "")))
+            host, literal = canonical_host(urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", "", "")))
         except httpx.InvalidURL as exc:  # a host httpx cannot send to (one IDNA refuses)
             raise InvalidInput(field_name, f"is not a URL ({exc}): {shown!r}{via}") from None
-        try:
-            literal: IPAddress | None = ipaddress.ip_address(host)
-        except ValueError:
-            literal = None
+        except ValueError as exc:
+            raise InvalidInput(field_name, f"the host of {shown!r} is refused: {exc}{via}") from None
         place = f"[{host}]" if ":" in host else host
         if parts.port is not None:
             place += f":{parts.port}"

@@ -399,3 +399,50 @@ def test_an_international_name_is_resolved_and_sent_as_httpx_sends_it(env, serve
         link = f"https://straße.example:{url.rsplit(':', 1)[1]}/files/{pf['id']}"
         pushed = invoke("etl.push", {"platformFile": {**pf, "link": link}}, res)  # SNI and certificate agree
         assert rows(res, pushed["virtualFileId"]) == [{"a": "1", "b": "2"}]
+
+
+@pytest.mark.parametrize("host,kind", [
+    ("127.0.0.1.", "loopback"),  # a trailing dot: no address to getaddrinfo, a DNS name to look up
+    ("169.254.169.254.", "link-local"),
+    ("0x7f.1", "loopback"),  # inet_aton's forms: getaddrinfo read them as the address already
+    ("2130706433", "loopback"),
+])
+def test_an_address_written_otherwise_is_checked_as_that_address(env, servers, monkeypatch, host, kind):
+    """Read as the address a URL parser or a proxy reads (tests/test_link_guard_proxy.py: what a proxy made
+    of them), never looked up (failed before for the trailing dots: "cannot be resolved")."""
+    internal = serve(servers)
+    dns = FakeDNS({})
+    res = with_env(env, monkeypatch)
+    res["platform_files"].set_resolver(as_getaddrinfo(dns))
+    assert f"a {kind} address" in refused(res, internal.url(host=host))
+    assert dns.lookups == [] and internal.requests == []
+
+
+@pytest.mark.parametrize("host,says", [
+    ("%31%32%37.0.0.1", "it is percent-encoded"),
+    ("127.0.0.1.1", "it ends in a number, so URL parsers read it as an IPv4 address, and it is none"),
+    ("files.test.7", "it ends in a number"),
+    ("files..test", "it is no host name"),
+])
+def test_a_host_other_parsers_read_otherwise_is_refused_unlooked_up(env, servers, monkeypatch, host, says):
+    internal = serve(servers)
+    dns = FakeDNS({})
+    res = with_env(env, monkeypatch, allowed="127.0.0.0/8")
+    res["platform_files"].set_resolver(as_getaddrinfo(dns))
+    message = refused(res, internal.url(host=host))
+    assert f"the host of 'http://{host}:{internal.port}/data.csv' is refused: {says}" in message
+    assert dns.lookups == [] and internal.requests == []
+
+
+@pytest.mark.parametrize("host,sent", [
+    ("files.test.", "files.test"), ("FILES.Test", "files.test"), ("127.0.0.1.", "127.0.0.1"), ("127.1", "127.0.0.1"),
+])
+def test_a_host_written_otherwise_is_fetched_as_it_is_read(env, servers, monkeypatch, host, sent):
+    """Straight (no proxy): pinned to the checked address, the host as read in ``Host`` (failed before for
+    the trailing dots: "cannot be resolved")."""
+    internal = serve(servers)
+    dns = FakeDNS({"files.test": [["127.0.0.1"]]})
+    res = with_env(env, monkeypatch, allowed="files.test.,127.0.0.1")
+    res["platform_files"].set_resolver(as_getaddrinfo(dns))
+    assert rows(res, push(res, internal.url(host=host))["virtualFileId"]) == [{"a": "1", "b": "2"}]
+    assert internal.requests == [("/data.csv", f"{sent}:{internal.port}")]

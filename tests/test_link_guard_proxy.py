@@ -115,16 +115,51 @@ def test_each_redirect_hop_is_decided_the_same_way(env, remote, monkeypatch):
     assert proxy.targets[2:] == [remote.url("/metadata.csv", host="files.test")]  # the refused hop: never sent
 
 
-def test_a_host_in_no_proxy_gets_the_strict_check(env, remote, monkeypatch):
+@pytest.mark.parametrize("written", ["files.test", "files.test.", "FILES.test"])
+def test_a_host_in_no_proxy_gets_the_strict_check(env, remote, monkeypatch, written):
     """NO_PROXY takes a host out of the proxy's way: resolved here, checked and pinned to the checked address,
-    as without a proxy (a name that does not resolve here is then a 400)."""
-    with ForwardProxy(NAMES) as proxy:
+    as without a proxy (a name that does not resolve here is then a 400) — however the link writes it
+    (``files.test.`` failed before: NO_PROXY did not match it, and it went to the proxy)."""
+    with ForwardProxy({**NAMES, "files.test.": "127.0.0.1"}) as proxy:
         proxy_env(monkeypatch, HTTP_PROXY=proxy.url(), NO_PROXY="files.test")
         res = with_env(env, monkeypatch, dns=FakeDNS({}))
-        assert "cannot be resolved" in refused(res, remote.url(host="files.test"))
+        assert "cannot be resolved" in refused(res, remote.url(host=written))
         res = with_env(env, monkeypatch, allowed="files.test", dns=FakeDNS({"files.test": [["127.0.0.1"]]}))
-        assert rows(res, push(res, remote.url(host="files.test"))["virtualFileId"]) == [{"a": "1", "b": "2"}]
+        assert rows(res, push(res, remote.url(host=written))["virtualFileId"]) == [{"a": "1", "b": "2"}]
     assert proxy.received == [] and remote.requests == [("/data.csv", f"files.test:{remote.port}")]
+
+
+@pytest.mark.parametrize("link,says", [
+    ("http://10.1.2.3./data.csv", "10.1.2.3, a private address"),
+    ("http://169.254.169.254./latest/meta-data/", "169.254.169.254, a link-local address"),
+    ("http://127.0.0.1.:{port}/data.csv", "127.0.0.1, a loopback address"),
+    ("http://0x7f.1:{port}/data.csv", "127.0.0.1, a loopback address"),
+    ("http://%31%32%37.0.0.1:{port}/data.csv", "is refused: it is percent-encoded"),
+    ("http://127.0.0.1.1:{port}/data.csv", "is refused: it ends in a number"),
+])
+def test_an_address_in_disguise_is_refused_before_the_proxy_is_asked(env, remote, monkeypatch, link, says):
+    """The proxy here reads each as the address (Squid drops a trailing dot; a WHATWG parser reads a numeric
+    last label as IPv4 and percent-decodes): none may reach it, and the loopback server behind it is never
+    fetched (failed before: the proxy relayed the trailing-dot and percent-encoded ones, and fetched
+    127.0.0.1)."""
+    disguises = {"127.0.0.1.": "127.0.0.1", "%31%32%37.0.0.1": "127.0.0.1", "127.0.0.1.1": "127.0.0.1"}
+    with ForwardProxy(disguises) as proxy:
+        proxy_env(monkeypatch, HTTP_PROXY=proxy.url())
+        res = with_env(env, monkeypatch)
+        res["platform_files"].set_resolver(as_getaddrinfo(FakeDNS({})))
+        message = refused(res, link.format(port=remote.port))
+    assert says in message and proxy.received == [] and remote.requests == []
+
+
+def test_a_name_with_a_trailing_dot_goes_to_the_proxy_without_it(env, remote, monkeypatch):
+    """``files.test.`` is ``files.test``: the proxy is asked for the name the checks saw (failed before: it was
+    asked for ``files.test.``, a name it does not know)."""
+    with ForwardProxy(NAMES) as proxy:
+        proxy_env(monkeypatch, HTTP_PROXY=proxy.url())
+        res = with_env(env, monkeypatch, dns=FakeDNS({}))
+        assert rows(res, push(res, remote.url(host="files.test."))["virtualFileId"]) == [{"a": "1", "b": "2"}]
+    assert proxy.targets == [remote.url(host="files.test")]
+    assert remote.requests == [("/data.csv", f"files.test:{remote.port}")]
 
 
 def test_a_proxy_refusing_a_link_names_itself_and_not_its_password(env, remote, monkeypatch, caplog):
