@@ -21,7 +21,7 @@ import contextlib
 import ipaddress
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.request import getproxies
 
 import httpx
@@ -42,10 +42,16 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 @dataclass(frozen=True)
 class Proxy:
-    """A proxy of the environment: its URL (credentials and all, for httpx only) and where it came from."""
+    """A proxy of the environment: its URL (credentials and all, for httpx only) and where it came from.
 
-    url: str
+    Its repr shows :attr:`shown`, never :attr:`url`: a :class:`Routes`, a link guard or a client holding it is
+    printed by tracebacks with locals and debug logs."""
+
+    url: str = field(repr=False)
     variable: str
+
+    def __repr__(self) -> str:
+        return f"Proxy(shown={self.shown!r}, variable={self.variable!r})"
 
     @property
     def shown(self) -> str:

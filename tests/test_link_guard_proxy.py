@@ -175,3 +175,19 @@ def test_a_proxy_refusing_a_link_names_itself_and_not_its_password(env, remote, 
         f"files.test:{remote.port}")
     assert not info.value.retryable and remote.requests == []
     assert "not-it" not in caplog.text and "not-it" not in str(info.value)
+
+
+def test_no_repr_shows_a_proxys_password(monkeypatch):
+    """Tracebacks with locals and debug logs print reprs: the proxy's URL is in none (failed before: the
+    dataclass repr of Proxy showed it, and with it those of Routes and LinkGuard)."""
+    from connector_ops.resources.http_client import make_client
+    from connector_ops.resources.link_guard import LinkGuard
+
+    proxy_env(monkeypatch, HTTPS_PROXY="http://corp:pr0xy-s3cret@127.0.0.1:3128", NO_PROXY="files.test")
+    with make_client(retries=1) as client:
+        (proxy,) = client.routes.proxies()
+        held = (proxy, client.routes, LinkGuard(routes=client.routes), client._transport, client)
+        shown = [repr(thing) for thing in held]
+    assert all("pr0xy-s3cret" not in text and "corp:" not in text for text in shown), shown
+    assert shown[0] == "Proxy(shown='http://127.0.0.1:3128', variable='HTTPS_PROXY')"
+    assert shown[0] in shown[1] and shown[0] in shown[2]
