@@ -10,6 +10,10 @@ child still imports comes from the project and its virtual environment, which ev
 child is a real way to run connector-ops (Celery's prefork pool, multiprocessing): kernel/forks.py makes it
 build its own connections. Users and groups are numbers: the kernel needs no name for them.
 
+A child forked from a test's process (an xdist worker, with threads of its own) may inherit a lock another
+thread held at the fork, and wait for it for ever: a child that has not answered within :data:`CHILD_SECONDS` is
+killed, and its test fails saying so, instead of the run hanging on it.
+
 A test's own ``tmp_path`` is under root's ``0o700`` folder, which another user cannot reach: a shared folder
 is made in the system's temporary folder instead, and removed after the test."""
 
@@ -18,8 +22,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import select
 import shutil
+import signal
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -53,10 +60,32 @@ def shared_folder(gid: int = TEAM_GID, mode: int = 0o2775) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def as_user(work: Callable[[], T], uid: int, gid: int, extra_groups: Sequence[int] = (), umask: int = 0o002) -> T:
+#: how long a forked child is waited for before it is taken for hung and killed: a child of a multi-threaded
+#: process (an xdist worker, its checkpoint thread) may inherit a lock another thread held at the fork, and wait
+#: for it for ever; the parent's read of its answer waited as long, and the whole run with it
+CHILD_SECONDS = 120.0
+
+
+def as_user(work: Callable[[], T], uid: int, gid: int, extra_groups: Sequence[int] = (), umask: int = 0o002,
+            timeout: float = CHILD_SECONDS) -> T:
     """``work()`` run in a forked child of this process that is user ``uid`` (primary group ``gid``, no other
     group than ``extra_groups``) with ``umask``; its result (pickled back), or the test fails with the child's
-    traceback."""
+    traceback (:func:`in_child`)."""
+
+    def become() -> None:
+        os.setgroups(list(extra_groups))
+        os.setgid(gid)
+        os.setuid(uid)
+        os.umask(umask)
+
+    return in_child(work, become, f"as uid {uid} (groups {gid}, {list(extra_groups)})", timeout)
+
+
+def in_child(work: Callable[[], T], prepare: Callable[[], None] = lambda: None, who: str = "in a child",
+             timeout: float = CHILD_SECONDS) -> T:
+    """``work()`` run in a forked child of this process after ``prepare()`` (which makes it another user, or
+    takes something from it); its result (pickled back), or the test fails with the child's traceback. A
+    child that has not answered within ``timeout`` seconds is killed and the test fails saying so."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's
@@ -64,10 +93,7 @@ def as_user(work: Callable[[], T], uid: int, gid: int, extra_groups: Sequence[in
         try:
             os.close(read)
             try:
-                os.setgroups(list(extra_groups))
-                os.setgid(gid)
-                os.setuid(uid)
-                os.umask(umask)
+                prepare()
                 answer: tuple[str, object] = ("done", work())
             except BaseException:
                 answer = ("failed", traceback.format_exc())
@@ -77,11 +103,32 @@ def as_user(work: Callable[[], T], uid: int, gid: int, extra_groups: Sequence[in
         finally:
             os._exit(status)  # never the parent's atexit nor pytest's teardown
     os.close(write)
-    with os.fdopen(read, "rb") as answers:
-        received = answers.read()
+    try:
+        received = _answer(read, time.monotonic() + timeout)
+    finally:
+        os.close(read)
+    if received is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"{who}: the child (pid {pid}) gave no answer within {timeout:g} s and was killed (a lock "
+                    "held at the fork by another thread of this process, which the child waits for for ever?)")
     _, status = os.waitpid(pid, 0)
-    assert received and status == 0, f"the child as uid {uid} ended with status {status} and no answer"
+    assert received and status == 0, f"{who}: the child ended with status {status} and no answer"
     kind, value = pickle.loads(received)
     if kind == "failed":
-        pytest.fail(f"as uid {uid} (groups {gid}, {list(extra_groups)}):\n{value}")
+        pytest.fail(f"{who}:\n{value}")
     return value  # type: ignore[return-value]
+
+
+def _answer(read: int, deadline: float) -> bytes | None:
+    """Everything written to the pipe ``read`` until its writer closes it, or ``None`` if that is not by
+    ``deadline`` (monotonic)."""
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([read], [], [], left)[0]:
+            return None
+        chunk = os.read(read, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
