@@ -19,11 +19,13 @@ from connector_ops import invoke
 from connector_ops.drive.cli import save_env_line
 from connector_ops.environment import resources_for
 from connector_ops.kernel.atomic import TEMP_PREFIX, atomic_write
+from connector_ops.kernel.notices import warnings_to
 from connector_ops.pipelines.dsl.digest_cache import CACHE_NAME, DigestCache
 from connector_ops.pipelines.instance import LOCK_FILE
 from tests.conftest import clear_connector_environment
 from tests.mail.conftest import message, send
-from tests.other_user import ANALYST_GID, ANALYST_UID, TEAM_GID, as_root, as_user, shared_folder
+from tests.other_user import ANALYST_GID, ANALYST_UID, TEAM_GID, as_root, as_user, in_child, shared_folder
+from tests.refused import refuse_mode_changes
 
 
 @contextlib.contextmanager
@@ -116,6 +118,57 @@ def test_secrets_stay_0600(tmp_path: Path, mask: int) -> None:
         save_env_line(dotenv, "GOOGLE_REFRESH_TOKEN", "1//second")
     assert mode(dotenv) == 0o600
     assert dotenv.read_text() == "GOOGLE_REFRESH_TOKEN=1//second\n"
+
+
+def descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_secret_whose_mode_cannot_be_set_fails_and_leaves_nothing_open(tmp_path: Path) -> None:
+    """On a file system that refuses to change modes, a secret that cannot be made ``0o600`` (umask 0o277 makes
+    it 0o400) fails its write, naming the file, the file there untouched, no temporary file left and no
+    descriptor: the one of the temporary file stayed open when the mode was refused (one per failed write)."""
+    dotenv = tmp_path / ".env"
+    dotenv.write_bytes(b"OLD=1\n")
+
+    def write_secrets() -> tuple[list[str], int]:
+        errors, before = [], descriptors()
+        for _ in range(5):
+            try:
+                with umask(0o277), atomic_write(dotenv, file_mode=0o600) as handle:
+                    handle.write(b"NEW=1\n")
+            except PermissionError as exc:
+                errors.append(str(exc))
+        return errors, descriptors() - before
+
+    errors, left_open = in_child(write_secrets, refuse_mode_changes)
+    assert left_open == 0
+    assert len(errors) == 5 and "mode 0600" in errors[0] and str(dotenv) in errors[0]
+    assert [p.name for p in tmp_path.iterdir()] == [".env"] and dotenv.read_bytes() == b"OLD=1\n"
+
+
+def test_a_file_written_again_on_a_file_system_refusing_modes(tmp_path: Path) -> None:
+    """Each rewrite called ``fchmod``, and on a file system that refuses it (CIFS without Unix extensions, some
+    FUSE) every rewrite failed, which used to succeed. A file made with the mode it had needs no call; one the
+    umask made narrower keeps that mode, with a warning: no one gains a right."""
+    same, narrower = tmp_path / "same", tmp_path / "narrower"
+    for path, before in ((same, 0o644), (narrower, 0o664)):
+        path.write_bytes(b"old")
+        path.chmod(before)
+
+    def write_again() -> list[str]:
+        said: list[str] = []
+        with umask(0o022), warnings_to(said.append):
+            for path in (same, narrower):
+                with atomic_write(path) as handle:
+                    handle.write(b"new")
+        return said
+
+    [said] = in_child(write_again, refuse_mode_changes)
+    assert (same.read_bytes(), mode(same)) == (b"new", 0o644)
+    assert (narrower.read_bytes(), mode(narrower)) == (b"new", 0o644)
+    assert said.startswith(f"{narrower} is written with mode 0644, not the 0664 it had")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["narrower", "same"]
 
 
 def sqlite_files(folder: Path, name: str) -> dict[str, int]:

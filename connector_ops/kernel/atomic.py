@@ -38,7 +38,7 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
     The file ends with the mode ``open(path, "w")`` would give it (:mod:`.file_modes`): a new one ``0o666``
     less the umask, one written again the permission bits it had (and its group, and its owner when root
     writes it); ``file_mode`` sets the bits instead (secrets: ``0o600``, whatever the umask). All is set
-    before any byte is written. ``durable`` fsyncs
+    before any byte is written; a file system refusing a mode: :mod:`.file_modes`. ``durable`` fsyncs
     the data before the rename (a crash then leaves the old file or the new one, never an empty one);
     ``min_free_disk`` is the floor of free space the writing keeps (:class:`~.disk.DiskFloor`, checked
     before the first byte and as they are written; 0: none). A disk that fills up anyway is a
@@ -50,9 +50,11 @@ def atomic_write(path: str | os.PathLike[str], *, file_mode: int | None = None,
     previous = replaced(target)
     fd, tmp = _new_temp(target.parent, creation_mode(previous, file_mode))
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the fd closes or the process dies
-        take_over(fd, previous, file_mode)
+        # the handle owns the descriptor from here, closed however the block ends: a lock or a mode refused
+        # before it owned it left it open, a descriptor lost per failed write
         with os.fdopen(fd, "wb") as handle:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held until the fd closes or the process dies
+            take_over(fd, previous, file_mode, target)
             yield floor.guard(handle)
             if durable:
                 handle.flush()

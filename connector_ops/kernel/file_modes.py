@@ -11,12 +11,23 @@ and journals the database's mode: with umask 002 the group could read a store bu
 
 The umask is never read (``os.umask`` sets it as it reads it, racing every other thread that makes a file):
 a file is made with :data:`NEW_FILE_MODE` and the kernel takes the umask off.
+
+A mode is set (``fchmod``) only where the file made has not got it already, which is seldom: some file systems
+refuse to change modes (CIFS without Unix extensions, many FUSE file systems; others accept and ignore it), and
+every rewrite on them failed once each called ``fchmod``. Where a mode the file needs cannot be set, a secret's
+(``file_mode``: ``0o600``) fails the write, naming the file; a file written again keeps the mode it was made
+with if that is narrower than its old one (the umask took bits off), with a warning (:mod:`.notices`): the
+group may lose a right it had, no one gains one. One the file system made wider fails the write too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
+
+from connector_ops.kernel.notices import warn
 
 #: what ``open(path, "w")`` asks for; the kernel takes the umask off
 NEW_FILE_MODE = 0o666
@@ -63,18 +74,45 @@ def creation_mode(previous: os.stat_result | None, file_mode: int | None) -> int
     return NEW_FILE_MODE
 
 
-def take_over(fd: int, previous: os.stat_result | None, file_mode: int | None) -> None:
-    """Give the file open at ``fd`` (made with :func:`creation_mode`) the owner and mode it is to end with,
-    before any byte is written: the group (and owner) of the file it replaces (``previous``) where the writer
-    may give them (:func:`_keep_owner`); ``file_mode`` exactly when given (secrets: ``0o600``, whatever the
-    umask); else the permission bits of the file it replaces, as a write in place keeps them; else the
-    umask's (nothing to do)."""
+def take_over(fd: int, previous: os.stat_result | None, file_mode: int | None,
+              target: str | os.PathLike[str]) -> None:
+    """Give the file open at ``fd`` (made with :func:`creation_mode`, to be put at ``target``) the owner and mode
+    it is to end with, before any byte is written: the group (and owner) of the file it replaces (``previous``)
+    where the writer may give them (:func:`_keep_owner`); ``file_mode`` exactly when given (secrets: ``0o600``,
+    whatever the umask); else the permission bits of the file it replaces, as a write in place keeps them; else
+    the umask's (nothing to do). Each only where the file has not got it already (:func:`_set_mode`)."""
     if previous is not None:
         _keep_owner(fd, previous, secret=file_mode is not None)
-    if file_mode is not None:
-        os.fchmod(fd, file_mode)  # after any chown, which may clear bits
+    if file_mode is not None:  # after any chown, which may clear bits
+        _set_mode(fd, file_mode, target, exact=True)
     elif previous is not None:
-        os.fchmod(fd, previous.st_mode & PERMISSION_BITS)
+        _set_mode(fd, previous.st_mode & PERMISSION_BITS, target, exact=False)
+
+
+def _set_mode(fd: int, wanted: int, target: str | os.PathLike[str], *, exact: bool) -> None:
+    """Give the file open at ``fd`` the permission bits ``wanted``, unless it has them. A file system that
+    refuses (an error, or a mode unchanged after it said yes) fails the write when the mode must be ``wanted``
+    (``exact``: a secret's) or when the file has a bit ``wanted`` withholds; else the file keeps the narrower
+    mode it was made with, and a warning says so (the module's docstring)."""
+    has = stat.S_IMODE(os.fstat(fd).st_mode) & PERMISSION_BITS
+    if has == wanted:
+        return
+    refusal = None
+    try:
+        os.fchmod(fd, wanted)
+    except OSError as exc:
+        refusal = exc
+    else:
+        has = stat.S_IMODE(os.fstat(fd).st_mode) & PERMISSION_BITS
+        if has == wanted:
+            return
+    reason = refusal.strerror if refusal is not None else "the file system ignored it"
+    if exact or has & ~wanted:
+        raise OSError(refusal.errno if refusal is not None else errno.EPERM,
+                      f"the file system refused to give the file mode {wanted:04o} ({reason}); it would be "
+                      f"{has:04o}", os.fspath(target)) from refusal
+    warn(f"{os.fspath(target)} is written with mode {has:04o}, not the {wanted:04o} it had: the file system "
+         f"refused to change it ({reason})")
 
 
 def _keep_owner(fd: int, previous: os.stat_result, *, secret: bool) -> None:
