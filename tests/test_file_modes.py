@@ -259,3 +259,21 @@ def test_a_user_writing_a_file_of_their_group_again_keeps_the_group() -> None:
 
         as_user(save_again, ANALYST_UID, ANALYST_GID, [TEAM_GID])
         assert (owner(cache_file), mode(cache_file)) == ((ANALYST_UID, TEAM_GID), 0o660)
+
+
+@as_root
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_a_link_where_root_writes_again_gives_the_new_file_nothing_of_its_target(tmp_path: Path, link: str) -> None:
+    """A member of a shared folder's group puts a link where root will write again, to a file of another owner:
+    root's new file took that file's owner, group and mode (``os.stat`` followed the link). It is root's, with
+    the umask's mode, and the link's target is untouched (the rename replaces the link)."""
+    target, path = tmp_path / "theirs", tmp_path / "digests.json"
+    target.write_bytes(b"theirs")
+    os.chown(target, ANALYST_UID, TEAM_GID)
+    target.chmod(0o660)
+    (path.symlink_to if link == "symbolic" else path.hardlink_to)(target)
+    with umask(0o022), atomic_write(path) as handle:
+        handle.write(b"root's")
+    assert not path.is_symlink() and path.read_bytes() == b"root's"
+    assert (owner(path), mode(path)) == ((0, tmp_path.stat().st_gid), 0o644)
+    assert (target.read_bytes(), owner(target), mode(target)) == (b"theirs", (ANALYST_UID, TEAM_GID), 0o660)

@@ -3,7 +3,9 @@
 A data team often shares a folder between users — the code server and run workers as one, the file server or
 the analysts as another, in one group, with umask 002 and a setgid folder (docs/deployment.md, "Sharing a
 folder between users"). That works only if each file is made as ``open`` makes it: ``0o666`` less the
-process's umask when new, and, when written again, with the permission bits it had. A file put in place by a
+process's umask when new, and, when written again, with the permission bits it had (a regular file with no
+other link: a symbolic link, or a file linked in from elsewhere, at the path is replaced by a new file,
+:func:`replaced`). A file put in place by a
 rename is a new file, though: its temporary file was made ``0o600`` (``tempfile.mkstemp``), and so was every
 platform file, drive blob, outbox message and digest cache, and every file written again became ``0o600``.
 SQLite makes a new database ``0o644`` less the umask (its compiled default) and gives its ``-wal``, ``-shm``
@@ -55,12 +57,17 @@ def make_database_file(path: str | os.PathLike[str]) -> None:
 
 
 def replaced(path: str | os.PathLike[str]) -> os.stat_result | None:
-    """What is at ``path`` now, the file a rename to it would replace (a link followed, as a write in place
-    would), or ``None`` when nothing is."""
+    """The file at ``path`` now, which a rename to it replaces and whose owner, group and mode the new file
+    takes (:func:`take_over`); ``None`` (the new file is made as a new one) when nothing is there, or what is
+    there is not a regular file of its own. Not a symbolic link, never followed: in a shared folder a member of
+    the group can put one where root will write again, and root's new file took the owner, group and mode of
+    whatever it pointed at (the rename replaces the link, never its target). Nor a file with other hard links:
+    another user's file linked in, whose owner root's new file would take."""
     try:
-        return os.stat(path)
+        found = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    return found if stat.S_ISREG(found.st_mode) and found.st_nlink == 1 else None
 
 
 def creation_mode(previous: os.stat_result | None, file_mode: int | None) -> int:
