@@ -8,6 +8,7 @@ transaction open on it, a ``Session`` holding it) never is, and a store whose en
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -126,6 +127,33 @@ def test_an_engine_handed_out_is_kept_until_its_caller_has_used_it(stores_dir: P
         building.join(60)
         assert not building.is_alive()
         assert engines.store_file(url) is not None and get_engine(url) is engine  # kept, not closed
+    finally:
+        for conn in in_use:
+            conn.close()
+
+
+def test_a_checkout_of_a_replaced_engine_leaves_the_new_one_handed(stores_dir: Path) -> None:
+    """A store's file replaced, its engine is built anew under the same key and handed to this thread; a
+    connection of the old engine (which the thread still held) checked out next ended the entry meant for the
+    new one, which another thread's build could then close before its first use (every other engine in use)."""
+    folder = stores_dir / "replaced"
+    url = f"sqlite:///{folder / 'vf.db'}"
+    old = get_engine(url)
+    old.connect().close()
+    other_engines(stores_dir)
+    in_use = [get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}").connect() for i in range(KEPT_ENGINES)]
+    try:
+        for file in folder.iterdir():  # the store started over
+            file.unlink()
+        new = get_engine(url)  # the old one forgotten, a new one kept and handed to this thread
+        assert new is not old
+        with contextlib.suppress(Exception):  # its file is gone: it may refuse the connection, after the checkout
+            old.connect().close()
+        building = threading.Thread(target=get_engine, args=(f"sqlite:///{stores_dir / 'built' / 'vf.db'}",))
+        building.start()
+        building.join(60)
+        assert not building.is_alive()
+        assert engines.store_file(url) is not None and get_engine(url) is new  # kept, not closed
     finally:
         for conn in in_use:
             conn.close()

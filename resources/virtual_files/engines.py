@@ -75,12 +75,14 @@ _LOCK = threading.RLock()
 #: connection. Under the lock, every thread asking for any other store's engine, kept or not, waited as long
 #: (5.6 s measured, for a store that had nothing to do with the locked file)
 _BUILDING: dict[str, Future[None]] = {}
-#: the engine last handed to each thread, by key, until that thread checks out a connection of it: in use for
+#: the engine last handed to each thread, and its key, until that thread checks out a connection of it: in use for
 #: :func:`_make_room` as much as one with a connection checked out. Between :func:`get_engine`'s return and its
 #: caller's first connection the pool counts nothing, and another thread's build closed the engine to make room:
 #: the caller got an engine let go of (its file no longer watched, its checkpoints no longer run). Each thread
-#: sets and clears its own entry only; :func:`_make_room` reads a copy, and drops the entries of ended threads
-_HANDED: dict[threading.Thread, str] = {}
+#: sets and clears its own entry only; :func:`_make_room` reads a copy, and drops the entries of ended threads.
+#: The engine itself, not its key alone: once its file is replaced a key's engine is built anew, and a checkout
+#: of the old one (an engine its thread still held) ended the entry meant for the new one, unused yet
+_HANDED: dict[threading.Thread, tuple[str, sa.Engine]] = {}
 
 #: name -> (nargs, fn) registered on every SQLite connection (e.g. the ``$regex`` matcher).
 SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {}
@@ -226,7 +228,7 @@ def _shared_engine(url: str, min_free_disk: int | None) -> sa.Engine:
                 engine = _current(key)
                 if engine is not None:
                     _ENGINES.move_to_end(key)
-                    _HANDED[threading.current_thread()] = key
+                    _HANDED[threading.current_thread()] = (key, engine)
                     return engine
                 waited = _BUILDING.get(key)
                 if waited is None:
@@ -269,7 +271,7 @@ def _keep(key: str, engine: sa.Engine, file: StoreFile | None) -> sa.Engine:
     _used_once_checked_out(engine, key)
     with _LOCK:
         _ENGINES[key] = engine
-        _HANDED[threading.current_thread()] = key
+        _HANDED[threading.current_thread()] = (key, engine)
         if file is not None:
             _FILES[key] = file
             checkpoints_opened(file.path)
@@ -284,7 +286,8 @@ def _used_once_checked_out(engine: sa.Engine, key: str) -> None:
     @sa.event.listens_for(engine.pool, "checkout")
     def on_checkout(*_: Any) -> None:
         thread = threading.current_thread()
-        if _HANDED.get(thread) == key:
+        handed = _HANDED.get(thread)
+        if handed is not None and handed[1] is engine:
             del _HANDED[thread]
 
 
@@ -347,7 +350,8 @@ def _make_room() -> None:
     excess = len(_ENGINES) - KEPT_ENGINES
     if excess <= 0:
         return
-    spared = engine_holds.held(normalise_url) | {key for thread, key in handed.items() if thread.is_alive()}
+    spared = engine_holds.held(normalise_url) | {key for thread, (key, engine) in handed.items()
+                                                 if thread.is_alive() and _ENGINES.get(key) is engine}
     for key, engine in list(_ENGINES.items()):
         if excess <= 0:
             break
