@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,37 +100,44 @@ def test_a_store_an_open_session_holds_is_not_closed_to_make_room(tmp_path: Path
     assert open_stores(tmp_path / "held") == set()  # the session's close disposed of it, as before
 
 
-def test_the_engine_just_made_is_kept_when_every_other_is_in_use(stores_dir: Path) -> None:
-    """With every kept engine in use, the one just made was the only one left to close: its caller got an engine
-    already let go of (its file no longer watched for being replaced, its checkpoints no longer run)."""
+@contextlib.contextmanager
+def every_kept_engine_in_use(stores_dir: Path) -> Iterator[None]:
+    """:func:`other_engines`, each with a connection checked out for the block: none of them may be closed."""
     other_engines(stores_dir)
     in_use = [get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}").connect() for i in range(KEPT_ENGINES)]
     try:
-        url = f"sqlite:///{stores_dir / 'new' / 'vf.db'}"
-        engine = get_engine(url)
-        assert engines.store_file(url) is not None and get_engine(url) is engine  # kept, not closed
+        yield
     finally:
         for conn in in_use:
             conn.close()
+
+
+def another_thread_builds_one_more(stores_dir: Path) -> None:
+    """A store's engine built by another thread (its room made there), waited for."""
+    building = threading.Thread(target=get_engine, args=(f"sqlite:///{stores_dir / 'built' / 'vf.db'}",))
+    building.start()
+    building.join(60)
+    assert not building.is_alive()
+
+
+def test_the_engine_just_made_is_kept_when_every_other_is_in_use(stores_dir: Path) -> None:
+    """With every kept engine in use, the one just made was the only one left to close: its caller got an engine
+    already let go of (its file no longer watched for being replaced, its checkpoints no longer run)."""
+    with every_kept_engine_in_use(stores_dir):
+        url = f"sqlite:///{stores_dir / 'new' / 'vf.db'}"
+        engine = get_engine(url)
+        assert engines.store_file(url) is not None and get_engine(url) is engine  # kept, not closed
 
 
 def test_an_engine_handed_out_is_kept_until_its_caller_has_used_it(stores_dir: Path) -> None:
     """With every kept engine in use, another thread's build closed the engine this thread had just been handed
     (kept, returned, no connection of it checked out yet): the same engine let go of as the one just made was
     (its file no longer watched, its checkpoints no longer run). It is in use until its caller has used it."""
-    other_engines(stores_dir)
-    in_use = [get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}").connect() for i in range(KEPT_ENGINES)]
-    try:
+    with every_kept_engine_in_use(stores_dir):
         url = f"sqlite:///{stores_dir / 'handed' / 'vf.db'}"
         engine = get_engine(url)  # kept; this thread has not used it yet
-        building = threading.Thread(target=get_engine, args=(f"sqlite:///{stores_dir / 'built' / 'vf.db'}",))
-        building.start()
-        building.join(60)
-        assert not building.is_alive()
+        another_thread_builds_one_more(stores_dir)
         assert engines.store_file(url) is not None and get_engine(url) is engine  # kept, not closed
-    finally:
-        for conn in in_use:
-            conn.close()
 
 
 def test_a_checkout_of_a_replaced_engine_leaves_the_new_one_handed(stores_dir: Path) -> None:
@@ -140,23 +148,15 @@ def test_a_checkout_of_a_replaced_engine_leaves_the_new_one_handed(stores_dir: P
     url = f"sqlite:///{folder / 'vf.db'}"
     old = get_engine(url)
     old.connect().close()
-    other_engines(stores_dir)
-    in_use = [get_engine(f"sqlite:///{stores_dir / f'other-{i}' / 'vf.db'}").connect() for i in range(KEPT_ENGINES)]
-    try:
+    with every_kept_engine_in_use(stores_dir):
         for file in folder.iterdir():  # the store started over
             file.unlink()
         new = get_engine(url)  # the old one forgotten, a new one kept and handed to this thread
         assert new is not old
         with contextlib.suppress(Exception):  # its file is gone: it may refuse the connection, after the checkout
             old.connect().close()
-        building = threading.Thread(target=get_engine, args=(f"sqlite:///{stores_dir / 'built' / 'vf.db'}",))
-        building.start()
-        building.join(60)
-        assert not building.is_alive()
+        another_thread_builds_one_more(stores_dir)
         assert engines.store_file(url) is not None and get_engine(url) is new  # kept, not closed
-    finally:
-        for conn in in_use:
-            conn.close()
 
 
 def test_a_database_in_memory_is_never_closed_to_make_room(stores_dir: Path) -> None:
