@@ -268,7 +268,7 @@ def _wait_for(building: Future[None] | None) -> None:
 def _keep(key: str, engine: sa.Engine, file: StoreFile | None) -> sa.Engine:
     """``engine``, just built, kept for ``key`` (and its SQLite file watched), room made for it: never by closing
     it, handed to this thread first (:data:`_HANDED`)."""
-    _used_once_checked_out(engine, key)
+    _used_once_checked_out(engine)
     with _LOCK:
         _ENGINES[key] = engine
         _HANDED[threading.current_thread()] = (key, engine)
@@ -279,7 +279,7 @@ def _keep(key: str, engine: sa.Engine, file: StoreFile | None) -> sa.Engine:
     return engine
 
 
-def _used_once_checked_out(engine: sa.Engine, key: str) -> None:
+def _used_once_checked_out(engine: sa.Engine) -> None:
     """A connection of ``engine`` checked out by a thread it was handed to ends that thread's :data:`_HANDED`
     entry: the pool counts the engine as in use from then on (:func:`_make_room`), and once the connection is
     back the engine may be closed to make room again, as any idle one."""
