@@ -90,10 +90,8 @@ def take_over(fd: int, previous: os.stat_result | None, file_mode: int | None,
     the umask's (nothing to do). Each only where the file has not got it already (:func:`_set_mode`)."""
     if previous is not None:
         _keep_owner(fd, previous, secret=file_mode is not None)
-    if file_mode is not None:  # after any chown, which may clear bits
-        _set_mode(fd, file_mode, target, exact=True)
-    elif previous is not None:
-        _set_mode(fd, previous.st_mode & PERMISSION_BITS, target, exact=False)
+    if file_mode is not None or previous is not None:  # after any chown, which may clear bits
+        _set_mode(fd, creation_mode(previous, file_mode), target, exact=file_mode is not None)
 
 
 def _set_mode(fd: int, wanted: int, target: str | os.PathLike[str], *, exact: bool) -> None:

@@ -343,15 +343,13 @@ def _make_room() -> None:
     engine in use it was the only one left to close. An action asks for its engine at every transaction,
     which keeps it among the most recent; one closed between two of them gets a new engine at the next, as a
     fresh process would."""
-    handed = _HANDED.copy()
-    for thread in handed:
-        if not thread.is_alive():  # its entry is no longer its own to change
-            del _HANDED[thread]
+    handed = _HANDED.copy()  # a copy: a thread's checkout ends its own entry outside the lock
+    for thread in [thread for thread in handed if not thread.is_alive()]:  # no longer its own to change
+        del handed[thread], _HANDED[thread]
     excess = len(_ENGINES) - KEPT_ENGINES
     if excess <= 0:
         return
-    spared = engine_holds.held(normalise_url) | {key for thread, (key, engine) in handed.items()
-                                                 if thread.is_alive() and _ENGINES.get(key) is engine}
+    spared = engine_holds.held(normalise_url) | {key for key, engine in handed.values() if _ENGINES.get(key) is engine}
     for key, engine in list(_ENGINES.items()):
         if excess <= 0:
             break
