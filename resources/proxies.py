@@ -11,6 +11,10 @@ first address. Each route keeps the client's retries; a request whose ``extensio
 goes straight out whatever the variables say (a link pinned to its checked address, :mod:`.link_guard`; our
 own file server).
 
+A request whose tunnel the proxy did not open (its ``CONNECT`` unanswered within the read timeout, or the
+connection lost before the tunnel's TLS was set up) reached no destination: a :class:`ProxyFailure` worth a
+retry, not the "may have been sent" of a time-out after sending (:class:`_Tunnel`).
+
 A proxy URL may carry a user and password (``http://user:pass@proxy:3128``): httpx sends them in
 ``Proxy-Authorization`` only; messages show the proxy as :func:`link_shown` does, without them.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.request import getproxies
 
@@ -148,6 +152,34 @@ def refused(proxy: Proxy, request: httpx.Request, answer: str) -> ProxyFailure:
     return ProxyFailure(why, request=request, retryable=status >= 500 or status == 0)
 
 
+class _Tunnel:
+    """Whether ``request``'s tunnel is being opened: its ``CONNECT`` sent and the TLS inside not yet set up,
+    so nothing of the request has reached the destination. Told by httpcore's ``trace`` extension, which the
+    ``CONNECT`` shares with its request (events ``http11.send_request_headers.started`` of the ``CONNECT``,
+    ``proxy.start_tls.complete``); a caller's own ``trace`` is still called. A request on a tunnel opened
+    before sees neither, and is never taken for one being opened."""
+
+    def __init__(self, request: httpx.Request) -> None:
+        self.opening = False
+        self._request = request
+        self._outer: Callable[[str, dict], object] | None = request.extensions.get("trace")
+        request.extensions["trace"] = self
+
+    def __call__(self, event: str, info: dict) -> object:
+        if event == "http11.send_request_headers.started" and getattr(info.get("request"), "method", b"") == b"CONNECT":
+            self.opening = True
+        elif event == "proxy.start_tls.complete":
+            self.opening = False
+        return None if self._outer is None else self._outer(event, info)
+
+    def close(self) -> None:
+        """The request's ``trace`` as it was (the request may be sent again, by a redirect or a retry)."""
+        if self._outer is None:
+            self._request.extensions.pop("trace", None)
+        else:
+            self._request.extensions["trace"] = self._outer
+
+
 class ProxiedTransport(httpx.BaseTransport):
     """Sends each request straight out or through the proxy :class:`Routes` give for its URL, each route an
     ``httpx.HTTPTransport`` with the same ``retries`` (connections that could not be opened, nothing sent)."""
@@ -170,6 +202,7 @@ class ProxiedTransport(httpx.BaseTransport):
         proxy = None if request.extensions.get(DIRECT) else self.routes.proxy_for(request.url)
         if proxy is None:
             return self._direct.handle_request(request)
+        tunnel = _Tunnel(request)
         try:
             response = self._through[proxy].handle_request(request)
         except httpx.ProxyError as exc:  # the CONNECT of an https:// request answered other than 2xx
@@ -178,6 +211,15 @@ class ProxiedTransport(httpx.BaseTransport):
             raise ProxyFailure(f"the connection to {_destination(request.url)} through the proxy {proxy.shown} "
                                f"({proxy.variable}) failed ({type(exc).__name__}: {exc})", request=request,
                                retryable=True) from None
+        except httpx.TransportError as exc:
+            if not tunnel.opening:  # sent to the destination, or no tunnel at all (an http:// request)
+                raise
+            what = "did not answer" if isinstance(exc, httpx.TimeoutException) else "ended"
+            raise ProxyFailure(f"the proxy {proxy.shown} ({proxy.variable}) {what} the CONNECT to "
+                               f"{_destination(request.url)} ({type(exc).__name__}): nothing was sent there",
+                               request=request, retryable=True) from None
+        finally:
+            tunnel.close()
         if response.status_code == 407:  # an http:// request: the proxy's own answer, forwarded to nobody
             response.close()
             raise refused(proxy, request, f"407 {response.reason_phrase}".strip())

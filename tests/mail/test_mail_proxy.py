@@ -20,7 +20,7 @@ from connector_ops.environment import resources_for
 from connector_ops.kernel.errors import ConnectorError
 from tests.mail.conftest import API_KEY, API_SECRET, message, send
 from tests.servers import free_port, serving
-from tests.servers.fake_mailjet import FakeMailjet
+from tests.servers.fake_mailjet import Canned, FakeMailjet
 from tests.servers.forward_proxy import ForwardProxy, Received, proxy_env, trusting
 
 USER, PASSWORD = "corp-user", "pr0xy-s3cret"
@@ -134,6 +134,35 @@ def test_a_destination_the_proxy_refuses_is_a_final_403(tls_mailjet, fake, monke
     assert error.message.endswith(f"(HTTPS_PROXY) refused to connect to mailjet.test:{tls_mailjet} (403 Forbidden): "
                                   "its policy does not allow that destination")
     assert not error.retryable and fake.requests == []
+
+
+def test_a_connect_the_proxy_leaves_unanswered_sent_nothing_and_is_worth_a_retry(tls_mailjet, fake, monkeypatch):
+    """A read time-out waiting for the CONNECT's answer is no "may have been sent": no tunnel, no request."""
+    resources = resources_for()
+    resources["mail"] = resources["mail"].model_copy(update={"timeout_s": 0.5})
+    with ForwardProxy({"mailjet.test": "127.0.0.1"}, silent=frozenset({"mailjet.test"})) as proxy:
+        proxy_env(monkeypatch, HTTPS_PROXY=proxy.url())
+        with pytest.raises(ConnectorError) as caught:
+            send(message(), resources)
+    assert caught.value.retryable, caught.value.message
+    assert caught.value.message == (
+        f"cannot reach Mailjet at https://mailjet.test:{tls_mailjet}: the proxy http://127.0.0.1:{proxy.port} "
+        f"(HTTPS_PROXY) did not answer the CONNECT to mailjet.test:{tls_mailjet} (ReadTimeout): nothing was sent there")
+    assert proxy.targets == [f"mailjet.test:{tls_mailjet}"] and fake.requests == []
+
+
+def test_a_time_out_after_the_tunnel_opened_may_have_sent_and_is_final(tls_mailjet, fake, monkeypatch):
+    """Through an open tunnel, Mailjet's own silence is what it was straight: the message may have been sent."""
+    fake.queue(Canned(200, {"Messages": [{"Status": "success"}]}, delay_s=2.0))
+    resources = resources_for()
+    resources["mail"] = resources["mail"].model_copy(update={"timeout_s": 0.5})
+    with ForwardProxy({"mailjet.test": "127.0.0.1"}) as proxy:
+        proxy_env(monkeypatch, HTTPS_PROXY=proxy.url())
+        with pytest.raises(ConnectorError) as caught:
+            send(message(), resources)
+    assert not caught.value.retryable
+    assert caught.value.message.startswith("Mailjet did not answer within 0.5 s; the message may have been sent")
+    assert len(fake.requests) == 1
 
 
 def test_a_proxy_that_is_not_there_or_cannot_connect_is_worth_a_retry(tls_mailjet, fake, monkeypatch):

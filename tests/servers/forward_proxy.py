@@ -4,7 +4,8 @@ form relayed for http:// URLs, ``CONNECT host:port`` tunnelled for https:// ones
 It plays a network whose only way out is the proxy: the names it is given (``hosts``: ``mailjet.test`` →
 ``127.0.0.1``) resolve there and nowhere else (``.test`` names resolve nowhere on the test's host), and it
 connects only to loopback addresses. ``credentials`` makes it demand ``Proxy-Authorization`` (407 without
-the right one), ``forbidden`` names destinations its policy refuses (403). ``received`` records every request
+the right one), ``forbidden`` names destinations its policy refuses (403), ``silent`` destinations whose
+requests it reads and never answers (an overloaded proxy, or one that drops what it does not allow). ``received`` records every request
 it was sent (relayed or refused): the method, the target as written, and the ``Proxy-Authorization`` sent.
 """
 
@@ -36,10 +37,11 @@ class Received:
 
 class ForwardProxy(ClosedOnExit):
     def __init__(self, hosts: dict[str, str] | None = None, *, credentials: tuple[str, str] | None = None,
-                 forbidden: frozenset[str] = frozenset()) -> None:
+                 forbidden: frozenset[str] = frozenset(), silent: frozenset[str] = frozenset()) -> None:
         self.hosts = dict(hosts or {})
         self.credentials = credentials
         self.forbidden = forbidden
+        self.silent = silent
         self.received: list[Received] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -96,6 +98,10 @@ class ForwardProxy(ClosedOnExit):
                 given = {name.lower(): value for name, value in headers}
                 authorization = given.get("proxy-authorization")
                 host, port = self._destination(method, target)
+                if host in self.silent:
+                    self.received.append(Received(method, target, authorization, False))
+                    self._closed.wait()  # the client's read times out, or the proxy closes
+                    return
                 refusal, address = self._refusal(authorization, host), self._address(host)
                 if refusal is None and address is None:  # a name it does not know, or no loopback address
                     refusal = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
