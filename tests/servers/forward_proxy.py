@@ -5,8 +5,9 @@ It plays a network whose only way out is the proxy: the names it is given (``hos
 ``127.0.0.1``) resolve there and nowhere else (``.test`` names resolve nowhere on the test's host), and it
 connects only to loopback addresses. ``credentials`` makes it demand ``Proxy-Authorization`` (407 without
 the right one), ``forbidden`` names destinations its policy refuses (403), ``silent`` destinations whose
-requests it reads and never answers (an overloaded proxy, or one that drops what it does not allow). ``received`` records every request
-it was sent (relayed or refused): the method, the target as written, and the ``Proxy-Authorization`` sent.
+requests it reads and never answers (an overloaded proxy, or one that drops what it does not allow).
+``received`` records every request it was sent (relayed or refused): the method, the target as written,
+and the ``Proxy-Authorization`` sent.
 """
 
 from __future__ import annotations
