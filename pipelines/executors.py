@@ -12,7 +12,10 @@ machine, against ~4 s of actual work. So:
 The first two keep Dagster's run config shape (``execution: config: in_process: {}`` or
 ``multiprocess: {...}``), so the launchpad can still switch between them per run; only the default
 changes. Under ``multiprocess`` a missing ``start_method`` means ``forkserver`` with
-:data:`PRELOAD_MODULES` (``spawn`` where forkserver does not exist, i.e. Windows).
+:data:`PRELOAD_MODULES` (``spawn`` where forkserver does not exist, i.e. Windows), and a missing
+``max_concurrent`` (nor :data:`MAX_CONCURRENT_VARIABLE`) the CPUs the container lets the run worker use
+(:func:`steps_at_once`), not Dagster's ``multiprocessing.cpu_count()``: the host's, 64 step processes in a pod
+allowed 2 CPUs on a 64-core node.
 
 Celery: the broker and result backend are read by the run worker from ``CONNECTOR_OPS_CELERY_BROKER_URL``
 and ``CONNECTOR_OPS_CELERY_BACKEND_URL`` (default: the broker URL) — environment references, never URLs
@@ -30,8 +33,8 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from dagster._core.definitions.executor_definition import (
@@ -41,9 +44,16 @@ from dagster._core.definitions.executor_definition import (
     _core_multiprocess_executor_creation,
     multiple_process_executor_requirements,
 )
+from dagster._core.events import DagsterEvent, EngineEventData
+from dagster._core.executor.base import Executor
 
 from connector_ops.environment import EXECUTOR_VARIABLE, LOST_AFTER_VARIABLE
+from connector_ops.kernel.container import cpu_share
 from connector_ops.pipelines.run_workers import RecordingExecutor
+
+if TYPE_CHECKING:
+    from dagster._core.execution.context.system import PlanOrchestrationContext
+    from dagster._core.execution.plan.plan import ExecutionPlan
 
 BROKER_VARIABLE = "CONNECTOR_OPS_CELERY_BROKER_URL"
 BACKEND_VARIABLE = "CONNECTOR_OPS_CELERY_BACKEND_URL"
@@ -52,6 +62,22 @@ DEFAULT_LOST_AFTER = 60.0
 EXECUTORS = ("in_process", "multiprocess", "celery")
 #: what a forkserver imports once, so each forked step starts with the Definitions already built
 PRELOAD_MODULES = ["connector_ops.pipelines.definitions"]
+#: Dagster's variable for the multiprocess executor's number of steps at once, where the run config sets none
+MAX_CONCURRENT_VARIABLE = "DAGSTER_MULTIPROCESS_EXECUTOR_MAX_CONCURRENT"
+
+
+def _multiprocess_config() -> dg.Field:
+    """Dagster's multiprocess config, its ``max_concurrent`` saying what ours defaults to (the launchpad shows
+    the description: Dagster's says ``multiprocessing.cpu_count()``)."""
+    shape = MULTI_PROC_CONFIG.config_type
+    assert isinstance(shape, dg.Shape)  # (a dict of fields in Dagster's source)
+    return dg.Field(dg.Shape({
+        **shape.fields,
+        "max_concurrent": dg.Field(dg.Noneable(int), default_value=None, description=(
+            "The number of step processes that may run at once. By default the CPUs the run worker may use: "
+            "the host's, fewer under a container's CPU quota (rounded up) or a CPU affinity; "
+            f"{MAX_CONCURRENT_VARIABLE} sets another default.")),
+    }))
 
 
 class ExecutorSettingError(ValueError):
@@ -64,6 +90,35 @@ def default_start_method() -> dict[str, Any]:
     return {"spawn": {}}  # pragma: no cover - Windows
 
 
+def steps_at_once(config: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[dict[str, Any], str | None]:
+    """The multiprocess ``config`` with ``max_concurrent`` set to the CPUs this process can keep busy where
+    Dagster would take the host's count (neither the config nor :data:`MAX_CONCURRENT_VARIABLE` sets one,
+    read as Dagster reads them: a 0 is none), and the line that tells the run why, when that number is not
+    the host's: a run that takes its steps one by one on a 64-core node would otherwise look broken."""
+    if config.get("max_concurrent") or environ.get(MAX_CONCURRENT_VARIABLE):
+        return dict(config), None
+    share = cpu_share()
+    notice = None if share.reason is None else (
+        f"Multiprocess executor: up to {share.count} step{'s' if share.count > 1 else ''} at a time: "
+        f"{share.reason} (max_concurrent in the run config or {MAX_CONCURRENT_VARIABLE} sets another number)")
+    return {**config, "max_concurrent": share.count}, notice
+
+
+class _Announcing(RecordingExecutor):
+    """A :class:`RecordingExecutor` that first writes ``notice`` into the run's event log, once per run (the
+    orchestrating process alone executes the plan; step processes build the executor but never run it)."""
+
+    def __init__(self, inner: Executor, notice: str) -> None:
+        super().__init__(inner)
+        self.notice = notice
+
+    def execute(self, plan_context: PlanOrchestrationContext,
+                execution_plan: ExecutionPlan) -> Iterator[DagsterEvent]:
+        events = super().execute(plan_context, execution_plan)
+        yield DagsterEvent.engine_event(plan_context, self.notice, EngineEventData())
+        yield from events
+
+
 def local_executor(default: str) -> dg.ExecutorDefinition:
     """Dagster's in-process/multiprocess selector with ``default`` selected and a forked multiprocess."""
 
@@ -73,7 +128,7 @@ def local_executor(default: str) -> dg.ExecutorDefinition:
     @dg.executor(
         name="multi_or_in_process_executor",
         config_schema=dg.Field(
-            dg.Selector({"multiprocess": MULTI_PROC_CONFIG, "in_process": IN_PROC_CONFIG}),
+            dg.Selector({"multiprocess": _multiprocess_config(), "in_process": IN_PROC_CONFIG}),
             default_value={default: {}},
         ),
         requirements=requirements,
@@ -86,7 +141,9 @@ def local_executor(default: str) -> dg.ExecutorDefinition:
             return RecordingExecutor(_core_in_process_executor_creation(config))
         if not config.get("start_method"):
             config = {**config, "start_method": default_start_method()}
-        return RecordingExecutor(_core_multiprocess_executor_creation(config))
+        config, notice = steps_at_once(config, os.environ)
+        executor = _core_multiprocess_executor_creation(config)
+        return RecordingExecutor(executor) if notice is None else _Announcing(executor, notice)
 
     return connector_ops_executor
 

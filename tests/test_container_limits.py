@@ -14,6 +14,7 @@ import pytest
 
 from connector_ops.kernel.container import Limits, limits, usable_cpus
 from tests.cgroups import cgroup, command_in
+from tests.deployment import missing
 
 MiB = 1 << 20
 PROBE = ("import json; from connector_ops.kernel.container import limits, usable_cpus; "
@@ -100,3 +101,23 @@ def test_unreadable_or_odd_files_mean_no_limit(tmp_path: Path, cpu: str, memory:
 def test_without_cgroup_files_there_are_no_limits(tmp_path: Path) -> None:
     assert limits(tmp_path) == Limits()
     assert usable_cpus(tmp_path) >= 1
+
+
+SHARE = ("import json, os, sys; from connector_ops.kernel.container import cpu_share; "
+         "os.sched_setaffinity(0, set(json.loads(sys.argv[1])) or os.sched_getaffinity(0)); "
+         "s = cpu_share(); print(json.dumps([s.count, s.reason]))")
+
+
+@pytest.mark.parametrize(("quota", "affinity", "expected"), [
+    (50_000, [], [1, "the container's CPU quota is 0.5 CPU"]),
+    (-1, [0], [1, f"this process may run on 1 of the host's {os.cpu_count()} CPUs"]),
+    (-1, [], [os.cpu_count(), None]),  # nothing to say: the host's own count
+])
+def test_the_share_of_the_cpus_says_what_holds_it_below_the_hosts(quota: int, affinity: list[int],
+                                                                  expected: list) -> None:
+    if (os.cpu_count() or 1) < 2 or len(os.sched_getaffinity(0)) < (os.cpu_count() or 1):
+        missing("needs a process that may run on every CPU of a host of 2 or more")
+    with cgroup("cpu", {"cpu.cfs_period_us": 100_000, "cpu.cfs_quota_us": quota}) as cpu:
+        out = subprocess.run(command_in([cpu], [sys.executable, "-c", SHARE, json.dumps(affinity)]),
+                             capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == expected

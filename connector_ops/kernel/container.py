@@ -66,17 +66,41 @@ def limits(proc: Path = PROC_SELF) -> Limits:
                   memory=None if memory is None else int(memory))
 
 
+@dataclass(frozen=True)
+class CpuShare:
+    """The CPUs this process can keep busy (:func:`usable_cpus`), and why they are fewer than the host's."""
+
+    count: int
+    #: what holds ``count`` below the host's CPUs, which ``os.cpu_count()``, ``multiprocessing`` and Celery's
+    #: pool count ("the container's CPU quota is 0.5 CPU"); ``None`` when nothing does, so that a caller
+    #: says something only where its number differs from the usual one
+    reason: str | None
+
+
 def usable_cpus(proc: Path = PROC_SELF) -> int:
     """How many CPUs this process can keep busy: those it may run on (its affinity), no more than its
     quota rounded up (a quota of 1.5 CPUs keeps two steps busy half the time each), at least one."""
+    return cpu_share(proc).count
+
+
+def cpu_share(proc: Path = PROC_SELF) -> CpuShare:
+    """:func:`usable_cpus`, and the reason when it is fewer than the host's CPUs (what a default sized by it
+    tells the user: the number alone would look like a wrong guess of the machine)."""
+    host = os.cpu_count() or 1
     try:
-        cpus = len(os.sched_getaffinity(0))
+        allowed = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - platforms without affinity (macOS)
-        cpus = os.cpu_count() or 1
+        allowed = host
     quota = limits(proc).cpus
-    if quota is not None:
-        cpus = min(cpus, math.ceil(quota))
-    return max(cpus, 1)
+    cpus = allowed if quota is None else min(allowed, math.ceil(quota))
+    cpus = max(cpus, 1)
+    if cpus >= host:
+        reason = None
+    elif quota is not None and cpus < allowed:
+        reason = f"the container's CPU quota is {quota:g} CPU{'s' if quota > 1 else ''}"
+    else:
+        reason = f"this process may run on {allowed} of the host's {host} CPUs"
+    return CpuShare(cpus, reason)
 
 
 def _smallest(hierarchies: list[_Hierarchy], controller: str, v2: Callable[[Path], float | None],
