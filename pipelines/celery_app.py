@@ -23,6 +23,12 @@ worker down.
 run worker watches: a step whose heartbeat stopped fails its run
 (:mod:`connector_ops.pipelines.celery_heartbeat`).
 
+**Its pool's size.** Without ``--concurrency`` (``-c``), ``CELERY_WORKER_CONCURRENCY`` or a
+``worker_concurrency`` setting, Celery sizes the pool by ``billiard.cpu_count()``: the host's cores, 64 step
+processes in a pod limited to 2 CPUs on a 64-core node. Here the default is the CPUs the worker can keep busy
+(:func:`~connector_ops.kernel.container.usable_cpus`: its affinity capped by its cgroup's CPU quota rounded up),
+and the worker's log says why when that is fewer than the host's (:func:`_pool_sized_by_the_container`).
+
 **A worker that was only frozen.** A step task commits nothing once its run is no longer in progress or its
 run worker declared it lost (:mod:`connector_ops.pipelines.celery_fence`): every commit asks the run first,
 and the watch interrupts the step as for a Terminate once the answer is no.
@@ -40,8 +46,9 @@ from types import FrameType
 from typing import Any
 
 import celery
+from celery import signals
 from celery.exceptions import Ignore
-from celery.utils.log import get_task_logger
+from celery.utils.log import get_logger, get_task_logger
 from dagster import DagsterInstance
 from dagster._core.errors import DagsterExecutionInterruptedError
 from dagster._grpc.types import ExecuteStepArgs
@@ -51,6 +58,7 @@ from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_execute_job_task, create_resume_job_task, create_task
 
 from connector_ops.environment import EXECUTOR_VARIABLE, pin_paths
+from connector_ops.kernel.container import cpu_share
 from connector_ops.kernel.fence import fenced
 from connector_ops.pipelines.celery_fence import RunGate
 from connector_ops.pipelines.celery_heartbeat import HEARTBEAT_SECONDS, HEARTBEAT_STATE
@@ -65,6 +73,30 @@ app = make_app(CeleryExecutor.for_cli(broker=_broker, backend=os.environ.get(BAC
 #: how often a running step's task reads its run's status (one query on the instance's run storage)
 WATCH_SECONDS = 1.0
 log = get_task_logger(__name__)
+#: what the worker says of its pool's size once its log is set up (:func:`_pool_sized_by_the_container`)
+_pool_notice: list[str] = []
+
+
+@signals.celeryd_init.connect(dispatch_uid="connector_ops.pool_size")
+def _pool_sized_by_the_container(conf: Any, options: dict[str, Any], **_: Any) -> None:
+    """A worker about to size its pool: where the user set no size (the command line, its variable
+    ``CELERY_WORKER_CONCURRENCY`` or the configuration: all end in ``options`` or ``conf``, and Celery takes
+    a 0 as none), the CPUs this worker can keep busy rather than Celery's ``billiard.cpu_count()``. An explicit
+    ``auto`` is kept (Celery's own reading of the quota, for the prefork pool only)."""
+    if options.get("concurrency") or conf.worker_concurrency:
+        return
+    share = cpu_share()
+    conf.worker_concurrency = share.count
+    if share.reason is not None:
+        _pool_notice.append(f"a pool of {share.count}: {share.reason} (--concurrency or CELERY_WORKER_CONCURRENCY "
+                            "sets another size)")
+
+
+@signals.celeryd_after_setup.connect(dispatch_uid="connector_ops.pool_size_notice")
+def _say_the_pool_size(**_: Any) -> None:
+    """The worker's log is set up now (it was not when the pool was sized)."""
+    for notice in _pool_notice:
+        get_logger(__name__).info("%s", notice)
 
 
 class _RunWatch:

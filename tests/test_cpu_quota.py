@@ -1,6 +1,9 @@
 """What we size by the CPUs, under a container's CPU quota made by the kernel (tests/cgroups.py): a 0.5-CPU
 quota on this 2-core machine allows one CPU, where ``os.cpu_count()`` and everything sized by it say two.
 
+Celery workers are started inside such a cgroup as deploy/Procfile starts them, on a Redis broker of their
+own, and asked the size of their pool (``inspect stats``, as ``celery inspect stats`` asks).
+
 The multiprocess executor's run worker is started inside the cgroup (its forked step processes with it), as
 a code server's run worker is inside its pod; each step of a job of independent steps writes a marker as it
 starts and as it ends, and waits for the other step to start before it ends (for at most ``wait`` seconds,
@@ -21,8 +24,11 @@ import dagster as dg
 import pytest
 
 from connector_ops.environment import EXECUTOR_VARIABLE
-from connector_ops.pipelines.executors import MAX_CONCURRENT_VARIABLE, job_executor
+from connector_ops.pipelines.executors import BROKER_VARIABLE, MAX_CONCURRENT_VARIABLE, job_executor
 from tests.cgroups import cgroup, command_in
+from tests.deployment import Process, redis_server, wait_for
+from tests.servers import free_port
+from tests.test_deployment import worker_command
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the folder the steps write their markers into, and how long a step waits for the others to start
@@ -141,3 +147,41 @@ def test_without_a_quota_the_run_says_nothing(tmp_path: Path) -> None:
         run = run_in(cpu, tmp_path, {}, {}, wait=120 if len(os.sched_getaffinity(0)) > 1 else 1)
     assert not [m for m in run["engine"] if "at a time" in m], run["engine"]
     assert most_at_once(run["marks"]) == min(len(STEPS), len(os.sched_getaffinity(0))), run["marks"]
+
+
+def test_a_celery_workers_pool_is_sized_by_its_quota_unless_set(tmp_path: Path) -> None:
+    """Two workers with the default pool (prefork), each in a cgroup of its own: one with no size set, under
+    half a CPU — Celery's default, ``billiard.cpu_count()``, made it 2 here — and one told
+    ``CELERY_WORKER_CONCURRENCY=2`` under a quota of one CPU, which keeps its 2 (as it did before)."""
+    from celery import Celery
+
+    port = free_port()
+    broker = f"redis://127.0.0.1:{port}/0"
+    env = {**os.environ, "CONNECTOR_OPS_HOME": str(tmp_path / "home"), BROKER_VARIABLE: broker}
+    env.pop("CELERY_WORKER_CONCURRENCY", None)
+    redis = redis_server(port, tmp_path, env)
+    workers: list[Process] = []
+    try:
+        with cgroup("cpu", HALF_A_CPU) as half, cgroup("cpu", ONE_CPU) as one:
+            try:
+                for name, folder, extra in (("quota", half, {}), ("told", one, {"CELERY_WORKER_CONCURRENCY": "2"})):
+                    command = command_in([folder], worker_command("-n", f"{name}@%h"))
+                    workers.append(Process(name, command, {**env, **extra}, tmp_path))
+                wait_for(lambda: all("ready." in w.log() for w in workers), "the Celery workers ready", 300, workers)
+                app = Celery(broker=broker)
+                try:
+                    stats = app.control.inspect(timeout=10).stats() or {}
+                finally:
+                    app.close()
+            finally:  # (before their cgroups go, which would kill what is left in them)
+                for worker in workers:
+                    worker.stop()
+    finally:
+        redis.stop()
+    pools = {node.split("@")[0]: reply["pool"] for node, reply in stats.items()}
+    logs = {w.name: w.log() for w in workers}
+    assert {name: (pool["max-concurrency"], len(pool["processes"])) for name, pool in pools.items()} == {
+        "quota": (1, 1), "told": (2, 2)}, pools
+    assert "a pool of 1: the container's CPU quota is 0.5 CPU (--concurrency or CELERY_WORKER_CONCURRENCY " \
+           "sets another size)" in logs["quota"]
+    assert "a pool of" not in logs["told"]
