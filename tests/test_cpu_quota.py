@@ -2,7 +2,8 @@
 quota on this 2-core machine allows one CPU, where ``os.cpu_count()`` and everything sized by it say two.
 
 Celery workers are started inside such a cgroup as deploy/Procfile starts them, on a Redis broker of their
-own, and asked the size of their pool (``inspect stats``, as ``celery inspect stats`` asks).
+own, and asked the size of their pool (``inspect stats``, as ``celery inspect stats`` asks). A process that
+pushes a Parquet file there reports the size of Arrow's CPU thread pool afterwards.
 
 The multiprocess executor's run worker is started inside the cgroup (its forked step processes with it), as
 a code server's run worker is inside its pod; each step of a job of independent steps writes a marker as it
@@ -185,3 +186,35 @@ def test_a_celery_workers_pool_is_sized_by_its_quota_unless_set(tmp_path: Path) 
     assert "a pool of 1: the container's CPU quota is 0.5 CPU (--concurrency or CELERY_WORKER_CONCURRENCY " \
            "sets another size)" in logs["quota"]
     assert "a pool of" not in logs["told"]
+
+
+#: a process that pushes a small Parquet file (SQLite, its home from the environment), then prints the size of
+#: Arrow's CPU thread pool, which decoded its columns
+PUSH_PARQUET = """
+import io, json
+import pyarrow as pa, pyarrow.parquet as pq
+from connector_ops import invoke
+from connector_ops.environment import resources_for
+sink = io.BytesIO()
+pq.write_table(pa.table({"a": ["x", "y"], "b": [1.5, 2.0]}), sink)
+pf = resources_for()["platform_files"].add_bytes(sink.getvalue(), "t.parquet", "application/octet-stream")
+invoke("etl.push", {"platformFile": pf.to_json()})
+print(json.dumps(pa.cpu_count()))
+"""
+
+
+@pytest.mark.parametrize(("quota", "env", "threads"), [
+    (HALF_A_CPU, {}, 1),  # pyarrow's own default: the host's cores
+    (HALF_A_CPU, {"OMP_NUM_THREADS": "2"}, 2),  # chosen: kept (as before)
+    ({}, {}, os.cpu_count()),  # no quota: the host's (as before)
+], ids=["quota", "OMP_NUM_THREADS", "no quota"])
+def test_a_parquet_push_decodes_with_as_many_arrow_threads_as_the_quota_allows(
+        tmp_path: Path, quota: dict[str, int], env: dict[str, str], threads: int) -> None:
+    child_env = {name: value for name, value in os.environ.items()
+                 if not name.startswith(("CONNECTOR_OPS_", "OMP_"))}
+    child_env.update({"CONNECTOR_OPS_HOME": str(tmp_path / "home"), **env})
+    with cgroup("cpu", quota) as cpu:
+        out = subprocess.run(command_in([cpu], [sys.executable, "-c", PUSH_PARQUET]), cwd=ROOT, env=child_env,
+                             capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == threads

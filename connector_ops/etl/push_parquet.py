@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from connector_ops.etl import models as m
 from connector_ops.etl.suffixes import ends_with
 from connector_ops.frame_text import batches_forms
+from connector_ops.kernel.container import size_arrow_threads
 from connector_ops.kernel.errors import InvalidInput
 from connector_ops.kernel.limits import check_column_names
 from connector_ops.kernel.media_types import media_type
@@ -51,6 +52,7 @@ def push_parquet(virtual_files: VirtualFileStore, reopen: Open, name: str, param
     from connector_ops.frames import frame_into
 
     m.refuse_given(params, FOR_TEXT_ONLY, "a Parquet file (it has no lines or text)")
+    size_arrow_threads()  # its columns are decoded by as many threads as Arrow's pool has
     check_column_names(params.schema_ or [], "parameters.schema")
     with seekable_opener(reopen, "connector-ops-parquet-") as seekable, seekable() as raw:
         try:

@@ -103,6 +103,23 @@ def cpu_share(proc: Path = PROC_SELF) -> CpuShare:
     return CpuShare(cpus, reason)
 
 
+def size_arrow_threads() -> None:
+    """Lower Arrow's CPU thread pool to :func:`usable_cpus` where it is at Arrow's default, the host's cores
+    (``pyarrow.cpu_count()`` reads no cgroup). Its threads decode a Parquet file's columns side by side, each
+    with buffers of its own: the Push of a 60-column file of one 200,000-row group (50 MiB) grew its process
+    by 540-660 MiB with a pool of 64 threads, 195-200 MiB with 1 (pyarrow 26, SQLite, the same time), under a
+    quota that would run no more than one of them at a time anyway. A size someone chose is kept:
+    ``OMP_NUM_THREADS`` / ``OMP_THREAD_LIMIT`` (which Arrow reads) or a ``pyarrow.set_cpu_count`` that left
+    it at another number than the host's."""
+    import pyarrow as pa
+
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("OMP_THREAD_LIMIT"):
+        return
+    host, usable = os.cpu_count(), usable_cpus()
+    if pa.cpu_count() == host and host is not None and usable < host:
+        pa.set_cpu_count(usable)
+
+
 def _smallest(hierarchies: list[_Hierarchy], controller: str, v2: Callable[[Path], float | None],
               v1: Callable[[Path], float | None]) -> float | None:
     """The smallest limit any folder up the tree of ``controller``'s hierarchy sets (v1 files where the
