@@ -236,7 +236,7 @@ def test_an_index_build_sorts_in_bounded_memory_on_sqlite(tmp_path):
     and the connection gets its full cache back afterwards (repeated Queries read their pages from it)."""
     import sqlalchemy as sa
 
-    from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, SQLITE_SORT_KIB
+    from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, SQLITE_SORT_KIB, sized_kib
     from connector_ops.resources.virtual_files.store import VirtualFileStore
 
     store = VirtualFileStore(database_url=f"sqlite:///{tmp_path / 'vf.db'}")
@@ -253,15 +253,15 @@ def test_an_index_build_sorts_in_bounded_memory_on_sqlite(tmp_path):
         assert store.find(vf, {"city": "Lyon"}) == [{"city": "Lyon"}]
     finally:
         sa.event.remove(engine, "before_cursor_execute", watch)
-    assert during == [-SQLITE_SORT_KIB]
+    assert during == [-sized_kib(SQLITE_SORT_KIB)]
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_CACHE_KIB
+        assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -sized_kib(SQLITE_CACHE_KIB)
 
 
 def test_a_new_file_is_filled_under_a_small_page_cache_on_sqlite(tmp_path):
     """The pages a load writes stay in SQLite's cache, dirty, until it is full: a new file is filled under
     the small cache, and the connection gets its full cache back afterwards, after a failed load too."""
-    from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, SQLITE_LOAD_KIB
+    from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, SQLITE_LOAD_KIB, sized_kib
     from connector_ops.resources.virtual_files.store import VirtualFileStore
 
     store = VirtualFileStore(database_url=f"sqlite:///{tmp_path / 'vf.db'}")
@@ -269,11 +269,11 @@ def test_a_new_file_is_filled_under_a_small_page_cache_on_sqlite(tmp_path):
         with pytest.raises(RuntimeError) if fails else contextlib.nullcontext(), \
                 store.sql.create(["city"]) as writer:
             writer.write_tuples(["city"], [("Paris",)])
-            assert writer.conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_LOAD_KIB
+            assert writer.conn.exec_driver_sql("PRAGMA cache_size").scalar() == -sized_kib(SQLITE_LOAD_KIB)
             if fails:
                 raise RuntimeError("the source failed")
         with store.sql.engine.connect() as conn:
-            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -SQLITE_CACHE_KIB
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -sized_kib(SQLITE_CACHE_KIB)
     assert len(store.inventory()) == 1
 
 

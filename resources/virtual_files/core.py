@@ -28,7 +28,7 @@ from connector_ops.resources.virtual_files.checkpoints import CheckpointRoom, gi
 from connector_ops.resources.virtual_files.compaction import Compaction, compact_sqlite
 from connector_ops.resources.virtual_files.disk_full import full_error, is_full
 from connector_ops.resources.virtual_files.driver_connection import driver_of
-from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, WRITE, get_engine, is_writing
+from connector_ops.resources.virtual_files.engines import SQLITE_CACHE_KIB, WRITE, get_engine, is_writing, sized_kib
 from connector_ops.resources.virtual_files.interrupts import keeping
 from connector_ops.resources.virtual_files.urls import DatabaseUrl
 
@@ -172,7 +172,7 @@ class StoreCore(Resource):
         folder = os.path.dirname(os.path.abspath(path))
         if self.min_free_disk <= 0:
             return DiskFloor(folder, 0), None
-        room = CheckpointRoom(path, SQLITE_CACHE_KIB << 10)
+        room = CheckpointRoom(path, sized_kib(SQLITE_CACHE_KIB) << 10)
         return DiskFloor(folder, self.min_free_disk, reserve=room.during), room
 
     @contextlib.contextmanager

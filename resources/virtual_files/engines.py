@@ -125,6 +125,29 @@ SQLITE_SORT_KIB = 32768
 #: dirty, until it is full and they spill to the log. A Push read row by row (1M rows) peaked at +89 MiB with
 #: 64 MiB, at +30 MiB with 8 MiB, in the same time
 SQLITE_LOAD_KIB = 8192
+#: the page cache while a whole file is read in order (a Pull, a count of its rows), KiB: each page is read
+#: once, so a larger cache holds nothing a later read asks for (the file's last pages) and grew a Pull of
+#: 1M rows by 64 MiB; the B-tree's inner pages, which each keyset page descends, fit
+SQLITE_SCAN_KIB = 2048
+#: in a container, no page cache above this share of its memory limit: a process holds several connections
+#: (a pool, a Dagster step's threads, the loader), and the whole cache is the process's own memory, which the
+#: kernel cannot reclaim as it reclaims the file's pages in its cache
+SQLITE_LIMIT_SHARE = 16
+
+
+@functools.cache
+def sized_kib(kib: int) -> int:
+    """``kib`` of page cache, or less in a container: at most 1/:data:`SQLITE_LIMIT_SHARE` of its memory
+    limit (:func:`~connector_ops.kernel.container.limits`). The same from a 1 GiB limit up and without one;
+    in 192 MiB a connection caches 12 MiB. With a fixed 64 MiB per connection, a Validate and a Join of a
+    file of 1M rows (86 MB) were OOM-killed in a 96 MiB container, and run there now. Read once per process
+    (a container's limit does not move under it)."""
+    from connector_ops.kernel.container import limits
+
+    memory = limits().memory
+    if memory is None:
+        return kib
+    return min(kib, (memory // SQLITE_LIMIT_SHARE) >> 10)
 
 
 def room_to_hash_keys(conn: sa.Connection) -> None:
@@ -137,16 +160,18 @@ def room_to_hash_keys(conn: sa.Connection) -> None:
 @contextlib.contextmanager
 def page_cache(conn: sa.Connection, kib: int) -> Iterator[None]:
     """Within this block this SQLite connection's page cache is ``kib`` (:data:`SQLITE_SORT_KIB` while an
-    index is built, :data:`SQLITE_LOAD_KIB` while a new file is filled), then ``SQLITE_CACHE_KIB`` again.
+    index is built, :data:`SQLITE_LOAD_KIB` while a new file is filled, :data:`SQLITE_SCAN_KIB` while a whole
+    file is read), then ``SQLITE_CACHE_KIB`` again,
+    each as :func:`sized_kib` sizes it.
     Nothing on PostgreSQL (its ``maintenance_work_mem`` bounds an index build, its shared buffers a load)."""
     if conn.dialect.name != "sqlite":
         yield
         return
-    conn.exec_driver_sql(f"PRAGMA cache_size=-{kib}")
+    conn.exec_driver_sql(f"PRAGMA cache_size=-{sized_kib(kib)}")
     try:
         yield
     finally:
-        conn.exec_driver_sql(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
+        conn.exec_driver_sql(f"PRAGMA cache_size=-{sized_kib(SQLITE_CACHE_KIB)}")
 
 
 @functools.lru_cache(maxsize=64)
@@ -179,7 +204,7 @@ def _setup_sqlite(engine: sa.Engine, path: str | None) -> None:
         # sorts for CREATE INDEX spill to temp files (:func:`page_cache`), so memory stays
         # flat with file size; no checkpoint inside a commit: :mod:`.checkpoints` runs them in the background
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=60000", "foreign_keys=ON",
-                       f"cache_size=-{SQLITE_CACHE_KIB}", *(("wal_autocheckpoint=0",) if path else ())):
+                       f"cache_size=-{sized_kib(SQLITE_CACHE_KIB)}", *(("wal_autocheckpoint=0",) if path else ())):
             cur.execute(f"PRAGMA {pragma}")
         cur.close()
         for name, (nargs, fn) in SQLITE_FUNCTIONS.items():

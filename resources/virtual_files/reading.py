@@ -22,6 +22,7 @@ from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.arrow_reads import arrow_batches
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.core import StoreCore
+from connector_ops.resources.virtual_files.engines import SQLITE_SCAN_KIB, page_cache
 from connector_ops.resources.virtual_files.fetching import fetch_pages
 from connector_ops.resources.virtual_files.rows import as_dicts, fetch_dicts, keyset_pages, select_rows
 from connector_ops.resources.virtual_files.shapes import SCAN_BATCH, Row
@@ -42,7 +43,8 @@ def _planned_rows(conn: sa.Connection, info: VirtualFileInfo) -> int | None:
 
 
 def _counted_rows(conn: sa.Connection, info: VirtualFileInfo) -> int:
-    return conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one()
+    with page_cache(conn, SQLITE_SCAN_KIB):  # SQLite's count walks every page of the table
+        return conn.execute(sa.select(sa.func.count()).select_from(info.table)).scalar_one()
 
 
 class Reading(StoreCore):
@@ -110,7 +112,8 @@ class Reading(StoreCore):
                     raise InvalidInput(field, unknown_columns(unknown, info.names, "the virtual file"))
                 check_unique(names, field)  # a name twice: an export no Push reads back, a frame of twins
                 yield names
-                yield from read(conn, info, names)
+                with page_cache(conn, SQLITE_SCAN_KIB):
+                    yield from read(conn, info, names)
 
         items = scan()
         return next(items), items

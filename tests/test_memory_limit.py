@@ -1,0 +1,128 @@
+"""A container's memory limit, made by the kernel (a v1 or v2 memory cgroup, :mod:`tests.cgroups`): the actions
+that read a whole SQLite file run through the CLI in 96 MiB, where the kernel's OOM killer ended them when each
+connection kept 64 MiB of pages; the page cache follows the limit; a Pull to Parquet cuts its row groups by
+size as well as by rows.
+
+The file is pushed outside the cgroup, once per module; each action then runs as its own process inside one,
+as a step of a pod does. A process the OOM killer ends exits by ``SIGKILL``, and the cgroup counts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from connector_ops.environment import resources_for
+from tests.cgroups import cgroup, command_in, oom_kills
+
+BIN = Path(sys.executable).parent
+#: the container: below the 64 MiB of pages one connection cached before, plus the CLI's own ≈ 60 MiB
+LIMIT = 96 << 20
+#: the file: more table pages than the 64 MiB a connection cached (70,000 rows of ≈ 1 KiB)
+ROWS, WIDTH = 70_000, 1024
+
+
+def _limited(limit: int) -> dict[str, int]:
+    """The memory cgroup files of a container limited to ``limit`` bytes, swap included (none is used)."""
+    return {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
+
+
+def _cli(environ: dict[str, str], *argv: str, limit: int | None = None) -> tuple[subprocess.CompletedProcess, int]:
+    """``connector-ops argv`` (inside a fresh memory cgroup of ``limit`` bytes) and the OOM kills counted there."""
+    command = [str(BIN / "connector-ops"), *argv]
+    if limit is None:
+        return subprocess.run(command, env=environ, capture_output=True, text=True, timeout=300), 0
+    with cgroup("memory", _limited(limit)) as folder:
+        result = subprocess.run(command_in([folder], command), env=environ, capture_output=True, text=True,
+                                timeout=300)
+        return result, oom_kills(folder)
+
+
+def _invoke(environ: dict[str, str], action: str, payload: dict[str, Any], limit: int | None = None) -> Any:
+    result, kills = _cli(environ, "invoke", "--no-progress", action, json.dumps(payload), limit=limit)
+    assert (result.returncode, kills) == (0, 0), f"{action}: exit {result.returncode}, {kills} OOM kill(s) " \
+                                                 f"in {limit} bytes: {result.stderr[-2000:]}"
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def wide_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str]:
+    """``(environment, virtual file id)``: ``ROWS`` rows of 8 columns pushed into a SQLite store."""
+    folder = tmp_path_factory.mktemp("memory")
+    data = folder / "wide.csv"
+    rnd = random.Random(7)
+    with data.open("w", encoding="utf-8") as handle:
+        handle.write("id,a,b,c,d,e,f,g\n")
+        for i in range(ROWS):
+            handle.write(f"{i}," + ",".join(f"{rnd.randrange(10**9):09d}{'x' * (WIDTH // 7 - 10)}"
+                                            for _ in range(7)) + "\n")
+    environ = {**os.environ, "CONNECTOR_OPS_HOME": str(folder / "home"),
+               "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{folder / 'store.db'}"}
+    added, _ = _cli(environ, "files", "add", str(data))
+    pushed = _invoke(environ, "etl.push", {"platformFile": json.loads(added.stdout)})
+    return environ, pushed["virtualFileId"]
+
+
+@pytest.mark.parametrize("action", ["validate", "join", "pull"])
+def test_a_whole_file_is_read_within_a_small_containers_memory(wide_file, action):
+    """Validate, a Join of the file with itself and a Pull to CSV each read every page of a 75 MiB table:
+    in 96 MiB each was OOM-killed while a connection cached 64 MiB of it; each completes now."""
+    environ, vf = wide_file
+    payload = {
+        "validate": ("etl.validate", {"content": vf, "schema": {"id": {"type": "integer"},
+                                                                  "a": {"type": "string", "minLength": 100}}}),
+        "join": ("etl.join", {"join": {"left": {"virtualFileId": vf, "customId": "l", "key": "id"},
+                                       "right": {"virtualFileId": vf, "customId": "r", "key": "id"}}}),
+        "pull": ("etl.pull", {"virtualFileId": vf, "exportType": "csv", "exportName": "wide.csv"}),
+    }[action]
+    output = _invoke(environ, *payload, limit=LIMIT)
+    if action == "pull":
+        assert output["platformFile"]["size"] > ROWS * WIDTH
+    else:
+        kept = output["validated"] if action == "validate" else output["virtualFileId"]
+        key = "id" if action == "validate" else "id_l"
+        found = _invoke(environ, "etl.query", {"virtualFileId": kept, "query": {key: str(ROWS - 1)}})
+        assert len(found["result"]) == 1
+
+
+@pytest.mark.parametrize(("limit", "cached"), [(192 << 20, 12 << 10), (2 << 30, 64 << 10)])
+def test_a_connections_page_cache_is_a_sixteenth_of_the_limit_at_most(tmp_path, limit, cached):
+    """A connection of the store, opened in a container: 1/16 of its limit, at most the 64 MiB it takes
+    without a limit."""
+    probe = ("import sys; from connector_ops.resources.virtual_files.store import VirtualFileStore; "
+             "store = VirtualFileStore(database_url=sys.argv[1]); "
+             "conn = store.sql.engine.connect(); "
+             "print(conn.exec_driver_sql('PRAGMA cache_size').scalar())")
+    with cgroup("memory", _limited(limit)) as folder:
+        result = subprocess.run(command_in([folder], [sys.executable, "-c", probe, f"sqlite:///{tmp_path / 'c.db'}"]),
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert int(result.stdout) == -cached
+
+
+def test_a_parquet_pull_cuts_row_groups_of_wide_rows_by_size(wide_file):
+    """70,000 rows of 1 KiB are fewer than a row group's 131,072 rows, and were one group of 70 MiB of strings
+    (held whole, with the writer's encoded pages beside it); a group ends at 16 MiB of Arrow data now. Every
+    row comes back, in order."""
+    from connector_ops.etl.pull_parquet import GROUP_BYTES
+
+    environ, vf = wide_file
+    pulled = _invoke(environ, "etl.pull", {"virtualFileId": vf, "exportType": "parquet",
+                                           "exportName": "wide.parquet"})
+    path = resources_for(environ=environ)["platform_files"].data_path(pulled["platformFile"]["id"])
+    metadata = pq.ParquetFile(path).metadata
+    sizes = [metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)]
+    assert metadata.num_rows == ROWS
+    assert len(sizes) >= 4
+    assert max(sizes) <= GROUP_BYTES * 1.5  # a page of rows over at most
+    ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+    assert ids == [str(i) for i in range(ROWS)]
+
