@@ -1,6 +1,11 @@
 """Pull to Parquet (an extension): the virtual file's rows read as Arrow batches of strings in one snapshot
-and written by pyarrow, a row group of up to ``GROUP_ROWS`` rows at a time, so memory holds one group. Every
-column is a string column, a missing value a null. The CSV and text parameters do not apply."""
+and written by pyarrow a row group at a time, so memory holds one group. Every column is a string column, a
+missing value a null. The CSV and text parameters do not apply.
+
+A row group ends at ``GROUP_ROWS`` rows or ``GROUP_BYTES`` of Arrow data, whichever comes first: counted in
+rows alone, a group of wide rows grew without bound (131,072 rows of 600 bytes are 75 MiB of strings, and the
+writer holds its encoded pages beside them), and a 192 MiB container OOM-killed the Pull of a file that every
+other action handled there. The group written is let go before the next one is gathered."""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "application/vnd.apache.parquet"
 GROUP_ROWS = 131_072
+#: … or of this many bytes of Arrow data, whichever is reached first
+GROUP_BYTES = 16 << 20
 #: the parameters that mean something for text only: a CSV export's, and the encoding JSON has too
 FOR_TEXT_ONLY = m.FOR_CSV_EXPORT_ONLY | {"encoding"}
 
@@ -39,20 +46,23 @@ def pull_parquet(inp: m.PullInput, virtual_files: VirtualFileStore, platform_fil
         for group in _groups(batches, schema):
             writer.write_table(group, row_group_size=GROUP_ROWS)
             reporter.update(group.num_rows)
+            del group  # its batches go before the next group's are read (the generator lets go of its own)
     return sink.descriptor
 
 
 def _groups(batches: Iterator[Any], schema: Any) -> Iterator[Any]:
-    """The batches as tables of about ``GROUP_ROWS`` rows (a Parquet row group each)."""
+    """The batches as tables of at most about ``GROUP_ROWS`` rows or ``GROUP_BYTES`` (a row group each)."""
     import pyarrow as pa
 
-    held, rows = [], 0
+    held, rows, size = [], 0, 0
     for batch in batches:
         held.append(batch)
-        rows += batch.num_rows
-        if rows >= GROUP_ROWS:
-            yield pa.Table.from_batches(held, schema)
-            held, rows = [], 0
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+        if rows >= GROUP_ROWS or size >= GROUP_BYTES:
+            group = pa.Table.from_batches(held, schema)
+            held, rows, size = [], 0, 0
+            yield group
+            del group
     if held:
         yield pa.Table.from_batches(held, schema)
 
