@@ -3,9 +3,9 @@ and written by pyarrow a row group at a time, so memory holds one group. Every c
 missing value a null. The CSV and text parameters do not apply.
 
 A row group ends at ``GROUP_ROWS`` rows or ``GROUP_BYTES`` of Arrow data, whichever comes first: counted in
-rows alone, a group of wide rows grew without bound (131,072 rows of 600 bytes are 75 MiB of strings, and the
-writer holds its encoded pages beside them), and a 192 MiB container OOM-killed the Pull of a file that every
-other action handled there. The group written is let go before the next one is gathered."""
+rows alone, a group of wide rows grew without bound (70,000 rows of 1 KiB were one group of 70 MiB of
+strings, and the writer holds its encoded pages beside them). The group written is let go before the next
+one is gathered (tests/test_memory_limit.py; docs/deployment.md "Memory limits")."""
 
 from __future__ import annotations
 

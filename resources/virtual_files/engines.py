@@ -161,8 +161,7 @@ def room_to_hash_keys(conn: sa.Connection) -> None:
 def page_cache(conn: sa.Connection, kib: int) -> Iterator[None]:
     """Within this block this SQLite connection's page cache is ``kib`` (:data:`SQLITE_SORT_KIB` while an
     index is built, :data:`SQLITE_LOAD_KIB` while a new file is filled, :data:`SQLITE_SCAN_KIB` while a whole
-    file is read), then ``SQLITE_CACHE_KIB`` again,
-    each as :func:`sized_kib` sizes it.
+    file is read), then ``SQLITE_CACHE_KIB`` again, each as :func:`sized_kib` sizes it in a container.
     Nothing on PostgreSQL (its ``maintenance_work_mem`` bounds an index build, its shared buffers a load)."""
     if conn.dialect.name != "sqlite":
         yield
