@@ -118,15 +118,13 @@ def _pages(cursor: Any, size: int) -> Iterator[list[tuple]]:
     wide (:func:`_rows_for`). A page is let go before the next is fetched: a loop variable would keep it
     alive while the consumer works on it and while the driver builds the next (a Map then held two pages at
     once, and ran slower for it)."""
-    first = True
-    while True:
-        rows = cursor.fetchmany(size)
-        if not rows:
-            return
-        if first:
-            size, first = _rows_for(rows, size), False
+    rows = cursor.fetchmany(size)
+    if rows:
+        size = _rows_for(rows, size)
+    while rows:
         yield rows
         del rows
+        rows = cursor.fetchmany(size)
 
 
 def _rows_for(page: list[tuple], size: int) -> int:
@@ -136,4 +134,4 @@ def _rows_for(page: list[tuple], size: int) -> int:
     of them was OOM-killed in a 96 MiB container; rows of a few short values keep the whole ``size``."""
     sample = page[:SAMPLE_ROWS]
     width = sum(len(value) for row in sample for value in row if isinstance(value, (str, bytes))) / len(sample)
-    return size if width * size <= PAGE_BYTES else max(MIN_PAGE_ROWS, int(PAGE_BYTES // max(width, 1)))
+    return size if width * size <= PAGE_BYTES else max(MIN_PAGE_ROWS, int(PAGE_BYTES // width))
