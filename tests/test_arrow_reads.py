@@ -72,3 +72,22 @@ def test_rows_longer_than_a_block_are_read_again_with_a_larger_one(store: Any, m
     monkeypatch.undo()
     big = store.create_from_rows([{"a": "1"}, {"a": "y" * (3 << 20)}, {"a": "2"}])  # past the default block
     assert scanned(store, big) == [{"a": "1"}, {"a": "y" * (3 << 20)}, {"a": "2"}]
+
+
+def test_wide_rows_over_many_pages_read_back_exactly(store: Any, monkeypatch) -> None:
+    """SQLite builds each row's JSON object, and a function there takes at most 127 arguments: 130 columns
+    are the ``json_patch`` of three objects, where a missing value is a missing key. Control characters and
+    names that look like the reader's own keys (``f1``) or like SQL come back as they went in, page by page."""
+    rnd = random.Random(11)
+    names = [f"c{i}" for i in range(125)] + ["f1", "f0", "a'b", '"', "é x"]
+    values = [*HOSTILE, "\x01", "\x1f", "\x7f", "\u0085", "{}", "[1]", 'null', '{"f0": 1}']
+    rows: list[dict[str, str]] = [dict.fromkeys(names, "first")]
+    for _ in range(60):
+        rows.append({n: rnd.choice(values) for n in names if rnd.random() > 0.3})
+    rows.append({names[-1]: "only the last"})
+    rows.append({})
+    vf = store.create_from_rows(rows)
+    monkeypatch.setattr(arrow_reads, "SCAN_BATCH", 7)  # SQLite's pages; PostgreSQL reads blocks
+    assert scanned(store, vf) == expected(store, vf, names)
+    picked = ["f0", "c64", "c3", "é x", "c124"]
+    assert scanned(store, vf, picked) == expected(store, vf, picked)

@@ -3,8 +3,11 @@
 PostgreSQL: the server writes the rows as CSV (``COPY (SELECT …) TO STDOUT``, every present value quoted)
 and Arrow's C parser reads them, so no value becomes a Python object on the way. ``FORCE_QUOTE *`` is what
 keeps a missing value apart from an empty one: NULL is the only unquoted empty field, and Arrow is told
-that only an unquoted empty field is null. Elsewhere the keyset pages of :mod:`.rows` become Arrow arrays a
-page at a time. Either way the rows are read in one snapshot, in row order, in bounded memory.
+that only an unquoted empty field is null. SQLite writes each row as a JSON object (``json_object``, in C;
+a missing value ``null``) and Arrow's JSON reader parses a page of them: one Python string per row instead
+of one per value, and no ``pyarrow.array`` over Python objects, whose first call imports pandas (pyarrow
+asks whether the objects are a pandas array: 400 modules, ≈ 37 MiB of a Parquet Pull's 230 MiB peak RSS;
+BENCHMARKS.md). Either way the rows are read in one snapshot, in row order, in bounded memory.
 
 A scan that ends early on PostgreSQL cancels its ``COPY`` and waits until Arrow's thread has stopped reading
 from the connection before the ``COPY``'s own exit runs. Arrow reads ahead in a thread of its own; psycopg's
@@ -22,6 +25,9 @@ read with an error.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
+import operator
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -31,13 +37,18 @@ from connector_ops.kernel.streams import ChunkStream
 from connector_ops.resources.virtual_files.catalog import VirtualFileInfo
 from connector_ops.resources.virtual_files.crlf_blocks import WholeCRLF
 from connector_ops.resources.virtual_files.driver_connection import driver_of
+from connector_ops.resources.virtual_files.fetching import stream
 from connector_ops.resources.virtual_files.paced import Paced
-from connector_ops.resources.virtual_files.rows import keyset_pages
+from connector_ops.resources.virtual_files.shapes import SCAN_BATCH
 
 #: Arrow's block (the unit of parsing and of memory); a row longer than a block is read again with a larger one
 BLOCK = 1 << 20
 #: the largest block tried: PostgreSQL's own bound on one value is 1 GB
 MAX_BLOCK = 1 << 30
+#: columns per ``json_object`` call: two arguments each, and SQLite's default limit is 127 arguments
+OBJECT_COLUMNS = 63
+
+_first = operator.itemgetter(0)
 
 
 def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) -> Iterator[Any]:
@@ -50,10 +61,31 @@ def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[st
     if conn.dialect.name == "postgresql":
         yield from _copied(conn, info, schema)
         return
-    rows = pa.struct([(f"f{i}", pa.string()) for i in range(len(names))])
-    for page in keyset_pages(conn, info, names):
-        if page:  # the page's tuples converted in C, then split into columns (3x faster than zip(*page))
-            yield pa.RecordBatch.from_arrays(pa.array(page, type=rows).flatten(), schema=schema)
+    yield from _as_json(conn, info, schema)
+
+
+def _as_json(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator[Any]:
+    """SQLite: pages of rows as JSON objects, each page parsed as one block of NDJSON (a row's text is never
+    split). A function takes at most 127 arguments in SQLite's default build, so a row of more than
+    ``OBJECT_COLUMNS`` columns is the ``json_patch`` of objects of that many; a missing value then is a
+    missing key (a patch's ``null`` removes its key), which Arrow reads as null all the same."""
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    columns = info.column_map()
+    fields = [f"f{i}" for i in range(len(schema.names))]  # the user's names may repeat, or hold any character
+    pairs = [(sa.literal_column(f"'{f}'"), columns[n]) for f, n in zip(fields, schema.names, strict=True)]
+    objects = [sa.func.json_object(*itertools.chain.from_iterable(pairs[i:i + OBJECT_COLUMNS]))
+               for i in range(0, len(pairs), OBJECT_COLUMNS)]
+    row = functools.reduce(sa.func.json_patch, objects)
+    parse = pajson.ParseOptions(explicit_schema=pa.schema([(f, pa.string()) for f in fields]),
+                                unexpected_field_behavior="error")
+    for page in stream(conn, sa.select(row).order_by(info.table.c.seq), SCAN_BATCH):
+        text = "\n".join(map(_first, page)).encode()
+        del page
+        read = pajson.ReadOptions(use_threads=False, block_size=len(text) + 1)
+        for batch in pajson.read_json(pa.py_buffer(text), read_options=read, parse_options=parse).to_batches():
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
 
 def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator[Any]:
