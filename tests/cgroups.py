@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.deployment import missing
 
@@ -76,6 +78,18 @@ def command_in(folders: Sequence[Path], argv: Sequence[str]) -> list[str]:
     """``argv`` as a command that first moves itself into each of ``folders`` (one per hierarchy)."""
     joins = "; ".join(f"echo $$ > '{folder}/cgroup.procs'" for folder in folders)
     return ["sh", "-c", f'{joins}; exec "$@"', "sh", *argv]
+
+
+def memory_limited(limit: int) -> dict[str, int]:
+    """The memory cgroup files of a container limited to ``limit`` bytes, swap included (none is used)."""
+    return {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
+
+
+def run_limited(argv: Sequence[str], limit: int, **options: Any) -> tuple[subprocess.CompletedProcess, int]:
+    """``subprocess.run(argv, **options)`` inside a fresh memory cgroup of ``limit`` bytes, and the OOM kills
+    counted there (a process so ended exits by ``SIGKILL``)."""
+    with cgroup("memory", memory_limited(limit)) as folder:
+        return subprocess.run(command_in([folder], argv), **options), oom_kills(folder)
 
 
 def oom_kills(folder: Path) -> int:

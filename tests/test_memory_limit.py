@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from connector_ops.environment import resources_for
-from tests.cgroups import cgroup, command_in, oom_kills
+from tests.cgroups import run_limited
+from tests.wide_rows import write_wide_csv
 
 BIN = Path(sys.executable).parent
 #: the container: below the 64 MiB of pages one connection cached before, plus the CLI's own ≈ 60 MiB
@@ -30,20 +30,12 @@ LIMIT = 96 << 20
 ROWS, WIDTH = 70_000, 1024
 
 
-def _limited(limit: int) -> dict[str, int]:
-    """The memory cgroup files of a container limited to ``limit`` bytes, swap included (none is used)."""
-    return {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
-
-
 def _cli(environ: dict[str, str], *argv: str, limit: int | None = None) -> tuple[subprocess.CompletedProcess, int]:
     """``connector-ops argv`` (inside a fresh memory cgroup of ``limit`` bytes) and the OOM kills counted there."""
     command = [str(BIN / "connector-ops"), *argv]
     if limit is None:
         return subprocess.run(command, env=environ, capture_output=True, text=True, timeout=300), 0
-    with cgroup("memory", _limited(limit)) as folder:
-        result = subprocess.run(command_in([folder], command), env=environ, capture_output=True, text=True,
-                                timeout=300)
-        return result, oom_kills(folder)
+    return run_limited(command, limit, env=environ, capture_output=True, text=True, timeout=300)
 
 
 def _invoke(environ: dict[str, str], action: str, payload: dict[str, Any], limit: int | None = None) -> Any:
@@ -57,13 +49,7 @@ def _invoke(environ: dict[str, str], action: str, payload: dict[str, Any], limit
 def wide_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str]:
     """``(environment, virtual file id)``: ``ROWS`` rows of 8 columns pushed into a SQLite store."""
     folder = tmp_path_factory.mktemp("memory")
-    data = folder / "wide.csv"
-    rnd = random.Random(7)
-    with data.open("w", encoding="utf-8") as handle:
-        handle.write("id,a,b,c,d,e,f,g\n")
-        for i in range(ROWS):
-            handle.write(f"{i}," + ",".join(f"{rnd.randrange(10**9):09d}{'x' * (WIDTH // 7 - 10)}"
-                                            for _ in range(7)) + "\n")
+    data = write_wide_csv(folder / "wide.csv", ROWS, WIDTH)
     environ = {**os.environ, "CONNECTOR_OPS_HOME": str(folder / "home"),
                "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{folder / 'store.db'}"}
     added, _ = _cli(environ, "files", "add", str(data))
@@ -101,9 +87,8 @@ def test_a_connections_page_cache_is_a_sixteenth_of_the_limit_at_most(tmp_path, 
              "store = VirtualFileStore(database_url=sys.argv[1]); "
              "conn = store.sql.engine.connect(); "
              "print(conn.exec_driver_sql('PRAGMA cache_size').scalar())")
-    with cgroup("memory", _limited(limit)) as folder:
-        result = subprocess.run(command_in([folder], [sys.executable, "-c", probe, f"sqlite:///{tmp_path / 'c.db'}"]),
-                                capture_output=True, text=True, timeout=120)
+    result, _ = run_limited([sys.executable, "-c", probe, f"sqlite:///{tmp_path / 'c.db'}"], limit,
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert int(result.stdout) == -cached
 
