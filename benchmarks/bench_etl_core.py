@@ -59,7 +59,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (
-    CITIES,
     COLUMNS,
     TABLE_HEADER,
     Measurement,
@@ -75,6 +74,7 @@ from benchmarks.common import (
 )
 from connector_ops import invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
+from tests.sample_rows import CITIES
 
 BATCH = 10_000
 QUERY_VALUES = CITIES[:20]

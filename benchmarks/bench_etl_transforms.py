@@ -33,7 +33,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (
-    CITIES,
     COLUMNS,
     TABLE_HEADER,
     Measurement,
@@ -50,6 +49,7 @@ from benchmarks.common import (
 from connector_ops import invoke
 from connector_ops.environment import resources_for
 from connector_ops.etl import map_action
+from tests.sample_rows import CITIES
 
 BATCH = 10_000
 DELETE_FILTER = {"city": {"$in": CITIES[:300]}, "category": {"$ne": "alpha"}, "amount": {"$gt": "500"}}

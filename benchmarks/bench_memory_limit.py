@@ -12,7 +12,7 @@ pressure, so near its edge a step runs slower before it is killed: the wall time
 too. The files are pushed outside any cgroup, once per case, into a SQLite store in a temporary folder.
 
 Cases: ``1m`` — benchmarks/common.py ``sample_csv`` (8 short columns), Validate with bench_etl_transforms's
-rules and a Join with a tenth of it as there; ``wide`` — 70,000 rows of 1 KiB (tests/wide_rows.py), more
+rules and a Join with a tenth of it as there; ``wide`` — 70,000 rows of 1 KiB (tests/sample_rows.py), more
 table pages than a connection cached before; ``4m`` — the 4M-row file, for memory that should stay flat.
 Run as root on Linux (cgroups are written); needs no network.
 """
@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_etl_transforms import SCHEMA
 from benchmarks.common import sample_csv
 from tests.cgroups import cgroup, command_in, memory_limited, oom_kills
-from tests.wide_rows import write_wide_csv
+from tests.sample_rows import write_wide_csv
 
 CLI = str(Path(sys.executable).parent / "connector-ops")
 MIB = 1 << 20
 #: the limits tried, MiB: the CLI alone (Python, SQLAlchemy, pydantic, the store) needs ≈ 60
-LADDER = [64, 72, 80, 88, 96, 112, 128, 136, 144, 160, 176, 192, 224, 256, 320, 384, 512, 768, 1024]
+LADDER = [40, 48, 56, 64, 72, 80, 88, 96, 112, 128, 136, 144, 160, 176, 192, 224, 256, 320, 384, 512, 768, 1024]
 #: a try that runs longer than this is taken for thrashing at its limit, as a failure
 TIMEOUT = 600
 

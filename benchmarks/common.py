@@ -7,15 +7,15 @@ each step through ``/proc/self/clear_refs``), so imported libraries do not count
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
-import random
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.sample_rows import COLUMNS, write_sample_csv
 
 
 def _code_under_test() -> None:
@@ -38,29 +38,14 @@ def _code_under_test() -> None:
 
 _code_under_test()
 DATA_DIR = Path(__file__).parent / ".data"
-CITIES = [f"City-{i:04d}" for i in range(1000)]
-CATEGORIES = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
-COLUMNS = ["id", "name", "city", "email", "amount", "date", "category", "note"]
 
 
 def sample_csv(rows: int) -> Path:
     """A deterministic CSV of ``rows`` rows × 8 short string columns (cached under benchmarks/.data)."""
     DATA_DIR.mkdir(exist_ok=True)
     path = DATA_DIR / f"rows_{rows}.csv"
-    if path.exists():
-        return path
-    rnd = random.Random(rows)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
-        for i in range(rows):
-            writer.writerow([
-                i, f"name-{rnd.randrange(10**6)}", rnd.choice(CITIES), f"user{i}@example.com",
-                f"{rnd.uniform(0, 1000):.2f}", f"2026-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}",
-                rnd.choice(CATEGORIES), "quoted, note" if i % 10 == 0 else "plain",
-            ])
-    tmp.replace(path)
+    if not path.exists():
+        write_sample_csv(path.with_suffix(".tmp"), rows).replace(path)
     return path
 
 
