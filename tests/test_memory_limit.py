@@ -116,7 +116,8 @@ def test_a_parquet_pull_cuts_row_groups_of_wide_rows_by_size(wide_file):
 def test_a_push_runs_within_a_small_containers_memory(tmp_path):
     """The SQLite loader process of a Push (Arrow's CSV parser, ADBC's ingest) kept much of what mimalloc,
     Arrow's default pool, had freed: a Push of the benchmarks' 250,000 rows (21 MB) was OOM-killed in 128 MiB
-    and in 120 MiB. In a container it uses jemalloc (``arrow_pool_for_limit``) and completes in 112 MiB."""
+    and in 120 MiB (in about half the runs: 144 MiB was needed to be sure). In a container it uses jemalloc
+    (``arrow_pool_for_limit``) and completes in 120 MiB, in 104–112 MiB in some runs."""
     rows = 250_000
     data = write_sample_csv(tmp_path / "sample.csv", rows)
     environ = {**os.environ, "CONNECTOR_OPS_HOME": str(tmp_path / "home"),
@@ -126,3 +127,20 @@ def test_a_push_runs_within_a_small_containers_memory(tmp_path):
     pushed = _invoke(environ, "etl.push", {"platformFile": json.loads(added.stdout)}, limit=128 << 20)
     found = _invoke(environ, "etl.query", {"virtualFileId": pushed["virtualFileId"], "query": {"id": str(rows - 1)}})
     assert len(found["result"]) == 1
+
+
+@pytest.mark.parametrize(("limit", "chosen", "pool"), [(256 << 20, None, "jemalloc"), (None, None, "mimalloc"),
+                                                       (256 << 20, "system", "system")])
+def test_arrows_pool_in_a_container_is_jemalloc_unless_one_was_chosen(limit, chosen, pool):
+    """``arrow_pool_for_limit`` (the SQLite loader calls it as it starts): jemalloc under a memory limit,
+    Arrow's default without one, and always the pool ``ARROW_DEFAULT_MEMORY_POOL`` names."""
+    probe = ("import pyarrow as pa; from connector_ops.kernel.container import arrow_pool_for_limit; "
+             "arrow_pool_for_limit(); print(pa.default_memory_pool().backend_name)")
+    environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen:
+        environ["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    argv = [sys.executable, "-c", probe]
+    options: dict[str, Any] = {"env": environ, "capture_output": True, "text": True, "timeout": 120}
+    result = subprocess.run(argv, **options) if limit is None else run_limited(argv, limit, **options)[0]
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == pool

@@ -123,10 +123,10 @@ def size_arrow_threads() -> None:
 def arrow_pool_for_limit() -> None:
     """In a container with a memory limit, Arrow's jemalloc pool instead of its default, mimalloc, which
     keeps more of what it freed: the SQLite loader process of a Push of 250,000 rows (21 MB) was OOM-killed
-    in 128 MiB and in 120 MiB, and completes in 112 MiB with jemalloc; parsing 1M rows grew it by 68 MiB
-    against 34 MiB (pyarrow 26, Arrow's own pool peaking at 15 MiB either way; BENCHMARKS.md). Outside a
-    container nothing changes. Kept: a pool someone chose (``ARROW_DEFAULT_MEMORY_POOL``), and the default
-    of a pyarrow built without jemalloc."""
+    in 128 MiB and in 120 MiB, and completes in 120 MiB (in 104–112 MiB in some runs) with jemalloc; parsing
+    1M rows grew it by 68 MiB against 34 MiB (pyarrow 26, Arrow's own pool peaking at 15 MiB either way;
+    BENCHMARKS.md). Outside a container nothing changes. Kept: a pool someone chose
+    (``ARROW_DEFAULT_MEMORY_POOL``), and the default of a pyarrow built without jemalloc."""
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or limits().memory is None:
         return
     import pyarrow as pa
