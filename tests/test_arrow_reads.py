@@ -76,8 +76,9 @@ def test_rows_longer_than_a_block_are_read_again_with_a_larger_one(store: Any, m
 
 def test_wide_rows_over_many_pages_read_back_exactly(store: Any, monkeypatch) -> None:
     """SQLite builds each row's JSON object, and a function there takes at most 127 arguments: 130 columns
-    are the ``json_patch`` of three objects, where a missing value is a missing key. Control characters and
-    names that look like the reader's own keys (``f1``) or like SQL come back as they went in, page by page."""
+    are three objects, each group's page parsed apart and the columns put back in order. Control characters
+    and names that look like the reader's own keys (``f1``) or like SQL come back as they went in, page by
+    page."""
     rnd = random.Random(11)
     names = [f"c{i}" for i in range(125)] + ["f1", "f0", "a'b", '"', "é x"]
     values = [*HOSTILE, "\x01", "\x1f", "\x7f", "\u0085", "{}", "[1]", 'null', '{"f0": 1}']

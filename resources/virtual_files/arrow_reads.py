@@ -25,7 +25,6 @@ read with an error.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import operator
 from collections.abc import Iterator, Sequence
@@ -48,7 +47,6 @@ MAX_BLOCK = 1 << 30
 #: columns per ``json_object`` call: two arguments each, and SQLite's default limit is 127 arguments
 OBJECT_COLUMNS = 63
 
-_first = operator.itemgetter(0)
 
 
 def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) -> Iterator[Any]:
@@ -67,25 +65,27 @@ def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[st
 def _as_json(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator[Any]:
     """SQLite: pages of rows as JSON objects, each page parsed as one block of NDJSON (a row's text is never
     split). A function takes at most 127 arguments in SQLite's default build, so a row of more than
-    ``OBJECT_COLUMNS`` columns is the ``json_patch`` of objects of that many; a missing value then is a
-    missing key (a patch's ``null`` removes its key), which Arrow reads as null all the same."""
+    ``OBJECT_COLUMNS`` columns is several objects, one per group of columns, each group's page parsed apart
+    (a ``json_patch`` of them made SQLite parse every object again: 130 columns read ≈ 20 % slower)."""
     import pyarrow as pa
     import pyarrow.json as pajson
 
     columns = info.column_map()
     fields = [f"f{i}" for i in range(len(schema.names))]  # the user's names may repeat, or hold any character
-    pairs = [(sa.literal_column(f"'{f}'"), columns[n]) for f, n in zip(fields, schema.names, strict=True)]
-    objects = [sa.func.json_object(*itertools.chain.from_iterable(pairs[i:i + OBJECT_COLUMNS]))
-               for i in range(0, len(pairs), OBJECT_COLUMNS)]
-    row = functools.reduce(sa.func.json_patch, objects)
-    parse = pajson.ParseOptions(explicit_schema=pa.schema([(f, pa.string()) for f in fields]),
-                                unexpected_field_behavior="error")
-    for page in stream(conn, sa.select(row).order_by(info.table.c.seq), SCAN_BATCH):
-        text = "\n".join(map(_first, page)).encode()
+    groups = [range(i, min(i + OBJECT_COLUMNS, len(fields))) for i in range(0, len(fields), OBJECT_COLUMNS)]
+    objects = [sa.func.json_object(*itertools.chain.from_iterable(
+        (sa.literal_column(f"'{fields[i]}'"), columns[schema.names[i]]) for i in group)) for group in groups]
+    parses = [pajson.ParseOptions(explicit_schema=pa.schema([(fields[i], pa.string()) for i in group]),
+                                  unexpected_field_behavior="error") for group in groups]
+    for page in stream(conn, sa.select(*objects).order_by(info.table.c.seq), SCAN_BATCH):
+        parsed = []
+        for g, parse in enumerate(parses):
+            text = "\n".join(map(operator.itemgetter(g), page)).encode()
+            read = pajson.ReadOptions(use_threads=False, block_size=len(text) + 1)
+            parsed.extend(pajson.read_json(pa.py_buffer(text), read_options=read, parse_options=parse).columns)
+            del text
         del page
-        read = pajson.ReadOptions(use_threads=False, block_size=len(text) + 1)
-        for batch in pajson.read_json(pa.py_buffer(text), read_options=read, parse_options=parse).to_batches():
-            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+        yield from pa.Table.from_arrays(parsed, schema=schema).to_batches()
 
 
 def _copied(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterator[Any]:
