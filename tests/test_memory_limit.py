@@ -131,16 +131,19 @@ def test_a_push_runs_within_a_small_containers_memory(tmp_path):
 
 @pytest.mark.parametrize(("limit", "chosen", "pool"), [(256 << 20, None, "jemalloc"), (None, None, "mimalloc"),
                                                        (256 << 20, "system", "system")])
-def test_arrows_pool_in_a_container_is_jemalloc_unless_one_was_chosen(limit, chosen, pool):
-    """``arrow_pool_for_limit`` (the SQLite loader calls it as it starts): jemalloc under a memory limit,
-    Arrow's default without one, and always the pool ``ARROW_DEFAULT_MEMORY_POOL`` names."""
-    probe = ("import pyarrow as pa; from connector_ops.kernel.container import arrow_pool_for_limit; "
-             "arrow_pool_for_limit(); print(pa.default_memory_pool().backend_name)")
+def test_arrows_pool_in_a_container_is_jemalloc_unless_one_was_chosen(tmp_path, limit, chosen, pool):
+    """A store made in a container chooses Arrow's pool before pyarrow is imported (``arrow_pool_for_limit``),
+    for the process and the SQLite loader it starts: jemalloc under a memory limit, Arrow's default without
+    one, and always the pool ``ARROW_DEFAULT_MEMORY_POOL`` names."""
+    probe = ("import os, sys; from connector_ops.resources.virtual_files.store import VirtualFileStore; "
+             "VirtualFileStore(database_url=sys.argv[1]); assert 'pyarrow' not in sys.modules; "
+             "import pyarrow as pa; print(pa.default_memory_pool().backend_name, "
+             "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
     environ = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     if chosen:
         environ["ARROW_DEFAULT_MEMORY_POOL"] = chosen
-    argv = [sys.executable, "-c", probe]
+    argv = [sys.executable, "-c", probe, f"sqlite:///{tmp_path / 'p.db'}"]
     options: dict[str, Any] = {"env": environ, "capture_output": True, "text": True, "timeout": 120}
     result = subprocess.run(argv, **options) if limit is None else run_limited(argv, limit, **options)[0]
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == pool
+    assert result.stdout.split() == [pool, "None" if limit is None else pool]

@@ -15,6 +15,9 @@ is missing or unreadable means no limit there, never an error: outside a contain
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib.util
 import math
 import os
 import re
@@ -120,22 +123,36 @@ def size_arrow_threads() -> None:
         pa.set_cpu_count(usable)
 
 
+#: the variable Arrow chooses its default memory pool by, once, as pyarrow is imported
+POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
+
+
+@functools.cache
 def arrow_pool_for_limit() -> None:
     """In a container with a memory limit, Arrow's jemalloc pool instead of its default, mimalloc, which
-    keeps more of what it freed: the SQLite loader process of a Push of 250,000 rows (21 MB) was OOM-killed
-    in 128 MiB and in 120 MiB, and completes in 120 MiB (in 104–112 MiB in some runs) with jemalloc; parsing
-    1M rows grew it by 68 MiB against 34 MiB (pyarrow 26, Arrow's own pool peaking at 15 MiB either way;
-    BENCHMARKS.md). Outside a container nothing changes. Kept: a pool someone chose
-    (``ARROW_DEFAULT_MEMORY_POOL``), and the default of a pyarrow built without jemalloc."""
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or limits().memory is None:
-        return
-    import pyarrow as pa
+    keeps more of what it freed. Measured (pyarrow 26, ``benchmarks/bench_memory_limit.py``, BENCHMARKS.md):
+    a Push of 1M rows, whose SQLite loader process parses and loads them, needed 144 MiB and completes in
+    128; a Pull to Parquet of 1M or 4M rows needed 128–136 MiB and completes in 96.
 
-    try:
-        pool = pa.jemalloc_memory_pool()
-    except NotImplementedError:
+    Arrow reads ``ARROW_DEFAULT_MEMORY_POOL`` as pyarrow is imported, and only that reaches the pool its C++
+    readers and writers allocate from (``pyarrow.set_memory_pool`` changes pyarrow's own conversions: a Pull
+    to Parquet so set still needed 112 MiB). So this sets that variable, as a virtual-file store is made,
+    before our code imports pyarrow; a process that imported it already keeps its pool, and the processes it
+    starts (the SQLite loader) take the variable. A value someone set is kept; nothing is set outside a
+    container, nor where the installed pyarrow was built without jemalloc (Arrow would warn at import)."""
+    if os.environ.get(POOL_VARIABLE) or limits().memory is None or not _arrow_has_jemalloc():
         return
-    pa.set_memory_pool(pool)
+    os.environ[POOL_VARIABLE] = "jemalloc"
+
+
+def _arrow_has_jemalloc() -> bool:
+    """Whether the installed Arrow was built with jemalloc, from the build's ``config.h``, which pyarrow
+    ships; without importing pyarrow (that would choose the pool)."""
+    spec = importlib.util.find_spec("pyarrow")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        with contextlib.suppress(OSError):
+            return "#define ARROW_JEMALLOC\n" in (Path(folder) / "include/arrow/util/config.h").read_text()
+    return False
 
 
 def _smallest(hierarchies: list[_Hierarchy], controller: str, v2: Callable[[Path], float | None],

@@ -417,9 +417,6 @@ def main() -> None:
         import adbc_driver_sqlite  # noqa: F401
         import pyarrow  # noqa: F401
 
-        from connector_ops.kernel.container import arrow_pool_for_limit
-
-        arrow_pool_for_limit()
         serve(Inbox(sys.stdin.fileno()), sys.stdout.buffer, float(sys.argv[1]))
     finally:
         os._exit(0)

@@ -26,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import PrivateAttr
 
+from connector_ops.kernel.container import arrow_pool_for_limit
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK
 from connector_ops.kernel.limits import refuse_nul_for_postgres
 from connector_ops.kernel.resource import Resource
@@ -62,6 +63,11 @@ class VirtualFileStore(Resource):
     server's disk is not ours to see, and the server refuses by itself."""
 
     _scoped: bool = PrivateAttr(default=False)  # held its engine until close (:mod:`.engine_holds`)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """In a container, Arrow's memory pool is chosen now, before our first import of pyarrow: every
+        Push, Pull and frame goes through a store (:func:`~connector_ops.kernel.container.arrow_pool_for_limit`)."""
+        arrow_pool_for_limit()
 
     def close(self) -> None:
         """Stop this database's SQLite loader process, if this process started one (a later column-wise
