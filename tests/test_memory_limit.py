@@ -113,20 +113,43 @@ def test_a_parquet_pull_cuts_row_groups_of_wide_rows_by_size(wide_file):
 
 
 
-def test_a_push_runs_within_a_small_containers_memory(tmp_path):
-    """The SQLite loader process of a Push (Arrow's CSV parser, ADBC's ingest) kept much of what mimalloc,
-    Arrow's default pool, had freed: a Push of the benchmarks' 250,000 rows (21 MB) was OOM-killed in 128 MiB
-    and in 120 MiB (in about half the runs: 144 MiB was needed to be sure). In a container it uses jemalloc
-    (``arrow_pool_for_limit``) and completes in 120 MiB, in 104–112 MiB in some runs."""
-    rows = 250_000
-    data = write_sample_csv(tmp_path / "sample.csv", rows)
-    environ = {**os.environ, "CONNECTOR_OPS_HOME": str(tmp_path / "home"),
-               "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{tmp_path / 'store.db'}"}
+#: the benchmarks' sample file (8 short columns, 86 MB), in rows
+SAMPLE_ROWS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict[str, Any]]:
+    """``(environment, platform file)``: the sample file stored (not pushed) in an empty SQLite store; the
+    processes started choose Arrow's pool themselves (``ARROW_DEFAULT_MEMORY_POOL`` unset)."""
+    folder = tmp_path_factory.mktemp("sample")
+    data = write_sample_csv(folder / "sample.csv", SAMPLE_ROWS)
+    environ = {**os.environ, "CONNECTOR_OPS_HOME": str(folder / "home"),
+               "CONNECTOR_OPS_DATABASE_URL": f"sqlite:///{folder / 'store.db'}"}
     environ.pop("ARROW_DEFAULT_MEMORY_POOL", None)
     added, _ = _cli(environ, "files", "add", str(data))
-    pushed = _invoke(environ, "etl.push", {"platformFile": json.loads(added.stdout)}, limit=128 << 20)
-    found = _invoke(environ, "etl.query", {"virtualFileId": pushed["virtualFileId"], "query": {"id": str(rows - 1)}})
+    return environ, json.loads(added.stdout)
+
+
+def test_a_push_runs_within_a_small_containers_memory(sample_store):
+    """The SQLite loader process of a Push (Arrow's CSV parser, ADBC's ingest) kept much of what mimalloc,
+    Arrow's default pool, had freed: a Push of 1M rows was OOM-killed in 128 MiB, and in 136 MiB in some runs.
+    In a container Arrow's pool is jemalloc (``arrow_pool_for_limit``): it completes in 120 MiB."""
+    environ, platform_file = sample_store
+    pushed = _invoke(environ, "etl.push", {"platformFile": platform_file}, limit=128 << 20)
+    found = _invoke(environ, "etl.query", {"virtualFileId": pushed["virtualFileId"],
+                                           "query": {"id": str(SAMPLE_ROWS - 1)}})
     assert len(found["result"]) == 1
+
+
+def test_a_parquet_pull_runs_within_a_small_containers_memory(sample_store):
+    """Arrow's Parquet writer allocates from the pool Arrow chose as pyarrow was imported: with mimalloc a Pull
+    to Parquet of 1M rows was OOM-killed in 112 MiB and needed 128 MiB; with jemalloc it completes in 96 MiB."""
+    environ, platform_file = sample_store
+    pushed = _invoke(environ, "etl.push", {"platformFile": platform_file})
+    pulled = _invoke(environ, "etl.pull", {"virtualFileId": pushed["virtualFileId"], "exportType": "parquet",
+                                           "exportName": "sample.parquet"}, limit=112 << 20)
+    path = resources_for(environ=environ)["platform_files"].data_path(pulled["platformFile"]["id"])
+    assert pq.ParquetFile(path).metadata.num_rows == SAMPLE_ROWS
 
 
 @pytest.mark.parametrize(("limit", "chosen", "pool"), [(256 << 20, None, "jemalloc"), (None, None, "mimalloc"),
