@@ -6,8 +6,8 @@ keeps a missing value apart from an empty one: NULL is the only unquoted empty f
 that only an unquoted empty field is null. SQLite writes each row as a JSON object (``json_object``, in C;
 a missing value ``null``) and Arrow's JSON reader parses a page of them: one Python string per row instead
 of one per value, and no ``pyarrow.array`` over Python objects, whose first call imports pandas (pyarrow
-asks whether the objects are a pandas array: 400 modules, ≈ 37 MiB of a Parquet Pull's 230 MiB peak RSS;
-BENCHMARKS.md). Either way the rows are read in one snapshot, in row order, in bounded memory.
+asks whether the objects are a pandas array: 400 modules; a command-line Parquet Pull peaked at 230 MiB
+then, 180 MiB now, BENCHMARKS.md). Either way the rows are read in one snapshot, in row order, in bounded memory.
 
 A scan that ends early on PostgreSQL cancels its ``COPY`` and waits until Arrow's thread has stopped reading
 from the connection before the ``COPY``'s own exit runs. Arrow reads ahead in a thread of its own; psycopg's
@@ -48,7 +48,6 @@ MAX_BLOCK = 1 << 30
 OBJECT_COLUMNS = 63
 
 
-
 def arrow_batches(conn: sa.Connection, info: VirtualFileInfo, names: Sequence[str]) -> Iterator[Any]:
     """Record batches of ``names`` (columns of ``info``, in that order; strings, a missing value null)."""
     if not names:  # rows without values: nothing Arrow can hold
@@ -66,7 +65,7 @@ def _as_json(conn: sa.Connection, info: VirtualFileInfo, schema: Any) -> Iterato
     """SQLite: pages of rows as JSON objects, each page parsed as one block of NDJSON (a row's text is never
     split). A function takes at most 127 arguments in SQLite's default build, so a row of more than
     ``OBJECT_COLUMNS`` columns is several objects, one per group of columns, each group's page parsed apart
-    (a ``json_patch`` of them made SQLite parse every object again: 130 columns read ≈ 20 % slower)."""
+    (a ``json_patch`` of them made SQLite parse every object again: 130 columns read about twice as slowly)."""
     import pyarrow as pa
     import pyarrow.json as pajson
 
