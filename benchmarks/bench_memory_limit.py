@@ -98,12 +98,10 @@ def smallest(argv: Sequence[str], environ: dict[str, str]) -> tuple[int | None, 
     """The smallest limit of :data:`LADDER` ``argv`` completes in (bisection: a step that fits in a limit
     fits in any larger one), the run there, and each try as ``limit:ok``."""
     low, high = -1, len(LADDER) - 1  # LADDER[high] is tried first; low: the largest index known to fail
-    tries, found = [], None
-    first = run(argv, environ, LADDER[high])
-    tries.append(f"{LADDER[high]}:{'ok' if first.ok else 'no'}")
-    if not first.ok:
+    found = run(argv, environ, LADDER[high])
+    tries = [f"{LADDER[high]}:{'ok' if found.ok else 'no'}"]
+    if not found.ok:
         return None, None, tries
-    found = first
     while high - low > 1:
         middle = (low + high) // 2
         attempt = run(argv, environ, LADDER[middle])
@@ -147,8 +145,8 @@ def _pushed(environ: dict[str, str], path: Path) -> tuple[dict[str, Any], str]:
     return pf, json.loads(pushed.stdout)["virtualFileId"]
 
 
-def measure_case(case: Case, steps: frozenset[str], work: Path) -> list[str]:
-    """The report's rows for ``case``."""
+def measure_case(case: Case, steps: frozenset[str], work: Path) -> None:
+    """Print the report's rows for ``case``."""
     folder = work / case.name
     folder.mkdir()
     environ = {**os.environ, "CONNECTOR_OPS_HOME": str(folder / "home"),
@@ -156,7 +154,6 @@ def measure_case(case: Case, steps: frozenset[str], work: Path) -> list[str]:
     pf, vf = _pushed(environ, case.make(folder, case.rows))
     right = _pushed(environ, sample_csv(case.rows // 10))[1] if "join" in case.steps else None
     payloads = {"push": ("etl.push", {"platformFile": pf}), **_payloads(vf, right)}
-    rows = []
     for step in (s for s in case.steps if s in steps):
         action, payload = payloads[step]
         argv = [CLI, "invoke", "--no-progress", action, json.dumps(payload)]
@@ -164,13 +161,10 @@ def measure_case(case: Case, steps: frozenset[str], work: Path) -> list[str]:
         if not free.ok:
             raise SystemExit(f"{case.name} {step} failed without a limit: {free.detail}")
         limit, there, tries = smallest(argv, environ)
-        shown = f"{limit} MiB" if limit else f"none up to {LADDER[-1]} MiB"
-        rows.append(f"| {case.name} | {step} | {free.max_rss_kib / 1024:.0f} MiB | {free.seconds:.1f} s | **{shown}** "
-                    f"| {there.seconds:.1f} s | {' '.join(tries)} |" if there else
-                    f"| {case.name} | {step} | {free.max_rss_kib / 1024:.0f} MiB | {free.seconds:.1f} s | {shown} "
-                    f"| | {' '.join(tries)} |")
-        print(rows[-1], flush=True)
-    return rows
+        shown = f"**{limit} MiB**" if limit else f"none up to {LADDER[-1]} MiB"
+        there_time = f"{there.seconds:.1f} s" if there else ""
+        print(f"| {case.name} | {step} | {free.max_rss_kib / 1024:.0f} MiB | {free.seconds:.1f} s | {shown} "
+              f"| {there_time} | {' '.join(tries)} |", flush=True)
 
 
 ETL_STEPS = ("push", "validate", "join", "pull-csv", "pull-json", "pull-parquet")

@@ -112,7 +112,6 @@ def test_a_parquet_pull_cuts_row_groups_of_wide_rows_by_size(wide_file):
     assert ids == [str(i) for i in range(ROWS)]
 
 
-
 #: the benchmarks' sample file (8 short columns, 86 MB), in rows
 SAMPLE_ROWS = 1_000_000
 
