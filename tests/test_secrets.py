@@ -326,6 +326,27 @@ def test_a_database_url_whose_port_is_no_number_is_a_configuration_error_naming_
     assert not any(piece in str(built.value) for piece in ("wo5rd", "54x32", "5x", "secret"))
 
 
+@pytest.mark.parametrize("url", ["postgresql+psycopg://bob:S3cr3t@HALFTWO@127.0.0.1:1/db",
+                                 "postgresql+psycopg://bob:S3cr3t@HALFTWO@127.0.0.1/db"])
+def test_a_database_password_with_an_unencoded_at_is_a_configuration_error_never_quoting_its_rest(tmp_path, monkeypatch,
+                                                                                                   url):
+    """SQLAlchemy ends the password at its first ``@`` and takes the rest for the host: the driver then failed
+    to resolve ``HALFTWO@127.0.0.1`` and the 500 (a CLI's stderr, a step's stored failure) quoted half the
+    password, with a numeric port that passed the port's check."""
+    from connector_ops import ConnectorError, invoke
+
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    monkeypatch.setenv("CONNECTOR_OPS_DATABASE_URL", url)
+    with pytest.raises(ConnectorError) as info:
+        invoke("etl.query", {"virtualFileId": "x", "query": {}})
+    assert info.value.body == {"message": "configuration error: CONNECTOR_OPS_DATABASE_URL: has an @ in its host (as "
+                               "read after the password, which ends at the first @); URL-encode @ : / in the password "
+                               "(%40 %3A %2F)"}
+    with pytest.raises(ValueError, match="has an @ in its host") as built:
+        VirtualFileStore(database_url=url)
+    assert "HALFTWO" not in str(built.value) + str(info.value)
+
+
 def test_a_database_url_with_a_numeric_or_no_port_passes_the_check():
     from connector_ops.resources.virtual_files.urls import database_url_problem
 

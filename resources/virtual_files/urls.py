@@ -17,9 +17,9 @@ from pydantic import AfterValidator
 SUPPORTED_URLS = "sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
 _SUPPORTED_DRIVERS = frozenset({"sqlite", "sqlite+pysqlite", "postgresql", "postgres", "postgresql+psycopg"})
 _SCHEME = re.compile(r"^([\w+]+)://", re.ASCII)
-#: the port as SQLAlchemy's URL grammar (``sqlalchemy.engine.url._parse_url``) finds it: the password runs to
-#: the first ``@``, the host to the next ``:``, ``/`` or ``?``; SQLAlchemy then calls ``int()`` on the port
-_PORT = re.compile(r"^[\w+]+://(?:[^:/]*(?::[^@]*)?@)?(?:\[[^/?]+\]|[^/:?]+)?(?::(?P<port>[^/?]*))?")
+#: the host and port as SQLAlchemy's URL grammar (``sqlalchemy.engine.url._parse_url``) finds them: the password
+#: runs to the first ``@``, the host to the next ``:``, ``/`` or ``?``; SQLAlchemy then calls ``int()`` on the port
+_PORT = re.compile(r"^[\w+]+://(?:[^:/]*(?::[^@]*)?@)?(?P<host>\[[^/?]+\]|[^/:?]+)?(?::(?P<port>[^/?]*))?")
 #: what to do about a port that is not a number, which is most often a password's ``@`` ``:`` or ``/``
 _PORT_HINT = "URL-encode @ : / in the password (%40 %3A %2F)"
 
@@ -45,9 +45,15 @@ def database_url_problem(url: str) -> str | None:
 
 def _port_problem(url: str) -> str | None:
     """A port SQLAlchemy would fail to read (``int('wo5rd@127.0.0.1')``, a 500 quoting a piece of the
-    password), named without repeating it."""
-    port = _PORT.match(url)
-    if port is None or not port["port"] or (port["port"].isascii() and port["port"].isdigit()):
+    password), or a host holding an ``@`` — the rest of a password whose ``@`` was not encoded, which the
+    driver then tried to resolve and quoted in its error (``failed to resolve host 'wo5rd@db'``): each named
+    without repeating it."""
+    parts = _PORT.match(url)
+    if parts is None:
+        return None
+    if parts["host"] and "@" in parts["host"]:
+        return f"has an @ in its host (as read after the password, which ends at the first @); {_PORT_HINT}"
+    if not parts["port"] or (parts["port"].isascii() and parts["port"].isdigit()):
         return None
     return f"has a port that is not a number (as read after the host); {_PORT_HINT}"
 
