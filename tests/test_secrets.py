@@ -306,6 +306,31 @@ def test_connectors_status_masks_a_session_secret_holding_a_scheme_like_mark(tmp
         ip.clear_instance()
 
 
+def test_connectors_status_masks_every_password_of_a_celery_failover_list(tmp_path, monkeypatch):
+    """Celery takes ``;``-separated broker URLs (failover, Redis Sentinel); ``%connectors`` listed the
+    variable with the first URL's password hidden and every later one's in clear (a notebook keeps it)."""
+    from tests.magic.conftest import make_shell
+
+    monkeypatch.setenv("CONNECTOR_OPS_HOME", str(tmp_path))
+    monkeypatch.setenv("CONNECTOR_OPS_MIN_FREE_DISK", "0")
+    monkeypatch.setenv("CONNECTOR_OPS_CELERY_BROKER_URL",
+                       "sentinel://:FirstPw@10.0.0.1:26379;sentinel://:Second%40Pw@10.0.0.2:26379")
+    monkeypatch.setenv("CONNECTOR_OPS_CELERY_BACKEND_URL", "amqp://etl:FirstPw@mq1//;amqp://etl:Second%40Pw@mq2//")
+    ip = make_shell()
+    try:
+        data, _ = ip.display_formatter.format(ip.run_line_magic("connectors", ""))
+    finally:
+        from connector_ops.magic import unload_ipython_extension
+
+        unload_ipython_extension(ip)
+        ip.clear_instance()
+    for shown in (data.get("text/plain", ""), data.get("text/html", "")):
+        assert ("CONNECTOR_OPS_CELERY_BROKER_URL=sentinel://:****@10.0.0.1:26379;sentinel://:****@10.0.0.2:26379"
+                in shown)
+        assert "CONNECTOR_OPS_CELERY_BACKEND_URL=amqp://etl:****@mq1//;amqp://etl:****@mq2//" in shown
+        assert "FirstPw" not in shown and "Second" not in shown
+
+
 @pytest.mark.parametrize("url", ["postgresql+psycopg://bob:p@ss:wo5rd@127.0.0.1/db",
                                  "postgresql+psycopg://bob:secret@127.0.0.1:54x32/db",
                                  "postgresql+psycopg://bob:a:b/c@[::1]:5x/db"])

@@ -25,11 +25,24 @@ SECRET_NAME = re.compile(r"secret|password|passwd|token|api_key|apikey|private_?
 _DATABASE_PASSWORD = re.compile(r"^(?P<head>[\w+]+://[^:/]*:)(?P<password>[^@]*)@")
 
 
+#: where a list of URLs (Celery's failover brokers, ``sentinel://:pw@h1;sentinel://:pw@h2``) starts its next one
+_NEXT_URL = re.compile(r";(?=[A-Za-z][\w+.-]*://)")
+
+
 def mask_url(value: str) -> str:
     """``scheme://user:****@host/…?password=****``: a URL with its secrets hidden, the rest readable.
 
     Web links are read as HTTP clients read them (``urlsplit``); other URLs (the database's) as SQLAlchemy
-    does, which takes a password such as ``Ab/Cd#9`` whole."""
+    does, which takes a password such as ``Ab/Cd#9`` whole. A ``;``-separated list of URLs, as Celery reads
+    ``CONNECTOR_OPS_CELERY_BROKER_URL``, is masked URL by URL: the first one's alone hid no other's password.
+    The whole value is masked first, so a database password holding ``;x://`` is never split apart."""
+    shown = _mask_one_url(value)
+    if not _NEXT_URL.search(shown):
+        return shown
+    return ";".join(_mask_one_url(url) for url in _NEXT_URL.split(shown))
+
+
+def _mask_one_url(value: str) -> str:
     if not value.lower().startswith(("http://", "https://")):
         value = _DATABASE_PASSWORD.sub(lambda m: f"{m['head']}{MASK}@" if m["password"] else m[0], value, count=1)
     parts = urlsplit(value)
