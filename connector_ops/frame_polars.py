@@ -32,5 +32,8 @@ def _bytes(value: Any) -> bytes | None:
     bytes that are not UTF-8 are); bytes as they are; a missing value as ``None``."""
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    text = value_text(value)
+    try:
+        text = value_text(value)
+    except UnicodeDecodeError as exc:  # bytes inside a list or dict: refused as those bytes, with the row
+        return bytes(exc.object)
     return None if text is None else text.encode("utf-8", "surrogatepass")

@@ -23,14 +23,22 @@ The rule is "what the same frame written to a file would hold": what ``DataFrame
   are Python datetimes of several time zones in one column, which Arrow would put in the first one's.)
 - Bytes as the UTF-8 text they hold; bytes that are not UTF-8 are refused (:class:`NotText`), since no
   text file holds them either.
+- A list, struct, map or dict as compact JSON (``[1,2]``, ``{"a":"x"}``); a value inside one that JSON has
+  no type for as the text it would have in a column of its own: a date or time as Python prints it
+  (``"2024-01-01 05:00:00"``), a duration as pandas prints it, bytes as their UTF-8 text
+  (:func:`_json_part`).
 - A missing value (``None``, ``NaN``, ``NaT``, a null) stays missing, never ``""``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any
+
+from connector_ops.kernel.json_text import COMPACT, json_text
 
 
 class NotText(ValueError):
@@ -201,7 +209,33 @@ def value_text(value: Any) -> str | None:
         return repr(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8")
-    return cell_text(value) if isinstance(value, bool | int | dict | list | str) else str(value)
+    if isinstance(value, dict | list):
+        return json_text(value, separators=COMPACT, default=_json_part)
+    if isinstance(value, bool | int | str):
+        return cell_text(value)
+    if isinstance(value, dt.timedelta):  # as in a column of durations, not Python's "1 day, 0:00:00"
+        return _json_part(value)
+    return str(value)  # a NumPy float32 as NumPy prints it: 0.1
+
+
+def _json_part(value: Any) -> Any:
+    """A value inside a list or dict that JSON has no type for, as JSON: NumPy's numbers and arrays as
+    Python's, bytes as their UTF-8 text (``UnicodeDecodeError`` where they are not), a duration as pandas
+    prints it (``1 days 02:00:00``, as in a column of durations), anything else (a date, a time, a UUID)
+    as it prints. A struct of an Arrow or polars column hands its dates and times as Python's here."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8")
+    if isinstance(value, dt.timedelta):
+        import pandas as pd
+
+        return str(pd.Timedelta(value))
+    if hasattr(value, "tolist") and hasattr(value, "ndim"):  # a NumPy array in a pandas object column
+        return value.tolist()
+    return str(value)
 
 
 def values_text(values: Iterable[Any]) -> Any:

@@ -609,3 +609,37 @@ def test_a_year_of_five_digits_keeps_its_date(env):
     assert rows(push_frame(pa.table({"d": days}))) == [{"d": "11970-01-01"}, {"d": "1970-01-01"}]
     stream = pa.RecordBatchReader.from_batches(pa.schema([("t", seconds.type)]), [pa.record_batch([seconds], ["t"])])
     assert rows(push_frame(stream))[0] == {"t": "10000-12-31 23:59:59"}
+
+
+_NESTED = [{"t": dt.datetime(2024, 1, 2, 5, 6, 7), "d": dt.date(2024, 1, 2), "s": dt.timedelta(hours=2),
+            "b": b"caf\xc3\xa9"}, None]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pd.DataFrame({"v": _NESTED}),
+    lambda: pl.DataFrame({"v": _NESTED}),
+    lambda: pl.DataFrame({"v": _NESTED}, schema={"v": pl.Object}),
+    lambda: pa.table({"v": pa.array(_NESTED)}),
+    lambda: pa.RecordBatchReader.from_batches(pa.table({"v": pa.array(_NESTED)}).schema,
+                                              pa.table({"v": pa.array(_NESTED)}).to_batches()),
+], ids=["pandas", "polars", "polars-object", "pyarrow", "stream"])
+def test_dates_durations_and_bytes_inside_a_struct_push_as_json(env, make):
+    """A record from an API, its dates parsed: was a 500 (TypeError: datetime is not a JSON value). Each value
+    inside is the JSON text it would have as a column of its own."""
+    assert rows(push_frame(make())) == [
+        {"v": '{"t":"2024-01-02 05:06:07","d":"2024-01-02","s":"0 days 02:00:00","b":"café"}'}, {}]
+    mixed = pd.DataFrame({"v": [dt.timedelta(hours=2), "x"]})  # was Python's "2:00:00", unlike a column of them
+    assert rows(push_frame(mixed)) == [{"v": "0 days 02:00:00"}, {"v": "x"}]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pd.DataFrame({"v": [[b"ok"], [b"\xff"]]}, index=[5, 1]),
+    lambda: pl.DataFrame({"v": [[b"ok"], [b"\xff"]]}),
+    lambda: pl.DataFrame({"v": [{"b": b"ok"}, {"b": b"\xff"}]}, schema={"v": pl.Object}),
+], ids=["pandas", "polars", "polars-object"])
+def test_bytes_inside_a_list_that_are_not_utf8_are_a_400_naming_the_row(env, make):
+    with pytest.raises(ConnectorError) as info:
+        push_frame(make())
+    assert info.value.status == 400 and info.value.summary() == (
+        "etl.push failed (400): frame.v: the value at index 1 is bytes that are not UTF-8 text; decode them to "
+        "text first")
