@@ -38,6 +38,13 @@ ACCEPTED = ("a pandas or polars DataFrame or Series, a polars LazyFrame, a pyarr
             "RecordBatchReader, Dataset or Scanner, or anything that gives an Arrow stream")
 
 
+def _refused() -> tuple[type[Exception], ...]:
+    """What ``Table.from_pandas`` raises for a column it cannot type (pyarrow is imported only when used)."""
+    import pyarrow as pa
+
+    return pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError
+
+
 def _pandas(frame: Any) -> bool:  # not isinstance: pandas is imported only when a frame is one
     return type(frame).__module__.split(".")[0] == "pandas" and hasattr(frame, "iloc")
 
@@ -101,8 +108,8 @@ def to_arrow(frame: Any, field: str = "frame") -> Any:
         try:
             try:
                 return pa.Table.from_pandas(frame, preserve_index=False)
-            except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in an object column: each value as text
-                return pa.table({c: _values_as_text(frame[c], field) for c in frame.columns})
+            except _refused():  # only the columns Arrow cannot type become text here: the others keep their form
+                return pa.table({c: _pandas_column(frame[c], field) for c in frame.columns})
         except UnicodeEncodeError:
             where = _surrogate_at(frame, field)
             if where is None:
@@ -178,6 +185,17 @@ def _several_kinds(column: Any) -> bool:
         if other is not zone and (other is None or zone is None or other != zone):
             return True
     return False
+
+
+def _pandas_column(column: Any, field: str) -> Any:
+    """One pandas column as Arrow types it; where it cannot (mixed types in an object column: ints and
+    strings, a Python int past 64 bits, a UUID inside a dict), each value as text (:func:`_values_as_text`)."""
+    import pyarrow as pa
+
+    try:
+        return pa.Table.from_pandas(column.to_frame(), preserve_index=False).column(0)
+    except _refused():
+        return _values_as_text(column, field)
 
 
 def _values_as_text(column: Any, field: str) -> Any:

@@ -7,6 +7,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import uuid
 import zoneinfo
 from collections.abc import Iterator
 
@@ -19,7 +20,7 @@ import pytest
 
 from connector_ops import ConnectorError, frames, invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
-from connector_ops.frame_text import text_column
+from connector_ops.frame_text import text_column, value_text
 from connector_ops.frames import BATCH_ROWS
 from connector_ops.kernel.notices import warnings_to
 from connector_ops.resources.virtual_files import sqlite_loader
@@ -643,3 +644,20 @@ def test_bytes_inside_a_list_that_are_not_utf8_are_a_400_naming_the_row(env, mak
     assert info.value.status == 400 and info.value.summary() == (
         "etl.push failed (400): frame.v: the value at index 1 is bytes that are not UTF-8 text; decode them to "
         "text first")
+
+
+@pytest.mark.parametrize("mixed", [
+    [1, "x", None],  # zip codes from a spreadsheet: some numbers, some text
+    [2**64, 1, None],  # a Python int past 64 bits: was a 500 (OverflowError)
+    [{"id": uuid.UUID(int=1)}, {"id": uuid.UUID(int=2)}, None],  # was a 500 (ArrowNotImplementedError)
+], ids=["ints-and-strings", "past-64-bits", "uuid-in-dict"])
+def test_a_column_arrow_cannot_type_changes_no_other_column(env, load_path, mixed):
+    """One such column made every column text value by value: integers with gaps became '3750.0', dates
+    '2024-01-01 00:00:00'. Only that column is now; the others are stored as without it."""
+    others = pd.DataFrame({"n": [3750.0, None, 2.0], "t": pd.to_datetime(["2024-01-01", "2024-01-02", None]),
+                           "b": [True, None, False]})
+    expected = rows(push_frame(others))
+    assert expected[0] == {"n": "3750", "t": "2024-01-01", "b": "true"}
+    pushed = rows(push_frame(others.assign(m=pd.Series(mixed, dtype=object))))
+    assert [{k: v for k, v in row.items() if k != "m"} for row in pushed] == expected
+    assert [row.get("m") for row in pushed] == [value_text(v) for v in mixed]
