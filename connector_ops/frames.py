@@ -140,7 +140,7 @@ def _pandas_only_as_text(frame: Any) -> Any:
         column = frame[name]
         if isinstance(column.dtype, pd.SparseDtype):
             column = changed[name] = column.sparse.to_dense()
-        if _zoned_categorical(column):
+        if _decoded_categorical(column):
             column = changed[name] = column.astype(column.dtype.categories.dtype)
         if isinstance(column.dtype, pd.PeriodDtype | pd.IntervalDtype) or column.dtype.kind in "cm":
             text = column.map(str) if column.dtype.kind == "m" else column.astype(str)  # timedeltas: each whole
@@ -154,13 +154,23 @@ def _pandas_only_as_text(frame: Any) -> Any:
     return frame.assign(**changed) if changed else frame
 
 
-def _zoned_categorical(column: Any) -> bool:
-    """Whether ``column`` is a Categorical of zoned timestamps, which goes to Arrow as its plain column:
-    pyarrow 22–24 (the floor is 22) drop the categories' zone, storing Paris midnight as ``23:00`` naive."""
+def _decoded_categorical(column: Any) -> bool:
+    """Whether ``column`` is a Categorical that goes to Arrow as its plain column: of zoned timestamps
+    (pyarrow 22–24, the floor is 22, drop the categories' zone, storing Paris midnight as ``23:00`` naive),
+    or of values :func:`_pandas_only_as_text` makes text, which Arrow would store otherwise than
+    ``to_csv`` writes them: a Period as its ordinal number (``648`` for ``2024-01``), an Interval as a
+    struct (``{"left":0,"right":1}``), a Python ``Decimal`` padded to one scale (``2.00``), a complex
+    number refused."""
     import pandas as pd
 
     dtype = column.dtype
-    return isinstance(dtype, pd.CategoricalDtype) and getattr(dtype.categories.dtype, "tz", None) is not None
+    if not isinstance(dtype, pd.CategoricalDtype):
+        return False
+    categories = dtype.categories
+    if getattr(categories.dtype, "tz", None) is not None or categories.dtype.kind == "c" \
+            or isinstance(categories.dtype, pd.PeriodDtype | pd.IntervalDtype):
+        return True
+    return categories.dtype == object and pd.api.types.infer_dtype(categories) in ("decimal", "datetime", "date")
 
 
 def _several_kinds(column: Any) -> bool:
@@ -264,7 +274,7 @@ def _pandas_form(column: Any) -> int | bool | None:
     import pandas as pd
     import pyarrow as pa
 
-    if _zoned_categorical(column):
+    if _decoded_categorical(column):
         column = column.astype(column.dtype.categories.dtype)
     categorical = isinstance(column.dtype, pd.CategoricalDtype)
     kind = column.dtype.categories.dtype.kind if categorical else column.dtype.kind

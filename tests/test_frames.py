@@ -661,3 +661,17 @@ def test_a_column_arrow_cannot_type_changes_no_other_column(env, load_path, mixe
     pushed = rows(push_frame(others.assign(m=pd.Series(mixed, dtype=object))))
     assert [{k: v for k, v in row.items() if k != "m"} for row in pushed] == expected
     assert [row.get("m") for row in pushed] == [value_text(v) for v in mixed]
+
+
+@pytest.mark.parametrize("values", [
+    pd.period_range("2024-01", periods=2, freq="M"),  # was the ordinals: 648, 649
+    pd.interval_range(0, 2),  # was {"left":0,"right":1}
+    [1 + 2j, 3j],  # was a 500 (Unsupported numpy type 15)
+    [decimal.Decimal("1.10"), decimal.Decimal("2")],  # was padded: 2.00
+], ids=["period", "interval", "complex", "decimal"])
+def test_a_categorical_of_pandas_own_types_pushes_as_its_values(env, values):
+    """As the plain column, as to_csv writes it; a missing value stays missing."""
+    plain = pd.Series(values).reindex(range(len(values) + 1))
+    expected = rows(push_frame(pd.DataFrame({"v": plain})))
+    assert expected[-1] == {} and "v" in expected[0]
+    assert rows(push_frame(pd.DataFrame({"v": pd.Categorical(plain)}))) == expected
