@@ -270,7 +270,9 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
 def _pandas_form(column: Any) -> int | bool | None:
     """:func:`.frame_text.column_form` of a pandas column of timestamps or floats, or a Categorical of them
     (``to_csv`` writes a Categorical of dates as ``2024-01-01`` too), over the whole column before it goes
-    to Arrow in slices; ``None`` for other columns."""
+    to Arrow in slices; ``None`` for other columns. An ``object`` column of Python floats is a float column
+    here, as Arrow makes it: what ``df.replace({np.nan: None})`` or ``df.where(df.notna(), None)`` leaves of
+    integers with gaps, which were stored ``3750.0`` while the column they came from stores ``3750``."""
     import pandas as pd
     import pyarrow as pa
 
@@ -278,6 +280,8 @@ def _pandas_form(column: Any) -> int | bool | None:
         column = column.astype(column.dtype.categories.dtype)
     categorical = isinstance(column.dtype, pd.CategoricalDtype)
     kind = column.dtype.categories.dtype.kind if categorical else column.dtype.kind
+    if kind == "O" and pd.api.types.infer_dtype(column, skipna=True) in ("floating", "mixed-integer-float"):
+        kind = "f"
     if kind not in "Mf":
         return None
     if kind == "M" or categorical:  # a Categorical: a dictionary column_form decodes

@@ -675,3 +675,17 @@ def test_a_categorical_of_pandas_own_types_pushes_as_its_values(env, values):
     expected = rows(push_frame(pd.DataFrame({"v": plain})))
     assert expected[-1] == {} and "v" in expected[0]
     assert rows(push_frame(pd.DataFrame({"v": pd.Categorical(plain)}))) == expected
+
+
+def test_integers_with_gaps_made_none_push_as_integers(env, load_path):
+    """NaN made None before a push, as for a database (df.replace({np.nan: None}) leaves an object column of
+    Python floats): stored '3750.0', where the float column it came from stores '3750'. Other floats keep
+    their '.0', as in a float column."""
+    penguins = pd.read_json(io.StringIO(json.dumps(PENGUINS)))
+    expected = rows(push_frame(penguins))
+    for nones in (penguins.replace({np.nan: None}), penguins.astype(object).where(penguins.notna(), None)):
+        assert nones["Body Mass (g)"].dtype == object
+        assert rows(push_frame(nones)) == expected
+    assert expected[0]["Body Mass (g)"] == "3750"
+    floats = pd.DataFrame({"x": pd.Series([1.0, None, 2.5], dtype=object)})
+    assert rows(push_frame(floats)) == [{"x": "1.0"}, {}, {"x": "2.5"}]
