@@ -33,6 +33,8 @@ BATCH_ROWS = 65_536
 #: canonical decimal integers of int64's length, 19 digits at most ("-0" is not one); the cast then refuses the
 #: 19-digit ones past int64's range, which stay text
 _INTEGER = r"(?:0|-?[1-9][0-9]{0,18})"
+#: a value PostgreSQL's text cannot hold, as the store's own 400 words it
+NUL_REFUSED = "holds a NUL character (\\x00), which PostgreSQL cannot store"
 #: what push_frame takes, as a refusal says it
 ACCEPTED = ("a pandas or polars DataFrame or Series, a polars LazyFrame, a pyarrow Table, RecordBatch, "
             "RecordBatchReader, Dataset or Scanner, or anything that gives an Arrow stream")
@@ -263,7 +265,8 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
     check_column_names(columns, f"{field}.columns")
     with track("push DataFrame", total, "rows") as reporter:
         counted = reported(parts, reporter, lambda part: len(part[1]))
-        return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field)
+        nul = not store.holds_nul
+        return store.create_from_arrow(columns, (_as_text(part, labels, columns, forms, field, nul)
                                                  for part, labels in counted), size=size)
 
 
@@ -302,7 +305,7 @@ def _told_if_empty(parts: Iterator[tuple[Any, range]], field: str) -> Iterator[t
 
 
 def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: Mapping[int, int | bool | None],
-             field: str) -> Any:
+             field: str, refuse_nul: bool = False) -> Any:
     """One slice or batch as text columns (:func:`.frame_text.text_column`); a value that cannot become text, or
     whose text is longer than :data:`~connector_ops.kernel.limits.MAX_VALUE` (:func:`_longer_than_allowed`),
     is a 400 naming its column and its index label (a frame's) or row (a table's or stream's)."""
@@ -316,8 +319,28 @@ def _as_text(table: Any, labels: Sequence[Any], columns: Sequence[str], forms: M
             raise _not_text(exc, field, name, labels) from None
         if (position := _longer_than_allowed(text)) is not None:
             raise _not_text(NotText(position, limits.longer_than_allowed("is")), field, name, labels)
+        if refuse_nul and (position := _first_nul(text)) is not None:
+            raise _not_text(NotText(position, NUL_REFUSED), field, name, labels)
         texts.append(text)
     return pa.RecordBatch.from_arrays(texts, names=[f"c{i}" for i in range(table.num_columns)])
+
+
+def _first_nul(text: Any) -> int | None:
+    """The position of the first value of the Arrow string column ``text`` that holds a NUL character, which
+    PostgreSQL refuses: the load's own 400 could not say which column and row; ``None`` when there is none.
+    The bytes of a ``string`` column's values are searched first (NumPy's ``min``: 0.6 ms per million values
+    of 20 bytes, where Arrow's match on every value took 100 ms), the values only where a zero is found."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    data = text.buffers()[2] if text.type == pa.string() else None
+    if data is not None and (data.size == 0 or np.frombuffer(data, np.uint8).min() > 0):
+        return None
+    found = pc.match_substring(text, "\x00")
+    if not pc.any(found).as_py():
+        return None
+    return pc.index(found, True).as_py()
 
 
 def _longer_than_allowed(text: Any) -> int | None:

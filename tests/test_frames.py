@@ -689,3 +689,28 @@ def test_integers_with_gaps_made_none_push_as_integers(env, load_path):
     assert expected[0]["Body Mass (g)"] == "3750"
     floats = pd.DataFrame({"x": pd.Series([1.0, None, 2.5], dtype=object)})
     assert rows(push_frame(floats)) == [{"x": "1.0"}, {}, {"x": "2.5"}]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pd.DataFrame({"n": range(BATCH_ROWS + 2), "a": ["ok"] * (BATCH_ROWS + 1) + ["x\x00y"]},
+                         index=range(5, BATCH_ROWS + 7)),  # in the second slice
+    lambda: pa.table({"a": ["ok", "x\x00y"]}),
+    lambda: pa.RecordBatchReader.from_batches(pa.schema([("a", pa.string())]),
+                                              [pa.record_batch({"a": ["ok"]}), pa.record_batch({"a": ["x\x00y"]})]),
+], ids=["pandas", "pyarrow", "stream"])
+def test_a_nul_character_is_kept_on_sqlite_and_a_400_naming_its_column_and_row_on_postgresql(env, make):
+    """PostgreSQL's refusal said only 'a value holds a NUL character': not which column, nor which of a
+    million rows. SQLite keeps the value, as a Push of a file does (README)."""
+    store = resources_for(environ=env)["virtual_files"]
+    before = store.inventory()
+    frame = make()
+    where = BATCH_ROWS + 6 if isinstance(frame, pd.DataFrame) else 1
+    if env["CONNECTOR_OPS_DATABASE_URL"].startswith("sqlite"):
+        assert rows(push_frame(frame))[-1]["a"] == "x\x00y"
+        return
+    with pytest.raises(ConnectorError) as info:
+        push_frame(frame)
+    assert info.value.status == 400 and info.value.summary() == (
+        f"etl.push failed (400): frame.a: the value at index {where} holds a NUL character (\\x00), which "
+        "PostgreSQL cannot store")
+    assert store.inventory() == before
