@@ -23,10 +23,10 @@ The rule is "what the same frame written to a file would hold": what ``DataFrame
   are Python datetimes of several time zones in one column, which Arrow would put in the first one's.)
 - Bytes as the UTF-8 text they hold; bytes that are not UTF-8 are refused (:class:`NotText`), since no
   text file holds them either.
-- A list, struct, map or dict as compact JSON (``[1,2]``, ``{"a":"x"}``); a value inside one that JSON has
-  no type for as the text it would have in a column of its own: a date or time as Python prints it
-  (``"2024-01-01 05:00:00"``), a duration as pandas prints it, bytes as their UTF-8 text
-  (:func:`_json_part`).
+- A list, struct, map or dict as compact JSON (``[1,2]``, ``{"a":"x"}``), a NaN inside as ``null``; a
+  value inside one that JSON has no type for as the text it would have in a column of its own: a date
+  or time as Python prints it (``"2024-01-01 05:00:00"``), a duration as pandas prints it, bytes as
+  their UTF-8 text (:func:`_json_part`).
 - A missing value (``None``, ``NaN``, ``NaT``, a null) stays missing, never ``""``.
 """
 
@@ -210,12 +210,24 @@ def value_text(value: Any) -> str | None:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8")
     if isinstance(value, dict | list):
-        return json_text(value, separators=COMPACT, default=_json_part)
+        return json_text(_nan_as_null(value), separators=COMPACT, default=_json_part)
     if isinstance(value, bool | int | str):
         return cell_text(value)
     if isinstance(value, dt.timedelta):  # as in a column of durations, not Python's "1 day, 0:00:00"
         return _json_part(value)
     return str(value)  # a NumPy float32 as NumPy prints it: 0.1
+
+
+def _nan_as_null(value: Any) -> Any:
+    """``value`` (a list or dict) with each NaN inside as ``None``: a missing value, JSON's ``null``, as from a
+    pandas column of lists (Arrow's ``from_pandas`` reads NaN so), not ``NaN``, which no JSON reader takes."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_as_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nan_as_null(v) for v in value]
+    return value
 
 
 def _json_part(value: Any) -> Any:
@@ -226,7 +238,7 @@ def _json_part(value: Any) -> Any:
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
-        return float(value)
+        return None if math.isnan(value) else float(value)  # a NumPy float32 NaN, as a float's
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8")
     if isinstance(value, dt.timedelta):
