@@ -726,3 +726,12 @@ def test_a_nan_inside_a_list_is_json_null(env, make):
     """polars and pyarrow kept it as 'NaN', which no JSON reader takes, where pandas' own list gave null."""
     pushed = [row.get("v") for row in rows(push_frame(make()))]
     assert pushed[0] == "[1.5,null]" and pushed[1] in (None, '{"a":null}')
+
+
+def test_no_columns_is_no_rows_both_ways(env):
+    """Documented (docs/notebooks.md, Columns): a row without a value is nothing Arrow's read can hold."""
+    frame = pd.DataFrame({"a": [1, 2, 3]})
+    assert rows(push_frame(frame[[]])) == [] and rows(push_frame(pd.DataFrame(index=range(3)))) == []
+    vf = push_frame(frame)
+    assert pull_frame(vf, []).shape == (0, 0) and pull_frame(vf, [], kind="pyarrow").shape == (0, 0)
+    assert pull_frame(vf, [], kind="polars").shape == (0, 0)
