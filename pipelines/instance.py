@@ -15,14 +15,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 
 from connector_ops.kernel.disk import DiskFull, disk_full
-from connector_ops.kernel.errors import ConfigurationError
+from connector_ops.kernel.errors import ActionFailed, ConfigurationError
 from connector_ops.kernel.file_modes import NEW_FILE_MODE
+from connector_ops.resources.virtual_files.db_errors import first_line
 from connector_ops.resources.virtual_files.disk_full import is_full
 from connector_ops.resources.virtual_files.sqlite_faults import sqlite_error_in
 
@@ -30,6 +32,10 @@ from connector_ops.resources.virtual_files.sqlite_faults import sqlite_error_in
 LOCK_FILE = ".connector_ops.instance.lock"
 #: what the default (SQLite) storage creates when the instance is first opened
 SQLITE_STORAGE = ("history/runs.db", "history/runs/index.db", "schedules/schedules.db")
+#: an environment variable ``dagster.yaml`` reads (``postgres_url: {env: DAGSTER_PG_URL}``)
+_ENV_REFERENCE = re.compile(r"\benv:\s*[\"']?([A-Za-z_][A-Za-z0-9_]*)")
+#: the password of a URL, up to the last ``@`` of its authority (an unencoded ``@`` in it included)
+_URL_PASSWORD = re.compile(r"^[\w+.-]+://[^:/@]*:([^/?#]*)@[^@/?#]*(?:[/?#]|$)")
 
 
 def home_instance() -> dg.DagsterInstance | None:
@@ -44,7 +50,45 @@ def home_instance() -> dg.DagsterInstance | None:
     if not path.is_dir():
         raise ConfigurationError("DAGSTER_HOME", f"{home} is not a folder (create it, or point DAGSTER_HOME at one)")
     with _storage_lock(path), storage_faults():
-        return dg.DagsterInstance.get()
+        try:
+            return dg.DagsterInstance.get()
+        except Exception as exc:
+            unreachable = storage_unreachable(exc, path)
+            if unreachable is None:
+                raise
+            raise unreachable from None
+
+
+def storage_unreachable(exc: BaseException, home: Path) -> ActionFailed | None:
+    """``exc`` as Dagster's instance storage on a database server that could not be opened (refused, a wrong
+    password, no such database), or ``None`` when it is not that. ``pipeline run`` and ``gc`` said only
+    ``failed (500): DagsterPostgresException: too many retries for DB connection``: neither what failed to
+    connect nor where it is configured. The driver's words keep no password of the URLs ``dagster.yaml`` reads
+    from the environment (a password with an unencoded ``@`` shows its rest as the host the driver tried)."""
+    import sqlalchemy as sa
+
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, sa.exc.OperationalError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None or sqlite_error_in(exc) is not None:
+        return None
+    words = first_line(cause)
+    for secret in _passwords_read_by(home / "dagster.yaml"):
+        for part in sorted({secret, *(p for p in secret.split("@") if len(p) >= 4)}, key=len, reverse=True):
+            words = words.replace(part, "***")
+    return ActionFailed(f"cannot open Dagster's instance storage, which {home / 'dagster.yaml'} configures: {words}; "
+                        "check the URL its storage is given (deploy/dagster.yaml reads DAGSTER_PG_URL) and that "
+                        "the server is running")
+
+
+def _passwords_read_by(config: Path) -> list[str]:
+    """The passwords of the URLs in the environment variables ``config`` reads (none if it cannot be read)."""
+    try:
+        names = set(_ENV_REFERENCE.findall(config.read_text(errors="replace")))
+    except OSError:
+        return []
+    found = (_URL_PASSWORD.match(os.environ.get(name, "")) for name in sorted(names))
+    return [match.group(1) for match in found if match and match.group(1)]
 
 
 @contextlib.contextmanager

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from connector_ops.kernel.errors import ConfigurationError
-from connector_ops.pipelines.instance import SQLITE_STORAGE, home_instance
+from connector_ops.pipelines.instance import SQLITE_STORAGE, home_instance, storage_unreachable
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: each process says when it has imported (its slow part), then opens the instance and lists runs when told to
 OPEN_AT = """
@@ -82,3 +87,50 @@ def test_gc_on_a_relative_home_exits_2(env: dict[str, str], monkeypatch: pytest.
     monkeypatch.setenv("DAGSTER_HOME", "relative/home")
     assert main(["gc", "--dry-run"]) == 2
     assert "configuration error: DAGSTER_HOME: must be an absolute path" in capsys.readouterr().err
+
+
+@pytest.fixture
+def refusing_port() -> Iterator[int]:
+    """A loopback port that refuses connections: bound, never listening (no other process can take it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_a_postgresql_storage_that_cannot_be_reached_is_one_line_naming_dagster_yaml(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, refusing_port: int) -> None:
+    """deploy/dagster.yaml's storage on a server that refuses: ``gc`` said only ``failed (500):
+    DagsterPostgresException: too many retries for DB connection``, naming neither what failed nor where."""
+    from connector_ops.cli import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_PG_URL", f"postgresql+psycopg2://dagster:Pw0rd-9x@127.0.0.1:{refusing_port}/dagster")
+    monkeypatch.setenv("DAGSTER_MAX_CONCURRENT_RUNS", "1")
+    assert main(["gc", "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot open Dagster's instance storage, which {home / 'dagster.yaml'} configures: connection to " \
+           f"server at \"127.0.0.1\", port {refusing_port} failed: Connection refused" in err, err
+    assert "DAGSTER_PG_URL" in err and "Pw0rd-9x" not in err
+
+
+def test_the_drivers_words_keep_no_password_of_a_url_dagster_yaml_reads(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A password with an unencoded ``@``: the driver tried its rest as the host, and said so. (Tried for real,
+    the name would go to a DNS resolver: the suite sends nothing past 127.0.0.0/8, so the driver's words are
+    made here as libpq writes them.)"""
+    import sqlalchemy as sa
+
+    (tmp_path / "dagster.yaml").write_text("storage:\n  postgres:\n    postgres_url:\n      env: MY_PG\n")
+    monkeypatch.setenv("MY_PG", "postgresql+psycopg2://dagster:S3cr3t@HALF-two@db.internal:5432/dagster")
+    refused = sa.exc.OperationalError(None, None, Exception(
+        'could not translate host name "HALF-two@db.internal" to address: Name or service not known'))
+    try:
+        raise RuntimeError("too many retries for DB connection") from refused
+    except RuntimeError as exc:
+        failed = storage_unreachable(exc, tmp_path)
+    assert failed is not None
+    assert 'could not translate host name "***@db.internal" to address' in str(failed), str(failed)
+    assert storage_unreachable(RuntimeError("not a database's"), tmp_path) is None
