@@ -25,8 +25,9 @@ import sqlalchemy as sa
 
 from connector_ops import invoke
 from connector_ops.kernel.deferred import interrupts_deferred
-from connector_ops.resources.virtual_files.engines import get_engine
+from connector_ops.resources.virtual_files.engines import get_engine, is_writing
 from tests.deployment import wait_for
+from tests.signals import Stop
 from tests.store_activity import joining, row_tables, writing
 
 FANOUT = 10_000
@@ -229,6 +230,56 @@ def test_an_interrupt_during_deferred_work_is_raised_after_it():
         raised = None
     assert done and isinstance(raised, KeyboardInterrupt), (done, raised)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+#: where a Push's write transaction gets the test's signal (:func:`signalled_after_statement`): just after the
+#: first of its statements that …
+AFTER: dict[str, Callable[[str, Any], bool]] = {
+    "returns rows": lambda _statement, cursor: cursor.description is not None,
+}
+
+
+@contextlib.contextmanager
+def signalled_after_statement(engine: sa.Engine, which: str) -> Iterator[list[str]]:
+    """Within the block: the test's SIGUSR1 sent once, in SQLAlchemy's ``after_cursor_execute`` event of the
+    first statement of a write transaction that is ``AFTER[which]``: the statement has run, its rows are not
+    read yet. The handler raises as the next function is entered, in SQLAlchemy's code, where a Stop lands
+    as often as anywhere between two statements. Yields the statements it was sent after."""
+    sent: list[str] = []
+
+    def signal_once(conn: sa.Connection, cursor: Any, statement: str, *_: Any) -> None:
+        if not sent and is_writing(conn) and AFTER[which](statement, cursor):
+            sent.append(statement)
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    sa.event.listen(engine, "after_cursor_execute", signal_once)
+    try:
+        yield sent
+    finally:
+        sa.event.remove(engine, "after_cursor_execute", signal_once)
+
+
+@pytest.mark.parametrize("which", list(AFTER))
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_interrupt_just_after_a_statement_of_a_write_leaves_the_store_usable(env, files, database_url,
+                                                                               signalled_after, which):
+    """A Stop that lands in SQLAlchemy's code just after a statement of a write transaction ran: the action
+    stops with the Stop's exception, the file's write lock is free at once, and the next write works.
+
+    SQLAlchemy closes the connection then (an exit exception invalidates it) but not the cursor, which the
+    exception's traceback keeps, as IPython keeps the last one: SQLite kept the closed connection's
+    transaction, and its write lock, while the cursor lived, and the next cell's write waited the 60 s busy
+    timeout, then failed "database is locked" ("returns rows": the layout stamp read as the write begins; 1 of 1
+    before the fix)."""
+    stopped: BaseException | None = None
+    with signalled_after_statement(get_engine(database_url), which) as sent:
+        try:
+            invoke("etl.push", {"platformFile": files.add_bytes(b"a,b\n1,2\n", "t.csv").to_json()})
+        except Stop as exc:
+            stopped = exc  # kept, with its traceback, while the store is used again
+    assert sent and isinstance(stopped, Stop), (sent, stopped)
+    assert not writing(database_url), f"the write lock is still held after {sent[0]!r} was interrupted"
+    assert invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "u.csv").to_json()})["virtualFileId"]
 
 
 @pytest.fixture

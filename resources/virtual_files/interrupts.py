@@ -133,6 +133,22 @@ class InterruptibleConnection(sqlite3.Connection):
     def executescript(self, script: str, /) -> Any:
         return self.cursor().executescript(script)
 
+    def close(self) -> None:
+        """Roll back, then close. A connection closed while one of its statements is still active (stepped,
+        not reset: its cursor alive) is closed by SQLite only once that statement goes (``sqlite3_close_v2``
+        makes it a "zombie"), and keeps its transaction, with the write lock, until then. An interrupt that
+        lands in SQLAlchemy's code after a statement ran and before its rows are read (its events, its
+        result) does exactly that: SQLAlchemy closes the connection (an exit exception invalidates it) but not
+        the cursor, which the interrupt's traceback keeps — and IPython keeps the last traceback until the
+        next error. After a Stop in a write, the next cell's write waited the 60 s busy timeout and failed
+        "database is locked". The rollback ends the transaction whatever statement is active; no Python call
+        before it (where a second signal's handler could raise first)."""
+        try:  # noqa: SIM105  (contextlib.suppress would be a Python call, where a signal lands)
+            self.rollback()
+        except sqlite3.Error:
+            pass
+        super().close()
+
     def create_function(self, name: str, narg: int, func: Callable[..., Any] | None, *,
                         deterministic: bool = False) -> None:
         if func is not None:
