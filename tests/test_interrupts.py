@@ -236,6 +236,7 @@ def test_an_interrupt_during_deferred_work_is_raised_after_it():
 #: first of its statements that …
 AFTER: dict[str, Callable[[str, Any], bool]] = {
     "returns rows": lambda _statement, cursor: cursor.description is not None,
+    "creates the file's table": lambda statement, _cursor: statement.lstrip().startswith("CREATE TABLE"),
 }
 
 
@@ -270,7 +271,9 @@ def test_an_interrupt_just_after_a_statement_of_a_write_leaves_the_store_usable(
     exception's traceback keeps, as IPython keeps the last one: SQLite kept the closed connection's
     transaction, and its write lock, while the cursor lived, and the next cell's write waited the 60 s busy
     timeout, then failed "database is locked" ("returns rows": the layout stamp read as the write begins; 1 of 1
-    before the fix)."""
+    before the fix). Inside the Push's cache setting (:func:`.engines.page_cache`), its setting back on the
+    invalidated connection raised ``PendingRollbackError`` instead of the Stop: "etl.push failed (500)" ("creates
+    the file's table"; 1 of 1)."""
     stopped: BaseException | None = None
     with signalled_after_statement(get_engine(database_url), which) as sent:
         try:

@@ -162,7 +162,10 @@ def page_cache(conn: sa.Connection, kib: int) -> Iterator[None]:
     """Within this block this SQLite connection's page cache is ``kib`` (:data:`SQLITE_SORT_KIB` while an
     index is built, :data:`SQLITE_LOAD_KIB` while a new file is filled, :data:`SQLITE_SCAN_KIB` while a whole
     file is read), then ``SQLITE_CACHE_KIB`` again, each as :func:`sized_kib` sizes it in a container.
-    Nothing on PostgreSQL (its ``maintenance_work_mem`` bounds an index build, its shared buffers a load)."""
+    Nothing on PostgreSQL (its ``maintenance_work_mem`` bounds an index build, its shared buffers a load).
+    Nothing to set back on a connection an interrupt invalidated (closed, its cache with it): the statement
+    refused there (``PendingRollbackError``) replaced the interrupt, and a Stop in a Push ended as "etl.push
+    failed (500)"."""
     if conn.dialect.name != "sqlite":
         yield
         return
@@ -170,7 +173,8 @@ def page_cache(conn: sa.Connection, kib: int) -> Iterator[None]:
     try:
         yield
     finally:
-        conn.exec_driver_sql(f"PRAGMA cache_size=-{sized_kib(SQLITE_CACHE_KIB)}")
+        if not conn.invalidated:
+            conn.exec_driver_sql(f"PRAGMA cache_size=-{sized_kib(SQLITE_CACHE_KIB)}")
 
 
 @functools.lru_cache(maxsize=64)
