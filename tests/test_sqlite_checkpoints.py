@@ -4,6 +4,8 @@ the database file; readers and writers see the same rows throughout."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import os
 import sqlite3
@@ -11,11 +13,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 import pytest
 
 from connector_ops.resources.virtual_files import checkpoints, engines
 from connector_ops.resources.virtual_files.store import VirtualFileStore
+from tests.signals import Stop
 from tests.stacks import comes_to, runs
 
 
@@ -416,3 +421,63 @@ def test_a_fork_does_not_wait_for_a_truncate_waiting_for_readers(tmp_path):
     giving_back.join(60)
     assert not giving_back.is_alive()
 
+
+
+def stopping_at(k: int) -> Callable[[FrameType, str, object], None]:
+    """A trace function that raises :class:`Stop` as the k-th Python function called is entered."""
+    calls = [0]
+
+    def tracer(_frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call":
+            calls[0] += 1
+            if calls[0] == k:
+                sys.settrace(None)
+                raise Stop
+    return tracer
+
+
+def interrupted_at_each_call(run: Callable[[], object]) -> Iterator[int]:
+    """``run()`` over and over, the k-th Python function it calls interrupted as it is entered (k = 1, 2, …),
+    where a signal's handler raises (Jupyter's Stop, in the main thread, which begins and ends every write);
+    yields k after each run so interrupted, until a run ends without the interrupt. The interrupt is raised
+    by a trace function, at that exact call: a real signal's handler would run at a moment of its own."""
+    for k in itertools.count(1):
+        sys.settrace(stopping_at(k))
+        try:
+            run()
+        except Stop:
+            pass
+        else:
+            return
+        finally:
+            sys.settrace(None)
+        yield k
+
+
+def lock_free() -> bool:
+    if not checkpoints._lock.acquire(blocking=False):
+        return False
+    checkpoints._lock.release()
+    return True
+
+
+@pytest.mark.parametrize("step", ["after_write", "before_write"])
+def test_an_interrupt_anywhere_in_the_bookkeeping_of_a_write_leaves_no_wait_behind(tmp_path, step):
+    """A write begins with :func:`.checkpoints.before_write` and ends with :func:`.checkpoints.after_write`,
+    in the main thread, where Jupyter's Stop lands. Interrupted at any of their Python calls, they must leave
+    nothing a later write waits for. ``after_write`` counted a checkpoint before queueing it: interrupted
+    between the two (as ``_ask`` was entered), every later write of the process waited SETTLE_SECONDS (60 s)
+    for a checkpoint that was never to run. ``before_write`` held the lock through ``with`` on a
+    ``threading.Condition``, whose ``__exit__`` is a Python function: interrupted as it was entered, the lock
+    stayed held, and every later write, and the thread, waited for it for ever."""
+    path = tmp_path / "vf.db"
+    store = VirtualFileStore(database_url=f"sqlite:///{path}")
+    store.create_from_batches(["a", "b"], [[(str(i), "v" * 60) for i in range(100_000)]])
+    checkpoints.wait()
+    assert checkpoints.log_bytes(str(path)) >= checkpoints.WAL_BYTES  # after_write asks for a checkpoint
+    run = functools.partial(getattr(checkpoints, step), str(path))
+    for k in interrupted_at_each_call(run):
+        checkpoints.wait()
+        assert lock_free(), f"{step} interrupted at its call {k}: the lock is held"
+        assert str(path) not in checkpoints._unfinished, f"{step} interrupted at its call {k}: a count is left"
+        assert str(path) not in checkpoints._pending, f"{step} interrupted at its call {k}: a request is left"

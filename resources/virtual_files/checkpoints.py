@@ -66,14 +66,19 @@ TRY_MS = 100
 _log = logging.getLogger(__name__)
 
 #: what the thread is asked to do, in order: ``(path, True)`` checkpoint that file, ``(path, False)`` close its
-#: connection (:func:`forget`)
-_queue: queue.Queue[tuple[str, bool]] = queue.Queue()
+#: connection (:func:`forget`), an event: set it (:func:`wait`). A ``SimpleQueue``: its ``put`` is one call
+#: into C, where ``queue.Queue``'s runs Python code under its lock, which a signal's handler could leave held
+_queue: queue.SimpleQueue[tuple[str, bool] | threading.Event] = queue.SimpleQueue()
 _pending: set[str] = set()
 _unfinished: dict[str, int] = {}  # checkpoints asked for and not yet done, per file
 #: the files an engine has open, with how many engines (two spellings of one path make two): a file no engine
 #: has open keeps no checkpoint connection
 _opened: dict[str, int] = {}
 _closing: dict[str, int] = {}  # closes asked for (:func:`forget`) and not yet done, per file
+#: taken as ``with _lock``, never ``with _finished`` (:func:`before_write`): the condition's ``__enter__`` and
+#: ``__exit__`` are Python functions, and a signal's handler that raises as ``__exit__`` is entered (Jupyter's
+#: Stop in the main thread, which begins every write) left the lock held: every later write of the process,
+#: and the thread, waited for it for ever
 _lock = threading.Lock()
 _finished = threading.Condition(_lock)
 _thread: threading.Thread | None = None
@@ -98,18 +103,21 @@ def after_write(path: str) -> None:
     with _lock:
         if path in _pending:
             return
+        # queued before it is counted: an interrupt between the two leaves a checkpoint nobody waits for,
+        # where a count first, then no checkpoint, made every later write wait SETTLE_SECONDS (it runs in
+        # the pool's check-in, in the main thread, where Jupyter's Stop lands)
+        _ask((path, True))
         _pending.add(path)
         _unfinished[path] = _unfinished.get(path, 0) + 1
-        _ask(path, True)
 
 
-def _ask(path: str, checkpointing: bool) -> None:
-    """Queue work for the thread, started if need be (under :data:`_lock`)."""
+def _ask(job: tuple[str, bool] | threading.Event) -> None:
+    """Queue ``job`` for the thread (:data:`_queue`), started if need be (under :data:`_lock`)."""
     global _thread
     if _thread is None or not _thread.is_alive():
         _thread = threading.Thread(target=_run, name="sqlite-checkpoints", daemon=True)
         _thread.start()
-    _queue.put((path, checkpointing))
+    _queue.put(job)
 
 
 def log_bytes(path: str, *, writing: bool = False) -> int:
@@ -222,7 +230,11 @@ class CheckpointRoom:
 
 def _run() -> None:
     while True:
-        path, checkpointing = _queue.get()
+        job = _queue.get()
+        if isinstance(job, threading.Event):  # :func:`wait`: every job queued before it is done
+            job.set()
+            continue
+        path, checkpointing = job
         try:
             if checkpointing:
                 _checkpoint_asked(path)
@@ -232,7 +244,6 @@ def _run() -> None:
         finally:
             if not checkpointing:
                 _one_done(_closing, path)
-            _queue.task_done()
 
 
 def _checkpoint_asked(path: str) -> None:
@@ -246,19 +257,22 @@ def _checkpoint_asked(path: str) -> None:
 
 
 def _one_done(counts: dict[str, int], path: str) -> None:
-    """One of the file's jobs counted in ``counts`` (checkpoints, closes) is done: its waiters are told."""
-    with _finished:
-        counts[path] -= 1
-        if not counts[path]:
-            del counts[path]
+    """One of the file's jobs counted in ``counts`` (checkpoints, closes) is done: its waiters are told. A job
+    an interrupt kept from being counted (:func:`after_write`) has no count to end."""
+    with _lock:
+        left = counts.pop(path, 0) - 1
+        if left > 0:
+            counts[path] = left
         _finished.notify_all()
 
 
 def before_write(path: str) -> None:
     """A write transaction on the SQLite file at ``path`` is about to begin: wait until no checkpoint of
-    that file is queued or running, so that the log is wholly copied and SQLite can start it over."""
-    with _finished:
-        _finished.wait_for(lambda: path not in _unfinished, timeout=SETTLE_SECONDS)
+    that file is queued or running, so that the log is wholly copied and SQLite can start it over. Nothing
+    pending (most writes): no Python call at all while the lock is held (:data:`_lock`)."""
+    with _lock:
+        if path in _unfinished:
+            _finished.wait_for(lambda: path not in _unfinished, timeout=SETTLE_SECONDS)
 
 
 def checkpoint(path: str, mode: str = "PASSIVE") -> None:
@@ -356,8 +370,8 @@ def forget(path: str) -> None:
         if left > 0:  # another engine (the path spelled another way) has the file open: it keeps the connection
             _opened[path] = left
             return
+        _ask((path, False))  # queued before it is counted, as in :func:`after_write`
         _closing[path] = _closing.get(path, 0) + 1
-        _ask(path, False)
 
 
 def closed(*paths: str) -> bool:
@@ -369,7 +383,7 @@ def closed(*paths: str) -> bool:
     All the files are waited for together, by one deadline: :func:`.engines.dispose_all` closes every engine of
     the process, and a wait of its own for each file, in turn, could take 60 s per file."""
     waited = set(paths)
-    with _finished:
+    with _lock:
         if _finished.wait_for(lambda: not waited & _closing.keys(), timeout=SETTLE_SECONDS):
             return True
         left = sorted(waited & _closing.keys())
@@ -416,7 +430,7 @@ def _after_fork() -> None:
     global _queue, _lock, _finished, _thread, _connections_lock
     abandon(*(conn for conn, _ in _connections.values()))
     _connections.clear()  # not _opened: the child keeps the engines (:mod:`.engines`), on pools of its own
-    _queue, _thread = queue.Queue(), None
+    _queue, _thread = queue.SimpleQueue(), None
     _pending.clear()
     _unfinished.clear()
     _closing.clear()
@@ -435,5 +449,9 @@ def give_back(path: str) -> None:
 
 
 def wait() -> None:
-    """Until every checkpoint asked for so far is done (benchmarks, tests)."""
-    _queue.join()
+    """Until every checkpoint asked for so far is done (benchmarks, tests): the thread reaches a marker queued
+    after them."""
+    reached = threading.Event()
+    with _lock:
+        _ask(reached)
+    reached.wait()
