@@ -413,5 +413,26 @@ def run_action(spec: ActionSpec, payload: Any, resources: Mapping[str, Any], nam
     try:
         out = spec.fn(inp, **given)
     except Exception as exc:  # every failure leaves as a ConnectorError with the spec's status
+        interrupt = interrupt_under(exc)
+        if interrupt is not None:
+            log.debug("%s: error while interrupted", spec.name, exc_info=exc)
+            raise interrupt from None
         raise error_for(spec, exc) from exc
     return serialise_output(spec, out)
+
+
+def interrupt_under(exc: BaseException) -> BaseException | None:
+    """The interrupt (Ctrl-C's or Jupyter's ``KeyboardInterrupt``, Dagster's: any ``BaseException`` but a
+    generator's close and ``SystemExit``, which a Map function's ``sys.exit()`` raises and the Map reports as
+    its failure) that ``exc`` was raised while handling, if any: an error of the clean-up an interrupt ran
+    into (a statement on the connection it invalidated, SQLAlchemy's own ``assert`` in a commit it cut short)
+    replaced it, and a stopped action answered "failed (500)" instead of stopping. The interrupt is what
+    happened."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if not isinstance(cause, (Exception, GeneratorExit, SystemExit)):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None

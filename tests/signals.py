@@ -4,10 +4,13 @@ Ctrl-C would, without any risk that a late one stops pytest. ``signalled_after``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from types import CodeType, FrameType
 
 import pytest
 
@@ -62,3 +65,23 @@ def at_progress(units: int, then: Callable[[], object]) -> Callable[[str, int | 
             pass
 
     return Reporter
+
+
+@contextlib.contextmanager
+def stopped_as_entered(code: CodeType) -> Iterator[list[bool]]:
+    """Within the block, :class:`Stop` raised in this thread the first time the function of ``code`` is
+    entered, as a signal's handler raises when its signal comes just before (a trace function raises it: at
+    that exact call, where a real signal would land at a moment of its own). Yields ``[True]`` once raised."""
+    raised: list[bool] = []
+
+    def tracer(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call" and frame.f_code is code:
+            sys.settrace(None)
+            raised.append(True)
+            raise Stop
+
+    sys.settrace(tracer)
+    try:
+        yield raised
+    finally:
+        sys.settrace(None)

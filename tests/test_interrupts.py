@@ -27,7 +27,7 @@ from connector_ops import invoke
 from connector_ops.kernel.deferred import interrupts_deferred
 from connector_ops.resources.virtual_files.engines import get_engine, is_writing
 from tests.deployment import wait_for
-from tests.signals import Stop
+from tests.signals import Stop, stopped_as_entered
 from tests.store_activity import joining, row_tables, writing
 
 FANOUT = 10_000
@@ -283,6 +283,23 @@ def test_an_interrupt_just_after_a_statement_of_a_write_leaves_the_store_usable(
     assert sent and isinstance(stopped, Stop), (sent, stopped)
     assert not writing(database_url), f"the write lock is still held after {sent[0]!r} was interrupted"
     assert invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "u.csv").to_json()})["virtualFileId"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_interrupt_its_clean_up_fails_on_still_stops_the_action(env, files, database_url):
+    """SQLAlchemy's commit asserts, in a ``finally``, that its transaction has ended: a Stop that lands as its
+    ``_do_commit`` is entered, before the ``try`` that ends it, raises ``AssertionError`` there, and that error
+    replaced the Stop: the Pull answered "etl.pull failed (500): AssertionError" (its read's commit; 1 of the
+    1,000 call points of a Pull where the sweep interrupted it). An error raised while an interrupt unwinds the
+    action is the interrupt's: the action stops with it."""
+    pushed = invoke("etl.push", {"platformFile": files.add_bytes(b"a,b\n1,2\n", "t.csv").to_json()})
+    outcome: BaseException | None = None
+    with stopped_as_entered(sa.engine.base.RootTransaction._do_commit.__code__) as raised:
+        try:
+            invoke("etl.pull", {"virtualFileId": pushed["virtualFileId"], "exportType": "csv", "exportName": "o.csv"})
+        except BaseException as exc:  # not pytest.raises: a KeyboardInterrupt from elsewhere would stop the session
+            outcome = exc
+    assert raised and isinstance(outcome, Stop), repr(outcome)
 
 
 @pytest.fixture
