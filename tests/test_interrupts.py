@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,10 +26,10 @@ import sqlalchemy as sa
 
 from connector_ops import invoke
 from connector_ops.kernel.deferred import interrupts_deferred
-from connector_ops.resources.virtual_files.engines import get_engine, is_writing
+from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
 from tests.deployment import wait_for
 from tests.signals import Stop, stopped_as_entered
-from tests.store_activity import joining, row_tables, writing
+from tests.store_activity import joining, open_snapshots, row_tables, writing
 
 FANOUT = 10_000
 #: how long an interrupted action may take to stop; the uninterrupted Join takes far longer
@@ -300,6 +301,34 @@ def test_an_interrupt_its_clean_up_fails_on_still_stops_the_action(env, files, d
         except BaseException as exc:  # not pytest.raises: a KeyboardInterrupt from elsewhere would stop the session
             outcome = exc
     assert raised and isinstance(outcome, Stop), repr(outcome)
+
+
+@pytest.mark.parametrize("writes", [False, True], ids=["read", "write"])
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_interrupt_as_a_row_is_fetched_leaves_no_snapshot_on_the_pooled_connection(env, database_url, files,
+                                                                                      writes):
+    """A Stop that lands as SQLAlchemy's fetch of a row is entered (before its ``try``, which would invalidate
+    the connection) leaves the statement active, its cursor alive in the traceback (IPython keeps the last
+    one), on a connection the pool takes back after its rollback. The statement kept its read snapshot: the
+    file's log could not be checkpointed, and once another connection wrote, that pooled connection's next
+    ``BEGIN IMMEDIATE`` failed at once with "database is locked" (a Push in the sweep, after a Stop in the
+    previous one; here a snapshot left open, 1 of 1 before the fix)."""
+    engine = get_engine(database_url)
+    outcome: BaseException | None = None
+    with stopped_as_entered(sa.engine.cursor.CursorFetchStrategy.fetchone.__code__) as raised:
+        try:
+            with engine.execution_options(**(WRITE if writes else {})).begin() as conn:
+                conn.execute(sa.text("SELECT version FROM cop_store_layout")).fetchone()
+        except BaseException as exc:  # not pytest.raises: a KeyboardInterrupt from elsewhere would stop the session
+            outcome = exc  # kept, with its traceback, while the store is used again
+    assert raised and isinstance(outcome, Stop), repr(outcome)
+    assert open_snapshots(database_url, "") == 0
+    other = sqlite3.connect(database_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:  # another process writes
+        other.executescript("BEGIN IMMEDIATE; CREATE TABLE elsewhere (a); COMMIT;")
+    finally:
+        other.close()
+    assert invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "u.csv").to_json()})["virtualFileId"]
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sqlite3
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -120,9 +121,23 @@ class InterruptibleConnection(sqlite3.Connection):
         super().__init__(*args, **kwargs)
         self.failure = _Failure()
         self.set_progress_handler(_progress(self.failure), PROGRESS_STEPS)
+        #: the cursors made and still alive (:meth:`rollback` ends their statements)
+        self.cursors: weakref.WeakSet[sqlite3.Cursor] = weakref.WeakSet()
 
     def cursor(self, factory: Any = InterruptibleCursor) -> Any:
-        return super().cursor(factory)
+        cursor = super().cursor(factory)
+        self.cursors.add(cursor)
+        return cursor
+
+    def rollback(self) -> None:
+        """Roll back, the statements of the cursors still alive ended first (``Cursor.close`` resets its
+        statement). A statement left active keeps its read snapshot after a rollback: an interrupt as a row
+        was fetched (SQLAlchemy's fetch entered, before its ``try``) left one, alive in the traceback IPython
+        keeps, on a connection the pool took back, whose next ``BEGIN IMMEDIATE`` then failed at once,
+        "database is locked", once any other connection had written (its snapshot no longer the latest)."""
+        for cursor in list(self.cursors):
+            cursor.close()
+        super().rollback()
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         return self.cursor().execute(sql, parameters)
