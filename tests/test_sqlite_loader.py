@@ -20,6 +20,7 @@ import pytest
 
 from connector_ops.resources.virtual_files import sqlite_loader
 from connector_ops.resources.virtual_files.store import VirtualFileStore
+from tests.signals import Stop, stopped_as_entered
 
 COLUMNS = ["id", "name", "note"]
 
@@ -137,6 +138,24 @@ def test_an_interrupt_kills_the_load(store):
     assert loader(store).pid is None  # killed: its transaction died with it
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+    assert store.summary(load(store, csv_rows(2)), 0)[0] == 2
+
+
+def test_an_interrupt_once_the_loader_is_ready_kills_it(store):
+    """The loader answers "ready" and begins its write transaction at once (``BEGIN IMMEDIATE``: the file's
+    lock). A Stop that landed as the parent went on from that answer to sending the data (as its frames'
+    writer was made, before the ``try`` that kills the loader on an interrupt) left the loader alive, waiting
+    for data, holding the lock: every other write to the file waited the 60 s busy timeout, then failed
+    "database is locked" (1 of 1 before the fix). It is killed there too."""
+    load(store, csv_rows(10))
+    before, pid = tables(store), loader(store).pid
+    with stopped_as_entered(sqlite_loader._Frames.__init__.__code__) as raised, pytest.raises(Stop):
+        load(store, csv_rows(100_000))
+    assert raised
+    assert loader(store).pid is None  # killed: its transaction died with it
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert tables(store) == before
     assert store.summary(load(store, csv_rows(2)), 0)[0] == 2
 
 

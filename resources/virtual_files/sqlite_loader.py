@@ -154,14 +154,15 @@ class Loader:
         if floor is not None:
             floor.check()
         with self._lock:
-            child = self._ready(spec)
-            frames = _Frames(child, floor)
-            try:
+            frames: _Frames | None = None
+            try:  # from the loader's "ready" on: it has begun its write transaction, and holds the file's lock
+                child = self._ready(spec)
+                frames = _Frames(child, floor)  # an interrupt as it is entered left the loader waiting, locked
                 failure = _send(frames, feed)
                 answer = _pipes(child)[1].readline()
             except BaseException:
                 self._kill()  # the pipe broke, or an interrupt: the loader's transaction dies with it
-                if frames.broken is not None:
+                if frames is not None and frames.broken is not None:
                     raise IngestFailed(f"the SQLite loader process stopped ({frames.broken})") from None
                 raise
         if answer == COMMITTED:
