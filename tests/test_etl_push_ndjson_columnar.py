@@ -320,6 +320,25 @@ def test_an_array_longer_than_a_block_with_a_late_fault_leaves_nothing(resources
     assert len(resources["virtual_files"].inventory()) == len(before) + 2  # the two good pushes, nothing else
 
 
+@pytest.mark.parametrize("data", [
+    b"".join(b'{"a": "%d"}\n' % i for i in range(40)) + b'{"a": "f\xc3f"}\n',  # a lead byte cut short
+    b"".join(b'{"a": "%d", "b": %d}\n' % (i, i) for i in range(40)) + b'{"a": "\xff", "b": 1}\n',  # quoted
+    b"[\n" + b"".join(b'{"a": "%d"},\n' % i for i in range(40)) + b'{"a": "\xed\xa0\x80"}\n]\n',  # an array
+], ids=["ndjson", "ndjson-quoted", "array"])
+def test_a_byte_that_is_not_utf8_after_the_first_block_is_the_row_readers_400(resources, monkeypatch, paths, data):
+    """Arrow's JSON reader does not check UTF-8, and the columnar path decoded only the first block: a bad
+    byte further on was stored as it was (on SQLite a virtual file that Iterate and Pull then failed on, 500
+    "Could not decode to UTF-8"). Now it is the row reader's 400 naming the line, and nothing is left."""
+    monkeypatch.setattr(ndjson_fast, "BLOCK", 64)  # several Arrow blocks in a small file (probe and load)
+    monkeypatch.setattr(ndjson_columns, "BLOCK", 64)
+    before = resources["virtual_files"].inventory()
+    result, ran = both(resources, data, monkeypatch, paths)
+    assert ran == ["rows"] and result[:2] == ("error", 400)
+    assert "not valid utf-8-sig" in result[2] or "not UTF-8" in result[2], result
+    assert data.startswith(b"[") or "line 41:" in result[2]
+    assert len(resources["virtual_files"].inventory()) == len(before)
+
+
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(rows=st.lists(st.dictionaries(st.sampled_from(KEYS), TEXT, max_size=3), min_size=1, max_size=8),
        newline=st.sampled_from(["\n", "\r\n"]), own_brackets=st.booleans(), spaced=st.booleans(),
