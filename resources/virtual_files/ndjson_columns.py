@@ -21,7 +21,6 @@ alone while the server's ``COPY`` stores the previous batches.
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Generator, Sequence
 from typing import IO, Any
 
@@ -29,9 +28,8 @@ from connector_ops.resources.virtual_files.paced import LEAVE, Paced
 
 #: Arrow's block: the unit of parsing and of memory
 BLOCK = 1 << 20
-_BLANK = re.compile(rb"\n[ \t\r]*(?=\n)")  # a blank line, from the newline before it
-_BLANK_START = re.compile(rb"\n[\n \t\r]")  # where one may start (one pass, unlike four finds)
-_NOT_BLANK = re.compile(rb"[^ \t\r\n]")
+_LF, _CR, _OPEN, _CLOSE = b"\n"[0], b"\r"[0], b"{"[0], b"}"[0]
+_BOM = b"\xef\xbb\xbf"
 
 
 class NotNDJSON(ValueError):
@@ -39,38 +37,65 @@ class NotNDJSON(ValueError):
 
 
 class _LineAudit(io.RawIOBase):
-    """Counts the non-blank lines of the bytes read through it, a chunk at a time without copying lines:
-    newlines are counted in C, and the blank lines (only spaces, tabs and CRs) looked for only in a chunk
-    that has a newline followed by one of those."""
+    """Counts the lines holding anything but spaces and tabs (:attr:`lines`), and checks that each starts with
+    ``{`` and ends with ``}`` (:attr:`objects`), a chunk at a time with numpy, however the reads cut them.
+
+    A line ends at an LF or a CR, as the row reader's lines do (a CRLF is an empty line more, which counts
+    for nothing). Arrow reads a lone CR as a space, so ``{"a":\r"1"}`` was one row to it and a broken line to
+    the row reader; and counting alone let two faults make up for each other further on than the first block
+    (an object over two lines, two objects on another). A line that is one object starts with ``{`` and ends
+    with ``}``, and no object can go on past such a line end, since JSON never has ``{`` right after ``}``:
+    so with every line so shaped, as many lines as rows means one object a line. A line of anything else
+    (also other blanks the row reader skips: a form feed) leaves the file to the row reader."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
-        self._blank_tail = True  # the line read so far (after the last newline) is blank
+        self._last = _LF  # the last byte read that is not a space or tab (a line end before the start)
+        self._started = False  # past a BOM that starts the bytes (Arrow skips it, as utf-8-sig does)
         self.lines = 0
+        self.objects = True  # every line so far starts with { and ends with } (or is blank)
 
     def readable(self) -> bool:
         return True
 
     # override: callers pass a bytearray or memoryview, which it slices (typeshed: any buffer)
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        import numpy as np
+
         view = memoryview(buffer).cast("B")
         chunk = self._stream.read(len(view))
         if not chunk:
-            self.lines += not self._blank_tail
-            self._blank_tail = True
+            self._audit(np.array([_LF], dtype=np.uint8))  # the last line ends with the bytes
             return 0
         view[:len(chunk)] = chunk
-        first = chunk.find(b"\n")
-        if first < 0:
-            self._blank_tail = self._blank_tail and not _NOT_BLANK.search(chunk)
-            return len(chunk)
-        last = chunk.rfind(b"\n")
-        blank = int(self._blank_tail and not _NOT_BLANK.search(chunk, 0, first))  # the line ending at first
-        if _BLANK_START.search(chunk, first, last + 1):
-            blank += len(_BLANK.findall(chunk, first, last + 1))
-        self.lines += chunk.count(b"\n") - blank
-        self._blank_tail = not _NOT_BLANK.search(chunk, last + 1)
+        audited = chunk if self._started else chunk.removeprefix(_BOM)  # (a BOM cut between reads: no object)
+        self._started = True
+        self._audit(np.frombuffer(audited, dtype=np.uint8))
         return len(chunk)
+
+    def _audit(self, data: Any) -> None:
+        import numpy as np
+
+        ends = np.flatnonzero(data <= _CR)  # line ends, among the few bytes as low (tabs)
+        ends = ends[(data[ends] == _LF) | (data[ends] == _CR)]
+        near = np.concatenate((data[:1], data[-1:], data[ends[ends > 0] - 1], data[ends[ends < len(data) - 1] + 1]))
+        if np.any((near == 32) | (near == 9)):  # spaces or tabs beside a line end: judge without them
+            data = data[(data != 32) & (data != 9)]
+            ends = np.flatnonzero((data == _LF) | (data == _CR))
+        if not len(data):
+            return
+        before = data[ends - 1]  # each line end's byte before it (the chunk before's, for one starting it)
+        after = data[np.minimum(ends + 1, len(data) - 1)]  # and after it (the next chunk's: checked there)
+        if len(ends):
+            before[0] = self._last if ends[0] == 0 else before[0]
+            after[-1] = _LF if ends[-1] == len(data) - 1 else after[-1]
+        content = (before != _LF) & (before != _CR)  # the line ending here holds something
+        self.lines += int(np.count_nonzero(content))
+        if self.objects:
+            starts = np.flatnonzero((after != _LF) & (after != _CR))  # a line starting after this end
+            self.objects = bool(np.all(before[content] == _CLOSE)) and bool(np.all(after[starts] == _OPEN)) \
+                and (self._last not in (_LF, _CR) or data[0] in (_LF, _CR, _OPEN))
+        self._last = int(data[-1])
 
 
 def _utf8(batch: Any) -> Any:
@@ -107,5 +132,5 @@ def ndjson_batches(stream: IO[bytes], columns: Sequence[str], block: int = BLOCK
             yield _utf8(batch)
     finally:  # however the batches end, Arrow's reading thread has left the stream (:meth:`.Paced.stop`)
         paced.stop(LEAVE)
-    if rows != audit.lines:
-        raise NotNDJSON(f"{rows} objects on {audit.lines} lines")
+    if rows != audit.lines or not audit.objects:
+        raise NotNDJSON(f"{rows} objects on {audit.lines} lines" if audit.objects else "a line that is not one object")
