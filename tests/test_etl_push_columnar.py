@@ -278,11 +278,18 @@ def test_errors_keep_their_exact_line_after_the_fast_path_gives_up(files, env, c
     (b"\xef\xbb\xbf\xef\xbb\xbfk,v\r\n1,2\r\n", {}, [{"\ufeffk": "1", "v": "2"}]),  # the BOM dropped once
     ("\ufeffk,v\n1,2\n".encode("utf-16"), {"encoding": "utf-16"}, [{"\ufeffk": "1", "v": "2"}]),
     (b"\xef\xbb\xbfk,v\r\n1,2\r\n", {"encoding": "utf-8"}, [{"k": "1", "v": "2"}]),  # kept by utf-8, dropped
+    # before the csv module parses: a quoted first field stays quoted, a file without a header loses it too
+    (b'\xef\xbb\xbf"k",v\r\n1,2\r\n', {"encoding": "utf-8"}, [{"k": "1", "v": "2"}]),
+    ('\ufeff"k",v\n1,2\n'.encode("utf-16-le"), {"encoding": "utf-16-le"}, [{"k": "1", "v": "2"}]),
+    (b"\xef\xbb\xbfx,y\n1,2\n", {"encoding": "utf-8", "useFirstRowAsSchema": False, "schema": ["a", "b"]},
+     [{"a": "x", "b": "y"}, {"a": "1", "b": "2"}]),
+    (b"\xef\xbb\xbf\n\nk\n1\n", {"encoding": "utf-8"}, [{"k": "1"}]),  # a BOM alone on the first line
 ])
 def test_a_u_feff_after_the_bom_is_a_character_on_every_path(files, env, counted, monkeypatch, data, parameters,
                                                             expected):
-    """The file's BOM is dropped once, by the decoder or else from the header; any other U+FEFF is text,
-    also where it starts the rows Arrow would read (Arrow drops it there, so those go the slow way)."""
+    """The file's BOM is dropped once, by the decoder or else before the ``csv`` module parses (an encoding
+    that keeps it as a character: ``utf-8``, ``utf-16-le``); any other U+FEFF is text, also where it starts
+    the rows Arrow would read (Arrow drops it there, so those go the slow way)."""
     fast = rows(push(files, data, **parameters))
     monkeypatch.setattr(push_csv, "FAST", False)
     assert fast == rows(push(files, data, **parameters)) == expected

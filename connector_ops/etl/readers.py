@@ -72,6 +72,18 @@ def capped_lines(text: io.TextIOWrapper) -> Iterator[str]:
         yield line
 
 
+def _bom_dropped(lines: Iterator[str]) -> Iterator[str]:
+    """``lines`` without a U+FEFF starting the first: a BOM the decoder kept as a character (``utf-8``,
+    ``utf-16-le``), dropped once before the ``csv`` module parses, so a quoted first field stays quoted (it was
+    dropped from the first header cell after parsing: ``\ufeff"id"`` named the column ``"id"``, quotes and all,
+    and a file without a header kept it in its first value)."""
+    first = next(lines, None)
+    if first is None:
+        return
+    yield first.removeprefix("\ufeff")
+    yield from lines
+
+
 def too_long(line: int, what: str = "a line") -> InvalidInput:
     return InvalidInput(FIELD, f"line {line}: {longer_than_allowed(what)}")
 
@@ -118,7 +130,10 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
     ``quarantine``, a ragged row is refused into it instead of failing the file."""
     text = text_stream(stream, encoding)
     csv.field_size_limit(limits.MAX_VALUE)  # the csv module's limit is process-wide: the one constant sets it
-    reader = csv.reader(capped_lines(text), delimiter=delimiter, strict=True)
+    lines = capped_lines(text)
+    if lines_to_ignore == 0 and not drops_bom(encoding):
+        lines = _bom_dropped(lines)
+    reader = csv.reader(lines, delimiter=delimiter, strict=True)
     offset = 0
     try:
         offset = skip_lines(text, lines_to_ignore)
@@ -126,8 +141,6 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
         if header:
             first = next((r for r in reader if r), None)
             columns = first or []
-            if offset == 0 and columns and columns[0].startswith("\ufeff") and not drops_bom(encoding):
-                columns[0] = columns[0][1:]  # a BOM the decoder kept as a character (``utf-8``); dropped once
     except UnicodeDecodeError as exc:
         raise decode_error(exc, encoding, reopen) from None
     except (csv.Error, LineTooLong) as exc:
