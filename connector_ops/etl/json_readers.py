@@ -35,9 +35,9 @@ from connector_ops.etl.readers import (
     FIELD,
     LineTooLong,
     RecordBatches,
-    capped_lines,
     cell_text,
     decode_error,
+    file_lines,
     skip_lines,
     text_stream,
     too_long,
@@ -297,16 +297,16 @@ def stored_line(line: bytes) -> bytes:
 def _ndjson(stream: IO[bytes], lines_to_ignore: int, encoding: str, reopen: Open | None,
             quarantine: Quarantine | None = None) -> RecordBatches:
     try:
-        yield from pages(_ndjson_rows(text_stream(stream, encoding), lines_to_ignore, quarantine), BATCH)
+        yield from pages(_ndjson_rows(text_stream(stream, encoding), encoding, lines_to_ignore, quarantine), BATCH)
     except UnicodeDecodeError as exc:
         raise decode_error(exc, encoding, reopen) from None
 
 
-def _ndjson_rows(text: io.TextIOWrapper, lines_to_ignore: int,
+def _ndjson_rows(text: io.TextIOWrapper, encoding: str, lines_to_ignore: int,
                  quarantine: Quarantine | None) -> Iterator[dict[str, str | None]]:
     number = skip_lines(text, lines_to_ignore)
     try:
-        for line in capped_lines(text):
+        for line in file_lines(text, encoding, lines_to_ignore):
             number += 1
             if not line.strip():
                 continue

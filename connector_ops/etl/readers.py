@@ -72,11 +72,19 @@ def capped_lines(text: io.TextIOWrapper) -> Iterator[str]:
         yield line
 
 
+def file_lines(text: io.TextIOWrapper, encoding: str, lines_to_ignore: int) -> Iterator[str]:
+    """The lines of ``text`` (:func:`capped_lines`) without a BOM the decoder of ``encoding`` kept as a
+    character (``utf-8``, ``utf-16-le``) starting the first, as the default ``utf-8-sig`` drops it: once, and
+    only from the file's first line (ignored lines are skipped by the caller, from the same ``text``)."""
+    lines = capped_lines(text)
+    return _bom_dropped(lines) if lines_to_ignore == 0 and not drops_bom(encoding) else lines
+
+
 def _bom_dropped(lines: Iterator[str]) -> Iterator[str]:
-    """``lines`` without a U+FEFF starting the first: a BOM the decoder kept as a character (``utf-8``,
-    ``utf-16-le``), dropped once before the ``csv`` module parses, so a quoted first field stays quoted (it was
-    dropped from the first header cell after parsing: ``\ufeff"id"`` named the column ``"id"``, quotes and all,
-    and a file without a header kept it in its first value)."""
+    """``lines`` without a U+FEFF starting the first, dropped before it is parsed: a CSV's quoted first field
+    stays quoted (it was dropped from the first header cell after parsing: ``\ufeff"id"`` named the column
+    ``"id"``, quotes and all, and a file without a header kept it in its first value), and an NDJSON's first
+    object is read (a 400 before, where an array with the same BOM was read)."""
     first = next(lines, None)
     if first is None:
         return
@@ -130,10 +138,7 @@ def read_csv(stream: IO[bytes], *, delimiter: str, lines_to_ignore: int, header:
     ``quarantine``, a ragged row is refused into it instead of failing the file."""
     text = text_stream(stream, encoding)
     csv.field_size_limit(limits.MAX_VALUE)  # the csv module's limit is process-wide: the one constant sets it
-    lines = capped_lines(text)
-    if lines_to_ignore == 0 and not drops_bom(encoding):
-        lines = _bom_dropped(lines)
-    reader = csv.reader(lines, delimiter=delimiter, strict=True)
+    reader = csv.reader(file_lines(text, encoding, lines_to_ignore), delimiter=delimiter, strict=True)
     offset = 0
     try:
         offset = skip_lines(text, lines_to_ignore)
