@@ -240,7 +240,8 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
     ``stream_forms``: a stream's :func:`.frame_text.column_form` of each column, where its source could be
     read for them first (a Parquet file); else each value of a stream is written in its own form.
     ``stream_size``: a stream's size in bytes where its source knows it (a Parquet file's footer); else its
-    first batches are read and held to measure it (:func:`.frame_streams.peeked`)."""
+    first batches are read and held to measure it (:func:`.frame_streams.peeked`), and a stream without
+    rows is told of (:func:`_told_if_empty`): a caller's reader may have been read before, a file cannot."""
     frame = as_frame(frame, field)
     if _pandas(frame):
         columns = list(frame.columns)
@@ -253,8 +254,11 @@ def frame_into(store: VirtualFileStore, frame: Any, field: str = "frame",
     elif (stream := arrow_stream(frame)) is not None:  # later batches unseen: each timestamp its own form
         names, batches = stream
         columns, forms = [str(n) for n in names], dict(stream_forms or {})
-        size, batches = (stream_size, batches) if stream_size is not None else peeked(batches)
-        parts = _told_if_empty(positioned(batches), field)
+        if stream_size is not None:  # a file read here, once (a Parquet file): its emptiness is its own
+            size, parts = stream_size, positioned(batches)
+        else:
+            size, batches = peeked(batches)
+            parts = _told_if_empty(positioned(batches), field)
         total = None
     else:
         table = to_arrow(frame, field)

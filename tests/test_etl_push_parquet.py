@@ -14,6 +14,7 @@ import pytest
 
 from connector_ops import ConnectorError, invoke, pull_frame, push_frame
 from connector_ops.environment import resources_for
+from connector_ops.kernel.notices import warnings_to
 from tests.servers import another_file_server
 from tests.test_etl_push_pull import rows
 from tests.test_frames import load_path  # noqa: F401 (a fixture: both SQLite load paths)
@@ -91,6 +92,18 @@ def test_schema_puts_its_columns_first_as_for_json(files, env):
     vf = push(files, parquet(TYPED.select(["n", "s"])), schema=["s", "missing"])
     assert pull_frame(vf, kind="pyarrow").column_names == ["s", "missing", "n"]
     assert rows(vf)[0] == {"s": "a,b", "n": "1"}
+
+
+def test_an_empty_file_pushes_its_columns_without_a_warning(files, env):
+    """A Parquet Pull of a file without rows pushes back as its columns. It was stored so, but with the
+    warning meant for a stream read twice ("was it read before?"), which a file read once cannot be."""
+    vf = push(files, b"b,a\r\n", "header.csv", "text/csv")
+    pulled = invoke("etl.pull", {"virtualFileId": vf, "exportType": "parquet", "exportName": "empty.parquet"})
+    told: list[str] = []
+    with warnings_to(told.append):
+        again = invoke("etl.push", {"platformFile": pulled["platformFile"]})["virtualFileId"]
+    assert pull_frame(again, kind="pyarrow").column_names == ["b", "a"] and rows(again) == []
+    assert told == []
 
 
 @pytest.mark.parametrize(("parameters", "field"), [({"csvDelimiter": ";"}, "csvDelimiter"),
