@@ -172,6 +172,17 @@ def test_a_first_cell_starting_with_u_feff_is_quoted_so_it_is_not_read_as_a_bom(
     assert with_bom == b"\xef\xbb\xbf" + data
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le"])
+def test_a_first_cell_starting_with_u_feff_pushes_back_in_an_encoding_that_keeps_a_bom(files, env, encoding):
+    """An export in an encoding whose decoder keeps a BOM as a character (``utf-16-le`` writes none, and reads
+    one as U+FEFF) holds the first column ``"\ufeffid"`` quoted. Pushed back from its descriptor on the row
+    reader (a small file on SQLite), the U+FEFF was dropped from the name as if it were a BOM: ``id``."""
+    vf = push(files, '{"\ufeffid": "1", "name": "Bob"}\n'.encode(), "rows.ndjson", "application/x-ndjson")
+    data, pf = pull(files, vf, encoding=encoding)
+    assert data.decode(encoding).startswith('"\ufeffid",')
+    assert rows(invoke("etl.push", {"platformFile": pf})["virtualFileId"]) == [{"\ufeffid": "1", "name": "Bob"}]
+
+
 @pytest.mark.parametrize(("encoding", "charset"), [
     ("utf-16-le", "UTF-16LE"), ("utf_16_be", "UTF-16BE"), ("utf-16", "UTF-16"), ("euc_jp", "EUC-JP"),
     ("mac_roman", "macintosh"), ("latin-1", "ISO-8859-1"), ("cp1252", "windows-1252"), ("ascii", "US-ASCII"),

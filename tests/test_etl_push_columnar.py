@@ -284,6 +284,10 @@ def test_errors_keep_their_exact_line_after_the_fast_path_gives_up(files, env, c
     (b"\xef\xbb\xbfx,y\n1,2\n", {"encoding": "utf-8", "useFirstRowAsSchema": False, "schema": ["a", "b"]},
      [{"a": "x", "b": "y"}, {"a": "1", "b": "2"}]),
     (b"\xef\xbb\xbf\n\nk\n1\n", {"encoding": "utf-8"}, [{"k": "1"}]),  # a BOM alone on the first line
+    # quoted, it is the name's first character, not a BOM (it was taken from the name all the same)
+    (b'"\xef\xbb\xbfk",v\r\n1,2\r\n', {"encoding": "utf-8"}, [{"\ufeffk": "1", "v": "2"}]),
+    ('"\ufeffk",v\r\n1,2\r\n'.encode("utf-16-le"), {"encoding": "utf-16-le"}, [{"\ufeffk": "1", "v": "2"}]),
+    ('\ufeff"\ufeffk",v\r\n1,2\r\n'.encode("utf-16-le"), {"encoding": "utf-16-le"}, [{"\ufeffk": "1", "v": "2"}]),
 ])
 def test_a_u_feff_after_the_bom_is_a_character_on_every_path(files, env, counted, monkeypatch, data, parameters,
                                                             expected):
