@@ -172,6 +172,18 @@ def test_a_first_cell_starting_with_u_feff_is_quoted_so_it_is_not_read_as_a_bom(
     assert with_bom == b"\xef\xbb\xbf" + data
 
 
+@pytest.mark.parametrize("header", [True, False])
+def test_an_empty_first_cell_before_a_u_feff_delimiter_is_quoted(files, env, header):
+    """With ``csvDelimiter: "\ufeff"`` a row whose first value is missing (or empty) began the file with the
+    delimiter, which Push read as a BOM: the pulled file was a 400 (``line 1: expected 2 fields, found 1``)."""
+    vf = push(files, b'{"b": "1"}\n{"a": "x", "b": "2"}\n', "rows.ndjson", "application/x-ndjson", schema=["a", "b"])
+    data, pf = pull(files, vf, csvDelimiter="\ufeff", addFirstRowAsSchema=header)
+    assert data.decode().startswith("a\ufeffb\r\n" if header else '""\ufeff1\r\n')
+    again = invoke("etl.push", {"platformFile": pf, "parameters": {} if header else {
+        "useFirstRowAsSchema": False, "schema": ["a", "b"]}})["virtualFileId"]
+    assert rows(again) == [{"a": "", "b": "1"}, {"a": "x", "b": "2"}]
+
+
 @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le"])
 def test_a_first_cell_starting_with_u_feff_pushes_back_in_an_encoding_that_keeps_a_bom(files, env, encoding):
     """An export in an encoding whose decoder keeps a BOM as a character (``utf-16-le`` writes none, and reads

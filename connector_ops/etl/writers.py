@@ -124,11 +124,12 @@ def _first_row(buffer: io.StringIO, writer: Any, quoted: Any, row: tuple, delimi
     column named by ``csv.DictReader`` over an Excel "CSV UTF-8" file opened as ``utf-8``): Push, pandas and
     Excel dropped it, and the column was renamed. Quoted, it is a cell's text. Only that cell is quoted, after
     the row is written as any other (a missing value beside it stays an empty field, which ``COPY`` reads as
-    a NULL)."""
+    a NULL). So is an empty first cell before a U+FEFF delimiter (``csvDelimiter: "\ufeff"``), written ``""``:
+    the line began with the delimiter, which Push dropped as a BOM, and the row lost a field."""
     start = buffer.tell()
     (quoted if row == END_OF_DATA else writer).writerow(row)
-    first = row[0] if row else None
-    if isinstance(first, str) and first.startswith("\ufeff"):
+    if delimiter == "\ufeff" or (row and isinstance(row[0], str) and row[0].startswith("\ufeff")):
+        first = (row[0] if row else None) or ""
         written = buffer.getvalue()[start:]
         if written.startswith("\ufeff"):  # unquoted, so holding no quote, delimiter or line break
             buffer.seek(start)
