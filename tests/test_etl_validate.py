@@ -212,3 +212,23 @@ def test_unknown_virtual_file_is_404(store, resources):
     with pytest.raises(ConnectorError) as info:
         invoke("etl.validate", {"content": "nope", "schema": {}}, resources)
     assert (info.value.status, info.value.body) == (404, {"message": "not found"})
+
+
+@pytest.mark.parametrize("columns", [["a", "b"], ["a", ":"], [":", "a"], ["a", " : "], [" : ", ","], [",", "a"],
+                                     ['a":', "b"], ["a", 'b" : ']])
+def test_a_value_or_name_like_a_separator_keeps_its_content_text(store, resources, columns):
+    """The database builds a refused row's content as one JSON object and then respaces its separators
+    (SQLite ``","`` → ``", "``, ``":"`` → ``": "``; PostgreSQL ``" : "`` → ``": "``): a value or column name
+    that is exactly a separator's middle (SQLite: ``{"a": ", "}``) or ends in a ``"`` and one (``x",`` is
+    ``"x\\","`` in the JSON) was taken for a separator, so the content differed from the inline form's.
+    Every row here is refused (the first column not an integer) with every column present."""
+    first, second = columns
+    texts = [",", ":", " : ", '","', "x", ", ", "", 'x",', 'x":', 'x" : ', '"', '\\",', ',"', '":"']
+    rows = [{first: u, second: v} for u in texts for v in texts if (u, v) != ("", "")]
+    vf = store.create_from_rows(rows)
+    schema = {first: {"type": "integer", "required": True}}
+    out = invoke("etl.validate", {"content": vf, "schema": schema}, resources)
+    inline = invoke("etl.validate", {"content": rows, "schema": schema}, resources)
+    assert store.rows(out["validated"]) == inline["validated"] == []
+    assert store.rows(out["rejected"]) == [dict(r) for r in inline["rejected"]]
+    assert [json.loads(r["content"]) for r in store.rows(out["rejected"])] == rows
