@@ -28,7 +28,9 @@ from connector_ops.resources.virtual_files.paced import LEAVE, Paced
 
 #: Arrow's block: the unit of parsing and of memory
 BLOCK = 1 << 20
-_LF, _CR, _OPEN, _CLOSE = b"\n"[0], b"\r"[0], b"{"[0], b"}"[0]
+_LF, _CR, _OPEN, _CLOSE, _SPACE, _TAB = b"\n"[0], b"\r"[0], b"{"[0], b"}"[0], b" "[0], b"\t"[0]
+#: spaces and tabs stepped past, a byte at a time, beside each line end before a chunk is judged without any
+_PAD_STEPS = 4
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -78,24 +80,55 @@ class _LineAudit(io.RawIOBase):
 
         ends = np.flatnonzero(data <= _CR)  # line ends, among the few bytes as low (tabs)
         ends = ends[(data[ends] == _LF) | (data[ends] == _CR)]
-        near = np.concatenate((data[:1], data[-1:], data[ends[ends > 0] - 1], data[ends[ends < len(data) - 1] + 1]))
-        if np.any((near == 32) | (near == 9)):  # spaces or tabs beside a line end: judge without them
-            data = data[(data != 32) & (data != 9)]
+        found = _beside(data, ends)
+        if found is None:  # long runs of spaces or tabs beside line ends: judged without them
+            data = data[(data != _SPACE) & (data != _TAB)]
             ends = np.flatnonzero((data == _LF) | (data == _CR))
-        if not len(data):
+            found = _beside(data, ends)
+        assert found is not None  # nothing left to step past
+        left, right = found
+        if right[-1] >= len(data):  # only spaces and tabs: nothing to judge, no line end
             return
-        before = data[ends - 1]  # each line end's byte before it (the chunk before's, for one starting it)
-        after = data[np.minimum(ends + 1, len(data) - 1)]  # and after it (the next chunk's: checked there)
-        if len(ends):
-            before[0] = self._last if ends[0] == 0 else before[0]
-            after[-1] = _LF if ends[-1] == len(data) - 1 else after[-1]
+        inside = len(data) - 1
+        # each line end's byte before it (the chunk before's, for one starting it) and after it (the next
+        # chunk's: checked there, as its first)
+        before = np.where(left[:-1] >= 0, data[np.clip(left[:-1], 0, inside)], self._last)
+        after = np.where(right[:-1] <= inside, data[np.clip(right[:-1], 0, inside)], _LF)
         content = (before != _LF) & (before != _CR)  # the line ending here holds something
         self.lines += int(np.count_nonzero(content))
         if self.objects:
             starts = np.flatnonzero((after != _LF) & (after != _CR))  # a line starting after this end
             self.objects = bool(np.all(before[content] == _CLOSE)) and bool(np.all(after[starts] == _OPEN)) \
-                and (self._last not in (_LF, _CR) or data[0] in (_LF, _CR, _OPEN))
-        self._last = int(data[-1])
+                and (self._last not in (_LF, _CR) or data[right[-1]] in (_LF, _CR, _OPEN))
+        self._last = int(data[left[-1]])
+
+
+def _beside(data: Any, ends: Any) -> tuple[Any, Any] | None:
+    """Where the bytes beside each line end of ``data`` are once spaces and tabs are stepped past: ``left``,
+    the one before each end, then the chunk's last (``-1``: none in the chunk); ``right``, the one after each
+    end, then the chunk's first (``len(data)``: none). ``None`` when a run of them is longer than
+    :data:`_PAD_STEPS`: the caller then filters them out of the whole chunk, which took a JSON array laid out
+    one object per line (a comma or a bracket made a space beside each line end) 10–20 % longer to push."""
+    import numpy as np
+
+    left = _stepped(data, np.append(ends - 1, len(data) - 1), -1)
+    right = _stepped(data, np.append(ends + 1, 0), 1)
+    return None if left is None or right is None else (left, right)
+
+
+def _stepped(data: Any, positions: Any, step: int) -> Any | None:
+    """``positions`` (of ``data``, or just past either end) each moved by ``step`` until it is on a byte that
+    is not a space or a tab, or off ``data``; ``None`` if one is still on one after :data:`_PAD_STEPS`."""
+    import numpy as np
+
+    for _ in range(_PAD_STEPS + 1):
+        on = np.flatnonzero((positions >= 0) & (positions < len(data)))
+        held = data[positions[on]]
+        blank = on[(held == _SPACE) | (held == _TAB)]
+        if not len(blank):
+            return positions
+        positions[blank] += step
+    return None
 
 
 def _utf8(batch: Any) -> Any:
