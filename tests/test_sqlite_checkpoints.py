@@ -422,7 +422,6 @@ def test_a_fork_does_not_wait_for_a_truncate_waiting_for_readers(tmp_path):
     assert not giving_back.is_alive()
 
 
-
 def stopping_at(k: int) -> Callable[[FrameType, str, object], None]:
     """A trace function that raises :class:`Stop` as the k-th Python function called is entered."""
     calls = [0]

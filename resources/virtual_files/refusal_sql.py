@@ -95,8 +95,8 @@ def content_json(names: Sequence[str], columns: Mapping[str, Any], dialect: str)
 # value by value instead; the test costs one ``instr`` a value. A quarter less time per refused row on
 # SQLite than a ``json_quote`` per value; on PostgreSQL 1M rows took 1.8 s instead of 3.3 s.
 #: the middles of the separators respaced: SQLite's ``","`` and ``":"``, PostgreSQL's ``" : "``
-SQLITE_SEPARATOR_MIDDLES = (",", ":")
-PG_SEPARATOR_MIDDLES = (" : ",)
+SQLITE_SEPARATOR_MIDDLES: tuple[str, ...] = (",", ":")
+PG_SEPARATOR_MIDDLES: tuple[str, ...] = (" : ",)
 
 
 def _spaced(compact: Any) -> Any:
