@@ -17,7 +17,7 @@ from connector_ops.frame_streams import arrow_stream, peeked, positioned
 from connector_ops.frame_text import NotText, column_form, float_text, text_column, values_text
 from connector_ops.kernel import limits
 from connector_ops.kernel.errors import ConnectorError, InvalidInput
-from connector_ops.kernel.limits import check_column_names, holds_surrogate, lone_surrogate
+from connector_ops.kernel.limits import NUL_REFUSED, check_column_names, holds_surrogate, lone_surrogate
 from connector_ops.kernel.notices import warn
 from connector_ops.kernel.progress import reported, track
 
@@ -33,8 +33,6 @@ BATCH_ROWS = 65_536
 #: canonical decimal integers of int64's length, 19 digits at most ("-0" is not one); the cast then refuses the
 #: 19-digit ones past int64's range, which stay text
 _INTEGER = r"(?:0|-?[1-9][0-9]{0,18})"
-#: a value PostgreSQL's text cannot hold, as the store's own 400 words it
-NUL_REFUSED = "holds a NUL character (\\x00), which PostgreSQL cannot store"
 #: what push_frame takes, as a refusal says it
 ACCEPTED = ("a pandas or polars DataFrame or Series, a polars LazyFrame, a pyarrow Table, RecordBatch, "
             "RecordBatchReader, Dataset or Scanner, or anything that gives an Arrow stream")

@@ -22,7 +22,7 @@ from pathlib import Path
 import dagster as dg
 
 from connector_ops.kernel.disk import DiskFull, disk_full
-from connector_ops.kernel.errors import ActionFailed, ConfigurationError
+from connector_ops.kernel.errors import ActionFailed, ConfigurationError, chained
 from connector_ops.kernel.file_modes import NEW_FILE_MODE
 from connector_ops.resources.virtual_files.db_errors import first_line
 from connector_ops.resources.virtual_files.disk_full import is_full
@@ -67,9 +67,7 @@ def storage_unreachable(exc: BaseException, home: Path) -> ActionFailed | None:
     from the environment (a password with an unencoded ``@`` shows its rest as the host the driver tried)."""
     import sqlalchemy as sa
 
-    cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, sa.exc.OperationalError):
-        cause = cause.__cause__ or cause.__context__
+    cause = next((seen for seen in chained(exc) if isinstance(seen, sa.exc.OperationalError)), None)
     if cause is None or sqlite_error_in(exc) is not None:
         return None
     words = first_line(cause)

@@ -5,6 +5,7 @@ Ctrl-C would, without any risk that a late one stops pytest. ``signalled_after``
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -67,20 +68,33 @@ def at_progress(units: int, then: Callable[[], object]) -> Callable[[str, int | 
     return Reporter
 
 
+def stopping(when: Callable[[FrameType], bool], raised: list[bool] | None = None
+             ) -> Callable[[FrameType, str, object], None]:
+    """A trace function raising :class:`Stop` (once, noted in ``raised``) as the first Python function for whose
+    frame ``when`` holds is entered, as a signal's handler raises when its signal comes just before."""
+    def tracer(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call" and when(frame):
+            sys.settrace(None)
+            if raised is not None:
+                raised.append(True)
+            raise Stop
+
+    return tracer
+
+
+def stopping_at(k: int) -> Callable[[FrameType, str, object], None]:
+    """A trace function that raises :class:`Stop` as the k-th Python function called is entered."""
+    calls = itertools.count(1)
+    return stopping(lambda _frame: next(calls) == k)
+
+
 @contextlib.contextmanager
 def stopped_as_entered(code: CodeType) -> Iterator[list[bool]]:
     """Within the block, :class:`Stop` raised in this thread the first time the function of ``code`` is
-    entered, as a signal's handler raises when its signal comes just before (a trace function raises it: at
-    that exact call, where a real signal would land at a moment of its own). Yields ``[True]`` once raised."""
+    entered (a trace function raises it: at that exact call, where a real signal would land at a moment of its
+    own). Yields ``[True]`` once raised."""
     raised: list[bool] = []
-
-    def tracer(frame: FrameType, event: str, _arg: object) -> None:
-        if event == "call" and frame.f_code is code:
-            sys.settrace(None)
-            raised.append(True)
-            raise Stop
-
-    sys.settrace(tracer)
+    sys.settrace(stopping(lambda frame: frame.f_code is code, raised))
     try:
         yield raised
     finally:

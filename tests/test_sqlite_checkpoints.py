@@ -14,13 +14,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from types import FrameType
 
 import pytest
 
 from connector_ops.resources.virtual_files import checkpoints, engines
 from connector_ops.resources.virtual_files.store import VirtualFileStore
-from tests.signals import Stop
+from tests.signals import Stop, stopping_at
 from tests.stacks import comes_to, runs
 
 
@@ -420,19 +419,6 @@ def test_a_fork_does_not_wait_for_a_truncate_waiting_for_readers(tmp_path):
         reader.close()
     giving_back.join(60)
     assert not giving_back.is_alive()
-
-
-def stopping_at(k: int) -> Callable[[FrameType, str, object], None]:
-    """A trace function that raises :class:`Stop` as the k-th Python function called is entered."""
-    calls = [0]
-
-    def tracer(_frame: FrameType, event: str, _arg: object) -> None:
-        if event == "call":
-            calls[0] += 1
-            if calls[0] == k:
-                sys.settrace(None)
-                raise Stop
-    return tracer
 
 
 def interrupted_at_each_call(run: Callable[[], object]) -> Iterator[int]:

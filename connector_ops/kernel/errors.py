@@ -8,7 +8,7 @@ it, ``null`` for Clean, 400 for invalid input).  Entry points only ever see ``Co
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 
@@ -150,3 +150,12 @@ def gave_up_because(exc: BaseException) -> str:
     text is left out: PostgreSQL's CONTEXT quotes the refused row, Arrow's parse errors the line."""
     primary = getattr(getattr(exc, "diag", None), "message_primary", None)
     return f"{type(exc).__name__}: {primary}" if primary else type(exc).__name__
+
+
+def chained(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from or while handling, and so on: where a driver's error lies under
+    the library that wrapped it (``DagsterPostgresException`` over SQLAlchemy's ``OperationalError``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__

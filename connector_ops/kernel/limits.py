@@ -89,6 +89,11 @@ def surrogate_refused(exc: BaseException | None) -> str | None:
     return None
 
 
+#: PostgreSQL's refusal of a NUL, in one wording: the store's (after "a value"), and push_frame's, which finds it
+#: first and names the value's column and row
+NUL_REFUSED = "holds a NUL character (\\x00), which PostgreSQL cannot store"
+
+
 def holds_surrogate(half: str) -> str:
     return f"holds {half}, half of a UTF-16 surrogate pair without its other half, which is not a character"
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, DiskBelowFloor, DiskFloor
 from connector_ops.kernel.errors import InvalidInput, NotFound
 from connector_ops.kernel.fence import check_fence
-from connector_ops.kernel.limits import check_column_names, holds_surrogate, surrogate_refused
+from connector_ops.kernel.limits import NUL_REFUSED, check_column_names, holds_surrogate, surrogate_refused
 from connector_ops.kernel.resource import Resource
 from connector_ops.resources.virtual_files import catalog as cat
 from connector_ops.resources.virtual_files.array_cursors import sqlite_path
@@ -298,7 +298,7 @@ def unstorable_value(exc: BaseException) -> UnstorableValue | None:
     state = getattr(orig, "sqlstate", None)
     first = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
     if state == "22021" and "0x00" in first:  # character_not_in_repertoire
-        return UnstorableValue("a value holds a NUL character (\\x00), which PostgreSQL cannot store")
+        return UnstorableValue(f"a value {NUL_REFUSED}")
     if state == "22P05":  # untranslatable_character
         return UnstorableValue(f"a value holds a character this database's encoding cannot store ({first})")
     if state == "54000" and first.startswith("row is too big"):  # program_limit_exceeded

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from connector_ops.kernel.disk import DEFAULT_MIN_FREE_DISK, min_free_disk
-from connector_ops.kernel.errors import ConfigurationError, ConnectorOpsError
+from connector_ops.kernel.errors import ConfigurationError, ConnectorOpsError, chained
 from connector_ops.resources.virtual_files.cannot_open import cannot_open_error, is_cannot_open
 from connector_ops.resources.virtual_files.disk_full import full_error, is_full
 
@@ -36,12 +36,10 @@ def sqlite_fault(exc: BaseException, path: str, min_free: int,
 
 def sqlite_error_in(exc: BaseException) -> BaseException | None:
     """The SQLite error ``exc`` is, wraps (SQLAlchemy's ``orig``) or was raised from, if any."""
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in chained(exc):
         orig = getattr(seen, "orig", None) or seen
         if isinstance(orig, sqlite3.Error):
             return orig
-        seen = seen.__cause__ or seen.__context__
     return None
 
 
