@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from connector_ops.kernel.cut_blocks import end_cut_blocks
 from connector_ops.kernel.errors import ConnectorError, ConnectorOpsError, InvalidInput, NotFound, field_path, host_of
 from connector_ops.kernel.limits import check_payload
 from connector_ops.kernel.platform_file import PresentWhen
@@ -416,8 +417,12 @@ def run_action(spec: ActionSpec, payload: Any, resources: Mapping[str, Any], nam
         interrupt = interrupt_under(exc)
         if interrupt is not None:
             log.debug("%s: error while interrupted", spec.name, exc_info=exc)
+            end_cut_blocks(exc)
             raise interrupt from None
         raise error_for(spec, exc) from exc
+    except BaseException as exc:  # a Stop: a transaction whose block it cut is ended now, not at the next error
+        end_cut_blocks(exc)
+        raise
     return serialise_output(spec, out)
 
 

@@ -26,9 +26,10 @@ import sqlalchemy as sa
 
 from connector_ops import invoke
 from connector_ops.kernel.deferred import interrupts_deferred
+from connector_ops.resources.virtual_files.core import StoreCore
 from connector_ops.resources.virtual_files.engines import WRITE, get_engine, is_writing
 from tests.deployment import wait_for
-from tests.signals import Stop, stopped_as_entered
+from tests.signals import Stop, stopped_as_entered, stopping
 from tests.store_activity import joining, open_snapshots, row_tables, writing
 
 FANOUT = 10_000
@@ -463,3 +464,37 @@ def test_ctrl_c_once_a_pipeline_run_has_ended_changes_nothing(env, database_url,
     assert "Aborted!" not in err and "Traceback" not in err
     pushed = json.loads(out.partition("load (etl.push): ")[2].splitlines()[0])["virtualFileId"]
     assert pushed in stored(database_url)[0] - before
+
+
+def _in_writing_exit(frame: Any) -> bool:
+    """``frame`` is ``__exit__`` of the generator context manager of the store's write transaction."""
+    cm = frame.f_locals.get("self")
+    return (frame.f_code is contextlib._GeneratorContextManager.__exit__.__code__
+            and getattr(getattr(cm, "gen", None), "gi_code", None) is _WRITING_CODE)
+
+
+_WRITING_CODE = StoreCore.writing.__wrapped__.__code__
+
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_interrupt_as_a_write_block_is_left_leaves_the_store_usable(env, files, database_url):
+    """A Stop that lands in ``contextlib``'s ``__exit__`` of the store's write transaction, before it resumes the
+    generator that ends the transaction: the exception's traceback keeps that frame, and so the suspended
+    generator, its connection and its open ``BEGIN IMMEDIATE``, as long as IPython keeps the last traceback. The
+    next cell's write waited 60 s and failed "database is locked" (Validate, call 18,754 of a sweep; here a
+    Delete Rows, held before the fix). The action runner ends such a block as the exception leaves the action:
+    the lock is free at once and the next write works."""
+    pushed = invoke("etl.push", {"platformFile": files.add_bytes(b"a,b\n1,2\n3,4\n", "t.csv").to_json()})
+    raised: list[bool] = []
+    stopped: BaseException | None = None
+    sys.settrace(stopping(_in_writing_exit, raised))
+    try:
+        invoke("etl.delete_rows", {"virtualFileId": pushed["virtualFileId"], "request": {"a": "1"}})
+    except Stop as exc:
+        stopped = exc  # kept, with its traceback, while the store is used again
+    finally:
+        sys.settrace(None)
+    assert raised and isinstance(stopped, Stop), (raised, stopped)
+    assert not writing(database_url), "the write lock is still held after a Stop in the write block's __exit__"
+    assert invoke("etl.push", {"platformFile": files.add_bytes(b"a\n1\n", "u.csv").to_json()})["virtualFileId"]
